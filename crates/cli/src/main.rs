@@ -1,0 +1,3 @@
+//! The `sluice` command line.
+
+fn main() {}

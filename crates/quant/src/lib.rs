@@ -1,0 +1,10 @@
+//! ggml block formats and the kernels that compute on them.
+//!
+//! Scalar reference (de)quantization for every ggml type, dot-product kernels paired as
+//! ggml pairs them (weight type × activation type), SIMD versions chosen once at startup,
+//! a persistent thread pool, and matvec / small-batch matmul on top.
+
+mod error;
+
+pub use error::QuantError;
+pub use gguf::{GgmlType, QK_K};
