@@ -8,3 +8,6 @@ mod error;
 
 pub use error::QuantError;
 pub use gguf::{GgmlType, QK_K};
+
+pub mod kernels;
+pub use kernels::{DotFn, Isa, Kernels, QuantizeFn, vec_dot_type};
