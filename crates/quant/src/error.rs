@@ -9,7 +9,11 @@ pub enum QuantError {
     Unsupported { ty: GgmlType, op: &'static str },
     /// An element count that is not a whole number of blocks.
     #[error("{n} elements is not a multiple of the {ty} block size {block}")]
-    NotBlockMultiple { ty: GgmlType, n: usize, block: usize },
+    NotBlockMultiple {
+        ty: GgmlType,
+        n: usize,
+        block: usize,
+    },
     /// A buffer whose length does not match the element count.
     #[error("{what} buffer for {ty}: expected {expected} bytes/elements, got {got}")]
     LengthMismatch {

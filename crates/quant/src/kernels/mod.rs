@@ -72,11 +72,13 @@ impl Kernels {
     }
 
     /// Register the dot kernel for weight type `w` (later registrations replace earlier ones).
+    #[allow(dead_code)]
     pub(crate) fn set_dot(&mut self, w: GgmlType, f: DotFn) {
         self.dot[w.id() as usize] = Some(f);
     }
 
     /// Register the activation quantizer producing type `act`.
+    #[allow(dead_code)]
     pub(crate) fn set_quantize(&mut self, act: GgmlType, f: QuantizeFn) {
         self.quantize[act.id() as usize] = Some(f);
     }
@@ -134,8 +136,8 @@ pub fn vec_dot_type(w: GgmlType) -> Option<GgmlType> {
         BF16 => BF16,
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS
-        | IQ3_S | IQ1_S | IQ1_M | TQ1_0 | TQ2_0 => Q8_K,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S
+        | IQ1_S | IQ1_M | TQ1_0 | TQ2_0 => Q8_K,
         _ => return None,
     })
 }
