@@ -5,6 +5,7 @@
 //! a persistent thread pool, and matvec / small-batch matmul on top.
 
 mod error;
+pub mod tables;
 
 pub use error::QuantError;
 pub use gguf::{GgmlType, QK_K};
