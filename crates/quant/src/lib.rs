@@ -7,11 +7,13 @@
 pub mod dequant;
 mod error;
 mod iq_tables;
+pub mod quantize;
 pub mod tables;
 
 pub use dequant::{can_dequantize, dequantize_row, dequantize_to_vec};
 pub use error::QuantError;
 pub use gguf::{GgmlType, QK_K};
+pub use quantize::{can_quantize, quantize_row, quantize_to_vec};
 
 pub mod kernels;
 pub use kernels::{DotFn, Isa, Kernels, QuantizeFn, vec_dot_type};

@@ -13,7 +13,7 @@ use crate::{GgmlType, QuantError};
 
 mod floats;
 mod iquants;
-mod kquants;
+pub(crate) mod kquants;
 mod legacy;
 mod ternary;
 
