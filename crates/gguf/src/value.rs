@@ -307,6 +307,25 @@ impl ArrayValue {
         }
     }
 
+    /// Element `i` as a [`Value`] (cloned; an inner array of a nested array is cloned whole).
+    pub fn get(&self, i: usize) -> Option<Value> {
+        Some(match self {
+            ArrayValue::U8(v) => Value::U8(*v.get(i)?),
+            ArrayValue::I8(v) => Value::I8(*v.get(i)?),
+            ArrayValue::U16(v) => Value::U16(*v.get(i)?),
+            ArrayValue::I16(v) => Value::I16(*v.get(i)?),
+            ArrayValue::U32(v) => Value::U32(*v.get(i)?),
+            ArrayValue::I32(v) => Value::I32(*v.get(i)?),
+            ArrayValue::U64(v) => Value::U64(*v.get(i)?),
+            ArrayValue::I64(v) => Value::I64(*v.get(i)?),
+            ArrayValue::F32(v) => Value::F32(*v.get(i)?),
+            ArrayValue::F64(v) => Value::F64(*v.get(i)?),
+            ArrayValue::Bool(v) => Value::Bool(*v.get(i)?),
+            ArrayValue::String(v) => Value::String(v.get(i)?.clone()),
+            ArrayValue::Array(v) => Value::Array(v.get(i)?.clone()),
+        })
+    }
+
     /// The strings, if this is an array of strings.
     pub fn as_strings(&self) -> Option<&[String]> {
         match self {
