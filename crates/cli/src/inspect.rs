@@ -1,0 +1,483 @@
+//! `sluice inspect`: what a GGUF file holds, and one tensor dequantized to .npy.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use gguf::{ArrayValue, Gguf, GgufFile, Metadata, TensorInfo, TensorType, Value};
+use serde_json::json;
+
+use crate::npy;
+
+/// The demo model built into the binary (see scripts/gen_demo_model.py).
+pub const DEMO_MODEL: &[u8] = include_bytes!("../assets/demo-qwen3moe.gguf");
+const DEMO_NAME: &str = "<built-in demo model>";
+
+pub struct Options {
+    pub model: Option<PathBuf>,
+    pub json: bool,
+    pub array_items: usize,
+    pub tensor: Option<String>,
+    pub out: Option<PathBuf>,
+}
+
+/// A parsed model: a file on disk (maybe split) or the built-in bytes.
+enum Model {
+    File(GgufFile),
+    Builtin(Gguf<'static>),
+}
+
+impl Model {
+    fn open(path: Option<&Path>) -> Result<Model> {
+        match path {
+            // The reader's errors name the file themselves.
+            Some(p) => Ok(Model::File(GgufFile::open(p)?)),
+            None => Ok(Model::Builtin(
+                Gguf::parse(DEMO_MODEL).context("the built-in demo model is malformed")?,
+            )),
+        }
+    }
+
+    fn version(&self) -> u32 {
+        match self {
+            Model::File(f) => f.version(),
+            Model::Builtin(g) => g.version(),
+        }
+    }
+
+    fn alignment(&self) -> u32 {
+        match self {
+            Model::File(f) => f.alignment(),
+            Model::Builtin(g) => g.alignment(),
+        }
+    }
+
+    fn metadata(&self) -> &Metadata {
+        match self {
+            Model::File(f) => f.metadata(),
+            Model::Builtin(g) => g.metadata(),
+        }
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        match self {
+            Model::File(f) => f.tensors(),
+            Model::Builtin(g) => g.tensors(),
+        }
+    }
+
+    fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        match self {
+            Model::File(f) => f.tensor(name),
+            Model::Builtin(g) => g.tensor(name),
+        }
+    }
+
+    fn tensor_data(&self, info: &TensorInfo) -> Result<&[u8]> {
+        Ok(match self {
+            Model::File(f) => f.tensor_data(info)?,
+            Model::Builtin(g) => g.tensor_data(info)?,
+        })
+    }
+
+    /// (path, file size, data section offset) of each file.
+    fn files(&self) -> Vec<(String, u64, u64)> {
+        match self {
+            Model::File(f) => f
+                .shards()
+                .iter()
+                .map(|s| {
+                    (
+                        s.path().display().to_string(),
+                        s.file_len(),
+                        s.data_offset(),
+                    )
+                })
+                .collect(),
+            Model::Builtin(g) => vec![(
+                DEMO_NAME.to_owned(),
+                g.bytes().len() as u64,
+                g.data_offset(),
+            )],
+        }
+    }
+
+    /// Absolute offset of a tensor's data in its file.
+    fn file_offset(&self, info: &TensorInfo) -> Option<u64> {
+        match self {
+            Model::File(f) => f.tensor_file_offset(info),
+            Model::Builtin(g) => g.data_offset().checked_add(info.offset),
+        }
+    }
+}
+
+pub fn run(opts: &Options) -> Result<()> {
+    let model = Model::open(opts.model.as_deref())?;
+    if let (Some(name), Some(out)) = (&opts.tensor, &opts.out) {
+        return write_tensor_npy(&model, name, out);
+    }
+    let stdout = io::stdout();
+    let mut w = BufWriter::new(stdout.lock());
+    if opts.json {
+        let doc = json_report(&model, opts.array_items);
+        serde_json::to_writer_pretty(&mut w, &doc)?;
+        writeln!(w)?;
+    } else {
+        text_report(&mut w, &model, opts.array_items)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn shape_str(dims: &[u64]) -> String {
+    format!(
+        "[{}]",
+        dims.iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// One scalar as display text (strings quoted, Rust escaping).
+fn scalar_text(v: &Value) -> String {
+    match v {
+        Value::U8(x) => x.to_string(),
+        Value::I8(x) => x.to_string(),
+        Value::U16(x) => x.to_string(),
+        Value::I16(x) => x.to_string(),
+        Value::U32(x) => x.to_string(),
+        Value::I32(x) => x.to_string(),
+        Value::U64(x) => x.to_string(),
+        Value::I64(x) => x.to_string(),
+        Value::F32(x) => x.to_string(),
+        Value::F64(x) => x.to_string(),
+        Value::Bool(x) => x.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(a) => array_text(a, 8),
+    }
+}
+
+/// The first `n` elements of an array as display texts.
+fn array_head(a: &ArrayValue, n: usize) -> Vec<String> {
+    fn take<T: ToString>(v: &[T], n: usize) -> Vec<String> {
+        v.iter().take(n).map(T::to_string).collect()
+    }
+    match a {
+        ArrayValue::U8(v) => take(v, n),
+        ArrayValue::I8(v) => take(v, n),
+        ArrayValue::U16(v) => take(v, n),
+        ArrayValue::I16(v) => take(v, n),
+        ArrayValue::U32(v) => take(v, n),
+        ArrayValue::I32(v) => take(v, n),
+        ArrayValue::U64(v) => take(v, n),
+        ArrayValue::I64(v) => take(v, n),
+        ArrayValue::F32(v) => take(v, n),
+        ArrayValue::F64(v) => take(v, n),
+        ArrayValue::Bool(v) => take(v, n),
+        ArrayValue::String(v) => v.iter().take(n).map(|s| format!("{s:?}")).collect(),
+        ArrayValue::Array(v) => v.iter().take(n).map(|a| array_text(a, n)).collect(),
+    }
+}
+
+/// `[type; len] [a, b, ...]`.
+fn array_text(a: &ArrayValue, n: usize) -> String {
+    let head = array_head(a, n);
+    let more = if a.len() > head.len() { ", ..." } else { "" };
+    format!(
+        "[{}; {}] [{}{more}]",
+        a.elem_type(),
+        a.len(),
+        head.join(", ")
+    )
+}
+
+fn type_text(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!("[{}; {}]", a.elem_type(), a.len()),
+        other => other.value_type().to_string(),
+    }
+}
+
+fn value_text(v: &Value, n: usize) -> String {
+    match v {
+        Value::Array(a) => {
+            let head = array_head(a, n);
+            let more = if a.len() > head.len() { ", ..." } else { "" };
+            format!("[{}{more}]", head.join(", "))
+        }
+        other => scalar_text(other),
+    }
+}
+
+fn text_report(w: &mut impl Write, model: &Model, n: usize) -> Result<()> {
+    let files = model.files();
+    let md = model.metadata();
+    let total: u64 = model.tensors().iter().filter_map(|t| t.n_bytes).sum();
+    for (i, (path, len, data)) in files.iter().enumerate() {
+        let label = if files.len() > 1 {
+            format!("shard {}/{}", i + 1, files.len())
+        } else {
+            "file".to_owned()
+        };
+        writeln!(
+            w,
+            "{label}: {path} ({}, tensor data at byte {data})",
+            human_bytes(*len)
+        )?;
+    }
+    writeln!(
+        w,
+        "format: GGUF v{}, alignment {}",
+        model.version(),
+        model.alignment()
+    )?;
+    let arch = md.get_str("general.architecture").unwrap_or("(not set)");
+    writeln!(w, "architecture: {arch}")?;
+    if let Some(name) = md.get_str("general.name") {
+        writeln!(w, "name: {name}")?;
+    }
+    writeln!(w)?;
+    writeln!(w, "metadata: {} keys", md.len())?;
+    let key_w = md.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let ty_w = md
+        .iter()
+        .map(|(_, v)| type_text(v).len())
+        .max()
+        .unwrap_or(0);
+    for (k, v) in md.iter() {
+        writeln!(
+            w,
+            "  {k:<key_w$}  {:<ty_w$}  {}",
+            type_text(v),
+            value_text(v, n)
+        )?;
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "tensors: {} ({} of tensor data; shapes in ggml order, ne0 first)",
+        model.tensors().len(),
+        human_bytes(total)
+    )?;
+    let rows: Vec<[String; 5]> = model
+        .tensors()
+        .iter()
+        .map(|t| {
+            let offset = model
+                .file_offset(t)
+                .map_or_else(|| "?".to_owned(), |o| o.to_string());
+            let offset = if files.len() > 1 {
+                format!("{}:{offset}", t.shard + 1)
+            } else {
+                offset
+            };
+            [
+                t.name.clone(),
+                t.ty.to_string(),
+                shape_str(&t.dims),
+                t.n_bytes.map_or_else(|| "?".to_owned(), |b| b.to_string()),
+                offset,
+            ]
+        })
+        .collect();
+    let header = [
+        "name".to_owned(),
+        "type".to_owned(),
+        "shape".to_owned(),
+        "bytes".to_owned(),
+        if files.len() > 1 {
+            "shard:offset".to_owned()
+        } else {
+            "offset".to_owned()
+        },
+    ];
+    let mut widths = [0usize; 5];
+    for r in std::iter::once(&header).chain(rows.iter()) {
+        for (wd, c) in widths.iter_mut().zip(r.iter()) {
+            *wd = (*wd).max(c.len());
+        }
+    }
+    for r in std::iter::once(&header).chain(rows.iter()) {
+        writeln!(
+            w,
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+            w4 = widths[4]
+        )?;
+    }
+    Ok(())
+}
+
+fn json_scalar(v: &Value) -> serde_json::Value {
+    match v {
+        Value::U8(x) => json!(x),
+        Value::I8(x) => json!(x),
+        Value::U16(x) => json!(x),
+        Value::I16(x) => json!(x),
+        Value::U32(x) => json!(x),
+        Value::I32(x) => json!(x),
+        Value::U64(x) => json!(x),
+        Value::I64(x) => json!(x),
+        Value::F32(x) => json!(x),
+        Value::F64(x) => json!(x),
+        Value::Bool(x) => json!(x),
+        Value::String(s) => json!(s),
+        Value::Array(a) => json_array(a, 8),
+    }
+}
+
+/// An array as `{"type": "array", "elem_type", "len", "head": [...]}`.
+fn json_array(a: &ArrayValue, n: usize) -> serde_json::Value {
+    fn take<T: Clone + Into<serde_json::Value>>(v: &[T], n: usize) -> serde_json::Value {
+        serde_json::Value::Array(v.iter().take(n).cloned().map(Into::into).collect())
+    }
+    let head = match a {
+        ArrayValue::U8(v) => take(v, n),
+        ArrayValue::I8(v) => take(v, n),
+        ArrayValue::U16(v) => take(v, n),
+        ArrayValue::I16(v) => take(v, n),
+        ArrayValue::U32(v) => take(v, n),
+        ArrayValue::I32(v) => take(v, n),
+        ArrayValue::U64(v) => take(v, n),
+        ArrayValue::I64(v) => take(v, n),
+        ArrayValue::F32(v) => take(v, n),
+        ArrayValue::F64(v) => take(v, n),
+        ArrayValue::Bool(v) => take(v, n),
+        ArrayValue::String(v) => take(v, n),
+        ArrayValue::Array(v) => json!(
+            v.iter()
+                .take(n)
+                .map(|a| json_array(a, n))
+                .collect::<Vec<_>>()
+        ),
+    };
+    json!({
+        "type": "array",
+        "elem_type": a.elem_type().name(),
+        "len": a.len(),
+        "head": head,
+    })
+}
+
+fn json_report(model: &Model, n: usize) -> serde_json::Value {
+    let md = model.metadata();
+    let metadata: serde_json::Map<String, serde_json::Value> = md
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                Value::Array(a) => json_array(a, n),
+                other => json!({"type": other.value_type().name(), "value": json_scalar(other)}),
+            };
+            (k.to_owned(), value)
+        })
+        .collect();
+    let tensors: Vec<serde_json::Value> = model
+        .tensors()
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "type": t.ty.to_string(),
+                "type_id": t.ty.id(),
+                "shape": t.dims,
+                "bytes": t.n_bytes,
+                "shard": t.shard,
+                "offset": model.file_offset(t),
+            })
+        })
+        .collect();
+    let files: Vec<serde_json::Value> = model
+        .files()
+        .into_iter()
+        .map(|(path, len, data)| json!({"path": path, "bytes": len, "data_offset": data}))
+        .collect();
+    json!({
+        "files": files,
+        "version": model.version(),
+        "alignment": model.alignment(),
+        "architecture": md.get_str("general.architecture"),
+        "metadata": metadata,
+        "tensors": tensors,
+    })
+}
+
+/// Dequantize one tensor row by row into `out` (numpy .npy, float32). The file is written
+/// under a temporary name and renamed at the end, so a failure never leaves a partial file.
+fn write_tensor_npy(model: &Model, name: &str, out: &Path) -> Result<()> {
+    let info = model.tensor(name).ok_or_else(|| {
+        anyhow!(
+            "no tensor named {name:?} (the model has {} tensors; `sluice inspect` lists them)",
+            model.tensors().len()
+        )
+    })?;
+    let ty = match info.ty {
+        TensorType::Known(t) => t,
+        TensorType::Unknown(id) => {
+            bail!("tensor {name:?} has type id {id}, which sluice does not know")
+        }
+    };
+    let data = model.tensor_data(info)?;
+    let ne0 = info.dims.first().copied().unwrap_or(1);
+    let row_bytes = ty
+        .row_bytes(ne0)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| {
+            anyhow!("tensor {name:?}: rows of {ne0} elements are not whole {ty} blocks")
+        })?;
+    let ne0 = usize::try_from(ne0).context("row too long for this machine")?;
+    let shape: Vec<u64> = info.dims.iter().rev().copied().collect();
+
+    let tmp = out.with_extension("npy.partial");
+    let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let result = (|| -> Result<()> {
+        w.write_all(&npy::f32_header(&shape))?;
+        let mut row = vec![0f32; ne0];
+        for (r, src) in data.chunks_exact(row_bytes.max(1)).enumerate() {
+            quant::dequant::dequantize_row(ty, src, &mut row)
+                .with_context(|| format!("tensor {name:?}, row {r}"))?;
+            npy::write_f32s(&mut w, &row)?;
+        }
+        w.flush()?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.context(format!("writing {}", out.display())));
+    }
+    drop(w);
+    std::fs::rename(&tmp, out)
+        .with_context(|| format!("cannot move {} to {}", tmp.display(), out.display()))?;
+    eprintln!(
+        "wrote {} ({ty}, numpy shape {}, {} values)",
+        out.display(),
+        shape_str(&shape),
+        info.n_elements()
+    );
+    Ok(())
+}

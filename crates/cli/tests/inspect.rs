@@ -1,0 +1,154 @@
+//! End-to-end tests of `sluice inspect`, run as a user would run the binary.
+//!
+//! The demo model and the reference .npy were written by scripts/gen_demo_model.py with the
+//! `gguf` PyPI package 0.19.0 (numpy.save for the .npy); the split fixture comes from
+//! scripts/gen_gguf_fixtures.py.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn inspect_without_model_shows_the_builtin_demo() {
+    let o = sluice(&["inspect"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("architecture: qwen3moe"), "{out}");
+    assert!(out.contains("tensors: 26 "), "{out}");
+    // The script's shapes: token_embd is n_vocab rows of n_embd (ggml order [64, 259]).
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("token_embd.weight"))
+        .expect("token_embd row");
+    assert!(line.contains("f32") && line.contains("[64, 259]") && line.contains("66304"));
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("blk.1.ffn_down_exps.weight"))
+        .expect("expert row");
+    assert!(line.contains("q8_0") && line.contains("[64, 64, 8]"));
+    // Arrays are summarized with their element type and length.
+    assert!(out.contains("[string; 259]"), "{out}");
+}
+
+#[test]
+fn json_lists_every_tensor_with_offsets_inside_the_file() {
+    let o = sluice(&["inspect", "--json"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
+    assert_eq!(doc["architecture"], "qwen3moe");
+    assert_eq!(doc["version"], 3);
+    let file_len = doc["files"][0]["bytes"].as_u64().expect("file size");
+    let tensors = doc["tensors"].as_array().expect("tensor list");
+    assert_eq!(tensors.len(), 26);
+    for t in tensors {
+        let off = t["offset"].as_u64().expect("offset");
+        let len = t["bytes"].as_u64().expect("bytes");
+        assert_eq!(off % 32, 0, "{t}");
+        assert!(off + len <= file_len, "{t}");
+    }
+    let tokens = &doc["metadata"]["tokenizer.ggml.tokens"];
+    assert_eq!(tokens["elem_type"], "string");
+    assert_eq!(tokens["len"], 259);
+    assert_eq!(tokens["head"].as_array().map(Vec::len), Some(8));
+    assert_eq!(doc["metadata"]["qwen3moe.expert_count"]["value"], 8);
+}
+
+#[test]
+fn tensor_to_npy_equals_numpy_dequantization_byte_for_byte() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("down.npy");
+    let o = sluice(&[
+        "inspect",
+        "--tensor",
+        "blk.1.ffn_down_exps.weight",
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let ours = std::fs::read(&out).expect("npy written");
+    let reference = std::fs::read(repo_file("tests/fixtures/demo.blk.1.ffn_down_exps.npy"))
+        .expect("reference npy");
+    assert_eq!(ours.len(), reference.len());
+    assert!(ours == reference, "npy differs from numpy's");
+}
+
+#[test]
+fn unknown_tensor_is_an_error_and_leaves_no_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("x.npy");
+    let o = sluice(&[
+        "inspect",
+        "--tensor",
+        "no.such.tensor",
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no tensor named \"no.such.tensor\""),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+}
+
+#[test]
+fn malformed_file_is_reported_not_panicked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.gguf");
+    // A truncated copy of the demo model: the header ends inside the metadata.
+    let demo = std::fs::read(repo_file("assets/demo-qwen3moe.gguf")).expect("demo");
+    std::fs::write(&bad, &demo[..1000]).expect("write");
+    let o = sluice(&["inspect", bad.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("bad.gguf"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    std::fs::write(&bad, b"GGML not a gguf file").expect("write");
+    let o = sluice(&["inspect", bad.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).to_lowercase().contains("magic"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = sluice(&["inspect", "/nonexistent/model.gguf"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("/nonexistent/model.gguf"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn split_model_is_opened_from_its_first_shard() {
+    let first = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gguf/tests/fixtures/split-00001-of-00003.gguf");
+    let o = sluice(&["inspect", first.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("shard 1/3"), "{out}");
+    assert!(out.contains("shard 3/3"), "{out}");
+    assert!(out.contains("tensors: 6 "), "{out}");
+}
