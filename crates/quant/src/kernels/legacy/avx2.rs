@@ -1,0 +1,373 @@
+//! AVX2 + FMA + F16C versions of the kernels in `legacy.rs`.
+//!
+//! Quantized types: per block, the 32 weight quants are expanded to signed (or, with a
+//! separate min term, unsigned) bytes, multiplied with the activation bytes by `maddubs`
+//! (sign trick: |x| times y carrying x's sign), pair-summed to eight i32 by `madd`,
+//! converted to f32 and accumulated with one FMA against the broadcast block scale. Two
+//! blocks per iteration feed two accumulators. Float types: four 8-lane FMA accumulators
+//! over 32 elements per iteration, reduced pairwise.
+//!
+//! The integer block sums are exact (no `maddubs` saturation is reachable with weights
+//! from valid blocks and activations from our quantizers), so results differ from the
+//! scalar kernels only in float summation order.
+
+use std::arch::x86_64::*;
+
+use super::{
+    IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES,
+    Q8_1_BYTES, check_blocks, check_floats,
+};
+use crate::GgmlType;
+use crate::kernels::Kernels;
+use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
+
+pub(super) fn register(k: &mut Kernels) {
+    use GgmlType::*;
+    k.set_dot(F32, dot_f32);
+    k.set_dot(F16, dot_f16);
+    k.set_dot(BF16, dot_bf16);
+    k.set_dot(Q8_0, dot_q8_0);
+    k.set_dot(Q4_0, dot_q4_0);
+    k.set_dot(Q4_1, dot_q4_1);
+    k.set_dot(Q5_0, dot_q5_0);
+    k.set_dot(Q5_1, dot_q5_1);
+    k.set_dot(IQ4_NL, dot_iq4_nl);
+    k.set_dot(MXFP4, dot_mxfp4);
+}
+
+// ---------------------------------------------------------------------------------------
+// Small helpers.
+
+/// The `M`-byte array at the start of `s` (panics only on a caller bug: `s` too short).
+#[inline(always)]
+fn arr<const M: usize>(s: &[u8]) -> &[u8; M] {
+    &s.as_chunks::<M>().0[0]
+}
+
+#[inline(always)]
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load256(b: &[u8; 32]) -> __m256i {
+    // SAFETY: `b` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load128(b: &[u8; 16]) -> __m128i {
+    // SAFETY: `b` is 16 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+/// Broadcast `f16(x) * f16(y)` (both halves converted by F16C, multiplied in f32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_f16_f16(x: u16, y: u16) -> __m256 {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(
+        (u32::from(x) | (u32::from(y) << 16)) as i32,
+    ));
+    _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16c(x: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(x))))
+}
+
+/// Signed bytes times signed bytes, summed in groups of four into 8 x f32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+    let p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+}
+
+/// Unsigned bytes (< 128) times signed bytes, summed in groups of four into 8 x f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_u8(x: __m256i, y: __m256i) -> __m256 {
+    let p = _mm256_maddubs_epi16(x, y);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+}
+
+/// 16 bytes of packed nibbles to 32 bytes: low nibbles (elements 0..16) in the low lane,
+/// high nibbles (elements 16..32) in the high lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles(b: &[u8; 16]) -> __m256i {
+    let v = load128(b);
+    let both = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(v), _mm_srli_epi16::<4>(v));
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// 32 bits to 32 bytes: 0xff where bit j of `bits` is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bits_to_bytes(bits: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask)
+}
+
+/// Sum of the 8 lanes: upper half plus lower half, then pairwise.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+}
+
+/// Runs `block` over the weight / activation blocks, two per iteration into two
+/// accumulators (`acc += scale * sums`), and returns the summed accumulators.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn blocks<const WB: usize, const AB: usize>(
+    w: &[u8],
+    a: &[u8],
+    block: impl Fn(&[u8; WB], &[u8; AB]) -> (__m256, __m256),
+) -> f32 {
+    let (w, _) = w.as_chunks::<WB>();
+    let (a, _) = a.as_chunks::<AB>();
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut wp = w.chunks_exact(2);
+    let mut ap = a.chunks_exact(2);
+    for (x, y) in (&mut wp).zip(&mut ap) {
+        let (d0, s0) = block(&x[0], &y[0]);
+        let (d1, s1) = block(&x[1], &y[1]);
+        acc0 = _mm256_fmadd_ps(d0, s0, acc0);
+        acc1 = _mm256_fmadd_ps(d1, s1, acc1);
+    }
+    if let (Some(x), Some(y)) = (wp.remainder().first(), ap.remainder().first()) {
+        let (d0, s0) = block(x, y);
+        acc0 = _mm256_fmadd_ps(d0, s0, acc0);
+    }
+    hsum(_mm256_add_ps(acc0, acc1))
+}
+
+/// Σ f16(m) * f16(s) over blocks (the min term of Q4_1 / Q5_1 against Q8_1).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn min_terms<const WB: usize>(w: &[u8], a: &[u8]) -> f32 {
+    let (w, _) = w.as_chunks::<WB>();
+    let (a, _) = a.as_chunks::<Q8_1_BYTES>();
+    let mut s = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        s += f16c(le16(x, 2)) * f16c(le16(y, 2));
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// Quantized kernels.
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8_0_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, Q8_0_BYTES, a, Q8_0_BYTES);
+    blocks::<Q8_0_BYTES, Q8_0_BYTES>(w, a, |x, y| {
+        let d = scale_f16_f16(le16(x, 0), le16(y, 0));
+        let s = mul_sum_i8(load256(arr(&x[2..])), load256(arr(&y[2..])));
+        (d, s)
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_0_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, Q4_0_BYTES, a, Q8_0_BYTES);
+    blocks::<Q4_0_BYTES, Q8_0_BYTES>(w, a, |x, y| {
+        let d = scale_f16_f16(le16(x, 0), le16(y, 0));
+        let qx = _mm256_sub_epi8(nibbles(arr(&x[2..])), _mm256_set1_epi8(8));
+        (d, mul_sum_i8(qx, load256(arr(&y[2..]))))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_0_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, Q5_0_BYTES, a, Q8_0_BYTES);
+    blocks::<Q5_0_BYTES, Q8_0_BYTES>(w, a, |x, y| {
+        let d = scale_f16_f16(le16(x, 0), le16(y, 0));
+        let qh = u32::from_le_bytes(*arr(&x[2..]));
+        // Without the fifth bit the value is nibble - 16: set the high nibble to 0xf.
+        let hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0xf0u8 as i8));
+        let qx = _mm256_or_si256(nibbles(arr(&x[6..])), hi);
+        (d, mul_sum_i8(qx, load256(arr(&y[2..]))))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_1_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, Q4_1_BYTES, a, Q8_1_BYTES);
+    let acc = blocks::<Q4_1_BYTES, Q8_1_BYTES>(w, a, |x, y| {
+        let d = scale_f16_f16(le16(x, 0), le16(y, 0));
+        (d, mul_sum_u8(nibbles(arr(&x[4..])), load256(arr(&y[4..]))))
+    });
+    acc + min_terms::<Q4_1_BYTES>(w, a)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_1_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, Q5_1_BYTES, a, Q8_1_BYTES);
+    let acc = blocks::<Q5_1_BYTES, Q8_1_BYTES>(w, a, |x, y| {
+        let d = scale_f16_f16(le16(x, 0), le16(y, 0));
+        let qh = u32::from_le_bytes(*arr(&x[4..]));
+        let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+        let qx = _mm256_or_si256(nibbles(arr(&x[8..])), hi);
+        (d, mul_sum_u8(qx, load256(arr(&y[4..]))))
+    });
+    acc + min_terms::<Q5_1_BYTES>(w, a)
+}
+
+/// The 16-entry table in both 128-bit lanes, for `shuffle_epi8` lookups.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lut(t: &[i8; 16]) -> __m256i {
+    let b: [u8; 16] = t.map(|v| v as u8);
+    _mm256_broadcastsi128_si256(load128(&b))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq4_nl_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, IQ4_NL_BYTES, a, Q8_0_BYTES);
+    let table = lut(&KVALUES_IQ4NL);
+    blocks::<IQ4_NL_BYTES, Q8_0_BYTES>(w, a, |x, y| {
+        let d = scale_f16_f16(le16(y, 0), le16(x, 0));
+        let qx = _mm256_shuffle_epi8(table, nibbles(arr(&x[2..])));
+        (d, mul_sum_i8(qx, load256(arr(&y[2..]))))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mxfp4_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, MXFP4_BYTES, a, Q8_0_BYTES);
+    let table = lut(&KVALUES_MXFP4);
+    blocks::<MXFP4_BYTES, Q8_0_BYTES>(w, a, |x, y| {
+        let d = _mm256_set1_ps(f16c(le16(y, 0)) * e8m0_to_f32_half(x[0]));
+        let qx = _mm256_shuffle_epi8(table, nibbles(arr(&x[1..])));
+        (d, mul_sum_i8(qx, load256(arr(&y[2..]))))
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Float kernels.
+
+/// Pairwise reduction of the four accumulators and of the lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn reduce4(s: [__m256; 4]) -> f32 {
+    let s01 = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
+    let t = _mm_add_ps(_mm256_castps256_ps128(s01), _mm256_extractf128_ps::<1>(s01));
+    let t = _mm_hadd_ps(t, t);
+    _mm_cvtss_f32(_mm_hadd_ps(t, t))
+}
+
+/// Four FMA accumulators over 32 elements per step; `load(chunk, i)` converts the i-th
+/// group of 8 elements of a step to f32. Returns the reduced sum and the number of
+/// elements consumed (a multiple of 32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fma4<const STEP: usize>(
+    w: &[u8],
+    a: &[u8],
+    load: impl Fn(&[u8; STEP], usize) -> __m256,
+) -> (f32, usize) {
+    let (wv, _) = w.as_chunks::<STEP>();
+    let (av, _) = a.as_chunks::<STEP>();
+    let mut s = [_mm256_setzero_ps(); 4];
+    for (x, y) in wv.iter().zip(av) {
+        for (j, acc) in s.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(load(x, j), load(y, j), *acc);
+        }
+    }
+    (reduce4(s), wv.len() * 32)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f32_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_floats(n, w, a, 4);
+    let (mut sum, done) = fma4::<128>(w, a, |b, j| {
+        // SAFETY: bytes 32j..32j+32 of the 128-byte step are in bounds (j < 4).
+        unsafe { _mm256_loadu_ps(b.as_ptr().add(32 * j).cast()) }
+    });
+    let (wt, _) = w[4 * done..].as_chunks::<4>();
+    let (at, _) = a[4 * done..].as_chunks::<4>();
+    for (x, y) in wt.iter().zip(at) {
+        sum += f32::from_le_bytes(*x) * f32::from_le_bytes(*y);
+    }
+    sum
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_floats(n, w, a, 2);
+    let (sum, done) = fma4::<64>(w, a, |b, j| {
+        // SAFETY: bytes 16j..16j+16 of the 64-byte step are in bounds (j < 4).
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().add(16 * j).cast()) })
+    });
+    let mut sum = f64::from(sum);
+    let (wt, _) = w[2 * done..].as_chunks::<2>();
+    let (at, _) = a[2 * done..].as_chunks::<2>();
+    for (x, y) in wt.iter().zip(at) {
+        sum += f64::from(f16c(u16::from_le_bytes(*x)) * f16c(u16::from_le_bytes(*y)));
+    }
+    sum as f32
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_floats(n, w, a, 2);
+    let (sum, done) = fma4::<64>(w, a, |b, j| {
+        // SAFETY: bytes 16j..16j+16 of the 64-byte step are in bounds (j < 4).
+        let h = unsafe { _mm_loadu_si128(b.as_ptr().add(16 * j).cast()) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    });
+    let mut sum = f64::from(sum);
+    let (wt, _) = w[2 * done..].as_chunks::<2>();
+    let (at, _) = a[2 * done..].as_chunks::<2>();
+    for (x, y) in wt.iter().zip(at) {
+        let x = f32::from_bits(u32::from(u16::from_le_bytes(*x)) << 16);
+        let y = f32::from_bits(u32::from(u16::from_le_bytes(*y)) << 16);
+        sum += f64::from(x * y);
+    }
+    sum as f32
+}
+
+// ---------------------------------------------------------------------------------------
+// DotFn wrappers. They are registered only in a table built for `Isa::Avx2`, which
+// `Kernels::detect` builds only after it detected AVX2, FMA and F16C at run time.
+
+macro_rules! wrap {
+    ($($name:ident => $imp:ident),* $(,)?) => {$(
+        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            // SAFETY: only reachable through an AVX2 table (see above), so the CPU has
+            // the features `$imp` is compiled for.
+            unsafe { $imp(n, w, a) }
+        }
+    )*};
+}
+
+wrap! {
+    dot_f32 => f32_avx2,
+    dot_f16 => f16_avx2,
+    dot_bf16 => bf16_avx2,
+    dot_q8_0 => q8_0_avx2,
+    dot_q4_0 => q4_0_avx2,
+    dot_q4_1 => q4_1_avx2,
+    dot_q5_0 => q5_0_avx2,
+    dot_q5_1 => q5_1_avx2,
+    dot_iq4_nl => iq4_nl_avx2,
+    dot_mxfp4 => mxfp4_avx2,
+}
