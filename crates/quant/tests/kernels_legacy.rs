@@ -652,6 +652,45 @@ fn f16_bf16_hand_checked() {
     }
 }
 
+/// NaN handling, worked out by hand from ggml's x86 code. The block maximum is reduced
+/// with x86 `max` (second operand unless the first is greater), lane-wise over the four
+/// 8-element vectors, then halves, then pairs: a NaN at element 5 is dropped (amax = 1,
+/// d = f16(1/127) = 0x2008, quant -128 only at element 5); a NaN at element 27 survives
+/// every step, so the multiplier is NaN, every quant is x86's "integer indefinite"
+/// (i32::MIN) saturated to -128 and the f16 scale is NaN, written as ggml's canonical
+/// 0x7e00. Q8_1 sums: 31·127 + i32::MIN scaled by 1/127 overflows f16 to -inf (0xfc00);
+/// 32 × i32::MIN wraps to 0 and NaN·0 is NaN (0x7e00). F16 rows: the first `n - n % 4`
+/// elements go through F16C, which keeps the top payload bits (0x7fc02000 → 0x7e01); the
+/// rest through the portable conversion (→ 0x7e00).
+#[test]
+fn nan_inputs_hand_checked() {
+    let nan = f32::from_bits(0x7fc0_2000);
+    let mut x = [1.0f32; 64];
+    x[5] = nan;
+    x[32 + 27] = nan;
+    let mut qa = [127u8; 32];
+    qa[5] = 0x80;
+    for k in [Kernels::scalar(), Kernels::detect()] {
+        let q0 = quantize(k, GgmlType::Q8_0, &x);
+        assert_eq!(q0[..2], 0x2008u16.to_le_bytes());
+        assert_eq!(q0[2..34], qa);
+        assert_eq!(q0[34..36], 0x7e00u16.to_le_bytes());
+        assert!(q0[36..].iter().all(|&b| b == 0x80));
+        let q1 = quantize(k, GgmlType::Q8_1, &x);
+        assert_eq!(q1[..4], [0x08, 0x20, 0x00, 0xfc]);
+        assert_eq!(q1[4..36], qa);
+        assert_eq!(q1[36..40], [0x00, 0x7e, 0x00, 0x7e]);
+        assert!(q1[40..].iter().all(|&b| b == 0x80));
+
+        let h = quantize(k, GgmlType::F16, &[nan, 1.0, 1.0, 1.0, nan, -nan]);
+        let got: Vec<u16> = h
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(got, [0x7e01, 0x3c00, 0x3c00, 0x3c00, 0x7e00, 0xfe00]);
+    }
+}
+
 #[test]
 #[should_panic(expected = "contract")]
 fn quantizer_rejects_wrong_output_length() {

@@ -7,8 +7,13 @@
 //! * Q8_0 / Q8_1: `amax` = max |x| of the block, `d = amax / 127`, multiplier
 //!   `id = 127 / amax` (0 when `amax == 0`), `q = round_half_even(x * id)` (AVX
 //!   `round_ps` nearest mode, not C `roundf`), stored scale `fp16(d)` rounded to nearest
-//!   even. Q8_1 also stores `s = fp16(d * Σq)` with the f32 `d`.
-//! * F16: round to nearest even (F16C). BF16: round to nearest even, NaN kept quiet.
+//!   even. Q8_1 also stores `s = fp16(d * Σq)` with the f32 `d`. ggml converts these two
+//!   scalars with its portable routine, which writes every NaN as the canonical quiet NaN
+//!   `0x7e00` (with the sign); finite values round exactly like F16C.
+//! * F16: round to nearest even. ggml converts groups of 8 and then of 4 with F16C (a NaN
+//!   keeps the top bits of its payload) and the last `n % 4` elements with the portable
+//!   routine (canonical NaN); we do the same.
+//! * BF16: round to nearest even, a NaN keeps its top bits and is made quiet.
 //! * F32: the bytes of the input.
 //!
 //! The scalar and the AVX2 quantizers produce identical bytes for every input, NaN and
@@ -16,6 +21,17 @@
 //! float-to-int conversion (out of range or NaN gives `i32::MIN`, then saturation).
 
 use super::legacy::{Q8_0_BYTES, Q8_1_BYTES, QK, f32_to_f16};
+
+/// ggml's portable f32 to f16 conversion: round to nearest even like F16C, but every NaN
+/// becomes the canonical quiet NaN (keeping the sign).
+#[inline]
+fn f32_to_f16_portable(x: f32) -> u16 {
+    if x.is_nan() {
+        ((x.to_bits() >> 16) as u16 & 0x8000) | 0x7e00
+    } else {
+        f32_to_f16(x)
+    }
+}
 use super::{Isa, Kernels};
 use crate::GgmlType;
 
@@ -90,7 +106,7 @@ fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     let (out, _) = out.as_chunks_mut::<Q8_0_BYTES>();
     for (x, o) in x.iter().zip(out) {
         let (d, q) = q8_block(x);
-        o[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        o[..2].copy_from_slice(&f32_to_f16_portable(d).to_le_bytes());
         for (b, &v) in o[2..].iter_mut().zip(&q) {
             *b = sat_i8(v);
         }
@@ -104,8 +120,8 @@ fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
     for (x, o) in x.iter().zip(out) {
         let (d, q) = q8_block(x);
         let sum = q.iter().fold(0i32, |s, &v| s.wrapping_add(v));
-        o[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-        o[2..4].copy_from_slice(&f32_to_f16(d * sum as f32).to_le_bytes());
+        o[..2].copy_from_slice(&f32_to_f16_portable(d).to_le_bytes());
+        o[2..4].copy_from_slice(&f32_to_f16_portable(d * sum as f32).to_le_bytes());
         for (b, &v) in o[4..].iter_mut().zip(&q) {
             *b = sat_i8(v);
         }
@@ -125,8 +141,14 @@ pub(super) fn f32_to_bf16(x: f32) -> u16 {
 fn quantize_f16(x: &[f32], out: &mut [u8]) {
     check_act(x, out, GgmlType::F16, 1, 2);
     let (out, _) = out.as_chunks_mut::<2>();
-    for (&v, o) in x.iter().zip(out) {
-        *o = f32_to_f16(v).to_le_bytes();
+    let bulk = x.len() - x.len() % 4;
+    for (i, (&v, o)) in x.iter().zip(out).enumerate() {
+        let h = if i < bulk {
+            f32_to_f16(v)
+        } else {
+            f32_to_f16_portable(v)
+        };
+        *o = h.to_le_bytes();
     }
 }
 
@@ -163,7 +185,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::super::legacy::{Q8_0_BYTES, Q8_1_BYTES, QK};
-    use super::{Kernels, check_act, f32_to_bf16};
+    use super::{Kernels, check_act, f32_to_bf16, f32_to_f16_portable};
     use crate::GgmlType;
 
     pub(super) fn register(k: &mut Kernels) {
@@ -216,9 +238,13 @@ mod avx2 {
         unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), p) }
     }
 
+    /// A block scale as f16: F16C rounding, canonical NaN (see the module docs).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn f16_bits(x: f32) -> u16 {
+    fn f16_scale(x: f32) -> u16 {
+        if x.is_nan() {
+            return f32_to_f16_portable(x);
+        }
         _mm_extract_epi16::<0>(_mm_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm_set_ss(x))) as u16
     }
 
@@ -229,7 +255,7 @@ mod avx2 {
         let (out, _) = out.as_chunks_mut::<Q8_0_BYTES>();
         for (x, o) in x.iter().zip(out) {
             let (d, q) = q8_block(x);
-            o[..2].copy_from_slice(&f16_bits(d).to_le_bytes());
+            o[..2].copy_from_slice(&f16_scale(d).to_le_bytes());
             store_q(q, &mut o[2..].as_chunks_mut::<32>().0[0]);
         }
     }
@@ -246,8 +272,8 @@ mod avx2 {
             let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
             let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
             let sum = _mm_cvtsi128_si32(s);
-            o[..2].copy_from_slice(&f16_bits(d).to_le_bytes());
-            o[2..4].copy_from_slice(&f16_bits(d * sum as f32).to_le_bytes());
+            o[..2].copy_from_slice(&f16_scale(d).to_le_bytes());
+            o[2..4].copy_from_slice(&f16_scale(d * sum as f32).to_le_bytes());
             store_q(q, &mut o[4..].as_chunks_mut::<32>().0[0]);
         }
     }
@@ -262,8 +288,17 @@ mod avx2 {
             // SAFETY: `o` is 16 writable bytes; `storeu` has no alignment requirement.
             unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), h) }
         }
+        let (x4, xt) = xt.as_chunks::<4>();
+        let (o4, ot) = ot.as_chunks_mut::<8>();
+        if let (Some(x), Some(o)) = (x4.first(), o4.first_mut()) {
+            // SAFETY: `x` is 4 readable f32; `loadu` has no alignment requirement.
+            let v = unsafe { _mm_loadu_ps(x.as_ptr()) };
+            let h = _mm_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(v);
+            // SAFETY: `o` is 8 writable bytes, exactly what `storel_epi64` writes.
+            unsafe { _mm_storel_epi64(o.as_mut_ptr().cast(), h) }
+        }
         for (&v, o) in xt.iter().zip(ot.chunks_exact_mut(2)) {
-            o.copy_from_slice(&f16_bits(v).to_le_bytes());
+            o.copy_from_slice(&f32_to_f16_portable(v).to_le_bytes());
         }
     }
 

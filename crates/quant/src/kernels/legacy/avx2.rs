@@ -15,11 +15,11 @@ use std::arch::x86_64::*;
 
 use super::{
     IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES,
-    Q8_1_BYTES, check_blocks, check_floats,
+    Q8_1_BYTES, check_blocks, check_floats, f16_to_f32,
 };
 use crate::GgmlType;
 use crate::kernels::Kernels;
-use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
+use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4};
 
 pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
@@ -46,7 +46,7 @@ fn arr<const M: usize>(s: &[u8]) -> &[u8; M] {
 
 #[inline(always)]
 fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
+    u16::from_le_bytes(b[at..].as_chunks::<2>().0[0])
 }
 
 #[inline]
@@ -63,21 +63,29 @@ fn load128(b: &[u8; 16]) -> __m128i {
     unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
 }
 
-/// Broadcast `f16(x) * f16(y)` (both halves converted by F16C, multiplied in f32).
+/// Broadcast `f16(x) * f16(y)` (both looked up, multiplied in f32).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn scale_f16_f16(x: u16, y: u16) -> __m256 {
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(
-        (u32::from(x) | (u32::from(y) << 16)) as i32,
-    ));
-    _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+    _mm256_set1_ps(f16_to_f32(x) * f16_to_f32(y))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn f16c(x: u16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(x))))
-}
+/// `2^(e-128)` for every E8M0 byte (the halved MXFP4 block scale, as in
+/// [`crate::tables::e8m0_to_f32_half`]), so a block scale is one broadcast load.
+static E8M0_HALF: [f32; 256] = {
+    let mut t = [0f32; 256];
+    let mut e = 0;
+    while e < 256 {
+        let bits: u32 = if e < 2 {
+            0x0020_0000 << e
+        } else {
+            (e as u32 - 1) << 23
+        };
+        t[e] = f32::from_bits(bits);
+        e += 1;
+    }
+    t
+};
 
 /// Signed bytes times signed bytes, summed in groups of four into 8 x f32 (exact).
 #[inline]
@@ -138,7 +146,7 @@ fn hsum(v: __m256) -> f32 {
 fn blocks<const WB: usize, const AB: usize>(
     w: &[u8],
     a: &[u8],
-    block: impl Fn(&[u8; WB], &[u8; AB]) -> (__m256, __m256),
+    mut block: impl FnMut(&[u8; WB], &[u8; AB]) -> (__m256, __m256),
 ) -> f32 {
     let (w, _) = w.as_chunks::<WB>();
     let (a, _) = a.as_chunks::<AB>();
@@ -157,19 +165,6 @@ fn blocks<const WB: usize, const AB: usize>(
         acc0 = _mm256_fmadd_ps(d0, s0, acc0);
     }
     hsum(_mm256_add_ps(acc0, acc1))
-}
-
-/// Σ f16(m) * f16(s) over blocks (the min term of Q4_1 / Q5_1 against Q8_1).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn min_terms<const WB: usize>(w: &[u8], a: &[u8]) -> f32 {
-    let (w, _) = w.as_chunks::<WB>();
-    let (a, _) = a.as_chunks::<Q8_1_BYTES>();
-    let mut s = 0f32;
-    for (x, y) in w.iter().zip(a) {
-        s += f16c(le16(x, 2)) * f16c(le16(y, 2));
-    }
-    s
 }
 
 // ---------------------------------------------------------------------------------------
@@ -211,24 +206,29 @@ fn q5_0_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_1_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, Q4_1_BYTES, a, Q8_1_BYTES);
+    // The min term m·s of each block is summed apart and added at the end.
+    let mut mins = 0f32;
     let acc = blocks::<Q4_1_BYTES, Q8_1_BYTES>(w, a, |x, y| {
+        mins += f16_to_f32(le16(x, 2)) * f16_to_f32(le16(y, 2));
         let d = scale_f16_f16(le16(x, 0), le16(y, 0));
         (d, mul_sum_u8(nibbles(arr(&x[4..])), load256(arr(&y[4..]))))
     });
-    acc + min_terms::<Q4_1_BYTES>(w, a)
+    acc + mins
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_1_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, Q5_1_BYTES, a, Q8_1_BYTES);
+    let mut mins = 0f32;
     let acc = blocks::<Q5_1_BYTES, Q8_1_BYTES>(w, a, |x, y| {
+        mins += f16_to_f32(le16(x, 2)) * f16_to_f32(le16(y, 2));
         let d = scale_f16_f16(le16(x, 0), le16(y, 0));
         let qh = u32::from_le_bytes(*arr(&x[4..]));
         let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
         let qx = _mm256_or_si256(nibbles(arr(&x[8..])), hi);
         (d, mul_sum_u8(qx, load256(arr(&y[4..]))))
     });
-    acc + min_terms::<Q5_1_BYTES>(w, a)
+    acc + mins
 }
 
 /// The 16-entry table in both 128-bit lanes, for `shuffle_epi8` lookups.
@@ -255,7 +255,7 @@ fn mxfp4_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, MXFP4_BYTES, a, Q8_0_BYTES);
     let table = lut(&KVALUES_MXFP4);
     blocks::<MXFP4_BYTES, Q8_0_BYTES>(w, a, |x, y| {
-        let d = _mm256_set1_ps(f16c(le16(y, 0)) * e8m0_to_f32_half(x[0]));
+        let d = _mm256_set1_ps(f16_to_f32(le16(y, 0)) * E8M0_HALF[usize::from(x[0])]);
         let qx = _mm256_shuffle_epi8(table, nibbles(arr(&x[1..])));
         (d, mul_sum_i8(qx, load256(arr(&y[2..]))))
     })
@@ -321,7 +321,7 @@ fn f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (wt, _) = w[2 * done..].as_chunks::<2>();
     let (at, _) = a[2 * done..].as_chunks::<2>();
     for (x, y) in wt.iter().zip(at) {
-        sum += f64::from(f16c(u16::from_le_bytes(*x)) * f16c(u16::from_le_bytes(*y)));
+        sum += f64::from(f16_to_f32(u16::from_le_bytes(*x)) * f16_to_f32(u16::from_le_bytes(*y)));
     }
     sum as f32
 }
@@ -370,4 +370,20 @@ wrap! {
     dot_q5_1 => q5_1_avx2,
     dot_iq4_nl => iq4_nl_avx2,
     dot_mxfp4 => mxfp4_avx2,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::E8M0_HALF;
+    use crate::tables::e8m0_to_f32_half;
+
+    #[test]
+    fn e8m0_table_matches_the_conversion() {
+        for e in 0..=255u8 {
+            assert_eq!(
+                E8M0_HALF[usize::from(e)].to_bits(),
+                e8m0_to_f32_half(e).to_bits()
+            );
+        }
+    }
 }
