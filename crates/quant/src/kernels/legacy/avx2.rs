@@ -3,13 +3,19 @@
 //! Quantized types: per block, the 32 weight quants are expanded to signed (or, with a
 //! separate min term, unsigned) bytes, multiplied with the activation bytes by `maddubs`
 //! (sign trick: |x| times y carrying x's sign), pair-summed to eight i32 by `madd`,
-//! converted to f32 and accumulated with one FMA against the broadcast block scale. Two
-//! blocks per iteration feed two accumulators. Float types: four 8-lane FMA accumulators
-//! over 32 elements per iteration, reduced pairwise.
+//! converted to f32 and accumulated with one FMA against the broadcast block scale.
+//! Float types: four 8-lane FMA accumulators over 32 elements per iteration.
+//!
+//! The accumulation structure is the one of ggml's x86 AVX2 kernels, so that with the same
+//! inputs the results are the same floats: one accumulator for Q8_0 / Q4_0 / Q5_0 / Q4_1 /
+//! Q5_1 (the Q4_1 / Q5_1 min terms summed apart with scalar FMA and added last), two
+//! accumulators for even and odd blocks of IQ4_NL / MXFP4 with an odd last block added by
+//! a scalar FMA, the same lane reductions, and f64 tails for F16 / BF16. (ggml's compiler
+//! decides whether an F32 tail, `n % 32` elements, uses FMA; we multiply then add.)
 //!
 //! The integer block sums are exact (no `maddubs` saturation is reachable with weights
 //! from valid blocks and activations from our quantizers), so results differ from the
-//! scalar kernels only in float summation order.
+//! scalar kernels only in float rounding and summation order.
 
 use std::arch::x86_64::*;
 
@@ -63,11 +69,10 @@ fn load128(b: &[u8; 16]) -> __m128i {
     unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
 }
 
-/// Broadcast `f16(x) * f16(y)` (both looked up, multiplied in f32).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn scale_f16_f16(x: u16, y: u16) -> __m256 {
-    _mm256_set1_ps(f16_to_f32(x) * f16_to_f32(y))
+/// `f16(x) * f16(y)` in f32.
+#[inline(always)]
+fn scale_f16_f16(x: u16, y: u16) -> f32 {
+    f16_to_f32(x) * f16_to_f32(y)
 }
 
 /// `2^(e-128)` for every E8M0 byte (the halved MXFP4 block scale, as in
@@ -139,14 +144,32 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
 
-/// Runs `block` over the weight / activation blocks, two per iteration into two
-/// accumulators (`acc += scale * sums`), and returns the summed accumulators.
+/// `acc += scale · sums` over all blocks with one accumulator; returns the lane sum.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn blocks<const WB: usize, const AB: usize>(
     w: &[u8],
     a: &[u8],
-    mut block: impl FnMut(&[u8; WB], &[u8; AB]) -> (__m256, __m256),
+    mut block: impl FnMut(&[u8; WB], &[u8; AB]) -> (f32, __m256),
+) -> f32 {
+    let (w, _) = w.as_chunks::<WB>();
+    let (a, _) = a.as_chunks::<AB>();
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let (d, s) = block(x, y);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
+    }
+    hsum(acc)
+}
+
+/// Even blocks into one accumulator and odd blocks into another, lane sum of both; an odd
+/// last block is then added as `fma(scale, Σ sums, total)` in scalar.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn blocks_paired<const WB: usize, const AB: usize>(
+    w: &[u8],
+    a: &[u8],
+    block: impl Fn(&[u8; WB], &[u8; AB]) -> (f32, __m256),
 ) -> f32 {
     let (w, _) = w.as_chunks::<WB>();
     let (a, _) = a.as_chunks::<AB>();
@@ -157,14 +180,23 @@ fn blocks<const WB: usize, const AB: usize>(
     for (x, y) in (&mut wp).zip(&mut ap) {
         let (d0, s0) = block(&x[0], &y[0]);
         let (d1, s1) = block(&x[1], &y[1]);
-        acc0 = _mm256_fmadd_ps(d0, s0, acc0);
-        acc1 = _mm256_fmadd_ps(d1, s1, acc1);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), s0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), s1, acc1);
     }
+    let mut sum = hsum(_mm256_add_ps(acc0, acc1));
     if let (Some(x), Some(y)) = (wp.remainder().first(), ap.remainder().first()) {
-        let (d0, s0) = block(x, y);
-        acc0 = _mm256_fmadd_ps(d0, s0, acc0);
+        let (d, s) = block(x, y);
+        // The lanes hold exact integers below 2^17, so their f32 sum is exact.
+        sum = fma_ss(d, hsum(s), sum);
     }
-    hsum(_mm256_add_ps(acc0, acc1))
+    sum
+}
+
+/// `a * b + c` with one rounding (scalar FMA).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fma_ss(a: f32, b: f32, c: f32) -> f32 {
+    _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -175,8 +207,7 @@ fn q8_0_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, Q8_0_BYTES, a, Q8_0_BYTES);
     blocks::<Q8_0_BYTES, Q8_0_BYTES>(w, a, |x, y| {
         let d = scale_f16_f16(le16(x, 0), le16(y, 0));
-        let s = mul_sum_i8(load256(arr(&x[2..])), load256(arr(&y[2..])));
-        (d, s)
+        (d, mul_sum_i8(load256(arr(&x[2..])), load256(arr(&y[2..]))))
     })
 }
 
@@ -209,7 +240,7 @@ fn q4_1_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // The min term m·s of each block is summed apart and added at the end.
     let mut mins = 0f32;
     let acc = blocks::<Q4_1_BYTES, Q8_1_BYTES>(w, a, |x, y| {
-        mins += f16_to_f32(le16(x, 2)) * f16_to_f32(le16(y, 2));
+        mins = fma_ss(f16_to_f32(le16(x, 2)), f16_to_f32(le16(y, 2)), mins);
         let d = scale_f16_f16(le16(x, 0), le16(y, 0));
         (d, mul_sum_u8(nibbles(arr(&x[4..])), load256(arr(&y[4..]))))
     });
@@ -221,7 +252,7 @@ fn q5_1_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, Q5_1_BYTES, a, Q8_1_BYTES);
     let mut mins = 0f32;
     let acc = blocks::<Q5_1_BYTES, Q8_1_BYTES>(w, a, |x, y| {
-        mins += f16_to_f32(le16(x, 2)) * f16_to_f32(le16(y, 2));
+        mins = fma_ss(f16_to_f32(le16(x, 2)), f16_to_f32(le16(y, 2)), mins);
         let d = scale_f16_f16(le16(x, 0), le16(y, 0));
         let qh = u32::from_le_bytes(*arr(&x[4..]));
         let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
@@ -243,7 +274,7 @@ fn lut(t: &[i8; 16]) -> __m256i {
 fn iq4_nl_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, IQ4_NL_BYTES, a, Q8_0_BYTES);
     let table = lut(&KVALUES_IQ4NL);
-    blocks::<IQ4_NL_BYTES, Q8_0_BYTES>(w, a, |x, y| {
+    blocks_paired::<IQ4_NL_BYTES, Q8_0_BYTES>(w, a, |x, y| {
         let d = scale_f16_f16(le16(y, 0), le16(x, 0));
         let qx = _mm256_shuffle_epi8(table, nibbles(arr(&x[2..])));
         (d, mul_sum_i8(qx, load256(arr(&y[2..]))))
@@ -254,8 +285,8 @@ fn iq4_nl_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
 fn mxfp4_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, MXFP4_BYTES, a, Q8_0_BYTES);
     let table = lut(&KVALUES_MXFP4);
-    blocks::<MXFP4_BYTES, Q8_0_BYTES>(w, a, |x, y| {
-        let d = _mm256_set1_ps(f16_to_f32(le16(y, 0)) * E8M0_HALF[usize::from(x[0])]);
+    blocks_paired::<MXFP4_BYTES, Q8_0_BYTES>(w, a, |x, y| {
+        let d = f16_to_f32(le16(y, 0)) * E8M0_HALF[usize::from(x[0])];
         let qx = _mm256_shuffle_epi8(table, nibbles(arr(&x[1..])));
         (d, mul_sum_i8(qx, load256(arr(&y[2..]))))
     })
@@ -264,18 +295,24 @@ fn mxfp4_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
 // ---------------------------------------------------------------------------------------
 // Float kernels.
 
-/// Pairwise reduction of the four accumulators and of the lanes.
+/// (s0 + s2) + (s1 + s3).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn reduce4(s: [__m256; 4]) -> f32 {
-    let s01 = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
-    let t = _mm_add_ps(_mm256_castps256_ps128(s01), _mm256_extractf128_ps::<1>(s01));
+fn add4(s: [__m256; 4]) -> __m256 {
+    _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]))
+}
+
+/// Lane sum as ggml's F32 / F16 dot reduces: halves, then two horizontal adds.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_hadd(v: __m256) -> f32 {
+    let t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let t = _mm_hadd_ps(t, t);
     _mm_cvtss_f32(_mm_hadd_ps(t, t))
 }
 
 /// Four FMA accumulators over 32 elements per step; `load(chunk, i)` converts the i-th
-/// group of 8 elements of a step to f32. Returns the reduced sum and the number of
+/// group of 8 elements of a step to f32. Returns the accumulators and the number of
 /// elements consumed (a multiple of 32).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -283,7 +320,7 @@ fn fma4<const STEP: usize>(
     w: &[u8],
     a: &[u8],
     load: impl Fn(&[u8; STEP], usize) -> __m256,
-) -> (f32, usize) {
+) -> ([__m256; 4], usize) {
     let (wv, _) = w.as_chunks::<STEP>();
     let (av, _) = a.as_chunks::<STEP>();
     let mut s = [_mm256_setzero_ps(); 4];
@@ -292,16 +329,17 @@ fn fma4<const STEP: usize>(
             *acc = _mm256_fmadd_ps(load(x, j), load(y, j), *acc);
         }
     }
-    (reduce4(s), wv.len() * 32)
+    (s, wv.len() * 32)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f32_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_floats(n, w, a, 4);
-    let (mut sum, done) = fma4::<128>(w, a, |b, j| {
+    let (acc, done) = fma4::<128>(w, a, |b, j| {
         // SAFETY: bytes 32j..32j+32 of the 128-byte step are in bounds (j < 4).
         unsafe { _mm256_loadu_ps(b.as_ptr().add(32 * j).cast()) }
     });
+    let mut sum = hsum_hadd(add4(acc));
     let (wt, _) = w[4 * done..].as_chunks::<4>();
     let (at, _) = a[4 * done..].as_chunks::<4>();
     for (x, y) in wt.iter().zip(at) {
@@ -313,11 +351,11 @@ fn f32_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_floats(n, w, a, 2);
-    let (sum, done) = fma4::<64>(w, a, |b, j| {
+    let (acc, done) = fma4::<64>(w, a, |b, j| {
         // SAFETY: bytes 16j..16j+16 of the 64-byte step are in bounds (j < 4).
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().add(16 * j).cast()) })
     });
-    let mut sum = f64::from(sum);
+    let mut sum = f64::from(hsum_hadd(add4(acc)));
     let (wt, _) = w[2 * done..].as_chunks::<2>();
     let (at, _) = a[2 * done..].as_chunks::<2>();
     for (x, y) in wt.iter().zip(at) {
@@ -329,12 +367,12 @@ fn f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn bf16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_floats(n, w, a, 2);
-    let (sum, done) = fma4::<64>(w, a, |b, j| {
+    let (acc, done) = fma4::<64>(w, a, |b, j| {
         // SAFETY: bytes 16j..16j+16 of the 64-byte step are in bounds (j < 4).
         let h = unsafe { _mm_loadu_si128(b.as_ptr().add(16 * j).cast()) };
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
     });
-    let mut sum = f64::from(sum);
+    let mut sum = f64::from(hsum(add4(acc)));
     let (wt, _) = w[2 * done..].as_chunks::<2>();
     let (at, _) = a[2 * done..].as_chunks::<2>();
     for (x, y) in wt.iter().zip(at) {
