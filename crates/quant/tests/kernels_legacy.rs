@@ -467,6 +467,65 @@ proptest! {
     }
 }
 
+/// One block of each type whose weights are all the same value, against 32 activations of
+/// 127 (quantized: scale 1, quants 127; the Q8_1 sum 4064 is exact in f16). Expected:
+/// 32 · w · 127, worked out per type in the comments.
+#[test]
+fn hand_checked_single_blocks() {
+    let half = 0x3800u16.to_le_bytes(); // f16 0.5
+    let one = 0x3c00u16.to_le_bytes(); // f16 1.0
+    let cases: Vec<(GgmlType, Vec<u8>, f32)> = vec![
+        // d = 0.5, q = 2 → w = 1
+        (GgmlType::Q8_0, [&half[..], &[2u8; 32]].concat(), 4064.0),
+        // d = 0.5, nibbles 9 → q - 8 = 1 → w = 0.5
+        (GgmlType::Q4_0, [&half[..], &[0x99u8; 16]].concat(), 2032.0),
+        // d = 0.5, m = 1, nibbles 1 → w = 1.5
+        (
+            GgmlType::Q4_1,
+            [&half[..], &one, &[0x11u8; 16]].concat(),
+            6096.0,
+        ),
+        // d = 0.5, nibbles 1 with the fifth bit set → 17 - 16 = 1 → w = 0.5
+        (
+            GgmlType::Q5_0,
+            [&half[..], &[0xff; 4], &[0x11u8; 16]].concat(),
+            2032.0,
+        ),
+        // d = 0.5, m = 0, nibbles 0 with the fifth bit set → 16 → w = 8
+        (
+            GgmlType::Q5_1,
+            [&half[..], &[0, 0], &[0xff; 4], &[0u8; 16]].concat(),
+            32512.0,
+        ),
+        // d = 0.5, index 8 → level 1 → w = 0.5
+        (
+            GgmlType::IQ4_NL,
+            [&half[..], &[0x88u8; 16]].concat(),
+            2032.0,
+        ),
+        // e = 127 → 2^-1, index 2 → doubled level 2 → w = 1
+        (
+            GgmlType::MXFP4,
+            [&[127u8][..], &[0x22u8; 16]].concat(),
+            4064.0,
+        ),
+        (GgmlType::F16, half.repeat(32), 2032.0),
+        (GgmlType::BF16, 0x3f00u16.to_le_bytes().repeat(32), 2032.0),
+        (GgmlType::F32, 0.5f32.to_le_bytes().repeat(32), 2032.0),
+    ];
+    for (ty, w, want) in cases {
+        let a = quantize(Kernels::scalar(), vec_dot_type(ty).unwrap(), &[127.0; 32]);
+        for k in [Kernels::scalar(), Kernels::detect()] {
+            assert_eq!(
+                k.dot(ty).unwrap()(32, &w, &a),
+                want,
+                "{ty} {}",
+                k.isa().name()
+            );
+        }
+    }
+}
+
 #[test]
 fn all_zero_activations_give_zero() {
     for ty in WEIGHTS {

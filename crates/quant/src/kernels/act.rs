@@ -21,6 +21,8 @@
 //! float-to-int conversion (out of range or NaN gives `i32::MIN`, then saturation).
 
 use super::legacy::{Q8_0_BYTES, Q8_1_BYTES, QK, f32_to_f16};
+use super::{Isa, Kernels};
+use crate::GgmlType;
 
 /// ggml's portable f32 to f16 conversion: round to nearest even like F16C, but every NaN
 /// becomes the canonical quiet NaN (keeping the sign).
@@ -32,8 +34,6 @@ fn f32_to_f16_portable(x: f32) -> u16 {
         f32_to_f16(x)
     }
 }
-use super::{Isa, Kernels};
-use crate::GgmlType;
 
 /// x86 `maxps` on one lane: the second operand unless the first is greater (so a NaN in
 /// either operand yields the second).
@@ -71,7 +71,7 @@ fn cvt_i32(v: f32) -> i32 {
     }
 }
 
-/// Scale `d`, multiplier `id` and the block's quants as i32 (before saturation to i8).
+/// The block's f32 scale `d` and its quants as i32 (before saturation to i8).
 #[inline]
 fn q8_block(x: &[f32; QK]) -> (f32, [i32; QK]) {
     let amax = block_amax(x);
@@ -89,15 +89,14 @@ fn sat_i8(v: i32) -> u8 {
     v.clamp(-128, 127) as i8 as u8
 }
 
-fn check_act(x: &[f32], out: &[u8], ty: GgmlType, block: usize, bytes: usize) -> usize {
-    let nb = x.len() / block;
+/// Asserts the [`super::QuantizeFn`] contract: whole blocks in, `row_bytes` out.
+fn check_act(x: &[f32], out: &[u8], ty: GgmlType, block: usize, bytes: usize) {
     assert!(
-        x.len().is_multiple_of(block) && out.len() == nb * bytes,
+        x.len().is_multiple_of(block) && out.len() == x.len() / block * bytes,
         "{ty} quantizer contract violated: {} inputs, {} output bytes",
         x.len(),
         out.len()
     );
-    nb
 }
 
 fn quantize_q8_0(x: &[f32], out: &mut [u8]) {

@@ -13,9 +13,11 @@
 //! a scalar FMA, the same lane reductions, and f64 tails for F16 / BF16. (ggml's compiler
 //! decides whether an F32 tail, `n % 32` elements, uses FMA; we multiply then add.)
 //!
-//! The integer block sums are exact (no `maddubs` saturation is reachable with weights
-//! from valid blocks and activations from our quantizers), so results differ from the
-//! scalar kernels only in float rounding and summation order.
+//! The integer block sums are exact for activations quantized from finite inputs (quants
+//! in -127..=127): then no `maddubs` pair sum saturates and the sign trick is exact even
+//! for a weight byte of -128. (A -128 activation, which only a NaN input produces, times a
+//! -128 Q8_0 weight comes out negated, as in ggml.) So results differ from the scalar
+//! kernels only in float rounding and summation order.
 
 use std::arch::x86_64::*;
 
@@ -186,7 +188,7 @@ fn blocks_paired<const WB: usize, const AB: usize>(
     let mut sum = hsum(_mm256_add_ps(acc0, acc1));
     if let (Some(x), Some(y)) = (wp.remainder().first(), ap.remainder().first()) {
         let (d, s) = block(x, y);
-        // The lanes hold exact integers below 2^17, so their f32 sum is exact.
+        // The lanes hold exact integers and the block sum is below 2^24: the f32 sum is exact.
         sum = fma_ss(d, hsum(s), sum);
     }
     sum
