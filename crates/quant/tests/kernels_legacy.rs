@@ -14,6 +14,7 @@
 //! computed from the unrounded scale, while the dequantized activations use `d·q`.
 
 use proptest::prelude::*;
+use quant::dequant::dequantize_row;
 use quant::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
 use quant::{GgmlType, Kernels, vec_dot_type};
 
@@ -165,57 +166,6 @@ fn wild_values(n: usize, rng: &mut Rng) -> Vec<f32> {
 
 // ---------------------------------------------------------------------------------------
 // References.
-
-/// Stand-in for the shared row dequantizer (ggml's formulas, f32 output).
-fn dequantize_row(ty: GgmlType, b: &[u8], out: &mut [f32]) -> Result<(), String> {
-    let h = |c: &[u8]| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
-    let nib = |qs: &[u8], j: usize| usize::from(if j < 16 { qs[j] & 15 } else { qs[j - 16] >> 4 });
-    match ty {
-        GgmlType::F32 => {
-            for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
-                *o = f32::from_le_bytes(c.try_into().unwrap());
-            }
-        }
-        GgmlType::F16 => {
-            for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
-                *o = h(c);
-            }
-        }
-        GgmlType::BF16 => {
-            for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
-                *o = f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16);
-            }
-        }
-        _ => {
-            for (o, blk) in out.chunks_exact_mut(32).zip(b.chunks_exact(ty.type_size())) {
-                for (j, o) in o.iter_mut().enumerate() {
-                    *o = match ty {
-                        GgmlType::Q8_0 => f32::from(blk[2 + j] as i8) * h(blk),
-                        GgmlType::Q4_0 => (nib(&blk[2..], j) as f32 - 8.0) * h(blk),
-                        GgmlType::Q4_1 => nib(&blk[4..], j) as f32 * h(blk) + h(&blk[2..]),
-                        GgmlType::Q5_0 | GgmlType::Q5_1 => {
-                            let one = ty == GgmlType::Q5_1;
-                            let (qh_at, qs) = if one { (4, 8) } else { (2, 6) };
-                            let qh = u32::from_le_bytes(blk[qh_at..qh_at + 4].try_into().unwrap());
-                            let q = (nib(&blk[qs..], j) as u32 | (((qh >> j) & 1) << 4)) as f32;
-                            if one {
-                                q * h(blk) + h(&blk[2..])
-                            } else {
-                                (q - 16.0) * h(blk)
-                            }
-                        }
-                        GgmlType::IQ4_NL => h(blk) * f32::from(KVALUES_IQ4NL[nib(&blk[2..], j)]),
-                        GgmlType::MXFP4 => {
-                            f32::from(KVALUES_MXFP4[nib(&blk[1..], j)]) * e8m0_to_f32_half(blk[0])
-                        }
-                        other => return Err(format!("no dequantization for {other}")),
-                    };
-                }
-            }
-        }
-    }
-    Ok(())
-}
 
 fn quantize(k: &Kernels, ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let q = k.quantize(ty).expect("quantizer registered");
