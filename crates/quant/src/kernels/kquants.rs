@@ -100,6 +100,7 @@ pub(super) fn register(k: &mut Kernels) {
 
 /// Assert the [`super::DotFn`] length contract for weight type `ty` × Q8_K and return the
 /// number of super-blocks.
+#[inline]
 fn check_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> usize {
     assert!(
         n.is_multiple_of(QK_K),

@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
-use super::{Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, u32_at, unpack_scales_q3k_words};
+use super::{Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, u32_at};
 use crate::GgmlType;
 use crate::kernels::Kernels;
 use crate::tables::KVALUES_IQ4NL;
@@ -129,6 +129,40 @@ fn k4_scales_mins(b: &[u8], off: usize) -> __m128i {
         _mm_setr_epi32(0x3f3f_3f3f, 0x0f0f_0f0f, 0x3f3f_3f3f, 0x0f0f_0f0f),
     );
     let high = _mm_and_si128(_mm_srli_epi32::<2>(h), _mm_set1_epi8(0x30));
+    _mm_or_si128(low, high)
+}
+
+/// The 12 scale bytes of a Q3_K block at `b[off..off + 12]` unpacked into the 16 sub-block
+/// scales as stored (`0..=63`; the same bytes as [`super::unpack_scales_q3k`]). Reads
+/// 16 bytes from `off - 2`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q3k_scales(b: &[u8], off: usize) -> __m128i {
+    let v = load128(b, off - 2);
+    // Words of `a`: s[0..4], s[4..8], s[0..4], s[4..8] (low nibbles, then high nibbles).
+    let a = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9),
+    );
+    // s[8..12] in every word: bit pairs 0-1, 2-3, 4-5, 6-7 are the high bits of scales
+    // 0..4, 4..8, 8..12, 12..16.
+    let h = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(
+            10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13,
+        ),
+    );
+    let low = _mm_and_si128(
+        _mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f),
+    );
+    let high = _mm_and_si128(
+        _mm_srlv_epi32(
+            _mm_sllv_epi32(h, _mm_setr_epi32(4, 2, 0, 0)),
+            _mm_setr_epi32(0, 0, 0, 2),
+        ),
+        _mm_set1_epi8(0x30),
+    );
     _mm_or_si128(low, high)
 }
 
@@ -255,11 +289,7 @@ fn q3k_avx2(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let d = f32_at(y, 0) * f16_at(x, q3k::D);
 
-        let sw = unpack_scales_q3k_words(&x[q3k::SCALES..q3k::SCALES + 12]);
-        let scales128 = _mm_sub_epi8(
-            _mm_set_epi32(sw[3] as i32, sw[2] as i32, sw[1] as i32, sw[0] as i32),
-            _mm_set1_epi8(32),
-        );
+        let scales128 = _mm_sub_epi8(q3k_scales(x, q3k::SCALES), _mm_set1_epi8(32));
         let scales = [group16_scales(scales128, 0), group16_scales(scales128, 1)];
 
         let hbits = load256(x, q3k::HMASK);
@@ -504,6 +534,38 @@ fn iq4xs_avx2(w: &[[u8; iq4xs::BYTES]], a: &[Q8KBlock]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn has_avx2() -> bool {
+        is_x86_feature_detected!("avx2")
+    }
+
+    fn to_bytes(v: __m128i) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        // SAFETY: `out` is 16 writable bytes; `storeu` has no alignment requirement.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
+        out
+    }
+
+    #[test]
+    fn simd_scale_unpacking_matches_the_scalar_one() {
+        if !has_avx2() {
+            return;
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let mut b = [0u8; 20];
+            for v in &mut b {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *v = state as u8;
+            }
+            // SAFETY: AVX2 was detected above.
+            let (k4, q3) = unsafe { (k4_scales_mins(&b, 2), q3k_scales(&b, 4)) };
+            assert_eq!(to_bytes(k4), super::super::unpack_scales_mins_k4(&b[2..14]));
+            assert_eq!(to_bytes(q3), super::super::unpack_scales_q3k(&b[4..16]));
+        }
+    }
 
     #[test]
     fn f16_conversion_is_exact_for_every_half() {
