@@ -73,37 +73,28 @@ fn load128(b: &[u8], off: usize) -> __m128i {
     unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
 }
 
-/// The two f16 values at `b[off..off + 4]`, as f32 (exact).
+/// The f16 pair `(d, dmin)` at `b[off..off + 4]` converted exactly and multiplied by `y`:
+/// `(d · y, dmin · y)`, each in all eight lanes.
 ///
-/// One 32-bit load feeds the conversion; a 16-bit insert would merge into whatever register
-/// the compiler picks (possibly the loop's accumulator) and chain the iterations together.
+/// Broadcasting the pair before converting keeps every lane in use; converting only the
+/// needed halves makes the compiler insert them into a stale vector register, which can be
+/// the loop's accumulator and then chains the iterations together.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn f16x2_at(b: &[u8], off: usize) -> (f32, f32) {
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(u32_at(b, off) as i32));
-    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+fn f16_pair_times(b: &[u8], off: usize, y: f32) -> (__m256, __m256) {
+    let pair = _mm_set1_epi32(u32_at(b, off) as i32);
+    let v = _mm256_mul_ps(_mm256_cvtph_ps(pair), _mm256_set1_ps(y));
+    (_mm256_moveldup_ps(v), _mm256_movehdup_ps(v))
 }
 
-/// The f16 at `b[off..off + 2]`, as f32 (exact), converted in general-purpose registers.
+/// `f16(b[off..off + 2]) · y` in all eight lanes (the f16 conversion is exact).
 ///
-/// Used where a block has a single f16: converting one half with `vcvtph2ps` makes the
-/// compiler insert it into a stale vector register (see [`f16x2_at`]).
+/// Converting a broadcast half keeps every lane in use (see [`f16_pair_times`]).
 #[inline]
-fn f16_at(b: &[u8], off: usize) -> f32 {
-    /// 2^112: rescales an f16 exponent (bias 15) read as an f32 exponent (bias 127).
-    const REBIAS: f32 = f32::from_bits((112 + 127) << 23);
-    let h = u32::from(u16::from_le_bytes([b[off], b[off + 1]]));
-    let mag = h & 0x7fff;
-    // Normal and subnormal halves: the magnitude bits shifted into f32 position are the
-    // value times 2^-112 (an f32 subnormal for f16 subnormals), so one exact multiply
-    // finishes the conversion.
-    let mut v = f32::from_bits(mag << 13) * REBIAS;
-    if mag >= 0x7c00 {
-        // Infinity / NaN: all-ones exponent, mantissa kept, NaNs quieted (as `vcvtph2ps`).
-        let quiet = if mag > 0x7c00 { 0x0040_0000 } else { 0 };
-        v = f32::from_bits((mag << 13) | 0x7f80_0000 | quiet);
-    }
-    f32::from_bits(v.to_bits() | ((h & 0x8000) << 16))
+#[target_feature(enable = "avx2,f16c")]
+fn f16_times(b: &[u8], off: usize, y: f32) -> __m256 {
+    let h = i16::from_le_bytes([b[off], b[off + 1]]);
+    _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(h)), _mm256_set1_ps(y))
 }
 
 /// The 12 scale bytes of a Q4_K / Q5_K block at `b[off..off + 12]` unpacked into 16 bytes:
@@ -176,10 +167,13 @@ fn hsum_ps(x: __m256) -> f32 {
     _mm_cvtss_f32(r)
 }
 
-/// `vpshufb` controls that broadcast 16-bit element `i` (0..8) of each 128-bit lane.
+/// `vpshufb` controls: `WORD_CTL[i]` broadcasts 16-bit element `i` (0..8) of each 128-bit
+/// lane.
 ///
-/// They are read through an opaque reference: with visible constants the compiler rewrites
-/// each `vpshufb` as a shift plus a broadcast, two shuffle instructions instead of one.
+/// The kernels take them through `black_box` once per block. With visible constants the
+/// compiler rewrites each `vpshufb` as a shift plus a broadcast (two shuffles instead of
+/// one); with the table hoisted out of the loop it keeps all eight controls in registers and
+/// spills them to the stack on every call, which costs short rows.
 static WORD_CTL: [[u8; 32]; 8] = word_controls();
 
 const fn word_controls() -> [[u8; 32]; 8] {
@@ -223,37 +217,21 @@ fn group16_scales(s: __m128i, h: usize) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, ctl))
 }
 
-/// The eight 16-bit sub-block scales in the low 128 bits of `sc16`, each duplicated into a
-/// 32-bit pair and repeated in both lanes: `[0]` holds scales 0..4, `[1]` scales 4..8, so
-/// `splat32(pairs[i / 4], i % 4)` is scale `i` in every 16-bit element.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn sub_block_scale_pairs(sc16: __m256i) -> [__m256i; 2] {
-    let both = _mm256_permute4x64_epi64::<0x44>(sc16);
-    [
-        _mm256_unpacklo_epi16(both, both),
-        _mm256_unpackhi_epi16(both, both),
-    ]
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q2k_avx2(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let yd = f32_at(y, 0);
         const _: () = assert!(q2k::DMIN == q2k::D + 2);
-        let (xd, xdmin) = f16x2_at(x, q2k::D);
-        let d = yd * xd;
-        let dmin = -yd * xdmin;
+        let (d, dmin) = f16_pair_times(x, q2k::D, f32_at(y, 0));
 
         let mins_and_scales = load128(x, q2k::SCALES);
         let scales8 = _mm_and_si128(mins_and_scales, m4);
         let mins8 = _mm_and_si128(_mm_srli_epi16::<4>(mins_and_scales), m4);
         let mins = _mm256_cvtepi8_epi16(mins8);
         let prod = _mm256_madd_epi16(mins, load256(y, Q8K_BSUMS));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+        acc = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc);
 
         let scales = [group16_scales(scales8, 0), group16_scales(scales8, 1)];
 
@@ -275,7 +253,7 @@ fn q2k_avx2(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
             let p23 = _mm256_add_epi32(p(2), p(3));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
 }
@@ -287,7 +265,7 @@ fn q3k_avx2(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
     let zero = _mm256_setzero_si256();
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = f32_at(y, 0) * f16_at(x, q3k::D);
+        let d = f16_times(x, q3k::D, f32_at(y, 0));
 
         let scales128 = _mm_sub_epi8(q3k_scales(x, q3k::SCALES), _mm_set1_epi8(32));
         let scales = [group16_scales(scales128, 0), group16_scales(scales128, 1)];
@@ -323,23 +301,19 @@ fn q3k_avx2(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
             let p23 = _mm256_add_epi32(p[2], p[3]);
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4k_avx2(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let ctl = std::hint::black_box(&WORD_CTL);
     let m4 = _mm256_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let yd = f32_at(y, 0);
         const _: () = assert!(q4k::DMIN == q4k::D + 2);
-        let (xd, xdmin) = f16x2_at(x, q4k::D);
-        let d = yd * xd;
-        let dmin = -yd * xdmin;
+        let (d, dmin) = f16_pair_times(x, q4k::D, f32_at(y, 0));
 
         let mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x, q4k::SCALES));
 
@@ -350,10 +324,11 @@ fn q4k_avx2(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
             _mm256_extracti128_si256::<1>(q8sums),
         );
         let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        acc_m = _mm_fnmadd_ps(_mm256_castps256_ps128(dmin), _mm_cvtepi32_ps(prod), acc_m);
 
         let scales = _mm256_permute4x64_epi64::<0x44>(mins_and_scales);
 
+        let ctl = std::hint::black_box(&WORD_CTL);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             let scale_l = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j], 0));
@@ -367,7 +342,7 @@ fn q4k_avx2(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
             let ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
@@ -382,11 +357,8 @@ fn q5k_avx2(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0.0f32;
     for (x, y) in w.iter().zip(a) {
-        let yd = f32_at(y, 0);
         const _: () = assert!(q5k::DMIN == q5k::D + 2);
-        let (xd, xdmin) = f16x2_at(x, q5k::D);
-        let d = yd * xd;
-        let dmin = -yd * xdmin;
+        let (d, dmin) = f16_pair_times(x, q5k::D, f32_at(y, 0));
 
         let mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x, q5k::SCALES));
 
@@ -398,17 +370,19 @@ fn q5k_avx2(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
         let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
         let prod = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
         let prod = _mm_add_epi32(prod, _mm_shuffle_epi32::<0b01>(prod));
-        summs = dmin.mul_add(_mm_cvtsi128_si32(prod) as f32, summs);
+        // summs − dmin · Σ (fused), as ggml's build computes summs + (−dmin) · Σ.
+        summs = (-_mm256_cvtss_f32(dmin)).mul_add(_mm_cvtsi128_si32(prod) as f32, summs);
 
-        let scales = sub_block_scale_pairs(mins_and_scales);
+        let scales = _mm256_permute4x64_epi64::<0x44>(mins_and_scales);
         let hbits = load256(x, q5k::QH);
         // Bit (e / 32) of qh[e % 32] is the fifth bit of element e.
         let mut hm = _mm256_set1_epi8(1);
 
+        let ctl = std::hint::black_box(&WORD_CTL);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
-            let scale_0 = splat32(scales[j / 2], 2 * (j % 2));
-            let scale_1 = splat32(scales[j / 2], 2 * (j % 2) + 1);
+            let scale_0 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j], 0));
+            let scale_1 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j + 1], 0));
             let bits = load256(x, q5k::QS + 32 * j);
 
             let h0 = _mm256_andnot_si256(
@@ -430,7 +404,7 @@ fn q5k_avx2(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
             let p1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc) + summs
 }
@@ -441,7 +415,7 @@ fn q6k_avx2(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
     let m15 = _mm256_set1_epi8(15);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = f32_at(y, 0) * f16_at(x, q6k::D);
+        let d = f16_times(x, q6k::D, f32_at(y, 0));
 
         // The -32 offset of every quant, applied once per 16-element group through the
         // activation group sums: 32 · Σ scale · bsum.
@@ -478,7 +452,7 @@ fn q6k_avx2(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
         }
         let sumi = _mm256_sub_epi32(sumi, offset);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
 }
@@ -521,12 +495,8 @@ fn iq4xs_avx2(w: &[[u8; iq4xs::BYTES]], a: &[Q8KBlock]) -> f32 {
             sumi1 = _mm256_add_epi32(_mm256_madd_epi16(p16_1, _mm256_set1_epi16(ls1)), sumi1);
             sumi2 = _mm256_add_epi32(_mm256_madd_epi16(p16_2, _mm256_set1_epi16(ls2)), sumi2);
         }
-        let d = f16_at(x, iq4xs::D) * f32_at(y, 0);
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(d),
-            _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2)),
-            acc,
-        );
+        let d = f16_times(x, iq4xs::D, f32_at(y, 0));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2)), acc);
     }
     hsum_ps(acc)
 }
@@ -569,9 +539,13 @@ mod tests {
 
     #[test]
     fn f16_conversion_is_exact_for_every_half() {
+        if !(has_avx2() && is_x86_feature_detected!("f16c")) {
+            return;
+        }
         for bits in 0..=u16::MAX {
             let want = half::f16::from_bits(bits).to_f32();
-            let got = f16_at(&bits.to_le_bytes(), 0);
+            // SAFETY: AVX2 and F16C were detected above.
+            let got = unsafe { _mm256_cvtss_f32(f16_times(&bits.to_le_bytes(), 0, 1.0)) };
             assert_eq!(got.to_bits(), want.to_bits(), "{bits:#06x}");
         }
     }
