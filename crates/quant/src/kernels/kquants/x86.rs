@@ -457,27 +457,55 @@ fn q6k_avx2(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
     hsum_ps(acc)
 }
 
+/// The eight signed sub-block scales of an IQ4_XS block (6 bits minus 32) as 16-bit values,
+/// repeated in both 128-bit lanes.
+///
+/// Sub-block `s` has its low four bits in nibble `s` of `scales_l` and its high two bits in
+/// bits `2s..2s + 2` of `scales_h`; a 16-bit multiply by a power of two moves each lane's
+/// field to the top, and a shift brings it down.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn iq4xs_scales(b: &[u8]) -> __m256i {
+    let l = _mm_cvtsi32_si128(u32_at(b, iq4xs::SCALES_L) as i32);
+    let l = _mm_unpacklo_epi16(l, l);
+    // Low 16 bits of scales_l in lanes 0..4, high 16 bits in lanes 4..8.
+    let l = _mm_unpacklo_epi32(l, l);
+    let low = _mm_srli_epi16::<12>(_mm_mullo_epi16(
+        l,
+        _mm_setr_epi16(1 << 12, 1 << 8, 1 << 4, 1, 1 << 12, 1 << 8, 1 << 4, 1),
+    ));
+    let h = _mm_set1_epi16(i16::from_le_bytes([
+        b[iq4xs::SCALES_H],
+        b[iq4xs::SCALES_H + 1],
+    ]));
+    let high = _mm_and_si128(
+        _mm_srli_epi16::<10>(_mm_mullo_epi16(
+            h,
+            _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1),
+        )),
+        _mm_set1_epi16(0x30),
+    );
+    let ls = _mm_sub_epi16(_mm_or_si128(low, high), _mm_set1_epi16(32));
+    _mm256_broadcastsi128_si256(ls)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq4xs_avx2(w: &[[u8; iq4xs::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let values = load128(&KVALUES_IQ4NL.map(|v| v as u8), 0);
-    let m4 = _mm_set1_epi8(0xF);
+    let values = _mm256_broadcastsi128_si256(load128(&KVALUES_IQ4NL.map(|v| v as u8), 0));
+    let m4 = _mm256_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let mut sh = u32::from(u16::from_le_bytes([
-            x[iq4xs::SCALES_H],
-            x[iq4xs::SCALES_H + 1],
-        ]));
-        let scales_l = u32_at(x, iq4xs::SCALES_L);
+        let scales = iq4xs_scales(x);
+        let ctl = std::hint::black_box(&WORD_CTL);
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
         for ib in 0..4 {
-            // Two 32-element sub-blocks: 16 packed bytes each, low nibbles first.
+            // Two 32-element sub-blocks: 16 packed bytes each, low nibbles first; the low
+            // lane takes the low nibbles, the high lane the high ones.
             let nib = |off: usize| {
                 let bits = load128(x, off);
-                _mm256_set_m128i(
-                    _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16::<4>(bits), m4)),
-                    _mm_shuffle_epi8(values, _mm_and_si128(bits, m4)),
-                )
+                let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(bits), bits), m4);
+                _mm256_shuffle_epi8(values, idx)
             };
             let q4_1 = nib(iq4xs::QS + 32 * ib);
             let q4_2 = nib(iq4xs::QS + 32 * ib + 16);
@@ -488,12 +516,10 @@ fn iq4xs_avx2(w: &[[u8; iq4xs::BYTES]], a: &[Q8KBlock]) -> f32 {
                 _mm256_maddubs_epi16(_mm256_sign_epi8(q4_1, q4_1), _mm256_sign_epi8(q8_1, q4_1));
             let p16_2 =
                 _mm256_maddubs_epi16(_mm256_sign_epi8(q4_2, q4_2), _mm256_sign_epi8(q8_2, q4_2));
-            let sl = scales_l >> (8 * ib);
-            let ls1 = ((sl & 0xF) | ((sh << 4) & 0x30)) as i16 - 32;
-            let ls2 = (((sl >> 4) & 0xF) | ((sh << 2) & 0x30)) as i16 - 32;
-            sh >>= 4;
-            sumi1 = _mm256_add_epi32(_mm256_madd_epi16(p16_1, _mm256_set1_epi16(ls1)), sumi1);
-            sumi2 = _mm256_add_epi32(_mm256_madd_epi16(p16_2, _mm256_set1_epi16(ls2)), sumi2);
+            let ls1 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * ib], 0));
+            let ls2 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * ib + 1], 0));
+            sumi1 = _mm256_add_epi32(_mm256_madd_epi16(p16_1, ls1), sumi1);
+            sumi2 = _mm256_add_epi32(_mm256_madd_epi16(p16_2, ls2), sumi2);
         }
         let d = f16_times(x, iq4xs::D, f32_at(y, 0));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2)), acc);
@@ -534,6 +560,34 @@ mod tests {
             let (k4, q3) = unsafe { (k4_scales_mins(&b, 2), q3k_scales(&b, 4)) };
             assert_eq!(to_bytes(k4), super::super::unpack_scales_mins_k4(&b[2..14]));
             assert_eq!(to_bytes(q3), super::super::unpack_scales_q3k(&b[4..16]));
+        }
+    }
+
+    #[test]
+    fn iq4xs_scale_unpacking_matches_the_format() {
+        if !has_avx2() {
+            return;
+        }
+        let mut block = [0u8; iq4xs::BYTES];
+        let mut state = 0x9e37_79b9u32;
+        for _ in 0..2000 {
+            for v in &mut block[..8] {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                *v = (state >> 24) as u8;
+            }
+            let h = u16::from_le_bytes([block[2], block[3]]);
+            let mut want = [0u8; 32];
+            for s in 0..8 {
+                let low = (block[4 + s / 2] >> (4 * (s % 2))) & 0xF;
+                let high = ((h >> (2 * s)) & 3) as u8;
+                let v = (i16::from(low | (high << 4)) - 32).to_le_bytes();
+                want[2 * s..2 * s + 2].copy_from_slice(&v);
+                want[16 + 2 * s..16 + 2 * s + 2].copy_from_slice(&v);
+            }
+            let mut got = [0u8; 32];
+            // SAFETY: AVX2 was detected above; `got` is 32 writable bytes.
+            unsafe { _mm256_storeu_si256(got.as_mut_ptr().cast(), iq4xs_scales(&block)) };
+            assert_eq!(got, want);
         }
     }
 
