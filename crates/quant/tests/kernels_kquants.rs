@@ -360,6 +360,53 @@ proptest! {
     }
 }
 
+/// ggml's reference quantizer (`quantize_row_q8_K_ref`, the one ggml's x86 CPU backend
+/// uses) on the fixture's deterministic inputs (rounding ties, outliers, tiny and large
+/// magnitudes, zero blocks); see `tests/fixtures/README.md`. For an all-zero block ggml
+/// writes `d = 0` and zero quants but leaves the group sums unwritten (they do not matter:
+/// every use is multiplied by `d`), so those are not compared; ours are zero.
+#[test]
+fn q8k_equals_ggml_reference_bytes() {
+    let path = format!(
+        "{}/tests/fixtures/quant_ggml.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let f = gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let input = f.tensor_data(f.tensor("quant.input").unwrap()).unwrap();
+    let x: Vec<f32> = input
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let info = f.tensor("act.q8_K").unwrap();
+    assert_eq!(info.ggml_type(), Some(GgmlType::Q8_K));
+    let want = f.tensor_data(info).unwrap();
+    for k in [Kernels::scalar(), Kernels::detect()] {
+        let mut got = vec![0xAAu8; want.len()];
+        k.quantize(GgmlType::Q8_K).unwrap()(&x, &mut got);
+        for (b, (g, w)) in got
+            .chunks_exact(Q8K_BYTES)
+            .zip(want.chunks_exact(Q8K_BYTES))
+            .enumerate()
+        {
+            let zero_block = w[..4] == [0; 4];
+            let compared = if zero_block {
+                Q8K_BYTES - 32
+            } else {
+                Q8K_BYTES
+            };
+            assert_eq!(
+                g[..compared],
+                w[..compared],
+                "{:?}: block {b} differs",
+                k.isa()
+            );
+            if zero_block {
+                assert!(g.iter().all(|&v| v == 0), "{:?}: block {b}", k.isa());
+            }
+        }
+    }
+}
+
 #[test]
 fn q8k_zero_and_negative_zero_blocks_are_all_zero_bytes() {
     let mut x = vec![0.0f32; 2 * QK_K];

@@ -10,6 +10,15 @@
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
 //! integer arithmetic; the two differ only in the order of float additions.
 //!
+//! Numerics against ggml on x86: the Q8_K quantizer produces ggml's bytes; the AVX2
+//! kernels keep the lane layout and float-operation order of ggml's AVX2 `vec_dot`
+//! kernels, fused multiply-adds included, so a row gives the same f32 as ggml's
+//! `vec_dot_*_q8_K`. llama.cpp does not always use those: with its default weight
+//! repacking it stores Q4_K matrices (on AVX2; also Q2_K on AVX-512) whose row count is a
+//! multiple of 8 as interleaved 8-row blocks with their own kernels, which add each
+//! super-block's integer total in one float chain per row; those results differ from these
+//! in the last bits (float order only).
+//!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
 //! `-(-128)`; the other kernels accept the full `i8` range.

@@ -4,7 +4,8 @@
 //! reference quantizer for Q8_K, so one implementation serves every table):
 //!
 //! * `max` is the first element of largest magnitude (NaNs never win); a block whose
-//!   largest magnitude is zero is stored as `d = 0` and all-zero quants and sums;
+//!   largest magnitude is zero is stored as `d = 0` and all-zero quants and sums (ggml
+//!   leaves the sums of such a block unwritten; every use multiplies them by `d`);
 //! * `iscale = -127 / max` (note the sign: the element `max` maps to `-127`), computed in
 //!   f32;
 //! * `q = min(127, round(iscale * x))`, where the product is rounded to f32 first and then

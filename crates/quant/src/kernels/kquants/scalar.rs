@@ -1,17 +1,19 @@
 //! Portable reference kernels: k-quant / IQ4_XS weights × Q8_K activations.
 //!
-//! Per super-block: the weight quants are multiplied with the activation quants and summed
-//! as integers per sub-block, each sub-block sum is multiplied by its integer scale, the
-//! minimum terms (Q2_K, Q4_K, Q5_K) come from the activation group sums, and only then is
-//! the block converted to float with one multiply by `d_weight · d_activation`.
+//! Per super-block: the weight quants are unpacked into 256 signed bytes, multiplied with
+//! the activation quants and summed as integers per sub-block; each sub-block sum is
+//! multiplied by its integer scale, the minimum terms (Q2_K, Q4_K, Q5_K) come from the
+//! activation group sums, and only then is the block converted to float with one multiply
+//! by `d_weight · d_activation`. (Unpacking first keeps the inner loops simple enough for
+//! the compiler to vectorize on any target.)
 
 use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
 use super::{
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, unpack_scales_mins_k4,
     unpack_scales_q3k,
 };
-use crate::GgmlType;
 use crate::tables::KVALUES_IQ4NL;
+use crate::{GgmlType, QK_K};
 
 /// The pieces of one Q8_K block.
 struct Q8K<'a> {
@@ -33,37 +35,59 @@ impl<'a> Q8K<'a> {
         }
     }
 
-    /// Activation quant `i` (0..256).
+    /// Σ q[e] · a[e] over elements `start .. start + w.len()` (activation quants are i8).
     #[inline]
-    fn q(&self, i: usize) -> i32 {
-        i32::from(self.qs[i] as i8)
+    fn dot(&self, start: usize, w: &[i8]) -> i32 {
+        w.iter()
+            .zip(&self.qs[start..start + w.len()])
+            .map(|(&q, &a)| i32::from(q) * i32::from(a as i8))
+            .sum()
     }
 }
 
-/// Visit the 256 weight quants of a block whose quants are spread over 2-bit planes the way
-/// Q2_K and Q3_K store them: element `128h + 32s + l` is bits `2s..2s+2` of `qs[32h + l]`.
+/// Spread 2-bit fields the way Q2_K and Q3_K store them: element `128h + 32s + l` is bits
+/// `2s..2s+2` of `qs[32h + l]`.
 #[inline]
-fn q2_plane(qs: &[u8], e: usize) -> i32 {
-    let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
-    i32::from((qs[32 * h + l] >> (2 * s)) & 3)
+fn unpack_2bit(qs: &[u8], q: &mut [i8; QK_K]) {
+    for (src, dst) in qs.chunks_exact(32).zip(q.chunks_exact_mut(128)) {
+        for (s, d) in dst.chunks_exact_mut(32).enumerate() {
+            for (o, &b) in d.iter_mut().zip(src) {
+                *o = ((b >> (2 * s)) & 3) as i8;
+            }
+        }
+    }
+}
+
+/// Spread nibbles the way Q4_K and Q5_K store them: element `64j + l` (l < 32) is the low
+/// nibble of `qs[32j + l]`, element `64j + 32 + l` the high nibble.
+#[inline]
+fn unpack_nibbles_k4(qs: &[u8], q: &mut [i8; QK_K]) {
+    for (src, dst) in qs.chunks_exact(32).zip(q.chunks_exact_mut(64)) {
+        let (lo, hi) = dst.split_at_mut(32);
+        for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(src) {
+            *l = (b & 0xF) as i8;
+            *h = (b >> 4) as i8;
+        }
+    }
 }
 
 pub(super) fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(GgmlType::Q2_K, n, w, a);
+    let mut q = [0i8; QK_K];
     let mut sumf = 0.0f32;
     for (x, yb) in w.chunks_exact(q2k::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
+        // Low nibble: the 16-element group's scale; high nibble: its minimum.
         let sc = &x[q2k::SCALES..q2k::SCALES + 16];
-        let qs = &x[q2k::QS..q2k::QS + 64];
+        unpack_2bit(&x[q2k::QS..q2k::QS + 64], &mut q);
 
         let summs: i32 = (0..16).map(|g| y.bsums[g] * i32::from(sc[g] >> 4)).sum();
-        let mut isum = 0i32;
-        for (g, &sg) in sc.iter().enumerate() {
-            let part: i32 = (16 * g..16 * g + 16)
-                .map(|e| y.q(e) * q2_plane(qs, e))
-                .sum();
-            isum += i32::from(sg & 0xF) * part;
-        }
+        let isum: i32 = q
+            .chunks_exact(16)
+            .zip(sc)
+            .enumerate()
+            .map(|(g, (qg, &s))| i32::from(s & 0xF) * y.dot(16 * g, qg))
+            .sum();
         let dall = y.d * f16_at(x, q2k::D);
         let dmin = y.d * f16_at(x, q2k::DMIN);
         sumf += dall * isum as f32 - dmin * summs as f32;
@@ -73,44 +97,46 @@ pub(super) fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 pub(super) fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(GgmlType::Q3_K, n, w, a);
+    let mut q = [0i8; QK_K];
     let mut sumf = 0.0f32;
     for (x, yb) in w.chunks_exact(q3k::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
         let hmask = &x[q3k::HMASK..q3k::HMASK + 32];
-        let qs = &x[q3k::QS..q3k::QS + 64];
+        unpack_2bit(&x[q3k::QS..q3k::QS + 64], &mut q);
+        // The high bit of element e is bit (e / 32) of hmask[e % 32]; when it is clear the
+        // quant is offset by -4.
+        for (bit, qc) in q.chunks_exact_mut(32).enumerate() {
+            for (v, &m) in qc.iter_mut().zip(hmask) {
+                *v -= if (m >> bit) & 1 == 0 { 4 } else { 0 };
+            }
+        }
         let scales = unpack_scales_q3k(&x[q3k::SCALES..q3k::SCALES + 12]);
 
-        let mut isum = 0i32;
-        for (g, &sc) in scales.iter().enumerate() {
-            let part: i32 = (16 * g..16 * g + 16)
-                .map(|e| {
-                    // The high bit of element e is bit (e / 32) of hmask[e % 32]; when it is
-                    // clear the quant is offset by -4.
-                    let high = (hmask[e % 32] >> (e / 32)) & 1;
-                    let q = q2_plane(qs, e) - if high == 0 { 4 } else { 0 };
-                    y.q(e) * q
-                })
-                .sum();
-            isum += (i32::from(sc) - 32) * part;
-        }
+        let isum: i32 = q
+            .chunks_exact(16)
+            .zip(scales)
+            .enumerate()
+            .map(|(g, (qg, s))| (i32::from(s) - 32) * y.dot(16 * g, qg))
+            .sum();
         sumf += f16_at(x, q3k::D) * y.d * isum as f32;
     }
     sumf
 }
 
-/// Shared body of Q4_K and Q5_K: `quant(e)` gives the unsigned weight quant of element `e`.
+/// Shared end of Q4_K and Q5_K: `q` holds the block's unsigned weight quants.
 #[inline]
-fn dot_k4_block(x: &[u8], scales_off: usize, y: &Q8K<'_>, quant: impl Fn(usize) -> i32) -> f32 {
+fn dot_k4_block(x: &[u8], scales_off: usize, y: &Q8K<'_>, q: &[i8; QK_K]) -> f32 {
     let sm = unpack_scales_mins_k4(&x[scales_off..scales_off + 12]);
     let (scales, mins) = sm.split_at(8);
 
     // Each 32-element sub-block owns two activation group sums.
     let summs: i32 = (0..16).map(|g| y.bsums[g] * i32::from(mins[g / 2])).sum();
-    let mut isum = 0i32;
-    for (sb, &sc) in scales.iter().enumerate() {
-        let part: i32 = (32 * sb..32 * sb + 32).map(|e| y.q(e) * quant(e)).sum();
-        isum += i32::from(sc) * part;
-    }
+    let isum: i32 = q
+        .chunks_exact(32)
+        .zip(scales)
+        .enumerate()
+        .map(|(sb, (qs, &s))| i32::from(s) * y.dot(32 * sb, qs))
+        .sum();
     const _: () = assert!(q4k::D == q5k::D && q4k::DMIN == q5k::DMIN);
     let d = f16_at(x, q4k::D) * y.d;
     let dmin = f16_at(x, q4k::DMIN) * y.d;
@@ -119,60 +145,64 @@ fn dot_k4_block(x: &[u8], scales_off: usize, y: &Q8K<'_>, quant: impl Fn(usize) 
 
 pub(super) fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(GgmlType::Q4_K, n, w, a);
+    let mut q = [0i8; QK_K];
     let mut sumf = 0.0f32;
     for (x, yb) in w.chunks_exact(q4k::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
-        let qs = &x[q4k::QS..q4k::QS + 128];
-        // Element 64j + l (l < 32) is the low nibble of qs[32j + l], element 64j + 32 + l the
-        // high nibble.
-        sumf += dot_k4_block(x, q4k::SCALES, &y, |e| {
-            let byte = qs[32 * (e / 64) + e % 32];
-            i32::from(if e % 64 < 32 { byte & 0xF } else { byte >> 4 })
-        });
+        unpack_nibbles_k4(&x[q4k::QS..q4k::QS + 128], &mut q);
+        sumf += dot_k4_block(x, q4k::SCALES, &y, &q);
     }
     sumf
 }
 
 pub(super) fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(GgmlType::Q5_K, n, w, a);
+    let mut q = [0i8; QK_K];
     let mut sumf = 0.0f32;
     for (x, yb) in w.chunks_exact(q5k::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
+        unpack_nibbles_k4(&x[q5k::QS..q5k::QS + 128], &mut q);
+        // The fifth bit of element e: bit (e / 32) of qh[e % 32].
         let qh = &x[q5k::QH..q5k::QH + 32];
-        let qs = &x[q5k::QS..q5k::QS + 128];
-        // As Q4_K, plus the fifth bit of element e: bit (e / 32) of qh[e % 32].
-        sumf += dot_k4_block(x, q5k::SCALES, &y, |e| {
-            let byte = qs[32 * (e / 64) + e % 32];
-            let low = if e % 64 < 32 { byte & 0xF } else { byte >> 4 };
-            let high = (qh[e % 32] >> (e / 32)) & 1;
-            i32::from(low | (high << 4))
-        });
+        for (bit, qc) in q.chunks_exact_mut(32).enumerate() {
+            for (v, &h) in qc.iter_mut().zip(qh) {
+                *v |= (((h >> bit) & 1) << 4) as i8;
+            }
+        }
+        sumf += dot_k4_block(x, q5k::SCALES, &y, &q);
     }
     sumf
 }
 
 pub(super) fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(GgmlType::Q6_K, n, w, a);
+    let mut q = [0i8; QK_K];
     let mut sumf = 0.0f32;
     for (x, yb) in w.chunks_exact(q6k::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
         let ql = &x[q6k::QL..q6k::QL + 128];
         let qh = &x[q6k::QH..q6k::QH + 64];
         let scales = &x[q6k::SCALES..q6k::SCALES + 16];
-        // Element 128h + 32s + l: low nibble (s even) or high nibble (s odd) of
+        // Element 128h + 32s + l: low nibble (s < 2) or high nibble (s >= 2) of
         // ql[64h + 32(s % 2) + l], high two bits from bits 2s..2s+2 of qh[32h + l]; minus 32.
-        let quant = |e: usize| -> i32 {
-            let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
-            let lb = ql[64 * h + 32 * (s % 2) + l];
-            let low = if s < 2 { lb & 0xF } else { lb >> 4 };
-            let high = (qh[32 * h + l] >> (2 * s)) & 3;
-            i32::from(low | (high << 4)) - 32
-        };
-        let mut isum = 0i32;
-        for (g, &sc) in scales.iter().enumerate() {
-            let part: i32 = (16 * g..16 * g + 16).map(|e| y.q(e) * quant(e)).sum();
-            isum += i32::from(sc as i8) * part;
+        for (h, dst) in q.chunks_exact_mut(128).enumerate() {
+            let (ql, qh) = (&ql[64 * h..64 * h + 64], &qh[32 * h..32 * h + 32]);
+            for (s, d) in dst.chunks_exact_mut(32).enumerate() {
+                let lsrc = &ql[32 * (s % 2)..32 * (s % 2) + 32];
+                let shift = if s < 2 { 0 } else { 4 };
+                for ((o, &lb), &hb) in d.iter_mut().zip(lsrc).zip(qh) {
+                    let low = (lb >> shift) & 0xF;
+                    let high = (hb >> (2 * s)) & 3;
+                    *o = (low | (high << 4)) as i8 - 32;
+                }
+            }
         }
+        let isum: i32 = q
+            .chunks_exact(16)
+            .zip(scales)
+            .enumerate()
+            .map(|(g, (qg, &s))| i32::from(s as i8) * y.dot(16 * g, qg))
+            .sum();
         sumf += f16_at(x, q6k::D) * y.d * isum as f32;
     }
     sumf
@@ -180,28 +210,31 @@ pub(super) fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 pub(super) fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(GgmlType::IQ4_XS, n, w, a);
+    let mut q = [0i8; QK_K];
     let mut sumf = 0.0f32;
     for (x, yb) in w.chunks_exact(iq4xs::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
         let scales_h = u16::from_le_bytes([x[iq4xs::SCALES_H], x[iq4xs::SCALES_H + 1]]);
         let scales_l = &x[iq4xs::SCALES_L..iq4xs::SCALES_L + 4];
         let qs = &x[iq4xs::QS..iq4xs::QS + 128];
-        let mut isum = 0i32;
-        for sb in 0..8 {
-            let low = (scales_l[sb / 2] >> (4 * (sb % 2))) & 0xF;
-            let high = ((scales_h >> (2 * sb)) & 3) as u8;
-            let ls = i32::from(low | (high << 4)) - 32;
-            // Element 32sb + j (j < 16) is the low nibble of qs[16sb + j], 32sb + 16 + j the
-            // high nibble; nibbles index the non-linear value table.
-            let part: i32 = (0..16)
-                .map(|j| {
-                    let b = qs[16 * sb + j];
-                    y.q(32 * sb + j) * i32::from(KVALUES_IQ4NL[usize::from(b & 0xF)])
-                        + y.q(32 * sb + 16 + j) * i32::from(KVALUES_IQ4NL[usize::from(b >> 4)])
-                })
-                .sum();
-            isum += ls * part;
+        // Element 32sb + j (j < 16) is the low nibble of qs[16sb + j], 32sb + 16 + j the high
+        // nibble; nibbles index the non-linear value table.
+        for (src, dst) in qs.chunks_exact(16).zip(q.chunks_exact_mut(32)) {
+            let (lo, hi) = dst.split_at_mut(16);
+            for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(src) {
+                *l = KVALUES_IQ4NL[usize::from(b & 0xF)];
+                *h = KVALUES_IQ4NL[usize::from(b >> 4)];
+            }
         }
+        let isum: i32 = q
+            .chunks_exact(32)
+            .enumerate()
+            .map(|(sb, qs)| {
+                let low = (scales_l[sb / 2] >> (4 * (sb % 2))) & 0xF;
+                let high = ((scales_h >> (2 * sb)) & 3) as u8;
+                (i32::from(low | (high << 4)) - 32) * y.dot(32 * sb, qs)
+            })
+            .sum();
         sumf += f16_at(x, iq4xs::D) * y.d * isum as f32;
     }
     sumf

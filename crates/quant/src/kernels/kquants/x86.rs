@@ -6,7 +6,8 @@
 //! from the activation group sums. Every super-block ends in eight i32 lanes that are
 //! converted to f32 and accumulated with one FMA by `d_weight · d_activation`; the lanes
 //! are summed at the end of the row. The lane layout and the order of the float
-//! operations follow ggml's AVX2 kernels, so the results match ggml's x86 build.
+//! operations (including which products are fused) follow ggml's AVX2 kernels, so a row
+//! gives the same f32 as ggml's x86 build of `vec_dot_*_q8_K`.
 
 use std::arch::x86_64::*;
 
