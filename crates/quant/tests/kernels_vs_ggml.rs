@@ -1,0 +1,336 @@
+//! Activation quantizers and dot kernels against what ggml's x86 CPU backend computes.
+//!
+//! The fixture `cpu_ggml.gguf` (see `tests/fixtures/README.md`) holds activation rows, the
+//! bytes the CPU backend's `from_float` makes of them (Q8_0, Q8_1, Q8_K, F16, BF16), weight
+//! rows of every type with a dot kernel here, and the backend's `vec_dot` of each weight
+//! row with each quantized activation row at several lengths. It was produced by the
+//! backend's AVX2/FMA/F16C build ("haswell" variant).
+//!
+//! * Quantizers: both kernel tables must reproduce ggml's bytes exactly.
+//! * Dot kernels, AVX2 table (when this CPU has it): the kernels follow ggml's x86 order of
+//!   operations, so the result must be the same f32, bit for bit (see [`avx2_bit_exact`]
+//!   for the one exception, which must lie within the tolerance below).
+//! * Dot kernels, scalar table: within the tolerance (its additions run in another order).
+//!
+//! Tolerance (the bounds of `kernels_legacy.rs` and `kernels_kquants.rs`, taken for two
+//! implementations). Both sides compute exact integer or exact-product block sums and
+//! differ only in f32 rounding of scale products and running sums. With `M` the sum over
+//! the row of |activation| · (|scale part of the weight| + |minimum part|) (the two parts
+//! of Q4_1 / Q5_1 / Q2_K / Q4_K / Q5_K weights counted separately, plus |m·s| per block for
+//! Q4_1 / Q5_1 whose minimum meets the Q8_1 block sum `s`) and `C` the longest chain of f32
+//! roundings, each side is within `C · ε/2 · M` of the exact value. We allow:
+//!   32-element blocks:  `2 · (n/32 + 3 + 4) · ε · M`
+//!   float types:        `2 · (n/32 + 5 + n%32 + 4) · ε · M`
+//!   256-element blocks: `(n/256 + 8) · ε · M`
+//! plus 1e-30 absolute, with ε = `f32::EPSILON`.
+
+use gguf::{GgufFile, TensorInfo};
+use quant::{GgmlType, Isa, Kernels, dequantize_row, vec_dot_type};
+
+use GgmlType as T;
+
+const EPS: f64 = f32::EPSILON as f64;
+
+/// Activation types the CPU backend quantizes activations to.
+const ACTS: [GgmlType; 5] = [T::Q8_0, T::Q8_1, T::Q8_K, T::F16, T::BF16];
+
+/// Weight types with a dot kernel, all of which the fixture covers.
+const WEIGHTS: [GgmlType; 16] = [
+    T::F32,
+    T::F16,
+    T::BF16,
+    T::Q8_0,
+    T::Q4_0,
+    T::Q4_1,
+    T::Q5_0,
+    T::Q5_1,
+    T::IQ4_NL,
+    T::MXFP4,
+    T::Q2_K,
+    T::Q3_K,
+    T::Q4_K,
+    T::Q5_K,
+    T::Q6_K,
+    T::IQ4_XS,
+];
+
+/// Whether the AVX2 kernel for `ty` returns exactly ggml's f32 for rows of `n` elements.
+///
+/// All do, except F32 when `n % 4 != 0`: ggml's F32 tail (the `n % 32` elements after the
+/// vector loop) is a plain C loop that the compiler of the reference build vectorized:
+/// groups of 8 and then 4 products are rounded and added one by one, and the last
+/// `n % 4` products are fused into the sum (scalar FMA). Our kernel multiplies and adds
+/// every tail element, so it agrees exactly when `n % 4 == 0`.
+fn avx2_bit_exact(ty: GgmlType, n: usize) -> bool {
+    ty != T::F32 || n.is_multiple_of(4)
+}
+
+fn open() -> GgufFile {
+    let path = format!(
+        "{}/tests/fixtures/cpu_ggml.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    GgufFile::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A tensor's info, data and row length (ne0), checking its type.
+fn tensor<'a>(f: &'a GgufFile, name: &str, ty: GgmlType) -> (&'a TensorInfo, &'a [u8], usize) {
+    let info = f
+        .tensor(name)
+        .unwrap_or_else(|| panic!("fixture has no {name}"));
+    assert_eq!(info.ggml_type(), Some(ty), "{name}");
+    let data = f.tensor_data(info).unwrap();
+    (info, data, info.dims[0] as usize)
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn quantize(k: &Kernels, ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let q = k.quantize(ty).expect("quantizer registered");
+    let mut out = vec![0xAAu8; ty.row_bytes(x.len() as u64).unwrap() as usize];
+    q(x, &mut out);
+    out
+}
+
+fn tables() -> Vec<&'static Kernels> {
+    let mut v = vec![Kernels::scalar()];
+    if Kernels::detect().isa() != Isa::Scalar {
+        v.push(Kernels::detect());
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------
+// Activation quantizers.
+
+/// Quantize each row of `<input>` (cut to the row length of `<prefix>.<t>`) and compare
+/// with `<prefix>.<t>` byte for byte.
+fn check_quantizer(f: &GgufFile, input: &str, prefix: &str, ty: GgmlType, k: &Kernels) {
+    let (_, xb, x_len) = tensor(f, input, T::F32);
+    let x = f32s(xb);
+    let name = format!("{prefix}.{}", ty.name());
+    let (info, want, len) = tensor(f, &name, ty);
+    let rows = x.len() / x_len;
+    assert_eq!(info.n_elements() as usize, len * rows, "{name}");
+    let row_bytes = want.len() / rows;
+    let ts = ty.type_size();
+    for r in 0..rows {
+        let xr = &x[r * x_len..r * x_len + len];
+        let got = quantize(k, ty, xr);
+        let want = &want[r * row_bytes..(r + 1) * row_bytes];
+        if got != want {
+            let bad: Vec<usize> = (0..want.len() / ts)
+                .filter(|&b| got[b * ts..(b + 1) * ts] != want[b * ts..(b + 1) * ts])
+                .collect();
+            let b = bad[0];
+            let bs = ty.block_size();
+            panic!(
+                "{name} row {r} ({}): {} of {} blocks differ; first is block {b}\n got  {:02x?}\n want {:02x?}\n input {:?}",
+                k.isa().name(),
+                bad.len(),
+                want.len() / ts,
+                &got[b * ts..(b + 1) * ts],
+                &want[b * ts..(b + 1) * ts],
+                &xr[b * bs..(b + 1) * bs],
+            );
+        }
+    }
+}
+
+#[test]
+fn activation_quantizers_match_ggml_bytes() {
+    let f = open();
+    for k in tables() {
+        for ty in ACTS {
+            check_quantizer(&f, "act.input", "act", ty, k);
+            check_quantizer(&f, "edge.input", "edge", ty, k);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dot kernels.
+
+/// Byte offsets of the f16 scale `d` and minimum scale `dmin` for types with a minimum.
+fn min_offsets(ty: GgmlType) -> Option<(usize, usize)> {
+    match ty {
+        T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => Some((0, 2)),
+        T::Q2_K => Some((80, 82)),
+        _ => None,
+    }
+}
+
+fn dequant(ty: GgmlType, b: &[u8], n: usize) -> Vec<f64> {
+    let mut out = vec![0f32; n];
+    dequantize_row(ty, b, &mut out).unwrap();
+    out.into_iter().map(f64::from).collect()
+}
+
+/// Copy of `w` with the f16 at `off` of every block set to zero.
+fn zero_f16(ty: GgmlType, w: &[u8], off: usize) -> Vec<u8> {
+    let mut w = w.to_vec();
+    for b in w.chunks_exact_mut(ty.type_size()) {
+        b[off..off + 2].fill(0);
+    }
+    w
+}
+
+/// `M` of the module docs for `n` elements of weight row `w` and activation row `a`.
+fn magnitude(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f64 {
+    let act = vec_dot_type(ty).unwrap();
+    let av = dequant(act, a, n);
+    let wm: Vec<f64> = match min_offsets(ty) {
+        None => dequant(ty, w, n).iter().map(|v| v.abs()).collect(),
+        Some((d, m)) => {
+            let scale_part = dequant(ty, &zero_f16(ty, w, m), n);
+            let min_part = dequant(ty, &zero_f16(ty, w, d), n);
+            scale_part
+                .iter()
+                .zip(&min_part)
+                .map(|(s, m)| s.abs() + m.abs())
+                .collect()
+        }
+    };
+    let mut s: f64 = wm.iter().zip(&av).map(|(w, a)| w * a.abs()).sum();
+    if act == T::Q8_1 {
+        let f16 = |b: &[u8], at: usize| f64::from(half::f16::from_le_bytes([b[at], b[at + 1]]));
+        for (wb, ab) in w.chunks_exact(ty.type_size()).zip(a.chunks_exact(36)) {
+            s += (f16(wb, 2) * f16(ab, 2)).abs();
+        }
+    }
+    s
+}
+
+fn tolerance(ty: GgmlType, n: usize, m: f64) -> f64 {
+    let factor = match ty.block_size() {
+        1 => 2.0 * ((n / 32 + 5 + n % 32) as f64 + 4.0),
+        32 => 2.0 * ((n / 32 + 3) as f64 + 4.0),
+        _ => (n / 256) as f64 + 8.0,
+    };
+    factor * EPS * m + 1e-30
+}
+
+/// Distance between two finite f32 in units in the last place.
+fn ulps(a: f32, b: f32) -> u64 {
+    let key = |x: f32| {
+        let bits = x.to_bits() as i64;
+        if bits & 0x8000_0000 != 0 {
+            -(bits & 0x7fff_ffff)
+        } else {
+            bits
+        }
+    };
+    key(a).abs_diff(key(b))
+}
+
+/// Largest difference seen for one weight type and kernel table.
+#[derive(Default)]
+struct Worst {
+    cases: usize,
+    differing: usize,
+    ulps: u64,
+    /// |ours - ggml| / tolerance
+    of_tolerance: f64,
+}
+
+#[test]
+fn dot_kernels_match_ggml() {
+    let f = open();
+    let (_, input, input_len) = tensor(&f, "act.input", T::F32);
+    let avx2 = Kernels::detect().isa() == Isa::Avx2;
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for ty in WEIGHTS {
+        let act = vec_dot_type(ty).unwrap();
+        let (_, wb, w_len) = tensor(&f, &format!("w.{}", ty.name()), ty);
+        let (a_info, ab, a_len) = if act == T::F32 {
+            tensor(&f, "act.input", T::F32)
+        } else {
+            tensor(&f, &format!("act.{}", act.name()), act)
+        };
+        let a_rows = a_info.dims[1] as usize;
+        assert_eq!(input.len() / 4 / input_len, a_rows);
+        let w_rows = wb.len() / ty.row_bytes(w_len as u64).unwrap() as usize;
+        let (d_info, db, _) = tensor(&f, &format!("dot.{}", ty.name()), T::F32);
+        assert_eq!(d_info.dims[..2], [a_rows as u64, w_rows as u64]);
+        let want = f32s(db);
+        let lengths: Vec<usize> = match f
+            .metadata()
+            .get_array(&format!("dot.{}.lengths", ty.name()))
+        {
+            Some(gguf::ArrayValue::U32(v)) => v.iter().map(|&n| n as usize).collect(),
+            other => panic!("dot.{}.lengths: {other:?}", ty.name()),
+        };
+        assert_eq!(want.len(), lengths.len() * w_rows * a_rows);
+
+        let mut worst: Vec<Worst> = tables().iter().map(|_| Worst::default()).collect();
+        let mut want = want.into_iter();
+        for &n in &lengths {
+            assert!(n <= w_len && n <= a_len);
+            let wr = ty.row_bytes(n as u64).unwrap() as usize;
+            let ar = act.row_bytes(n as u64).unwrap() as usize;
+            for wi in 0..w_rows {
+                let w_stride = wb.len() / w_rows;
+                let w = &wb[wi * w_stride..wi * w_stride + wr];
+                for ai in 0..a_rows {
+                    let a_stride = ab.len() / a_rows;
+                    let a = &ab[ai * a_stride..ai * a_stride + ar];
+                    let expect = want.next().unwrap();
+                    let tol = tolerance(ty, n, magnitude(ty, n, w, a));
+                    for (k, worst) in tables().into_iter().zip(&mut worst) {
+                        let got = k.dot(ty).expect("dot kernel registered")(n, w, a);
+                        let diff = (f64::from(got) - f64::from(expect)).abs();
+                        worst.cases += 1;
+                        if got.to_bits() != expect.to_bits() {
+                            worst.differing += 1;
+                            worst.ulps = worst.ulps.max(ulps(got, expect));
+                            worst.of_tolerance = worst.of_tolerance.max(diff / tol);
+                        }
+                        let what = format!(
+                            "{ty} {} n={n} weight row {wi} activation row {ai}: ours {got:e} ggml {expect:e}",
+                            k.isa().name()
+                        );
+                        if avx2 && k.isa() == Isa::Avx2 && avx2_bit_exact(ty, n) {
+                            if got.to_bits() != expect.to_bits() {
+                                failures.push(format!("{what}: not bit-identical"));
+                            }
+                        } else if diff > tol {
+                            failures.push(format!("{what}: beyond tolerance {tol:e}"));
+                        }
+                    }
+                }
+            }
+        }
+        for (k, w) in tables().into_iter().zip(&worst) {
+            report.push(format!(
+                "{:>7} {:>6}: {:>3} of {:>3} differ, max {:>4} ulps, {:.3} of tolerance",
+                ty.name(),
+                k.isa().name(),
+                w.differing,
+                w.cases,
+                w.ulps,
+                w.of_tolerance
+            ));
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn fixture_covers_every_dot_kernel() {
+    let f = open();
+    for ty in GgmlType::ALL {
+        let has_kernel = Kernels::scalar().dot(*ty).is_some();
+        let in_fixture = f.tensor(&format!("dot.{}", ty.name())).is_some();
+        assert_eq!(
+            has_kernel, in_fixture,
+            "{ty}: kernel registered {has_kernel}, fixture reference {in_fixture}"
+        );
+        assert_eq!(WEIGHTS.contains(ty), has_kernel, "{ty}");
+    }
+}
