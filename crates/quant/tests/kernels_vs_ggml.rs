@@ -8,8 +8,7 @@
 //!
 //! * Quantizers: both kernel tables must reproduce ggml's bytes exactly.
 //! * Dot kernels, AVX2 table (when this CPU has it): the kernels follow ggml's x86 order of
-//!   operations, so the result must be the same f32, bit for bit (see [`avx2_bit_exact`]
-//!   for the one exception, which must lie within the tolerance below).
+//!   operations (the F32 tail included), so the result must be the same f32, bit for bit.
 //! * Dot kernels, scalar table: within the tolerance (its additions run in another order).
 //!
 //! Tolerance (the bounds of `kernels_legacy.rs` and `kernels_kquants.rs`, taken for two
@@ -53,17 +52,6 @@ const WEIGHTS: [GgmlType; 16] = [
     T::Q6_K,
     T::IQ4_XS,
 ];
-
-/// Whether the AVX2 kernel for `ty` returns exactly ggml's f32 for rows of `n` elements.
-///
-/// All do, except F32 when `n % 4 != 0`: ggml's F32 tail (the `n % 32` elements after the
-/// vector loop) is a plain C loop that the compiler of the reference build vectorized:
-/// groups of 8 and then 4 products are rounded and added one by one, and the last
-/// `n % 4` products are fused into the sum (scalar FMA). Our kernel multiplies and adds
-/// every tail element, so it agrees exactly when `n % 4 == 0`.
-fn avx2_bit_exact(ty: GgmlType, n: usize) -> bool {
-    ty != T::F32 || n.is_multiple_of(4)
-}
 
 fn open() -> GgufFile {
     let path = format!(
@@ -294,7 +282,7 @@ fn dot_kernels_match_ggml() {
                             "{ty} {} n={n} weight row {wi} activation row {ai}: ours {got:e} ggml {expect:e}",
                             k.isa().name()
                         );
-                        if avx2 && k.isa() == Isa::Avx2 && avx2_bit_exact(ty, n) {
+                        if avx2 && k.isa() == Isa::Avx2 {
                             if got.to_bits() != expect.to_bits() {
                                 failures.push(format!("{what}: not bit-identical"));
                             }

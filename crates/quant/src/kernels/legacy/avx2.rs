@@ -344,8 +344,17 @@ fn f32_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sum = hsum_hadd(add4(acc));
     let (wt, _) = w[4 * done..].as_chunks::<4>();
     let (at, _) = a[4 * done..].as_chunks::<4>();
-    for (x, y) in wt.iter().zip(at) {
-        sum += f32::from_le_bytes(*x) * f32::from_le_bytes(*y);
+    // ggml's compiled tail rounds each product of the 4-aligned part before adding it, and
+    // fuses the multiply-add for the last `n % 4` elements; doing the same keeps the result
+    // bit-identical to llama.cpp's x86 backend.
+    let fused_from = n - n % 4;
+    for (i, (x, y)) in wt.iter().zip(at).enumerate() {
+        let (x, y) = (f32::from_le_bytes(*x), f32::from_le_bytes(*y));
+        if done + i >= fused_from {
+            sum = x.mul_add(y, sum);
+        } else {
+            sum += x * y;
+        }
     }
     sum
 }
