@@ -124,7 +124,12 @@ impl<'a> GgufWriter<'a> {
         }
         if key == KEY_ALIGNMENT {
             match value {
-                Value::U32(a) => return self.set_alignment(a),
+                Value::U32(a) => {
+                    self.set_alignment(a)?;
+                    // Recorded even when it is the default: the caller asked for the key.
+                    self.metadata.set(KEY_ALIGNMENT, Value::U32(a));
+                    return Ok(());
+                }
                 v => {
                     return Err(GgufError::KeyType {
                         key,
