@@ -384,3 +384,30 @@ fn alignment_key_is_written_when_asked() {
     let bytes = write(w);
     assert_eq!(Gguf::parse(&bytes).unwrap().metadata().len(), 0);
 }
+
+#[test]
+fn large_vocabulary_array() {
+    let tokens: Vec<String> = (0..150_000).map(|i| format!("tok{i}\u{2581}")).collect();
+    let types: Vec<i32> = (0..150_000).map(|i| i % 7).collect();
+    let mut w = GgufWriter::new();
+    w.add_metadata(
+        "tokenizer.ggml.tokens",
+        Value::Array(ArrayValue::String(tokens.clone())),
+    )
+    .unwrap();
+    w.add_metadata(
+        "tokenizer.ggml.token_type",
+        Value::Array(ArrayValue::I32(types.clone())),
+    )
+    .unwrap();
+    let bytes = write(w);
+    let g = Gguf::parse(&bytes).unwrap();
+    assert_eq!(
+        g.get_array("tokenizer.ggml.tokens").unwrap().as_strings(),
+        Some(tokens.as_slice())
+    );
+    assert_eq!(
+        g.get_array("tokenizer.ggml.token_type"),
+        Some(&ArrayValue::I32(types))
+    );
+}
