@@ -31,7 +31,8 @@ fn rewrite(g: &Gguf<'_>) -> Option<Vec<u8>> {
     let mut w = GgufWriter::new();
     w.set_version(g.version()).ok()?;
     for (k, v) in g.metadata().iter() {
-        w.add_metadata(k, v.clone()).expect("writer refused parsed metadata");
+        w.add_metadata(k, v.clone())
+            .expect("writer refused parsed metadata");
     }
     assert_eq!(w.alignment(), g.alignment());
     for t in g.tensors() {
@@ -51,13 +52,21 @@ fuzz_target!(|data: &[u8]| {
     let Ok(g) = Gguf::parse(data) else {
         return;
     };
-    let _ = (g.version(), g.alignment(), g.data_offset(), g.header().header_len());
+    let _ = (
+        g.version(),
+        g.alignment(),
+        g.data_offset(),
+        g.header().header_len(),
+    );
     let mut sum = 0usize;
     for (k, v) in g.metadata().iter() {
         sum += k.len() + touch_value(v);
         assert!(g.get(k).is_some());
     }
-    let _ = (g.get_u32("general.alignment"), g.get_str("general.architecture"));
+    let _ = (
+        g.get_u32("general.alignment"),
+        g.get_str("general.architecture"),
+    );
     for t in g.tensors() {
         assert!(std::ptr::eq(g.tensor(&t.name).unwrap(), t));
         sum += t.n_elements() as usize;
