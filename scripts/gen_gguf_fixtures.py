@@ -8,7 +8,7 @@ Produced with the `gguf` Python package, version 0.19.0 (and numpy):
 
 The files are written by gguf's own GGUFWriter. Next to them, `expected.json` records
 what the script asked the writer to store (metadata with exact value types, tensor
-shapes in ggml order, type ids and the tensor bytes in hex) and, read back with gguf's
+shapes in ggml order, type ids and the tensor bytes in hex), gguf's table of ggml type geometries, and, read back with gguf's
 GGUFReader, where the data section and each tensor's data start. The Rust tests assert
 that our reader sees exactly these values.
 
@@ -244,6 +244,10 @@ def main() -> int:
         "generator": "scripts/gen_gguf_fixtures.py with gguf 0.19.0 (GGUFWriter/GGUFReader)",
         "files": files,
         "split": split(OUT),
+        # gguf's table of ggml types: id -> [name, block size, bytes per block].
+        "ggml_type_sizes": {
+            str(int(t)): [t.name, bs, ts] for t, (bs, ts) in gguf.GGML_QUANT_SIZES.items()
+        },
     }
     with open(OUT / "expected.json", "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, ensure_ascii=False)

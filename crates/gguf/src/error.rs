@@ -60,7 +60,7 @@ pub enum GgufError {
 
     /// A version other than 1, 2 or 3.
     #[error("unsupported GGUF version {version} (only versions 2 and 3){}",
-        if version & 0xffff == 0 { "; the file looks big-endian" } else { "" })]
+        if *version != 0 && version & 0xffff == 0 { "; the file looks big-endian" } else { "" })]
     UnsupportedVersion {
         /// The version field.
         version: u32,

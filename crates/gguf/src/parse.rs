@@ -512,10 +512,18 @@ impl<'b> Parser<'b> {
             }
             ValueType::String => {
                 let mut out = Vec::with_capacity(n);
+                // Only strings are read below, so the key can be lent to the messages.
+                let key = std::mem::take(&mut self.key);
                 for i in 0..n {
-                    let key = self.key.clone();
-                    out.push(self.string(&|| format!("element {i} of key '{key}'"))?);
+                    match self.string(&|| format!("element {i} of key '{key}'")) {
+                        Ok(s) => out.push(s),
+                        Err(e) => {
+                            self.key = key;
+                            return Err(e);
+                        }
+                    }
                 }
+                self.key = key;
                 ArrayValue::String(out)
             }
             ValueType::Array => {

@@ -124,7 +124,12 @@ impl<'a> GgufWriter<'a> {
         }
         if key == KEY_ALIGNMENT {
             match value {
-                Value::U32(a) => return self.set_alignment(a),
+                Value::U32(a) => {
+                    self.set_alignment(a)?;
+                    // Recorded even when it is the default: the caller asked for the key.
+                    self.metadata.set(KEY_ALIGNMENT, Value::U32(a));
+                    return Ok(());
+                }
                 v => {
                     return Err(GgufError::KeyType {
                         key,
@@ -251,8 +256,8 @@ impl<'a> GgufWriter<'a> {
         Ok(n)
     }
 
-    /// Stream the file into `w`: header, padding, then each tensor's bytes and padding.
-    /// Returns the bytes written.
+    /// Stream the file into `w`: header, padding, then each tensor's bytes and padding
+    /// (a file without tensors ends right after its header). Returns the bytes written.
     pub fn write_to<W: Write>(self, w: W) -> Result<u64, GgufError> {
         let stream = PathBuf::new();
         let err = io_err(&stream);
@@ -292,7 +297,11 @@ impl<'a> GgufWriter<'a> {
             w.write_all(&t.ty.id().to_le_bytes()).map_err(&err)?;
             w.write_all(&off.to_le_bytes()).map_err(&err)?;
         }
-        pad(&mut w, align).map_err(&err)?;
+        // Without tensors there is no data section, hence nothing to align (a huge
+        // alignment must not turn an empty model into a huge file).
+        if !self.tensors.is_empty() {
+            pad(&mut w, align).map_err(&err)?;
+        }
 
         for t in self.tensors {
             let before = w.n;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use gguf::{Gguf, GgufFile, Metadata, TensorInfo, Value};
+use gguf::{GgmlType, Gguf, GgufFile, Metadata, TensorInfo, Value};
 use serde_json::Value as Json;
 
 fn fixtures() -> PathBuf {
@@ -214,4 +214,33 @@ fn split_model_as_one() {
             "blk.0.a", "blk.0.b", "blk.1.a", "blk.1.b", "blk.2.a", "blk.2.b"
         ]
     );
+}
+
+/// Our ggml type table against the one in the `gguf` Python package.
+#[test]
+fn type_table_matches_gguf_py() {
+    let exp = expected();
+    let table = exp["ggml_type_sizes"].as_object().unwrap();
+    for (id, entry) in table {
+        let id: u32 = id.parse().unwrap();
+        let e = entry.as_array().unwrap();
+        let t = GgmlType::from_id(id).unwrap_or_else(|| panic!("id {id} ({}) unknown", e[0]));
+        assert!(
+            t.name().eq_ignore_ascii_case(e[0].as_str().unwrap()),
+            "{t} vs {}",
+            e[0]
+        );
+        assert_eq!(t.block_size() as u64, e[1].as_u64().unwrap(), "{t}");
+        if t == GgmlType::Q8_1 {
+            // gguf-py 0.19.0 lists 40 bytes (two f32 scales); ggml's block_q8_1 holds two
+            // f16 scales and 32 quants, 36 bytes (a static_assert in ggml-common.h), and
+            // ggml is what reads model files. Q8_1 is an activation format that model
+            // files do not use.
+            assert_eq!(e[2].as_u64().unwrap(), 40);
+            assert_eq!(t.type_size(), 2 + 2 + 32);
+            continue;
+        }
+        assert_eq!(t.type_size() as u64, e[2].as_u64().unwrap(), "{t}");
+    }
+    assert_eq!(table.len(), GgmlType::ALL.len());
 }
