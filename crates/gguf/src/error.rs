@@ -15,21 +15,23 @@ use crate::value::ValueType;
 #[non_exhaustive]
 pub enum GgufError {
     /// An error inside a file opened from a path.
-    #[error("{}: {source}", path.display())]
+    // The inner error is part of the message and deliberately not exposed as `source()`,
+    // so that printing the chain (`{:#}` in anyhow) does not repeat it.
+    #[error("{}: {error}", path.display())]
     InFile {
         /// The file.
         path: PathBuf,
         /// What went wrong in it.
-        source: Box<GgufError>,
+        error: Box<GgufError>,
     },
 
     /// Opening, mapping or writing a file failed.
-    #[error("I/O error on {}: {source}", path.display())]
+    #[error("I/O error on {}: {error}", path.display())]
     Io {
         /// The file involved (empty when writing to a stream).
         path: PathBuf,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (part of the message, not repeated as `source()`).
+        error: io::Error,
     },
 
     /// The data ended before a field could be read.
@@ -391,8 +393,8 @@ impl GgufError {
     /// The error without any [`GgufError::InFile`] wrapping.
     pub fn root(&self) -> &GgufError {
         let mut e = self;
-        while let GgufError::InFile { source, .. } = e {
-            e = source;
+        while let GgufError::InFile { error, .. } = e {
+            e = error;
         }
         e
     }
@@ -400,7 +402,7 @@ impl GgufError {
     pub(crate) fn in_file(self, path: impl Into<PathBuf>) -> GgufError {
         GgufError::InFile {
             path: path.into(),
-            source: Box::new(self),
+            error: Box::new(self),
         }
     }
 

@@ -68,9 +68,9 @@ impl std::fmt::Debug for Shard {
 
 impl Shard {
     fn open(path: &Path, index: usize) -> Result<Shard, GgufError> {
-        let io_err = |source| GgufError::Io {
+        let io_err = |error| GgufError::Io {
             path: path.to_owned(),
-            source,
+            error,
         };
         let file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();

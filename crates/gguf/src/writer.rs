@@ -55,9 +55,9 @@ fn invalid(reason: impl Into<String>) -> GgufError {
 }
 
 fn io_err(path: &Path) -> impl Fn(io::Error) -> GgufError + '_ {
-    move |source| GgufError::Io {
+    move |error| GgufError::Io {
         path: path.to_owned(),
-        source,
+        error,
     }
 }
 
