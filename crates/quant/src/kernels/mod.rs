@@ -22,6 +22,25 @@ mod legacy;
 /// `dot(n, weight_row_bytes, activation_row_bytes) -> f32`.
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 
+/// Several consecutive weight rows against one activation row:
+/// `dot_rows(n, w, a, out)` with `w` holding `out.len()` rows of `n` elements back to back
+/// (`w.len() == out.len() * W.row_bytes(n)`), writing one result per row.
+///
+/// A multi-row kernel shares the activation loads and scale conversions between rows. Its
+/// contract is strict: `out[r]` must equal `dot(n, row r, a)` **bit for bit** (each row keeps
+/// the single-row kernel's order of operations), so results never depend on how rows were
+/// grouped or split between threads.
+pub type DotRowsFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32]);
+
+/// A multi-row kernel and the number of rows it takes per call.
+#[derive(Clone, Copy)]
+pub struct DotRows {
+    /// Rows per call (`out.len()` must equal this).
+    pub rows: usize,
+    /// The kernel.
+    pub f: DotRowsFn,
+}
+
 /// Quantize one f32 activation row into the bytes of an activation type.
 /// `x.len()` must be a whole number of blocks and `out.len()` must be
 /// `act_type.row_bytes(x.len())`; quantizers assert this at entry, like the dot kernels.
@@ -52,6 +71,7 @@ const N_IDS: usize = 64;
 pub struct Kernels {
     isa: Isa,
     dot: [Option<DotFn>; N_IDS],
+    dot_rows: [Option<DotRows>; N_IDS],
     quantize: [Option<QuantizeFn>; N_IDS],
 }
 
@@ -60,6 +80,7 @@ impl Kernels {
         Kernels {
             isa,
             dot: [None; N_IDS],
+            dot_rows: [None; N_IDS],
             quantize: [None; N_IDS],
         }
     }
@@ -76,6 +97,12 @@ impl Kernels {
     #[allow(dead_code)]
     pub(crate) fn set_dot(&mut self, w: GgmlType, f: DotFn) {
         self.dot[w.id() as usize] = Some(f);
+    }
+
+    /// Register a multi-row kernel for weight type `w`.
+    #[allow(dead_code)]
+    pub(crate) fn set_dot_rows(&mut self, w: GgmlType, rows: usize, f: DotRowsFn) {
+        self.dot_rows[w.id() as usize] = Some(DotRows { rows, f });
     }
 
     /// Register the activation quantizer producing type `act`.
@@ -120,6 +147,12 @@ impl Kernels {
     /// The dot kernel for weight type `w`, if one exists.
     pub fn dot(&self, w: GgmlType) -> Option<DotFn> {
         self.dot[w.id() as usize]
+    }
+
+    /// The multi-row kernel for weight type `w`, if one exists (callers fall back to
+    /// [`Kernels::dot`] for the rows it does not cover).
+    pub fn dot_rows(&self, w: GgmlType) -> Option<DotRows> {
+        self.dot_rows[w.id() as usize]
     }
 
     /// The quantizer that produces activation type `act`, if one exists.
