@@ -12,3 +12,6 @@ pub use gguf::{GgmlType, QK_K};
 
 pub mod kernels;
 pub use kernels::{DotFn, Isa, Kernels, QuantizeFn, vec_dot_type};
+
+pub mod pool;
+pub use pool::ThreadPool;
