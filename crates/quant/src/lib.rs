@@ -13,5 +13,7 @@ pub use gguf::{GgmlType, QK_K};
 pub mod kernels;
 pub use kernels::{DotFn, Isa, Kernels, QuantizeFn, vec_dot_type};
 
+pub mod matvec;
 pub mod pool;
+pub use matvec::{RowKernel, matmul, matmul_with, matvec, matvec_with};
 pub use pool::ThreadPool;
