@@ -1,0 +1,258 @@
+//! Matrix × vector throughput of the quant crate's threaded matvec (a benchmark, not a test).
+//!
+//! ```text
+//! cargo run --release -p quant --example matvec_bench -- \
+//!     --types q4_K,q6_K,q8_0,mxfp4,f16 --shapes 2048x768,768x2048 --threads 1,2
+//! ```
+//!
+//! For every type × shape (rows x cols) × thread count it fills a weight matrix with random
+//! valid blocks, times `matvec` (activation quantization included) until both `--min-time`
+//! seconds and `--min-iters` iterations have passed, and prints one tab-separated line:
+//! `engine isa mode type rows cols threads iters median_us GB/s`, where GB/s is weight bytes
+//! (`rows * row_bytes`) per second at the median time. bench/llamacpp/mul_mat_bench.c prints
+//! the same columns for llama.cpp.
+//!
+//! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
+//! runs exactly N timed iterations (for instruction counting under callgrind).
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use half::{bf16, f16};
+use quant::{GgmlType, Kernels, ThreadPool, matvec};
+
+struct Args {
+    types: Vec<GgmlType>,
+    shapes: Vec<(usize, usize)>,
+    threads: Vec<usize>,
+    min_time: f64,
+    min_iters: usize,
+    exact_iters: Option<usize>,
+    scalar: bool,
+}
+
+const DEFAULT_SHAPES: &str = "2048x768,768x2048,2048x4096,4096x2048,151936x2048";
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        types: Vec::new(),
+        shapes: Vec::new(),
+        threads: vec![1, 2],
+        min_time: 0.5,
+        min_iters: 10,
+        exact_iters: None,
+        scalar: false,
+    };
+    let mut types = "q4_K,q6_K,q8_0,mxfp4,f16".to_owned();
+    let mut shapes = DEFAULT_SHAPES.to_owned();
+    let mut it = std::env::args().skip(1);
+    while let Some(opt) = it.next() {
+        if opt == "--scalar" {
+            a.scalar = true;
+            continue;
+        }
+        let v = it.next().ok_or(format!("missing value after {opt}"))?;
+        let num = |v: &str| v.parse::<f64>().map_err(|e| format!("{opt} {v}: {e}"));
+        match opt.as_str() {
+            "--types" => types = v,
+            "--shapes" => shapes = v,
+            "--threads" => {
+                a.threads = v
+                    .split(',')
+                    .map(|t| t.parse().map_err(|e| format!("--threads {t}: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--min-time" => a.min_time = num(&v)?,
+            "--min-iters" => a.min_iters = num(&v)? as usize,
+            "--iters" => a.exact_iters = Some(num(&v)? as usize),
+            _ => return Err(format!("unknown option {opt}")),
+        }
+    }
+    for name in types.split(',') {
+        let t = GgmlType::ALL
+            .iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+            .ok_or(format!("unknown type {name}"))?;
+        a.types.push(*t);
+    }
+    for s in shapes.split(',') {
+        let (r, c) = s
+            .split_once('x')
+            .ok_or(format!("shape {s} is not ROWSxCOLS"))?;
+        let p = |v: &str| v.parse::<usize>().map_err(|e| format!("shape {s}: {e}"));
+        a.shapes.push((p(r)?, p(c)?));
+    }
+    Ok(a)
+}
+
+/// xorshift64*.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let r = self.next_u64().to_le_bytes();
+            c.copy_from_slice(&r[..c.len()]);
+        }
+    }
+}
+
+/// Byte offsets of the f16 scale fields inside one block, for the block types the
+/// benchmark can fill (every other byte of a block may hold any value).
+fn f16_scale_offsets(t: GgmlType) -> Option<&'static [usize]> {
+    use GgmlType::*;
+    Some(match t {
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        Q6_K => &[208],
+        _ => return None,
+    })
+}
+
+/// `rows × cols` random weights of type `t` as valid blocks (finite scales).
+fn random_weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Result<Vec<u8>, String> {
+    let n = rows * cols;
+    let rb = t.row_bytes(cols as u64).ok_or(format!(
+        "{cols} columns is not a whole number of {t} blocks"
+    ))? as usize;
+    let mut w = vec![0u8; rows * rb];
+    match t {
+        GgmlType::F32 => {
+            for c in w.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.f32().to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&f16::from_f32(rng.f32()).to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&bf16::from_f32(rng.f32()).to_le_bytes());
+            }
+        }
+        GgmlType::MXFP4 => {
+            rng.fill(&mut w);
+            for b in w.chunks_exact_mut(t.type_size()) {
+                b[0] = 118 + (b[0] % 8); // E8M0 scale 2^-9 .. 2^-2
+            }
+        }
+        _ => {
+            let offs = f16_scale_offsets(t).ok_or(format!("cannot fill {t} weights"))?;
+            rng.fill(&mut w);
+            for b in w.chunks_exact_mut(t.type_size()) {
+                for &o in offs {
+                    let d = 0.001 + 0.01 * (rng.f32() + 1.0);
+                    b[o..o + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                }
+            }
+        }
+    }
+    debug_assert_eq!(w.len(), n / t.block_size() * t.type_size());
+    Ok(w)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let kernels = if a.scalar {
+        Kernels::scalar()
+    } else {
+        Kernels::detect()
+    };
+    let pools = a
+        .threads
+        .iter()
+        .map(|&n| ThreadPool::new(n).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut scratch = Vec::new();
+    for &t in &a.types {
+        for &(rows, cols) in &a.shapes {
+            let w = random_weights(t, rows, cols, &mut rng)?;
+            let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
+            let mut out = vec![0.0f32; rows];
+            for pool in &pools {
+                let mut once = || {
+                    matvec(pool, kernels, t, &w, rows, cols, &x, &mut out, &mut scratch)
+                        .map_err(|e| format!("{t} {rows}x{cols}: {e}"))
+                };
+                if a.exact_iters.is_none() {
+                    for _ in 0..3 {
+                        once()?;
+                    }
+                }
+                let mut times = Vec::new();
+                let start = Instant::now();
+                loop {
+                    let done = match a.exact_iters {
+                        Some(n) => times.len() >= n,
+                        None => {
+                            (start.elapsed().as_secs_f64() >= a.min_time
+                                && times.len() >= a.min_iters)
+                                || times.len() >= 100_000
+                        }
+                    };
+                    if done {
+                        break;
+                    }
+                    let t0 = Instant::now();
+                    once()?;
+                    times.push(t0.elapsed().as_secs_f64());
+                }
+                let iters = times.len();
+                if iters == 0 {
+                    continue;
+                }
+                let med = median(&mut times);
+                println!(
+                    "sluice\t{}\tplain\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
+                    kernels.isa().name(),
+                    t.name(),
+                    pool.n_threads(),
+                    med * 1e6,
+                    w.len() as f64 / med * 1e-9
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("matvec_bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("matvec_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
