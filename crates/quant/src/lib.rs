@@ -4,11 +4,16 @@
 //! ggml pairs them (weight type × activation type), SIMD versions chosen once at startup,
 //! a persistent thread pool, and matvec / small-batch matmul on top.
 
+pub mod dequant;
 mod error;
+mod iq_tables;
+pub mod quantize;
 pub mod tables;
 
+pub use dequant::{can_dequantize, dequantize_row, dequantize_to_vec};
 pub use error::QuantError;
 pub use gguf::{GgmlType, QK_K};
+pub use quantize::{can_quantize, quantize_row, quantize_to_vec};
 
 pub mod kernels;
 pub use kernels::{DotFn, Isa, Kernels, QuantizeFn, vec_dot_type};

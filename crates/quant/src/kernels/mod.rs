@@ -23,7 +23,8 @@ mod legacy;
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 
 /// Quantize one f32 activation row into the bytes of an activation type.
-/// `out.len()` must be `act_type.row_bytes(x.len())`.
+/// `x.len()` must be a whole number of blocks and `out.len()` must be
+/// `act_type.row_bytes(x.len())`; quantizers assert this at entry, like the dot kernels.
 pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
 
 /// The instruction set a kernel table was built for.
