@@ -1,3 +1,237 @@
-use super::Kernels;
+//! Dot kernels for the k-quants (Q2_K … Q6_K) and IQ4_XS against Q8_K activations, and
+//! the Q8_K activation quantizer.
+//!
+//! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
+//! scale `d`, 256 signed bytes and 16 `i16` sums of consecutive groups of 16 bytes; the
+//! sums let the kernels apply a weight block's per-group minimum or offset with 16
+//! multiplications instead of 256.
+//!
+//! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
+//! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
+//! integer arithmetic; the two differ only in the order of float additions.
+//!
+//! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
+//! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
+//! `-(-128)`; the other kernels accept the full `i8` range.
 
-pub(super) fn register(_k: &mut Kernels) {}
+mod q8k;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use super::{Isa, Kernels};
+use crate::{GgmlType, QK_K};
+
+/// Bytes of one Q8_K block: `d: f32`, `qs: [i8; 256]`, `bsums: [i16; 16]`.
+const Q8K_BYTES: usize = 4 + QK_K + 2 * (QK_K / 16);
+/// Offset of `qs` in a Q8_K block.
+const Q8K_QS: usize = 4;
+/// Offset of `bsums` in a Q8_K block.
+const Q8K_BSUMS: usize = Q8K_QS + QK_K;
+
+/// Block layouts (byte offsets inside one 256-element block).
+mod layout {
+    /// Q2_K: `scales[16]` (low nibble scale, high nibble min), `qs[64]`, `d`, `dmin`.
+    pub mod q2k {
+        pub const BYTES: usize = 84;
+        pub const SCALES: usize = 0;
+        pub const QS: usize = 16;
+        pub const D: usize = 80;
+        pub const DMIN: usize = 82;
+    }
+    /// Q3_K: `hmask[32]`, `qs[64]`, `scales[12]` (16 packed 6-bit values), `d`.
+    pub mod q3k {
+        pub const BYTES: usize = 110;
+        pub const HMASK: usize = 0;
+        pub const QS: usize = 32;
+        pub const SCALES: usize = 96;
+        pub const D: usize = 108;
+    }
+    /// Q4_K: `d`, `dmin`, `scales[12]` (8 scales and 8 mins, 6 bits each), `qs[128]`.
+    pub mod q4k {
+        pub const BYTES: usize = 144;
+        pub const D: usize = 0;
+        pub const DMIN: usize = 2;
+        pub const SCALES: usize = 4;
+        pub const QS: usize = 16;
+    }
+    /// Q5_K: `d`, `dmin`, `scales[12]`, `qh[32]`, `qs[128]`.
+    pub mod q5k {
+        pub const BYTES: usize = 176;
+        pub const D: usize = 0;
+        pub const DMIN: usize = 2;
+        pub const SCALES: usize = 4;
+        pub const QH: usize = 16;
+        pub const QS: usize = 48;
+    }
+    /// Q6_K: `ql[128]`, `qh[64]`, `scales: [i8; 16]`, `d`.
+    pub mod q6k {
+        pub const BYTES: usize = 210;
+        pub const QL: usize = 0;
+        pub const QH: usize = 128;
+        pub const SCALES: usize = 192;
+        pub const D: usize = 208;
+    }
+    /// IQ4_XS: `d`, `scales_h: u16`, `scales_l[4]`, `qs[128]`.
+    pub mod iq4xs {
+        pub const BYTES: usize = 136;
+        pub const D: usize = 0;
+        pub const SCALES_H: usize = 2;
+        pub const SCALES_L: usize = 4;
+        pub const QS: usize = 8;
+    }
+}
+
+pub(super) fn register(k: &mut Kernels) {
+    k.set_quantize(GgmlType::Q8_K, q8k::quantize_row_q8_k);
+
+    k.set_dot(GgmlType::Q2_K, scalar::dot_q2_k);
+    k.set_dot(GgmlType::Q3_K, scalar::dot_q3_k);
+    k.set_dot(GgmlType::Q4_K, scalar::dot_q4_k);
+    k.set_dot(GgmlType::Q5_K, scalar::dot_q5_k);
+    k.set_dot(GgmlType::Q6_K, scalar::dot_q6_k);
+    k.set_dot(GgmlType::IQ4_XS, scalar::dot_iq4_xs);
+
+    if k.isa() == Isa::Avx2 {
+        #[cfg(target_arch = "x86_64")]
+        x86::register(k);
+    }
+}
+
+/// Assert the [`super::DotFn`] length contract for weight type `ty` × Q8_K and return the
+/// number of super-blocks.
+#[inline]
+fn check_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> usize {
+    assert!(
+        n.is_multiple_of(QK_K),
+        "{ty} dot: n = {n} is not a multiple of {QK_K}"
+    );
+    let nb = n / QK_K;
+    assert_eq!(w.len(), nb * ty.type_size(), "{ty} dot: weight row length");
+    assert_eq!(
+        a.len(),
+        nb * Q8K_BYTES,
+        "{ty} dot: q8_K activation row length"
+    );
+    nb
+}
+
+/// The f16 at `off` of `b`, as f32.
+#[inline]
+fn f16_at(b: &[u8], off: usize) -> f32 {
+    half::f16::from_le_bytes([b[off], b[off + 1]]).to_f32()
+}
+
+/// The f32 at `off` of `b`.
+#[inline]
+fn f32_at(b: &[u8], off: usize) -> f32 {
+    f32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+/// The little-endian u32 at `off` of `b`.
+#[inline]
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+/// Unpack the 12 scale bytes of a Q4_K / Q5_K block into four little-endian words holding
+/// 16 bytes: the eight 6-bit sub-block scales followed by the eight 6-bit sub-block minimums.
+#[inline]
+fn unpack_scales_mins_k4_words(s: &[u8]) -> [u32; 4] {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let (a0, a1, a2) = (u32_at(s, 0), u32_at(s, 4), u32_at(s, 8));
+    [
+        a0 & LOW6,
+        (a2 & LOW4) | (((a0 >> 6) & LOW2) << 4),
+        a1 & LOW6,
+        ((a2 >> 4) & LOW4) | (((a1 >> 6) & LOW2) << 4),
+    ]
+}
+
+/// [`unpack_scales_mins_k4_words`] as bytes: `[scales[0..8], mins[0..8]]`.
+#[inline]
+fn unpack_scales_mins_k4(s: &[u8]) -> [u8; 16] {
+    words_to_bytes(unpack_scales_mins_k4_words(s))
+}
+
+#[inline]
+fn words_to_bytes(words: [u32; 4]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// Unpack the 12 scale bytes of a Q3_K block into four little-endian words holding the 16
+/// sub-block scales as stored (6-bit, `0..=63`; the signed scale is this minus 32).
+#[inline]
+fn unpack_scales_q3k_words(s: &[u8]) -> [u32; 4] {
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let (a0, a1, a2) = (u32_at(s, 0), u32_at(s, 4), u32_at(s, 8));
+    [
+        (a0 & LOW4) | ((a2 & LOW2) << 4),
+        (a1 & LOW4) | (((a2 >> 2) & LOW2) << 4),
+        ((a0 >> 4) & LOW4) | (((a2 >> 4) & LOW2) << 4),
+        ((a1 >> 4) & LOW4) | (((a2 >> 6) & LOW2) << 4),
+    ]
+}
+
+/// [`unpack_scales_q3k_words`] as bytes.
+#[inline]
+fn unpack_scales_q3k(s: &[u8]) -> [u8; 16] {
+    words_to_bytes(unpack_scales_q3k_words(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bit layout written out element by element, as the format describes it.
+    fn k4_by_definition(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+        let mut sc = [0u8; 8];
+        let mut mn = [0u8; 8];
+        for j in 0..8 {
+            if j < 4 {
+                sc[j] = s[j] & 63;
+                mn[j] = s[j + 4] & 63;
+            } else {
+                sc[j] = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+                mn[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+            }
+        }
+        (sc, mn)
+    }
+
+    fn q3k_by_definition(s: &[u8; 12]) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        for (i, o) in out.iter_mut().enumerate() {
+            let low = if i < 8 { s[i] & 0xF } else { s[i - 8] >> 4 };
+            let high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+            *o = low | (high << 4);
+        }
+        out
+    }
+
+    #[test]
+    fn scale_unpacking_matches_the_bit_layout() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let mut s = [0u8; 12];
+            for b in &mut s {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *b = (state >> 56) as u8;
+            }
+            let got = unpack_scales_mins_k4(&s);
+            let (sc, mn) = k4_by_definition(&s);
+            assert_eq!(got[..8], sc);
+            assert_eq!(got[8..], mn);
+            assert_eq!(unpack_scales_q3k(&s), q3k_by_definition(&s));
+        }
+    }
+}

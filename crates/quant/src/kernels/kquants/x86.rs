@@ -1,0 +1,552 @@
+//! AVX2/FMA kernels: k-quant / IQ4_XS weights × Q8_K activations.
+//!
+//! Same integer arithmetic as the scalar kernels: unsigned weight quants times signed
+//! activation quants with `vpmaddubsw` (no saturation is possible: at most
+//! `2 · 63 · 128 < 2^15`), sub-block scales applied with `vpmaddwd`, minimums and offsets
+//! from the activation group sums. Every super-block ends in eight i32 lanes that are
+//! converted to f32 and accumulated with one FMA by `d_weight · d_activation`; the lanes
+//! are summed at the end of the row. The lane layout and the order of the float
+//! operations follow ggml's AVX2 kernels, so the results match ggml's x86 build.
+
+use std::arch::x86_64::*;
+
+use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
+use super::{Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, u32_at};
+use crate::GgmlType;
+use crate::kernels::Kernels;
+use crate::tables::KVALUES_IQ4NL;
+
+type Q8KBlock = [u8; Q8K_BYTES];
+
+pub(super) fn register(k: &mut Kernels) {
+    k.set_dot(GgmlType::Q2_K, dot_q2_k);
+    k.set_dot(GgmlType::Q3_K, dot_q3_k);
+    k.set_dot(GgmlType::Q4_K, dot_q4_k);
+    k.set_dot(GgmlType::Q5_K, dot_q5_k);
+    k.set_dot(GgmlType::Q6_K, dot_q6_k);
+    k.set_dot(GgmlType::IQ4_XS, dot_iq4_xs);
+}
+
+/// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
+/// AVX2 table, which [`Kernels::detect`] builds only after runtime detection of AVX2, FMA
+/// and F16C.
+macro_rules! entry {
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
+        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            check_dot($ty, n, w, a);
+            debug_assert!(
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            );
+            let (w, _) = w.as_chunks::<{ $bytes }>();
+            let (a, _) = a.as_chunks::<Q8K_BYTES>();
+            // SAFETY: this function is only reachable through the AVX2 kernel table, which
+            // exists only on CPUs where avx2, fma and f16c were detected at run time.
+            unsafe { $kernel(w, a) }
+        }
+    };
+}
+
+entry!(dot_q2_k, GgmlType::Q2_K, q2k::BYTES, q2k_avx2);
+entry!(dot_q3_k, GgmlType::Q3_K, q3k::BYTES, q3k_avx2);
+entry!(dot_q4_k, GgmlType::Q4_K, q4k::BYTES, q4k_avx2);
+entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5k_avx2);
+entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_avx2);
+entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4xs_avx2);
+
+/// 32 bytes of `b` from `off`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load256(b: &[u8], off: usize) -> __m256i {
+    let s = &b[off..off + 32];
+    // SAFETY: `s` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
+}
+
+/// 16 bytes of `b` from `off`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load128(b: &[u8], off: usize) -> __m128i {
+    let s = &b[off..off + 16];
+    // SAFETY: `s` is 16 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
+}
+
+/// The f16 pair `(d, dmin)` at `b[off..off + 4]` converted exactly and multiplied by `y`:
+/// `(d · y, dmin · y)`, each in all eight lanes.
+///
+/// Broadcasting the pair before converting keeps every lane in use; converting only the
+/// needed halves makes the compiler insert them into a stale vector register, which can be
+/// the loop's accumulator and then chains the iterations together.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn f16_pair_times(b: &[u8], off: usize, y: f32) -> (__m256, __m256) {
+    let pair = _mm_set1_epi32(u32_at(b, off) as i32);
+    let v = _mm256_mul_ps(_mm256_cvtph_ps(pair), _mm256_set1_ps(y));
+    (_mm256_moveldup_ps(v), _mm256_movehdup_ps(v))
+}
+
+/// `f16(b[off..off + 2]) · y` in all eight lanes (the f16 conversion is exact).
+///
+/// Converting a broadcast half keeps every lane in use (see [`f16_pair_times`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn f16_times(b: &[u8], off: usize, y: f32) -> __m256 {
+    let h = i16::from_le_bytes([b[off], b[off + 1]]);
+    _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(h)), _mm256_set1_ps(y))
+}
+
+/// The 12 scale bytes of a Q4_K / Q5_K block at `b[off..off + 12]` unpacked into 16 bytes:
+/// the eight 6-bit scales, then the eight 6-bit minimums (the same bytes as
+/// [`super::unpack_scales_mins_k4`]). Reads 16 bytes from `off`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn k4_scales_mins(b: &[u8], off: usize) -> __m128i {
+    let v = load128(b, off);
+    // Words (4 bytes each) of `a`: s[0..4], s[8..12], s[4..8], s[8..12].
+    let a = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11),
+    );
+    // Words of `h`: 0, s[0..4], 0, s[4..8] (their top two bits are the high bits of
+    // scales 4..8 and minimums 4..8).
+    let h = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7),
+    );
+    let low = _mm_and_si128(
+        _mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+        _mm_setr_epi32(0x3f3f_3f3f, 0x0f0f_0f0f, 0x3f3f_3f3f, 0x0f0f_0f0f),
+    );
+    let high = _mm_and_si128(_mm_srli_epi32::<2>(h), _mm_set1_epi8(0x30));
+    _mm_or_si128(low, high)
+}
+
+/// The 12 scale bytes of a Q3_K block at `b[off..off + 12]` unpacked into the 16 sub-block
+/// scales as stored (`0..=63`; the same bytes as [`super::unpack_scales_q3k`]). Reads
+/// 16 bytes from `off - 2`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q3k_scales(b: &[u8], off: usize) -> __m128i {
+    let v = load128(b, off - 2);
+    // Words of `a`: s[0..4], s[4..8], s[0..4], s[4..8] (low nibbles, then high nibbles).
+    let a = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9),
+    );
+    // s[8..12] in every word: bit pairs 0-1, 2-3, 4-5, 6-7 are the high bits of scales
+    // 0..4, 4..8, 8..12, 12..16.
+    let h = _mm_shuffle_epi8(
+        v,
+        _mm_setr_epi8(
+            10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13,
+        ),
+    );
+    let low = _mm_and_si128(
+        _mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f),
+    );
+    let high = _mm_and_si128(
+        _mm_srlv_epi32(
+            _mm_sllv_epi32(h, _mm_setr_epi32(4, 2, 0, 0)),
+            _mm_setr_epi32(0, 0, 0, 2),
+        ),
+        _mm_set1_epi8(0x30),
+    );
+    _mm_or_si128(low, high)
+}
+
+/// Sum of the eight lanes: high half + low half, then pairs, then the last two.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_ps(x: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+/// `vpshufb` controls: `WORD_CTL[i]` broadcasts 16-bit element `i` (0..8) of each 128-bit
+/// lane.
+///
+/// The kernels take them through `black_box` once per block. With visible constants the
+/// compiler rewrites each `vpshufb` as a shift plus a broadcast (two shuffles instead of
+/// one); with the table hoisted out of the loop it keeps all eight controls in registers and
+/// spills them to the stack on every call, which costs short rows.
+static WORD_CTL: [[u8; 32]; 8] = word_controls();
+
+const fn word_controls() -> [[u8; 32]; 8] {
+    let mut t = [[0u8; 32]; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut b = 0;
+        while b < 32 {
+            t[i][b] = (2 * i + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+/// Broadcast 32-bit element `i` (0..4) within each 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn splat32(v: __m256i, i: usize) -> __m256i {
+    match i {
+        0 => _mm256_shuffle_epi32::<0x00>(v),
+        1 => _mm256_shuffle_epi32::<0x55>(v),
+        2 => _mm256_shuffle_epi32::<0xAA>(v),
+        _ => _mm256_shuffle_epi32::<0xFF>(v),
+    }
+}
+
+/// Eight signed byte scales `s[8h..8h + 8]` of `s` (16 bytes) as 16-bit values arranged for
+/// [`splat32`]: the low lane holds `s[8h], s[8h], s[8h+2], s[8h+2], …` (even ones, each twice),
+/// the high lane the odd ones. `splat32(result, k)` then multiplies a 32-element chunk whose
+/// first 16 elements use scale `8h + 2k` and last 16 use `8h + 2k + 1`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn group16_scales(s: __m128i, h: usize) -> __m256i {
+    let ctl = if h == 0 {
+        _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7)
+    } else {
+        _mm_setr_epi8(8, 8, 10, 10, 12, 12, 14, 14, 9, 9, 11, 11, 13, 13, 15, 15)
+    };
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, ctl))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2k_avx2(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        const _: () = assert!(q2k::DMIN == q2k::D + 2);
+        let (d, dmin) = f16_pair_times(x, q2k::D, f32_at(y, 0));
+
+        let mins_and_scales = load128(x, q2k::SCALES);
+        let scales8 = _mm_and_si128(mins_and_scales, m4);
+        let mins8 = _mm_and_si128(_mm_srli_epi16::<4>(mins_and_scales), m4);
+        let mins = _mm256_cvtepi8_epi16(mins8);
+        let prod = _mm256_madd_epi16(mins, load256(y, Q8K_BSUMS));
+        acc = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc);
+
+        let scales = [group16_scales(scales8, 0), group16_scales(scales8, 1)];
+
+        let mut sumi = _mm256_setzero_si256();
+        for (j, sc) in scales.iter().enumerate() {
+            let bits = load256(x, q2k::QS + 32 * j);
+            let q8 = |k: usize| load256(y, Q8K_QS + 128 * j + 32 * k);
+            let q2 = [
+                _mm256_and_si256(bits, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
+            ];
+            let p = |k: usize| {
+                let p16 = _mm256_maddubs_epi16(q2[k], q8(k));
+                _mm256_madd_epi16(splat32(*sc, k), p16)
+            };
+            let p01 = _mm256_add_epi32(p(0), p(1));
+            let p23 = _mm256_add_epi32(p(2), p(3));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3k_avx2(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let zero = _mm256_setzero_si256();
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = f16_times(x, q3k::D, f32_at(y, 0));
+
+        let scales128 = _mm_sub_epi8(q3k_scales(x, q3k::SCALES), _mm_set1_epi8(32));
+        let scales = [group16_scales(scales128, 0), group16_scales(scales128, 1)];
+
+        let hbits = load256(x, q3k::HMASK);
+        // Bit (e / 32) of hmask[e % 32] is the high bit of element e; this byte mask walks
+        // 1, 2, 4, ..., 128 over the eight 32-element groups.
+        let mut hm = _mm256_set1_epi8(1);
+
+        let mut sumi = _mm256_setzero_si256();
+        for (j, sc) in scales.iter().enumerate() {
+            let bits = load256(x, q3k::QS + 32 * j);
+            let q3l = [
+                _mm256_and_si256(bits, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
+            ];
+            let mut p = [_mm256_setzero_si256(); 4];
+            for (k, pk) in p.iter_mut().enumerate() {
+                // 4 where the high bit is clear, else 0: the amount to subtract.
+                let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero);
+                let q3h = _mm256_and_si256(clear, four);
+                hm = _mm256_add_epi8(hm, hm);
+                let q8 = load256(y, Q8K_QS + 128 * j + 32 * k);
+                let p16 = _mm256_sub_epi16(
+                    _mm256_maddubs_epi16(q3l[k], q8),
+                    _mm256_maddubs_epi16(q3h, q8),
+                );
+                *pk = _mm256_madd_epi16(splat32(*sc, k), p16);
+            }
+            let p01 = _mm256_add_epi32(p[0], p[1]);
+            let p23 = _mm256_add_epi32(p[2], p[3]);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p01, p23));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_avx2(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        const _: () = assert!(q4k::DMIN == q4k::D + 2);
+        let (d, dmin) = f16_pair_times(x, q4k::D, f32_at(y, 0));
+
+        let mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x, q4k::SCALES));
+
+        // Minimum terms: each 32-element sub-block has two adjacent group sums.
+        let q8sums = load256(y, Q8K_BSUMS);
+        let q8s = _mm_hadd_epi16(
+            _mm256_castsi256_si128(q8sums),
+            _mm256_extracti128_si256::<1>(q8sums),
+        );
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
+        acc_m = _mm_fnmadd_ps(_mm256_castps256_ps128(dmin), _mm_cvtepi32_ps(prod), acc_m);
+
+        let scales = _mm256_permute4x64_epi64::<0x44>(mins_and_scales);
+
+        let ctl = std::hint::black_box(&WORD_CTL);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let scale_l = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j], 0));
+            let scale_h = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j + 1], 0));
+            let bits = load256(x, q4k::QS + 32 * j);
+            let q4l = _mm256_and_si256(bits, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+            let q8l = load256(y, Q8K_QS + 64 * j);
+            let q8h = load256(y, Q8K_QS + 64 * j + 32);
+            let pl = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+            let ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    hsum_ps(acc) + _mm_cvtss_f32(m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5k_avx2(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let m4 = _mm256_set1_epi8(0xF);
+    let sixteen = _mm256_set1_epi8(16);
+    let zero = _mm256_setzero_si256();
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        const _: () = assert!(q5k::DMIN == q5k::D + 2);
+        let (d, dmin) = f16_pair_times(x, q5k::D, f32_at(y, 0));
+
+        let mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x, q5k::SCALES));
+
+        let q8sums = load256(y, Q8K_BSUMS);
+        let q8s = _mm_hadd_epi16(
+            _mm256_castsi256_si128(q8sums),
+            _mm256_extracti128_si256::<1>(q8sums),
+        );
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
+        let prod = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+        let prod = _mm_add_epi32(prod, _mm_shuffle_epi32::<0b01>(prod));
+        // summs − dmin · Σ (fused), as ggml's build computes summs + (−dmin) · Σ.
+        summs = (-_mm256_cvtss_f32(dmin)).mul_add(_mm_cvtsi128_si32(prod) as f32, summs);
+
+        let scales = _mm256_permute4x64_epi64::<0x44>(mins_and_scales);
+        let hbits = load256(x, q5k::QH);
+        // Bit (e / 32) of qh[e % 32] is the fifth bit of element e.
+        let mut hm = _mm256_set1_epi8(1);
+
+        let ctl = std::hint::black_box(&WORD_CTL);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let scale_0 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j], 0));
+            let scale_1 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j + 1], 0));
+            let bits = load256(x, q5k::QS + 32 * j);
+
+            let h0 = _mm256_andnot_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero),
+                sixteen,
+            );
+            hm = _mm256_add_epi8(hm, hm);
+            let h1 = _mm256_andnot_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero),
+                sixteen,
+            );
+            hm = _mm256_add_epi8(hm, hm);
+            let q5_0 = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
+            let q5_1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4), h1);
+
+            let q8_0 = load256(y, Q8K_QS + 64 * j);
+            let q8_1 = load256(y, Q8K_QS + 64 * j + 32);
+            let p0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
+            let p1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) + summs
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_avx2(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let m15 = _mm256_set1_epi8(15);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = f16_times(x, q6k::D, f32_at(y, 0));
+
+        // The -32 offset of every quant, applied once per 16-element group through the
+        // activation group sums: 32 · Σ scale · bsum.
+        let q8sums = load256(y, Q8K_BSUMS);
+        let scales = load128(x, q6k::SCALES);
+        let scales16 = _mm256_cvtepi8_epi16(scales);
+        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales16));
+        let group_scales = [group16_scales(scales, 0), group16_scales(scales, 1)];
+
+        let mut sumi = _mm256_setzero_si256();
+        for (j, gs) in group_scales.iter().enumerate() {
+            let bits1 = load256(x, q6k::QL + 64 * j);
+            let bits2 = load256(x, q6k::QL + 64 * j + 32);
+            let bits_h = load256(x, q6k::QH + 32 * j);
+
+            let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(bits_h, m3));
+            let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(12)));
+            let h2 = _mm256_and_si256(bits_h, _mm256_set1_epi8(48));
+            let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(-64)));
+
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(bits1, m15), h0),
+                _mm256_or_si256(_mm256_and_si256(bits2, m15), h1),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3),
+            ];
+            let mut p = [_mm256_setzero_si256(); 4];
+            for (k, pk) in p.iter_mut().enumerate() {
+                let q8 = load256(y, Q8K_QS + 128 * j + 32 * k);
+                let p16 = _mm256_maddubs_epi16(q[k], q8);
+                *pk = _mm256_madd_epi16(splat32(*gs, k), p16);
+            }
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+        }
+        let sumi = _mm256_sub_epi32(sumi, offset);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq4xs_avx2(w: &[[u8; iq4xs::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let values = load128(&KVALUES_IQ4NL.map(|v| v as u8), 0);
+    let m4 = _mm_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let mut sh = u32::from(u16::from_le_bytes([
+            x[iq4xs::SCALES_H],
+            x[iq4xs::SCALES_H + 1],
+        ]));
+        let scales_l = u32_at(x, iq4xs::SCALES_L);
+        let mut sumi1 = _mm256_setzero_si256();
+        let mut sumi2 = _mm256_setzero_si256();
+        for ib in 0..4 {
+            // Two 32-element sub-blocks: 16 packed bytes each, low nibbles first.
+            let nib = |off: usize| {
+                let bits = load128(x, off);
+                _mm256_set_m128i(
+                    _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16::<4>(bits), m4)),
+                    _mm_shuffle_epi8(values, _mm_and_si128(bits, m4)),
+                )
+            };
+            let q4_1 = nib(iq4xs::QS + 32 * ib);
+            let q4_2 = nib(iq4xs::QS + 32 * ib + 16);
+            let q8_1 = load256(y, Q8K_QS + 64 * ib);
+            let q8_2 = load256(y, Q8K_QS + 64 * ib + 32);
+            // Signed × signed through vpmaddubsw: |w| times the activation carrying w's sign.
+            let p16_1 =
+                _mm256_maddubs_epi16(_mm256_sign_epi8(q4_1, q4_1), _mm256_sign_epi8(q8_1, q4_1));
+            let p16_2 =
+                _mm256_maddubs_epi16(_mm256_sign_epi8(q4_2, q4_2), _mm256_sign_epi8(q8_2, q4_2));
+            let sl = scales_l >> (8 * ib);
+            let ls1 = ((sl & 0xF) | ((sh << 4) & 0x30)) as i16 - 32;
+            let ls2 = (((sl >> 4) & 0xF) | ((sh << 2) & 0x30)) as i16 - 32;
+            sh >>= 4;
+            sumi1 = _mm256_add_epi32(_mm256_madd_epi16(p16_1, _mm256_set1_epi16(ls1)), sumi1);
+            sumi2 = _mm256_add_epi32(_mm256_madd_epi16(p16_2, _mm256_set1_epi16(ls2)), sumi2);
+        }
+        let d = f16_times(x, iq4xs::D, f32_at(y, 0));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2)), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has_avx2() -> bool {
+        is_x86_feature_detected!("avx2")
+    }
+
+    fn to_bytes(v: __m128i) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        // SAFETY: `out` is 16 writable bytes; `storeu` has no alignment requirement.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
+        out
+    }
+
+    #[test]
+    fn simd_scale_unpacking_matches_the_scalar_one() {
+        if !has_avx2() {
+            return;
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let mut b = [0u8; 20];
+            for v in &mut b {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *v = state as u8;
+            }
+            // SAFETY: AVX2 was detected above.
+            let (k4, q3) = unsafe { (k4_scales_mins(&b, 2), q3k_scales(&b, 4)) };
+            assert_eq!(to_bytes(k4), super::super::unpack_scales_mins_k4(&b[2..14]));
+            assert_eq!(to_bytes(q3), super::super::unpack_scales_q3k(&b[4..16]));
+        }
+    }
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_half() {
+        if !(has_avx2() && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        for bits in 0..=u16::MAX {
+            let want = half::f16::from_bits(bits).to_f32();
+            // SAFETY: AVX2 and F16C were detected above.
+            let got = unsafe { _mm256_cvtss_f32(f16_times(&bits.to_le_bytes(), 0, 1.0)) };
+            assert_eq!(got.to_bits(), want.to_bits(), "{bits:#06x}");
+        }
+    }
+}
