@@ -516,3 +516,79 @@ fn types_without_a_pairing_are_unsupported() {
         "{e:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// matvec / matmul with the kernel tables
+// ---------------------------------------------------------------------------------------
+
+/// Weights quantized by the reference quantizer; IQ4_NL and IQ4_XS (which it lacks) get
+/// random bytes with a finite f16 scale in the block's first two bytes.
+fn table_weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    if quant::can_quantize(t) {
+        return quant::quantize_to_vec(t, &rng.vec(rows * cols)).unwrap();
+    }
+    assert!(matches!(t, GgmlType::IQ4_NL | GgmlType::IQ4_XS), "{t}");
+    let mut w: Vec<u8> = (0..t.row_bytes((rows * cols) as u64).unwrap())
+        .map(|_| rng.next_u64() as u8)
+        .collect();
+    for b in w.chunks_exact_mut(t.type_size()) {
+        b[..2].copy_from_slice(&f16::from_f32(0.01 + 0.01 * rng.f32()).to_le_bytes());
+    }
+    w
+}
+
+/// Threaded products with the real kernel tables equal a per-row loop bit for bit.
+#[test]
+fn table_kernels_threaded_results_are_bit_identical() {
+    use GgmlType::*;
+    let types = [
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS,
+    ];
+    let pools: Vec<ThreadPool> = [1, 2, 3].map(|n| ThreadPool::new(n).unwrap()).into();
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let mut scratch = Vec::new();
+    for table in [quant::Kernels::scalar(), quant::Kernels::detect()] {
+        for t in types {
+            let k = RowKernel::lookup(table, t)
+                .unwrap_or_else(|e| panic!("{} table has no {t} kernel: {e}", table.isa().name()));
+            let (rows, cols) = (83, 512);
+            let w = table_weights(t, rows, cols, &mut rng);
+            for n_tok in [1usize, 3] {
+                let x = rng.vec(n_tok * cols);
+                let want = reference(&k, &w, rows, cols, &x);
+                for pool in &pools {
+                    let mut got = vec![f32::NAN; n_tok * rows];
+                    quant::matmul(
+                        pool,
+                        table,
+                        t,
+                        &w,
+                        rows,
+                        cols,
+                        &x,
+                        n_tok,
+                        &mut got,
+                        &mut scratch,
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{t} {n_tok} tokens {} threads",
+                        pool.n_threads()
+                    );
+                    if n_tok == 1 {
+                        quant::matvec(pool, table, t, &w, rows, cols, &x, &mut got, &mut scratch)
+                            .unwrap();
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{t} matvec {} threads",
+                            pool.n_threads()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
