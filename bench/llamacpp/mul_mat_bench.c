@@ -16,8 +16,10 @@
 // Usage:
 //   mul_mat_bench --backend-dir DIR [--variant NAME] --type q4_K --rows R --cols C
 //                 [--threads 1,2] [--modes plain,repack] [--min-time 0.5] [--min-iters 10]
+//                 [--iters N]
 // --variant loads DIR/libggml-cpu-NAME.so (e.g. haswell = AVX2 only) instead of the best
-// variant for this CPU.
+// variant for this CPU. --iters N runs exactly N timed computes and no warm-up (for
+// instruction counting under callgrind).
 
 #include <stdint.h>
 #include <stdio.h>
@@ -88,6 +90,7 @@ int main(int argc, char **argv) {
     long rows = 0, cols = 0;
     double min_time = 0.5;
     int min_iters = 10;
+    int exact_iters = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -101,6 +104,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--modes")) modes_arg = v;
         else if (!strcmp(a, "--min-time")) min_time = atof(v);
         else if (!strcmp(a, "--min-iters")) min_iters = atoi(v);
+        else if (!strcmp(a, "--iters")) exact_iters = atoi(v);
         else die("unknown option");
         i++;
     }
@@ -233,13 +237,14 @@ int main(int argc, char **argv) {
             set_n_threads(backend, nt);
             set_tp(backend, tp);
 
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; exact_iters < 0 && i < 3; i++) {
                 if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) die("compute failed");
             }
             size_t cap = 1024, n = 0;
             double *times = malloc(sizeof(double) * cap);
             const double t_start = now_s();
-            while ((now_s() - t_start < min_time || n < (size_t)min_iters) && n < 100000) {
+            while (exact_iters >= 0 ? n < (size_t)exact_iters
+                                    : (now_s() - t_start < min_time || n < (size_t)min_iters) && n < 100000) {
                 const double t0 = now_s();
                 ggml_backend_graph_compute(backend, gf);
                 const double t1 = now_s();
@@ -249,6 +254,12 @@ int main(int argc, char **argv) {
                     if (!times) die("out of memory");
                 }
                 times[n++] = t1 - t0;
+            }
+            if (n == 0) {
+                free(times);
+                set_tp(backend, NULL);
+                tp_free(tp);
+                continue;
             }
             qsort(times, n, sizeof(double), cmp_double);
             const double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);

@@ -14,6 +14,8 @@
 //!
 //! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
 //! runs exactly N timed iterations (for instruction counting under callgrind).
+//! `--pool-overhead` instead times an empty `ThreadPool::run` (one no-op task per thread),
+//! back to back and with a pause between runs long enough for the workers to park.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -29,6 +31,7 @@ struct Args {
     min_iters: usize,
     exact_iters: Option<usize>,
     scalar: bool,
+    pool_overhead: bool,
 }
 
 const DEFAULT_SHAPES: &str = "2048x768,768x2048,2048x4096,4096x2048,151936x2048";
@@ -42,6 +45,7 @@ fn parse_args() -> Result<Args, String> {
         min_iters: 10,
         exact_iters: None,
         scalar: false,
+        pool_overhead: false,
     };
     let mut types = "q4_K,q6_K,q8_0,mxfp4,f16".to_owned();
     let mut shapes = DEFAULT_SHAPES.to_owned();
@@ -49,6 +53,10 @@ fn parse_args() -> Result<Args, String> {
     while let Some(opt) = it.next() {
         if opt == "--scalar" {
             a.scalar = true;
+            continue;
+        }
+        if opt == "--pool-overhead" {
+            a.pool_overhead = true;
             continue;
         }
         let v = it.next().ok_or(format!("missing value after {opt}"))?;
@@ -175,7 +183,34 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// Median latency of an empty run: hot (back to back) and cold (workers parked).
+fn pool_overhead(a: &Args) -> Result<(), String> {
+    for &n in &a.threads {
+        let pool = ThreadPool::new(n).map_err(|e| e.to_string())?;
+        let noop = |_: usize| std::hint::black_box(());
+        for (label, pause_us, iters) in [("hot", 0u64, 20_000), ("parked", 2_000, 300)] {
+            let mut times = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                if pause_us > 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(pause_us));
+                }
+                let t0 = Instant::now();
+                pool.run(n, noop);
+                times.push(t0.elapsed().as_secs_f64());
+            }
+            println!(
+                "pool	{n} threads	{label}	median {:.2} us",
+                median(&mut times) * 1e6
+            );
+        }
+    }
+    Ok(())
+}
+
 fn run(a: &Args) -> Result<(), String> {
+    if a.pool_overhead {
+        return pool_overhead(a);
+    }
     let kernels = if a.scalar {
         Kernels::scalar()
     } else {
