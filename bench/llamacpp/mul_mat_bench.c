@@ -12,11 +12,15 @@
 //           some types (Q4_0, Q4_K, Q6_K, Q8_0, MXFP4, ... depending on the CPU) into
 //           interleaved layouts when the data is uploaded, as llama.cpp does for model weights
 //           by default. Types it cannot repack are reported as skipped.
+//   plain-cold, repack-cold  the same, but rotating over copies of the weights totalling
+//           --cold-mib MiB (default 1024, above the last-level cache), one per compute, so
+//           the weights come from DRAM as in real decoding. Hot modes reuse one matrix, which
+//           stays in cache when it fits (like test-backend-ops).
 //
 // Usage:
 //   mul_mat_bench --backend-dir DIR [--variant NAME] --type q4_K --rows R --cols C
-//                 [--threads 1,2] [--modes plain,repack] [--min-time 0.5] [--min-iters 10]
-//                 [--iters N]
+//                 [--threads 1,2] [--modes plain,repack,plain-cold,repack-cold] [--cold-mib 1024]
+//                 [--min-time 0.5] [--min-iters 10] [--iters N]
 // --variant loads DIR/libggml-cpu-NAME.so (e.g. haswell = AVX2 only) instead of the best
 // variant for this CPU. --iters N runs exactly N timed computes and no warm-up (for
 // instruction counting under callgrind).
@@ -91,6 +95,7 @@ int main(int argc, char **argv) {
     double min_time = 0.5;
     int min_iters = 10;
     int exact_iters = -1;
+    long cold_mib = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -105,12 +110,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--min-time")) min_time = atof(v);
         else if (!strcmp(a, "--min-iters")) min_iters = atoi(v);
         else if (!strcmp(a, "--iters")) exact_iters = atoi(v);
+        else if (!strcmp(a, "--cold-mib")) cold_mib = atol(v);
         else die("unknown option");
         i++;
     }
     if (!backend_dir || !type_name || rows <= 0 || cols <= 0) {
         die("usage: --backend-dir DIR [--variant NAME] --type T --rows R --cols C "
-            "[--threads 1,2] [--modes plain,repack] [--min-time S] [--min-iters N]");
+            "[--threads 1,2] [--modes plain,repack,plain-cold,repack-cold] [--cold-mib M] [--min-time S] "
+            "[--min-iters N] [--iters N]");
     }
 
     ggml_log_set(NULL, NULL);  // keep ggml quiet unless something fails hard
@@ -173,20 +180,24 @@ int main(int argc, char **argv) {
     if (!xdata) die("out of memory");
     for (long i = 0; i < cols; i++) xdata[i] = rand_f32();
 
-    int threads[16], modes_n;
+    int threads[16], modes_n = 0;
     int n_threads_list = parse_list(threads_arg, threads, 16);
-    char modes[2][16];
+    char modes[4][16];
     {
-        modes_n = 0;
         char *copy = strdup(modes_arg);
-        for (char *tok = strtok(copy, ","); tok && modes_n < 2; tok = strtok(NULL, ",")) {
+        for (char *tok = strtok(copy, ","); tok && modes_n < 4; tok = strtok(NULL, ",")) {
             snprintf(modes[modes_n++], sizeof modes[0], "%s", tok);
         }
         free(copy);
     }
 
     for (int m = 0; m < modes_n; m++) {
-        const int repack = !strcmp(modes[m], "repack");
+        const int repack = !strncmp(modes[m], "repack", 6);
+        const int cold = strstr(modes[m], "-cold") != NULL;
+        if (strcmp(modes[m], "plain") && strcmp(modes[m], "repack") && strcmp(modes[m], "plain-cold") &&
+            strcmp(modes[m], "repack-cold")) {
+            die("modes are plain, repack, plain-cold, repack-cold");
+        }
         ggml_backend_buffer_type_t wbuft = ggml_backend_get_default_buffer_type(backend);
         if (repack) {
             wbuft = NULL;
@@ -195,86 +206,102 @@ int main(int argc, char **argv) {
                 if (!strcmp(ggml_backend_buft_name(*extra), "CPU_REPACK")) wbuft = *extra;
             }
             if (!wbuft) {
-                fprintf(stderr, "# no CPU_REPACK buffer type, repack mode skipped\n");
+                fprintf(stderr, "# no CPU_REPACK buffer type, %s skipped\n", modes[m]);
                 continue;
             }
         }
+        // Cold: enough copies of the weights to total cold_mib, a different one per compute,
+        // so that they come from DRAM as in real decoding.
+        size_t n_copies = 1;
+        if (cold) {
+            n_copies = ((size_t)cold_mib * 1024 * 1024 + w_bytes - 1) / w_bytes;
+            if (n_copies < 2) n_copies = 2;
+        }
 
-        struct ggml_init_params ip = {
-            .mem_size = 4 * ggml_tensor_overhead() + ggml_graph_overhead(),
+        struct ggml_init_params ipw = {
+            .mem_size = (n_copies + 1) * ggml_tensor_overhead(),
             .mem_buffer = NULL,
             .no_alloc = true,
         };
-        struct ggml_context *ctx_w = ggml_init(ip);
+        struct ggml_init_params ip = {
+            .mem_size = (n_copies + 2) * ggml_tensor_overhead() + n_copies * ggml_graph_overhead_custom(4, false),
+            .mem_buffer = NULL,
+            .no_alloc = true,
+        };
+        struct ggml_context *ctx_w = ggml_init(ipw);
         struct ggml_context *ctx = ggml_init(ip);
-        struct ggml_tensor *w = ggml_new_tensor_2d(ctx_w, type, cols, rows);
+        struct ggml_tensor **w = malloc(sizeof(*w) * n_copies);
+        struct ggml_cgraph **gf = malloc(sizeof(*gf) * n_copies);
+        if (!ctx_w || !ctx || !w || !gf) die("out of memory");
         struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cols, 1);
-        struct ggml_tensor *y = ggml_mul_mat(ctx, w, x);
-        struct ggml_cgraph *gf = ggml_new_graph(ctx);
-        ggml_build_forward_expand(gf, y);
+        for (size_t c = 0; c < n_copies; c++) {
+            w[c] = ggml_new_tensor_2d(ctx_w, type, cols, rows);
+            gf[c] = ggml_new_graph_custom(ctx, 4, false);
+            ggml_build_forward_expand(gf[c], ggml_mul_mat(ctx, w[c], x));
+        }
 
         ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(ctx_w, wbuft);
         ggml_backend_buffer_t abuf = ggml_backend_alloc_ctx_tensors(ctx, backend);
         if (!wbuf || !abuf) die("cannot allocate backend buffers");
-        if (repack && w->extra == NULL) {
+        if (repack && w[0]->extra == NULL) {
             // init_tensor found no interleaved layout for this type/shape on this CPU.
-            printf("llama.cpp\t%s\trepack\t%s\t%ld\t%ld\t-\t0\tnan\tnan\t# not repacked\n",
-                   variant ? variant : "best", ggml_type_name(type), rows, cols);
-            ggml_backend_buffer_free(wbuf);
-            ggml_backend_buffer_free(abuf);
-            ggml_free(ctx);
-            ggml_free(ctx_w);
-            continue;
-        }
-        ggml_backend_tensor_set(w, wdata, 0, w_bytes);  // repacks in repack mode
-        ggml_backend_tensor_set(x, xdata, 0, sizeof(float) * (size_t)cols);
-
-        for (int ti = 0; ti < n_threads_list; ti++) {
-            const int nt = threads[ti];
-            struct ggml_threadpool_params tpp = ggml_threadpool_params_default(nt);
-            struct ggml_threadpool *tp = tp_new(&tpp);
-            if (!tp) die("cannot create a ggml threadpool");
-            set_n_threads(backend, nt);
-            set_tp(backend, tp);
-
-            for (int i = 0; exact_iters < 0 && i < 3; i++) {
-                if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) die("compute failed");
+            printf("llama.cpp\t%s\t%s\t%s\t%ld\t%ld\t-\t0\tnan\tnan\t# not repacked\n", variant ? variant : "best",
+                   modes[m], ggml_type_name(type), rows, cols);
+        } else {
+            for (size_t c = 0; c < n_copies; c++) {
+                ggml_backend_tensor_set(w[c], wdata, 0, w_bytes);  // repacks in repack modes
             }
-            size_t cap = 1024, n = 0;
-            double *times = malloc(sizeof(double) * cap);
-            const double t_start = now_s();
-            while (exact_iters >= 0 ? n < (size_t)exact_iters
-                                    : (now_s() - t_start < min_time || n < (size_t)min_iters) && n < 100000) {
-                const double t0 = now_s();
-                ggml_backend_graph_compute(backend, gf);
-                const double t1 = now_s();
-                if (n == cap) {
-                    cap *= 2;
-                    times = realloc(times, sizeof(double) * cap);
-                    if (!times) die("out of memory");
+            ggml_backend_tensor_set(x, xdata, 0, sizeof(float) * (size_t)cols);
+
+            for (int ti = 0; ti < n_threads_list; ti++) {
+                const int nt = threads[ti];
+                struct ggml_threadpool_params tpp = ggml_threadpool_params_default(nt);
+                struct ggml_threadpool *tp = tp_new(&tpp);
+                if (!tp) die("cannot create a ggml threadpool");
+                set_n_threads(backend, nt);
+                set_tp(backend, tp);
+
+                size_t next = 0;
+                for (int i = 0; exact_iters < 0 && i < 3; i++) {
+                    if (ggml_backend_graph_compute(backend, gf[next]) != GGML_STATUS_SUCCESS) die("compute failed");
+                    next = (next + 1) % n_copies;
                 }
-                times[n++] = t1 - t0;
-            }
-            if (n == 0) {
+                size_t cap = 1024, n = 0;
+                double *times = malloc(sizeof(double) * cap);
+                if (!times) die("out of memory");
+                const double t_start = now_s();
+                while (exact_iters >= 0 ? n < (size_t)exact_iters
+                                        : (now_s() - t_start < min_time || n < (size_t)min_iters) && n < 100000) {
+                    const double t0 = now_s();
+                    ggml_backend_graph_compute(backend, gf[next]);
+                    const double t1 = now_s();
+                    next = (next + 1) % n_copies;
+                    if (n == cap) {
+                        cap *= 2;
+                        times = realloc(times, sizeof(double) * cap);
+                        if (!times) die("out of memory");
+                    }
+                    times[n++] = t1 - t0;
+                }
+                if (n > 0) {
+                    qsort(times, n, sizeof(double), cmp_double);
+                    const double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+                    printf("llama.cpp\t%s\t%s\t%s\t%ld\t%ld\t%d\t%zu\t%.2f\t%.2f\n", variant ? variant : "best",
+                           modes[m], ggml_type_name(type), rows, cols, nt, n, med * 1e6,
+                           (double)w_bytes / med * 1e-9);
+                    fflush(stdout);
+                }
                 free(times);
                 set_tp(backend, NULL);
                 tp_free(tp);
-                continue;
             }
-            qsort(times, n, sizeof(double), cmp_double);
-            const double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-            printf("llama.cpp\t%s\t%s\t%s\t%ld\t%ld\t%d\t%zu\t%.2f\t%.2f\n", variant ? variant : "best",
-                   repack ? "repack" : "plain", ggml_type_name(type), rows, cols, nt, n, med * 1e6,
-                   (double)w_bytes / med * 1e-9);
-            fflush(stdout);
-            free(times);
-            set_tp(backend, NULL);
-            tp_free(tp);
         }
         ggml_backend_buffer_free(wbuf);
         ggml_backend_buffer_free(abuf);
         ggml_free(ctx);
         ggml_free(ctx_w);
+        free(w);
+        free(gf);
     }
     free(src);
     free(wdata);

@@ -8,8 +8,8 @@
 # (llama.cpp release v0.4.0, GGML_BACKEND_DL: one libggml-cpu-<arch>.so per x86 level) and the
 # matching ggml headers into $WORK (outside the repository), compiles mul_mat_bench.c against
 # them, builds our matvec_bench example, and then for every type and shape runs ours and
-# llama.cpp's back to back, ROUNDS times. Raw lines go to $WORK/raw.tsv; a summary table
-# (best of the per-round medians) is printed at the end.
+# llama.cpp's back to back, ROUNDS times. Raw lines go to $WORK/raw.tsv; summary tables
+# (best of the per-round medians, hot and cold) are printed at the end.
 #
 # Environment:
 #   WORK      scratch directory (default: ${TMPDIR:-/tmp}/sluice-llamacpp)
@@ -21,7 +21,12 @@
 #   VARIANTS  llama.cpp CPU variants: "best" (what it picks for this CPU) and/or a variant
 #             name such as "haswell" (AVX2 only, the same ISA as our kernels)
 #             (default: "best haswell")
-#   MODES     llama.cpp weight placement: plain and/or repack (default: plain,repack)
+#   MODES     llama.cpp modes for the "best" variant: weight placement plain / repack, hot
+#             (one matrix reused) or -cold (rotating over 1 GiB of copies)
+#             (default: plain,repack,plain-cold,repack-cold)
+#   ALT_MODES llama.cpp modes for the other variants (default: plain,repack)
+#   OURS_MODES     hot and/or cold (default: hot,cold)
+#   OURS_PREFETCH  on and/or off: our software prefetch of weight rows (default: on,off)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,7 +38,10 @@ THREADS="${THREADS:-1,2}"
 ROUNDS="${ROUNDS:-2}"
 MIN_TIME="${MIN_TIME:-0.5}"
 VARIANTS="${VARIANTS:-best haswell}"
-MODES="${MODES:-plain,repack}"
+MODES="${MODES:-plain,repack,plain-cold,repack-cold}"
+ALT_MODES="${ALT_MODES:-plain,repack}"
+OURS_MODES="${OURS_MODES:-hot,cold}"
+OURS_PREFETCH="${OURS_PREFETCH:-on,off}"
 
 mkdir -p "$WORK"
 cd "$WORK"
@@ -67,13 +75,14 @@ for round in $(seq 1 "$ROUNDS"); do
         for s in "${shapes[@]}"; do
             rows="${s%x*}"
             cols="${s#*x}"
-            "$ours" --types "$t" --shapes "$s" --threads "$THREADS" --min-time "$MIN_TIME" | tee -a raw.tsv ||
+            "$ours" --types "$t" --shapes "$s" --threads "$THREADS" --min-time "$MIN_TIME" \
+                --modes "$OURS_MODES" --prefetch "$OURS_PREFETCH" | tee -a raw.tsv ||
                 echo "# ours: no result for $t $s" | tee -a raw.tsv >&2
             for v in $VARIANTS; do
-                vopt=()
-                [ "$v" = best ] || vopt=(--variant "$v")
+                vopt=(--modes "$MODES")
+                [ "$v" = best ] || vopt=(--variant "$v" --modes "$ALT_MODES")
                 ./mul_mat_bench --backend-dir "$L" "${vopt[@]}" --type "$t" --rows "$rows" --cols "$cols" \
-                    --threads "$THREADS" --modes "$MODES" --min-time "$MIN_TIME" 2>/dev/null | tee -a raw.tsv ||
+                    --threads "$THREADS" --min-time "$MIN_TIME" 2>/dev/null | tee -a raw.tsv ||
                     echo "# llama.cpp $v: no result for $t $s" | tee -a raw.tsv >&2
             done
         done

@@ -12,6 +12,13 @@
 //! (`rows * row_bytes`) per second at the median time. bench/llamacpp/mul_mat_bench.c prints
 //! the same columns for llama.cpp.
 //!
+//! `--modes hot,cold`: hot runs reuse one weight matrix, which stays in cache if it fits (like
+//! llama.cpp's test-backend-ops); cold runs rotate over copies totalling `--cold-mib` MiB
+//! (default 1024, above the last-level cache), one per iteration, so the weights come from
+//! DRAM as in real decoding, where each matrix is used once per token. Mode column `plain` or
+//! `plain-cold`. `--prefetch on,off` measures with and without the software prefetch of
+//! upcoming weight rows (the isa column gets `-nopf` without it).
+//!
 //! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
 //! runs exactly N timed iterations (for instruction counting under callgrind).
 //! `--pool-overhead` instead times an empty `ThreadPool::run` (one no-op task per thread),
@@ -21,7 +28,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use half::{bf16, f16};
-use quant::{GgmlType, Kernels, ThreadPool, matvec};
+use quant::{GgmlType, Kernels, RowKernel, ThreadPool, matvec_with};
 
 struct Args {
     types: Vec<GgmlType>,
@@ -30,6 +37,12 @@ struct Args {
     min_time: f64,
     min_iters: usize,
     exact_iters: Option<usize>,
+    /// Cold runs rotate over copies of the weights totalling at least this many bytes.
+    cold_bytes: usize,
+    /// Hot (false) and/or cold (true) runs.
+    modes: Vec<bool>,
+    /// Software prefetch settings to measure.
+    prefetch: Vec<bool>,
     scalar: bool,
     pool_overhead: bool,
 }
@@ -44,6 +57,9 @@ fn parse_args() -> Result<Args, String> {
         min_time: 0.5,
         min_iters: 10,
         exact_iters: None,
+        cold_bytes: 1 << 30,
+        modes: vec![false],
+        prefetch: vec![true],
         scalar: false,
         pool_overhead: false,
     };
@@ -73,6 +89,27 @@ fn parse_args() -> Result<Args, String> {
             "--min-time" => a.min_time = num(&v)?,
             "--min-iters" => a.min_iters = num(&v)? as usize,
             "--iters" => a.exact_iters = Some(num(&v)? as usize),
+            "--cold-mib" => a.cold_bytes = (num(&v)? as usize) << 20,
+            "--modes" => {
+                a.modes = v
+                    .split(',')
+                    .map(|m| match m {
+                        "hot" => Ok(false),
+                        "cold" => Ok(true),
+                        _ => Err(format!("--modes {m}: expected hot or cold")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--prefetch" => {
+                a.prefetch = v
+                    .split(',')
+                    .map(|m| match m {
+                        "on" => Ok(true),
+                        "off" => Ok(false),
+                        _ => Err(format!("--prefetch {m}: expected on or off")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             _ => return Err(format!("unknown option {opt}")),
         }
     }
@@ -224,55 +261,86 @@ fn run(a: &Args) -> Result<(), String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut scratch = Vec::new();
     for &t in &a.types {
+        let base = RowKernel::lookup(kernels, t).map_err(|e| e.to_string())?;
         for &(rows, cols) in &a.shapes {
-            let w = random_weights(t, rows, cols, &mut rng)?;
+            let w0 = random_weights(t, rows, cols, &mut rng)?;
+            let w_bytes = w0.len();
             let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
             let mut out = vec![0.0f32; rows];
-            for pool in &pools {
-                let mut once = || {
-                    matvec(pool, kernels, t, &w, rows, cols, &x, &mut out, &mut scratch)
-                        .map_err(|e| format!("{t} {rows}x{cols}: {e}"))
+            let mut copies = vec![w0];
+            for &cold in &a.modes {
+                // Cold: enough copies to total `cold_bytes`, a different one each iteration.
+                let n_copies = if cold {
+                    a.cold_bytes.div_ceil(w_bytes.max(1)).max(2)
+                } else {
+                    1
                 };
-                if a.exact_iters.is_none() {
-                    for _ in 0..3 {
-                        once()?;
+                copies.truncate(n_copies);
+                while copies.len() < n_copies {
+                    copies.push(copies[0].clone());
+                }
+                for &prefetch in &a.prefetch {
+                    let kernel = RowKernel { prefetch, ..base };
+                    for pool in &pools {
+                        let mut next_copy = 0usize;
+                        let mut once = || {
+                            let w = &copies[next_copy];
+                            next_copy = (next_copy + 1) % copies.len();
+                            matvec_with(pool, &kernel, w, rows, cols, &x, &mut out, &mut scratch)
+                                .map_err(|e| format!("{t} {rows}x{cols}: {e}"))
+                        };
+                        let Some((iters, med)) = time(a, &mut once)? else {
+                            continue;
+                        };
+                        println!(
+                            "sluice\t{}{}\t{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
+                            kernels.isa().name(),
+                            if prefetch { "" } else { "-nopf" },
+                            if cold { "plain-cold" } else { "plain" },
+                            t.name(),
+                            pool.n_threads(),
+                            med * 1e6,
+                            w_bytes as f64 / med * 1e-9
+                        );
                     }
                 }
-                let mut times = Vec::new();
-                let start = Instant::now();
-                loop {
-                    let done = match a.exact_iters {
-                        Some(n) => times.len() >= n,
-                        None => {
-                            (start.elapsed().as_secs_f64() >= a.min_time
-                                && times.len() >= a.min_iters)
-                                || times.len() >= 100_000
-                        }
-                    };
-                    if done {
-                        break;
-                    }
-                    let t0 = Instant::now();
-                    once()?;
-                    times.push(t0.elapsed().as_secs_f64());
-                }
-                let iters = times.len();
-                if iters == 0 {
-                    continue;
-                }
-                let med = median(&mut times);
-                println!(
-                    "sluice\t{}\tplain\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
-                    kernels.isa().name(),
-                    t.name(),
-                    pool.n_threads(),
-                    med * 1e6,
-                    w.len() as f64 / med * 1e-9
-                );
             }
         }
     }
     Ok(())
+}
+
+/// Time `once` (after 3 warm-up calls unless `--iters`): iterations and median seconds.
+fn time(
+    a: &Args,
+    once: &mut dyn FnMut() -> Result<(), String>,
+) -> Result<Option<(usize, f64)>, String> {
+    if a.exact_iters.is_none() {
+        for _ in 0..3 {
+            once()?;
+        }
+    }
+    let mut times = Vec::new();
+    let start = Instant::now();
+    loop {
+        let done = match a.exact_iters {
+            Some(n) => times.len() >= n,
+            None => {
+                (start.elapsed().as_secs_f64() >= a.min_time && times.len() >= a.min_iters)
+                    || times.len() >= 100_000
+            }
+        };
+        if done {
+            break;
+        }
+        let t0 = Instant::now();
+        once()?;
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    if times.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((times.len(), median(&mut times))))
 }
 
 fn main() -> ExitCode {

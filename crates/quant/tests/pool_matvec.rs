@@ -248,6 +248,7 @@ const F32_KERNEL: RowKernel = RowKernel {
     act_type: GgmlType::F32,
     dot: f32_dot,
     quantize: f32_store,
+    prefetch: false,
 };
 
 /// A plain Q8_0 quantizer (f16 scale `amax / 127`, round to nearest).
@@ -285,6 +286,7 @@ const Q8_0_KERNEL: RowKernel = RowKernel {
     act_type: GgmlType::Q8_0,
     dot: q8_0_dot,
     quantize: q8_0_quantize,
+    prefetch: true,
 };
 
 /// Weight bytes for `rows × cols` random values, stored with the kernel's own quantizer
