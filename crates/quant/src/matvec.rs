@@ -355,16 +355,19 @@ fn prefetch_bytes(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // One hint per 64 bytes, plus the last byte for a row that does not start on a line.
-        for p in bytes
-            .chunks(64)
-            .map(<[u8]>::as_ptr)
-            .chain(bytes.last().map(|b| b as *const u8))
-        {
+        const LINE: usize = 64;
+        // Walk line-aligned addresses from the line holding the first byte to the end.
+        let base = bytes.as_ptr();
+        let misalign = base as usize % LINE;
+        let mut off = 0;
+        while off < bytes.len() + misalign {
+            let p = base.wrapping_sub(misalign).wrapping_add(off);
             // SAFETY: `_mm_prefetch` needs only SSE, which every x86_64 CPU has (it is in the
             // target's baseline features). A prefetch is a hint: it never faults and never
-            // reads into or writes any Rust-visible value; `p` points into `bytes` anyway.
+            // reads into or writes any Rust-visible value, so the address need not even be
+            // dereferenceable (it lies in the cache lines that hold `bytes`).
             unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+            off += LINE;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
