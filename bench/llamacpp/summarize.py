@@ -9,7 +9,8 @@ of the per-round median throughputs, the one least disturbed by other load on th
 One table for hot runs (mode plain/repack: one matrix, reused) and one for cold runs
 (mode *-cold: rotating over copies larger than the last-level cache). The ratio columns divide
 our default configuration (the first "sluice" variant without "-nopf") by llama.cpp's best
-placement (plain or repack, whichever is faster) of each llama.cpp CPU variant.
+placement (plain or repack, whichever is faster) of each llama.cpp CPU variant; when we were
+also measured without software prefetch, the same ratio follows for that configuration.
 """
 
 import sys
@@ -54,7 +55,10 @@ def main(path):
         print(f"\n{'Cold (weights streamed from DRAM)' if cold else 'Hot (one matrix, reused; cached when it fits)'}, GB/s of weight bytes\n")
         head = ["type", "rows x cols", "thr"]
         head += [f"{'ours' if e == 'sluice' else 'llama'} {v} {m.replace('-cold', '')}" for e, v, m in ours + theirs]
-        head += [f"ours / llama {v}" for v in llama_variants]
+        ratio_of = [default] + [c for c in ours if c != default and "-nopf" in c[1]]
+        head += [
+            f"{'ours' if o == default else 'ours ' + o[1]} / llama {v}" for o in ratio_of for v in llama_variants
+        ]
         print("| " + " | ".join(head) + " |")
         print("|" + "|".join(["---"] * len(head)) + "|")
         for key in rows_seen:
@@ -64,10 +68,11 @@ def main(path):
                 continue
             cells = [ty, f"{nrows}x{ncols}", str(threads)]
             cells += [f"{v:.1f}" if v else "-" for v in vals]
-            mine = best.get(default + key) if default else None
-            for v in llama_variants:
-                g = max((best.get(c + key, 0.0) for c in theirs if c[1] == v), default=0.0)
-                cells.append(f"{mine / g:.2f}" if mine and g else "-")
+            for o in ratio_of:
+                mine = best.get(o + key) if o else None
+                for v in llama_variants:
+                    g = max((best.get(c + key, 0.0) for c in theirs if c[1] == v), default=0.0)
+                    cells.append(f"{mine / g:.2f}" if mine and g else "-")
             print("| " + " | ".join(cells) + " |")
 
 
