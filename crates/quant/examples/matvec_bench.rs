@@ -22,7 +22,8 @@
 //! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
 //! runs exactly N timed iterations (for instruction counting under callgrind).
 //! `--pool-overhead` instead times an empty `ThreadPool::run` (one no-op task per thread),
-//! back to back and with a pause between runs long enough for the workers to park.
+//! back to back and with a pause between runs long enough for the workers to park, and a run
+//! of 16 tasks of 4 µs each.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -236,10 +237,27 @@ fn pool_overhead(a: &Args) -> Result<(), String> {
                 times.push(t0.elapsed().as_secs_f64());
             }
             println!(
-                "pool	{n} threads	{label}	median {:.2} us",
+                "pool\t{n} threads\t{label}\tmedian {:.2} us",
                 median(&mut times) * 1e6
             );
         }
+        // 16 tasks of 4 us of spinning each: 64 us of work per run.
+        let busy = |_: usize| {
+            let t0 = Instant::now();
+            while t0.elapsed().as_nanos() < 4000 {
+                std::hint::spin_loop();
+            }
+        };
+        let mut times = Vec::with_capacity(5000);
+        for _ in 0..5000 {
+            let t0 = Instant::now();
+            pool.run(16, busy);
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        println!(
+            "pool\t{n} threads\t16 x 4 us\tmedian {:.2} us",
+            median(&mut times) * 1e6
+        );
     }
     Ok(())
 }
