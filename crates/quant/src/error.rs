@@ -22,4 +22,14 @@ pub enum QuantError {
         expected: usize,
         got: usize,
     },
+    /// A matrix shape whose byte size does not fit in memory.
+    #[error("a {rows}x{cols} {ty} matrix is too large")]
+    ShapeOverflow {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+    },
+    /// The operating system refused to start a pool thread.
+    #[error("cannot spawn compute thread {index}: {message}")]
+    ThreadSpawn { index: usize, message: String },
 }

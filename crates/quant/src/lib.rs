@@ -17,3 +17,8 @@ pub use quantize::{can_quantize, quantize_row, quantize_to_vec};
 
 pub mod kernels;
 pub use kernels::{DotFn, DotRows, DotRowsFn, Isa, Kernels, QuantizeFn, vec_dot_type};
+
+pub mod matvec;
+pub mod pool;
+pub use matvec::{RowKernel, matmul, matmul_with, matvec, matvec_with};
+pub use pool::ThreadPool;
