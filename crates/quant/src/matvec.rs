@@ -13,7 +13,7 @@
 use std::slice::ChunksMut;
 use std::sync::{Mutex, PoisonError};
 
-use crate::kernels::{DotFn, Kernels, QuantizeFn, vec_dot_type};
+use crate::kernels::{DotFn, DotRows, Kernels, QuantizeFn, vec_dot_type};
 use crate::pool::ThreadPool;
 use crate::{GgmlType, QuantError};
 
@@ -34,6 +34,9 @@ pub struct RowKernel {
     pub act_type: GgmlType,
     /// `dot(cols, weight_row, activation_row)`.
     pub dot: DotFn,
+    /// A kernel for several consecutive weight rows at once, if the table has one; it gives
+    /// the same bits per row as `dot`, so using it never changes a result.
+    pub dot_rows: Option<DotRows>,
     /// Quantizes one f32 activation row of `cols` elements to `act_type`.
     pub quantize: QuantizeFn,
     /// Ask the CPU to fetch upcoming weight rows ahead of the dot kernel (software
@@ -63,6 +66,7 @@ impl RowKernel {
             wtype,
             act_type,
             dot,
+            dot_rows: kernels.dot_rows(wtype),
             quantize,
             prefetch: true,
         })
@@ -109,8 +113,6 @@ pub fn matvec_with(
     }
     quantize_rows(kernel, &shape, x, scratch);
     let xq: &[u8] = scratch;
-    let dot = kernel.dot;
-    let prefetch = kernel.prefetch;
     let rb = shape.w_row_bytes;
 
     let ch = chunk_rows(rows, pool.n_threads());
@@ -122,11 +124,8 @@ pub fn matvec_with(
             return;
         };
         let w_chunk = &w[c * ch * rb..(c * ch + dst.len()) * rb];
-        let mut ahead = RowPrefetcher::new(prefetch, w_chunk, rb);
-        for (o, w_row) in dst.iter_mut().zip(w_chunk.chunks_exact(rb)) {
-            ahead.advance();
-            *o = dot(cols, w_row, xq);
-        }
+        let mut ahead = RowPrefetcher::new(kernel.prefetch, w_chunk, rb);
+        rows_times_vector(kernel, cols, w_chunk, rb, xq, dst, &mut ahead);
     });
     Ok(())
 }
@@ -174,10 +173,9 @@ pub fn matmul_with(
     }
     quantize_rows(kernel, &shape, x, scratch);
     let xq: &[u8] = scratch;
-    let dot = kernel.dot;
-    let prefetch = kernel.prefetch;
     let rb = shape.w_row_bytes;
     let arb = shape.act_row_bytes;
+    let group = kernel.dot_rows.map_or(1, |d| d.rows.max(1));
 
     let ch = chunk_rows(rows, pool.n_threads());
     let n_chunks = rows.div_ceil(ch);
@@ -205,15 +203,53 @@ pub fn matmul_with(
         }
         let n = dst[0].len();
         let w_chunk = &w[c * ch * rb..(c * ch + n) * rb];
-        let mut ahead = RowPrefetcher::new(prefetch, w_chunk, rb);
-        for (j, w_row) in w_chunk.chunks_exact(rb).enumerate() {
-            ahead.advance();
-            for (d, a_row) in dst.iter_mut().zip(xq.chunks_exact(arb)) {
-                d[j] = dot(cols, w_row, a_row);
+        let mut ahead = RowPrefetcher::new(kernel.prefetch, w_chunk, rb);
+        // Walk the chunk a group of weight rows at a time (the multi-row kernel's width),
+        // multiplying each group with every token while it is in cache.
+        let mut j = 0;
+        while j < n {
+            let g = group.min(n - j);
+            let w_group = &w_chunk[j * rb..(j + g) * rb];
+            let mut ahead_group = RowPrefetcher::disabled(w_group, rb);
+            for (k, (d, a_row)) in dst.iter_mut().zip(xq.chunks_exact(arb)).enumerate() {
+                let a = if k == 0 { &mut ahead } else { &mut ahead_group };
+                rows_times_vector(kernel, cols, w_group, rb, a_row, &mut d[j..j + g], a);
             }
+            j += g;
         }
     });
     Ok(())
+}
+
+/// `dst[r] = dot(cols, row r of w_rows, xq)` for every row, through the multi-row kernel
+/// where whole groups of its width remain and the single-row kernel for the rest (both give
+/// the same bits per row).
+#[inline]
+fn rows_times_vector(
+    kernel: &RowKernel,
+    cols: usize,
+    w_rows: &[u8],
+    rb: usize,
+    xq: &[u8],
+    dst: &mut [f32],
+    ahead: &mut RowPrefetcher<'_>,
+) {
+    let mut r = 0;
+    if let Some(DotRows { rows: g, f }) = kernel.dot_rows
+        && g > 0
+    {
+        while r + g <= dst.len() {
+            for _ in 0..g {
+                ahead.advance();
+            }
+            f(cols, &w_rows[r * rb..(r + g) * rb], xq, &mut dst[r..r + g]);
+            r += g;
+        }
+    }
+    for (o, w_row) in dst[r..].iter_mut().zip(w_rows[r * rb..].chunks_exact(rb)) {
+        ahead.advance();
+        *o = (kernel.dot)(cols, w_row, xq);
+    }
 }
 
 /// Validated sizes of one product.
@@ -332,6 +368,11 @@ impl<'a> RowPrefetcher<'a> {
         }
     }
 
+    /// A prefetcher that does nothing (the rows were already requested).
+    fn disabled(chunk: &'a [u8], row_bytes: usize) -> RowPrefetcher<'a> {
+        RowPrefetcher::new(false, chunk, row_bytes)
+    }
+
     /// Called before computing each row: make sure whole rows up to
     /// `PREFETCH_AHEAD_BYTES` past the end of this row are requested.
     #[inline]
@@ -375,8 +416,10 @@ fn prefetch_bytes(bytes: &[u8]) {
 }
 
 /// Rows per unit of pool work for a matrix of `rows` rows on `n_threads` threads.
+/// A multiple of 8, so that multi-row kernels (2, 4 or 8 rows wide) cover whole chunks.
 fn chunk_rows(rows: usize, n_threads: usize) -> usize {
     rows.div_ceil(n_threads * CHUNKS_PER_THREAD)
+        .next_multiple_of(8)
         .clamp(MIN_CHUNK_ROWS, MAX_CHUNK_ROWS)
 }
 

@@ -247,6 +247,7 @@ const F32_KERNEL: RowKernel = RowKernel {
     wtype: GgmlType::F32,
     act_type: GgmlType::F32,
     dot: f32_dot,
+    dot_rows: None,
     quantize: f32_store,
     prefetch: false,
 };
@@ -281,10 +282,23 @@ fn q8_0_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
+/// Three rows at a time (an odd width, so chunks end with a remainder for `dot`).
+fn q8_0_dot3(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    assert_eq!(out.len(), 3);
+    let rb = w.len() / 3;
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
+        *o = q8_0_dot(n, row, a);
+    }
+}
+
 const Q8_0_KERNEL: RowKernel = RowKernel {
     wtype: GgmlType::Q8_0,
     act_type: GgmlType::Q8_0,
     dot: q8_0_dot,
+    dot_rows: Some(quant::DotRows {
+        rows: 3,
+        f: q8_0_dot3,
+    }),
     quantize: q8_0_quantize,
     prefetch: true,
 };

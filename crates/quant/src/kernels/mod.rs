@@ -33,7 +33,7 @@ pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 pub type DotRowsFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32]);
 
 /// A multi-row kernel and the number of rows it takes per call.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct DotRows {
     /// Rows per call (`out.len()` must equal this).
     pub rows: usize,
