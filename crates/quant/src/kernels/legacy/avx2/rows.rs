@@ -30,8 +30,8 @@ use crate::kernels::Kernels;
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4};
 
 /// Rows per call, by type.
-const Q8_0_ROWS: usize = 4;
-const Q4_0_ROWS: usize = 4;
+const Q8_0_ROWS: usize = 8;
+const Q4_0_ROWS: usize = 8;
 const IQ4_NL_ROWS: usize = 4;
 const MXFP4_ROWS: usize = 4;
 const F16_ROWS: usize = 2;
@@ -66,10 +66,37 @@ fn check_rows(n: usize, w: &[u8], w_bytes: usize, a: &[u8], out: &[f32], rows: u
     nb
 }
 
-/// The `R` rows of `w` (each `len` bytes) as arrays of `WB`-byte blocks.
-#[inline(always)]
-fn split<const R: usize, const WB: usize>(w: &[u8], len: usize) -> [&[[u8; WB]]; R] {
-    std::array::from_fn(|r| w[r * len..(r + 1) * len].as_chunks::<WB>().0)
+/// `R` consecutive rows of `stride` bytes, each starting with `nb` blocks of `WB` bytes.
+#[derive(Clone, Copy)]
+struct Rows<'a, const R: usize, const WB: usize> {
+    w: &'a [u8],
+    stride: usize,
+    nb: usize,
+}
+
+impl<'a, const R: usize, const WB: usize> Rows<'a, R, WB> {
+    #[inline(always)]
+    fn new(w: &'a [u8], stride: usize, nb: usize) -> Self {
+        assert!(w.len() == R * stride && nb * WB <= stride);
+        Rows { w, stride, nb }
+    }
+
+    /// Row `r`.
+    #[inline(always)]
+    fn row(&self, r: usize) -> &'a [u8] {
+        &self.w[r * self.stride..(r + 1) * self.stride]
+    }
+
+    /// Block `b` of row `r`. (The assert is free in the kernels' loops, whose bounds are
+    /// `R` and `nb`; it makes the unchecked access below sound.)
+    #[inline(always)]
+    fn block(&self, r: usize, b: usize) -> &'a [u8; WB] {
+        assert!(r < R && b < self.nb);
+        let at = r * self.stride + b * WB;
+        // SAFETY: r < R and b < nb give at + WB <= (R - 1) * stride + nb * WB
+        // <= R * stride == w.len() (checked in `new`); [u8; WB] has alignment 1.
+        unsafe { &*self.w.as_ptr().add(at).cast::<[u8; WB]>() }
+    }
 }
 
 /// IEEE half bits to f32, in all 8 lanes.
@@ -109,11 +136,15 @@ fn lut(t: [i8; 16]) -> __m256i {
     _mm256_broadcastsi128_si256(load128(&b))
 }
 
-/// Whether any byte of `v` is -128.
+/// Whether any quant of the Q8_0 activation row is -128.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn has_min_i8(v: __m256i) -> bool {
-    _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(i8::MIN))) != 0
+fn has_minus_128(act: Rows<'_, 1, Q8_0_BYTES>) -> bool {
+    let mut low = _mm256_setzero_si256();
+    for b in 0..act.nb {
+        low = _mm256_min_epi8(low, load256(arr(&act.block(0, b)[2..])));
+    }
+    _mm256_movemask_epi8(_mm256_cmpeq_epi8(low, _mm256_set1_epi8(i8::MIN))) != 0
 }
 
 // ---------------------------------------------------------------------------------------
@@ -122,14 +153,15 @@ fn has_min_i8(v: __m256i) -> bool {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     let nb = check_rows(n, w, Q8_0_BYTES, a, out, R);
-    let rows = split::<R, Q8_0_BYTES>(w, nb * Q8_0_BYTES);
-    let (ab, _) = a.as_chunks::<Q8_0_BYTES>();
+    let rows = Rows::<R, Q8_0_BYTES>::new(w, nb * Q8_0_BYTES, nb);
+    let act = Rows::<1, Q8_0_BYTES>::new(a, a.len(), nb);
     let mut acc = [_mm256_setzero_ps(); R];
-    for (b, y) in ab.iter().enumerate() {
+    for b in 0..nb {
+        let y = act.block(0, b);
         let yq = load256(arr(&y[2..]));
         let dy = splat_f16(le16(y, 0));
-        for (acc, row) in acc.iter_mut().zip(&rows) {
-            let x = &row[b];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let x = rows.block(r, b);
             let d = _mm256_mul_ps(splat_f16(le16(x, 0)), dy);
             *acc = _mm256_fmadd_ps(d, mul_sum_i8(load256(arr(&x[2..])), yq), *acc);
         }
@@ -145,28 +177,26 @@ fn q8_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     let nb = check_rows(n, w, Q4_0_BYTES, a, out, R);
-    let len = nb * Q4_0_BYTES;
-    let rows = split::<R, Q4_0_BYTES>(w, len);
-    let (ab, _) = a.as_chunks::<Q8_0_BYTES>();
+    let rows = Rows::<R, Q4_0_BYTES>::new(w, nb * Q4_0_BYTES, nb);
+    let act = Rows::<1, Q8_0_BYTES>::new(a, a.len(), nb);
+    if has_minus_128(act) {
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = q4_0_avx2(n, rows.row(r), a);
+        }
+        return;
+    }
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut low = _mm256_setzero_si256();
-    for (b, y) in ab.iter().enumerate() {
+    for b in 0..nb {
+        let y = act.block(0, b);
         let yq = load256(arr(&y[2..]));
-        low = _mm256_min_epi8(low, yq);
         let off = _mm256_maddubs_epi16(_mm256_set1_epi8(8), yq);
         let dy = splat_f16(le16(y, 0));
-        for (acc, row) in acc.iter_mut().zip(&rows) {
-            let x = &row[b];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let x = rows.block(r, b);
             let d = _mm256_mul_ps(splat_f16(le16(x, 0)), dy);
             let p = _mm256_maddubs_epi16(nibbles(arr(&x[2..])), yq);
             *acc = _mm256_fmadd_ps(d, pairs_to_f32(_mm256_sub_epi16(p, off)), *acc);
         }
-    }
-    if has_min_i8(low) {
-        for (r, o) in out.iter_mut().enumerate() {
-            *o = q4_0_avx2(n, &w[r * len..(r + 1) * len], a);
-        }
-        return;
     }
     for (o, acc) in out.iter_mut().zip(acc) {
         *o = hsum(acc);
@@ -188,72 +218,54 @@ struct Act {
 
 /// The paired-accumulator loop over `R` rows. `dx(x)` is the weight block scale,
 /// `prep(y)` the per-activation-block data, `sums(x, act)` the 8 lane sums of a block.
-/// Returns `false` (leaving `out` untouched) if `prep` saw a -128 activation quant and the
-/// caller must fall back.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 fn paired_rows<const R: usize, const WB: usize>(
-    nb: usize,
-    rows: [&[[u8; WB]]; R],
-    ab: &[[u8; Q8_0_BYTES]],
+    rows: Rows<'_, R, WB>,
+    act: Rows<'_, 1, Q8_0_BYTES>,
     out: &mut [f32],
     dx: impl Fn(&[u8; WB]) -> f32,
     prep: impl Fn(&[u8; Q8_0_BYTES]) -> Act,
     sums: impl Fn(&[u8; WB], Act) -> __m256,
-    watch: bool,
-) -> bool {
+) {
+    let nb = rows.nb;
     let mut acc0 = [_mm256_setzero_ps(); R];
     let mut acc1 = [_mm256_setzero_ps(); R];
-    let mut low = _mm256_setzero_si256();
     for p in 0..nb / 2 {
-        let (b0, b1) = (2 * p, 2 * p + 1);
-        let y0 = prep(&ab[b0]);
-        let y1 = prep(&ab[b1]);
-        if watch {
-            low = _mm256_min_epi8(low, _mm256_min_epi8(y0.q, y1.q));
-        }
-        for r in 0..R {
-            let (x0, x1) = (&rows[r][b0], &rows[r][b1]);
-            let d0 = _mm256_mul_ps(y0.d, _mm256_set1_ps(dx(x0)));
-            let d1 = _mm256_mul_ps(y1.d, _mm256_set1_ps(dx(x1)));
-            acc0[r] = _mm256_fmadd_ps(d0, sums(x0, y0), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(d1, sums(x1, y1), acc1[r]);
+        // Block 2p into the even accumulators, then block 2p + 1 into the odd ones.
+        for (b, acc) in [(2 * p, &mut acc0), (2 * p + 1, &mut acc1)] {
+            let y = prep(act.block(0, b));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let x = rows.block(r, b);
+                let d = _mm256_mul_ps(y.d, _mm256_set1_ps(dx(x)));
+                *acc = _mm256_fmadd_ps(d, sums(x, y), *acc);
+            }
         }
     }
-    let last = (nb % 2 == 1).then(|| prep(&ab[nb - 1]));
-    if watch {
-        if let Some(y) = last {
-            low = _mm256_min_epi8(low, y.q);
-        }
-        if has_min_i8(low) {
-            return false;
-        }
-    }
-    for r in 0..R {
+    let last = (nb % 2 == 1).then(|| prep(act.block(0, nb - 1)));
+    for (r, o) in out.iter_mut().enumerate().take(R) {
         let mut sum = hsum(_mm256_add_ps(acc0[r], acc1[r]));
         if let Some(y) = last {
-            let x = &rows[r][nb - 1];
+            let x = rows.block(r, nb - 1);
             let d = _mm256_cvtss_f32(y.d) * dx(x);
             sum = fma_ss(d, hsum(sums(x, y)), sum);
         }
-        out[r] = sum;
+        *o = sum;
     }
-    true
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     let nb = check_rows(n, w, IQ4_NL_BYTES, a, out, R);
-    let rows = split::<R, IQ4_NL_BYTES>(w, nb * IQ4_NL_BYTES);
-    let (ab, _) = a.as_chunks::<Q8_0_BYTES>();
+    let rows = Rows::<R, IQ4_NL_BYTES>::new(w, nb * IQ4_NL_BYTES, nb);
+    let act = Rows::<1, Q8_0_BYTES>::new(a, a.len(), nb);
     let table = lut(KVALUES_IQ4NL);
     let table_abs = lut(KVALUES_IQ4NL.map(i8::unsigned_abs).map(|v| v as i8));
     let zero = _mm256_setzero_si256();
-    paired_rows::<R, IQ4_NL_BYTES>(
-        nb,
+    paired_rows(
         rows,
-        ab,
+        act,
         out,
         |x| F16_TO_F32[usize::from(le16(x, 0))],
         |y| Act {
@@ -266,7 +278,6 @@ fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
             let sy = _mm256_sign_epi8(y.q, _mm256_shuffle_epi8(table, i));
             pairs_to_f32(_mm256_maddubs_epi16(_mm256_shuffle_epi8(table_abs, i), sy))
         },
-        false,
     );
 }
 
@@ -276,15 +287,19 @@ const MXFP4_OFFSET: i8 = 12;
 #[target_feature(enable = "avx2,fma,f16c")]
 fn mxfp4_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     let nb = check_rows(n, w, MXFP4_BYTES, a, out, R);
-    let len = nb * MXFP4_BYTES;
-    let rows = split::<R, MXFP4_BYTES>(w, len);
-    let (ab, _) = a.as_chunks::<Q8_0_BYTES>();
+    let rows = Rows::<R, MXFP4_BYTES>::new(w, nb * MXFP4_BYTES, nb);
+    let act = Rows::<1, Q8_0_BYTES>::new(a, a.len(), nb);
+    if has_minus_128(act) {
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = mxfp4_avx2(n, rows.row(r), a);
+        }
+        return;
+    }
     let table = lut(KVALUES_MXFP4.map(|v| v + MXFP4_OFFSET));
     let offset = _mm256_set1_epi8(MXFP4_OFFSET);
-    let done = paired_rows::<R, MXFP4_BYTES>(
-        nb,
+    paired_rows(
         rows,
-        ab,
+        act,
         out,
         |x| E8M0_HALF[usize::from(x[0])],
         |y| {
@@ -299,13 +314,7 @@ fn mxfp4_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
             let xo = _mm256_shuffle_epi8(table, nibbles(arr(&x[1..])));
             pairs_to_f32(_mm256_sub_epi16(_mm256_maddubs_epi16(xo, y.q), y.off))
         },
-        true,
     );
-    if !done {
-        for (r, o) in out.iter_mut().enumerate() {
-            *o = mxfp4_avx2(n, &w[r * len..(r + 1) * len], a);
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -321,27 +330,22 @@ fn f16_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
         w.len(),
         a.len()
     );
-    let len = 2 * n;
-    let rows: [&[u8]; R] = std::array::from_fn(|r| &w[r * len..(r + 1) * len]);
-    let steps: [&[[u8; 64]]; R] = rows.map(|row| row.as_chunks::<64>().0);
+    let steps = n / 32;
+    let rows = Rows::<R, 64>::new(w, 2 * n, steps);
     let (av, _) = a.as_chunks::<64>();
     let mut acc = [[_mm256_setzero_ps(); 4]; R];
-    let cvt = |b: &[u8; 64], j: usize| -> __m256 {
-        // SAFETY: bytes 16j..16j+16 of the 64-byte step are in bounds (j < 4); the
-        // features are those of the enclosing function.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(16 * j).cast())) }
-    };
-    for (s, y) in av.iter().enumerate() {
+    let cvt = |b: &[u8; 64], j: usize| -> __m256 { _mm256_cvtph_ps(load128(arr(&b[16 * j..]))) };
+    for (s, y) in av.iter().enumerate().take(steps) {
         for j in 0..4 {
             let yj = cvt(y, j);
-            for r in 0..R {
-                acc[r][j] = _mm256_fmadd_ps(cvt(&steps[r][s], j), yj, acc[r][j]);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                acc[j] = _mm256_fmadd_ps(cvt(rows.block(r, s), j), yj, acc[j]);
             }
         }
     }
-    let done = 64 * av.len();
-    for r in 0..R {
-        out[r] = f16_finish(acc[r], &rows[r][done..], &a[done..]);
+    let done = 64 * steps;
+    for (r, (o, acc)) in out.iter_mut().zip(acc).enumerate() {
+        *o = f16_finish(acc, &rows.row(r)[done..], &a[done..]);
     }
 }
 
