@@ -34,7 +34,7 @@ const Q8_0_ROWS: usize = 8;
 const Q4_0_ROWS: usize = 8;
 const IQ4_NL_ROWS: usize = 4;
 const MXFP4_ROWS: usize = 4;
-const F16_ROWS: usize = 2;
+const F16_ROWS: usize = 3;
 
 pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
@@ -99,6 +99,18 @@ impl<'a, const R: usize, const WB: usize> Rows<'a, R, WB> {
     }
 }
 
+/// `v` unchanged, but opaque to the optimizer (so that a product with a splat stays a
+/// vector multiply fed by a broadcast load instead of a scalar multiply and a broadcast).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn opaque(mut v: __m256) -> __m256 {
+    // SAFETY: an empty assembly block that reads and writes one register.
+    unsafe {
+        std::arch::asm!("/* {0} */", inout(ymm_reg) v, options(pure, nomem, nostack, preserves_flags));
+    }
+    v
+}
+
 /// IEEE half bits to f32, in all 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -159,7 +171,7 @@ fn q8_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     for b in 0..nb {
         let y = act.block(0, b);
         let yq = load256(arr(&y[2..]));
-        let dy = splat_f16(le16(y, 0));
+        let dy = opaque(splat_f16(le16(y, 0)));
         for (r, acc) in acc.iter_mut().enumerate() {
             let x = rows.block(r, b);
             let d = _mm256_mul_ps(splat_f16(le16(x, 0)), dy);
@@ -190,7 +202,7 @@ fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
         let y = act.block(0, b);
         let yq = load256(arr(&y[2..]));
         let off = _mm256_maddubs_epi16(_mm256_set1_epi8(8), yq);
-        let dy = splat_f16(le16(y, 0));
+        let dy = opaque(splat_f16(le16(y, 0)));
         for (r, acc) in acc.iter_mut().enumerate() {
             let x = rows.block(r, b);
             let d = _mm256_mul_ps(splat_f16(le16(x, 0)), dy);
@@ -235,7 +247,8 @@ fn paired_rows<const R: usize, const WB: usize>(
     for p in 0..nb / 2 {
         // Block 2p into the even accumulators, then block 2p + 1 into the odd ones.
         for (b, acc) in [(2 * p, &mut acc0), (2 * p + 1, &mut acc1)] {
-            let y = prep(act.block(0, b));
+            let mut y = prep(act.block(0, b));
+            y.d = opaque(y.d);
             for (r, acc) in acc.iter_mut().enumerate() {
                 let x = rows.block(r, b);
                 let d = _mm256_mul_ps(y.d, _mm256_set1_ps(dx(x)));
