@@ -188,7 +188,7 @@ fn avx2_table_has_a_rows_kernel_for_each_type() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
     fn rows_match_single_row_bit_for_bit(n in lengths(), seed in any::<u64>()) {

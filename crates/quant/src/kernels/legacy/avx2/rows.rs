@@ -1,23 +1,28 @@
 //! Multi-row AVX2 kernels ([`crate::kernels::DotRowsFn`]): several consecutive weight
-//! rows against one activation row.
+//! rows, read in place, against one activation row.
 //!
 //! Each row keeps the exact floating-point operations of its single-row kernel in
 //! `avx2.rs` (same accumulators, same block order, same FMA operands, same lane
-//! reductions), so every result is bit-identical to the single-row one. What the rows
-//! share is everything that depends only on the activation: the load of its 32 quants,
-//! the conversion of its block scale, and (for F16) the conversion of its elements.
+//! reductions), so every result is bit-identical to the single-row one. The rows share
+//! what depends only on the activation: the load of its quants, the conversion of its
+//! block scale, and (F16) the conversion of its elements.
 //!
 //! The integer block sums may be formed differently from the single-row kernels as long as
 //! they are the same integers in the same lanes (lane i holds the sum over elements
-//! 4i..4i+4), because the conversion to f32 of such small integers is exact:
-//! * 4-bit lookup types: `|x|` comes from a second table instead of `sign(x, x)`.
-//! * Q4_0 and MXFP4: the weight is looked up with a non-negative offset `c` added
-//!   (nibble for Q4_0, table value + 12 for MXFP4), multiplied by the activation with
-//!   `maddubs`, and `c · (y0 + y1)`, computed once per activation block, is subtracted from
-//!   each 16-bit pair sum. No pair sum can saturate (at most 24 · 128 · 2). This equals the
-//!   single-row sign trick except for an activation quant of -128 (only a NaN input
-//!   makes one), where the sign trick wraps; the kernels watch for -128 and, if it occurs,
-//!   compute the rows with the single-row kernel instead.
+//! 4i..4i+4), because converting such small integers to f32 is exact:
+//! * IQ4_NL: `|x|` comes from a second table instead of `sign(x, x)`.
+//! * Q4_0 and MXFP4: the weight is looked up with a non-negative offset `c` added (the bare
+//!   nibble for Q4_0, table value + 12 for MXFP4), multiplied by the activation with
+//!   `maddubs`, and `c · (y0 + y1)`, computed once per activation block for all rows, is
+//!   subtracted from each 16-bit pair sum. No pair sum can saturate (at most 24 · 128 · 2).
+//!   This saves both sign operations per row and block, and equals the sign trick except
+//!   for an activation quant of -128 (only a NaN input makes one), where the sign trick
+//!   wraps: a call whose activation row holds a -128 computes its rows with the
+//!   single-row kernel instead.
+//!
+//! Rows per call were chosen by measurement (`examples/rows_bench.rs`): the one-accumulator
+//! types (Q8_0, Q4_0) gain up to 8 rows; the paired-accumulator types (IQ4_NL, MXFP4)
+//! need 8 registers for 4 rows; F16 needs 4 accumulators per row and 4 rows would spill.
 
 use std::arch::x86_64::*;
 
@@ -87,8 +92,8 @@ impl<'a, const R: usize, const WB: usize> Rows<'a, R, WB> {
         &self.w[r * self.stride..(r + 1) * self.stride]
     }
 
-    /// Block `b` of row `r`. (The assert is free in the kernels' loops, whose bounds are
-    /// `R` and `nb`; it makes the unchecked access below sound.)
+    /// Block `b` of row `r`. (The kernels' loops run to `R` and `nb`, so the assert
+    /// mostly folds away; it makes the unchecked access below sound.)
     #[inline(always)]
     fn block(&self, r: usize, b: usize) -> &'a [u8; WB] {
         assert!(r < R && b < self.nb);
