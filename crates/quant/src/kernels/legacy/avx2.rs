@@ -29,6 +29,8 @@ use crate::GgmlType;
 use crate::kernels::Kernels;
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4};
 
+mod rows;
+
 pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
     k.set_dot(F32, dot_f32);
@@ -41,6 +43,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(Q5_1, dot_q5_1);
     k.set_dot(IQ4_NL, dot_iq4_nl);
     k.set_dot(MXFP4, dot_mxfp4);
+    rows::register(k);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -366,9 +369,16 @@ fn f16_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
         // SAFETY: bytes 16j..16j+16 of the 64-byte step are in bounds (j < 4).
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().add(16 * j).cast()) })
     });
+    f16_finish(acc, &w[2 * done..], &a[2 * done..])
+}
+
+/// Lane sum of the four F16 accumulators, then the `n % 32` tail elements in f64.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_finish(acc: [__m256; 4], w_tail: &[u8], a_tail: &[u8]) -> f32 {
     let mut sum = f64::from(hsum_hadd(add4(acc)));
-    let (wt, _) = w[2 * done..].as_chunks::<2>();
-    let (at, _) = a[2 * done..].as_chunks::<2>();
+    let (wt, _) = w_tail.as_chunks::<2>();
+    let (at, _) = a_tail.as_chunks::<2>();
     for (x, y) in wt.iter().zip(at) {
         sum += f64::from(f16_to_f32(u16::from_le_bytes(*x)) * f16_to_f32(u16::from_le_bytes(*y)));
     }
