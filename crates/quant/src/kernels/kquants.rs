@@ -27,6 +27,8 @@ mod q8k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_rows;
 
 use super::{Isa, Kernels};
 use crate::{GgmlType, QK_K};
@@ -103,7 +105,10 @@ pub(super) fn register(k: &mut Kernels) {
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]
-        x86::register(k);
+        {
+            x86::register(k);
+            x86_rows::register(k);
+        }
     }
 }
 

@@ -1,0 +1,423 @@
+//! AVX2/FMA multi-row kernels: several consecutive k-quant weight rows × one Q8_K
+//! activation row.
+//!
+//! Each row goes through exactly the float operations of its single-row kernel in
+//! `x86.rs` (same lanes, same fused multiply-adds, same final reduction), so every result
+//! is bit-identical to `dot` on that row. The integer sums of a super-block are exact, so
+//! they may be formed in any order as long as each of the eight i32 lanes ends with the
+//! same total. What the rows share: the activation quants, the activation group sums and
+//! their pairing, the activation scale, the loop and the call.
+
+use std::arch::x86_64::*;
+
+use super::layout::{q4k, q5k, q6k};
+use super::x86::{
+    Q8KBlock, WORD_CTL, f16_pair_times, f16_times, group16_scales, hsum_ps, k4_scales_mins,
+    load128, load256, splat32,
+};
+use super::{Q8K_BSUMS, Q8K_QS, check_dot, f32_at, u32_at};
+use crate::{GgmlType, QK_K};
+use crate::kernels::Kernels;
+
+/// Rows per call of each kernel.
+const ROWS_Q4K: usize = 4;
+const ROWS_Q5K: usize = 4;
+const ROWS_Q6K: usize = 4;
+
+pub(super) fn register(k: &mut Kernels) {
+    k.set_dot_rows(GgmlType::Q4_K, ROWS_Q4K, dot_rows_q4_k);
+    k.set_dot_rows(GgmlType::Q5_K, ROWS_Q5K, dot_rows_q5_k);
+    k.set_dot_rows(GgmlType::Q6_K, ROWS_Q6K, dot_rows_q6_k);
+}
+
+/// Split `w` into `R` rows of whole blocks after checking the [`super::super::DotRowsFn`]
+/// contract (each row against `a` as [`check_dot`] does for one row).
+#[inline]
+fn split_rows<'w, const R: usize, const B: usize>(
+    ty: GgmlType,
+    n: usize,
+    w: &'w [u8],
+    a: &[u8],
+    out: &[f32],
+) -> [&'w [[u8; B]]; R] {
+    assert_eq!(out.len(), R, "{ty} dot_rows: takes {R} rows per call");
+    let row_bytes = n / QK_K * B;
+    assert_eq!(w.len(), R * row_bytes, "{ty} dot_rows: weight rows length");
+    std::array::from_fn(|r| {
+        let row = &w[r * row_bytes..(r + 1) * row_bytes];
+        check_dot(ty, n, row, a);
+        row.as_chunks::<B>().0
+    })
+}
+
+/// Plain-`fn` entry points with the `DotRowsFn` signature. They are registered only in the
+/// AVX2 table, which [`Kernels::detect`] builds only after runtime detection of AVX2, FMA
+/// and F16C.
+macro_rules! entry {
+    ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident) => {
+        fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+            let rows = split_rows::<{ $rows }, { $bytes }>($ty, n, w, a, out);
+            debug_assert!(
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            );
+            let (a, _) = a.as_chunks::<{ super::Q8K_BYTES }>();
+            let out: &mut [f32; $rows] = out.try_into().expect("length checked above");
+            // SAFETY: this function is only reachable through the AVX2 kernel table, which
+            // exists only on CPUs where avx2, fma and f16c were detected at run time.
+            unsafe { $kernel(rows, a, out) }
+        }
+    };
+}
+
+entry!(dot_rows_q4_k, GgmlType::Q4_K, ROWS_Q4K, q4k::BYTES, q4k_rows);
+entry!(dot_rows_q5_k, GgmlType::Q5_K, ROWS_Q5K, q5k::BYTES, q5k_rows);
+entry!(dot_rows_q6_k, GgmlType::Q6_K, ROWS_Q6K, q6k::BYTES, q6k_rows);
+
+/// The final reduction of the Q4_K kernel's minimum accumulator (four lanes), as the
+/// single-row kernel does it.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum4_ps(m: __m128) -> f32 {
+    let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    _mm_cvtss_f32(m)
+}
+
+/// Lane of row `i` (of a group of four) in the vector made by [`f16_pairs_times`]: the
+/// rows are converted in the order 0, 2, 1, 3 so that rows 0 and 1 land in different
+/// 128-bit lanes (as do rows 2 and 3).
+const PAIR_LANE: [usize; 4] = [0, 4, 2, 6];
+
+/// `(d · yd, dmin · yd)` of the blocks of up to four rows (the f16 pair at `off` of each),
+/// row `i`'s `d` in lane `PAIR_LANE[i]` and its `dmin` in the next lane. The conversion from
+/// f16 is exact and the product is the single-row kernel's.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn f16_pairs_times<const N: usize>(x: [&[u8]; N], off: usize, yd: __m256) -> __m256 {
+    let mut p = [0i32; 4];
+    for (i, x) in x.iter().enumerate() {
+        p[PAIR_LANE[i] / 2] = u32_at(x, off) as i32;
+    }
+    let h = _mm_setr_epi32(p[0], p[1], p[2], p[3]);
+    _mm256_mul_ps(_mm256_cvtph_ps(h), yd)
+}
+
+/// [`super::x86::k4_scales_mins`] for two blocks at once: the low 128-bit lane holds `x0`'s
+/// sixteen unpacked bytes (eight scales, eight minimums), the high lane `x1`'s.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn k4_scales_mins_x2(x0: &[u8], x1: &[u8], off: usize) -> __m256i {
+    let v = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load128(x0, off)), load128(x1, off));
+    let a = _mm256_shuffle_epi8(
+        v,
+        _mm256_broadcastsi128_si256(_mm_setr_epi8(
+            0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+        )),
+    );
+    let h = _mm256_shuffle_epi8(
+        v,
+        _mm256_broadcastsi128_si256(_mm_setr_epi8(
+            -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7,
+        )),
+    );
+    let low = _mm256_and_si256(
+        _mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+        _mm256_broadcastsi128_si256(_mm_setr_epi32(
+            0x3f3f_3f3f,
+            0x0f0f_0f0f,
+            0x3f3f_3f3f,
+            0x0f0f_0f0f,
+        )),
+    );
+    let high = _mm256_and_si256(_mm256_srli_epi32::<2>(h), _mm256_set1_epi8(0x30));
+    _mm256_or_si256(low, high)
+}
+
+/// `vpshufb` control (both lanes) that turns unpacked scale bytes `4h..4h + 4` into four
+/// 32-bit words, each the scale twice as 16-bit values: the word broadcast to a whole vector
+/// multiplies a 32-element sub-block in `vpmaddwd`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn scale_words_ctl(h: i8) -> __m256i {
+    let b = 4 * h;
+    _mm256_broadcastsi128_si256(_mm_setr_epi8(
+        b,
+        -1,
+        b,
+        -1,
+        b + 1,
+        -1,
+        b + 1,
+        -1,
+        b + 2,
+        -1,
+        b + 2,
+        -1,
+        b + 3,
+        -1,
+        b + 3,
+        -1,
+    ))
+}
+
+/// `vpshufb` control (both lanes) that zero-extends unpacked bytes 8..16 (the minimums) to
+/// 16 bits.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mins_ctl() -> __m256i {
+    _mm256_broadcastsi128_si256(_mm_setr_epi8(
+        8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1,
+    ))
+}
+
+/// The fifth bits of sub-block `i` (0..8) of a Q5_K block as 16 (or 0) per byte, from the
+/// 32 `qh` bytes (bit `i` of byte `e` belongs to element `32 i + e`). The 16-bit shifts
+/// move bit `i` of every byte to bit 4 of the same byte.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q5_high(qh: __m256i, i: usize) -> __m256i {
+    let v = match i {
+        0 => _mm256_slli_epi16::<4>(qh),
+        1 => _mm256_slli_epi16::<3>(qh),
+        2 => _mm256_slli_epi16::<2>(qh),
+        3 => _mm256_slli_epi16::<1>(qh),
+        4 => qh,
+        5 => _mm256_srli_epi16::<1>(qh),
+        6 => _mm256_srli_epi16::<2>(qh),
+        _ => _mm256_srli_epi16::<3>(qh),
+    };
+    _mm256_and_si256(v, _mm256_set1_epi8(16))
+}
+
+/// `R` rows of Q4_K (`Q5 = false`) or Q5_K (`Q5 = true`) blocks of `B` bytes.
+///
+/// Per super-block and pair of rows, the scale bytes of both rows are unpacked in one
+/// 256-bit vector; the sub-block scales go to a small buffer as 32-bit words (the scale
+/// twice as 16-bit values) from which the inner loop broadcasts them with plain loads, and
+/// the minimums meet the activation pair sums in one `vpmaddwd` for both rows. The f16
+/// `(d, dmin)` pairs of four rows are converted in one instruction.
+///
+/// Per row, the float steps are the single-row kernel's: `acc = fma(d·yd, sumi, acc)` in
+/// eight lanes; for Q4_K `acc_m = acc_m − dmin·yd · prod` (fused) in four lanes, for Q5_K
+/// `summs = summs − dmin·yd · Σprod` (fused) in one; then the same final reductions.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_rows<const R: usize, const B: usize, const Q5: bool>(
+    w: [&[[u8; B]]; R],
+    a: &[Q8KBlock],
+    out: &mut [f32; R],
+) {
+    const { assert!(R == 2 || R == 4 || R == 8) };
+    const { assert!(B == if Q5 { q5k::BYTES } else { q4k::BYTES }) };
+    const { assert!(q4k::DMIN == q4k::D + 2 && q5k::DMIN == q5k::D + 2) };
+    let (d_off, scales_off, qs_off, qh_off) = if Q5 {
+        (q5k::D, q5k::SCALES, q5k::QS, q5k::QH)
+    } else {
+        (q4k::D, q4k::SCALES, q4k::QS, 0)
+    };
+    let nb = a.len();
+    let mut rows = w;
+    for r in 0..R {
+        rows[r] = &w[r][..nb];
+    }
+
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); R];
+    // Q4_K: pair p (rows 2p, 2p + 1) in the low and high four lanes of acc_m[p].
+    let mut acc_m = [_mm256_setzero_ps(); R];
+    // Q5_K: group g (rows 4g..4g + 4) in the dmin lanes of its (d, dmin) vector.
+    let mut summs = [_mm256_setzero_ps(); R];
+    // Scale words of pair p: sbuf[2p] sub-blocks 0..4, sbuf[2p + 1] sub-blocks 4..8, the
+    // row 2p's in words 0..4, row 2p + 1's in words 4..8.
+    let mut sbuf = [[0i32; 8]; R];
+    let mut dbuf = [[0f32; 8]; R];
+    for b in 0..nb {
+        let y = &a[b];
+        let mut x = [&rows[0][b]; R];
+        for r in 1..R {
+            x[r] = &rows[r][b];
+        }
+
+        let yd = _mm256_set1_ps(f32_at(y, 0));
+        let mut dm = [_mm256_setzero_ps(); R];
+        for g in 0..R.div_ceil(4) {
+            dm[g] = if R - 4 * g >= 4 {
+                f16_pairs_times([x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]], d_off, yd)
+            } else {
+                f16_pairs_times([x[4 * g], x[4 * g + 1]], d_off, yd)
+            };
+            // SAFETY: `dbuf[g]` is 32 writable bytes; `storeu` has no alignment requirement.
+            unsafe { _mm256_storeu_ps(dbuf[g].as_mut_ptr(), dm[g]) };
+        }
+
+        // The activation group sums added in pairs (one per 32-element sub-block), both
+        // lanes.
+        let q8sums = load256(y, Q8K_BSUMS);
+        let q8s = _mm256_broadcastsi128_si256(_mm_hadd_epi16(
+            _mm256_castsi256_si128(q8sums),
+            _mm256_extracti128_si256::<1>(q8sums),
+        ));
+        let mut tot = [_mm256_setzero_si256(); R];
+        for p in 0..R / 2 {
+            let sm = k4_scales_mins_x2(x[2 * p], x[2 * p + 1], scales_off);
+            for h in 0..2 {
+                let words = _mm256_shuffle_epi8(sm, scale_words_ctl(h as i8));
+                // SAFETY: `sbuf[2 * p + h]` is 32 writable bytes; `storeu` has no alignment
+                // requirement.
+                unsafe { _mm256_storeu_si256(sbuf[2 * p + h].as_mut_ptr().cast(), words) };
+            }
+            let prod = _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mins_ctl()), q8s);
+            if Q5 {
+                // Each row's total in every lane of its half.
+                let t = _mm256_add_epi32(prod, _mm256_shuffle_epi32::<0x4E>(prod));
+                tot[p] = _mm256_add_epi32(t, _mm256_shuffle_epi32::<0xB1>(t));
+            } else {
+                let dmin = if p % 2 == 0 {
+                    _mm256_permutevar8x32_ps(dm[p / 2], _mm256_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5))
+                } else {
+                    _mm256_permutevar8x32_ps(dm[p / 2], _mm256_setr_epi32(3, 3, 3, 3, 7, 7, 7, 7))
+                };
+                acc_m[p] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m[p]);
+            }
+        }
+        if Q5 {
+            for g in 0..R.div_ceil(4) {
+                // Rows 4g, 4g + 2, 4g + 1, 4g + 3 to lanes 1, 3, 5, 7 (their dmin lanes).
+                let t = if R - 4 * g >= 4 {
+                    _mm256_blend_epi32::<0b1100_1100>(tot[2 * g], tot[2 * g + 1])
+                } else {
+                    tot[2 * g]
+                };
+                summs[g] = _mm256_fnmadd_ps(dm[g], _mm256_cvtepi32_ps(t), summs[g]);
+            }
+        }
+        // Read the scale words and d factors back from memory: a broadcast load costs no
+        // shuffle.
+        let sb = std::hint::black_box(&sbuf);
+        let db = std::hint::black_box(&dbuf);
+
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for j in 0..4 {
+            let q8l = load256(y, Q8K_QS + 64 * j);
+            let q8h = load256(y, Q8K_QS + 64 * j + 32);
+            for r in 0..R {
+                let bits = load256(x[r], qs_off + 32 * j);
+                let mut ql = _mm256_and_si256(bits, m4);
+                let mut qh = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+                if Q5 {
+                    let hb = load256(x[r], qh_off);
+                    ql = _mm256_or_si256(ql, q5_high(hb, 2 * j));
+                    qh = _mm256_or_si256(qh, q5_high(hb, 2 * j + 1));
+                }
+                let sw = |i: usize| sb[2 * (r / 2) + i / 4][4 * (r % 2) + i % 4];
+                let scale_l = _mm256_set1_epi32(sw(2 * j));
+                let scale_h = _mm256_set1_epi32(sw(2 * j + 1));
+                let pl = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(ql, q8l));
+                let ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(qh, q8h));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+            }
+        }
+        for r in 0..R {
+            let d = _mm256_set1_ps(db[r / 4][PAIR_LANE[r % 4]]);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+
+    let mut sm = [[0f32; 8]; R];
+    if Q5 {
+        for g in 0..R.div_ceil(4) {
+            // SAFETY: `sm[g]` is 32 writable bytes; `storeu` has no alignment requirement.
+            unsafe { _mm256_storeu_ps(sm[g].as_mut_ptr(), summs[g]) };
+        }
+    }
+    for r in 0..R {
+        out[r] = if Q5 {
+            hsum_ps(acc[r]) + sm[r / 4][PAIR_LANE[r % 4] + 1]
+        } else {
+            let m = acc_m[r / 2];
+            let m = if r % 2 == 0 {
+                _mm256_castps256_ps128(m)
+            } else {
+                _mm256_extractf128_ps::<1>(m)
+            };
+            hsum_ps(acc[r]) + hsum4_ps(m)
+        };
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_rows<const R: usize>(w: [&[[u8; q4k::BYTES]]; R], a: &[Q8KBlock], out: &mut [f32; R]) {
+    k4_rows::<R, { q4k::BYTES }, false>(w, a, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5k_rows<const R: usize>(w: [&[[u8; q5k::BYTES]]; R], a: &[Q8KBlock], out: &mut [f32; R]) {
+    k4_rows::<R, { q5k::BYTES }, true>(w, a, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_rows<const R: usize>(
+    w: [&[[u8; q6k::BYTES]]; R],
+    a: &[Q8KBlock],
+    out: &mut [f32; R],
+) {
+    let w = w.map(|x| &x[..a.len()]);
+    let m3 = _mm256_set1_epi8(3);
+    let m15 = _mm256_set1_epi8(15);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (b, y) in a.iter().enumerate() {
+        let yd = f32_at(y, 0);
+        let q8sums = load256(y, Q8K_BSUMS);
+        let mut sumi = [_mm256_setzero_si256(); R];
+        let mut gs = [[_mm256_setzero_si256(); 2]; R];
+        for r in 0..R {
+            let x = &w[r][b];
+            // The -32 offset of every quant through the activation group sums.
+            let scales = load128(x, q6k::SCALES);
+            let offset =
+                _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, _mm256_cvtepi8_epi16(scales)));
+            sumi[r] = _mm256_sub_epi32(sumi[r], offset);
+            gs[r] = [group16_scales(scales, 0), group16_scales(scales, 1)];
+        }
+        for j in 0..2 {
+            let q8: [__m256i; 4] =
+                std::array::from_fn(|k| load256(y, Q8K_QS + 128 * j + 32 * k));
+            for r in 0..R {
+                let x = &w[r][b];
+                let bits1 = load256(x, q6k::QL + 64 * j);
+                let bits2 = load256(x, q6k::QL + 64 * j + 32);
+                let bits_h = load256(x, q6k::QH + 32 * j);
+
+                let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(bits_h, m3));
+                let h1 =
+                    _mm256_slli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(12)));
+                let h2 = _mm256_and_si256(bits_h, _mm256_set1_epi8(48));
+                let h3 =
+                    _mm256_srli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(-64)));
+
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(bits1, m15), h0),
+                    _mm256_or_si256(_mm256_and_si256(bits2, m15), h1),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3),
+                ];
+                let p: [__m256i; 4] = std::array::from_fn(|k| {
+                    _mm256_madd_epi16(
+                        splat32(gs[r][j], k),
+                        _mm256_maddubs_epi16(q[k], q8[k]),
+                    )
+                });
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p[0], p[1]));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p[2], p[3]));
+            }
+        }
+        for r in 0..R {
+            let d = f16_times(&w[r][b], q6k::D, yd);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+    }
+}
