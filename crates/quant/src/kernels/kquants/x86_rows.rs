@@ -11,17 +11,14 @@
 use std::arch::x86_64::*;
 
 use super::layout::{q4k, q5k, q6k};
-use super::x86::{
-    Q8KBlock, WORD_CTL, f16_pair_times, f16_times, group16_scales, hsum_ps, k4_scales_mins,
-    load128, load256, splat32,
-};
+use super::x86::{Q8KBlock, group16_scales, hsum_ps, load128, load256, splat32};
 use super::{Q8K_BSUMS, Q8K_QS, check_dot, f32_at, u32_at};
 use crate::{GgmlType, QK_K};
 use crate::kernels::Kernels;
 
 /// Rows per call of each kernel.
-const ROWS_Q4K: usize = 4;
-const ROWS_Q5K: usize = 4;
+const ROWS_Q4K: usize = 8;
+const ROWS_Q5K: usize = 8;
 const ROWS_Q6K: usize = 4;
 
 pub(super) fn register(k: &mut Kernels) {
@@ -74,6 +71,45 @@ macro_rules! entry {
 entry!(dot_rows_q4_k, GgmlType::Q4_K, ROWS_Q4K, q4k::BYTES, q4k_rows);
 entry!(dot_rows_q5_k, GgmlType::Q5_K, ROWS_Q5K, q5k::BYTES, q5k_rows);
 entry!(dot_rows_q6_k, GgmlType::Q6_K, ROWS_Q6K, q6k::BYTES, q6k_rows);
+
+/// `body` four times with `j` = 0, 1, 2, 3 (constants, so that per-`j` choices such as shift
+/// counts fold; the compiler does not always unroll the loop by itself).
+macro_rules! unroll4 {
+    ($j:ident => $body:block) => {{
+        {
+            let $j: usize = 0;
+            $body
+        }
+        {
+            let $j: usize = 1;
+            $body
+        }
+        {
+            let $j: usize = 2;
+            $body
+        }
+        {
+            let $j: usize = 3;
+            $body
+        }
+    }};
+}
+
+/// `body` for `r` = 0, 1, …, `R - 1` (up to 8) as separate copies: each row's loads then
+/// come from their own instructions, which the hardware stride prefetcher tracks separately.
+macro_rules! unroll_rows {
+    ($rows:expr, $r:ident => $body:block) => {{
+        unroll_rows!(@ $rows, $r, $body, 0 1 2 3 4 5 6 7)
+    }};
+    (@ $rows:expr, $r:ident, $body:block, $($k:literal)*) => {{
+        $(
+            if $k < $rows {
+                let $r: usize = $k;
+                $body
+            }
+        )*
+    }};
+}
 
 /// The final reduction of the Q4_K kernel's minimum accumulator (four lanes), as the
 /// single-row kernel does it.
@@ -298,7 +334,7 @@ fn k4_rows<const R: usize, const B: usize, const Q5: bool>(
         let db = std::hint::black_box(&dbuf);
 
         let mut sumi = [_mm256_setzero_si256(); R];
-        for j in 0..4 {
+        unroll4!(j => {
             let q8l = load256(y, Q8K_QS + 64 * j);
             let q8h = load256(y, Q8K_QS + 64 * j + 32);
             for r in 0..R {
@@ -317,7 +353,7 @@ fn k4_rows<const R: usize, const B: usize, const Q5: bool>(
                 let ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(qh, q8h));
                 sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
             }
-        }
+        });
         for r in 0..R {
             let d = _mm256_set1_ps(db[r / 4][PAIR_LANE[r % 4]]);
             acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
@@ -356,64 +392,97 @@ fn q5k_rows<const R: usize>(w: [&[[u8; q5k::BYTES]]; R], a: &[Q8KBlock], out: &m
     k4_rows::<R, { q5k::BYTES }, true>(w, a, out)
 }
 
+/// `d · yd` of the blocks of up to four rows (the f16 at `off` of each), row `i`'s in lane
+/// `i` (the conversion is exact and the product is the single-row kernel's).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn f16s_times<const N: usize>(x: [&[u8]; N], off: usize, yd: __m128) -> __m128 {
+    let mut h = [0i16; 4];
+    for (h, x) in h.iter_mut().zip(x) {
+        *h = i16::from_le_bytes([x[off], x[off + 1]]);
+    }
+    let h = _mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0);
+    _mm_mul_ps(_mm_cvtph_ps(h), yd)
+}
+
+/// `R` rows of Q6_K blocks. Per row the single-row kernel's steps; shared between rows are
+/// the activation loads and the conversion of the f16 scales (four rows per instruction).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6k_rows<const R: usize>(
     w: [&[[u8; q6k::BYTES]]; R],
     a: &[Q8KBlock],
     out: &mut [f32; R],
 ) {
-    let w = w.map(|x| &x[..a.len()]);
-    let m3 = _mm256_set1_epi8(3);
+    const { assert!(R == 2 || R == 4 || R == 8) };
+    let nb = a.len();
+    let mut rows = w;
+    for r in 0..R {
+        rows[r] = &w[r][..nb];
+    }
     let m15 = _mm256_set1_epi8(15);
     let mut acc = [_mm256_setzero_ps(); R];
-    for (b, y) in a.iter().enumerate() {
-        let yd = f32_at(y, 0);
-        let q8sums = load256(y, Q8K_BSUMS);
+    let mut dbuf = [[0f32; 4]; R];
+    for b in 0..nb {
+        let y = &a[b];
+        let mut x = [&rows[0][b]; R];
+        for r in 1..R {
+            x[r] = &rows[r][b];
+        }
+        let yd = _mm_set1_ps(f32_at(y, 0));
+        for g in 0..R.div_ceil(4) {
+            let d = if R - 4 * g >= 4 {
+                f16s_times([x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]], q6k::D, yd)
+            } else {
+                f16s_times([x[4 * g], x[4 * g + 1]], q6k::D, yd)
+            };
+            // SAFETY: `dbuf[g]` is 16 writable bytes; `storeu` has no alignment requirement.
+            unsafe { _mm_storeu_ps(dbuf[g].as_mut_ptr(), d) };
+        }
+
+        let db = std::hint::black_box(&dbuf);
+
+        // One row at a time (the activation vectors are reloaded from L1 for each row; keeping
+        // them in registers for all rows would spill the per-row scale vectors).
         let mut sumi = [_mm256_setzero_si256(); R];
-        let mut gs = [[_mm256_setzero_si256(); 2]; R];
-        for r in 0..R {
-            let x = &w[r][b];
-            // The -32 offset of every quant through the activation group sums.
-            let scales = load128(x, q6k::SCALES);
+        unroll_rows!(R, r => {
+            // Through `black_box` the compiler cannot hoist the activation loads out of this
+            // loop (it would copy them to the stack on every block).
+            let y = std::hint::black_box(y);
+            // The -32 offset of every quant, through the activation group sums (subtracted
+            // first: the integer total is the same).
+            let scales = load128(x[r], q6k::SCALES);
+            let q8sums = load256(y, Q8K_BSUMS);
             let offset =
                 _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, _mm256_cvtepi8_epi16(scales)));
-            sumi[r] = _mm256_sub_epi32(sumi[r], offset);
-            gs[r] = [group16_scales(scales, 0), group16_scales(scales, 1)];
-        }
-        for j in 0..2 {
-            let q8: [__m256i; 4] =
-                std::array::from_fn(|k| load256(y, Q8K_QS + 128 * j + 32 * k));
-            for r in 0..R {
-                let x = &w[r][b];
-                let bits1 = load256(x, q6k::QL + 64 * j);
-                let bits2 = load256(x, q6k::QL + 64 * j + 32);
-                let bits_h = load256(x, q6k::QH + 32 * j);
-
-                let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(bits_h, m3));
-                let h1 =
-                    _mm256_slli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(12)));
-                let h2 = _mm256_and_si256(bits_h, _mm256_set1_epi8(48));
-                let h3 =
-                    _mm256_srli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(-64)));
-
-                let q = [
-                    _mm256_or_si256(_mm256_and_si256(bits1, m15), h0),
-                    _mm256_or_si256(_mm256_and_si256(bits2, m15), h1),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3),
-                ];
-                let p: [__m256i; 4] = std::array::from_fn(|k| {
-                    _mm256_madd_epi16(
-                        splat32(gs[r][j], k),
-                        _mm256_maddubs_epi16(q[k], q8[k]),
-                    )
-                });
-                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p[0], p[1]));
-                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p[2], p[3]));
+            let gs = [group16_scales(scales, 0), group16_scales(scales, 1)];
+            let mut si = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+            for (j, &g) in gs.iter().enumerate() {
+                let q8 = |k: usize| load256(y, Q8K_QS + 128 * j + 32 * k);
+                let bits1 = load256(x[r], q6k::QL + 64 * j);
+                let bits2 = load256(x[r], q6k::QL + 64 * j + 32);
+                let bits_h = load256(x[r], q6k::QH + 32 * j);
+                // Bits 2k, 2k + 1 of each qh byte are the high bits of chunk k, moved to
+                // bits 4 and 5.
+                let m = _mm256_set1_epi8(0x30);
+                let h0 = _mm256_and_si256(_mm256_slli_epi16::<4>(bits_h), m);
+                let h1 = _mm256_and_si256(_mm256_slli_epi16::<2>(bits_h), m);
+                let h2 = _mm256_and_si256(bits_h, m);
+                let h3 = _mm256_and_si256(_mm256_srli_epi16::<2>(bits_h), m);
+                let q0 = _mm256_or_si256(_mm256_and_si256(bits1, m15), h0);
+                let q1 = _mm256_or_si256(_mm256_and_si256(bits2, m15), h1);
+                let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2);
+                let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3);
+                let p0 = _mm256_madd_epi16(splat32(g, 0), _mm256_maddubs_epi16(q0, q8(0)));
+                let p1 = _mm256_madd_epi16(splat32(g, 1), _mm256_maddubs_epi16(q1, q8(1)));
+                let p2 = _mm256_madd_epi16(splat32(g, 2), _mm256_maddubs_epi16(q2, q8(2)));
+                let p3 = _mm256_madd_epi16(splat32(g, 3), _mm256_maddubs_epi16(q3, q8(3)));
+                si = _mm256_add_epi32(si, _mm256_add_epi32(p0, p1));
+                si = _mm256_add_epi32(si, _mm256_add_epi32(p2, p3));
             }
-        }
+            sumi[r] = si;
+        });
         for r in 0..R {
-            let d = f16_times(&w[r][b], q6k::D, yd);
+            let d = _mm256_set1_ps(db[r / 4][r % 4]);
             acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
         }
     }
