@@ -148,7 +148,10 @@ fn main() {
             continue;
         }
         let (Some(dot), Some(rows_k)) = (k.dot(ty), k.dot_rows(ty)) else {
-            println!("{ty:<6} no multi-row kernel in the {} table", k.isa().name());
+            println!(
+                "{ty:<6} no multi-row kernel in the {} table",
+                k.isa().name()
+            );
             continue;
         };
         let shapes = SHAPES.iter().chain(big.then_some(&BIG));

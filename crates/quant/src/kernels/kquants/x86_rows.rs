@@ -13,8 +13,8 @@ use std::arch::x86_64::*;
 use super::layout::{q4k, q5k, q6k};
 use super::x86::{Q8KBlock, group16_scales, hsum_ps, load128, load256, splat32};
 use super::{Q8K_BSUMS, Q8K_QS, check_dot, f32_at, u32_at};
-use crate::{GgmlType, QK_K};
 use crate::kernels::Kernels;
+use crate::{GgmlType, QK_K};
 
 /// Rows per call of each kernel.
 const ROWS_Q4K: usize = 8;
@@ -68,9 +68,27 @@ macro_rules! entry {
     };
 }
 
-entry!(dot_rows_q4_k, GgmlType::Q4_K, ROWS_Q4K, q4k::BYTES, q4k_rows);
-entry!(dot_rows_q5_k, GgmlType::Q5_K, ROWS_Q5K, q5k::BYTES, q5k_rows);
-entry!(dot_rows_q6_k, GgmlType::Q6_K, ROWS_Q6K, q6k::BYTES, q6k_rows);
+entry!(
+    dot_rows_q4_k,
+    GgmlType::Q4_K,
+    ROWS_Q4K,
+    q4k::BYTES,
+    q4k_rows
+);
+entry!(
+    dot_rows_q5_k,
+    GgmlType::Q5_K,
+    ROWS_Q5K,
+    q5k::BYTES,
+    q5k_rows
+);
+entry!(
+    dot_rows_q6_k,
+    GgmlType::Q6_K,
+    ROWS_Q6K,
+    q6k::BYTES,
+    q6k_rows
+);
 
 /// `body` four times with `j` = 0, 1, 2, 3 (constants, so that per-`j` choices such as shift
 /// counts fold; the compiler does not always unroll the loop by itself).
@@ -145,7 +163,8 @@ fn f16_pairs_times<const N: usize>(x: [&[u8]; N], off: usize, yd: __m256) -> __m
 #[inline]
 #[target_feature(enable = "avx2")]
 fn k4_scales_mins_x2(x0: &[u8], x1: &[u8], off: usize) -> __m256i {
-    let v = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load128(x0, off)), load128(x1, off));
+    let v =
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load128(x0, off)), load128(x1, off));
     let a = _mm256_shuffle_epi8(
         v,
         _mm256_broadcastsi128_si256(_mm_setr_epi8(
@@ -279,7 +298,11 @@ fn k4_rows<const R: usize, const B: usize, const Q5: bool>(
         let mut dm = [_mm256_setzero_ps(); R];
         for g in 0..R.div_ceil(4) {
             dm[g] = if R - 4 * g >= 4 {
-                f16_pairs_times([x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]], d_off, yd)
+                f16_pairs_times(
+                    [x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]],
+                    d_off,
+                    yd,
+                )
             } else {
                 f16_pairs_times([x[4 * g], x[4 * g + 1]], d_off, yd)
             };
@@ -408,11 +431,7 @@ fn f16s_times<const N: usize>(x: [&[u8]; N], off: usize, yd: __m128) -> __m128 {
 /// `R` rows of Q6_K blocks. Per row the single-row kernel's steps; shared between rows are
 /// the activation loads and the conversion of the f16 scales (four rows per instruction).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6k_rows<const R: usize>(
-    w: [&[[u8; q6k::BYTES]]; R],
-    a: &[Q8KBlock],
-    out: &mut [f32; R],
-) {
+fn q6k_rows<const R: usize>(w: [&[[u8; q6k::BYTES]]; R], a: &[Q8KBlock], out: &mut [f32; R]) {
     const { assert!(R == 2 || R == 4 || R == 8) };
     let nb = a.len();
     let mut rows = w;
@@ -431,7 +450,11 @@ fn q6k_rows<const R: usize>(
         let yd = _mm_set1_ps(f32_at(y, 0));
         for g in 0..R.div_ceil(4) {
             let d = if R - 4 * g >= 4 {
-                f16s_times([x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]], q6k::D, yd)
+                f16s_times(
+                    [x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]],
+                    q6k::D,
+                    yd,
+                )
             } else {
                 f16s_times([x[4 * g], x[4 * g + 1]], q6k::D, yd)
             };
