@@ -20,6 +20,10 @@ use crate::{GgmlType, QK_K};
 const ROWS_Q4K: usize = 8;
 const ROWS_Q5K: usize = 8;
 const ROWS_Q6K: usize = 4;
+const PREFETCH_Q4K: usize = 1;
+const PREFETCH_Q5K: usize = 1;
+const PREFETCH_Q6K: usize = 2;
+const PF_STEP: usize = 128;
 
 pub(super) fn register(k: &mut Kernels) {
     k.set_dot_rows(GgmlType::Q4_K, ROWS_Q4K, dot_rows_q4_k);
@@ -127,6 +131,30 @@ macro_rules! unroll_rows {
             }
         )*
     }};
+}
+
+/// Prefetch block `b` of the `R` rows that follow the kernel's rows in memory, given block
+/// `b` of each of its rows (`nb` blocks per row).
+///
+/// Callers of a multi-row kernel take consecutive groups of rows (a matrix times a vector),
+/// so these are the next call's rows. Each row of a group is a separate stream of
+/// addresses, and the hardware prefetchers start every stream with a few misses; when the
+/// matrix is not in the core's own cache these dominate short rows, while one row at a
+/// time reads the matrix as a single stream. Prefetch instructions never fault and do not
+/// change any result; past the end of the matrix they are merely wasted.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn prefetch_next_rows<const R: usize, const B: usize>(x: [&[u8; B]; R], nb: usize, lines: usize) {
+    for xr in x {
+        let next = xr.as_ptr().wrapping_add(R * nb * B);
+        // Every 64-byte line the block touches, whatever its alignment.
+        for k in 0..lines {
+            let off = (PF_STEP * k).min(B - 1);
+            // SAFETY: a prefetch is a hint, not an access: it never faults, whatever the
+            // address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
+        }
+    }
 }
 
 /// The final reduction of the Q4_K kernel's minimum accumulator (four lanes), as the
@@ -294,6 +322,7 @@ fn k4_rows<const R: usize, const B: usize, const Q5: bool>(
             x[r] = &rows[r][b];
         }
 
+        prefetch_next_rows(x, nb, if Q5 { PREFETCH_Q5K } else { PREFETCH_Q4K });
         let yd = _mm256_set1_ps(f32_at(y, 0));
         let mut dm = [_mm256_setzero_ps(); R];
         for g in 0..R.div_ceil(4) {
@@ -447,6 +476,7 @@ fn q6k_rows<const R: usize>(w: [&[[u8; q6k::BYTES]]; R], a: &[Q8KBlock], out: &m
         for r in 1..R {
             x[r] = &rows[r][b];
         }
+        prefetch_next_rows(x, nb, PREFETCH_Q6K);
         let yd = _mm_set1_ps(f32_at(y, 0));
         for g in 0..R.div_ceil(4) {
             let d = if R - 4 * g >= 4 {
