@@ -82,7 +82,7 @@ pub(super) fn load128(b: &[u8], off: usize) -> __m128i {
 /// the loop's accumulator and then chains the iterations together.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn f16_pair_times(b: &[u8], off: usize, y: f32) -> (__m256, __m256) {
+fn f16_pair_times(b: &[u8], off: usize, y: f32) -> (__m256, __m256) {
     let pair = _mm_set1_epi32(u32_at(b, off) as i32);
     let v = _mm256_mul_ps(_mm256_cvtph_ps(pair), _mm256_set1_ps(y));
     (_mm256_moveldup_ps(v), _mm256_movehdup_ps(v))
@@ -93,7 +93,7 @@ pub(super) fn f16_pair_times(b: &[u8], off: usize, y: f32) -> (__m256, __m256) {
 /// Converting a broadcast half keeps every lane in use (see [`f16_pair_times`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn f16_times(b: &[u8], off: usize, y: f32) -> __m256 {
+fn f16_times(b: &[u8], off: usize, y: f32) -> __m256 {
     let h = i16::from_le_bytes([b[off], b[off + 1]]);
     _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(h)), _mm256_set1_ps(y))
 }
@@ -103,7 +103,7 @@ pub(super) fn f16_times(b: &[u8], off: usize, y: f32) -> __m256 {
 /// [`super::unpack_scales_mins_k4`]). Reads 16 bytes from `off`.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn k4_scales_mins(b: &[u8], off: usize) -> __m128i {
+fn k4_scales_mins(b: &[u8], off: usize) -> __m128i {
     let v = load128(b, off);
     // Words (4 bytes each) of `a`: s[0..4], s[8..12], s[4..8], s[8..12].
     let a = _mm_shuffle_epi8(
@@ -175,7 +175,7 @@ pub(super) fn hsum_ps(x: __m256) -> f32 {
 /// compiler rewrites each `vpshufb` as a shift plus a broadcast (two shuffles instead of
 /// one); with the table hoisted out of the loop it keeps all eight controls in registers and
 /// spills them to the stack on every call, which costs short rows.
-pub(super) static WORD_CTL: [[u8; 32]; 8] = word_controls();
+static WORD_CTL: [[u8; 32]; 8] = word_controls();
 
 const fn word_controls() -> [[u8; 32]; 8] {
     let mut t = [[0u8; 32]; 8];
@@ -194,7 +194,7 @@ const fn word_controls() -> [[u8; 32]; 8] {
 /// Broadcast 32-bit element `i` (0..4) within each 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn splat32(v: __m256i, i: usize) -> __m256i {
+fn splat32(v: __m256i, i: usize) -> __m256i {
     match i {
         0 => _mm256_shuffle_epi32::<0x00>(v),
         1 => _mm256_shuffle_epi32::<0x55>(v),
@@ -209,7 +209,7 @@ pub(super) fn splat32(v: __m256i, i: usize) -> __m256i {
 /// first 16 elements use scale `8h + 2k` and last 16 use `8h + 2k + 1`.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn group16_scales(s: __m128i, h: usize) -> __m256i {
+fn group16_scales(s: __m128i, h: usize) -> __m256i {
     let ctl = if h == 0 {
         _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7)
     } else {

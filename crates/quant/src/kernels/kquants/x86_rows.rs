@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::layout::{q4k, q5k, q6k};
-use super::x86::{Q8KBlock, group16_scales, hsum_ps, load128, load256, splat32};
+use super::x86::{Q8KBlock, hsum_ps, load128, load256};
 use super::{Q8K_BSUMS, Q8K_QS, check_dot, f32_at, u32_at};
 use crate::kernels::Kernels;
 use crate::{GgmlType, QK_K};
@@ -150,9 +150,8 @@ fn prefetch_next_rows<const R: usize, const B: usize>(x: [&[u8; B]; R], nb: usiz
         // Every 64-byte line the block touches, whatever its alignment.
         for k in 0..lines {
             let off = (PF_STEP * k).min(B - 1);
-            // SAFETY: a prefetch is a hint, not an access: it never faults, whatever the
-            // address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
+            // A prefetch is a hint, not an access: it never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast());
         }
     }
 }
@@ -457,6 +456,33 @@ fn f16s_times<const N: usize>(x: [&[u8]; N], off: usize, yd: __m128) -> __m128 {
     _mm_mul_ps(_mm_cvtph_ps(h), yd)
 }
 
+/// `vpshufb` controls: `CHUNK_CTL[k]` broadcasts 16-bit element `2k` of the low lane over
+/// the low lane and element `2k + 1` over the high lane.
+static CHUNK_CTL: [[u8; 32]; 4] = chunk_controls();
+
+const fn chunk_controls() -> [[u8; 32]; 4] {
+    let mut t = [[0u8; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut b = 0;
+        while b < 32 {
+            t[k][b] = (4 * k + 2 * (b / 16) + b % 2) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    t
+}
+
+/// The 16-bit scales of chunk `k` (32 elements: two groups of 16) from `g` holding scales
+/// `s[0..8]` of a half block in both lanes: `s[2k]` in the low lane, `s[2k + 1]` in the high
+/// one (the vector the single-row kernel makes with [`group16_scales`] and [`splat32`]).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn chunk_scales(g: __m256i, k: usize) -> __m256i {
+    _mm256_shuffle_epi8(g, load256(&CHUNK_CTL[k], 0))
+}
+
 /// `R` rows of Q6_K blocks. Per row the single-row kernel's steps; shared between rows are
 /// the activation loads and the conversion of the f16 scales (four rows per instruction).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -505,9 +531,14 @@ fn q6k_rows<const R: usize>(w: [&[[u8; q6k::BYTES]]; R], a: &[Q8KBlock], out: &m
             // first: the integer total is the same).
             let scales = load128(x[r], q6k::SCALES);
             let q8sums = load256(y, Q8K_BSUMS);
-            let offset =
-                _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, _mm256_cvtepi8_epi16(scales)));
-            let gs = [group16_scales(scales, 0), group16_scales(scales, 1)];
+            let s16 = _mm256_cvtepi8_epi16(scales);
+            let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, s16));
+            // Scales 8j..8j + 8 as 16-bit values in both lanes; `chunk_scales` picks a
+            // chunk's two from it.
+            let gs = [
+                _mm256_permute4x64_epi64::<0x44>(s16),
+                _mm256_permute4x64_epi64::<0xEE>(s16),
+            ];
             let mut si = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
             for (j, &g) in gs.iter().enumerate() {
                 let q8 = |k: usize| load256(y, Q8K_QS + 128 * j + 32 * k);
@@ -525,10 +556,10 @@ fn q6k_rows<const R: usize>(w: [&[[u8; q6k::BYTES]]; R], a: &[Q8KBlock], out: &m
                 let q1 = _mm256_or_si256(_mm256_and_si256(bits2, m15), h1);
                 let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2);
                 let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3);
-                let p0 = _mm256_madd_epi16(splat32(g, 0), _mm256_maddubs_epi16(q0, q8(0)));
-                let p1 = _mm256_madd_epi16(splat32(g, 1), _mm256_maddubs_epi16(q1, q8(1)));
-                let p2 = _mm256_madd_epi16(splat32(g, 2), _mm256_maddubs_epi16(q2, q8(2)));
-                let p3 = _mm256_madd_epi16(splat32(g, 3), _mm256_maddubs_epi16(q3, q8(3)));
+                let p0 = _mm256_madd_epi16(chunk_scales(g, 0), _mm256_maddubs_epi16(q0, q8(0)));
+                let p1 = _mm256_madd_epi16(chunk_scales(g, 1), _mm256_maddubs_epi16(q1, q8(1)));
+                let p2 = _mm256_madd_epi16(chunk_scales(g, 2), _mm256_maddubs_epi16(q2, q8(2)));
+                let p3 = _mm256_madd_epi16(chunk_scales(g, 3), _mm256_maddubs_epi16(q3, q8(3)));
                 si = _mm256_add_epi32(si, _mm256_add_epi32(p0, p1));
                 si = _mm256_add_epi32(si, _mm256_add_epi32(p2, p3));
             }
