@@ -1,12 +1,24 @@
-//! AVX2/FMA multi-row kernels: several consecutive k-quant weight rows × one Q8_K
-//! activation row.
+//! AVX2/FMA multi-row kernels: several consecutive k-quant weight rows (plain GGUF layout,
+//! read in place) × one Q8_K activation row.
 //!
 //! Each row goes through exactly the float operations of its single-row kernel in
 //! `x86.rs` (same lanes, same fused multiply-adds, same final reduction), so every result
 //! is bit-identical to `dot` on that row. The integer sums of a super-block are exact, so
-//! they may be formed in any order as long as each of the eight i32 lanes ends with the
-//! same total. What the rows share: the activation quants, the activation group sums and
-//! their pairing, the activation scale, the loop and the call.
+//! they may be formed differently as long as each of the eight i32 lanes ends with the same
+//! total; the kernels use that to spend fewer instructions per block than the single-row
+//! ones:
+//!
+//! * Q4_K / Q5_K: the sub-block scales of two rows are unpacked in one 256-bit vector and
+//!   stored as 32-bit words (the scale twice as 16-bit values) that the inner loop
+//!   broadcasts with plain loads instead of one shuffle per sub-block; the minimums of two
+//!   rows meet the activation pair sums in one `vpmaddwd`; the f16 `(d, dmin)` pairs of
+//!   four rows are converted at once. Q5_K's fifth bits are moved into place with one
+//!   shift and one mask per sub-block.
+//! * Q6_K: a chunk's two group scales come from the sign-extended scales (needed anyway for
+//!   the −32 offset) with one shuffle; the f16 scales of four rows are converted at once.
+//!
+//! The rows also share the activation loads, the activation group sums, the loop and the
+//! call, and the kernels prefetch the rows of the next call (see [`prefetch_next_rows`]).
 
 use std::arch::x86_64::*;
 
@@ -16,14 +28,19 @@ use super::{Q8K_BSUMS, Q8K_QS, check_dot, f32_at, u32_at};
 use crate::kernels::Kernels;
 use crate::{GgmlType, QK_K};
 
-/// Rows per call of each kernel.
+// Rows per call, and lines of the next rows prefetched per block and row (see
+// `prefetch_next_rows`), chosen by measurement (`examples/rows_bench_k.rs`) on rows of 768
+// to 2048 elements: fewer rows share less, more rows spill registers; more prefetches cost
+// more than they save.
 const ROWS_Q4K: usize = 8;
 const ROWS_Q5K: usize = 8;
 const ROWS_Q6K: usize = 4;
 const PREFETCH_Q4K: usize = 1;
 const PREFETCH_Q5K: usize = 1;
 const PREFETCH_Q6K: usize = 2;
-const PF_STEP: usize = 128;
+/// Distance between prefetched addresses: two lines, as the L2 cache fetches lines in
+/// aligned pairs.
+const PREFETCH_STEP: usize = 128;
 
 pub(super) fn register(k: &mut Kernels) {
     k.set_dot_rows(GgmlType::Q4_K, ROWS_Q4K, dot_rows_q4_k);
@@ -133,23 +150,23 @@ macro_rules! unroll_rows {
     }};
 }
 
-/// Prefetch block `b` of the `R` rows that follow the kernel's rows in memory, given block
-/// `b` of each of its rows (`nb` blocks per row).
+/// Prefetch the start of block `b` (`lines` addresses, [`PREFETCH_STEP`] apart) of each of
+/// the `R` rows that follow the kernel's rows in memory, given block `b` of each of its rows
+/// (`nb` blocks per row).
 ///
 /// Callers of a multi-row kernel take consecutive groups of rows (a matrix times a vector),
 /// so these are the next call's rows. Each row of a group is a separate stream of
 /// addresses, and the hardware prefetchers start every stream with a few misses; when the
-/// matrix is not in the core's own cache these dominate short rows, while one row at a
-/// time reads the matrix as a single stream. Prefetch instructions never fault and do not
-/// change any result; past the end of the matrix they are merely wasted.
+/// matrix is not in the core's own cache these cost more than the sharing saves, while one
+/// row at a time reads the matrix as a single stream. Prefetch instructions never fault and
+/// do not change any result; past the end of the matrix they are merely wasted.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn prefetch_next_rows<const R: usize, const B: usize>(x: [&[u8; B]; R], nb: usize, lines: usize) {
     for xr in x {
         let next = xr.as_ptr().wrapping_add(R * nb * B);
-        // Every 64-byte line the block touches, whatever its alignment.
         for k in 0..lines {
-            let off = (PF_STEP * k).min(B - 1);
+            let off = (PREFETCH_STEP * k).min(B - 1);
             // A prefetch is a hint, not an access: it never faults, whatever the address.
             _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast());
         }
@@ -476,15 +493,16 @@ const fn chunk_controls() -> [[u8; 32]; 4] {
 
 /// The 16-bit scales of chunk `k` (32 elements: two groups of 16) from `g` holding scales
 /// `s[0..8]` of a half block in both lanes: `s[2k]` in the low lane, `s[2k + 1]` in the high
-/// one (the vector the single-row kernel makes with [`group16_scales`] and [`splat32`]).
+/// one (the vector the single-row kernel makes with `group16_scales` and `splat32`).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn chunk_scales(g: __m256i, k: usize) -> __m256i {
     _mm256_shuffle_epi8(g, load256(&CHUNK_CTL[k], 0))
 }
 
-/// `R` rows of Q6_K blocks. Per row the single-row kernel's steps; shared between rows are
-/// the activation loads and the conversion of the f16 scales (four rows per instruction).
+/// `R` rows of Q6_K blocks: per row the single-row kernel's steps except for how the group
+/// scales are spread (see [`chunk_scales`]); the f16 scales of four rows are converted in
+/// one instruction.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6k_rows<const R: usize>(w: [&[[u8; q6k::BYTES]]; R], a: &[Q8KBlock], out: &mut [f32; R]) {
     const { assert!(R == 2 || R == 4 || R == 8) };
