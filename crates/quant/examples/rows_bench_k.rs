@@ -3,10 +3,11 @@
 //! For each weight type with a multi-row kernel in the detected table and each matrix
 //! shape (rows × columns), computes the matrix times one Q8_K activation row twice: with
 //! the single-row `dot` on every row, and with `dot_rows` on groups of rows (the rows left
-//! over go through `dot`). Both must give the same bits. The matrix is small enough to stay
-//! in cache across repetitions (L2 or L3). Each measurement is repeated with the two
-//! variants alternating; the speedup of the medians is reported, and that of the fastest
-//! runs (less sensitive to other work on the machine).
+//! over go through `dot`). Both must give the same bits. The matrices stay in cache across
+//! repetitions (the core's L2 for the first two shapes, the shared L3 for the third). Each
+//! measurement is repeated with the two variants alternating; the speedup of the medians
+//! is reported, and that of the fastest runs (less sensitive to other work on the
+//! machine).
 //!
 //! Run: `cargo run --release -p quant --example rows_bench_k [-- [--runs N] [--ms M] [--big]
 //! [TYPE...]]` (`--big` adds a 151936 × 2048 matrix, read from memory on every pass).
