@@ -599,3 +599,92 @@ fn q6k_rows<const R: usize>(w: [&[[u8; q6k::BYTES]]; R], a: &[Q8KBlock], out: &m
         out[r] = hsum_ps(acc[r]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Every supported row count (the table registers one per type), against the
+    //! single-row kernel; `tests/kernels_rows_kquants.rs` covers the registered kernels
+    //! more widely.
+
+    use super::super::Q8K_BYTES;
+    use super::super::q8k::quantize_row_q8_k;
+    use super::*;
+    use crate::kernels::Isa;
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        /// Uniform in [-1, 1).
+        fn unit(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+    }
+
+    /// `rows` rows of `nb` random blocks of `ty` with moderate f16 scales at `scales`.
+    fn weights(ty: GgmlType, rows: usize, nb: usize, scales: &[usize], rng: &mut Rng) -> Vec<u8> {
+        let mut w: Vec<u8> = (0..rows * nb * ty.type_size())
+            .map(|_| rng.next() as u8)
+            .collect();
+        for b in w.chunks_exact_mut(ty.type_size()) {
+            for &off in scales {
+                let v = half::f16::from_f32(0.01 * rng.unit());
+                b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        w
+    }
+
+    fn check<const R: usize, const B: usize>(
+        ty: GgmlType,
+        scales: &[usize],
+        kernel: impl Fn([&[[u8; B]]; R], &[Q8KBlock], &mut [f32; R]),
+    ) {
+        let dot = Kernels::detect().dot(ty).expect("single-row kernel");
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (R * B) as u64);
+        for nb in [1, 3, 5, 8] {
+            let n = nb * QK_K;
+            let w = weights(ty, R, nb, scales, &mut rng);
+            let x: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
+            let mut a = vec![0u8; nb * Q8K_BYTES];
+            quantize_row_q8_k(&x, &mut a);
+            let rows: [&[[u8; B]]; R] =
+                std::array::from_fn(|r| w[r * nb * B..(r + 1) * nb * B].as_chunks::<B>().0);
+            let mut out = [f32::NAN; R];
+            kernel(rows, a.as_chunks::<Q8K_BYTES>().0, &mut out);
+            for (r, got) in out.iter().enumerate() {
+                let want = dot(n, &w[r * nb * B..(r + 1) * nb * B], &a);
+                assert_eq!(got.to_bits(), want.to_bits(), "{ty} R={R} nb={nb} row {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_row_count_matches_the_single_row_kernel() {
+        if Kernels::detect().isa() != Isa::Avx2 {
+            return;
+        }
+        macro_rules! for_rows {
+            ($($r:literal)*) => {$(
+                check::<$r, { q4k::BYTES }>(GgmlType::Q4_K, &[q4k::D, q4k::DMIN], |w, a, o| {
+                    // SAFETY: the AVX2 table exists, so AVX2, FMA and F16C were detected.
+                    unsafe { q4k_rows::<$r>(w, a, o) }
+                });
+                check::<$r, { q5k::BYTES }>(GgmlType::Q5_K, &[q5k::D, q5k::DMIN], |w, a, o| {
+                    // SAFETY: as above.
+                    unsafe { q5k_rows::<$r>(w, a, o) }
+                });
+                check::<$r, { q6k::BYTES }>(GgmlType::Q6_K, &[q6k::D], |w, a, o| {
+                    // SAFETY: as above.
+                    unsafe { q6k_rows::<$r>(w, a, o) }
+                });
+            )*};
+        }
+        for_rows!(2 4 8);
+    }
+}
