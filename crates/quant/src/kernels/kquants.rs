@@ -19,6 +19,10 @@
 //! super-block's integer total in one float chain per row; those results differ from these
 //! in the last bits (float order only).
 //!
+//! On x86-64 the AVX2 table also has multi-row kernels for Q4_K, Q5_K and Q6_K (several
+//! consecutive rows against one activation row per call, `x86_rows.rs`), each result
+//! bit-identical to the single-row AVX2 kernel on that row.
+//!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
 //! `-(-128)`; the other kernels accept the full `i8` range.
@@ -27,6 +31,8 @@ mod q8k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_rows;
 
 use super::{Isa, Kernels};
 use crate::{GgmlType, QK_K};
@@ -103,7 +109,10 @@ pub(super) fn register(k: &mut Kernels) {
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]
-        x86::register(k);
+        {
+            x86::register(k);
+            x86_rows::register(k);
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use crate::GgmlType;
 use crate::kernels::Kernels;
 use crate::tables::KVALUES_IQ4NL;
 
-type Q8KBlock = [u8; Q8K_BYTES];
+pub(super) type Q8KBlock = [u8; Q8K_BYTES];
 
 pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q2_K, dot_q2_k);
@@ -59,7 +59,7 @@ entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4xs_avx2);
 /// 32 bytes of `b` from `off`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load256(b: &[u8], off: usize) -> __m256i {
+pub(super) fn load256(b: &[u8], off: usize) -> __m256i {
     let s = &b[off..off + 32];
     // SAFETY: `s` is 32 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
@@ -68,7 +68,7 @@ fn load256(b: &[u8], off: usize) -> __m256i {
 /// 16 bytes of `b` from `off`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load128(b: &[u8], off: usize) -> __m128i {
+pub(super) fn load128(b: &[u8], off: usize) -> __m128i {
     let s = &b[off..off + 16];
     // SAFETY: `s` is 16 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
@@ -161,7 +161,7 @@ fn q3k_scales(b: &[u8], off: usize) -> __m128i {
 /// Sum of the eight lanes: high half + low half, then pairs, then the last two.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum_ps(x: __m256) -> f32 {
+pub(super) fn hsum_ps(x: __m256) -> f32 {
     let r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
     let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     let r = _mm_add_ss(r, _mm_movehdup_ps(r));
