@@ -155,57 +155,98 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// One scalar as display text (strings quoted, Rust escaping).
-fn scalar_text(v: &Value) -> String {
+/// One array element, formatted once for both the text and the JSON report.
+enum Elem<'a> {
+    /// A number in Rust's shortest round-trip decimal form (`{:?}`).
+    Num(String),
+    Str(&'a str),
+    Bool(bool),
+    Arr(&'a ArrayValue),
+}
+
+/// A metadata value as an element (arrays stay arrays).
+fn value_elem(v: &Value) -> Elem<'_> {
     match v {
-        Value::U8(x) => x.to_string(),
-        Value::I8(x) => x.to_string(),
-        Value::U16(x) => x.to_string(),
-        Value::I16(x) => x.to_string(),
-        Value::U32(x) => x.to_string(),
-        Value::I32(x) => x.to_string(),
-        Value::U64(x) => x.to_string(),
-        Value::I64(x) => x.to_string(),
-        Value::F32(x) => x.to_string(),
-        Value::F64(x) => x.to_string(),
-        Value::Bool(x) => x.to_string(),
-        Value::String(s) => format!("{s:?}"),
-        Value::Array(a) => array_text(a, 8),
+        Value::U8(x) => Elem::Num(x.to_string()),
+        Value::I8(x) => Elem::Num(x.to_string()),
+        Value::U16(x) => Elem::Num(x.to_string()),
+        Value::I16(x) => Elem::Num(x.to_string()),
+        Value::U32(x) => Elem::Num(x.to_string()),
+        Value::I32(x) => Elem::Num(x.to_string()),
+        Value::U64(x) => Elem::Num(x.to_string()),
+        Value::I64(x) => Elem::Num(x.to_string()),
+        Value::F32(x) => Elem::Num(format!("{x:?}")),
+        Value::F64(x) => Elem::Num(format!("{x:?}")),
+        Value::Bool(b) => Elem::Bool(*b),
+        Value::String(s) => Elem::Str(s),
+        Value::Array(a) => Elem::Arr(a),
     }
 }
 
-/// The first `n` elements of an array as display texts.
-fn array_head(a: &ArrayValue, n: usize) -> Vec<String> {
-    fn take<T: ToString>(v: &[T], n: usize) -> Vec<String> {
-        v.iter().take(n).map(T::to_string).collect()
+/// The first `n` elements of an array.
+fn array_head(a: &ArrayValue, n: usize) -> Vec<Elem<'_>> {
+    // Debug formatting: the shortest round-trip decimal, with an exponent for very large or
+    // small floats (Display would spell 1e300 out in full).
+    fn nums<T: std::fmt::Debug>(v: &[T], n: usize) -> Vec<Elem<'static>> {
+        v.iter()
+            .take(n)
+            .map(|x| Elem::Num(format!("{x:?}")))
+            .collect()
     }
     match a {
-        ArrayValue::U8(v) => take(v, n),
-        ArrayValue::I8(v) => take(v, n),
-        ArrayValue::U16(v) => take(v, n),
-        ArrayValue::I16(v) => take(v, n),
-        ArrayValue::U32(v) => take(v, n),
-        ArrayValue::I32(v) => take(v, n),
-        ArrayValue::U64(v) => take(v, n),
-        ArrayValue::I64(v) => take(v, n),
-        ArrayValue::F32(v) => take(v, n),
-        ArrayValue::F64(v) => take(v, n),
-        ArrayValue::Bool(v) => take(v, n),
-        ArrayValue::String(v) => v.iter().take(n).map(|s| format!("{s:?}")).collect(),
-        ArrayValue::Array(v) => v.iter().take(n).map(|a| array_text(a, n)).collect(),
+        ArrayValue::U8(v) => nums(v, n),
+        ArrayValue::I8(v) => nums(v, n),
+        ArrayValue::U16(v) => nums(v, n),
+        ArrayValue::I16(v) => nums(v, n),
+        ArrayValue::U32(v) => nums(v, n),
+        ArrayValue::I32(v) => nums(v, n),
+        ArrayValue::U64(v) => nums(v, n),
+        ArrayValue::I64(v) => nums(v, n),
+        ArrayValue::F32(v) => nums(v, n),
+        ArrayValue::F64(v) => nums(v, n),
+        ArrayValue::Bool(v) => v.iter().take(n).map(|&b| Elem::Bool(b)).collect(),
+        ArrayValue::String(v) => v.iter().take(n).map(|s| Elem::Str(s)).collect(),
+        ArrayValue::Array(v) => v.iter().take(n).map(Elem::Arr).collect(),
+    }
+}
+
+fn elem_text(e: &Elem<'_>, n: usize) -> String {
+    match e {
+        Elem::Num(s) => s.clone(),
+        Elem::Str(s) => format!("{s:?}"),
+        Elem::Bool(b) => b.to_string(),
+        Elem::Arr(a) => array_text(a, n),
+    }
+}
+
+/// A number as JSON: its decimal text when JSON can hold it (so an f32 prints as written,
+/// not widened to f64 digits), else the text as a string (`NaN`, `inf`).
+fn num_json(s: &str) -> serde_json::Value {
+    serde_json::from_str::<serde_json::Number>(s).map_or_else(
+        |_| serde_json::Value::String(s.to_owned()),
+        serde_json::Value::Number,
+    )
+}
+
+fn elem_json(e: &Elem<'_>, n: usize) -> serde_json::Value {
+    match e {
+        Elem::Num(s) => num_json(s),
+        Elem::Str(s) => json!(s),
+        Elem::Bool(b) => json!(b),
+        Elem::Arr(a) => json_array(a, n),
     }
 }
 
 /// `[type; len] [a, b, ...]`.
 fn array_text(a: &ArrayValue, n: usize) -> String {
-    let head = array_head(a, n);
+    format!("[{}; {}] {}", a.elem_type(), a.len(), head_text(a, n))
+}
+
+/// `[a, b, ...]`: the first `n` elements.
+fn head_text(a: &ArrayValue, n: usize) -> String {
+    let head: Vec<String> = array_head(a, n).iter().map(|e| elem_text(e, n)).collect();
     let more = if a.len() > head.len() { ", ..." } else { "" };
-    format!(
-        "[{}; {}] [{}{more}]",
-        a.elem_type(),
-        a.len(),
-        head.join(", ")
-    )
+    format!("[{}{more}]", head.join(", "))
 }
 
 fn type_text(v: &Value) -> String {
@@ -217,12 +258,8 @@ fn type_text(v: &Value) -> String {
 
 fn value_text(v: &Value, n: usize) -> String {
     match v {
-        Value::Array(a) => {
-            let head = array_head(a, n);
-            let more = if a.len() > head.len() { ", ..." } else { "" };
-            format!("[{}{more}]", head.join(", "))
-        }
-        other => scalar_text(other),
+        Value::Array(a) => head_text(a, n),
+        other => elem_text(&value_elem(other), n),
     }
 }
 
@@ -333,49 +370,9 @@ fn text_report(w: &mut impl Write, model: &Model, n: usize) -> Result<()> {
     Ok(())
 }
 
-fn json_scalar(v: &Value) -> serde_json::Value {
-    match v {
-        Value::U8(x) => json!(x),
-        Value::I8(x) => json!(x),
-        Value::U16(x) => json!(x),
-        Value::I16(x) => json!(x),
-        Value::U32(x) => json!(x),
-        Value::I32(x) => json!(x),
-        Value::U64(x) => json!(x),
-        Value::I64(x) => json!(x),
-        Value::F32(x) => json!(x),
-        Value::F64(x) => json!(x),
-        Value::Bool(x) => json!(x),
-        Value::String(s) => json!(s),
-        Value::Array(a) => json_array(a, 8),
-    }
-}
-
 /// An array as `{"type": "array", "elem_type", "len", "head": [...]}`.
 fn json_array(a: &ArrayValue, n: usize) -> serde_json::Value {
-    fn take<T: Clone + Into<serde_json::Value>>(v: &[T], n: usize) -> serde_json::Value {
-        serde_json::Value::Array(v.iter().take(n).cloned().map(Into::into).collect())
-    }
-    let head = match a {
-        ArrayValue::U8(v) => take(v, n),
-        ArrayValue::I8(v) => take(v, n),
-        ArrayValue::U16(v) => take(v, n),
-        ArrayValue::I16(v) => take(v, n),
-        ArrayValue::U32(v) => take(v, n),
-        ArrayValue::I32(v) => take(v, n),
-        ArrayValue::U64(v) => take(v, n),
-        ArrayValue::I64(v) => take(v, n),
-        ArrayValue::F32(v) => take(v, n),
-        ArrayValue::F64(v) => take(v, n),
-        ArrayValue::Bool(v) => take(v, n),
-        ArrayValue::String(v) => take(v, n),
-        ArrayValue::Array(v) => json!(
-            v.iter()
-                .take(n)
-                .map(|a| json_array(a, n))
-                .collect::<Vec<_>>()
-        ),
-    };
+    let head: Vec<serde_json::Value> = array_head(a, n).iter().map(|e| elem_json(e, n)).collect();
     json!({
         "type": "array",
         "elem_type": a.elem_type().name(),
@@ -386,14 +383,19 @@ fn json_array(a: &ArrayValue, n: usize) -> serde_json::Value {
 
 fn json_report(model: &Model, n: usize) -> serde_json::Value {
     let md = model.metadata();
-    let metadata: serde_json::Map<String, serde_json::Value> = md
+    // An array, not an object, so that the file's key order survives.
+    let metadata: Vec<serde_json::Value> = md
         .iter()
         .map(|(k, v)| {
-            let value = match v {
+            let mut entry = match v {
                 Value::Array(a) => json_array(a, n),
-                other => json!({"type": other.value_type().name(), "value": json_scalar(other)}),
+                other => json!({
+                    "type": other.value_type().name(),
+                    "value": elem_json(&value_elem(other), n),
+                }),
             };
-            (k.to_owned(), value)
+            entry["key"] = json!(k);
+            entry
         })
         .collect();
     let tensors: Vec<serde_json::Value> = model

@@ -64,11 +64,28 @@ fn json_lists_every_tensor_with_offsets_inside_the_file() {
         assert_eq!(off % 32, 0, "{t}");
         assert!(off + len <= file_len, "{t}");
     }
-    let tokens = &doc["metadata"]["tokenizer.ggml.tokens"];
+    let metadata = doc["metadata"].as_array().expect("metadata list");
+    let entry = |key: &str| {
+        metadata
+            .iter()
+            .find(|e| e["key"] == key)
+            .unwrap_or_else(|| panic!("no metadata entry {key}"))
+    };
+    // File order is kept: general.architecture is the first key gguf-py writes.
+    assert_eq!(metadata[0]["key"], "general.architecture");
+    let tokens = entry("tokenizer.ggml.tokens");
+    assert_eq!(tokens["type"], "array");
     assert_eq!(tokens["elem_type"], "string");
     assert_eq!(tokens["len"], 259);
     assert_eq!(tokens["head"].as_array().map(Vec::len), Some(8));
-    assert_eq!(doc["metadata"]["qwen3moe.expert_count"]["value"], 8);
+    // Byte 0 in GPT-2's printable byte mapping (what the script writes as token 0).
+    assert_eq!(tokens["head"][0], "\u{100}");
+    assert_eq!(entry("qwen3moe.expert_count")["value"], 8);
+    assert_eq!(entry("qwen3moe.expert_count")["type"], "u32");
+    assert_eq!(
+        entry("qwen3moe.attention.layer_norm_rms_epsilon")["value"],
+        1e-6
+    );
 }
 
 #[test]

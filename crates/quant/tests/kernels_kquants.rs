@@ -20,6 +20,9 @@
 //! `2 · (nb + 8) · u · M` for both comparisons. Observed differences are about 50 times
 //! smaller (at most ~5e-8 · M over a few thousand random rows).
 
+mod common;
+
+use common::activations;
 use proptest::prelude::*;
 use quant::{GgmlType, Isa, Kernels, QK_K, can_quantize, dequantize_row, quantize_row};
 
@@ -125,28 +128,6 @@ fn block_count() -> impl Strategy<Value = usize> {
         Just(2usize),
         (1usize..=16).prop_map(|k| 2 * k + 1)
     ]
-}
-
-/// Random activations: values in ±10^e with e in -3..=3; some 16-element runs zeroed and
-/// some whole blocks zero.
-fn activations(nb: usize) -> impl Strategy<Value = Vec<f32>> {
-    (
-        prop::collection::vec(-1.0f32..1.0, nb * QK_K),
-        -3i32..=3,
-        prop::collection::vec(0usize..(nb * QK_K / 16), 0..4),
-        prop::option::weighted(0.1, 0..nb),
-    )
-        .prop_map(move |(mut x, e, zero_runs, zero_block)| {
-            let s = 10f32.powi(e);
-            x.iter_mut().for_each(|v| *v *= s);
-            for r in zero_runs {
-                x[16 * r..16 * r + 16].fill(0.0);
-            }
-            if let Some(b) = zero_block {
-                x[QK_K * b..QK_K * (b + 1)].fill(0.0);
-            }
-            x
-        })
 }
 
 /// A weight row of `ty`: random bytes with random f16 `d` (and `dmin`).

@@ -15,6 +15,9 @@
 //! stored as f16 and computed from the unrounded scale, while the dequantized activations
 //! are `d·q`.
 
+mod common;
+
+use common::Rng;
 use proptest::prelude::*;
 use quant::dequant::dequantize_row;
 use quant::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
@@ -35,39 +38,6 @@ const WEIGHTS: [GgmlType; 10] = [
     GgmlType::IQ4_NL,
     GgmlType::MXFP4,
 ];
-
-/// splitmix64: a small deterministic generator driven by a proptest seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn byte(&mut self) -> u8 {
-        self.next() as u8
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f32 {
-        let u = self.unit().max(1e-300);
-        let v = self.unit();
-        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-    }
-    /// A finite normal f16 with exponent in [-10, 4] and a random sign.
-    fn f16_scale(&mut self) -> [u8; 2] {
-        let e = 5 + self.below(15) as u16; // biased exponent 5..=19
-        let bits = ((self.below(2) as u16) << 15) | (e << 10) | (self.below(1024) as u16);
-        bits.to_le_bytes()
-    }
-}
 
 fn f16_bits(x: f32) -> u16 {
     half::f16::from_f32(x).to_bits()

@@ -7,6 +7,9 @@
 //! invalid operations must give the same bits too), or the output of the reference weight
 //! quantizer; activation rows come from the Q8_K quantizer on random floats.
 
+mod common;
+
+use common::activations;
 use proptest::prelude::*;
 use quant::{DotRows, GgmlType, Isa, Kernels, QK_K, quantize_row};
 
@@ -56,28 +59,6 @@ fn block_count() -> impl Strategy<Value = usize> {
         Just(8usize),
         (2usize..=7).prop_map(|k| 2 * k + 1)
     ]
-}
-
-/// Random activations: values in ±10^e with e in -3..=3; some 16-element runs zeroed and
-/// some whole blocks zero.
-fn activations(nb: usize) -> impl Strategy<Value = Vec<f32>> {
-    (
-        prop::collection::vec(-1.0f32..1.0, nb * QK_K),
-        -3i32..=3,
-        prop::collection::vec(0usize..(nb * QK_K / 16), 0..4),
-        prop::option::weighted(0.1, 0..nb),
-    )
-        .prop_map(move |(mut x, e, zero_runs, zero_block)| {
-            let s = 10f32.powi(e);
-            x.iter_mut().for_each(|v| *v *= s);
-            for r in zero_runs {
-                x[16 * r..16 * r + 16].fill(0.0);
-            }
-            if let Some(b) = zero_block {
-                x[QK_K * b..QK_K * (b + 1)].fill(0.0);
-            }
-            x
-        })
 }
 
 /// `rows` weight rows of `ty`: random bytes with random f16 `d` (and `dmin`).

@@ -7,6 +7,9 @@
 //! whose quants cover the whole i8 range including -128 (which only a NaN input gives, and
 //! which the kernels must handle like the single-row kernel does).
 
+mod common;
+
+use common::Rng;
 use proptest::prelude::*;
 use quant::{GgmlType, Isa, Kernels, vec_dot_type};
 
@@ -18,39 +21,6 @@ const TYPES: [GgmlType; 5] = [
     GgmlType::MXFP4,
     GgmlType::F16,
 ];
-
-/// splitmix64: a small deterministic generator driven by a proptest seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn byte(&mut self) -> u8 {
-        self.next() as u8
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f32 {
-        let u = self.unit().max(1e-300);
-        let v = self.unit();
-        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-    }
-    /// A finite normal f16 with exponent in [-10, 4] and a random sign.
-    fn f16_scale(&mut self) -> [u8; 2] {
-        let e = 5 + self.below(15) as u16; // biased exponent 5..=19
-        let bits = ((self.below(2) as u16) << 15) | (e << 10) | (self.below(1024) as u16);
-        bits.to_le_bytes()
-    }
-}
 
 /// A random valid weight row of `n` elements.
 fn weight_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
