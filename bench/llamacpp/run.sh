@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Matvec throughput: our quant crate against llama.cpp's CPU backend, interleaved.
 #
-#   bench/llamacpp/run.sh                 # full run (several minutes)
+#   bench/llamacpp/run.sh                 # full run (about 11 minutes)
 #   TYPES=q4_K SHAPES=2048x4096 ROUNDS=1 bench/llamacpp/run.sh
 #
 # Installs the prebuilt llama.cpp libraries of the npm package node-llama-cpp 3.21.1
@@ -24,9 +24,11 @@
 #   MODES     llama.cpp modes for the "best" variant: weight placement plain / repack, hot
 #             (one matrix reused) or -cold (rotating over 1 GiB of copies)
 #             (default: plain,repack,plain-cold,repack-cold)
-#   ALT_MODES llama.cpp modes for the other variants (default: plain,repack)
+#   ALT_MODES llama.cpp modes for the other variants (default: plain,repack,plain-cold,repack-cold)
 #   OURS_MODES     hot and/or cold (default: hot,cold)
 #   OURS_PREFETCH  on and/or off: our software prefetch of weight rows (default: on,off)
+#   OURS_MULTI_ROW on and/or off: our multi-row kernels where the kernel table has them
+#                  (default: on; off computes every row with the single-row kernel)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,9 +41,10 @@ ROUNDS="${ROUNDS:-2}"
 MIN_TIME="${MIN_TIME:-0.5}"
 VARIANTS="${VARIANTS:-best haswell}"
 MODES="${MODES:-plain,repack,plain-cold,repack-cold}"
-ALT_MODES="${ALT_MODES:-plain,repack}"
+ALT_MODES="${ALT_MODES:-plain,repack,plain-cold,repack-cold}"
 OURS_MODES="${OURS_MODES:-hot,cold}"
 OURS_PREFETCH="${OURS_PREFETCH:-on,off}"
+OURS_MULTI_ROW="${OURS_MULTI_ROW:-on}"
 
 mkdir -p "$WORK"
 cd "$WORK"
@@ -76,7 +79,7 @@ for round in $(seq 1 "$ROUNDS"); do
             rows="${s%x*}"
             cols="${s#*x}"
             "$ours" --types "$t" --shapes "$s" --threads "$THREADS" --min-time "$MIN_TIME" \
-                --modes "$OURS_MODES" --prefetch "$OURS_PREFETCH" | tee -a raw.tsv ||
+                --modes "$OURS_MODES" --prefetch "$OURS_PREFETCH" --multi-row "$OURS_MULTI_ROW" | tee -a raw.tsv ||
                 echo "# ours: no result for $t $s" | tee -a raw.tsv >&2
             for v in $VARIANTS; do
                 vopt=(--modes "$MODES")

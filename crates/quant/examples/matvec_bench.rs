@@ -17,7 +17,9 @@
 //! (default 1024, above the last-level cache), one per iteration, so the weights come from
 //! DRAM as in real decoding, where each matrix is used once per token. Mode column `plain` or
 //! `plain-cold`. `--prefetch on,off` measures with and without the software prefetch of
-//! upcoming weight rows (the isa column gets `-nopf` without it).
+//! upcoming weight rows (the isa column gets `-nopf` without it). `--multi-row on,off`
+//! measures with and without the table's multi-row kernels (`RowKernel::dot_rows`; the isa
+//! column gets `-1row` without them, the single-row kernel then computes every row).
 //!
 //! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
 //! runs exactly N timed iterations (for instruction counting under callgrind).
@@ -44,6 +46,8 @@ struct Args {
     modes: Vec<bool>,
     /// Software prefetch settings to measure.
     prefetch: Vec<bool>,
+    /// With (true) and/or without (false) the multi-row kernels.
+    multi_row: Vec<bool>,
     scalar: bool,
     pool_overhead: bool,
 }
@@ -61,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         cold_bytes: 1 << 30,
         modes: vec![false],
         prefetch: vec![true],
+        multi_row: vec![true],
         scalar: false,
         pool_overhead: false,
     };
@@ -101,16 +106,8 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
-            "--prefetch" => {
-                a.prefetch = v
-                    .split(',')
-                    .map(|m| match m {
-                        "on" => Ok(true),
-                        "off" => Ok(false),
-                        _ => Err(format!("--prefetch {m}: expected on or off")),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
+            "--prefetch" => a.prefetch = on_off(&opt, &v)?,
+            "--multi-row" => a.multi_row = on_off(&opt, &v)?,
             _ => return Err(format!("unknown option {opt}")),
         }
     }
@@ -129,6 +126,17 @@ fn parse_args() -> Result<Args, String> {
         a.shapes.push((p(r)?, p(c)?));
     }
     Ok(a)
+}
+
+/// A comma-separated list of `on` / `off`.
+fn on_off(opt: &str, v: &str) -> Result<Vec<bool>, String> {
+    v.split(',')
+        .map(|m| match m {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(format!("{opt} {m}: expected on or off")),
+        })
+        .collect()
 }
 
 /// xorshift64*.
@@ -297,8 +305,16 @@ fn run(a: &Args) -> Result<(), String> {
                 while copies.len() < n_copies {
                     copies.push(copies[0].clone());
                 }
-                for &prefetch in &a.prefetch {
-                    let kernel = RowKernel { prefetch, ..base };
+                for (&multi, &prefetch) in a
+                    .multi_row
+                    .iter()
+                    .flat_map(|m| a.prefetch.iter().map(move |p| (m, p)))
+                {
+                    let kernel = RowKernel {
+                        prefetch,
+                        dot_rows: if multi { base.dot_rows } else { None },
+                        ..base
+                    };
                     for pool in &pools {
                         let mut next_copy = 0usize;
                         let mut once = || {
@@ -311,8 +327,9 @@ fn run(a: &Args) -> Result<(), String> {
                             continue;
                         };
                         println!(
-                            "sluice\t{}{}\t{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
+                            "sluice\t{}{}{}\t{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
                             kernels.isa().name(),
+                            if multi { "" } else { "-1row" },
                             if prefetch { "" } else { "-nopf" },
                             if cold { "plain-cold" } else { "plain" },
                             t.name(),
