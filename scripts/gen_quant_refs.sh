@@ -11,22 +11,18 @@
 #     scripts/gen_quant_refs.sh [OUT.gguf]
 set -euo pipefail
 
-VERSION=3.21.1
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/crates/quant/tests/fixtures/quant_ggml.gguf}
 out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+# shellcheck source=llamacpp-npm.sh
+. "$root/scripts/llamacpp-npm.sh"
+llamacpp_npm_install "$work"
 cd "$work"
-npm init -y >/dev/null
-npm install --silent -E --ignore-scripts --omit=optional \
-    "node-llama-cpp@$VERSION" "@node-llama-cpp/linux-x64@$VERSION" >/dev/null
-git -c init.defaultBranch=main clone -q --no-checkout node_modules/node-llama-cpp/llama/gitRelease.bundle llama-src
-git -C llama-src checkout -q HEAD -- ggml/include
-
-lib=$work/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
-cc -O2 -std=c11 -Wall -Wextra -o gen_quant_refs "$root/scripts/gen_quant_refs.c" \
-    -Illama-src/ggml/include "$lib/libggml-base.so" -Wl,-rpath,"$lib"
+# shellcheck disable=SC2086 # LLAMACPP_INC holds two -I flags
+cc -O2 -std=c11 -Wall -Wextra -o gen_quant_refs "$root/scripts/gen_quant_refs.c" $LLAMACPP_INC \
+    "$LLAMACPP_LIB/libggml-base.so" -Wl,-rpath,"$LLAMACPP_LIB"
 ./gen_quant_refs "$out"
 echo "wrote $out"

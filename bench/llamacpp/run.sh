@@ -46,19 +46,11 @@ OURS_MODES="${OURS_MODES:-hot,cold}"
 OURS_PREFETCH="${OURS_PREFETCH:-on,off}"
 OURS_MULTI_ROW="${OURS_MULTI_ROW:-on}"
 
-mkdir -p "$WORK"
+# shellcheck source=../../scripts/llamacpp-npm.sh
+. "$repo/scripts/llamacpp-npm.sh"
+llamacpp_npm_install "$WORK"
 cd "$WORK"
-if [ ! -d node_modules/@node-llama-cpp/linux-x64 ]; then
-    echo "# installing node-llama-cpp 3.21.1 prebuilt libraries into $WORK" >&2
-    [ -f package.json ] || npm init -y >/dev/null
-    npm i -E --ignore-scripts --omit=optional node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 >&2
-fi
-if [ ! -d llama-src/ggml/include ]; then
-    rm -rf llama-src
-    git clone -q --no-checkout node_modules/node-llama-cpp/llama/gitRelease.bundle llama-src
-    git -C llama-src checkout -q HEAD -- include ggml/include
-fi
-L="$WORK/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+L="$LLAMACPP_LIB"
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra "$here/mul_mat_bench.c" -Illama-src/ggml/include \
     "$L/libggml.v0.4.0.so" "$L/libggml-base.so" -Wl,-rpath,"$L" -o mul_mat_bench
 
