@@ -373,14 +373,8 @@ fn make_qkx2_quants(
 /// trying 18 scales around `nmax / max` (ggml's `make_qx_quants`, rmse type 1).
 fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [u8]) -> f32 {
     let n = x.len();
-    let mut max = 0f32;
-    let mut amax = 0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let max = signed_absmax(x);
+    let amax = max.abs();
     if amax < GROUP_MAX_EPS {
         l_out[..n].fill(0);
         return 0.0;
@@ -427,14 +421,8 @@ fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [u8]) -> f32 {
 /// `do_rmse`): levels in `0..2*nmax`, returns the scale.
 fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [u8]) -> f32 {
     let n = x.len();
-    let mut max = 0f32;
-    let mut amax = 0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let max = signed_absmax(x);
+    let amax = max.abs();
     if amax < GROUP_MAX_EPS {
         l_out[..n].fill(0);
         return 0.0;
