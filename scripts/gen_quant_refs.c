@@ -27,37 +27,8 @@
 void dequantize_row_q8_K(const void * x, float * y, int64_t k);
 void quantize_row_q8_K_ref(const float * x, void * y, int64_t k);
 
-static uint64_t rng_state = 0x5EED0D0E5EED0D0EULL;
-
-static uint64_t next_u64(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-// Uniform integer in [0, n).
-static uint32_t rnd(uint32_t n) { return (uint32_t) (next_u64() % n); }
-
-// 2^e as a float, for -126 <= e <= 127 (exact, built from bits).
-static float pow2f(int e) {
-    uint32_t bits = (uint32_t) (e + 127) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-// Uniform in [-1, 1) with 24 significant bits.
-static float uniform_pm1(void) { return (float) ((int32_t) rnd(1u << 24) - (1 << 23)) * pow2f(-23); }
-
-// Roughly normal (sum of four uniforms, variance 1/3 * 4 / 4 = 1/3), exact in float.
-static float normalish(void) {
-    int32_t s = 0;
-    for (int i = 0; i < 4; ++i) {
-        s += (int32_t) rnd(1u << 22) - (1 << 21);
-    }
-    return (float) s * pow2f(-21);
-}
+#define REF_SEED 0x5EED0D0E5EED0D0EULL
+#include "ref_rand.h"
 
 // Finite f16 bits of moderate size: random sign, exponent 2^-10 .. 2^5, a few +-0 and
 // subnormals (the same recipe as scripts/gen_quant_fixtures.py).
@@ -71,7 +42,6 @@ static uint16_t f16_scale_bits(void) {
     return sign | (uint16_t) (exp << 10) | man;
 }
 
-static void put_u16(uint8_t * p, uint16_t v) { p[0] = (uint8_t) v; p[1] = (uint8_t) (v >> 8); }
 static uint16_t get_u16(const uint8_t * p) { return (uint16_t) (p[0] | (p[1] << 8)); }
 
 // Random valid blocks: random bytes with the scale fields patched to moderate finite values.
