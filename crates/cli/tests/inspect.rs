@@ -169,3 +169,24 @@ fn split_model_is_opened_from_its_first_shard() {
     assert!(out.contains("shard 3/3"), "{out}");
     assert!(out.contains("tensors: 6 "), "{out}");
 }
+
+#[test]
+fn array_items_limits_the_elements_shown() {
+    let o = sluice(&["inspect", "--array-items", "2"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("tokenizer.ggml.token_type"))
+        .expect("token_type row");
+    assert!(line.ends_with("[1, 1, ...]"), "{line}");
+
+    let o = sluice(&["inspect", "--json", "--array-items", "3"]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("valid JSON");
+    let tokens = doc["metadata"]
+        .as_array()
+        .and_then(|m| m.iter().find(|e| e["key"] == "tokenizer.ggml.tokens"))
+        .expect("tokens entry");
+    assert_eq!(tokens["head"].as_array().map(Vec::len), Some(3));
+    assert_eq!(tokens["len"], 259);
+}
