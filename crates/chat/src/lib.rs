@@ -1,0 +1,1 @@
+//! Chat templates, think control and the reasoning/answer split.

@@ -1,0 +1,1 @@
+//! Byte-level BPE and its pre-tokenizers.

@@ -1,0 +1,1 @@
+//! SentencePiece-style tokenization (score-driven merges, byte fallback).
