@@ -24,10 +24,14 @@ from gguf import GGMLQuantizationType as QT
 ARCH = "qwen3moe"
 N_LAYER, N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM = 2, 64, 4, 2, 16
 N_EXPERT, N_EXPERT_USED, N_FF_EXP = 8, 2, 64
+# (left, right) in merge priority order; "Ġ" is GPT-2's printable stand-in for the space byte.
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("a", "n"), ("Ġ", "a"),
+          ("o", "n"), ("r", "e"), ("Ġ", "s"), ("Ġ", "w"), ("o", "r"), ("e", "n"), ("Ġ", "c"),
+          ("i", "s"), ("Ġ", "i")]
 
 
 def byte_vocab():
-    # 256 byte tokens in GPT-2's printable mapping, then three specials.
+    # 256 byte tokens in GPT-2's printable mapping, the merged pieces, then three specials.
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     cs = bs[:]
     n = 0
@@ -39,15 +43,22 @@ def byte_vocab():
     table = dict(zip(bs, cs))
     tokens = [chr(table[b]) for b in range(256)]
     types = [gguf.TokenType.NORMAL] * 256
+    # A few merges of frequent English pairs, so that the vocabulary is a complete byte-level BPE
+    # one (llama.cpp refuses a gpt2 vocabulary without tokenizer.ggml.merges).
+    merges = []
+    for left, right in MERGES:
+        merges.append(f"{left} {right}")
+        tokens.append(left + right)
+        types.append(gguf.TokenType.NORMAL)
     for s in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
         tokens.append(s)
         types.append(gguf.TokenType.CONTROL)
-    return tokens, types
+    return tokens, types, merges
 
 
 def main(out):
     rng = np.random.default_rng(0)
-    tokens, types = byte_vocab()
+    tokens, types, merges = byte_vocab()
     n_vocab = len(tokens)
     w = gguf.GGUFWriter(out, ARCH)
     w.add_name("sluice demo qwen3moe (random weights)")
@@ -73,7 +84,7 @@ def main(out):
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tokens)
     w.add_token_types(types)
-    w.add_token_merges([])
+    w.add_token_merges(merges)
     w.add_eos_token_id(n_vocab - 3)
     w.add_bos_token_id(n_vocab - 3)
     w.add_add_bos_token(False)

@@ -33,19 +33,19 @@ fn inspect_without_model_shows_the_builtin_demo() {
     let out = stdout(&o);
     assert!(out.contains("architecture: qwen3moe"), "{out}");
     assert!(out.contains("tensors: 26 "), "{out}");
-    // The script's shapes: token_embd is n_vocab rows of n_embd (ggml order [64, 259]).
+    // The script's shapes: token_embd is n_vocab rows of n_embd (ggml order [64, 275]).
     let line = out
         .lines()
         .find(|l| l.trim_start().starts_with("token_embd.weight"))
         .expect("token_embd row");
-    assert!(line.contains("f32") && line.contains("[64, 259]") && line.contains("66304"));
+    assert!(line.contains("f32") && line.contains("[64, 275]") && line.contains("70400"));
     let line = out
         .lines()
         .find(|l| l.trim_start().starts_with("blk.1.ffn_down_exps.weight"))
         .expect("expert row");
     assert!(line.contains("q8_0") && line.contains("[64, 64, 8]"));
     // Arrays are summarized with their element type and length.
-    assert!(out.contains("[string; 259]"), "{out}");
+    assert!(out.contains("[string; 275]"), "{out}");
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn json_lists_every_tensor_with_offsets_inside_the_file() {
     let tokens = entry("tokenizer.ggml.tokens");
     assert_eq!(tokens["type"], "array");
     assert_eq!(tokens["elem_type"], "string");
-    assert_eq!(tokens["len"], 259);
+    assert_eq!(tokens["len"], 275);
     assert_eq!(tokens["head"].as_array().map(Vec::len), Some(8));
     // Byte 0 in GPT-2's printable byte mapping (what the script writes as token 0).
     assert_eq!(tokens["head"][0], "\u{100}");
@@ -188,5 +188,5 @@ fn array_items_limits_the_elements_shown() {
         .and_then(|m| m.iter().find(|e| e["key"] == "tokenizer.ggml.tokens"))
         .expect("tokens entry");
     assert_eq!(tokens["head"].as_array().map(Vec::len), Some(3));
-    assert_eq!(tokens["len"], 259);
+    assert_eq!(tokens["len"], 275);
 }
