@@ -120,20 +120,20 @@ pub(crate) fn detokenize(
 ) -> Vec<u8> {
     let mut ids = ids;
     let mut remove_space = vocab.add_space_prefix;
-    if remove_special && vocab.add_bos {
-        if let (Some(&first), Some(bos)) = (ids.first(), vocab.special.bos) {
-            if first == bos {
-                remove_space = false;
-                ids = &ids[1..];
-            }
-        }
+    if remove_special
+        && vocab.add_bos
+        && vocab.special.bos.is_some()
+        && ids.first().copied() == vocab.special.bos
+    {
+        remove_space = false;
+        ids = &ids[1..];
     }
-    if remove_special && vocab.add_eos {
-        if let (Some(&last), Some(eos)) = (ids.last(), vocab.special.eos) {
-            if last == eos {
-                ids = &ids[..ids.len() - 1];
-            }
-        }
+    if remove_special
+        && vocab.add_eos
+        && vocab.special.eos.is_some()
+        && ids.last().copied() == vocab.special.eos
+    {
+        ids = &ids[..ids.len() - 1];
     }
 
     let mut text = Vec::new();
