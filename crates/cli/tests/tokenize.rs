@@ -151,11 +151,24 @@ fn file_input_keeps_newlines() {
     assert_eq!(from_file, library(&path).encode(TEXT, true, false));
 }
 
+/// Without -m the built-in demo model's tokenizer is used: the same ids as the library gets
+/// from it, or the library's error when its metadata cannot make a tokenizer.
 #[test]
 fn without_a_model_the_demo_model_is_used() {
     let demo = gguf::Gguf::parse(include_bytes!("../assets/demo-qwen3moe.gguf")).expect("demo");
-    let tok = Tokenizer::from_metadata(demo.metadata()).expect("demo tokenizer");
-    assert_eq!(ids(&["hi there"]), tok.encode("hi there", true, false));
+    match Tokenizer::from_metadata(demo.metadata()) {
+        Ok(tok) => assert_eq!(ids(&["hi there"]), tok.encode("hi there", true, false)),
+        Err(e) => {
+            let o = sluice(&["tokenize", "hi there"]);
+            assert_eq!(o.status.code(), Some(2));
+            let err = stderr(&o);
+            assert!(
+                err.starts_with("sluice: error: the built-in demo model"),
+                "{err}"
+            );
+            assert!(err.contains(&e.to_string()), "{err}");
+        }
+    }
 }
 
 #[test]
