@@ -317,3 +317,27 @@ fn stream_holds_partial_characters() {
     assert_eq!(dec.push(tok, ids[0]), "");
     assert_eq!(dec.push(tok, a), "\u{FFFD} a");
 }
+
+/// The texts of llama.cpp's SentencePiece test cases (`.inp`) come back unchanged from
+/// detokenize(encode(text)), as the round-trip guarantee above implies for SentencePiece
+/// vocabularies (no clean-up rules apply to them).
+#[test]
+fn spm_test_texts_round_trip() {
+    for name in ["ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"] {
+        let tok = load(name);
+        assert!(!tok.vocab().clean_spaces);
+        let path = fixtures_dir().join("vocab").join(format!("{name}.inp"));
+        let inp = std::fs::read_to_string(path).expect("read .inp");
+        let texts: Vec<&str> = inp
+            .strip_suffix("\n__ggml_vocab_test__\n")
+            .unwrap_or(&inp)
+            .split("\n__ggml_vocab_test__\n")
+            .collect();
+        assert!(texts.len() > 10);
+        for text in texts {
+            let ids = tok.encode(text, false, false);
+            let back = tok.detokenize(&ids, false, false);
+            assert_eq!(back, text.as_bytes(), "{name}: {text:?} {ids:?}");
+        }
+    }
+}
