@@ -255,7 +255,10 @@ pub(crate) fn tokenize_fragment(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
     let (words, byte_encode) = match pre_tokenizer(vocab.pre) {
         Ok(pt) => (unicode::split(text, &pt.steps), pt.byte_encode),
         // Not reached for a loaded vocabulary (loading checks the patterns compile).
-        Err(_) => (vec![0..text.len()], vocab.pre != PreType::Gemma4),
+        Err(_) => (
+            std::iter::once(0..text.len()).collect(),
+            vocab.pre != PreType::Gemma4,
+        ),
     };
     let mut encoded = String::new();
     for range in words {

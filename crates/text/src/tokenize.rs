@@ -101,10 +101,11 @@ pub(crate) fn encode(
     match vocab.kind {
         VocabKind::Spm => {
             let mut prev_special = true;
-            if add_special && vocab.add_bos {
-                if let Some(bos) = vocab.special.bos {
-                    out.push(bos);
-                }
+            if add_special
+                && vocab.add_bos
+                && let Some(bos) = vocab.special.bos
+            {
+                out.push(bos);
             }
             for frag in frags {
                 match frag {
@@ -124,17 +125,19 @@ pub(crate) fn encode(
                     }
                 }
             }
-            if add_special && vocab.add_eos {
-                if let Some(eos) = vocab.special.eos {
-                    out.push(eos);
-                }
+            if add_special
+                && vocab.add_eos
+                && let Some(eos) = vocab.special.eos
+            {
+                out.push(eos);
             }
         }
         VocabKind::Bpe => {
-            if add_special && vocab.add_bos {
-                if let Some(bos) = vocab.special.bos {
-                    out.push(bos);
-                }
+            if add_special
+                && vocab.add_bos
+                && let Some(bos) = vocab.special.bos
+            {
+                out.push(bos);
             }
             for frag in frags {
                 match frag {
@@ -150,10 +153,11 @@ pub(crate) fn encode(
                     Fragment::Token(id) => out.push(id),
                 }
             }
-            if add_special && vocab.add_eos {
-                if let Some(eos) = vocab.special.eos {
-                    out.push(eos);
-                }
+            if add_special
+                && vocab.add_eos
+                && let Some(eos) = vocab.special.eos
+            {
+                out.push(eos);
             }
         }
     }

@@ -528,29 +528,28 @@ pub(crate) fn translate(expr: &str) -> (String, bool) {
         }
         if ch == '\\' && i + 1 < chars.len() {
             let next = chars[i + 1];
-            if next == 'p' && chars.get(i + 2) == Some(&'{') {
-                if let Some(close) = chars[i + 3..].iter().position(|&c| c == '}') {
-                    let name: String = chars[i + 3..i + 3 + close].iter().collect();
-                    if let Some(cat) = class_of(&name) {
-                        if !inside {
-                            out.push('[');
-                        }
-                        if let Some(sc) = collapsed_char(cat) {
-                            out.push_str(&format!("\\x{{{:X}}}", u32::from(sc)));
-                        }
-                        for &(a, b) in ascii_members(cat) {
-                            out.push_str(&format!("\\x{{{a:X}}}"));
-                            if b != a {
-                                out.push_str(&format!("-\\x{{{b:X}}}"));
-                            }
-                        }
-                        if !inside {
-                            out.push(']');
-                        }
-                        i += 3 + close + 1;
-                        continue;
+            if next == 'p'
+                && chars.get(i + 2) == Some(&'{')
+                && let Some(close) = chars[i + 3..].iter().position(|&c| c == '}')
+                && let Some(cat) = class_of(&chars[i + 3..i + 3 + close].iter().collect::<String>())
+            {
+                if !inside {
+                    out.push('[');
+                }
+                if let Some(sc) = collapsed_char(cat) {
+                    out.push_str(&format!("\\x{{{:X}}}", u32::from(sc)));
+                }
+                for &(a, b) in ascii_members(cat) {
+                    out.push_str(&format!("\\x{{{a:X}}}"));
+                    if b != a {
+                        out.push_str(&format!("-\\x{{{b:X}}}"));
                     }
                 }
+                if !inside {
+                    out.push(']');
+                }
+                i += 3 + close + 1;
+                continue;
             }
             match next {
                 's' => {

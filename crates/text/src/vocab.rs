@@ -341,7 +341,10 @@ fn split_merge(line: &str) -> (String, String) {
     }
 }
 
-fn read_merges(meta: &Metadata) -> Result<Option<HashMap<(String, String), u32>>, TextError> {
+/// BPE merge ranks keyed by the (left, right) pair.
+type Ranks = HashMap<(String, String), u32>;
+
+fn read_merges(meta: &Metadata) -> Result<Option<Ranks>, TextError> {
     let Some(v) = meta.get(KEY_MERGES) else {
         return Ok(None);
     };
@@ -661,10 +664,10 @@ impl Vocab {
             if ids[slot] >= n {
                 ids[slot] = -1;
             }
-            if let Some(id) = opt_id(meta, key)? {
-                if i64::from(id) < n {
-                    ids[slot] = i64::from(id);
-                }
+            if let Some(id) = opt_id(meta, key)?
+                && i64::from(id) < n
+            {
+                ids[slot] = i64::from(id);
             }
         }
 
@@ -822,11 +825,12 @@ impl Vocab {
                 _ => {}
             }
         }
-        if let Some(end) = end_id {
-            if (has_return && has_call) || (has_call && has_flush) {
-                eog.remove(&end);
-                self.tokens[end as usize].attr = TokenAttr::USER_DEFINED;
-            }
+        if let Some(end) = end_id
+            && has_call
+            && (has_return || has_flush)
+        {
+            eog.remove(&end);
+            self.tokens[end as usize].attr = TokenAttr::USER_DEFINED;
         }
 
         // Gemma 4 and PLaMo have an ordinary "</s>".
@@ -875,10 +879,10 @@ impl Vocab {
                     self.set_attr(id, TokenAttr::RSTRIP, false);
                 }
             }
-        } else if contains_any(&name, &["modern-bert"]) {
-            if let Some(id) = id_of(self, "[MASK]") {
-                self.set_attr(id, TokenAttr::LSTRIP, true);
-            }
+        } else if contains_any(&name, &["modern-bert"])
+            && let Some(id) = id_of(self, "[MASK]")
+        {
+            self.set_attr(id, TokenAttr::LSTRIP, true);
         }
         Ok(())
     }
