@@ -106,6 +106,13 @@ pub(crate) struct PreTokenizer {
     byte_encode: bool,
 }
 
+impl PreTokenizer {
+    /// The byte ranges of the words of `text`.
+    pub(crate) fn split(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        unicode::split(text, &self.steps)
+    }
+}
+
 /// The compiled pre-tokenizer of a type (compiled once per process). Fails only if a pattern
 /// does not compile, which the vocabulary loader reports.
 pub(crate) fn pre_tokenizer(pre: PreType) -> Result<&'static PreTokenizer, String> {
@@ -253,7 +260,7 @@ fn merge_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
 /// appends the ids to `out`.
 pub(crate) fn tokenize_fragment(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
     let (words, byte_encode) = match pre_tokenizer(vocab.pre) {
-        Ok(pt) => (unicode::split(text, &pt.steps), pt.byte_encode),
+        Ok(pt) => (pt.split(text), pt.byte_encode),
         // Not reached for a loaded vocabulary (loading checks the patterns compile).
         Err(_) => (
             std::iter::once(0..text.len()).collect(),

@@ -721,3 +721,67 @@ pub(crate) fn split(text: &str, steps: &[Split]) -> Vec<Range<usize>> {
     }
     words
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PreType;
+    use proptest::prelude::*;
+
+    #[test]
+    fn byte_map_is_a_bijection_onto_printable_characters() {
+        let mut seen = std::collections::HashSet::new();
+        for b in 0..=255u8 {
+            let c = byte_to_char(b);
+            assert!(!c.is_whitespace() && !c.is_control(), "{b:#x} -> {c:?}");
+            assert!(seen.insert(c));
+        }
+        assert_eq!(byte_to_char(b'a'), 'a');
+        assert_eq!(byte_to_char(b' '), '\u{120}');
+        assert_eq!(byte_to_char(b'\n'), '\u{10A}');
+    }
+
+    #[test]
+    fn classes_follow_the_tables() {
+        assert_eq!(cpt_flags(u32::from('a')) & LETTER, LETTER);
+        assert_eq!(cpt_flags(u32::from('7')) & NUMBER, NUMBER);
+        assert_eq!(cpt_flags(u32::from('!')) & PUNCTUATION, PUNCTUATION);
+        assert_eq!(cpt_flags(u32::from('+')) & SYMBOL, SYMBOL);
+        assert_eq!(cpt_flags(0x301) & ACCENT_MARK, ACCENT_MARK);
+        assert_ne!(cpt_flags(0x3000) & WHITESPACE_FLAG, 0);
+        assert_ne!(cpt_flags(u32::from(' ')) & WHITESPACE_FLAG, 0);
+        assert_eq!(cpt_flags(0x110000), UNDEFINED);
+    }
+
+    #[test]
+    fn translation_of_classes() {
+        let (p, collapsed) = translate(r"\p{N}+");
+        assert!(collapsed);
+        assert_eq!(p, r"[\x{D1}\x{30}-\x{39}]+");
+        let (p, _) = translate(r"[^\s\p{L}]");
+        assert_eq!(p, r"[^\t\n\x0B\x0C\r \x{D2}\x{41}-\x{5A}\x{61}-\x{7A}]");
+        let (p, collapsed) = translate(r"\s+(?!\S)");
+        assert!(!collapsed);
+        assert_eq!(p, r"[\t\n\x0B\x0C\r ]+(?![^\t\n\x0B\x0C\r ])");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every pre-tokenizer cuts the text into non-empty pieces that cover it in order.
+        #[test]
+        fn split_tiles_the_text(text in "\\PC{0,40}|[ \\t\\n\\r a-zA-Z0-9'!.,中ü\u{301}]{0,40}") {
+            for pre in PreType::ALL {
+                let pt = crate::bpe::pre_tokenizer(pre).unwrap();
+                let words = pt.split(&text);
+                let mut at = 0;
+                for w in &words {
+                    prop_assert_eq!(w.start, at, "{:?}", pre);
+                    prop_assert!(w.end > w.start);
+                    at = w.end;
+                }
+                prop_assert_eq!(at, text.len(), "{:?}", pre);
+            }
+        }
+    }
+}

@@ -92,6 +92,43 @@ pub enum PreType {
     Gemma4,
 }
 
+impl PreType {
+    /// Every pre-tokenizer type.
+    pub const ALL: [PreType; 31] = [
+        PreType::Default,
+        PreType::Llama3,
+        PreType::DeepseekLlm,
+        PreType::DeepseekCoder,
+        PreType::Deepseek3Llm,
+        PreType::HunyuanDense,
+        PreType::Falcon,
+        PreType::Mpt,
+        PreType::Starcoder,
+        PreType::Gpt2,
+        PreType::Refact,
+        PreType::CommandR,
+        PreType::Qwen2,
+        PreType::Qwen35,
+        PreType::Stablelm2,
+        PreType::Hunyuan,
+        PreType::SolarOpen,
+        PreType::Grok2,
+        PreType::Olmo,
+        PreType::Dbrx,
+        PreType::Smaug,
+        PreType::Jais,
+        PreType::Codeshell,
+        PreType::Exaone,
+        PreType::Minerva,
+        PreType::Smollm,
+        PreType::ChatGlm4,
+        PreType::KimiK2,
+        PreType::Gpt4o,
+        PreType::Tekken,
+        PreType::Gemma4,
+    ];
+}
+
 /// Token attributes, as llama.cpp's `llama_token_attr` bit set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct TokenAttr(pub u32);
@@ -902,5 +939,68 @@ impl Vocab {
         self.tokens
             .get(id as usize)
             .map_or(TokenAttr::UNDEFINED, |t| t.attr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_lines_split_at_the_first_space_after_the_first_byte() {
+        assert_eq!(split_merge("a b"), ("a".into(), "b".into()));
+        assert_eq!(split_merge("Ġ t"), ("Ġ".into(), "t".into()));
+        // A leading space belongs to the left part (Gemma 4 merges of spaces).
+        assert_eq!(split_merge("  x"), (" ".into(), "x".into()));
+        assert_eq!(split_merge("ab c d"), ("ab".into(), "c d".into()));
+        assert_eq!(split_merge("abc"), (String::new(), String::new()));
+        assert_eq!(split_merge(""), (String::new(), String::new()));
+    }
+
+    #[test]
+    fn every_pre_type_has_a_string_and_compiles() {
+        let names = [
+            "default",
+            "llama3",
+            "deepseek-llm",
+            "deepseek-coder",
+            "deepseek-v3",
+            "hunyuan-dense",
+            "falcon",
+            "mpt",
+            "starcoder",
+            "gpt-2",
+            "refact",
+            "command-r",
+            "qwen2",
+            "qwen35",
+            "stablelm2",
+            "hunyuan",
+            "solar-open",
+            "grok-2",
+            "olmo",
+            "dbrx",
+            "smaug-bpe",
+            "jais",
+            "codeshell",
+            "exaone",
+            "minerva-7b",
+            "smollm",
+            "glm4",
+            "kimi-k2",
+            "gpt-4o",
+            "tekken",
+            "gemma4",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            let info = pre_info(name).unwrap();
+            seen.insert(info.pre);
+        }
+        for pre in PreType::ALL {
+            assert!(seen.contains(&pre), "{pre:?} has no pre string");
+            crate::bpe::pre_tokenizer(pre).unwrap();
+        }
+        assert!(matches!(pre_info("bloom"), Err(TextError::UnknownPre(n)) if n == "bloom"));
     }
 }
