@@ -225,8 +225,13 @@ struct Bigram {
     right_len: usize,
 }
 
-fn rank(vocab: &Vocab, a: &str, b: &str) -> Option<u32> {
-    vocab.bpe_ranks.get(&(a.to_owned(), b.to_owned())).copied()
+/// The merge rank of a pair; `key` is a reused buffer so that lookups do not allocate.
+fn rank(vocab: &Vocab, a: &str, b: &str, key: &mut (String, String)) -> Option<u32> {
+    key.0.clear();
+    key.0.push_str(a);
+    key.1.clear();
+    key.1.push_str(b);
+    vocab.bpe_ranks.get(key).copied()
 }
 
 fn push_bigram(
@@ -236,6 +241,7 @@ fn push_bigram(
     left: Option<usize>,
     right: Option<usize>,
     heap: &mut BinaryHeap<Bigram>,
+    key: &mut (String, String),
 ) {
     let (Some(l), Some(r)) = (left, right) else {
         return;
@@ -243,7 +249,7 @@ fn push_bigram(
     let (ls, rs) = (symbols[l], symbols[r]);
     let a = &word[ls.start..ls.start + ls.len];
     let b = &word[rs.start..rs.start + rs.len];
-    if let Some(rk) = rank(vocab, a, b) {
+    if let Some(rk) = rank(vocab, a, b, key) {
         heap.push(Bigram {
             rank: Reverse(rk),
             left: Reverse(l),
@@ -280,8 +286,17 @@ fn merge_word(vocab: &Vocab, word: &str, byte_encode: bool, out: &mut Vec<u32>) 
     }
 
     let mut heap = BinaryHeap::new();
+    let mut key = (String::new(), String::new());
     for i in 1..symbols.len() {
-        push_bigram(vocab, word, &symbols, Some(i - 1), Some(i), &mut heap);
+        push_bigram(
+            vocab,
+            word,
+            &symbols,
+            Some(i - 1),
+            Some(i),
+            &mut heap,
+            &mut key,
+        );
     }
     while let Some(bg) = heap.pop() {
         let (l, r) = (bg.left.0, bg.right);
@@ -297,8 +312,8 @@ fn merge_word(vocab: &Vocab, word: &str, byte_encode: bool, out: &mut Vec<u32>) 
         }
         let prev = symbols[l].prev;
         let next = symbols[l].next;
-        push_bigram(vocab, word, &symbols, prev, Some(l), &mut heap);
-        push_bigram(vocab, word, &symbols, Some(l), next, &mut heap);
+        push_bigram(vocab, word, &symbols, prev, Some(l), &mut heap, &mut key);
+        push_bigram(vocab, word, &symbols, Some(l), next, &mut heap, &mut key);
     }
 
     for sym in symbols.iter().filter(|s| s.len > 0) {
