@@ -87,6 +87,9 @@ pub(crate) enum Custom {
     Qwen35,
     KimiK2,
     Newlines,
+    /// Digit runs cut into a leading group of `len % 3` and groups of three (llama.cpp uses it
+    /// for AFMoE's digit rule and Tiny Aya's `\d{1,3}(?=(?:\d{3})*\b)`).
+    Digits3,
 }
 
 /// One split step.
@@ -419,6 +422,35 @@ fn split_newlines(c: &mut Chunk<'_>) {
     }
 }
 
+fn split_digits3(c: &mut Chunk<'_>) {
+    let mut pos = c.ini;
+    while pos < c.end {
+        if c.flags(pos) & NUMBER != 0 {
+            let first = pos;
+            while pos < c.end && c.flags(pos) & NUMBER != 0 {
+                pos += 1;
+            }
+            let count = pos - first;
+            let mut cur = first;
+            let rem = count % 3;
+            // The leading group also takes any text since the previous cut.
+            if rem > 0 {
+                cur += rem;
+                c.add(cur);
+            }
+            while cur < first + count {
+                cur += 3;
+                c.add(cur);
+            }
+            continue;
+        }
+        pos += 1;
+    }
+    if c.prev_end < c.end {
+        c.add(c.end);
+    }
+}
+
 fn run_custom(kind: Custom, cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
     let mut out = Vec::with_capacity(offsets.len());
     let mut start = 0;
@@ -437,6 +469,7 @@ fn run_custom(kind: Custom, cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
             Custom::Qwen35 => split_llama3_like(&mut c, false, true),
             Custom::KimiK2 => split_kimi_k2(&mut c),
             Custom::Newlines => split_newlines(&mut c),
+            Custom::Digits3 => split_digits3(&mut c),
         }
         start += len;
     }
@@ -607,6 +640,7 @@ pub(crate) fn compile(expr: &str) -> Result<Split, String> {
         }
         r"\p{Han}+" => Some(Custom::KimiK2),
         r"[^\n]+|[\n]+" => Some(Custom::Newlines),
+        r"\p{AFMoE_digits}" | r"\d{1,3}(?=(?:\d{3})*\b)" => Some(Custom::Digits3),
         _ => None,
     };
     if let Some(c) = custom {

@@ -90,11 +90,57 @@ pub enum PreType {
     Tekken,
     /// `gemma4` (forced for `tokenizer.ggml.model = gemma4`), `granite-embed-multi-311m`.
     Gemma4,
+    /// `jais-2`.
+    Jais2,
+    /// `spark2_5`.
+    Spark25,
+    /// `youtu`.
+    Youtu,
+    /// `minicpm5`.
+    MiniCpm5,
+    /// `poro-chat`.
+    Poro,
+    /// `viking`.
+    Viking,
+    /// `bloom`.
+    Bloom,
+    /// `gpt3-finnish`.
+    Gpt3Finnish,
+    /// `chameleon`.
+    Chameleon,
+    /// `granite-embed-multi-97m`.
+    GraniteEmbMulti,
+    /// `tiny_aya`, `cohere2moe`.
+    TinyAya,
+    /// `superbpe`.
+    SuperBpe,
+    /// `bailingmoe`, `bailingmoe2`, `llada-moe`.
+    BailingMoe,
+    /// `seed-coder`.
+    SeedCoder,
+    /// `ufakzeka`.
+    Ufakzeka,
+    /// `afmoe`.
+    Afmoe,
+    /// `laguna`.
+    Laguna,
+    /// `exaone-moe`.
+    ExaoneMoe,
+    /// `minimax-m2`.
+    MinimaxM2,
+    /// `trillion`.
+    Trillion,
+    /// `granite-docling`.
+    GraniteDocling,
+    /// `mellum2`.
+    Mellum2,
+    /// `sarvam-moe` (SentencePiece-style BPE like Gemma 4).
+    SarvamMoe,
 }
 
 impl PreType {
     /// Every pre-tokenizer type.
-    pub const ALL: [PreType; 31] = [
+    pub const ALL: [PreType; 54] = [
         PreType::Default,
         PreType::Llama3,
         PreType::DeepseekLlm,
@@ -126,6 +172,29 @@ impl PreType {
         PreType::Gpt4o,
         PreType::Tekken,
         PreType::Gemma4,
+        PreType::Jais2,
+        PreType::Spark25,
+        PreType::Youtu,
+        PreType::MiniCpm5,
+        PreType::Poro,
+        PreType::Viking,
+        PreType::Bloom,
+        PreType::Gpt3Finnish,
+        PreType::Chameleon,
+        PreType::GraniteEmbMulti,
+        PreType::TinyAya,
+        PreType::SuperBpe,
+        PreType::BailingMoe,
+        PreType::SeedCoder,
+        PreType::Ufakzeka,
+        PreType::Afmoe,
+        PreType::Laguna,
+        PreType::ExaoneMoe,
+        PreType::MinimaxM2,
+        PreType::Trillion,
+        PreType::GraniteDocling,
+        PreType::Mellum2,
+        PreType::SarvamMoe,
     ];
 }
 
@@ -301,6 +370,32 @@ fn pre_info(name: &str) -> Result<PreInfo, TextError> {
         "smollm" => base(P::Smollm, false, false, false),
         "gpt-4o" | "llama4" | "kanana2" | "talkie" => base(P::Gpt4o, false, false, false),
         "kimi-k2" => base(P::KimiK2, false, false, false),
+        "jais-2" => base(P::Jais2, true, false, false),
+        "spark2_5" => base(P::Spark25, false, false, false),
+        "youtu" => base(P::Youtu, false, true, false),
+        "minicpm5" => base(P::MiniCpm5, true, true, false),
+        "poro-chat" => base(P::Poro, false, false, false),
+        "viking" => base(P::Viking, false, false, false),
+        "bloom" => base(P::Bloom, true, false, false),
+        "gpt3-finnish" => base(P::Gpt3Finnish, true, false, false),
+        "chameleon" => base(P::Chameleon, false, false, true),
+        "granite-embed-multi-97m" => base(P::GraniteEmbMulti, false, true, false),
+        "tiny_aya" | "cohere2moe" => base(P::TinyAya, false, false, false),
+        "superbpe" => base(P::SuperBpe, false, false, false),
+        "bailingmoe" | "bailingmoe2" | "llada-moe" => base(P::BailingMoe, false, false, false),
+        "seed-coder" => base(P::SeedCoder, false, false, false),
+        "ufakzeka" => base(P::Ufakzeka, false, false, false),
+        "afmoe" => base(P::Afmoe, false, false, false),
+        "laguna" => base(P::Laguna, false, false, false),
+        "exaone-moe" => base(P::ExaoneMoe, true, false, false),
+        "minimax-m2" => base(P::MinimaxM2, false, false, false),
+        "trillion" => base(P::Trillion, false, false, false),
+        "granite-docling" => base(P::GraniteDocling, false, false, false),
+        "mellum2" => base(P::Mellum2, true, false, false),
+        "sarvam-moe" => PreInfo {
+            escape_whitespaces: true,
+            ..base(P::SarvamMoe, false, false, false)
+        },
         other => return Err(TextError::UnknownPre(other.to_owned())),
     };
     Ok(info)
@@ -991,6 +1086,29 @@ mod tests {
             "gpt-4o",
             "tekken",
             "gemma4",
+            "jais-2",
+            "spark2_5",
+            "youtu",
+            "minicpm5",
+            "poro-chat",
+            "viking",
+            "bloom",
+            "gpt3-finnish",
+            "chameleon",
+            "granite-embed-multi-97m",
+            "tiny_aya",
+            "superbpe",
+            "bailingmoe",
+            "seed-coder",
+            "ufakzeka",
+            "afmoe",
+            "laguna",
+            "exaone-moe",
+            "minimax-m2",
+            "trillion",
+            "granite-docling",
+            "mellum2",
+            "sarvam-moe",
         ];
         let mut seen = std::collections::HashSet::new();
         for name in names {
@@ -1001,6 +1119,8 @@ mod tests {
             assert!(seen.contains(&pre), "{pre:?} has no pre string");
             crate::bpe::pre_tokenizer(pre).unwrap();
         }
-        assert!(matches!(pre_info("bloom"), Err(TextError::UnknownPre(n)) if n == "bloom"));
+        assert!(
+            matches!(pre_info("whitespace"), Err(TextError::UnknownPre(n)) if n == "whitespace")
+        );
     }
 }
