@@ -8,10 +8,14 @@
 //! - [`ReasoningSplitter`] splits generated text into answer and reasoning deltas as it streams.
 
 mod clock;
+mod format;
 mod pyfmt;
+mod reasoning;
 mod template;
 
 pub use clock::{Clock, strftime};
+pub use format::{ChatFormat, Prompt, ReasoningSyntax, ThinkCtl};
+pub use reasoning::{ReasoningSplitter, SplitDelta};
 pub use template::{ChatTemplate, Data, RenderRequest, select_template};
 
 /// Errors of this crate.
