@@ -7,6 +7,10 @@ crates/chat/tests/fixtures/conversations.json, renders the prompt with transform
 renderer (`transformers.utils.chat_template_utils.render_jinja_template`, the function behind
 `apply_chat_template`) and writes crates/chat/tests/fixtures/renders/<template>.json.
 
+It also renders the small templates of crates/chat/tests/fixtures/semantics.json (one Jinja2
+behaviour each: tojson options, how values print, undefined values, whitespace control, ...)
+into crates/chat/tests/fixtures/semantics_renders.json.
+
 `strftime_now` reads one fixed instant (`now_unix` of the conversations file, as naive UTC), so
 the output does not depend on the day it is run. A conversation the template rejects (an
 exception while rendering) is recorded with its message instead of an output.
@@ -70,7 +74,39 @@ def render_case(source, conv, spec):
     return rendered[0]
 
 
+def render_semantics():
+    with open(os.path.join(FIXTURES, "semantics.json"), encoding="utf-8") as f:
+        spec = json.load(f)
+    chat_template_utils.datetime = fixed_clock(spec["now_unix"])
+    cases = []
+    for case in spec["cases"]:
+        out = {"name": case["name"]}
+        try:
+            rendered, _ = chat_template_utils.render_jinja_template(
+                conversations=[json.loads(json.dumps(case.get("messages", [])))],
+                chat_template=case["template"],
+                add_generation_prompt=False,
+                **json.loads(json.dumps(spec["data"])),
+            )
+            out["output"] = rendered[0]
+        except Exception as e:
+            out["error"] = f"{type(e).__name__}: {e}"
+        cases.append(out)
+    doc = {
+        "generator": "scripts/gen_template_refs.py",
+        "renderer": "transformers.utils.chat_template_utils.render_jinja_template",
+        "transformers": transformers.__version__,
+        "jinja2": jinja2.__version__,
+        "cases": cases,
+    }
+    with open(os.path.join(FIXTURES, "semantics_renders.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"semantics: {len(cases)} cases", file=sys.stderr)
+
+
 def main(argv):
+    render_semantics()
     with open(os.path.join(FIXTURES, "conversations.json"), encoding="utf-8") as f:
         spec = json.load(f)
     chat_template_utils.datetime = fixed_clock(spec["now_unix"])

@@ -280,7 +280,7 @@ pub(crate) fn repr(v: &Value, out: &mut String) -> Result<(), Error> {
         ValueKind::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
         ValueKind::Number => out.push_str(&number_text(v, false)),
         ValueKind::String => str_repr(v.as_str().unwrap_or_default(), out),
-        ValueKind::Seq => {
+        ValueKind::Seq | ValueKind::Iterable => {
             out.push('[');
             for (i, item) in v.try_iter()?.enumerate() {
                 if i > 0 {
@@ -310,7 +310,7 @@ pub(crate) fn repr(v: &Value, out: &mut String) -> Result<(), Error> {
 /// What Jinja2 prints for a value (`str(value)`): strings as they are, containers as `repr`.
 pub(crate) fn display(v: &Value) -> Result<String, Error> {
     match v.kind() {
-        ValueKind::Seq => {
+        ValueKind::Seq | ValueKind::Iterable => {
             let mut s = String::new();
             repr(v, &mut s)?;
             Ok(s)

@@ -315,6 +315,19 @@ fn is_iterable(value: &Value) -> bool {
     }
 }
 
+/// Jinja2's `sequence` test: the value has a length and item access (strings and dicts do,
+/// and so does an undefined value; `None` and numbers do not).
+fn is_sequence(value: &Value) -> bool {
+    matches!(
+        value.kind(),
+        ValueKind::Undefined
+            | ValueKind::String
+            | ValueKind::Bytes
+            | ValueKind::Seq
+            | ValueKind::Map
+    )
+}
+
 fn raise_exception(msg: Option<Value>) -> Result<Value, Error> {
     let text = msg.map(|m| m.to_string()).unwrap_or_default();
     Err(invalid(text.clone()).with_source(Raised(text)))
@@ -333,6 +346,7 @@ fn build_env(source: &str, clock: Clock) -> Result<Environment<'static>, ChatErr
     env.add_function("cycler", minijinja_contrib::globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
     env.add_test("iterable", is_iterable);
+    env.add_test("sequence", is_sequence);
     env.add_filter("tojson", tojson_filter);
     env.add_filter("string", string_filter);
     env.add_function("raise_exception", raise_exception);
@@ -344,7 +358,7 @@ fn build_env(source: &str, clock: Clock) -> Result<Environment<'static>, ChatErr
     );
     // Print what Jinja2 prints: containers as Python's repr, floats as Python's repr.
     env.set_formatter(|out, state, value| match value.kind() {
-        ValueKind::Seq | ValueKind::Map | ValueKind::Number => {
+        ValueKind::Seq | ValueKind::Iterable | ValueKind::Map | ValueKind::Number => {
             let text = pyfmt::display(value)?;
             out.write_str(&text).map_err(Error::from)
         }
