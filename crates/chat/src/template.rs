@@ -474,6 +474,15 @@ impl ChatTemplate {
         &self.eos_token
     }
 
+    /// `text` without a leading BOS token text: for a tokenizer that adds BOS itself, so the
+    /// prompt does not start with two (llama.cpp strips it the same way).
+    pub fn strip_leading_bos<'t>(&self, text: &'t str) -> &'t str {
+        if self.bos_token.is_empty() {
+            return text;
+        }
+        text.strip_prefix(self.bos_token.as_str()).unwrap_or(text)
+    }
+
     /// Renders a conversation. Variables: `messages` (reasoning aliased as Hugging Face does),
     /// `tools` and `documents` (none unless given), `add_generation_prompt`, `bos_token`,
     /// `eos_token`, `enable_thinking` when set, then `extra`.

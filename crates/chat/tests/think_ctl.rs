@@ -195,3 +195,12 @@ fn missing_template_is_a_clear_error() {
         Err(chat::ChatError::UnknownTemplate { .. })
     ));
 }
+
+#[test]
+fn leading_bos_can_be_dropped() {
+    let t = ChatTemplate::new("{{ bos_token }}x", "<s>", "</s>").unwrap();
+    let msgs = Data::array([]);
+    let text = t.render(&chat::RenderRequest::new(&msgs)).unwrap();
+    assert_eq!(t.strip_leading_bos(&text), "x");
+    assert_eq!(t.strip_leading_bos("y"), "y");
+}
