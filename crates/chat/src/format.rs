@@ -141,12 +141,13 @@ fn find_empty_pair(text: &str) -> Option<(String, String)> {
     let mut from = 0;
     while let Some(rel) = text[from..].find("></") {
         let mid = from + rel + 1;
-        let start = text[..mid].rfind('<')?;
-        let open = &text[start..mid];
-        let name = &open[1..open.len() - 1];
-        let close = format!("</{name}>");
-        if !name.is_empty() && !name.starts_with('/') && text[mid..].starts_with(&close) {
-            return Some((open.to_owned(), close));
+        if let Some(start) = text[..mid].rfind('<') {
+            let open = &text[start..mid];
+            let name = &open[1..open.len() - 1];
+            let close = format!("</{name}>");
+            if !name.is_empty() && !name.starts_with('/') && text[mid..].starts_with(&close) {
+                return Some((open.to_owned(), close));
+            }
         }
         from = mid;
     }

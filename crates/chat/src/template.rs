@@ -12,6 +12,10 @@ use crate::pyfmt;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// The largest `tojson` indent accepted (a hostile template must not make us allocate without
+/// bound; real templates use 2 or 4).
+const MAX_INDENT: usize = 1024;
+
 /// Data handed to a template (messages, tools, extra variables): JSON with its map order kept,
 /// as Python dicts keep theirs (`tojson` and `dict.items()` follow it).
 #[derive(Debug, Clone)]
@@ -269,8 +273,13 @@ fn tojson_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
             ValueKind::String => Some(v.as_str().unwrap_or_default().to_owned()),
             ValueKind::Bool => Some(" ".repeat(usize::from(v.is_true()))),
             ValueKind::Number if v.is_integer() => {
-                let n = v.as_i64().unwrap_or(0);
-                Some(" ".repeat(usize::try_from(n).unwrap_or(0)))
+                let n = usize::try_from(v.as_i64().unwrap_or(0)).unwrap_or(0);
+                if n > MAX_INDENT {
+                    return Err(invalid(format!(
+                        "tojson(): indent {n} is beyond {MAX_INDENT}"
+                    )));
+                }
+                Some(" ".repeat(n))
             }
             _ => return Err(invalid("tojson(): indent must be an integer or a string")),
         };

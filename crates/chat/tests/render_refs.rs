@@ -142,7 +142,16 @@ fn renderings_equal_transformers() {
                 (Json::String(_), _, Err(e)) => {
                     failures.push(format!("{name} / {cname}: transformers rendered, we failed: {e}"))
                 }
-                (_, Json::String(_), Err(_)) => {}
+                (_, Json::String(want), Err(e)) => {
+                    // A template's own raise_exception must come back with its message.
+                    if let Some(msg) = want.strip_prefix("TemplateError: ")
+                        && e != ChatError::Raised(msg.to_owned())
+                    {
+                        failures.push(format!(
+                            "{name} / {cname}: transformers raised {msg:?}, we failed with {e}"
+                        ));
+                    }
+                }
                 (_, Json::String(want), Ok(_)) => failures.push(format!(
                     "{name} / {cname}: transformers raised ({want}), we rendered"
                 )),

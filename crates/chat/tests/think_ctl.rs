@@ -204,3 +204,11 @@ fn leading_bos_can_be_dropped() {
     assert_eq!(t.strip_leading_bos(&text), "x");
     assert_eq!(t.strip_leading_bos("y"), "y");
 }
+
+#[test]
+fn formats_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<ChatFormat>();
+    shareable::<ChatTemplate>();
+    shareable::<chat::ReasoningSplitter>();
+}
