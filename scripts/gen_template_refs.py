@@ -4,8 +4,8 @@
 For every template in the text fixture collection (llama.cpp's models/templates, fetched by
 scripts/fetch_text_fixtures.sh) and every conversation of
 crates/chat/tests/fixtures/conversations.json, renders the prompt with transformers' own
-renderer (`transformers.utils.chat_template_utils.render_jinja_template`, the function behind
-`apply_chat_template`) and writes crates/chat/tests/fixtures/renders/<template>.json.
+renderer as `apply_chat_template` calls it (`_normalize_chat_messages`, which drops message keys
+whose value is None, then `transformers.utils.chat_template_utils.render_jinja_template`) and writes crates/chat/tests/fixtures/renders/<template>.json.
 
 It also renders the small templates of crates/chat/tests/fixtures/semantics.json (one Jinja2
 behaviour each: tojson options, how values print, undefined values, whitespace control, ...)
@@ -62,8 +62,9 @@ def render_case(source, conv, spec):
     if "enable_thinking" in conv:
         kwargs["enable_thinking"] = conv["enable_thinking"]
     tools = spec["tools"] if conv.get("use_tools") else None
-    # render_jinja_template works on copies, but be explicit: every case starts from the file's data
-    messages = json.loads(json.dumps(conv["messages"]))
+    # What apply_chat_template does before rendering: message objects become dicts and keys whose
+    # value is None are dropped. Every case starts from a fresh copy of the file's data.
+    messages = chat_template_utils._normalize_chat_messages(json.loads(json.dumps(conv["messages"])))
     rendered, _ = chat_template_utils.render_jinja_template(
         conversations=[messages],
         tools=json.loads(json.dumps(tools)) if tools is not None else None,
@@ -131,7 +132,7 @@ def main(argv):
             cases.append(case)
         doc = {
             "generator": "scripts/gen_template_refs.py",
-            "renderer": "transformers.utils.chat_template_utils.render_jinja_template",
+            "renderer": "transformers.utils.chat_template_utils._normalize_chat_messages + render_jinja_template",
             "transformers": transformers.__version__,
             "jinja2": jinja2.__version__,
             "template": name + ".jinja",

@@ -337,6 +337,17 @@ fn is_sequence(value: &Value) -> bool {
     )
 }
 
+/// Jinja2's `length`: Python's `len()`, which is 0 for an undefined value.
+fn length_filter(value: &Value) -> Result<Value, Error> {
+    if value.is_undefined() {
+        return Ok(Value::from(0));
+    }
+    value
+        .len()
+        .map(Value::from)
+        .ok_or_else(|| invalid(format!("object of type '{}' has no len()", value.kind())))
+}
+
 fn raise_exception(msg: Option<Value>) -> Result<Value, Error> {
     let text = msg.map(|m| m.to_string()).unwrap_or_default();
     Err(invalid(text.clone()).with_source(Raised(text)))
@@ -358,6 +369,8 @@ fn build_env(source: &str, clock: Clock) -> Result<Environment<'static>, ChatErr
     env.add_test("sequence", is_sequence);
     env.add_filter("tojson", tojson_filter);
     env.add_filter("string", string_filter);
+    env.add_filter("length", length_filter);
+    env.add_filter("count", length_filter);
     env.add_function("raise_exception", raise_exception);
     env.add_function(
         "strftime_now",
@@ -401,10 +414,11 @@ fn raised_message(e: &Error) -> Option<String> {
     None
 }
 
-/// Hugging Face's aliasing of a message's reasoning: the first of `reasoning_content`,
-/// `thinking`, `reasoning` that is set fills both `thinking` (gpt-oss and LFM2.5 read it) and
-/// `reasoning_content` (most others read that).
-fn alias_reasoning(messages: &Value) -> Result<Value, Error> {
+/// What transformers' `apply_chat_template` does to messages before the template sees them:
+/// keys whose value is none are dropped (`content: null` on a tool call reads as absent), and
+/// the first of `reasoning_content`, `thinking`, `reasoning` that is set fills both `thinking`
+/// (gpt-oss and LFM2.5 read it) and `reasoning_content` (most others read that).
+fn normalize_messages(messages: &Value) -> Result<Value, Error> {
     if messages.kind() != ValueKind::Seq {
         return Ok(messages.clone());
     }
@@ -414,6 +428,21 @@ fn alias_reasoning(messages: &Value) -> Result<Value, Error> {
             out.push(msg);
             continue;
         }
+        let mut kept = Vec::new();
+        let mut dropped = false;
+        for key in msg.try_iter()? {
+            let v = msg.get_item(&key)?;
+            if v.is_none() {
+                dropped = true;
+            } else {
+                kept.push((key, v));
+            }
+        }
+        let msg: Value = if dropped {
+            kept.into_iter().collect()
+        } else {
+            msg
+        };
         let mut reasoning = None;
         for key in ["reasoning_content", "thinking", "reasoning"] {
             let v = msg.get_attr(key)?;
@@ -492,7 +521,8 @@ impl ChatTemplate {
         text.strip_prefix(self.bos_token.as_str()).unwrap_or(text)
     }
 
-    /// Renders a conversation. Variables: `messages` (reasoning aliased as Hugging Face does),
+    /// Renders a conversation. Variables: `messages` (normalized as transformers'
+    /// `apply_chat_template` does: none-valued keys dropped, reasoning aliased),
     /// `tools` and `documents` (none unless given), `add_generation_prompt`, `bos_token`,
     /// `eos_token`, `enable_thinking` when set, then `extra`.
     pub fn render(&self, req: &RenderRequest<'_>) -> Result<String, ChatError> {
@@ -501,7 +531,7 @@ impl ChatTemplate {
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Syntax(error_text(&e)))?;
         let messages =
-            alias_reasoning(&req.messages.0).map_err(|e| ChatError::Render(error_text(&e)))?;
+            normalize_messages(&req.messages.0).map_err(|e| ChatError::Render(error_text(&e)))?;
         let mut ctx: Vec<(String, Value)> = vec![
             ("messages".into(), messages),
             (

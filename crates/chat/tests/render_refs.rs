@@ -61,7 +61,12 @@ const NO_TOOLS: &[&str] = &[
     "reasoning_history_think_off",
     "special_chars",
 ];
-const WITH_TOOLS: &[&str] = &["tool_call", "tool_call_think_off", "tools_only"];
+const WITH_TOOLS: &[&str] = &[
+    "tool_call",
+    "tool_call_think_off",
+    "tool_call_null_content",
+    "tools_only",
+];
 
 fn known_difference(template: &str, conversation: &str) -> bool {
     KNOWN_DIFFERENCES

@@ -1,4 +1,4 @@
-//! Shared helpers of the chat tests: the fixture locations and a SHA-256 for the template check.
+//! Shared functions of the chat tests: the fixture locations and a SHA-256 for the template check.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
