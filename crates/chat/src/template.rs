@@ -337,6 +337,118 @@ fn is_sequence(value: &Value) -> bool {
     )
 }
 
+/// Python methods called on template values: minijinja-contrib's `pycompat`, plus the ones it
+/// lacks.
+fn python_method(
+    state: &minijinja::State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if method == "rsplit"
+        && let Some(s) = value.as_str()
+    {
+        return rsplit(s, args);
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// Python's `str.rsplit(sep=None, maxsplit=-1)`.
+fn rsplit(s: &str, args: &[Value]) -> Result<Value, Error> {
+    let sep = match args.first() {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match v.as_str() {
+            Some("") => return Err(invalid("empty separator")),
+            Some(sep) => Some(sep.to_owned()),
+            None => return Err(invalid("rsplit(): separator must be a string or None")),
+        },
+    };
+    let maxsplit = match args.get(1) {
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| invalid("rsplit(): maxsplit must be an integer"))?,
+        None => -1,
+    };
+    let limit = usize::try_from(maxsplit).ok();
+    let mut parts: Vec<String> = Vec::new();
+    match sep {
+        Some(sep) => {
+            let mut rest = s;
+            while limit.is_none_or(|l| parts.len() < l) {
+                match rest.rfind(sep.as_str()) {
+                    Some(i) => {
+                        parts.push(rest[i + sep.len()..].to_owned());
+                        rest = &rest[..i];
+                    }
+                    None => break,
+                }
+            }
+            parts.push(rest.to_owned());
+        }
+        None => {
+            let mut rest = s.trim_end();
+            while !rest.is_empty() {
+                if limit.is_some_and(|l| parts.len() >= l) {
+                    parts.push(rest.to_owned());
+                    break;
+                }
+                match rest.rfind(char::is_whitespace) {
+                    Some(i) => {
+                        let ws_len = rest[i..].chars().next().map_or(1, char::len_utf8);
+                        parts.push(rest[i + ws_len..].to_owned());
+                        rest = rest[..i].trim_end();
+                    }
+                    None => {
+                        parts.push(rest.to_owned());
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    parts.reverse();
+    Ok(Value::from(parts))
+}
+
+/// Jinja2's `truncate(s, length=255, killwords=False, end='...', leeway=None)`, positional
+/// arguments included (minijinja-contrib's takes keywords only).
+fn truncate_filter(
+    state: &minijinja::State,
+    value: &Value,
+    args: Rest<Value>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    const NAMES: [&str; 4] = ["length", "killwords", "end", "leeway"];
+    if args.len() > NAMES.len() {
+        return Err(invalid("truncate() takes at most 4 arguments"));
+    }
+    let mut all: Vec<(String, Value)> = NAMES
+        .iter()
+        .zip(args.iter())
+        .map(|(n, v)| ((*n).to_owned(), v.clone()))
+        .collect();
+    for name in kwargs.args() {
+        all.push((name.to_owned(), kwargs.get::<Value>(name)?));
+    }
+    minijinja_contrib::filters::truncate(state, value, all.into_iter().collect())
+}
+
+/// Jinja2's `wordcount`: the number of `\w+` runs.
+fn wordcount_filter(value: &Value) -> Result<Value, Error> {
+    let s = value.to_string();
+    let mut count = 0usize;
+    let mut in_word = false;
+    for c in s.chars() {
+        let w = c.is_alphanumeric() || c == '_';
+        if w && !in_word {
+            count += 1;
+        }
+        in_word = w;
+    }
+    Ok(Value::from(count))
+}
+
 /// Jinja2's `length`: Python's `len()`, which is 0 for an undefined value.
 fn length_filter(value: &Value) -> Result<Value, Error> {
     if value.is_undefined() {
@@ -358,11 +470,12 @@ fn build_env(source: &str, clock: Clock) -> Result<Environment<'static>, ChatErr
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(false);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python_method);
     // Filters Jinja2 has that minijinja keeps in its contrib crate.
-    env.add_filter("truncate", minijinja_contrib::filters::truncate);
+    env.add_filter("truncate", truncate_filter);
     env.add_filter("filesizeformat", minijinja_contrib::filters::filesizeformat);
     env.add_filter("striptags", minijinja_contrib::filters::striptags);
+    env.add_filter("wordcount", wordcount_filter);
     env.add_function("cycler", minijinja_contrib::globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
     env.add_test("iterable", is_iterable);

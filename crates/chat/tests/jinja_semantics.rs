@@ -9,6 +9,19 @@ mod common;
 use chat::{ChatError, ChatTemplate, Clock, Data, RenderRequest};
 use serde_json::Value as Json;
 
+/// Behaviours minijinja does not have; no template of the collection uses them. Each must still
+/// differ, so the list cannot go stale.
+const KNOWN_DIFFERENCES: &[(&str, &str)] = &[
+    (
+        "percent_format",
+        "Python's `'%s' % args` string formatting is not an operator minijinja has",
+    ),
+    (
+        "tuples_print",
+        "minijinja has no tuples: `(1, 'a')` is a list and prints as one",
+    ),
+];
+
 #[test]
 fn semantics_equal_transformers() {
     let dir = common::fixtures();
@@ -40,7 +53,15 @@ fn semantics_equal_transformers() {
                 req.extra = extra.clone();
                 t.render(&req)
             });
+        let known = KNOWN_DIFFERENCES.iter().any(|(n, _)| *n == name);
         match (&want["output"], &want["error"], &got) {
+            (Json::String(w), _, Ok(g)) if w == g && known => {
+                failures.push(format!("{name}: listed as a known difference but matches"))
+            }
+            (_, Json::String(_), Err(_)) if known => {
+                failures.push(format!("{name}: listed as a known difference but matches"))
+            }
+            _ if known => {}
             (Json::String(w), _, Ok(g)) if w == g => {}
             (_, Json::String(_), Err(_)) => {}
             _ => failures.push(format!("{name}: transformers {want}\n    ours {got:?}")),
