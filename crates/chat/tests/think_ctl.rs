@@ -212,3 +212,37 @@ fn formats_can_be_shared_between_threads() {
     shareable::<ChatTemplate>();
     shareable::<chat::ReasoningSplitter>();
 }
+
+#[test]
+fn think_off_leaves_no_span_open_for_every_template() {
+    // Over the whole collection: where think_ctl says the request can be honoured (template,
+    // prefill), the thinking-off prompt leaves the output outside any reasoning span.
+    let mut names: Vec<String> = std::fs::read_dir(common::templates_dir())
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".jinja").map(str::to_owned))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 16);
+    let msgs = Data::from_json_str(r#"[{"role":"user","content":"Hi"}]"#).unwrap();
+    let mut checked = 0;
+    for name in &names {
+        let f = format(name);
+        if f.think_ctl() == ThinkCtl::None {
+            continue;
+        }
+        let Ok(off) = f.render_prompt(&msgs, None, false, &[]) else {
+            continue; // the template rejects this conversation
+        };
+        let mut s = f.splitter(&off);
+        s.push("plain answer");
+        s.finish();
+        assert_eq!(
+            (s.answer(), s.reasoning()),
+            ("plain answer", ""),
+            "{name}: {off:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 16, "{checked}");
+}
