@@ -19,6 +19,12 @@ pub enum ThinkCtl {
     None,
 }
 
+impl std::fmt::Display for ThinkCtl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl ThinkCtl {
     /// The protocol spelling: `template`, `prefill` or `none`.
     pub fn as_str(&self) -> &'static str {
@@ -57,8 +63,9 @@ pub struct ChatFormat {
     template: ChatTemplate,
     think_ctl: ThinkCtl,
     syntax: ReasoningSyntax,
-    /// For `Prefill`: the text that, appended after the assistant header, closes an empty
-    /// reasoning section and opens the answer.
+    /// For a section format: the text the template renders from the assistant header to the
+    /// answer when the reasoning is empty (it opens and closes the reasoning section, then opens
+    /// the answer).
     prefill: Option<String>,
 }
 
@@ -400,26 +407,33 @@ impl ChatFormat {
         req.tools = tools;
         req.enable_thinking = Some(think);
         req.extra = extra.to_vec();
-        let without = self.template.render(&req)?;
+        // Without the generation prompt, to find where it starts. A template that refuses that
+        // rendering (a conversation it only accepts with a generation prompt) gives no tail.
+        let without = self.template.render(&req);
         req.add_generation_prompt = true;
         let mut text = self.template.render(&req)?;
-        let mut generation_prompt = text[common_prefix_len(&without, &text)..].to_owned();
+        let mut generation_prompt = match &without {
+            Ok(w) => text[common_prefix_len(w, &text)..].to_owned(),
+            Err(_) => String::new(),
+        };
         if !think
             && self.think_ctl == ThinkCtl::Prefill
             && let Some(to_answer) = &self.prefill
         {
             // Start the turn past the reasoning section: what the template renders from the
             // assistant header to the answer, with the reasoning empty.
-            let suffix = match to_answer.strip_prefix(generation_prompt.as_str()) {
-                Some(rest) => rest.to_owned(),
-                None => {
-                    text = without.clone();
-                    generation_prompt.clear();
-                    to_answer.clone()
+            let without = without?;
+            match to_answer.strip_prefix(generation_prompt.as_str()) {
+                Some(rest) if !generation_prompt.is_empty() => {
+                    text.push_str(rest);
+                    generation_prompt.push_str(rest);
                 }
-            };
-            text.push_str(&suffix);
-            generation_prompt.push_str(&suffix);
+                _ => {
+                    text = without;
+                    text.push_str(to_answer);
+                    generation_prompt = to_answer.clone();
+                }
+            }
         }
         Ok(Prompt {
             text,
