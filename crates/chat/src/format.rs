@@ -161,6 +161,17 @@ fn find_empty_pair(text: &str) -> Option<(String, String)> {
     None
 }
 
+/// A tag-pair syntax; no syntax at all when a tag would be empty.
+fn tags(open: &str, close: &str) -> ReasoningSyntax {
+    if open.is_empty() || close.is_empty() {
+        return ReasoningSyntax::None;
+    }
+    ReasoningSyntax::Tags {
+        open: open.to_owned(),
+        close: close.to_owned(),
+    }
+}
+
 /// How the template renders an assistant turn that carries reasoning.
 enum Rendered {
     /// Reasoning inline between `open` and `close` inside the answer's message.
@@ -273,11 +284,7 @@ impl ChatFormat {
             }
         };
         match Self::classify_turn(&p) {
-            Rendered::Span { open, close } => (
-                flag_or(ThinkCtl::None),
-                ReasoningSyntax::Tags { open, close },
-                None,
-            ),
+            Rendered::Span { open, close } => (flag_or(ThinkCtl::None), tags(&open, &close), None),
             Rendered::Section {
                 open,
                 close,
@@ -288,11 +295,11 @@ impl ChatFormat {
                     ReasoningSyntax::Harmony
                 } else {
                     let head = p.gen_on.trim();
-                    let opener = open.strip_prefix(head).unwrap_or(&open).trim().to_owned();
-                    ReasoningSyntax::Tags {
-                        open: opener,
-                        close: close.trim().to_owned(),
+                    let mut opener = open.strip_prefix(head).unwrap_or(&open).trim();
+                    if opener.is_empty() {
+                        opener = open.trim();
                     }
+                    tags(opener, close.trim())
                 };
                 (flag_or(ThinkCtl::Prefill), syntax, Some(to_answer))
             }

@@ -108,10 +108,14 @@ impl ReasoningSplitter {
         let mode = match syntax {
             ReasoningSyntax::None => Mode::Plain,
             ReasoningSyntax::Tags { open, close } => {
-                let in_span = match (
-                    generation_prompt.rfind(open.as_str()),
-                    generation_prompt.rfind(close.as_str()),
-                ) {
+                let find = |tag: &str| {
+                    if tag.is_empty() {
+                        None
+                    } else {
+                        generation_prompt.rfind(tag)
+                    }
+                };
+                let in_span = match (find(open), find(close)) {
                     (Some(o), Some(c)) => o > c,
                     (Some(_), None) => true,
                     _ => false,
@@ -219,8 +223,14 @@ impl ReasoningSplitter {
         (s.answer, s.reasoning)
     }
 
-    /// The markers that mean something in the current state.
+    /// The markers that mean something in the current state (never an empty one).
     fn markers(&self) -> Vec<String> {
+        let mut m = self.state_markers();
+        m.retain(|s| !s.is_empty());
+        m
+    }
+
+    fn state_markers(&self) -> Vec<String> {
         match &self.mode {
             Mode::Plain => Vec::new(),
             Mode::Tags(t) => {

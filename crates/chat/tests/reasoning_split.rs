@@ -295,3 +295,21 @@ fn no_syntax_is_all_answer() {
     let (a, r) = ReasoningSplitter::split_all(&ReasoningSyntax::None, "", "<think>x</think> y");
     assert_eq!((a.as_str(), r.as_str()), ("<think>x</think> y", ""));
 }
+
+#[test]
+fn empty_tags_never_match() {
+    // A syntax with an empty tag (not produced by ChatFormat, but constructible) must not
+    // loop or match everywhere.
+    let syntax = ReasoningSyntax::Tags {
+        open: String::new(),
+        close: "</x>".into(),
+    };
+    let (a, r) = ReasoningSplitter::split_all(&syntax, "", "abc</x> d");
+    assert_eq!((a.as_str(), r.as_str()), ("d", "abc"));
+    let syntax = ReasoningSyntax::Tags {
+        open: "<x>".into(),
+        close: String::new(),
+    };
+    let (a, r) = ReasoningSplitter::split_all(&syntax, "<x>", "abc");
+    assert_eq!((a.as_str(), r.as_str()), ("", "abc"));
+}
