@@ -178,18 +178,20 @@ impl ReasoningSplitter {
         let mut rest = text.as_str();
         loop {
             let markers = self.markers();
+            // Where a marker may be starting that the text does not complete yet.
+            let partial = earliest_partial(rest, &markers);
             match find_first(rest, &markers) {
-                Some((pos, idx)) => {
+                Some((pos, idx)) if partial.is_none_or(|q| pos < q) => {
                     self.emit_text(&rest[..pos], &mut out);
                     let marker = markers[idx].clone();
                     rest = &rest[pos + marker.len()..];
                     self.on_marker(&marker, &mut out);
                 }
-                None => {
-                    let hold = partial_suffix(rest, &markers);
-                    let (now, later) = rest.split_at(rest.len() - hold);
-                    self.emit_text(now, &mut out);
-                    self.pending = later.to_owned();
+                _ => {
+                    // Hold back from the possible start: more text decides.
+                    let q = partial.unwrap_or(rest.len());
+                    self.emit_text(&rest[..q], &mut out);
+                    self.pending = rest[q..].to_owned();
                     break;
                 }
             }
@@ -204,8 +206,25 @@ impl ReasoningSplitter {
         if self.finished {
             return out;
         }
-        let rest = std::mem::take(&mut self.pending);
-        self.emit_text(&rest, &mut out);
+        // What is held may still hold complete markers (one a longer marker could have
+        // extended): process it with nothing held back.
+        let text = std::mem::take(&mut self.pending);
+        let mut rest = text.as_str();
+        loop {
+            let markers = self.markers();
+            match find_first(rest, &markers) {
+                Some((pos, idx)) => {
+                    self.emit_text(&rest[..pos], &mut out);
+                    let marker = markers[idx].clone();
+                    rest = &rest[pos + marker.len()..];
+                    self.on_marker(&marker, &mut out);
+                }
+                None => {
+                    self.emit_text(rest, &mut out);
+                    break;
+                }
+            }
+        }
         self.reasoning_ws.clear();
         self.finished = true;
         out
@@ -383,17 +402,17 @@ fn find_first(text: &str, markers: &[String]) -> Option<(usize, usize)> {
         .min_by_key(|&(p, i)| (p, std::cmp::Reverse(markers[i].len())))
 }
 
-/// The length of the longest suffix of `text` that is a proper prefix of a marker.
-fn partial_suffix(text: &str, markers: &[String]) -> usize {
-    let mut best = 0;
-    for m in markers {
-        let max = m.len().saturating_sub(1).min(text.len());
-        for len in (best + 1..=max).rev() {
-            if text.is_char_boundary(text.len() - len) && m.starts_with(&text[text.len() - len..]) {
-                best = len;
-                break;
-            }
-        }
-    }
-    best
+/// The earliest position from which the rest of `text` is a proper prefix of a marker: a
+/// marker that may be starting there and that more text would complete.
+fn earliest_partial(text: &str, markers: &[String]) -> Option<usize> {
+    let longest = markers.iter().map(String::len).max()?;
+    let from = text.len().saturating_sub(longest.saturating_sub(1));
+    (from..text.len())
+        .filter(|&q| text.is_char_boundary(q))
+        .find(|&q| {
+            let tail = &text[q..];
+            markers
+                .iter()
+                .any(|m| m.len() > tail.len() && m.starts_with(tail))
+        })
 }

@@ -174,6 +174,20 @@ proptest! {
     }
 
     #[test]
+    fn any_tag_pair_any_chunking(
+        open in "[<a/é>]{0,3}",
+        close in "[<a/é>]{0,3}",
+        prompt in "[<a/é> ]{0,6}",
+        text in "[<a/é> ]{0,24}",
+        cuts in prop::collection::vec(0usize..40, 0..6),
+    ) {
+        let syntax = ReasoningSyntax::Tags { open, close };
+        let (answer, reasoning) = ReasoningSplitter::split_all(&syntax, &prompt, &text);
+        let (sa, sr, _) = stream(&syntax, &prompt, &chunk(&text, &cuts));
+        prop_assert_eq!((sa, sr), (answer, reasoning));
+    }
+
+    #[test]
     fn harmony_any_chunking(text in harmony_text(), cuts in prop::collection::vec(0usize..300, 0..8), prefilled in any::<bool>()) {
         let prompt = if prefilled {
             "<|start|>assistant<|channel|>analysis<|message|><|end|><|start|>assistant<|channel|>final<|message|>"
@@ -312,4 +326,21 @@ fn empty_tags_never_match() {
     };
     let (a, r) = ReasoningSplitter::split_all(&syntax, "<x>", "abc");
     assert_eq!((a.as_str(), r.as_str()), ("", "abc"));
+}
+
+#[test]
+fn a_marker_a_longer_one_may_extend_waits() {
+    // The opening tag is a prefix of the closing one: "<a" then "/" is the closing tag, in one
+    // push or two.
+    let syntax = ReasoningSyntax::Tags {
+        open: "<a".into(),
+        close: "<a/".into(),
+    };
+    let whole = ReasoningSplitter::split_all(&syntax, "", "xy<a/z");
+    assert_eq!(whole, ("z".to_owned(), "xy".to_owned()));
+    let (a, r, resets) = stream(&syntax, "", &["xy<a", "/z"]);
+    assert_eq!((a, r, resets), ("z".to_owned(), "xy".to_owned(), 1));
+    // At the end of the text the shorter tag is taken.
+    let (a, r, _) = stream(&syntax, "", &["q<a"]);
+    assert_eq!((a.as_str(), r.as_str()), ("q", ""));
 }
