@@ -4,6 +4,8 @@
 
 mod inspect;
 mod npy;
+mod prompt;
+mod template;
 mod tokenize;
 
 use std::path::PathBuf;
@@ -32,6 +34,13 @@ enum Command {
     /// Prints the ids as one JSON array on one line. Only the file's metadata is read, so a
     /// vocabulary-only GGUF works as well as a full model.
     Tokenize(TokenizeArgs),
+    /// Render a conversation with the model's own chat template, as the model will see it.
+    ///
+    /// The template (`tokenizer.chat_template`, or a named `tokenizer.chat_template.<name>`) is
+    /// rendered with Hugging Face transformers' semantics. The output is exactly the rendered
+    /// text (no newline added). `--info` instead tells how the model's reasoning is delimited
+    /// and how a request not to reason is honoured (`think_ctl`: template, prefill or none).
+    Template(TemplateArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -88,6 +97,64 @@ struct TokenizeArgs {
     /// as U+FFFD).
     #[arg(long)]
     pieces: bool,
+
+    /// Tokenize the text as one user message of a chat: rendered with the model's own chat
+    /// template (`tokenizer.chat_template`) up to the opening of the assistant's turn, special
+    /// tokens parsed. A model without a chat template is an error.
+    #[arg(long)]
+    chatml: bool,
+
+    /// With --chatml: a system message before the user's.
+    #[arg(long, value_name = "TEXT", requires = "chatml")]
+    system: Option<String>,
+
+    /// With --chatml: ask the model not to reason, the way its template allows (an
+    /// `enable_thinking` flag, or a reasoning section started already closed).
+    #[arg(long, requires = "chatml")]
+    no_think: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct TemplateArgs {
+    /// The GGUF model (or vocabulary-only) file. Without it, the built-in demo model is used
+    /// (it has no chat template, so only the error can be seen).
+    #[arg(short, long, value_name = "MODEL")]
+    model: Option<PathBuf>,
+
+    /// Use the named template `tokenizer.chat_template.<NAME>` instead of the default one.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+
+    /// A one-message conversation: this user prompt.
+    #[arg(short, long, value_name = "PROMPT", conflicts_with = "messages")]
+    prompt: Option<String>,
+
+    /// With -p: a system message before the user's.
+    #[arg(long, value_name = "TEXT", requires = "prompt")]
+    system: Option<String>,
+
+    /// The conversation as a JSON array of messages (`role`, `content`, and where used
+    /// `reasoning_content`, `tool_calls`, `tool_call_id`), `-` for standard input.
+    #[arg(long, value_name = "FILE.json")]
+    messages: Option<PathBuf>,
+
+    /// Tool definitions, a JSON array (`[{"type":"function","function":{...}}]`), passed to
+    /// the template as `tools`.
+    #[arg(long, value_name = "FILE.json")]
+    tools: Option<PathBuf>,
+
+    /// Ask the model not to reason, the way its template allows (`enable_thinking` false, or
+    /// the reasoning section started already closed for formats such as gpt-oss's).
+    #[arg(long)]
+    no_think: bool,
+
+    /// Render the conversation as finished, without opening the assistant's turn.
+    #[arg(long)]
+    no_generation_prompt: bool,
+
+    /// Print `{"think_ctl": ..., "reasoning": ...}` as JSON instead of a rendering.
+    #[arg(long)]
+    info: bool,
 }
 
 fn main() -> ExitCode {
@@ -107,6 +174,20 @@ fn main() -> ExitCode {
             special: args.special,
             no_bos: args.no_bos,
             pieces: args.pieces,
+            chatml: args.chatml,
+            system: args.system,
+            no_think: args.no_think,
+        }),
+        Command::Template(args) => template::run(&template::Options {
+            model: args.model,
+            name: args.name,
+            prompt: args.prompt,
+            system: args.system,
+            messages: args.messages,
+            tools: args.tools,
+            no_think: args.no_think,
+            no_generation_prompt: args.no_generation_prompt,
+            info: args.info,
         }),
     };
     match result {

@@ -4,7 +4,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use gguf::{Gguf, GgufFile};
+use gguf::{Gguf, GgufFile, Metadata};
 use text::Tokenizer;
 
 use crate::inspect::DEMO_MODEL;
@@ -16,23 +16,47 @@ pub struct Options {
     pub special: bool,
     pub no_bos: bool,
     pub pieces: bool,
+    pub chatml: bool,
+    pub system: Option<String>,
+    pub no_think: bool,
 }
 
-/// Builds the tokenizer of a model file (only its metadata is read), or of the built-in demo
-/// model.
-fn load_tokenizer(path: Option<&Path>) -> Result<Tokenizer> {
-    match path {
-        Some(p) => {
+/// A model's metadata (only the header is read), from a file or the built-in demo model.
+pub enum ModelMeta {
+    File(GgufFile, String),
+    Demo(Gguf<'static>),
+}
+
+impl ModelMeta {
+    pub fn open(path: Option<&Path>) -> Result<ModelMeta> {
+        match path {
             // The reader's errors name the file themselves.
-            let file = GgufFile::open(p)?;
-            Tokenizer::from_metadata(file.metadata())
-                .with_context(|| format!("{}: cannot build the tokenizer", p.display()))
+            Some(p) => Ok(ModelMeta::File(GgufFile::open(p)?, p.display().to_string())),
+            None => Ok(ModelMeta::Demo(
+                Gguf::parse(DEMO_MODEL).context("the built-in demo model is malformed")?,
+            )),
         }
-        None => {
-            let g = Gguf::parse(DEMO_MODEL).context("the built-in demo model is malformed")?;
-            Tokenizer::from_metadata(g.metadata())
-                .context("the built-in demo model: cannot build the tokenizer")
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        match self {
+            ModelMeta::File(f, _) => f.metadata(),
+            ModelMeta::Demo(g) => g.metadata(),
         }
+    }
+
+    /// How errors name the model.
+    pub fn name(&self) -> &str {
+        match self {
+            ModelMeta::File(_, name) => name,
+            ModelMeta::Demo(_) => "the built-in demo model",
+        }
+    }
+
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        Tokenizer::from_metadata(self.metadata())
+            .with_context(|| format!("{}: cannot build the tokenizer", self.name()))
     }
 }
 
@@ -65,8 +89,27 @@ fn input_text(opts: &Options) -> Result<String> {
 
 pub fn run(opts: &Options) -> Result<()> {
     let text = input_text(opts)?;
-    let tokenizer = load_tokenizer(opts.model.as_deref())?;
-    let ids = tokenizer.encode(&text, !opts.no_bos, opts.special);
+    let model = ModelMeta::open(opts.model.as_deref())?;
+    let tokenizer = model.tokenizer()?;
+    let ids = if opts.chatml {
+        // The text is one user message, rendered with the model's own template; the rendering
+        // holds special-token text, so it is always parsed, and a BOS the template wrote itself
+        // is dropped where the tokenizer adds one (as llama.cpp does).
+        let template =
+            crate::prompt::load_template(model.metadata(), &tokenizer, None, model.name())?;
+        let format = chat::ChatFormat::new(template);
+        let messages = crate::prompt::single_turn(opts.system.as_deref(), &text);
+        let prompt = crate::prompt::render_prompt(&format, &messages, None, !opts.no_think)?;
+        let add_special = !opts.no_bos;
+        let rendered = if add_special && tokenizer.vocab().add_bos {
+            format.template().strip_leading_bos(&prompt.text)
+        } else {
+            &prompt.text
+        };
+        tokenizer.encode(rendered, add_special, true)
+    } else {
+        tokenizer.encode(&text, !opts.no_bos, opts.special)
+    };
 
     let stdout = io::stdout();
     let mut w = BufWriter::new(stdout.lock());
