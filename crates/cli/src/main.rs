@@ -4,6 +4,7 @@
 
 mod inspect;
 mod npy;
+mod tokenize;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +27,11 @@ enum Command {
     /// tensor or byte offset at fault. A split model is given by its first shard
     /// (`name-00001-of-0000N.gguf`); the other shards are found next to it.
     Inspect(InspectArgs),
+    /// Turn text into token ids with a model's tokenizer (the same ids llama.cpp produces).
+    ///
+    /// Prints the ids as one JSON array on one line. Only the file's metadata is read, so a
+    /// vocabulary-only GGUF works as well as a full model.
+    Tokenize(TokenizeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -52,6 +58,38 @@ struct InspectArgs {
     out: Option<PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+struct TokenizeArgs {
+    /// The text to tokenize (or use --file).
+    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    text: Option<String>,
+
+    /// The GGUF model (or vocabulary-only) file whose tokenizer to use. Without it, the small
+    /// demo model built into the binary is used.
+    #[arg(short, long, value_name = "MODEL")]
+    model: Option<PathBuf>,
+
+    /// Read the text from this file instead (`-` for standard input); it is used as is,
+    /// newlines included.
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
+
+    /// Turn special-token text such as `<s>` or `<|im_start|>` into that token's id instead of
+    /// tokenizing its characters.
+    #[arg(long)]
+    special: bool,
+
+    /// Do not add the BOS/EOS tokens the model's metadata asks for.
+    #[arg(long)]
+    no_bos: bool,
+
+    /// Print one line per token instead: the id, a tab, and the token's text as a JSON string
+    /// (special tokens shown as their text; bytes that are not valid UTF-8 on their own shown
+    /// as U+FFFD).
+    #[arg(long)]
+    pieces: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -61,6 +99,14 @@ fn main() -> ExitCode {
             array_items: args.array_items,
             tensor: args.tensor,
             out: args.out,
+        }),
+        Command::Tokenize(args) => tokenize::run(&tokenize::Options {
+            model: args.model,
+            text: args.text,
+            file: args.file,
+            special: args.special,
+            no_bos: args.no_bos,
+            pieces: args.pieces,
         }),
     };
     match result {

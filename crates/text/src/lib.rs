@@ -12,6 +12,8 @@ mod detok;
 mod error;
 mod spm;
 mod tokenize;
+mod unicode;
+mod unicode_data;
 mod vocab;
 
 pub use detok::StreamDecoder;
