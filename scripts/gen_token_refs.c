@@ -2,7 +2,7 @@
 // load). Built and run by scripts/gen_token_refs.sh, which turns the plain-text output into
 // the JSON files of crates/text/tests/fixtures/tokens/.
 //
-// Usage: gen_token_refs VOCAB.gguf CORPUS.hex
+// Usage: gen_token_refs VOCAB.gguf CORPUS.hex [N_RANDOM]
 //
 // CORPUS.hex holds one corpus string per line, hex-encoded (an empty line is the empty
 // string). Output on stdout, one record per line, every byte string hex-encoded ("-" when
@@ -21,7 +21,8 @@
 // Random sequences are deterministic (splitmix64, fixed seed): sequences 0..9 draw ids
 // uniformly from the vocabulary, sequences 10..19 draw each id with probability 1/2 from
 // the "odd" tokens (control, user-defined, unknown, unused and byte tokens, and tokens whose
-// plain piece is not valid UTF-8 on its own), otherwise uniformly.
+// plain piece is not valid UTF-8 on its own), otherwise uniformly. N_RANDOM (default 20)
+// changes the number of sequences, the first half uniform, the second half biased.
 
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,7 +37,7 @@
 #define REF_SEED 0x70CE2EF5EEDBA5E5ULL
 #include "ref_rand.h"
 
-#define N_RANDOM 20
+#define N_RANDOM_DEFAULT 20
 #define MAX_RANDOM_LEN 40
 
 static void die(const char * msg) {
@@ -185,9 +186,10 @@ static char * piece(const struct llama_vocab * vocab, llama_token id, bool speci
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 3) {
-        die("usage: gen_token_refs VOCAB.gguf CORPUS.hex");
+    if (argc != 3 && argc != 4) {
+        die("usage: gen_token_refs VOCAB.gguf CORPUS.hex [N_RANDOM]");
     }
+    const int n_random = argc == 4 ? atoi(argv[3]) : N_RANDOM_DEFAULT;
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
 
@@ -283,11 +285,11 @@ int main(int argc, char ** argv) {
         }
     }
 
-    for (int k = 0; k < N_RANDOM; ++k) {
+    for (int k = 0; k < n_random; ++k) {
         const int n = 1 + (int) rnd(MAX_RANDOM_LEN);
         llama_token ids[MAX_RANDOM_LEN];
         for (int i = 0; i < n; ++i) {
-            if (k >= N_RANDOM / 2 && n_odd > 0 && rnd(2) == 0) {
+            if (k >= n_random / 2 && n_odd > 0 && rnd(2) == 0) {
                 ids[i] = odd[rnd((uint32_t) n_odd)];
             } else {
                 ids[i] = (llama_token) rnd((uint32_t) n_vocab);

@@ -11,17 +11,21 @@
 # scripts/llamacpp-npm.sh; the tokenizer does not depend on the CPU features.
 #
 # Usage (from anywhere):
-#     scripts/gen_token_refs.sh [OUT_DIR]
+#     scripts/gen_token_refs.sh [DIR]
+# reads DIR/corpus.json and writes DIR/tokens/*.json (DIR defaults to
+# crates/text/tests/fixtures; another DIR with a bigger corpus is for exploring, see
+# SLUICE_TOKEN_REFS in crates/text/tests/llamacpp_refs.rs).
 # Environment: LLAMACPP_NPM_DIR reuses an existing install directory of the npm package
-# (default: a temporary directory, downloading about 80 MB); SLUICE_FIXTURES as for
-# fetch_text_fixtures.sh.
+# (default: a temporary directory, downloading about 80 MB); N_RANDOM sets the number of random
+# id sequences per vocabulary (default 20); SLUICE_FIXTURES as for fetch_text_fixtures.sh.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/crates/text/tests/fixtures/tokens}
+dir=${1:-$root/crates/text/tests/fixtures}
+dir=$(cd "$dir" && pwd)
+corpus=$dir/corpus.json
+out=$dir/tokens
 mkdir -p "$out"
-out=$(cd "$out" && pwd)
-corpus=$root/crates/text/tests/fixtures/corpus.json
 vocab_dir=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}/text/vocab
 if [ ! -d "$vocab_dir" ]; then
     echo "gen_token_refs: no $vocab_dir: run bash scripts/fetch_text_fixtures.sh first" >&2
@@ -62,7 +66,7 @@ PY
 
 rm -f "$out"/*.json
 while read -r name; do
-    "$work/gen_token_refs" "$vocab_dir/$name" "$work/corpus.hex" > "$work/raw.txt"
+    "$work/gen_token_refs" "$vocab_dir/$name" "$work/corpus.hex" "${N_RANDOM:-20}" > "$work/raw.txt"
     python3 - "$work/raw.txt" "$vocab_dir/$name" "$corpus" "$out/${name%.gguf}.json" <<'PY'
 import hashlib, json, os, sys
 

@@ -36,8 +36,14 @@ fn vocab_dir() -> PathBuf {
     dir
 }
 
+/// The corpus and the reference files: `tests/fixtures`, or `$SLUICE_TOKEN_REFS` (a directory
+/// laid out the same way, written by `scripts/gen_token_refs.sh DIR` from a bigger corpus, for
+/// exploring).
 fn refs_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    match std::env::var_os("SLUICE_TOKEN_REFS") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
+    }
 }
 
 /// SHA-256 (FIPS 180-4), to check that a vocabulary is the one the references were made from.
@@ -65,7 +71,9 @@ fn sha256_hex(data: &[u8]) -> String {
         tail.push(0);
     }
     tail.extend_from_slice(&bit_len.to_be_bytes());
-    let blocks = data[..data.len() / 64 * 64].chunks_exact(64).chain(tail.chunks_exact(64));
+    let blocks = data[..data.len() / 64 * 64]
+        .chunks_exact(64)
+        .chain(tail.chunks_exact(64));
     for block in blocks {
         let mut w = [0u32; 64];
         for (i, word) in block.chunks_exact(4).enumerate() {
@@ -290,7 +298,11 @@ fn check_vocab(name: &str) {
     let encode = refs["encode"].as_array().expect("encode records");
     let detok = refs["detokenize"].as_array().expect("detokenize records");
     assert_eq!(encode.len(), corpus.len(), "one encode record per string");
-    assert_eq!(detok.len(), corpus.len(), "one detokenize record per string");
+    assert_eq!(
+        detok.len(),
+        corpus.len(),
+        "one detokenize record per string"
+    );
     for (i, text) in corpus.iter().enumerate() {
         let what = format!("corpus[{i}]");
         let per_flags = encode[i].as_array().expect("four id lists");
@@ -315,7 +327,13 @@ fn check_vocab(name: &str) {
         let ids = ids_of(&r["ids"]);
         let unparsed = hex_bytes(str_of(&r["detok_unparse"]));
         c.detokenize(&what, &ids, false, true, &unparsed);
-        c.detokenize(&what, &ids, false, false, &hex_bytes(str_of(&r["detok_plain"])));
+        c.detokenize(
+            &what,
+            &ids,
+            false,
+            false,
+            &hex_bytes(str_of(&r["detok_plain"])),
+        );
         // llama.cpp re-tokenized the text only where it is valid UTF-8 (`encode` takes a str).
         if !r["retok"].is_null() {
             let text = String::from_utf8(unparsed).expect("retok text is UTF-8");
@@ -398,7 +416,12 @@ vocab_tests! {
 fn every_reference_file_is_tested() {
     let mut files: Vec<String> = std::fs::read_dir(refs_dir().join("tokens"))
         .expect("fixtures/tokens")
-        .map(|e| e.expect("dir entry").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .filter_map(|f| f.strip_suffix(".json").map(str::to_owned))
         .collect();
     files.sort();
