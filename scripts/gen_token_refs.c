@@ -2,7 +2,7 @@
 // load). Built and run by scripts/gen_token_refs.sh, which turns the plain-text output into
 // the JSON files of crates/text/tests/fixtures/tokens/.
 //
-// Usage: gen_token_refs VOCAB.gguf CORPUS.hex [N_RANDOM]
+// Usage: gen_token_refs VOCAB.gguf CORPUS.hex [N_RANDOM [ALL_PIECES]]
 //
 // CORPUS.hex holds one corpus string per line, hex-encoded (an empty line is the empty
 // string). Output on stdout, one record per line, every byte string hex-encoded ("-" when
@@ -11,18 +11,24 @@
 //   V <n_vocab> <vocab_type>
 //   E <i> <add_special> <parse_special> <ids>     llama_tokenize of corpus string i
 //   D <i> <remove_special> <unparse_special> <hex> llama_detokenize of the ids of (1, 1)
-//   R <k> <ids> <hex_unparse> <hex_plain> <retok>  random id sequence k: llama_detokenize
-//                                                  with (0, 1) and (0, 0), then
-//                                                  llama_tokenize(hex_unparse, 0, 1), or "!"
-//                                                  when hex_unparse is not valid UTF-8
+//   R <k> <ids> <hex00> <hex01> <hex10> <hex11> <retok>
+//                                                  random id sequence k: llama_detokenize
+//                                                  with (remove_special, unparse_special) =
+//                                                  (0,0), (0,1), (1,0), (1,1), then
+//                                                  llama_tokenize(hex01, 0, 1), or "!" when
+//                                                  hex01 is not valid UTF-8
 //   P <id> <hex_plain> <hex_special>               llama_token_to_piece(id, lstrip 0,
 //                                                  special 0 / 1) for every id seen above
+//                                                  (every id of the vocabulary when
+//                                                  ALL_PIECES is 1)
 //
 // Random sequences are deterministic (splitmix64, fixed seed): sequences 0..9 draw ids
 // uniformly from the vocabulary, sequences 10..19 draw each id with probability 1/2 from
 // the "odd" tokens (control, user-defined, unknown, unused and byte tokens, and tokens whose
-// plain piece is not valid UTF-8 on its own), otherwise uniformly. N_RANDOM (default 20)
-// changes the number of sequences, the first half uniform, the second half biased.
+// plain piece is not valid UTF-8 on its own), otherwise uniformly. Sequence k starts with
+// BOS when k % 4 is 1 or 3 and ends with EOS when k % 4 is 2 or 3 (where the vocabulary has
+// them), for remove_special. N_RANDOM (default 20) changes the number of sequences, the first
+// half uniform, the second half biased.
 
 #define _POSIX_C_SOURCE 200809L
 
@@ -186,10 +192,11 @@ static char * piece(const struct llama_vocab * vocab, llama_token id, bool speci
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 3 && argc != 4) {
-        die("usage: gen_token_refs VOCAB.gguf CORPUS.hex [N_RANDOM]");
+    if (argc < 3 || argc > 5) {
+        die("usage: gen_token_refs VOCAB.gguf CORPUS.hex [N_RANDOM [ALL_PIECES]]");
     }
-    const int n_random = argc == 4 ? atoi(argv[3]) : N_RANDOM_DEFAULT;
+    const int n_random = argc >= 4 ? atoi(argv[3]) : N_RANDOM_DEFAULT;
+    const bool all_pieces = argc >= 5 && atoi(argv[4]) == 1;
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
 
@@ -294,17 +301,34 @@ int main(int argc, char ** argv) {
             } else {
                 ids[i] = (llama_token) rnd((uint32_t) n_vocab);
             }
+        }
+        if (k % 4 % 2 == 1 && llama_vocab_bos(vocab) != LLAMA_TOKEN_NULL) {
+            ids[0] = llama_vocab_bos(vocab);
+        }
+        if (k % 4 >= 2 && llama_vocab_eos(vocab) != LLAMA_TOKEN_NULL) {
+            ids[n - 1] = llama_vocab_eos(vocab);
+        }
+        for (int i = 0; i < n; ++i) {
             seen[ids[i]] = true;
         }
-        int len_u, len_p;
-        char * unparse = detokenize(vocab, ids, n, false, true, &len_u);
-        char * plain = detokenize(vocab, ids, n, false, false, &len_p);
         printf("R %d ", k);
         put_ids(ids, n);
-        putchar(' ');
-        put_hex((const unsigned char *) unparse, (size_t) len_u);
-        putchar(' ');
-        put_hex((const unsigned char *) plain, (size_t) len_p);
+        char * unparse = NULL;
+        int len_u = 0;
+        for (int rs = 0; rs < 2; ++rs) {
+            for (int us = 0; us < 2; ++us) {
+                int len;
+                char * text = detokenize(vocab, ids, n, rs, us, &len);
+                putchar(' ');
+                put_hex((const unsigned char *) text, (size_t) len);
+                if (!rs && us) {
+                    unparse = text;
+                    len_u = len;
+                } else {
+                    free(text);
+                }
+            }
+        }
         putchar(' ');
         if (utf8_valid((const unsigned char *) unparse, (size_t) len_u)) {
             int n_re;
@@ -319,12 +343,11 @@ int main(int argc, char ** argv) {
         }
         putchar('\n');
         free(unparse);
-        free(plain);
     }
     free(odd);
 
     for (llama_token id = 0; id < n_vocab; ++id) {
-        if (!seen[id]) {
+        if (!seen[id] && !all_pieces) {
             continue;
         }
         int l0, l1;

@@ -17,7 +17,9 @@
 # SLUICE_TOKEN_REFS in crates/text/tests/llamacpp_refs.rs).
 # Environment: LLAMACPP_NPM_DIR reuses an existing install directory of the npm package
 # (default: a temporary directory, downloading about 80 MB); N_RANDOM sets the number of random
-# id sequences per vocabulary (default 20); SLUICE_FIXTURES as for fetch_text_fixtures.sh.
+# id sequences per vocabulary (default 20); VOCABS (a shell pattern, default *) limits the
+# vocabularies and ALL_PIECES=1 records the pieces of every id, both for exploring;
+# SLUICE_FIXTURES as for fetch_text_fixtures.sh.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,9 +66,14 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.gguf"))):
         print(os.path.basename(path))
 PY
 
-rm -f "$out"/*.json
+if [ -z "${VOCABS:-}" ]; then
+    rm -f "$out"/*.json
+fi
 while read -r name; do
-    "$work/gen_token_refs" "$vocab_dir/$name" "$work/corpus.hex" "${N_RANDOM:-20}" > "$work/raw.txt"
+    # shellcheck disable=SC2053 # VOCABS is a pattern
+    [[ ${name%.gguf} == ${VOCABS:-*} ]] || continue
+    "$work/gen_token_refs" "$vocab_dir/$name" "$work/corpus.hex" "${N_RANDOM:-20}" \
+        "${ALL_PIECES:-0}" > "$work/raw.txt"
     python3 - "$work/raw.txt" "$vocab_dir/$name" "$corpus" "$out/${name%.gguf}.json" <<'PY'
 import hashlib, json, os, sys
 
@@ -96,8 +103,8 @@ for line in open(raw):
     elif f[0] == "D":
         detok[int(f[1])][2 * int(f[2]) + int(f[3])] = hexs(f[4])
     elif f[0] == "R":
-        random.append({"ids": ids(f[2]), "detok_unparse": hexs(f[3]), "detok_plain": hexs(f[4]),
-                       "retok": None if f[5] == "!" else ids(f[5])})
+        random.append({"ids": ids(f[2]), "detok": [hexs(x) for x in f[3:7]],
+                       "retok": None if f[7] == "!" else ids(f[7])})
     elif f[0] == "P":
         pieces.append([int(f[1]), hexs(f[2]), hexs(f[3])])
     else:
@@ -117,8 +124,9 @@ head = {
                   "(0,0), (0,1), (1,0), (1,1)",
         "detokenize": "per corpus string: hex bytes of llama_detokenize of the (1,1) ids with "
                       "(remove_special, unparse_special) = (0,0), (0,1), (1,0), (1,1)",
-        "random": "seeded id sequences: hex of llama_detokenize (0,1) and (0,0), and the ids of "
-                  "llama_tokenize(detok_unparse, 0, 1), null when that text is not valid UTF-8",
+        "random": "seeded id sequences: hex of llama_detokenize with (remove_special, "
+                  "unparse_special) = (0,0), (0,1), (1,0), (1,1), and the ids of "
+                  "llama_tokenize(the (0,1) text, 0, 1), null when that text is not valid UTF-8",
         "pieces": "[id, hex of llama_token_to_piece(id, lstrip 0, special 0), same with special 1]",
     },
 }

@@ -325,18 +325,15 @@ fn check_vocab(name: &str) {
     {
         let what = format!("random[{k}]");
         let ids = ids_of(&r["ids"]);
-        let unparsed = hex_bytes(str_of(&r["detok_unparse"]));
-        c.detokenize(&what, &ids, false, true, &unparsed);
-        c.detokenize(
-            &what,
-            &ids,
-            false,
-            false,
-            &hex_bytes(str_of(&r["detok_plain"])),
-        );
-        // llama.cpp re-tokenized the text only where it is valid UTF-8 (`encode` takes a str).
+        let per_flags = r["detok"].as_array().expect("four byte strings");
+        for (&(rs, us), want) in FLAG_PAIRS.iter().zip(per_flags) {
+            c.detokenize(&what, &ids, rs, us, &hex_bytes(str_of(want)));
+        }
+        // llama.cpp re-tokenized the (0, 1) text only where it is valid UTF-8 (`encode` takes a
+        // str).
         if !r["retok"].is_null() {
-            let text = String::from_utf8(unparsed).expect("retok text is UTF-8");
+            let text =
+                String::from_utf8(hex_bytes(str_of(&per_flags[1]))).expect("retok text is UTF-8");
             c.encode(
                 &format!("{what} re-tokenized"),
                 &text,
