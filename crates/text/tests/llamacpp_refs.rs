@@ -133,7 +133,10 @@ fn sha256_known_answers() {
 }
 
 fn hex_bytes(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd-length hex in a reference file");
+    assert!(
+        s.len().is_multiple_of(2),
+        "odd-length hex in a reference file"
+    );
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex in a reference file"))
