@@ -6,7 +6,7 @@
 # this script hex-encodes the corpus for it and turns its output into compact JSON).
 #
 # Needs: the text fixtures (bash scripts/fetch_text_fixtures.sh), npm (Node 18+), git, a C
-# compiler and python3 with the gguf package. libllama comes prebuilt from the npm package
+# compiler and python3. libllama comes prebuilt from the npm package
 # node-llama-cpp 3.21.1 (llama.cpp release v0.4.0, linux-x64, built on Ubuntu 22.04), see
 # scripts/llamacpp-npm.sh; the tokenizer does not depend on the CPU features.
 #
@@ -58,11 +58,41 @@ PY
 # The vocabularies to cover: every fixture whose tokenizer model llama.cpp tokenizes with
 # the BPE or SentencePiece code (gpt2, llama, gemma4).
 python3 - "$vocab_dir" > "$work/vocabs" <<'PY'
-import glob, os, sys
-import gguf
+import glob, os, struct, sys
+
+def tokenizer_model(path):
+    """The string value of tokenizer.ggml.model, read from the GGUF key-value section."""
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    with open(path, "rb") as f:
+        def read(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))
+        def string():
+            (n,) = read("Q")
+            return f.read(n)
+        def skip(vtype):
+            if vtype == 8:
+                string()
+            elif vtype == 9:
+                etype, count = read("IQ")
+                if etype in sizes:
+                    f.seek(sizes[etype] * count, 1)
+                else:
+                    for _ in range(count):
+                        skip(etype)
+            else:
+                f.seek(sizes[vtype], 1)
+        magic, _version, _n_tensors, n_kv = read("4sIQQ")
+        assert magic == b"GGUF", path
+        for _ in range(n_kv):
+            key = string()
+            (vtype,) = read("I")
+            if key == b"tokenizer.ggml.model" and vtype == 8:
+                return string().decode()
+            skip(vtype)
+    return None
+
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.gguf"))):
-    field = gguf.GGUFReader(path).fields.get("tokenizer.ggml.model")
-    if field is not None and field.contents() in ("gpt2", "llama", "gemma4"):
+    if tokenizer_model(path) in ("gpt2", "llama", "gemma4"):
         print(os.path.basename(path))
 PY
 

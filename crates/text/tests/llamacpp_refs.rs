@@ -429,3 +429,29 @@ fn every_reference_file_is_tested() {
     tested.sort();
     assert_eq!(files, tested);
 }
+
+/// Every reference file of the directory, whatever its name: for exploring with
+/// `SLUICE_TOKEN_REFS=DIR cargo test -p text --test llamacpp_refs -- --ignored`, where DIR may
+/// hold references for vocabularies beyond the fixtures (run with `SLUICE_FIXTURES` pointing at
+/// where they are).
+#[test]
+#[ignore = "exploration over a generated SLUICE_TOKEN_REFS directory"]
+fn all_reference_files() {
+    let mut names: Vec<String> = std::fs::read_dir(refs_dir().join("tokens"))
+        .expect("tokens directory")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter_map(|f| f.strip_suffix(".json").map(str::to_owned))
+        .collect();
+    names.sort();
+    let failed: Vec<String> = names
+        .iter()
+        .filter(|name| guarded(|| check_vocab(name)).is_err())
+        .cloned()
+        .collect();
+    assert!(failed.is_empty(), "vocabularies that differ: {failed:?}");
+}
