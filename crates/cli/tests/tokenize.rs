@@ -151,6 +151,31 @@ fn file_input_keeps_newlines() {
     assert_eq!(from_file, library(&path).encode(TEXT, true, false));
 }
 
+#[test]
+fn file_dash_reads_standard_input() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let path = vocab_path("ggml-vocab-llama-spm.gguf");
+    let m = path.to_str().expect("utf-8 path");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["tokenize", "-m", m, "--file", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sluice");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(TEXT.as_bytes())
+        .expect("write stdin");
+    let o = child.wait_with_output().expect("wait");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Vec<u32> = serde_json::from_str(&stdout(&o)).expect("JSON ids");
+    assert_eq!(got, library(&path).encode(TEXT, true, false));
+}
+
 /// Without -m the built-in demo model's tokenizer is used: the same ids as the library gets
 /// from it, or the library's error when its metadata cannot make a tokenizer.
 #[test]

@@ -69,6 +69,63 @@ const GPT4O: &[&str] = &[
 const KIMI_K2: &[&str] = &["\\p{Han}+"];
 const GEMMA4: &[&str] = &["[^\\n]+|[\\n]+"];
 
+const JAIS2: &[&str] = &[
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}",
+];
+const SPARK2_5: &[&str] = &[
+    "\\p{N}{1,3}",
+    "[一-龥぀-ゟ゠-ヿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+|[\r\n]|\\s+(?!\\S)|\\s+",
+    "\\p{N}",
+];
+const YOUTU: &[&str] = &[
+    "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+",
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const PORO: &[&str] = &[" ?[^(\\s|.,!?…。，、।۔،)]+"];
+const VIKING: &[&str] = &[" ?[^(\\s|.,!?…。，、।۔،)]+", "\\p{N}"];
+const CHAMELEON: &[&str] = &[
+    "<sentinel:[0-9]+>",
+    "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+    "([\\t\\n]|    |  )",
+    "\\p{N}",
+    "[\\p{P}!-/:-@\\[-`{-~]",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+];
+const GRANITE_EMB_MULTI: &[&str] = &[
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))*((?=[\\p{L}\\p{M}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))+((?=[\\p{L}\\p{M}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const TINY_AYA: &[&str] = &[
+    "\\d{1,3}(?=(?:\\d{3})*\\b)",
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const SUPERBPE: &[&str] = &["\\p{N}+", "(?=(\\d{3})+(?!\\d))"];
+const BAILINGMOE: &[&str] = &[
+    "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+",
+];
+const SEED_CODER: &[&str] = &[
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const UFAKZEKA: &[&str] = &[
+    "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const AFMOE: &[&str] = &[
+    "\\p{AFMoE_digits}",
+    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const LAGUNA: &[&str] = &[
+    "[^\\n]+|[\\n]+",
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+const EXAONE_MOE: &[&str] = &[
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+",
+];
+const MINICPM5: &[&str] = &[
+    "\\p{N}{1,3}",
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+];
+
 /// The split patterns of a pre-tokenizer, the index of that pattern list (for the compiled
 /// cache) and whether words are byte-encoded.
 fn patterns(pre: PreType) -> (usize, &'static [&'static str], bool) {
@@ -86,24 +143,48 @@ fn patterns(pre: PreType) -> (usize, &'static [&'static str], bool) {
         | P::Smollm
         | P::Codeshell
         | P::Exaone
-        | P::Minerva => (6, STARCODER, true),
-        P::Gpt2 | P::Mpt | P::Olmo | P::Jais => (7, GPT2, true),
+        | P::Minerva
+        | P::Mellum2 => (6, STARCODER, true),
+        P::Gpt2 | P::Mpt | P::Olmo | P::Jais | P::Trillion | P::GraniteDocling => (7, GPT2, true),
         P::Qwen2 | P::Stablelm2 | P::Hunyuan | P::SolarOpen | P::Grok2 => (8, QWEN2, true),
         P::Qwen35 => (9, QWEN35, true),
         P::Tekken => (10, TEKKEN, true),
-        P::Gpt4o => (11, GPT4O, true),
+        P::Gpt4o | P::MinimaxM2 => (11, GPT4O, true),
         P::KimiK2 => (12, KIMI_K2, true),
-        P::Gemma4 => (13, GEMMA4, false),
+        P::Gemma4 | P::SarvamMoe => (13, GEMMA4, false),
+        P::Jais2 => (14, JAIS2, true),
+        P::Spark25 => (15, SPARK2_5, true),
+        P::Youtu => (16, YOUTU, true),
+        P::MiniCpm5 => (17, MINICPM5, true),
+        P::Poro | P::Bloom | P::Gpt3Finnish => (18, PORO, true),
+        P::Viking => (19, VIKING, true),
+        P::Chameleon => (20, CHAMELEON, true),
+        P::GraniteEmbMulti => (21, GRANITE_EMB_MULTI, true),
+        P::TinyAya => (22, TINY_AYA, true),
+        P::SuperBpe => (23, SUPERBPE, true),
+        P::BailingMoe => (24, BAILINGMOE, true),
+        P::SeedCoder => (25, SEED_CODER, true),
+        P::Ufakzeka => (26, UFAKZEKA, true),
+        P::Afmoe => (27, AFMOE, true),
+        P::Laguna => (28, LAGUNA, true),
+        P::ExaoneMoe => (29, EXAONE_MOE, true),
     }
 }
 
-const N_PATTERN_LISTS: usize = 14;
+const N_PATTERN_LISTS: usize = 30;
 
 /// A compiled pre-tokenizer.
 #[derive(Debug)]
 pub(crate) struct PreTokenizer {
     steps: Vec<Split>,
     byte_encode: bool,
+}
+
+impl PreTokenizer {
+    /// The byte ranges of the words of `text`.
+    pub(crate) fn split(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        unicode::split(text, &self.steps)
+    }
 }
 
 /// The compiled pre-tokenizer of a type (compiled once per process). Fails only if a pattern
@@ -144,8 +225,13 @@ struct Bigram {
     right_len: usize,
 }
 
-fn rank(vocab: &Vocab, a: &str, b: &str) -> Option<u32> {
-    vocab.bpe_ranks.get(&(a.to_owned(), b.to_owned())).copied()
+/// The merge rank of a pair; `key` is a reused buffer so that lookups do not allocate.
+fn rank(vocab: &Vocab, a: &str, b: &str, key: &mut (String, String)) -> Option<u32> {
+    key.0.clear();
+    key.0.push_str(a);
+    key.1.clear();
+    key.1.push_str(b);
+    vocab.bpe_ranks.get(key).copied()
 }
 
 fn push_bigram(
@@ -155,6 +241,7 @@ fn push_bigram(
     left: Option<usize>,
     right: Option<usize>,
     heap: &mut BinaryHeap<Bigram>,
+    key: &mut (String, String),
 ) {
     let (Some(l), Some(r)) = (left, right) else {
         return;
@@ -162,7 +249,7 @@ fn push_bigram(
     let (ls, rs) = (symbols[l], symbols[r]);
     let a = &word[ls.start..ls.start + ls.len];
     let b = &word[rs.start..rs.start + rs.len];
-    if let Some(rk) = rank(vocab, a, b) {
+    if let Some(rk) = rank(vocab, a, b, key) {
         heap.push(Bigram {
             rank: Reverse(rk),
             left: Reverse(l),
@@ -174,7 +261,7 @@ fn push_bigram(
 }
 
 /// Merges one (byte-encoded) word and appends the pieces' ids.
-fn merge_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
+fn merge_word(vocab: &Vocab, word: &str, byte_encode: bool, out: &mut Vec<u32>) {
     let mut symbols: Vec<Symbol> = Vec::new();
     let whole_token = vocab.token_to_id.contains_key(word);
     if (vocab.ignore_merges && whole_token)
@@ -199,8 +286,17 @@ fn merge_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
     }
 
     let mut heap = BinaryHeap::new();
+    let mut key = (String::new(), String::new());
     for i in 1..symbols.len() {
-        push_bigram(vocab, word, &symbols, Some(i - 1), Some(i), &mut heap);
+        push_bigram(
+            vocab,
+            word,
+            &symbols,
+            Some(i - 1),
+            Some(i),
+            &mut heap,
+            &mut key,
+        );
     }
     while let Some(bg) = heap.pop() {
         let (l, r) = (bg.left.0, bg.right);
@@ -216,8 +312,8 @@ fn merge_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
         }
         let prev = symbols[l].prev;
         let next = symbols[l].next;
-        push_bigram(vocab, word, &symbols, prev, Some(l), &mut heap);
-        push_bigram(vocab, word, &symbols, Some(l), next, &mut heap);
+        push_bigram(vocab, word, &symbols, prev, Some(l), &mut heap, &mut key);
+        push_bigram(vocab, word, &symbols, Some(l), next, &mut heap, &mut key);
     }
 
     for sym in symbols.iter().filter(|s| s.len > 0) {
@@ -227,7 +323,6 @@ fn merge_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
             continue;
         }
         // No token for the piece: one token per byte where the vocabulary has it.
-        let byte_encode = vocab.pre != PreType::Gemma4;
         for &b in piece.as_bytes() {
             let id = if byte_encode {
                 if b.is_ascii() {
@@ -253,9 +348,12 @@ fn merge_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
 /// appends the ids to `out`.
 pub(crate) fn tokenize_fragment(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
     let (words, byte_encode) = match pre_tokenizer(vocab.pre) {
-        Ok(pt) => (unicode::split(text, &pt.steps), pt.byte_encode),
+        Ok(pt) => (pt.split(text), pt.byte_encode),
         // Not reached for a loaded vocabulary (loading checks the patterns compile).
-        Err(_) => (vec![0..text.len()], vocab.pre != PreType::Gemma4),
+        Err(_) => (
+            std::iter::once(0..text.len()).collect(),
+            vocab.pre != PreType::Gemma4,
+        ),
     };
     let mut encoded = String::new();
     for range in words {
@@ -263,9 +361,9 @@ pub(crate) fn tokenize_fragment(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
         if byte_encode {
             encoded.clear();
             encoded.extend(raw.bytes().map(unicode::byte_to_char));
-            merge_word(vocab, &encoded, out);
+            merge_word(vocab, &encoded, true, out);
         } else {
-            merge_word(vocab, raw, out);
+            merge_word(vocab, raw, false, out);
         }
     }
 }

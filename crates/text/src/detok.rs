@@ -237,6 +237,18 @@ impl AsRef<Vocab> for Tokenizer {
 /// whose fate depends on the next characters. Invalid UTF-8 becomes U+FFFD per invalid
 /// sequence, as `from_utf8_lossy` does; an incomplete sequence still pending at `finish` becomes
 /// one U+FFFD.
+///
+/// ```
+/// fn show(tok: &text::Tokenizer, generated: &[u32]) -> String {
+///     let mut dec = text::StreamDecoder::continuation(false);
+///     let mut shown = String::new();
+///     for &id in generated {
+///         shown.push_str(&dec.push(tok, id)); // print it as it comes
+///     }
+///     shown.push_str(&dec.finish());
+///     shown
+/// }
+/// ```
 #[derive(Debug, Clone)]
 pub struct StreamDecoder {
     special: bool,

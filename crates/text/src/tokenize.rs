@@ -101,10 +101,11 @@ pub(crate) fn encode(
     match vocab.kind {
         VocabKind::Spm => {
             let mut prev_special = true;
-            if add_special && vocab.add_bos {
-                if let Some(bos) = vocab.special.bos {
-                    out.push(bos);
-                }
+            if add_special
+                && vocab.add_bos
+                && let Some(bos) = vocab.special.bos
+            {
+                out.push(bos);
             }
             for frag in frags {
                 match frag {
@@ -124,17 +125,19 @@ pub(crate) fn encode(
                     }
                 }
             }
-            if add_special && vocab.add_eos {
-                if let Some(eos) = vocab.special.eos {
-                    out.push(eos);
-                }
+            if add_special
+                && vocab.add_eos
+                && let Some(eos) = vocab.special.eos
+            {
+                out.push(eos);
             }
         }
         VocabKind::Bpe => {
-            if add_special && vocab.add_bos {
-                if let Some(bos) = vocab.special.bos {
-                    out.push(bos);
-                }
+            if add_special
+                && vocab.add_bos
+                && let Some(bos) = vocab.special.bos
+            {
+                out.push(bos);
             }
             for frag in frags {
                 match frag {
@@ -150,12 +153,108 @@ pub(crate) fn encode(
                     Fragment::Token(id) => out.push(id),
                 }
             }
-            if add_special && vocab.add_eos {
-                if let Some(eos) = vocab.special.eos {
-                    out.push(eos);
-                }
+            if add_special
+                && vocab.add_eos
+                && let Some(eos) = vocab.special.eos
+            {
+                out.push(eos);
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeSet, HashMap};
+
+    use super::*;
+    use crate::{PreType, SpecialIds, TokenData};
+
+    fn vocab() -> Vocab {
+        let toks = [
+            ("a", TokenAttr::NORMAL),
+            ("<x>", TokenAttr(TokenAttr::CONTROL.0 | TokenAttr::LSTRIP.0)),
+            (
+                "<y>",
+                TokenAttr(TokenAttr::USER_DEFINED.0 | TokenAttr::RSTRIP.0),
+            ),
+            ("<long>", TokenAttr::CONTROL),
+        ];
+        let tokens: Vec<TokenData> = toks
+            .iter()
+            .map(|&(t, attr)| TokenData {
+                text: t.into(),
+                score: 0.0,
+                attr,
+            })
+            .collect();
+        let token_to_id = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.text.clone(), i as u32))
+            .collect();
+        Vocab {
+            kind: VocabKind::Bpe,
+            pre: PreType::Gpt2,
+            model_name: "gpt2".into(),
+            pre_name: "gpt-2".into(),
+            tokens,
+            token_to_id,
+            special: SpecialIds::default(),
+            eog: BTreeSet::new(),
+            add_bos: false,
+            add_eos: false,
+            add_sep: false,
+            add_space_prefix: false,
+            remove_extra_whitespaces: false,
+            escape_whitespaces: false,
+            treat_whitespace_as_suffix: false,
+            clean_spaces: false,
+            ignore_merges: false,
+            special_tokens_cache: vec![3, 1, 2],
+            bpe_ranks: HashMap::new(),
+        }
+    }
+
+    fn texts(text: &str, frags: &[Fragment]) -> Vec<String> {
+        frags
+            .iter()
+            .map(|f| match *f {
+                Fragment::Text(o, l) => text[o..o + l].to_owned(),
+                Fragment::Token(id) => format!("#{id}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partition_strips_around_lstrip_and_rstrip_tokens() {
+        let v = vocab();
+        let text = "a  <x>  b<y>  c<y>";
+        assert_eq!(
+            texts(text, &partition(&v, text, true)),
+            ["a", "#1", "  b", "#2", "c", "#2"]
+        );
+    }
+
+    #[test]
+    fn without_parse_special_only_user_defined_tokens_split() {
+        let v = vocab();
+        let text = "<long>a  <x>  b<y>  c";
+        assert_eq!(
+            texts(text, &partition(&v, text, false)),
+            ["<long>a  <x>  b", "#2", "c"]
+        );
+        assert_eq!(
+            texts(text, &partition(&v, text, true)),
+            ["#3", "a", "#1", "  b", "#2", "c"]
+        );
+    }
+
+    #[test]
+    fn a_token_eating_all_space_leaves_no_empty_fragment() {
+        let v = vocab();
+        let text = "  <x><y>   ";
+        assert_eq!(texts(text, &partition(&v, text, true)), ["#1", "#2"]);
+    }
 }

@@ -87,6 +87,9 @@ pub(crate) enum Custom {
     Qwen35,
     KimiK2,
     Newlines,
+    /// Digit runs cut into a leading group of `len % 3` and groups of three (llama.cpp uses it
+    /// for AFMoE's digit rule and Tiny Aya's `\d{1,3}(?=(?:\d{3})*\b)`).
+    Digits3,
 }
 
 /// One split step.
@@ -419,6 +422,35 @@ fn split_newlines(c: &mut Chunk<'_>) {
     }
 }
 
+fn split_digits3(c: &mut Chunk<'_>) {
+    let mut pos = c.ini;
+    while pos < c.end {
+        if c.flags(pos) & NUMBER != 0 {
+            let first = pos;
+            while pos < c.end && c.flags(pos) & NUMBER != 0 {
+                pos += 1;
+            }
+            let count = pos - first;
+            let mut cur = first;
+            let rem = count % 3;
+            // The leading group also takes any text since the previous cut.
+            if rem > 0 {
+                cur += rem;
+                c.add(cur);
+            }
+            while cur < first + count {
+                cur += 3;
+                c.add(cur);
+            }
+            continue;
+        }
+        pos += 1;
+    }
+    if c.prev_end < c.end {
+        c.add(c.end);
+    }
+}
+
 fn run_custom(kind: Custom, cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
     let mut out = Vec::with_capacity(offsets.len());
     let mut start = 0;
@@ -437,6 +469,7 @@ fn run_custom(kind: Custom, cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
             Custom::Qwen35 => split_llama3_like(&mut c, false, true),
             Custom::KimiK2 => split_kimi_k2(&mut c),
             Custom::Newlines => split_newlines(&mut c),
+            Custom::Digits3 => split_digits3(&mut c),
         }
         start += len;
     }
@@ -528,29 +561,28 @@ pub(crate) fn translate(expr: &str) -> (String, bool) {
         }
         if ch == '\\' && i + 1 < chars.len() {
             let next = chars[i + 1];
-            if next == 'p' && chars.get(i + 2) == Some(&'{') {
-                if let Some(close) = chars[i + 3..].iter().position(|&c| c == '}') {
-                    let name: String = chars[i + 3..i + 3 + close].iter().collect();
-                    if let Some(cat) = class_of(&name) {
-                        if !inside {
-                            out.push('[');
-                        }
-                        if let Some(sc) = collapsed_char(cat) {
-                            out.push_str(&format!("\\x{{{:X}}}", u32::from(sc)));
-                        }
-                        for &(a, b) in ascii_members(cat) {
-                            out.push_str(&format!("\\x{{{a:X}}}"));
-                            if b != a {
-                                out.push_str(&format!("-\\x{{{b:X}}}"));
-                            }
-                        }
-                        if !inside {
-                            out.push(']');
-                        }
-                        i += 3 + close + 1;
-                        continue;
+            if next == 'p'
+                && chars.get(i + 2) == Some(&'{')
+                && let Some(close) = chars[i + 3..].iter().position(|&c| c == '}')
+                && let Some(cat) = class_of(&chars[i + 3..i + 3 + close].iter().collect::<String>())
+            {
+                if !inside {
+                    out.push('[');
+                }
+                if let Some(sc) = collapsed_char(cat) {
+                    out.push_str(&format!("\\x{{{:X}}}", u32::from(sc)));
+                }
+                for &(a, b) in ascii_members(cat) {
+                    out.push_str(&format!("\\x{{{a:X}}}"));
+                    if b != a {
+                        out.push_str(&format!("-\\x{{{b:X}}}"));
                     }
                 }
+                if !inside {
+                    out.push(']');
+                }
+                i += 3 + close + 1;
+                continue;
             }
             match next {
                 's' => {
@@ -608,6 +640,7 @@ pub(crate) fn compile(expr: &str) -> Result<Split, String> {
         }
         r"\p{Han}+" => Some(Custom::KimiK2),
         r"[^\n]+|[\n]+" => Some(Custom::Newlines),
+        r"\p{AFMoE_digits}" | r"\d{1,3}(?=(?:\d{3})*\b)" => Some(Custom::Digits3),
         _ => None,
     };
     if let Some(c) = custom {
@@ -721,4 +754,68 @@ pub(crate) fn split(text: &str, steps: &[Split]) -> Vec<Range<usize>> {
         cp += len;
     }
     words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PreType;
+    use proptest::prelude::*;
+
+    #[test]
+    fn byte_map_is_a_bijection_onto_printable_characters() {
+        let mut seen = std::collections::HashSet::new();
+        for b in 0..=255u8 {
+            let c = byte_to_char(b);
+            assert!(!c.is_whitespace() && !c.is_control(), "{b:#x} -> {c:?}");
+            assert!(seen.insert(c));
+        }
+        assert_eq!(byte_to_char(b'a'), 'a');
+        assert_eq!(byte_to_char(b' '), '\u{120}');
+        assert_eq!(byte_to_char(b'\n'), '\u{10A}');
+    }
+
+    #[test]
+    fn classes_follow_the_tables() {
+        assert_eq!(cpt_flags(u32::from('a')) & LETTER, LETTER);
+        assert_eq!(cpt_flags(u32::from('7')) & NUMBER, NUMBER);
+        assert_eq!(cpt_flags(u32::from('!')) & PUNCTUATION, PUNCTUATION);
+        assert_eq!(cpt_flags(u32::from('+')) & SYMBOL, SYMBOL);
+        assert_eq!(cpt_flags(0x301) & ACCENT_MARK, ACCENT_MARK);
+        assert_ne!(cpt_flags(0x3000) & WHITESPACE_FLAG, 0);
+        assert_ne!(cpt_flags(u32::from(' ')) & WHITESPACE_FLAG, 0);
+        assert_eq!(cpt_flags(0x110000), UNDEFINED);
+    }
+
+    #[test]
+    fn translation_of_classes() {
+        let (p, collapsed) = translate(r"\p{N}+");
+        assert!(collapsed);
+        assert_eq!(p, r"[\x{D1}\x{30}-\x{39}]+");
+        let (p, _) = translate(r"[^\s\p{L}]");
+        assert_eq!(p, r"[^\t\n\x0B\x0C\r \x{D2}\x{41}-\x{5A}\x{61}-\x{7A}]");
+        let (p, collapsed) = translate(r"\s+(?!\S)");
+        assert!(!collapsed);
+        assert_eq!(p, r"[\t\n\x0B\x0C\r ]+(?![^\t\n\x0B\x0C\r ])");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every pre-tokenizer cuts the text into non-empty pieces that cover it in order.
+        #[test]
+        fn split_tiles_the_text(text in "\\PC{0,40}|[ \\t\\n\\r a-zA-Z0-9'!.,中ü\u{301}]{0,40}") {
+            for pre in PreType::ALL {
+                let pt = crate::bpe::pre_tokenizer(pre).unwrap();
+                let words = pt.split(&text);
+                let mut at = 0;
+                for w in &words {
+                    prop_assert_eq!(w.start, at, "{:?}", pre);
+                    prop_assert!(w.end > w.start);
+                    at = w.end;
+                }
+                prop_assert_eq!(at, text.len(), "{:?}", pre);
+            }
+        }
+    }
 }

@@ -90,6 +90,112 @@ pub enum PreType {
     Tekken,
     /// `gemma4` (forced for `tokenizer.ggml.model = gemma4`), `granite-embed-multi-311m`.
     Gemma4,
+    /// `jais-2`.
+    Jais2,
+    /// `spark2_5`.
+    Spark25,
+    /// `youtu`.
+    Youtu,
+    /// `minicpm5`.
+    MiniCpm5,
+    /// `poro-chat`.
+    Poro,
+    /// `viking`.
+    Viking,
+    /// `bloom`.
+    Bloom,
+    /// `gpt3-finnish`.
+    Gpt3Finnish,
+    /// `chameleon`.
+    Chameleon,
+    /// `granite-embed-multi-97m`.
+    GraniteEmbMulti,
+    /// `tiny_aya`, `cohere2moe`.
+    TinyAya,
+    /// `superbpe`.
+    SuperBpe,
+    /// `bailingmoe`, `bailingmoe2`, `llada-moe`.
+    BailingMoe,
+    /// `seed-coder`.
+    SeedCoder,
+    /// `ufakzeka`.
+    Ufakzeka,
+    /// `afmoe`.
+    Afmoe,
+    /// `laguna`.
+    Laguna,
+    /// `exaone-moe`.
+    ExaoneMoe,
+    /// `minimax-m2`.
+    MinimaxM2,
+    /// `trillion`.
+    Trillion,
+    /// `granite-docling`.
+    GraniteDocling,
+    /// `mellum2`.
+    Mellum2,
+    /// `sarvam-moe` (SentencePiece-style BPE like Gemma 4).
+    SarvamMoe,
+}
+
+impl PreType {
+    /// Every pre-tokenizer type.
+    pub const ALL: [PreType; 54] = [
+        PreType::Default,
+        PreType::Llama3,
+        PreType::DeepseekLlm,
+        PreType::DeepseekCoder,
+        PreType::Deepseek3Llm,
+        PreType::HunyuanDense,
+        PreType::Falcon,
+        PreType::Mpt,
+        PreType::Starcoder,
+        PreType::Gpt2,
+        PreType::Refact,
+        PreType::CommandR,
+        PreType::Qwen2,
+        PreType::Qwen35,
+        PreType::Stablelm2,
+        PreType::Hunyuan,
+        PreType::SolarOpen,
+        PreType::Grok2,
+        PreType::Olmo,
+        PreType::Dbrx,
+        PreType::Smaug,
+        PreType::Jais,
+        PreType::Codeshell,
+        PreType::Exaone,
+        PreType::Minerva,
+        PreType::Smollm,
+        PreType::ChatGlm4,
+        PreType::KimiK2,
+        PreType::Gpt4o,
+        PreType::Tekken,
+        PreType::Gemma4,
+        PreType::Jais2,
+        PreType::Spark25,
+        PreType::Youtu,
+        PreType::MiniCpm5,
+        PreType::Poro,
+        PreType::Viking,
+        PreType::Bloom,
+        PreType::Gpt3Finnish,
+        PreType::Chameleon,
+        PreType::GraniteEmbMulti,
+        PreType::TinyAya,
+        PreType::SuperBpe,
+        PreType::BailingMoe,
+        PreType::SeedCoder,
+        PreType::Ufakzeka,
+        PreType::Afmoe,
+        PreType::Laguna,
+        PreType::ExaoneMoe,
+        PreType::MinimaxM2,
+        PreType::Trillion,
+        PreType::GraniteDocling,
+        PreType::Mellum2,
+        PreType::SarvamMoe,
+    ];
 }
 
 /// Token attributes, as llama.cpp's `llama_token_attr` bit set.
@@ -264,6 +370,32 @@ fn pre_info(name: &str) -> Result<PreInfo, TextError> {
         "smollm" => base(P::Smollm, false, false, false),
         "gpt-4o" | "llama4" | "kanana2" | "talkie" => base(P::Gpt4o, false, false, false),
         "kimi-k2" => base(P::KimiK2, false, false, false),
+        "jais-2" => base(P::Jais2, true, false, false),
+        "spark2_5" => base(P::Spark25, false, false, false),
+        "youtu" => base(P::Youtu, false, true, false),
+        "minicpm5" => base(P::MiniCpm5, true, true, false),
+        "poro-chat" => base(P::Poro, false, false, false),
+        "viking" => base(P::Viking, false, false, false),
+        "bloom" => base(P::Bloom, true, false, false),
+        "gpt3-finnish" => base(P::Gpt3Finnish, true, false, false),
+        "chameleon" => base(P::Chameleon, false, false, true),
+        "granite-embed-multi-97m" => base(P::GraniteEmbMulti, false, true, false),
+        "tiny_aya" | "cohere2moe" => base(P::TinyAya, false, false, false),
+        "superbpe" => base(P::SuperBpe, false, false, false),
+        "bailingmoe" | "bailingmoe2" | "llada-moe" => base(P::BailingMoe, false, false, false),
+        "seed-coder" => base(P::SeedCoder, false, false, false),
+        "ufakzeka" => base(P::Ufakzeka, false, false, false),
+        "afmoe" => base(P::Afmoe, false, false, false),
+        "laguna" => base(P::Laguna, false, false, false),
+        "exaone-moe" => base(P::ExaoneMoe, true, false, false),
+        "minimax-m2" => base(P::MinimaxM2, false, false, false),
+        "trillion" => base(P::Trillion, false, false, false),
+        "granite-docling" => base(P::GraniteDocling, false, false, false),
+        "mellum2" => base(P::Mellum2, true, false, false),
+        "sarvam-moe" => PreInfo {
+            escape_whitespaces: true,
+            ..base(P::SarvamMoe, false, false, false)
+        },
         other => return Err(TextError::UnknownPre(other.to_owned())),
     };
     Ok(info)
@@ -341,7 +473,10 @@ fn split_merge(line: &str) -> (String, String) {
     }
 }
 
-fn read_merges(meta: &Metadata) -> Result<Option<HashMap<(String, String), u32>>, TextError> {
+/// BPE merge ranks keyed by the (left, right) pair.
+type Ranks = HashMap<(String, String), u32>;
+
+fn read_merges(meta: &Metadata) -> Result<Option<Ranks>, TextError> {
     let Some(v) = meta.get(KEY_MERGES) else {
         return Ok(None);
     };
@@ -661,10 +796,10 @@ impl Vocab {
             if ids[slot] >= n {
                 ids[slot] = -1;
             }
-            if let Some(id) = opt_id(meta, key)? {
-                if i64::from(id) < n {
-                    ids[slot] = i64::from(id);
-                }
+            if let Some(id) = opt_id(meta, key)?
+                && i64::from(id) < n
+            {
+                ids[slot] = i64::from(id);
             }
         }
 
@@ -822,11 +957,12 @@ impl Vocab {
                 _ => {}
             }
         }
-        if let Some(end) = end_id {
-            if (has_return && has_call) || (has_call && has_flush) {
-                eog.remove(&end);
-                self.tokens[end as usize].attr = TokenAttr::USER_DEFINED;
-            }
+        if let Some(end) = end_id
+            && has_call
+            && (has_return || has_flush)
+        {
+            eog.remove(&end);
+            self.tokens[end as usize].attr = TokenAttr::USER_DEFINED;
         }
 
         // Gemma 4 and PLaMo have an ordinary "</s>".
@@ -875,10 +1011,10 @@ impl Vocab {
                     self.set_attr(id, TokenAttr::RSTRIP, false);
                 }
             }
-        } else if contains_any(&name, &["modern-bert"]) {
-            if let Some(id) = id_of(self, "[MASK]") {
-                self.set_attr(id, TokenAttr::LSTRIP, true);
-            }
+        } else if contains_any(&name, &["modern-bert"])
+            && let Some(id) = id_of(self, "[MASK]")
+        {
+            self.set_attr(id, TokenAttr::LSTRIP, true);
         }
         Ok(())
     }
@@ -898,5 +1034,93 @@ impl Vocab {
         self.tokens
             .get(id as usize)
             .map_or(TokenAttr::UNDEFINED, |t| t.attr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_lines_split_at_the_first_space_after_the_first_byte() {
+        assert_eq!(split_merge("a b"), ("a".into(), "b".into()));
+        assert_eq!(split_merge("Ġ t"), ("Ġ".into(), "t".into()));
+        // A leading space belongs to the left part (Gemma 4 merges of spaces).
+        assert_eq!(split_merge("  x"), (" ".into(), "x".into()));
+        assert_eq!(split_merge("ab c d"), ("ab".into(), "c d".into()));
+        assert_eq!(split_merge("abc"), (String::new(), String::new()));
+        assert_eq!(split_merge(""), (String::new(), String::new()));
+    }
+
+    #[test]
+    fn every_pre_type_has_a_string_and_compiles() {
+        let names = [
+            "default",
+            "llama3",
+            "deepseek-llm",
+            "deepseek-coder",
+            "deepseek-v3",
+            "hunyuan-dense",
+            "falcon",
+            "mpt",
+            "starcoder",
+            "gpt-2",
+            "refact",
+            "command-r",
+            "qwen2",
+            "qwen35",
+            "stablelm2",
+            "hunyuan",
+            "solar-open",
+            "grok-2",
+            "olmo",
+            "dbrx",
+            "smaug-bpe",
+            "jais",
+            "codeshell",
+            "exaone",
+            "minerva-7b",
+            "smollm",
+            "glm4",
+            "kimi-k2",
+            "gpt-4o",
+            "tekken",
+            "gemma4",
+            "jais-2",
+            "spark2_5",
+            "youtu",
+            "minicpm5",
+            "poro-chat",
+            "viking",
+            "bloom",
+            "gpt3-finnish",
+            "chameleon",
+            "granite-embed-multi-97m",
+            "tiny_aya",
+            "superbpe",
+            "bailingmoe",
+            "seed-coder",
+            "ufakzeka",
+            "afmoe",
+            "laguna",
+            "exaone-moe",
+            "minimax-m2",
+            "trillion",
+            "granite-docling",
+            "mellum2",
+            "sarvam-moe",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            let info = pre_info(name).unwrap();
+            seen.insert(info.pre);
+        }
+        for pre in PreType::ALL {
+            assert!(seen.contains(&pre), "{pre:?} has no pre string");
+            crate::bpe::pre_tokenizer(pre).unwrap();
+        }
+        assert!(
+            matches!(pre_info("whitespace"), Err(TextError::UnknownPre(n)) if n == "whitespace")
+        );
     }
 }

@@ -7,35 +7,17 @@
 //! token's text and every code point (surrogates, U+40000..U+E0000 and `▁` excepted) tokenize
 //! back to the same text.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::OnceLock;
+
+use common::vocab_path;
 
 use proptest::prelude::*;
 use text::{StreamDecoder, TokenAttr, Tokenizer, VocabKind};
 
-/// Where `scripts/fetch_text_fixtures.sh` puts the text fixtures.
-fn fixtures_dir() -> PathBuf {
-    let root = match std::env::var_os("SLUICE_FIXTURES") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .expect("HOME or XDG_CACHE_HOME is set");
-            cache.join("sluice").join("fixtures")
-        }
-    };
-    let dir = root.join("text");
-    assert!(
-        dir.join("vocab").is_dir(),
-        "text fixtures missing in {}: run scripts/fetch_text_fixtures.sh",
-        dir.display()
-    );
-    dir
-}
-
 fn load(name: &str) -> Tokenizer {
-    let path = fixtures_dir().join("vocab").join(name);
+    let path = vocab_path(name);
     let file = gguf::GgufFile::open(&path).expect("open vocab file");
     Tokenizer::from_metadata(file.metadata()).expect("build tokenizer")
 }
@@ -316,4 +298,28 @@ fn stream_holds_partial_characters() {
     let mut dec = StreamDecoder::continuation(false);
     assert_eq!(dec.push(tok, ids[0]), "");
     assert_eq!(dec.push(tok, a), "\u{FFFD} a");
+}
+
+/// The texts of llama.cpp's SentencePiece test cases (`.inp`) come back unchanged from
+/// detokenize(encode(text)), as the round-trip guarantee above implies for SentencePiece
+/// vocabularies (no clean-up rules apply to them).
+#[test]
+fn spm_test_texts_round_trip() {
+    for name in ["ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"] {
+        let tok = load(name);
+        assert!(!tok.vocab().clean_spaces);
+        let path = vocab_path(name).with_extension("gguf.inp");
+        let inp = std::fs::read_to_string(path).expect("read .inp");
+        let texts: Vec<&str> = inp
+            .strip_suffix("\n__ggml_vocab_test__\n")
+            .unwrap_or(&inp)
+            .split("\n__ggml_vocab_test__\n")
+            .collect();
+        assert!(texts.len() > 10);
+        for text in texts {
+            let ids = tok.encode(text, false, false);
+            let back = tok.detokenize(&ids, false, false);
+            assert_eq!(back, text.as_bytes(), "{name}: {text:?} {ids:?}");
+        }
+    }
 }

@@ -6,76 +6,20 @@
 //! `scripts/fetch_text_fixtures.sh`. Like `test-tokenizer-0`, the text is encoded without
 //! BOS/EOS and without parsing special-token text.
 
-use std::path::PathBuf;
+mod common;
 
+use common::{read_cases, vocab_path};
 use text::{Tokenizer, VocabKind};
-
-/// Where `scripts/fetch_text_fixtures.sh` puts the text fixtures.
-fn fixtures_dir() -> PathBuf {
-    let root = match std::env::var_os("SLUICE_FIXTURES") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .expect("HOME or XDG_CACHE_HOME is set");
-            cache.join("sluice").join("fixtures")
-        }
-    };
-    let dir = root.join("text");
-    assert!(
-        dir.join("vocab").is_dir(),
-        "text fixtures missing in {}: run scripts/fetch_text_fixtures.sh",
-        dir.display()
-    );
-    dir
-}
-
-fn vocab_path(name: &str) -> PathBuf {
-    fixtures_dir().join("vocab").join(name)
-}
 
 fn load(name: &str) -> Tokenizer {
     let file = gguf::GgufFile::open(vocab_path(name)).expect("open vocab file");
     Tokenizer::from_metadata(file.metadata()).expect("build tokenizer")
 }
 
-/// The cases of a `.inp`/`.out` pair: texts separated by `\n__ggml_vocab_test__\n`, one line
-/// of space-separated ids per text.
-fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
-    let inp = std::fs::read_to_string(vocab_path(&format!("{name}.inp"))).expect("read .inp");
-    let out = std::fs::read_to_string(vocab_path(&format!("{name}.out"))).expect("read .out");
-    let sep = "\n__ggml_vocab_test__\n";
-    let mut texts = Vec::new();
-    let mut rest = inp.as_str();
-    while !rest.is_empty() {
-        match rest.find(sep) {
-            Some(i) => {
-                texts.push(rest[..i].to_owned());
-                rest = &rest[i + sep.len()..];
-            }
-            None => {
-                texts.push(rest.to_owned());
-                rest = "";
-            }
-        }
-    }
-    let ids: Vec<Vec<u32>> = out
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .map(|t| t.parse().expect("id"))
-                .collect()
-        })
-        .collect();
-    assert_eq!(texts.len(), ids.len(), "{name}: .inp and .out disagree");
-    texts.into_iter().zip(ids).collect()
-}
-
 fn check_cases(name: &str) {
     let tok = load(name);
     assert_eq!(tok.vocab().kind, VocabKind::Spm, "{name}");
-    let cases = cases(name);
+    let cases = read_cases(name);
     assert!(cases.len() > 10, "{name}: only {} cases", cases.len());
     let mut failures = Vec::new();
     for (text, expected) in &cases {

@@ -311,3 +311,41 @@ fn missing_pre_is_default_and_merges_apply() {
     assert_eq!(tok.encode("ab", false, false), vec![2]);
     assert_eq!(tok.encode("ba", false, false), vec![1, 0]);
 }
+
+#[test]
+fn kimi_k2_needs_no_merges() {
+    let meta = metadata(vec![
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::String("kimi-k2".into())),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(ArrayValue::String(vec![
+                "a".into(),
+                "b".into(),
+                "ab".into(),
+            ])),
+        ),
+    ]);
+    let tok = Tokenizer::from_metadata(&meta).unwrap();
+    assert_eq!(tok.vocab().pre, PreType::KimiK2);
+    assert!(tok.vocab().bpe_ranks.is_empty());
+    // Without merges every character stays its own piece.
+    assert_eq!(tok.encode("ab", false, false), vec![0, 1]);
+}
+
+/// Gemma 4: BPE over `▁`-escaped text, BOS always added, and its `</s>` is an ordinary token
+/// because the vocabulary has `<|tool_response>`.
+#[test]
+fn gemma4_flags_and_end_tokens() {
+    let tok = load("ggml-vocab-gemma-4.gguf");
+    let v = tok.vocab();
+    assert_eq!(v.kind, VocabKind::Bpe);
+    assert_eq!(v.pre, PreType::Gemma4);
+    assert!(v.escape_whitespaces && v.add_bos);
+    let id = |t: &str| v.token_to_id[t];
+    assert!(v.eog.contains(&id("<turn|>")));
+    assert!(v.eog.contains(&id("<|tool_response>")));
+    assert!(!v.eog.contains(&id("</s>")));
+    assert_eq!(v.attr(id("</s>")), TokenAttr::NORMAL);
+    assert_eq!(v.special.nl, v.token_to_id.get("\n").copied());
+}
