@@ -1,0 +1,715 @@
+//! Hyperparameters read from `{arch}.*` metadata keys, with llama.cpp's defaults and checks.
+
+use gguf::{ArrayValue, Metadata, Value};
+
+use crate::arch::{Arch, QDim, QkNorm, RopeType};
+use crate::error::ModelError;
+
+/// Most layers llama.cpp accepts.
+pub const MAX_LAYERS: u32 = 512;
+/// Most experts llama.cpp accepts.
+pub const MAX_EXPERTS: u32 = 1024;
+
+/// Key holding the token list (its length is the vocabulary size).
+pub const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+/// Key holding the architecture name.
+pub const KEY_ARCH: &str = "general.architecture";
+
+/// A value per layer (a scalar key is repeated for every layer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerLayer(Vec<u32>);
+
+impl PerLayer {
+    /// The value for layer `il` (0 for a layer out of range).
+    pub fn at(&self, il: usize) -> u32 {
+        self.0.get(il).copied().unwrap_or(0)
+    }
+
+    /// The largest value.
+    pub fn max(&self) -> u32 {
+        self.0.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The value when every layer has the same one.
+    pub fn uniform(&self) -> Option<u32> {
+        let first = *self.0.first()?;
+        self.0.iter().all(|&v| v == first).then_some(first)
+    }
+
+    /// All values, layer by layer.
+    pub fn as_slice(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+/// RoPE frequency scaling as stored in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeScalingType {
+    /// No scaling: the frequency scale is forced to 1.
+    None,
+    /// Linear position interpolation (llama.cpp's default when the key is absent).
+    Linear,
+    /// YaRN.
+    Yarn,
+}
+
+/// Rotary embedding parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    /// Pairing of the rotated elements (fixed per arch).
+    pub ty: RopeType,
+    /// `rope.freq_base` (default 10000).
+    pub freq_base: f32,
+    /// `rope.dimension_count`: rotated elements per head (default head_dim_k).
+    pub n_rot: u32,
+    /// `rope.scaling.type` (default linear).
+    pub scaling: RopeScalingType,
+    /// `rope.scaling.factor` (or the older `rope.scale_linear`); 0 when absent.
+    pub scaling_factor: f32,
+    /// Frequency scale applied to positions: 1/factor, or 1 when the factor is 0 or the type is none.
+    pub freq_scale: f32,
+    /// `rope.scaling.original_context_length` (default context_length).
+    pub n_ctx_orig: u32,
+    /// `rope.scaling.attn_factor` (default 1).
+    pub attn_factor: f32,
+    /// `rope.scaling.yarn_ext_factor`; when absent 1 for YaRN, else 0.
+    pub yarn_ext_factor: f32,
+    /// `rope.scaling.yarn_attn_factor` (default 1; replaced as llama.cpp does when ext_factor != 0,
+    /// see [`Rope::mscale`]).
+    pub yarn_attn_factor: f32,
+    /// `rope.scaling.yarn_beta_fast` (default 32).
+    pub yarn_beta_fast: f32,
+    /// `rope.scaling.yarn_beta_slow` (default 1).
+    pub yarn_beta_slow: f32,
+    /// `rope.scaling.finetuned` (default false; informational).
+    pub finetuned: bool,
+}
+
+impl Rope {
+    /// The magnitude factor handed to the rope kernel (ggml's `attn_factor` argument), as
+    /// llama.cpp's context computes it. When `yarn_ext_factor != 0` the kernel itself further
+    /// multiplies by `1 + 0.1 ln(1/freq_scale)`.
+    pub fn mscale(&self) -> f32 {
+        let base = if self.yarn_ext_factor != 0.0 {
+            let factor = 1.0 / self.freq_scale;
+            let m = if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * factor.ln() + 1.0
+            };
+            m / (1.0 + 0.1 * factor.ln())
+        } else {
+            self.yarn_attn_factor
+        };
+        base * self.attn_factor
+    }
+}
+
+/// Validated hyperparameters of a model.
+///
+/// Per-arch rules that are not stored in the file (rope pairing, QK-norm kind, router rule,
+/// shared expert) are resolved here too, so that the forward pass never asks which arch it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HParams {
+    /// The architecture.
+    pub arch: Arch,
+    /// Vocabulary size: length of `tokenizer.ggml.tokens`, else `{arch}.vocab_size`.
+    pub n_vocab: u32,
+    /// `context_length`.
+    pub n_ctx_train: u32,
+    /// `embedding_length`.
+    pub n_embd: u32,
+    /// `block_count`.
+    pub n_layer: u32,
+    /// `feed_forward_length` per layer (0 when absent): width of dense FFNs (and of the
+    /// experts for olmoe and llama).
+    pub n_ff: PerLayer,
+    /// Width of one routed expert per layer, resolved per arch (0 for dense layers).
+    pub n_ff_exp: PerLayer,
+    /// Width of the shared expert (qwen2moe: `expert_shared_feed_forward_length`, default n_ff).
+    pub n_ff_shexp: u32,
+    /// `attention.head_count` per layer.
+    pub n_head: PerLayer,
+    /// `attention.head_count_kv` per layer (default n_head).
+    pub n_head_kv: PerLayer,
+    /// `attention.key_length` (default n_embd / n_head).
+    pub head_dim_k: u32,
+    /// `attention.value_length` (default n_embd / n_head).
+    pub head_dim_v: u32,
+    /// `attention.layer_norm_rms_epsilon` (required).
+    pub rms_eps: f32,
+    /// Rotary embedding.
+    pub rope: Rope,
+    /// QK-norm kind (fixed per arch).
+    pub qk_norm: QkNorm,
+    /// `expert_count` (0: dense).
+    pub n_expert: u32,
+    /// `expert_used_count` per layer (top-k).
+    pub n_expert_used: PerLayer,
+    /// `expert_group_count` (0 or 1: no grouped routing).
+    pub n_expert_groups: u32,
+    /// `expert_group_used_count`.
+    pub n_group_used: u32,
+    /// Renormalise the top-k weights to sum 1 (`expert_weights_norm`, default per arch).
+    pub expert_weights_norm: bool,
+    /// Multiply the routing weights by this when it is neither 0 nor 1
+    /// (`expert_weights_scale`, default 0).
+    pub expert_weights_scale: f32,
+    /// Number of shared (always-on) experts: 1 for qwen2moe, else 0.
+    pub n_expert_shared: u32,
+    /// `leading_dense_block_count`: the first layers use a dense FFN (default 0).
+    pub n_layer_dense_lead: u32,
+}
+
+impl HParams {
+    /// True when layer `il` has a routed-expert FFN.
+    pub fn is_moe_layer(&self, il: usize) -> bool {
+        self.n_expert > 0 && il >= self.n_layer_dense_lead as usize && il < self.n_layer as usize
+    }
+
+    /// Number of MoE layers.
+    pub fn n_moe_layers(&self) -> u32 {
+        if self.n_expert == 0 {
+            0
+        } else {
+            self.n_layer - self.n_layer_dense_lead
+        }
+    }
+
+    /// Rows of the q projection (and columns of attn_output) in layer `il`.
+    pub fn n_embd_q(&self, il: usize) -> u32 {
+        match self.arch.q_dim() {
+            QDim::HeadDimTimesHeads => self.head_dim_k * self.n_head.at(il),
+            QDim::Embd => self.n_embd,
+        }
+    }
+
+    /// Rows of the k projection in layer `il`.
+    pub fn n_embd_k_gqa(&self, il: usize) -> u32 {
+        self.head_dim_k * self.n_head_kv.at(il)
+    }
+
+    /// Rows of the v projection in layer `il`.
+    pub fn n_embd_v_gqa(&self, il: usize) -> u32 {
+        self.head_dim_v * self.n_head_kv.at(il)
+    }
+
+    /// The attention scale, 1/sqrt(head_dim).
+    pub fn attn_scale(&self) -> f32 {
+        1.0 / (self.head_dim_k as f32).sqrt()
+    }
+
+    /// Read and validate the hyperparameters of `arch` from `md`.
+    pub fn from_metadata(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
+        read(arch, md)
+    }
+}
+
+struct Kv<'m> {
+    md: &'m Metadata,
+    prefix: &'static str,
+}
+
+fn value_type_name(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!("array of {}", a.elem_type()),
+        v => v.value_type().to_string(),
+    }
+}
+
+fn int_to_u32(key: &str, v: &Value) -> Result<u32, ModelError> {
+    let n = v.as_u64().ok_or_else(|| ModelError::KeyType {
+        key: key.to_owned(),
+        expected: "unsigned integer",
+        found: value_type_name(v),
+    })?;
+    u32::try_from(n).map_err(|_| ModelError::InvalidValue {
+        key: key.to_owned(),
+        reason: format!("{n} does not fit in 32 bits"),
+    })
+}
+
+impl Kv<'_> {
+    fn key(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.prefix)
+    }
+
+    fn u32(&self, key: &str) -> Result<Option<u32>, ModelError> {
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(v) => int_to_u32(key, v).map(Some),
+        }
+    }
+
+    fn u32_req(&self, key: &str) -> Result<u32, ModelError> {
+        self.u32(key)?
+            .ok_or_else(|| ModelError::MissingKey(key.to_owned()))
+    }
+
+    fn f32(&self, key: &str) -> Result<Option<f32>, ModelError> {
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(Value::F32(v)) => Ok(Some(*v)),
+            Some(Value::F64(v)) => Ok(Some(*v as f32)),
+            Some(v) => Err(ModelError::KeyType {
+                key: key.to_owned(),
+                expected: "float",
+                found: value_type_name(v),
+            }),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(v)) => Ok(Some(*v)),
+            Some(v) => Err(ModelError::KeyType {
+                key: key.to_owned(),
+                expected: "bool",
+                found: value_type_name(v),
+            }),
+        }
+    }
+
+    fn str(&self, key: &str) -> Result<Option<&str>, ModelError> {
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(ModelError::KeyType {
+                key: key.to_owned(),
+                expected: "string",
+                found: value_type_name(v),
+            }),
+        }
+    }
+
+    /// A scalar repeated per layer, or an array of exactly `n_layer` integers.
+    fn per_layer(&self, key: &str, n_layer: u32) -> Result<Option<PerLayer>, ModelError> {
+        let n = n_layer as usize;
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(Value::Array(a)) => {
+                if a.len() != n {
+                    return Err(ModelError::ArrayLength {
+                        key: key.to_owned(),
+                        expected: n,
+                        found: a.len(),
+                    });
+                }
+                let bad = || ModelError::KeyType {
+                    key: key.to_owned(),
+                    expected: "unsigned integer or array of integers",
+                    found: format!("array of {}", a.elem_type()),
+                };
+                if matches!(
+                    a,
+                    ArrayValue::F32(_)
+                        | ArrayValue::F64(_)
+                        | ArrayValue::Bool(_)
+                        | ArrayValue::String(_)
+                        | ArrayValue::Array(_)
+                ) {
+                    return Err(bad());
+                }
+                let mut out = Vec::with_capacity(n);
+                for i in 0..n {
+                    let v = a.get(i).ok_or_else(bad)?;
+                    out.push(int_to_u32(key, &v)?);
+                }
+                Ok(Some(PerLayer(out)))
+            }
+            Some(_) => Ok(self.u32(key)?.map(|v| PerLayer(vec![v; n]))),
+        }
+    }
+}
+
+fn invalid(key: String, reason: impl Into<String>) -> ModelError {
+    ModelError::InvalidValue {
+        key,
+        reason: reason.into(),
+    }
+}
+
+fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
+    let kv = Kv {
+        md,
+        prefix: arch.name(),
+    };
+    let k = |s: &str| kv.key(s);
+
+    // Vocabulary: the token list wins, as in llama.cpp; `vocab_size` covers files without one.
+    let n_vocab = match md.get(KEY_TOKENS) {
+        Some(Value::Array(a)) => u32::try_from(a.len())
+            .map_err(|_| invalid(KEY_TOKENS.to_owned(), "more than 2^32 tokens"))?,
+        Some(v) => {
+            return Err(ModelError::KeyType {
+                key: KEY_TOKENS.to_owned(),
+                expected: "array of strings",
+                found: value_type_name(v),
+            });
+        }
+        None => kv.u32(&k("vocab_size"))?.ok_or_else(|| {
+            ModelError::MissingKey(format!("{KEY_TOKENS} (or {})", k("vocab_size")))
+        })?,
+    };
+    if n_vocab == 0 {
+        return Err(invalid(k("vocab_size"), "the vocabulary is empty"));
+    }
+
+    let n_ctx_train = kv.u32_req(&k("context_length"))?;
+    let n_embd = kv.u32_req(&k("embedding_length"))?;
+    if n_embd == 0 {
+        return Err(invalid(k("embedding_length"), "must be > 0"));
+    }
+    let n_layer = kv.u32_req(&k("block_count"))?;
+    if n_layer == 0 || n_layer > MAX_LAYERS {
+        return Err(invalid(
+            k("block_count"),
+            format!("{n_layer} layers; must be in 1..={MAX_LAYERS}"),
+        ));
+    }
+    let nl = n_layer as usize;
+
+    // Experts.
+    let n_expert = kv.u32(&k("expert_count"))?.unwrap_or(0);
+    let n_expert_used = kv
+        .per_layer(&k("expert_used_count"), n_layer)?
+        .unwrap_or(PerLayer(vec![0; nl]));
+    let n_expert_groups = kv.u32(&k("expert_group_count"))?.unwrap_or(0);
+    let n_group_used = kv.u32(&k("expert_group_used_count"))?.unwrap_or(0);
+    if n_expert > MAX_EXPERTS {
+        return Err(invalid(
+            k("expert_count"),
+            format!("{n_expert} experts; at most {MAX_EXPERTS} are supported"),
+        ));
+    }
+    let used_max = n_expert_used.max();
+    if used_max > n_expert {
+        return Err(invalid(
+            k("expert_used_count"),
+            format!("{used_max} experts used per token but only {n_expert} exist"),
+        ));
+    }
+    if n_expert > 0 {
+        if n_expert_used.as_slice().contains(&0) {
+            return Err(invalid(
+                k("expert_used_count"),
+                format!("must be > 0 in every layer when expert_count is {n_expert}"),
+            ));
+        }
+        if n_expert_groups >= n_expert {
+            return Err(invalid(
+                k("expert_group_count"),
+                format!("{n_expert_groups} groups must be fewer than the {n_expert} experts"),
+            ));
+        }
+        if n_expert_groups > 1 {
+            if !n_expert.is_multiple_of(n_expert_groups) {
+                return Err(invalid(
+                    k("expert_group_count"),
+                    format!("{n_expert} experts do not split into {n_expert_groups} groups"),
+                ));
+            }
+            if n_group_used == 0 || n_group_used >= n_expert_groups {
+                return Err(invalid(
+                    k("expert_group_used_count"),
+                    format!("{n_group_used} must be in 1..{n_expert_groups}"),
+                ));
+            }
+        }
+    } else {
+        if arch.requires_experts() {
+            return match md.get(&k("expert_count")) {
+                None => Err(ModelError::MissingKey(k("expert_count"))),
+                Some(_) => Err(invalid(k("expert_count"), format!("must be > 0 for {arch}"))),
+            };
+        }
+        if used_max != 0 {
+            return Err(invalid(
+                k("expert_used_count"),
+                format!("{used_max} experts used per token but expert_count is 0"),
+            ));
+        }
+        if n_expert_groups != 0 {
+            return Err(invalid(
+                k("expert_group_count"),
+                "expert groups without experts (expert_count is 0)",
+            ));
+        }
+    }
+    if n_expert > 0 && !arch.allows_experts() {
+        return Err(invalid(
+            k("expert_count"),
+            format!("{arch} is a dense architecture; {n_expert} experts are not supported"),
+        ));
+    }
+
+    // Feed-forward widths.
+    let n_ff = kv
+        .per_layer(&k("feed_forward_length"), n_layer)?
+        .unwrap_or(PerLayer(vec![0; nl]));
+
+    // Leading dense blocks (an extension for these archs; llama.cpp reads it for others).
+    let n_layer_dense_lead = kv.u32(&k("leading_dense_block_count"))?.unwrap_or(0);
+    if n_layer_dense_lead > n_layer {
+        return Err(invalid(
+            k("leading_dense_block_count"),
+            format!("{n_layer_dense_lead} dense layers but only {n_layer} layers"),
+        ));
+    }
+    let is_moe = |il: usize| n_expert > 0 && il >= n_layer_dense_lead as usize;
+
+    for il in 0..nl {
+        if !is_moe(il) && n_ff.at(il) == 0 {
+            return Err(match md.get(&k("feed_forward_length")) {
+                None => ModelError::MissingKey(k("feed_forward_length")),
+                Some(_) => invalid(
+                    k("feed_forward_length"),
+                    format!("layer {il} has a dense FFN of width 0"),
+                ),
+            });
+        }
+    }
+
+    let n_ff_exp_key = k("expert_feed_forward_length");
+    let n_ff_exp_file = match arch {
+        Arch::Qwen3Moe | Arch::Qwen2Moe => kv.per_layer(&n_ff_exp_key, n_layer)?,
+        _ => None,
+    };
+    let mut n_ff_exp = vec![0u32; nl];
+    for (il, slot) in n_ff_exp.iter_mut().enumerate() {
+        if !is_moe(il) {
+            continue;
+        }
+        let w = match arch {
+            Arch::Qwen3Moe | Arch::Qwen2Moe => {
+                let from_key = n_ff_exp_file.as_ref().map_or(0, |p| p.at(il));
+                if from_key != 0 {
+                    from_key
+                } else {
+                    n_ff.at(il) / n_expert_used.at(il).max(1)
+                }
+            }
+            _ => n_ff.at(il),
+        };
+        if w == 0 {
+            let key = match arch {
+                Arch::Qwen3Moe | Arch::Qwen2Moe => n_ff_exp_key.clone(),
+                _ => k("feed_forward_length"),
+            };
+            return Err(if md.get(&key).is_none() && md.get(&k("feed_forward_length")).is_none()
+            {
+                ModelError::MissingKey(key)
+            } else {
+                invalid(key, format!("layer {il} has experts of width 0"))
+            });
+        }
+        *slot = w;
+    }
+    let n_ff_exp = PerLayer(n_ff_exp);
+
+    let n_ff_shexp = if arch.has_gated_shared_expert() {
+        match kv.u32(&k("expert_shared_feed_forward_length"))? {
+            Some(v) if v > 0 => v,
+            _ => n_ff.at(0),
+        }
+    } else {
+        0
+    };
+    if arch.has_gated_shared_expert() && n_ff_shexp == 0 {
+        return Err(ModelError::MissingKey(k("expert_shared_feed_forward_length")));
+    }
+    let n_expert_shared = u32::from(arch.has_gated_shared_expert());
+    if let Some(v) = kv.u32(&k("expert_shared_count"))?
+        && v != n_expert_shared
+    {
+        return Err(invalid(
+            k("expert_shared_count"),
+            format!("{arch} has exactly {n_expert_shared} shared expert(s), the file says {v}"),
+        ));
+    }
+
+    let expert_weights_norm = kv
+        .bool(&k("expert_weights_norm"))?
+        .unwrap_or(arch.default_expert_weights_norm());
+    let expert_weights_scale = kv.f32(&k("expert_weights_scale"))?.unwrap_or(0.0);
+    if !expert_weights_scale.is_finite() || expert_weights_scale < 0.0 {
+        return Err(invalid(
+            k("expert_weights_scale"),
+            format!("{expert_weights_scale} is not a finite non-negative number"),
+        ));
+    }
+
+    // Attention.
+    let n_head = kv
+        .per_layer(&k("attention.head_count"), n_layer)?
+        .ok_or_else(|| ModelError::MissingKey(k("attention.head_count")))?;
+    let n_head_kv = kv
+        .per_layer(&k("attention.head_count_kv"), n_layer)?
+        .unwrap_or_else(|| n_head.clone());
+    for il in 0..nl {
+        let (h, hkv) = (n_head.at(il), n_head_kv.at(il));
+        if h == 0 {
+            return Err(invalid(
+                k("attention.head_count"),
+                format!("layer {il} has 0 heads"),
+            ));
+        }
+        if hkv == 0 || !h.is_multiple_of(hkv) {
+            return Err(invalid(
+                k("attention.head_count_kv"),
+                format!("layer {il}: {h} heads are not a multiple of {hkv} kv heads"),
+            ));
+        }
+        if arch.qk_norm() == QkNorm::Whole && hkv != h {
+            return Err(invalid(
+                k("attention.head_count_kv"),
+                format!(
+                    "{arch} normalises the whole k projection with n_embd weights, so kv heads ({hkv}) must equal heads ({h})"
+                ),
+            ));
+        }
+    }
+    let default_head_dim = n_embd / n_head.at(0);
+    let head_dim_k = kv
+        .u32(&k("attention.key_length"))?
+        .unwrap_or(default_head_dim);
+    let head_dim_v = kv
+        .u32(&k("attention.value_length"))?
+        .unwrap_or(default_head_dim);
+    if head_dim_k == 0 {
+        return Err(invalid(k("attention.key_length"), "head size is 0"));
+    }
+    if head_dim_v != head_dim_k {
+        return Err(invalid(
+            k("attention.value_length"),
+            format!("value head size {head_dim_v} differs from key head size {head_dim_k}"),
+        ));
+    }
+    if arch.q_dim() == QDim::Embd {
+        for il in 0..nl {
+            if head_dim_k * n_head.at(il) != n_embd {
+                return Err(invalid(
+                    k("attention.key_length"),
+                    format!(
+                        "{arch} needs heads x head size = n_embd, got {} x {head_dim_k} != {n_embd}",
+                        n_head.at(il)
+                    ),
+                ));
+            }
+        }
+    }
+    let rms_eps = kv
+        .f32(&k("attention.layer_norm_rms_epsilon"))?
+        .ok_or_else(|| ModelError::MissingKey(k("attention.layer_norm_rms_epsilon")))?;
+    if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+        return Err(invalid(
+            k("attention.layer_norm_rms_epsilon"),
+            format!("{rms_eps} is not a finite non-negative number"),
+        ));
+    }
+
+    // Rope.
+    let freq_base = kv.f32(&k("rope.freq_base"))?.unwrap_or(10000.0);
+    if !(freq_base.is_finite() && freq_base > 0.0) {
+        return Err(invalid(
+            k("rope.freq_base"),
+            format!("{freq_base} is not a positive number"),
+        ));
+    }
+    let n_rot = kv.u32(&k("rope.dimension_count"))?.unwrap_or(head_dim_k);
+    if n_rot != head_dim_k {
+        return Err(invalid(
+            k("rope.dimension_count"),
+            format!("{n_rot} rotated dimensions; {arch} rotates the whole head ({head_dim_k})"),
+        ));
+    }
+    let scaling = match kv.str(&k("rope.scaling.type"))?.unwrap_or("linear") {
+        "none" => RopeScalingType::None,
+        "linear" => RopeScalingType::Linear,
+        "yarn" => RopeScalingType::Yarn,
+        "longrope" => {
+            return Err(ModelError::Unsupported(format!(
+                "rope scaling type 'longrope' ({})",
+                k("rope.scaling.type")
+            )));
+        }
+        other => {
+            return Err(invalid(
+                k("rope.scaling.type"),
+                format!("unknown rope scaling type '{other}' (known: none, linear, yarn)"),
+            ));
+        }
+    };
+    let scaling_factor = match kv.f32(&k("rope.scaling.factor"))? {
+        Some(f) => f,
+        None => kv.f32(&k("rope.scale_linear"))?.unwrap_or(0.0),
+    };
+    if !(scaling_factor.is_finite() && scaling_factor >= 0.0) {
+        return Err(invalid(
+            k("rope.scaling.factor"),
+            format!("{scaling_factor} is not a finite non-negative number"),
+        ));
+    }
+    let freq_scale = if scaling == RopeScalingType::None || scaling_factor == 0.0 {
+        1.0
+    } else {
+        1.0 / scaling_factor
+    };
+    let n_ctx_orig = match kv.u32(&k("rope.scaling.original_context_length"))? {
+        Some(v) if v != 0 => v,
+        _ => n_ctx_train,
+    };
+    let ext_key = k("rope.scaling.yarn_ext_factor");
+    let yarn_ext_factor = match kv.f32(&ext_key)? {
+        Some(v) if v >= 0.0 => v,
+        _ => {
+            if scaling == RopeScalingType::Yarn {
+                1.0
+            } else {
+                0.0
+            }
+        }
+    };
+    let rope = Rope {
+        ty: arch.rope_type(),
+        freq_base,
+        n_rot,
+        scaling,
+        scaling_factor,
+        freq_scale,
+        n_ctx_orig,
+        attn_factor: kv.f32(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0),
+        yarn_ext_factor,
+        yarn_attn_factor: kv.f32(&k("rope.scaling.yarn_attn_factor"))?.unwrap_or(1.0),
+        yarn_beta_fast: kv.f32(&k("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
+        yarn_beta_slow: kv.f32(&k("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
+        finetuned: kv.bool(&k("rope.scaling.finetuned"))?.unwrap_or(false),
+    };
+
+    Ok(HParams {
+        arch,
+        n_vocab,
+        n_ctx_train,
+        n_embd,
+        n_layer,
+        n_ff,
+        n_ff_exp,
+        n_ff_shexp,
+        n_head,
+        n_head_kv,
+        head_dim_k,
+        head_dim_v,
+        rms_eps,
+        rope,
+        qk_norm: arch.qk_norm(),
+        n_expert,
+        n_expert_used,
+        n_expert_groups,
+        n_group_used,
+        expert_weights_norm,
+        expert_weights_scale,
+        n_expert_shared,
+        n_layer_dense_lead,
+    })
+}

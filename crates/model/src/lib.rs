@@ -1,0 +1,27 @@
+//! The architecture table of sluice.
+//!
+//! A GGUF file names its architecture in `general.architecture`, its hyperparameters in
+//! `{arch}.*` keys and its weights by llama.cpp's tensor names. This crate maps all three onto
+//! roles that a forward pass can use without knowing any GGUF name: [`HParams`] (validated,
+//! with llama.cpp's defaults, and with the per-architecture graph rules resolved) and
+//! [`ModelTensors`] (for every layer: attention projections, norms, and a dense or
+//! mixture-of-experts FFN). Shapes are checked exactly as llama.cpp's loader checks them.
+//!
+//! [`Model::from_gguf`] does it all over an opened [`gguf::GgufFile`] without copying weights.
+//! The full rules, per architecture, are in `docs/model.md`.
+
+mod arch;
+mod error;
+mod hparams;
+mod model;
+mod tensors;
+
+pub use arch::{Arch, QDim, QkNorm, RopeType, SUPPORTED_ARCHS};
+pub use error::ModelError;
+pub use hparams::{
+    HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, PerLayer, Rope, RopeScalingType,
+};
+pub use model::{Model, arch_of};
+pub use tensors::{
+    DenseFfn, ExpertSlice, Ffn, LayerTensors, MoeFfn, ModelTensors, SharedExpert, Tensor,
+};

@@ -1,0 +1,231 @@
+//! A model: architecture, hyperparameters and tensor roles over an opened GGUF file.
+
+use std::fmt::Write as _;
+
+use gguf::{GgufError, GgufFile, TensorInfo};
+
+use crate::arch::{Arch, QkNorm, RopeType};
+use crate::error::ModelError;
+use crate::hparams::{HParams, KEY_ARCH, RopeScalingType};
+use crate::tensors::{Ffn, ModelTensors};
+
+/// A model over an opened GGUF file. Nothing is copied: every tensor role points into the
+/// file's tensor table, and the bytes stay in the file's map.
+#[derive(Debug, Clone)]
+pub struct Model<'a> {
+    file: &'a GgufFile,
+    /// `general.name`, when present.
+    pub name: Option<String>,
+    /// Validated hyperparameters.
+    pub hparams: HParams,
+    /// Tensor roles.
+    pub tensors: ModelTensors<'a>,
+}
+
+/// The architecture named by a file's `general.architecture`.
+pub fn arch_of(file: &GgufFile) -> Result<Arch, ModelError> {
+    match file.metadata().get(KEY_ARCH) {
+        None => Err(ModelError::MissingKey(KEY_ARCH.to_owned())),
+        Some(v) => match v.as_str() {
+            Some(s) => Arch::from_name(s),
+            None => Err(ModelError::KeyType {
+                key: KEY_ARCH.to_owned(),
+                expected: "string",
+                found: v.value_type().to_string(),
+            }),
+        },
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+fn bytes_of(t: &TensorInfo) -> u64 {
+    t.n_bytes.unwrap_or(0)
+}
+
+impl<'a> Model<'a> {
+    /// Read the architecture, hyperparameters and tensor table of `file`.
+    pub fn from_gguf(file: &'a GgufFile) -> Result<Model<'a>, ModelError> {
+        let arch = arch_of(file)?;
+        let hparams = HParams::from_metadata(arch, file.metadata())?;
+        let tensors = ModelTensors::from_file(file, &hparams)?;
+        let name = file.metadata().get_str("general.name").map(str::to_owned);
+        Ok(Model {
+            file,
+            name,
+            hparams,
+            tensors,
+        })
+    }
+
+    /// The file the model reads from.
+    pub fn file(&self) -> &'a GgufFile {
+        self.file
+    }
+
+    /// The architecture.
+    pub fn arch(&self) -> Arch {
+        self.hparams.arch
+    }
+
+    /// The bytes of a tensor, borrowed from the file's map.
+    pub fn data(&self, t: &TensorInfo) -> Result<&'a [u8], GgufError> {
+        self.file.tensor_data(t)
+    }
+
+    /// Bytes of routed-expert weights in layer `il` (0 for a dense layer or an unknown size).
+    pub fn expert_bytes(&self, il: usize) -> u64 {
+        match self.tensors.layers.get(il).map(|l| &l.ffn) {
+            Some(Ffn::Moe(m)) => m.expert_bytes().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Bytes of every tensor of the file that is not a routed expert (the resident set).
+    pub fn dense_bytes(&self) -> u64 {
+        let total: u64 = self.file.tensors().iter().map(bytes_of).sum();
+        let experts: u64 = (0..self.tensors.layers.len())
+            .map(|il| self.expert_bytes(il))
+            .sum();
+        total.saturating_sub(experts)
+    }
+
+    /// A multi-line human-readable description (for `sluice inspect`).
+    pub fn summary(&self) -> String {
+        let hp = &self.hparams;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "arch: {}{}",
+            hp.arch,
+            self.name
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(
+            s,
+            "layers: {} ({} MoE, {} dense), n_embd {}, vocab {}, context {}",
+            hp.n_layer,
+            hp.n_moe_layers(),
+            hp.n_layer - hp.n_moe_layers(),
+            hp.n_embd,
+            hp.n_vocab,
+            hp.n_ctx_train
+        );
+        let per_layer = |p: &crate::hparams::PerLayer| match p.uniform() {
+            Some(v) => v.to_string(),
+            None => format!("{:?}", p.as_slice()),
+        };
+        let _ = writeln!(
+            s,
+            "attention: {} heads, {} kv heads, head dim {}, qk-norm {}, rms eps {:e}",
+            per_layer(&hp.n_head),
+            per_layer(&hp.n_head_kv),
+            hp.head_dim_k,
+            match hp.qk_norm {
+                QkNorm::None => "none",
+                QkNorm::PerHead => "per head",
+                QkNorm::Whole => "whole projection",
+            },
+            hp.rms_eps
+        );
+        let _ = writeln!(
+            s,
+            "rope: {} over {} dims, base {}, scaling {}{}",
+            match hp.rope.ty {
+                RopeType::Norm => "norm",
+                RopeType::Neox => "neox",
+            },
+            hp.rope.n_rot,
+            hp.rope.freq_base,
+            match hp.rope.scaling {
+                RopeScalingType::None => "none",
+                RopeScalingType::Linear => "linear",
+                RopeScalingType::Yarn => "yarn",
+            },
+            if hp.rope.freq_scale != 1.0 {
+                format!(
+                    " x{} (original context {})",
+                    hp.rope.scaling_factor, hp.rope.n_ctx_orig
+                )
+            } else {
+                String::new()
+            }
+        );
+        if hp.n_expert > 0 {
+            let _ = writeln!(
+                s,
+                "experts: {} per layer, {} used per token, width {}, router softmax -> top-k{}{}{}",
+                hp.n_expert,
+                per_layer(&hp.n_expert_used),
+                hp.n_ff_exp.max(),
+                if hp.expert_weights_norm {
+                    " -> renormalise"
+                } else {
+                    ""
+                },
+                if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
+                    format!(" -> x{}", hp.expert_weights_scale)
+                } else {
+                    String::new()
+                },
+                if hp.n_expert_shared > 0 {
+                    format!(", shared expert width {} (sigmoid gate)", hp.n_ff_shexp)
+                } else {
+                    String::new()
+                }
+            );
+            if hp.n_layer_dense_lead > 0 {
+                let _ = writeln!(s, "leading dense layers: {}", hp.n_layer_dense_lead);
+            }
+        } else {
+            let _ = writeln!(s, "ffn: dense, width {}", per_layer(&hp.n_ff));
+        }
+        let _ = writeln!(
+            s,
+            "output: {}",
+            if self.tensors.output_tied {
+                "tied to token_embd"
+            } else {
+                "separate output.weight"
+            }
+        );
+        let expert_total: u64 = (0..self.tensors.layers.len())
+            .map(|il| self.expert_bytes(il))
+            .sum();
+        let _ = writeln!(
+            s,
+            "weights: {} resident (non-expert), {} routed experts",
+            human_bytes(self.dense_bytes()),
+            human_bytes(expert_total)
+        );
+        for (il, l) in self.tensors.layers.iter().enumerate() {
+            if let Ffn::Moe(m) = &l.ffn {
+                let _ = writeln!(
+                    s,
+                    "  layer {il}: experts {} ({} per expert; gate {}, up {}, down {})",
+                    human_bytes(m.expert_bytes().unwrap_or(0)),
+                    human_bytes(m.bytes_per_expert().unwrap_or(0)),
+                    m.gate_exps.ty,
+                    m.up_exps.ty,
+                    m.down_exps.ty
+                );
+            }
+        }
+        s
+    }
+}

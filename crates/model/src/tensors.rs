@@ -1,0 +1,399 @@
+//! Tensor roles: which tensor of the file plays which part in the forward pass, with shapes
+//! checked against the hyperparameters the way llama.cpp's loader checks them.
+
+use std::collections::HashSet;
+
+use gguf::{GgufFile, TensorInfo};
+
+use crate::arch::{Arch, QkNorm};
+use crate::error::ModelError;
+use crate::hparams::HParams;
+
+/// A tensor of the file: name, type, dims (ggml order, ne0 first), offset and shard. Its bytes
+/// are borrowed from the mapped file with [`GgufFile::tensor_data`].
+pub type Tensor<'a> = &'a TensorInfo;
+
+/// The tensors of a whole model.
+#[derive(Debug, Clone)]
+pub struct ModelTensors<'a> {
+    /// `token_embd.weight` `{n_embd, n_vocab}`.
+    pub token_embd: Tensor<'a>,
+    /// `output_norm.weight` `{n_embd}`.
+    pub output_norm: Tensor<'a>,
+    /// `output.weight` `{n_embd, n_vocab}`, or `token_embd.weight` when tied.
+    pub output: Tensor<'a>,
+    /// True when the file has no `output.weight` and the head reuses the embedding.
+    pub output_tied: bool,
+    /// `output.bias` `{n_vocab}` (qwen2 only, optional).
+    pub output_bias: Option<Tensor<'a>>,
+    /// `rope_freqs.weight` `{n_rot/2}` (llama only, optional): per-frequency divisors, as in
+    /// Llama 3. Shared by every layer.
+    pub rope_freqs: Option<Tensor<'a>>,
+    /// One entry per layer.
+    pub layers: Vec<LayerTensors<'a>>,
+}
+
+/// The tensors of one layer.
+#[derive(Debug, Clone)]
+pub struct LayerTensors<'a> {
+    /// `attn_norm.weight` `{n_embd}`.
+    pub attn_norm: Tensor<'a>,
+    /// `attn_q.weight` `{n_embd, n_embd_q}`.
+    pub wq: Tensor<'a>,
+    /// `attn_k.weight` `{n_embd, n_embd_k_gqa}`.
+    pub wk: Tensor<'a>,
+    /// `attn_v.weight` `{n_embd, n_embd_v_gqa}`.
+    pub wv: Tensor<'a>,
+    /// `attn_output.weight` `{n_embd_q, n_embd}`.
+    pub wo: Tensor<'a>,
+    /// `attn_q.bias` `{n_embd_q}` (optional; present in Qwen2 files).
+    pub bq: Option<Tensor<'a>>,
+    /// `attn_k.bias` `{n_embd_k_gqa}` (optional).
+    pub bk: Option<Tensor<'a>>,
+    /// `attn_v.bias` `{n_embd_v_gqa}` (optional).
+    pub bv: Option<Tensor<'a>>,
+    /// `attn_output.bias` `{n_embd}` (llama only, optional).
+    pub bo: Option<Tensor<'a>>,
+    /// `attn_q_norm.weight`: `{head_dim}` per head, or `{n_embd}` over the whole projection
+    /// (see [`HParams::qk_norm`]).
+    pub q_norm: Option<Tensor<'a>>,
+    /// `attn_k_norm.weight`, as `q_norm`.
+    pub k_norm: Option<Tensor<'a>>,
+    /// `ffn_norm.weight` `{n_embd}`.
+    pub ffn_norm: Tensor<'a>,
+    /// The feed-forward block.
+    pub ffn: Ffn<'a>,
+}
+
+/// A layer's feed-forward block.
+#[derive(Debug, Clone)]
+pub enum Ffn<'a> {
+    /// One SwiGLU MLP: `down(silu(gate·x) * (up·x))`.
+    Dense(DenseFfn<'a>),
+    /// Routed experts (plus an optional shared expert).
+    Moe(MoeFfn<'a>),
+}
+
+/// A dense SwiGLU FFN.
+#[derive(Debug, Clone)]
+pub struct DenseFfn<'a> {
+    /// `ffn_gate.weight` `{n_embd, n_ff}`.
+    pub gate: Tensor<'a>,
+    /// `ffn_up.weight` `{n_embd, n_ff}`.
+    pub up: Tensor<'a>,
+    /// `ffn_down.weight` `{n_ff, n_embd}`.
+    pub down: Tensor<'a>,
+    /// `ffn_gate.bias` `{n_ff}` (llama only, optional).
+    pub gate_b: Option<Tensor<'a>>,
+    /// `ffn_up.bias` `{n_ff}` (llama only, optional).
+    pub up_b: Option<Tensor<'a>>,
+    /// `ffn_down.bias` `{n_embd}` (llama only, optional).
+    pub down_b: Option<Tensor<'a>>,
+}
+
+/// A mixture-of-experts FFN. Expert `e`'s slice of each stacked tensor is the `e`-th of
+/// `n_expert` equal, contiguous parts of its bytes (see [`MoeFfn::expert_slice`]).
+#[derive(Debug, Clone)]
+pub struct MoeFfn<'a> {
+    /// `ffn_gate_inp.weight` `{n_embd, n_expert}`: the router.
+    pub router: Tensor<'a>,
+    /// `ffn_gate_exps.weight` `{n_embd, n_ff_exp, n_expert}`.
+    pub gate_exps: Tensor<'a>,
+    /// `ffn_up_exps.weight` `{n_embd, n_ff_exp, n_expert}`.
+    pub up_exps: Tensor<'a>,
+    /// `ffn_down_exps.weight` `{n_ff_exp, n_embd, n_expert}`.
+    pub down_exps: Tensor<'a>,
+    /// Number of experts (ne2 of the stacked tensors).
+    pub n_expert: u32,
+    /// The always-on shared expert, if the arch has one.
+    pub shared: Option<SharedExpert<'a>>,
+}
+
+/// The shared expert of a MoE layer.
+#[derive(Debug, Clone)]
+pub struct SharedExpert<'a> {
+    /// `ffn_gate_shexp.weight` `{n_embd, n_ff_shexp}`.
+    pub gate: Tensor<'a>,
+    /// `ffn_up_shexp.weight` `{n_embd, n_ff_shexp}`.
+    pub up: Tensor<'a>,
+    /// `ffn_down_shexp.weight` `{n_ff_shexp, n_embd}`.
+    pub down: Tensor<'a>,
+    /// `ffn_gate_inp_shexp.weight` `{n_embd}`: the shared expert's output is multiplied by
+    /// `sigmoid(gate_inp · x)` (qwen2moe, where it is required).
+    pub gate_inp: Option<Tensor<'a>>,
+}
+
+/// Byte range of one expert inside a stacked expert tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertSlice {
+    /// Offset from the start of the tensor's data.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl MoeFfn<'_> {
+    /// The stacked expert tensors in the order gate, up, down.
+    pub fn expert_tensors(&self) -> [&TensorInfo; 3] {
+        [self.gate_exps, self.up_exps, self.down_exps]
+    }
+
+    /// Where expert `e`'s part of `t` lies (relative to the tensor's own data); `None` when the
+    /// tensor's size is unknown or `e` is out of range.
+    pub fn expert_slice(&self, t: &TensorInfo, e: u32) -> Option<ExpertSlice> {
+        if e >= self.n_expert {
+            return None;
+        }
+        let len = t.n_bytes? / u64::from(self.n_expert);
+        Some(ExpertSlice {
+            offset: len * u64::from(e),
+            len,
+        })
+    }
+
+    /// Bytes of one expert (gate + up + down), or `None` when a tensor's size is unknown.
+    pub fn bytes_per_expert(&self) -> Option<u64> {
+        let mut sum = 0u64;
+        for t in self.expert_tensors() {
+            sum = sum.checked_add(t.n_bytes? / u64::from(self.n_expert))?;
+        }
+        Some(sum)
+    }
+
+    /// Bytes of all routed experts of this layer.
+    pub fn expert_bytes(&self) -> Option<u64> {
+        self.bytes_per_expert()?
+            .checked_mul(u64::from(self.n_expert))
+    }
+}
+
+/// Tensors looked up in the file, with the set of names used.
+struct Loader<'a> {
+    file: &'a GgufFile,
+    used: HashSet<&'a str>,
+}
+
+fn same_shape(expected: &[u64], got: &[u64]) -> bool {
+    // As ggml compares: up to 4 dims, missing ones count as 1.
+    (0..4).all(|i| expected.get(i).copied().unwrap_or(1) == got.get(i).copied().unwrap_or(1))
+}
+
+impl<'a> Loader<'a> {
+    fn find(&mut self, name: &str, dims: &[u64]) -> Result<Option<Tensor<'a>>, ModelError> {
+        let Some(t) = self.file.tensor(name) else {
+            return Ok(None);
+        };
+        if !same_shape(dims, &t.dims) {
+            return Err(ModelError::BadShape {
+                name: name.to_owned(),
+                expected: dims.to_vec(),
+                got: t.dims.clone(),
+            });
+        }
+        self.used.insert(t.name.as_str());
+        Ok(Some(t))
+    }
+
+    fn req(&mut self, name: &str, dims: &[u64]) -> Result<Tensor<'a>, ModelError> {
+        self.find(name, dims)?
+            .ok_or_else(|| ModelError::MissingTensor(name.to_owned()))
+    }
+
+    fn opt(&mut self, name: &str, dims: &[u64]) -> Result<Option<Tensor<'a>>, ModelError> {
+        self.find(name, dims)
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.file.tensor(name).is_some()
+    }
+}
+
+/// How many unused tensor names an error lists.
+const UNUSED_LISTED: usize = 8;
+
+impl<'a> ModelTensors<'a> {
+    /// Map every tensor of `file` to its role for the model described by `hp`.
+    ///
+    /// Fails on a missing required tensor, a shape that differs from what `hp` implies, a fused
+    /// layout, or a tensor that no role uses.
+    pub fn from_file(file: &'a GgufFile, hp: &HParams) -> Result<ModelTensors<'a>, ModelError> {
+        let mut ld = Loader {
+            file,
+            used: HashSet::new(),
+        };
+        let arch = hp.arch;
+        let n_embd = u64::from(hp.n_embd);
+        let n_vocab = u64::from(hp.n_vocab);
+
+        let token_embd = ld.req("token_embd.weight", &[n_embd, n_vocab])?;
+        let output_norm = ld.req("output_norm.weight", &[n_embd])?;
+        let (output, output_tied) = if arch.output_required() {
+            (ld.req("output.weight", &[n_embd, n_vocab])?, false)
+        } else {
+            match ld.opt("output.weight", &[n_embd, n_vocab])? {
+                Some(t) => (t, false),
+                None => (token_embd, true),
+            }
+        };
+        let output_bias = if arch == Arch::Qwen2 {
+            ld.opt("output.bias", &[n_vocab])?
+        } else {
+            None
+        };
+        let rope_freqs = if arch == Arch::Llama {
+            ld.opt("rope_freqs.weight", &[u64::from(hp.rope.n_rot / 2)])?
+        } else {
+            None
+        };
+
+        let mut layers = Vec::with_capacity(hp.n_layer as usize);
+        for il in 0..hp.n_layer as usize {
+            layers.push(layer(&mut ld, hp, il)?);
+        }
+
+        let mut unused: Vec<String> = file
+            .tensors()
+            .iter()
+            .filter(|t| !ld.used.contains(t.name.as_str()))
+            .map(|t| t.name.clone())
+            .collect();
+        if !unused.is_empty() {
+            let count = unused.len();
+            unused.truncate(UNUSED_LISTED);
+            return Err(ModelError::UnusedTensors {
+                arch: arch.name(),
+                count,
+                names: unused,
+            });
+        }
+
+        Ok(ModelTensors {
+            token_embd,
+            output_norm,
+            output,
+            output_tied,
+            output_bias,
+            rope_freqs,
+            layers,
+        })
+    }
+}
+
+fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensors<'a>, ModelError> {
+    let arch = hp.arch;
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let n_embd = u64::from(hp.n_embd);
+    let n_q = u64::from(hp.n_embd_q(il));
+    let n_k = u64::from(hp.n_embd_k_gqa(il));
+    let n_v = u64::from(hp.n_embd_v_gqa(il));
+
+    let qkv = n("attn_qkv.weight");
+    if ld.exists(&qkv) && !ld.exists(&n("attn_q.weight")) {
+        return Err(ModelError::FusedLayout {
+            name: qkv,
+            layout: "attn_qkv",
+        });
+    }
+
+    let attn_norm = ld.req(&n("attn_norm.weight"), &[n_embd])?;
+    let wq = ld.req(&n("attn_q.weight"), &[n_embd, n_q])?;
+    let wk = ld.req(&n("attn_k.weight"), &[n_embd, n_k])?;
+    let wv = ld.req(&n("attn_v.weight"), &[n_embd, n_v])?;
+    let bq = ld.opt(&n("attn_q.bias"), &[n_q])?;
+    let bk = ld.opt(&n("attn_k.bias"), &[n_k])?;
+    let bv = ld.opt(&n("attn_v.bias"), &[n_v])?;
+    let wo = ld.req(&n("attn_output.weight"), &[n_q, n_embd])?;
+    let bo = if arch == Arch::Llama {
+        ld.opt(&n("attn_output.bias"), &[n_embd])?
+    } else {
+        None
+    };
+    let (q_norm, k_norm) = match hp.qk_norm {
+        QkNorm::None => (None, None),
+        QkNorm::PerHead => {
+            let d = u64::from(hp.head_dim_k);
+            (
+                Some(ld.req(&n("attn_q_norm.weight"), &[d])?),
+                Some(ld.req(&n("attn_k_norm.weight"), &[d])?),
+            )
+        }
+        QkNorm::Whole => (
+            Some(ld.req(&n("attn_q_norm.weight"), &[n_embd])?),
+            Some(ld.req(&n("attn_k_norm.weight"), &[n_embd])?),
+        ),
+    };
+    let ffn_norm = ld.req(&n("ffn_norm.weight"), &[n_embd])?;
+
+    let ffn = if hp.is_moe_layer(il) {
+        let n_expert = u64::from(hp.n_expert);
+        let n_ff_exp = u64::from(hp.n_ff_exp.at(il));
+        let gate_up = n("ffn_gate_up_exps.weight");
+        if ld.exists(&gate_up) {
+            return Err(ModelError::FusedLayout {
+                name: gate_up,
+                layout: "ffn_gate_up_exps",
+            });
+        }
+        let router = ld.req(&n("ffn_gate_inp.weight"), &[n_embd, n_expert])?;
+        let gate_exps = ld.req(&n("ffn_gate_exps.weight"), &[n_embd, n_ff_exp, n_expert])?;
+        let down_exps = ld.req(&n("ffn_down_exps.weight"), &[n_ff_exp, n_embd, n_expert])?;
+        let up_exps = ld.req(&n("ffn_up_exps.weight"), &[n_embd, n_ff_exp, n_expert])?;
+        let shared = if arch.has_gated_shared_expert() {
+            let w = u64::from(hp.n_ff_shexp);
+            Some(SharedExpert {
+                gate_inp: Some(ld.req(&n("ffn_gate_inp_shexp.weight"), &[n_embd])?),
+                gate: ld.req(&n("ffn_gate_shexp.weight"), &[n_embd, w])?,
+                down: ld.req(&n("ffn_down_shexp.weight"), &[w, n_embd])?,
+                up: ld.req(&n("ffn_up_shexp.weight"), &[n_embd, w])?,
+            })
+        } else {
+            None
+        };
+        Ffn::Moe(MoeFfn {
+            router,
+            gate_exps,
+            up_exps,
+            down_exps,
+            n_expert: hp.n_expert,
+            shared,
+        })
+    } else {
+        let n_ff = u64::from(hp.n_ff.at(il));
+        let gate = ld.req(&n("ffn_gate.weight"), &[n_embd, n_ff])?;
+        let down = ld.req(&n("ffn_down.weight"), &[n_ff, n_embd])?;
+        let up = ld.req(&n("ffn_up.weight"), &[n_embd, n_ff])?;
+        let (gate_b, down_b, up_b) = if arch == Arch::Llama {
+            (
+                ld.opt(&n("ffn_gate.bias"), &[n_ff])?,
+                ld.opt(&n("ffn_down.bias"), &[n_embd])?,
+                ld.opt(&n("ffn_up.bias"), &[n_ff])?,
+            )
+        } else {
+            (None, None, None)
+        };
+        Ffn::Dense(DenseFfn {
+            gate,
+            up,
+            down,
+            gate_b,
+            up_b,
+            down_b,
+        })
+    };
+
+    Ok(LayerTensors {
+        attn_norm,
+        wq,
+        wk,
+        wv,
+        wo,
+        bq,
+        bk,
+        bv,
+        bo,
+        q_norm,
+        k_norm,
+        ffn_norm,
+        ffn,
+    })
+}
