@@ -116,7 +116,10 @@ impl Arch {
 
     /// True when the arch can have experts at all (llama: when `expert_count` > 0).
     pub fn allows_experts(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::Llama)
+        matches!(
+            self,
+            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::Llama
+        )
     }
 
     /// Whether llama.cpp renormalises the top-k router weights to sum 1 for this arch

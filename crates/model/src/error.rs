@@ -28,7 +28,9 @@ pub enum ModelError {
     },
 
     /// A per-layer array key does not have one element per layer.
-    #[error("metadata key '{key}' is an array of {found} elements, expected {expected} (one per layer)")]
+    #[error(
+        "metadata key '{key}' is an array of {found} elements, expected {expected} (one per layer)"
+    )]
     ArrayLength {
         /// The key.
         key: String,

@@ -383,6 +383,22 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             format!("{n_expert} experts; at most {MAX_EXPERTS} are supported"),
         ));
     }
+    if n_expert > 0 && !arch.allows_experts() {
+        return Err(invalid(
+            k("expert_count"),
+            format!("{arch} is a dense architecture; {n_expert} experts are not supported"),
+        ));
+    }
+
+    if n_expert == 0 && arch.requires_experts() {
+        return match md.get(&k("expert_count")) {
+            None => Err(ModelError::MissingKey(k("expert_count"))),
+            Some(_) => Err(invalid(
+                k("expert_count"),
+                format!("must be > 0 for {arch}"),
+            )),
+        };
+    }
     let used_max = n_expert_used.max();
     if used_max > n_expert {
         return Err(invalid(
@@ -418,12 +434,6 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             }
         }
     } else {
-        if arch.requires_experts() {
-            return match md.get(&k("expert_count")) {
-                None => Err(ModelError::MissingKey(k("expert_count"))),
-                Some(_) => Err(invalid(k("expert_count"), format!("must be > 0 for {arch}"))),
-            };
-        }
         if used_max != 0 {
             return Err(invalid(
                 k("expert_used_count"),
@@ -437,13 +447,6 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             ));
         }
     }
-    if n_expert > 0 && !arch.allows_experts() {
-        return Err(invalid(
-            k("expert_count"),
-            format!("{arch} is a dense architecture; {n_expert} experts are not supported"),
-        ));
-    }
-
     // Feed-forward widths.
     let n_ff = kv
         .per_layer(&k("feed_forward_length"), n_layer)?
@@ -497,12 +500,13 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                 Arch::Qwen3Moe | Arch::Qwen2Moe => n_ff_exp_key.clone(),
                 _ => k("feed_forward_length"),
             };
-            return Err(if md.get(&key).is_none() && md.get(&k("feed_forward_length")).is_none()
-            {
-                ModelError::MissingKey(key)
-            } else {
-                invalid(key, format!("layer {il} has experts of width 0"))
-            });
+            return Err(
+                if md.get(&key).is_none() && md.get(&k("feed_forward_length")).is_none() {
+                    ModelError::MissingKey(key)
+                } else {
+                    invalid(key, format!("layer {il} has experts of width 0"))
+                },
+            );
         }
         *slot = w;
     }
@@ -517,7 +521,9 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         0
     };
     if arch.has_gated_shared_expert() && n_ff_shexp == 0 {
-        return Err(ModelError::MissingKey(k("expert_shared_feed_forward_length")));
+        return Err(ModelError::MissingKey(k(
+            "expert_shared_feed_forward_length",
+        )));
     }
     let n_expert_shared = u32::from(arch.has_gated_shared_expert());
     if let Some(v) = kv.u32(&k("expert_shared_count"))?

@@ -23,5 +23,5 @@ pub use hparams::{
 };
 pub use model::{Model, arch_of};
 pub use tensors::{
-    DenseFfn, ExpertSlice, Ffn, LayerTensors, MoeFfn, ModelTensors, SharedExpert, Tensor,
+    DenseFfn, ExpertSlice, Ffn, LayerTensors, ModelTensors, MoeFfn, SharedExpert, Tensor,
 };

@@ -1,0 +1,1002 @@
+//! Loading synthetic GGUF files of every supported architecture, and every error path.
+
+use std::path::PathBuf;
+
+use gguf::{ArrayValue, GgmlType, GgufFile, GgufWriter, Value};
+use model::{
+    Arch, Ffn, HParams, Model, ModelError, QkNorm, RopeScalingType, RopeType, SUPPORTED_ARCHS,
+};
+
+/// A tiny model description that writes a GGUF with the tensors llama.cpp expects.
+#[derive(Clone)]
+struct Spec {
+    arch: &'static str,
+    n_embd: u64,
+    n_layer: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    /// Written as key_length/value_length when set.
+    head_dim: Option<u64>,
+    n_vocab: u64,
+    n_ff: u64,
+    n_ff_exp: u64,
+    n_expert: u64,
+    n_expert_used: u64,
+    n_ff_shexp: u64,
+    tied: bool,
+    biases: bool,
+    /// Type of the stacked expert tensors.
+    exps_type: GgmlType,
+    extra_kv: Vec<(String, Value)>,
+    skip_kv: Vec<String>,
+    skip_tensors: Vec<String>,
+    reshape: Vec<(String, Vec<u64>)>,
+    extra_tensors: Vec<(String, Vec<u64>)>,
+}
+
+fn spec(arch: &'static str) -> Spec {
+    let moe = matches!(arch, "qwen3moe" | "qwen2moe" | "olmoe");
+    let (n_head, n_head_kv) = if arch == "olmoe" { (4, 4) } else { (4, 2) };
+    Spec {
+        arch,
+        n_embd: 32,
+        n_layer: 2,
+        n_head,
+        n_head_kv,
+        head_dim: matches!(arch, "qwen3moe" | "qwen3").then_some(16),
+        n_vocab: 40,
+        n_ff: 48,
+        n_ff_exp: 32,
+        n_expert: if moe { 4 } else { 0 },
+        n_expert_used: if moe { 2 } else { 0 },
+        n_ff_shexp: 64,
+        tied: false,
+        biases: matches!(arch, "qwen2" | "qwen2moe"),
+        exps_type: GgmlType::F32,
+        extra_kv: Vec::new(),
+        skip_kv: Vec::new(),
+        skip_tensors: Vec::new(),
+        reshape: Vec::new(),
+        extra_tensors: Vec::new(),
+    }
+}
+
+impl Spec {
+    fn head_dim(&self) -> u64 {
+        self.head_dim.unwrap_or(self.n_embd / self.n_head)
+    }
+
+    fn kv(&self) -> Vec<(String, Value)> {
+        let a = self.arch;
+        let k = |s: &str| format!("{a}.{s}");
+        let mut v = vec![
+            (
+                "general.architecture".to_owned(),
+                Value::String(a.to_owned()),
+            ),
+            ("general.name".to_owned(), Value::String("tiny".to_owned())),
+            (k("vocab_size"), Value::U32(self.n_vocab as u32)),
+            (k("context_length"), Value::U32(256)),
+            (k("embedding_length"), Value::U32(self.n_embd as u32)),
+            (k("block_count"), Value::U32(self.n_layer as u32)),
+            (k("feed_forward_length"), Value::U32(self.n_ff as u32)),
+            (k("attention.head_count"), Value::U32(self.n_head as u32)),
+            (
+                k("attention.head_count_kv"),
+                Value::U32(self.n_head_kv as u32),
+            ),
+            (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+            (k("rope.freq_base"), Value::F32(1e6)),
+        ];
+        if let Some(d) = self.head_dim {
+            v.push((k("attention.key_length"), Value::U32(d as u32)));
+            v.push((k("attention.value_length"), Value::U32(d as u32)));
+        }
+        if self.n_expert > 0 {
+            v.push((k("expert_count"), Value::U32(self.n_expert as u32)));
+            v.push((
+                k("expert_used_count"),
+                Value::U32(self.n_expert_used as u32),
+            ));
+            if matches!(a, "qwen3moe" | "qwen2moe") {
+                v.push((
+                    k("expert_feed_forward_length"),
+                    Value::U32(self.n_ff_exp as u32),
+                ));
+            }
+            if a == "qwen2moe" {
+                v.push((
+                    k("expert_shared_feed_forward_length"),
+                    Value::U32(self.n_ff_shexp as u32),
+                ));
+            }
+        }
+        v.retain(|(key, _)| !self.skip_kv.contains(key));
+        for (key, val) in &self.extra_kv {
+            match v.iter_mut().find(|(k2, _)| k2 == key) {
+                Some(e) => e.1 = val.clone(),
+                None => v.push((key.clone(), val.clone())),
+            }
+        }
+        v
+    }
+
+    fn tensors(&self) -> Vec<(String, Vec<u64>)> {
+        let (e, voc) = (self.n_embd, self.n_vocab);
+        let hd = self.head_dim();
+        let (q, kv) = match self.arch {
+            "qwen2moe" | "olmoe" | "qwen2" => (e, hd * self.n_head_kv),
+            _ => (hd * self.n_head, hd * self.n_head_kv),
+        };
+        let mut t: Vec<(String, Vec<u64>)> = vec![
+            ("token_embd.weight".into(), vec![e, voc]),
+            ("output_norm.weight".into(), vec![e]),
+        ];
+        if !self.tied {
+            t.push(("output.weight".into(), vec![e, voc]));
+        }
+        for il in 0..self.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            t.push((n("attn_norm.weight"), vec![e]));
+            t.push((n("attn_q.weight"), vec![e, q]));
+            t.push((n("attn_k.weight"), vec![e, kv]));
+            t.push((n("attn_v.weight"), vec![e, kv]));
+            t.push((n("attn_output.weight"), vec![q, e]));
+            if self.biases {
+                t.push((n("attn_q.bias"), vec![q]));
+                t.push((n("attn_k.bias"), vec![kv]));
+                t.push((n("attn_v.bias"), vec![kv]));
+            }
+            match self.arch {
+                "qwen3moe" | "qwen3" => {
+                    t.push((n("attn_q_norm.weight"), vec![hd]));
+                    t.push((n("attn_k_norm.weight"), vec![hd]));
+                }
+                "olmoe" => {
+                    t.push((n("attn_q_norm.weight"), vec![e]));
+                    t.push((n("attn_k_norm.weight"), vec![e]));
+                }
+                _ => {}
+            }
+            t.push((n("ffn_norm.weight"), vec![e]));
+            if self.n_expert > 0 {
+                let ne = self.n_expert;
+                let f = match self.arch {
+                    "olmoe" | "llama" => self.n_ff,
+                    _ => self.n_ff_exp,
+                };
+                t.push((n("ffn_gate_inp.weight"), vec![e, ne]));
+                t.push((n("ffn_gate_exps.weight"), vec![e, f, ne]));
+                t.push((n("ffn_up_exps.weight"), vec![e, f, ne]));
+                t.push((n("ffn_down_exps.weight"), vec![f, e, ne]));
+                if self.arch == "qwen2moe" {
+                    let s = self.n_ff_shexp;
+                    t.push((n("ffn_gate_inp_shexp.weight"), vec![e]));
+                    t.push((n("ffn_gate_shexp.weight"), vec![e, s]));
+                    t.push((n("ffn_up_shexp.weight"), vec![e, s]));
+                    t.push((n("ffn_down_shexp.weight"), vec![s, e]));
+                }
+            } else {
+                t.push((n("ffn_gate.weight"), vec![e, self.n_ff]));
+                t.push((n("ffn_up.weight"), vec![e, self.n_ff]));
+                t.push((n("ffn_down.weight"), vec![self.n_ff, e]));
+            }
+        }
+        t.retain(|(name, _)| !self.skip_tensors.contains(name));
+        for (name, dims) in &self.reshape {
+            if let Some(e) = t.iter_mut().find(|(n2, _)| n2 == name) {
+                e.1 = dims.clone();
+            }
+        }
+        t.extend(self.extra_tensors.iter().cloned());
+        t
+    }
+
+    /// Write the file; returns the directory guard and the path.
+    fn write(&self) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let mut w = GgufWriter::new();
+        for (k, v) in self.kv() {
+            w.add_metadata(k, v).unwrap();
+        }
+        for (name, dims) in self.tensors() {
+            let ty = if name.contains("_exps.") {
+                self.exps_type
+            } else {
+                GgmlType::F32
+            };
+            let n: u64 = dims.iter().product();
+            let bytes = ty.row_bytes(n).unwrap() as usize;
+            w.add_tensor(name, &dims, ty, vec![0u8; bytes]).unwrap();
+        }
+        w.write_to_path(&path).unwrap();
+        (dir, path)
+    }
+
+    fn open(&self) -> (tempfile::TempDir, GgufFile) {
+        let (dir, path) = self.write();
+        let f = GgufFile::open(&path).unwrap();
+        (dir, f)
+    }
+
+    fn hparams(&self) -> Result<HParams, ModelError> {
+        let (_d, f) = self.open();
+        let arch = Arch::from_name(self.arch)?;
+        HParams::from_metadata(arch, f.metadata())
+    }
+
+    fn load_err(&self) -> ModelError {
+        let (_d, f) = self.open();
+        Model::from_gguf(&f).unwrap_err()
+    }
+
+    fn with_kv(mut self, key: &str, v: Value) -> Self {
+        self.extra_kv.push((key.to_owned(), v));
+        self
+    }
+
+    fn without_kv(mut self, key: &str) -> Self {
+        self.skip_kv.push(key.to_owned());
+        self
+    }
+}
+
+fn moe<'b, 'a>(l: &'b model::LayerTensors<'a>) -> &'b model::MoeFfn<'a> {
+    match &l.ffn {
+        Ffn::Moe(m) => m,
+        Ffn::Dense(_) => panic!("expected a MoE layer"),
+    }
+}
+
+// ---------------------------------------------------------------- every architecture loads
+
+#[test]
+fn qwen3moe_loads_with_per_head_qk_norm() {
+    let s = spec("qwen3moe");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(m.arch(), Arch::Qwen3Moe);
+    assert_eq!(m.name.as_deref(), Some("tiny"));
+    assert_eq!(
+        (hp.n_embd, hp.n_layer, hp.n_vocab, hp.n_ctx_train),
+        (32, 2, 40, 256)
+    );
+    assert_eq!((hp.head_dim_k, hp.head_dim_v, hp.rope.n_rot), (16, 16, 16));
+    assert_eq!((hp.n_head.at(1), hp.n_head_kv.at(1)), (4, 2));
+    assert_eq!(hp.n_embd_q(0), 64);
+    assert_eq!(hp.n_embd_k_gqa(0), 32);
+    assert_eq!(hp.rope.ty, RopeType::Neox);
+    assert_eq!(hp.rope.freq_base, 1e6);
+    assert_eq!(hp.rms_eps, 1e-6);
+    assert_eq!(hp.qk_norm, QkNorm::PerHead);
+    assert_eq!((hp.n_expert, hp.n_expert_used.at(0)), (4, 2));
+    assert_eq!(hp.n_ff_exp.as_slice(), &[32, 32]);
+    assert!(hp.expert_weights_norm, "qwen3moe renormalises top-k");
+    assert_eq!(hp.expert_weights_scale, 0.0);
+    assert_eq!(hp.n_expert_shared, 0);
+    assert!(hp.is_moe_layer(0) && hp.is_moe_layer(1));
+    assert_eq!(hp.attn_scale(), 0.25);
+
+    let t = &m.tensors;
+    assert!(!t.output_tied);
+    assert_eq!(t.output.name, "output.weight");
+    assert_eq!(t.layers.len(), 2);
+    let l1 = &t.layers[1];
+    assert_eq!(l1.wq.name, "blk.1.attn_q.weight");
+    assert_eq!(l1.wq.dims, vec![32, 64]);
+    assert_eq!(l1.wo.dims, vec![64, 32]);
+    assert_eq!(l1.q_norm.unwrap().name, "blk.1.attn_q_norm.weight");
+    assert_eq!(l1.k_norm.unwrap().dims, vec![16]);
+    assert!(l1.bq.is_none() && l1.bk.is_none() && l1.bv.is_none());
+    let e = moe(l1);
+    assert_eq!(e.router.name, "blk.1.ffn_gate_inp.weight");
+    assert_eq!(e.gate_exps.dims, vec![32, 32, 4]);
+    assert_eq!(e.down_exps.dims, vec![32, 32, 4]);
+    assert_eq!(e.up_exps.name, "blk.1.ffn_up_exps.weight");
+    assert!(e.shared.is_none());
+    assert_eq!(e.n_expert, 4);
+}
+
+#[test]
+fn qwen2moe_has_biases_and_a_gated_shared_expert() {
+    let s = spec("qwen2moe");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(hp.qk_norm, QkNorm::None);
+    assert_eq!(hp.rope.ty, RopeType::Neox);
+    assert!(!hp.expert_weights_norm, "qwen2moe does not renormalise");
+    assert_eq!((hp.n_expert_shared, hp.n_ff_shexp), (1, 64));
+    assert_eq!(hp.head_dim_k, 8);
+    assert_eq!(hp.n_embd_q(0), 32);
+    let l = &m.tensors.layers[0];
+    assert_eq!(l.bq.unwrap().dims, vec![32]);
+    assert_eq!(l.bk.unwrap().dims, vec![16]);
+    assert_eq!(l.bv.unwrap().name, "blk.0.attn_v.bias");
+    assert!(l.q_norm.is_none());
+    let sh = moe(l).shared.as_ref().unwrap();
+    assert_eq!(sh.gate_inp.unwrap().name, "blk.0.ffn_gate_inp_shexp.weight");
+    assert_eq!(sh.gate_inp.unwrap().dims, vec![32]);
+    assert_eq!(sh.gate.dims, vec![32, 64]);
+    assert_eq!(sh.up.name, "blk.0.ffn_up_shexp.weight");
+    assert_eq!(sh.down.dims, vec![64, 32]);
+}
+
+#[test]
+fn qwen2moe_shared_width_defaults_to_n_ff() {
+    let mut s = spec("qwen2moe").without_kv("qwen2moe.expert_shared_feed_forward_length");
+    s.n_ff_shexp = s.n_ff;
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert_eq!(m.hparams.n_ff_shexp, 48);
+}
+
+#[test]
+fn qwen2moe_requires_the_shared_gate_and_output() {
+    let mut s = spec("qwen2moe");
+    s.skip_tensors
+        .push("blk.1.ffn_gate_inp_shexp.weight".to_owned());
+    assert_eq!(
+        s.load_err(),
+        ModelError::MissingTensor("blk.1.ffn_gate_inp_shexp.weight".to_owned())
+    );
+    let mut s = spec("qwen2moe");
+    s.tied = true;
+    assert_eq!(
+        s.load_err(),
+        ModelError::MissingTensor("output.weight".to_owned())
+    );
+}
+
+#[test]
+fn olmoe_normalises_the_whole_projection_and_uses_n_ff_for_experts() {
+    let s = spec("olmoe");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(hp.qk_norm, QkNorm::Whole);
+    assert!(!hp.expert_weights_norm);
+    assert_eq!(hp.n_ff_exp.as_slice(), &[48, 48]);
+    let l = &m.tensors.layers[0];
+    assert_eq!(l.q_norm.unwrap().dims, vec![32]);
+    assert_eq!(l.k_norm.unwrap().dims, vec![32]);
+    assert_eq!(moe(l).gate_exps.dims, vec![32, 48, 4]);
+}
+
+#[test]
+fn olmoe_requires_output_and_equal_kv_heads() {
+    let mut s = spec("olmoe");
+    s.tied = true;
+    assert_eq!(
+        s.load_err(),
+        ModelError::MissingTensor("output.weight".to_owned())
+    );
+    let mut s = spec("olmoe");
+    s.n_head_kv = 2;
+    match s.hparams().unwrap_err() {
+        ModelError::InvalidValue { key, .. } => assert_eq!(key, "olmoe.attention.head_count_kv"),
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn llama_dense_uses_norm_rope_and_dense_ffn() {
+    let s = spec("llama");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(hp.rope.ty, RopeType::Norm);
+    assert_eq!(hp.n_expert, 0);
+    assert_eq!(hp.n_moe_layers(), 0);
+    assert!(!hp.is_moe_layer(0));
+    match &m.tensors.layers[1].ffn {
+        Ffn::Dense(d) => {
+            assert_eq!(d.gate.dims, vec![32, 48]);
+            assert_eq!(d.down.name, "blk.1.ffn_down.weight");
+            assert!(d.gate_b.is_none());
+        }
+        Ffn::Moe(_) => panic!("dense llama loaded as MoE"),
+    }
+    assert_eq!(m.expert_bytes(0), 0);
+}
+
+#[test]
+fn llama_with_experts_is_mixtral_style() {
+    let mut s = spec("llama");
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(hp.n_moe_layers(), 2);
+    assert!(hp.expert_weights_norm, "mixtral renormalises top-k");
+    assert_eq!(hp.n_ff_exp.as_slice(), &[48, 48]);
+    let e = moe(&m.tensors.layers[0]);
+    assert_eq!(e.gate_exps.dims, vec![32, 48, 4]);
+    assert!(e.shared.is_none());
+}
+
+#[test]
+fn llama_optional_rope_freqs_and_biases() {
+    let mut s = spec("llama");
+    s.extra_tensors.push(("rope_freqs.weight".into(), vec![4]));
+    s.extra_tensors
+        .push(("blk.0.attn_output.bias".into(), vec![32]));
+    s.extra_tensors.push(("blk.0.ffn_up.bias".into(), vec![48]));
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert_eq!(m.tensors.rope_freqs.unwrap().name, "rope_freqs.weight");
+    assert_eq!(m.tensors.layers[0].bo.unwrap().dims, vec![32]);
+    match &m.tensors.layers[0].ffn {
+        Ffn::Dense(d) => assert_eq!(d.up_b.unwrap().name, "blk.0.ffn_up.bias"),
+        Ffn::Moe(_) => panic!(),
+    }
+    // rope_freqs must have n_rot/2 elements.
+    let mut s = spec("llama");
+    s.extra_tensors.push(("rope_freqs.weight".into(), vec![8]));
+    assert!(
+        matches!(s.load_err(), ModelError::BadShape { name, .. } if name == "rope_freqs.weight")
+    );
+}
+
+#[test]
+fn qwen2_dense_with_biases_and_output_bias() {
+    let mut s = spec("qwen2");
+    s.tied = true;
+    s.extra_tensors.push(("output.bias".into(), vec![40]));
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert_eq!(m.hparams.rope.ty, RopeType::Neox);
+    assert!(m.tensors.output_tied);
+    assert_eq!(m.tensors.output.name, "token_embd.weight");
+    assert_eq!(m.tensors.output_bias.unwrap().dims, vec![40]);
+    assert_eq!(m.tensors.layers[0].bq.unwrap().dims, vec![32]);
+}
+
+#[test]
+fn qwen3_dense_with_qk_norm() {
+    let s = spec("qwen3");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert_eq!(m.hparams.qk_norm, QkNorm::PerHead);
+    assert_eq!(m.tensors.layers[0].q_norm.unwrap().dims, vec![16]);
+    assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
+}
+
+#[test]
+fn qwen3_rejects_experts() {
+    let s = spec("qwen3").with_kv("qwen3.expert_count", Value::U32(4));
+    match s.hparams().unwrap_err() {
+        ModelError::InvalidValue { key, .. } => assert_eq!(key, "qwen3.expert_count"),
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn tied_output_falls_back_to_token_embd() {
+    let mut s = spec("qwen3moe");
+    s.tied = true;
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert!(m.tensors.output_tied);
+    assert!(std::ptr::eq(m.tensors.output, m.tensors.token_embd));
+    assert!(m.summary().contains("tied to token_embd"));
+}
+
+// ---------------------------------------------------------------- error paths
+
+#[test]
+fn unknown_arch_is_named_with_the_supported_list() {
+    let (_d, f) = spec("qwen3moe")
+        .with_kv("general.architecture", Value::String("gpt2".into()))
+        .open();
+    let e = Model::from_gguf(&f).unwrap_err();
+    assert_eq!(e, ModelError::UnsupportedArch("gpt2".into()));
+    let msg = e.to_string();
+    assert!(msg.contains("'gpt2'"), "{msg}");
+    for a in SUPPORTED_ARCHS.split(", ") {
+        assert!(msg.contains(a), "{msg}");
+        assert!(Arch::from_name(a).is_ok());
+    }
+}
+
+#[test]
+fn missing_arch_key() {
+    let (_d, f) = spec("qwen3moe").without_kv("general.architecture").open();
+    assert_eq!(
+        Model::from_gguf(&f).unwrap_err(),
+        ModelError::MissingKey("general.architecture".into())
+    );
+}
+
+#[test]
+fn missing_required_keys_are_named() {
+    for key in [
+        "qwen3moe.context_length",
+        "qwen3moe.embedding_length",
+        "qwen3moe.block_count",
+        "qwen3moe.attention.head_count",
+        "qwen3moe.attention.layer_norm_rms_epsilon",
+        "qwen3moe.expert_count",
+    ] {
+        let e = spec("qwen3moe").without_kv(key).hparams().unwrap_err();
+        assert_eq!(e, ModelError::MissingKey(key.into()), "{key}");
+        assert!(e.to_string().contains(key));
+    }
+    // Dense FFN width is needed by dense archs.
+    let e = spec("qwen3")
+        .without_kv("qwen3.feed_forward_length")
+        .hparams()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ModelError::MissingKey("qwen3.feed_forward_length".into())
+    );
+    // No vocabulary at all.
+    match spec("llama").without_kv("llama.vocab_size").hparams() {
+        Err(ModelError::MissingKey(k)) => assert!(k.contains("tokenizer.ggml.tokens")),
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let mut s = spec("qwen3moe");
+    s.skip_tensors.push("blk.1.ffn_up_exps.weight".into());
+    let e = s.load_err();
+    assert_eq!(
+        e,
+        ModelError::MissingTensor("blk.1.ffn_up_exps.weight".into())
+    );
+    assert!(e.to_string().contains("blk.1.ffn_up_exps.weight"));
+    let mut s = spec("qwen3");
+    s.skip_tensors.push("blk.0.attn_k_norm.weight".into());
+    assert_eq!(
+        s.load_err(),
+        ModelError::MissingTensor("blk.0.attn_k_norm.weight".into())
+    );
+}
+
+#[test]
+fn bad_shape_is_named_with_both_shapes() {
+    let mut s = spec("qwen3moe");
+    s.reshape.push(("blk.0.attn_k.weight".into(), vec![32, 64]));
+    let e = s.load_err();
+    assert_eq!(
+        e,
+        ModelError::BadShape {
+            name: "blk.0.attn_k.weight".into(),
+            expected: vec![32, 32],
+            got: vec![32, 64],
+        }
+    );
+    assert!(e.to_string().contains("blk.0.attn_k.weight"));
+    // Optional tensors are shape-checked too.
+    let mut s = spec("qwen2");
+    s.reshape.push(("blk.1.attn_v.bias".into(), vec![32]));
+    assert!(
+        matches!(s.load_err(), ModelError::BadShape { name, .. } if name == "blk.1.attn_v.bias")
+    );
+    // Trailing dims of 1 are the same shape (ggml semantics).
+    let mut s = spec("qwen3moe");
+    s.reshape.push(("output_norm.weight".into(), vec![32, 1]));
+    let (_d, f) = s.open();
+    assert!(Model::from_gguf(&f).is_ok());
+}
+
+#[test]
+fn invariants_name_their_key() {
+    let cases: Vec<(Spec, &str)> = vec![
+        (
+            {
+                let mut s = spec("qwen3moe");
+                s.n_head_kv = 3;
+                s
+            },
+            "qwen3moe.attention.head_count_kv",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.expert_used_count", Value::U32(5)),
+            "qwen3moe.expert_used_count",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.expert_used_count", Value::U32(0)),
+            "qwen3moe.expert_used_count",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.expert_count", Value::U32(0)),
+            "qwen3moe.expert_count",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.expert_count", Value::U32(2000)),
+            "qwen3moe.expert_count",
+        ),
+        (
+            spec("llama").with_kv("llama.expert_used_count", Value::U32(2)),
+            "llama.expert_used_count",
+        ),
+        (
+            spec("llama").with_kv("llama.rope.dimension_count", Value::U32(4)),
+            "llama.rope.dimension_count",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.attention.value_length", Value::U32(8)),
+            "qwen3moe.attention.value_length",
+        ),
+        (
+            spec("qwen2")
+                .with_kv("qwen2.attention.key_length", Value::U32(16))
+                .with_kv("qwen2.attention.value_length", Value::U32(16)),
+            "qwen2.attention.key_length",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.block_count", Value::U32(0)),
+            "qwen3moe.block_count",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.attention.head_count", Value::U32(0)),
+            "qwen3moe.attention.head_count",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.rope.scaling.type", Value::String("wavy".into())),
+            "qwen3moe.rope.scaling.type",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.expert_group_count", Value::U32(3)),
+            "qwen3moe.expert_group_count",
+        ),
+        (
+            spec("qwen3moe")
+                .with_kv("qwen3moe.expert_group_count", Value::U32(2))
+                .with_kv("qwen3moe.expert_group_used_count", Value::U32(2)),
+            "qwen3moe.expert_group_used_count",
+        ),
+        (
+            spec("qwen2moe").with_kv("qwen2moe.expert_shared_count", Value::U32(2)),
+            "qwen2moe.expert_shared_count",
+        ),
+        (
+            spec("qwen3moe").with_kv("qwen3moe.leading_dense_block_count", Value::U32(3)),
+            "qwen3moe.leading_dense_block_count",
+        ),
+    ];
+    for (s, key) in cases {
+        match s.hparams() {
+            Err(ModelError::InvalidValue { key: k, reason }) => {
+                assert_eq!(k, key, "{reason}");
+            }
+            r => panic!("{key}: expected InvalidValue, got {r:?}"),
+        }
+    }
+}
+
+#[test]
+fn wrong_key_types_are_named() {
+    let e = spec("qwen3moe")
+        .with_kv("qwen3moe.embedding_length", Value::String("64".into()))
+        .hparams()
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::KeyType { key, .. } if key == "qwen3moe.embedding_length"),
+        "{e}"
+    );
+    let e = spec("qwen3moe")
+        .with_kv("qwen3moe.attention.layer_norm_rms_epsilon", Value::U32(1))
+        .hparams()
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::KeyType { key, .. } if key == "qwen3moe.attention.layer_norm_rms_epsilon")
+    );
+    let e = spec("qwen3moe")
+        .with_kv("qwen3moe.expert_weights_norm", Value::U32(1))
+        .hparams()
+        .unwrap_err();
+    assert!(matches!(&e, ModelError::KeyType { key, .. } if key == "qwen3moe.expert_weights_norm"));
+    // Other integer widths are accepted when the value fits.
+    let hp = spec("qwen3moe")
+        .with_kv("qwen3moe.context_length", Value::U64(4096))
+        .hparams()
+        .unwrap();
+    assert_eq!(hp.n_ctx_train, 4096);
+    let e = spec("qwen3moe")
+        .with_kv("qwen3moe.context_length", Value::I32(-1))
+        .hparams()
+        .unwrap_err();
+    assert!(matches!(&e, ModelError::KeyType { key, .. } if key == "qwen3moe.context_length"));
+}
+
+#[test]
+fn per_layer_arrays() {
+    // Layer 0: 2 kv heads and width 48; layer 1: 4 kv heads and width 64.
+    let mut s = spec("llama")
+        .with_kv(
+            "llama.attention.head_count_kv",
+            Value::Array(ArrayValue::U32(vec![2, 4])),
+        )
+        .with_kv(
+            "llama.feed_forward_length",
+            Value::Array(ArrayValue::I32(vec![48, 64])),
+        );
+    s.reshape.push(("blk.1.attn_k.weight".into(), vec![32, 32]));
+    s.reshape.push(("blk.1.attn_v.weight".into(), vec![32, 32]));
+    s.reshape
+        .push(("blk.1.ffn_gate.weight".into(), vec![32, 64]));
+    s.reshape.push(("blk.1.ffn_up.weight".into(), vec![32, 64]));
+    s.reshape
+        .push(("blk.1.ffn_down.weight".into(), vec![64, 32]));
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(hp.n_head_kv.as_slice(), &[2, 4]);
+    assert_eq!(hp.n_head_kv.uniform(), None);
+    assert_eq!(hp.n_ff.as_slice(), &[48, 64]);
+    assert_eq!(hp.n_head.uniform(), Some(4));
+    assert_eq!(m.tensors.layers[1].wk.dims, vec![32, 32]);
+
+    // An array must have one element per layer.
+    let e = spec("llama")
+        .with_kv(
+            "llama.feed_forward_length",
+            Value::Array(ArrayValue::U32(vec![48, 48, 48])),
+        )
+        .hparams()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ModelError::ArrayLength {
+            key: "llama.feed_forward_length".into(),
+            expected: 2,
+            found: 3
+        }
+    );
+    // Per-layer expert widths and top-k.
+    let mut s = spec("qwen3moe")
+        .with_kv(
+            "qwen3moe.expert_feed_forward_length",
+            Value::Array(ArrayValue::U32(vec![32, 64])),
+        )
+        .with_kv(
+            "qwen3moe.expert_used_count",
+            Value::Array(ArrayValue::U32(vec![2, 3])),
+        );
+    s.reshape
+        .push(("blk.1.ffn_gate_exps.weight".into(), vec![32, 64, 4]));
+    s.reshape
+        .push(("blk.1.ffn_up_exps.weight".into(), vec![32, 64, 4]));
+    s.reshape
+        .push(("blk.1.ffn_down_exps.weight".into(), vec![64, 32, 4]));
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert_eq!(m.hparams.n_ff_exp.as_slice(), &[32, 64]);
+    assert_eq!(m.hparams.n_expert_used.as_slice(), &[2, 3]);
+    assert_eq!(m.hparams.n_expert_used.max(), 3);
+}
+
+#[test]
+fn expert_width_defaults_to_n_ff_over_top_k() {
+    // Without expert_feed_forward_length, qwen3moe experts are n_ff / n_expert_used wide.
+    let mut s = spec("qwen3moe").without_kv("qwen3moe.expert_feed_forward_length");
+    s.n_ff = 64;
+    s.n_ff_exp = 32;
+    let hp = s.hparams().unwrap();
+    assert_eq!(hp.n_ff_exp.at(0), 32);
+    let (_d, f) = s.open();
+    assert!(Model::from_gguf(&f).is_ok());
+}
+
+#[test]
+fn yarn_keys() {
+    let s = spec("qwen3moe")
+        .with_kv("qwen3moe.rope.scaling.type", Value::String("yarn".into()))
+        .with_kv("qwen3moe.rope.scaling.factor", Value::F32(4.0))
+        .with_kv(
+            "qwen3moe.rope.scaling.original_context_length",
+            Value::U32(32768),
+        )
+        .with_kv("qwen3moe.rope.scaling.yarn_beta_fast", Value::F32(16.0));
+    let r = s.hparams().unwrap().rope;
+    assert_eq!(r.scaling, RopeScalingType::Yarn);
+    assert_eq!(r.scaling_factor, 4.0);
+    assert_eq!(r.freq_scale, 0.25);
+    assert_eq!(r.n_ctx_orig, 32768);
+    assert_eq!(r.yarn_ext_factor, 1.0);
+    assert_eq!(r.yarn_beta_fast, 16.0);
+    assert_eq!(r.yarn_beta_slow, 1.0);
+    assert_eq!(r.attn_factor, 1.0);
+    // The context's correction cancels the mscale that the kernel applies again.
+    assert!((r.mscale() - 1.0).abs() < 1e-6, "{}", r.mscale());
+
+    // Defaults: linear scaling without a factor changes nothing.
+    let r = spec("qwen3moe").hparams().unwrap().rope;
+    assert_eq!(r.scaling, RopeScalingType::Linear);
+    assert_eq!(
+        (r.freq_scale, r.yarn_ext_factor, r.n_ctx_orig),
+        (1.0, 0.0, 256)
+    );
+    assert_eq!((r.yarn_beta_fast, r.yarn_beta_slow), (32.0, 1.0));
+    assert_eq!(r.mscale(), 1.0);
+
+    // Linear with the old key name; "none" ignores the factor.
+    let r = spec("llama")
+        .with_kv("llama.rope.scale_linear", Value::F32(2.0))
+        .hparams()
+        .unwrap()
+        .rope;
+    assert_eq!(r.freq_scale, 0.5);
+    let r = spec("llama")
+        .with_kv("llama.rope.scaling.type", Value::String("none".into()))
+        .with_kv("llama.rope.scaling.factor", Value::F32(2.0))
+        .hparams()
+        .unwrap()
+        .rope;
+    assert_eq!(r.freq_scale, 1.0);
+    // Rope base defaults to 10000.
+    let r = spec("llama")
+        .without_kv("llama.rope.freq_base")
+        .hparams()
+        .unwrap()
+        .rope;
+    assert_eq!(r.freq_base, 10000.0);
+
+    let e = spec("qwen3moe")
+        .with_kv(
+            "qwen3moe.rope.scaling.type",
+            Value::String("longrope".into()),
+        )
+        .hparams()
+        .unwrap_err();
+    assert!(matches!(e, ModelError::Unsupported(_)));
+}
+
+#[test]
+fn router_keys_override_arch_defaults() {
+    let hp = spec("qwen2moe")
+        .with_kv("qwen2moe.expert_weights_norm", Value::Bool(true))
+        .with_kv("qwen2moe.expert_weights_scale", Value::F32(2.5))
+        .hparams()
+        .unwrap();
+    assert!(hp.expert_weights_norm);
+    assert_eq!(hp.expert_weights_scale, 2.5);
+}
+
+#[test]
+fn vocab_size_comes_from_the_token_list_first() {
+    let toks: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    let hp = spec("qwen3moe")
+        .with_kv("qwen3moe.vocab_size", Value::U32(99))
+        .with_kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(ArrayValue::String(toks)),
+        )
+        .hparams()
+        .unwrap();
+    assert_eq!(hp.n_vocab, 40);
+}
+
+#[test]
+fn leading_dense_blocks() {
+    let mut s = spec("qwen3moe").with_kv("qwen3moe.leading_dense_block_count", Value::U32(1));
+    for t in [
+        "ffn_gate_inp",
+        "ffn_gate_exps",
+        "ffn_up_exps",
+        "ffn_down_exps",
+    ] {
+        s.skip_tensors.push(format!("blk.0.{t}.weight"));
+    }
+    s.extra_tensors
+        .push(("blk.0.ffn_gate.weight".into(), vec![32, 48]));
+    s.extra_tensors
+        .push(("blk.0.ffn_up.weight".into(), vec![32, 48]));
+    s.extra_tensors
+        .push(("blk.0.ffn_down.weight".into(), vec![48, 32]));
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert!(!m.hparams.is_moe_layer(0));
+    assert!(m.hparams.is_moe_layer(1));
+    assert_eq!(m.hparams.n_moe_layers(), 1);
+    assert_eq!(m.hparams.n_ff_exp.as_slice(), &[0, 32]);
+    assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
+    assert!(matches!(m.tensors.layers[1].ffn, Ffn::Moe(_)));
+}
+
+#[test]
+fn fused_layouts_are_reported() {
+    let mut s = spec("qwen3moe");
+    for t in ["attn_q", "attn_k", "attn_v"] {
+        s.skip_tensors.push(format!("blk.0.{t}.weight"));
+    }
+    s.extra_tensors
+        .push(("blk.0.attn_qkv.weight".into(), vec![32, 128]));
+    assert_eq!(
+        s.load_err(),
+        ModelError::FusedLayout {
+            name: "blk.0.attn_qkv.weight".into(),
+            layout: "attn_qkv"
+        }
+    );
+    let mut s = spec("qwen3moe");
+    s.skip_tensors.push("blk.1.ffn_gate_exps.weight".into());
+    s.skip_tensors.push("blk.1.ffn_up_exps.weight".into());
+    s.extra_tensors
+        .push(("blk.1.ffn_gate_up_exps.weight".into(), vec![32, 64, 4]));
+    assert_eq!(
+        s.load_err(),
+        ModelError::FusedLayout {
+            name: "blk.1.ffn_gate_up_exps.weight".into(),
+            layout: "ffn_gate_up_exps"
+        }
+    );
+}
+
+#[test]
+fn unused_tensors_are_refused() {
+    let mut s = spec("qwen3moe");
+    s.extra_tensors
+        .push(("blk.0.mystery.weight".into(), vec![32]));
+    // Biases are not part of qwen3moe's graph.
+    s.extra_tensors
+        .push(("blk.0.attn_output.bias".into(), vec![32]));
+    match s.load_err() {
+        ModelError::UnusedTensors { arch, count, names } => {
+            assert_eq!(arch, "qwen3moe");
+            assert_eq!(count, 2);
+            assert!(names.contains(&"blk.0.mystery.weight".to_owned()));
+        }
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn expert_bytes_and_slices_for_q8_0() {
+    let mut s = spec("qwen3moe");
+    s.exps_type = GgmlType::Q8_0;
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let e = moe(&m.tensors.layers[0]);
+    // One expert's gate: 32 rows of 32 Q8_0 elements = 32 blocks of 34 bytes.
+    let per_tensor = 32 * 34;
+    assert_eq!(e.bytes_per_expert(), Some(3 * per_tensor));
+    assert_eq!(e.expert_bytes(), Some(4 * 3 * per_tensor));
+    assert_eq!(m.expert_bytes(1), 4 * 3 * per_tensor);
+    let sl = e.expert_slice(e.down_exps, 3).unwrap();
+    assert_eq!((sl.offset, sl.len), (3 * per_tensor, per_tensor));
+    assert!(e.expert_slice(e.down_exps, 4).is_none());
+    let data = m.data(e.down_exps).unwrap();
+    assert_eq!(data.len() as u64, 4 * per_tensor);
+    let all: u64 = f.tensors().iter().map(|t| t.n_bytes.unwrap()).sum();
+    assert_eq!(m.dense_bytes() + 2 * 4 * 3 * per_tensor, all);
+}
+
+// ---------------------------------------------------------------- the demo model
+
+/// Values from the file's own header, as listed by gguf-py 0.19.0 (`GGUFReader`).
+#[test]
+fn demo_model_loads() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../cli/assets/demo-qwen3moe.gguf");
+    let f = GgufFile::open(&path).unwrap();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(m.arch(), Arch::Qwen3Moe);
+    assert_eq!(hp.n_layer, 2);
+    assert_eq!(hp.n_embd, 64);
+    assert_eq!(hp.n_vocab, 275);
+    assert_eq!(hp.n_ctx_train, 512);
+    assert_eq!((hp.n_head.at(0), hp.n_head_kv.at(0)), (4, 2));
+    assert_eq!((hp.head_dim_k, hp.rope.n_rot), (16, 16));
+    assert_eq!((hp.n_expert, hp.n_expert_used.at(0)), (8, 2));
+    assert_eq!(hp.n_ff_exp.as_slice(), &[64, 64]);
+    assert_eq!(hp.rope.freq_base, 1e6);
+    assert_eq!(hp.rms_eps, 1e-6);
+    assert!(hp.expert_weights_norm);
+    assert!(m.tensors.output_tied);
+    let e = moe(&m.tensors.layers[1]);
+    assert_eq!(e.gate_exps.ty.to_string(), "q8_0");
+    // 64x64 Q8_0 per expert and tensor: 64 rows x 2 blocks x 34 bytes.
+    assert_eq!(e.bytes_per_expert(), Some(3 * 64 * 2 * 34));
+    let sum = m.summary();
+    assert!(sum.contains("arch: qwen3moe"), "{sum}");
+    assert!(sum.contains("8 per layer, 2 used per token"), "{sum}");
+}
