@@ -143,28 +143,29 @@ impl<'a> Model<'a> {
             },
             hp.rms_eps
         );
+        let scaling = if hp.rope.freq_scale == 1.0 && hp.rope.yarn_ext_factor == 0.0 {
+            "off".to_owned()
+        } else {
+            format!(
+                "{} x{} (original context {})",
+                match hp.rope.scaling {
+                    RopeScalingType::None => "none",
+                    RopeScalingType::Linear => "linear",
+                    RopeScalingType::Yarn => "yarn",
+                },
+                hp.rope.scaling_factor,
+                hp.rope.n_ctx_orig
+            )
+        };
         let _ = writeln!(
             s,
-            "rope: {} over {} dims, base {}, scaling {}{}",
+            "rope: {} over {} dims, base {}, scaling {scaling}",
             match hp.rope.ty {
                 RopeType::Norm => "norm",
                 RopeType::Neox => "neox",
             },
             hp.rope.n_rot,
             hp.rope.freq_base,
-            match hp.rope.scaling {
-                RopeScalingType::None => "none",
-                RopeScalingType::Linear => "linear",
-                RopeScalingType::Yarn => "yarn",
-            },
-            if hp.rope.freq_scale != 1.0 {
-                format!(
-                    " x{} (original context {})",
-                    hp.rope.scaling_factor, hp.rope.n_ctx_orig
-                )
-            } else {
-                String::new()
-            }
         );
         if hp.n_expert > 0 {
             let _ = writeln!(
@@ -217,8 +218,9 @@ impl<'a> Model<'a> {
             if let Ffn::Moe(m) = &l.ffn {
                 let _ = writeln!(
                     s,
-                    "  layer {il}: experts {} ({} per expert; gate {}, up {}, down {})",
+                    "  layer {il}: experts {} ({} bytes; {} per expert; gate {}, up {}, down {})",
                     human_bytes(m.expert_bytes().unwrap_or(0)),
+                    m.expert_bytes().unwrap_or(0),
                     human_bytes(m.bytes_per_expert().unwrap_or(0)),
                     m.gate_exps.ty,
                     m.up_exps.ty,
