@@ -1000,3 +1000,25 @@ fn demo_model_loads() {
     assert!(sum.contains("arch: qwen3moe"), "{sum}");
     assert!(sum.contains("8 per layer, 2 used per token"), "{sum}");
 }
+
+/// Loads every `*.gguf` in the directory named by `SLUICE_MODEL_DIR` (real or converter-made
+/// models) and prints its summary. Run with `cargo test -p model -- --ignored`.
+#[test]
+#[ignore = "needs SLUICE_MODEL_DIR pointing at a directory of GGUF models"]
+fn every_model_in_a_directory_loads() {
+    let dir = std::env::var("SLUICE_MODEL_DIR").expect("set SLUICE_MODEL_DIR");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("gguf") {
+            continue;
+        }
+        let f = GgufFile::open(&path).unwrap();
+        match Model::from_gguf(&f) {
+            Ok(m) => println!("{}:\n{}", path.display(), m.summary()),
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+        n += 1;
+    }
+    assert!(n > 0, "no .gguf files in {dir}");
+}
