@@ -592,6 +592,17 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             format!("value head size {head_dim_v} differs from key head size {head_dim_k}"),
         ));
     }
+    for il in 0..nl {
+        if head_dim_k.checked_mul(n_head.at(il)).is_none() {
+            return Err(invalid(
+                k("attention.key_length"),
+                format!(
+                    "head size {head_dim_k} x {} heads overflows 32 bits",
+                    n_head.at(il)
+                ),
+            ));
+        }
+    }
     if arch.q_dim() == QDim::Embd {
         for il in 0..nl {
             if head_dim_k * n_head.at(il) != n_embd {

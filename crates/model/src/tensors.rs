@@ -144,7 +144,7 @@ impl MoeFfn<'_> {
         if e >= self.n_expert {
             return None;
         }
-        let len = t.n_bytes? / u64::from(self.n_expert);
+        let len = t.n_bytes?.checked_div(u64::from(self.n_expert))?;
         Some(ExpertSlice {
             offset: len * u64::from(e),
             len,
@@ -155,7 +155,7 @@ impl MoeFfn<'_> {
     pub fn bytes_per_expert(&self) -> Option<u64> {
         let mut sum = 0u64;
         for t in self.expert_tensors() {
-            sum = sum.checked_add(t.n_bytes? / u64::from(self.n_expert))?;
+            sum = sum.checked_add(t.n_bytes?.checked_div(u64::from(self.n_expert))?)?;
         }
         Some(sum)
     }

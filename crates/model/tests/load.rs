@@ -654,6 +654,13 @@ fn invariants_name_their_key() {
             "qwen3moe.expert_group_used_count",
         ),
         (
+            spec("qwen3moe")
+                .with_kv("qwen3moe.attention.key_length", Value::U32(1 << 31))
+                .with_kv("qwen3moe.attention.value_length", Value::U32(1 << 31))
+                .with_kv("qwen3moe.rope.dimension_count", Value::U32(1 << 31)),
+            "qwen3moe.attention.key_length",
+        ),
+        (
             spec("qwen2moe").with_kv("qwen2moe.expert_shared_count", Value::U32(2)),
             "qwen2moe.expert_shared_count",
         ),
