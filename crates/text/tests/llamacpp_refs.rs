@@ -14,27 +14,11 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use text::Tokenizer;
 
-const MISSING: &str = "text fixtures missing: run `bash scripts/fetch_text_fixtures.sh`";
+mod common;
 
 /// The (add_special, parse_special) order of the `encode` records and the
 /// (remove_special, unparse_special) order of the `detokenize` records.
 const FLAG_PAIRS: [(bool, bool); 4] = [(false, false), (false, true), (true, false), (true, true)];
-
-/// Where `scripts/fetch_text_fixtures.sh` puts the vocabularies.
-fn vocab_dir() -> PathBuf {
-    let root = match std::env::var_os("SLUICE_FIXTURES") {
-        Some(p) => PathBuf::from(p),
-        None => std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .expect("HOME or XDG_CACHE_HOME is set")
-            .join("sluice")
-            .join("fixtures"),
-    };
-    let dir = root.join("text").join("vocab");
-    assert!(dir.is_dir(), "{MISSING} (no {})", dir.display());
-    dir
-}
 
 /// The corpus and the reference files: `tests/fixtures`, or `$SLUICE_TOKEN_REFS` (a directory
 /// laid out the same way, written by `scripts/gen_token_refs.sh DIR` from a bigger corpus, for
@@ -271,9 +255,9 @@ fn check_vocab(name: &str) {
     let corpus: Vec<String> = serde_json::from_slice(&corpus_bytes).expect("corpus.json");
 
     let vocab_file = str_of(&refs["vocab"]);
-    let vocab_path = vocab_dir().join(vocab_file);
-    let bytes = std::fs::read(&vocab_path)
-        .unwrap_or_else(|e| panic!("{MISSING} ({}: {e})", vocab_path.display()));
+    let vocab_path = common::vocab_path(vocab_file);
+    let bytes =
+        std::fs::read(&vocab_path).unwrap_or_else(|e| panic!("read {}: {e}", vocab_path.display()));
     assert_eq!(
         sha256_hex(&bytes),
         str_of(&refs["vocab_sha256"]),
