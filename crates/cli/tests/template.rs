@@ -14,29 +14,8 @@ fn sluice(args: &[&str]) -> Output {
         .expect("run sluice")
 }
 
-/// Where `scripts/fetch_text_fixtures.sh` puts the text fixtures.
-fn fixtures(sub: &str) -> PathBuf {
-    let root = match std::env::var_os("SLUICE_FIXTURES") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .expect("HOME or XDG_CACHE_HOME is set");
-            cache.join("sluice").join("fixtures")
-        }
-    };
-    let dir = root.join("text").join(sub);
-    assert!(
-        dir.is_dir(),
-        "text fixtures missing in {}: run `bash scripts/fetch_text_fixtures.sh`",
-        dir.display()
-    );
-    dir
-}
-
 fn qwen() -> PathBuf {
-    fixtures("vocab").join("qwen2.5-coder-1.5b.gguf")
+    testdata::vocab_path("qwen2.5-coder-1.5b.gguf")
 }
 
 fn ok_stdout(o: &Output) -> String {
@@ -145,7 +124,7 @@ fn a_model_without_a_template_is_refused_by_name() {
 #[test]
 fn think_control_follows_the_template() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let gpt_oss = std::fs::read_to_string(fixtures("templates").join("openai-gpt-oss-120b.jinja"))
+    let gpt_oss = std::fs::read_to_string(testdata::template_path("openai-gpt-oss-120b"))
         .expect("gpt-oss template");
     let model = dir.path().join("harmony.gguf");
     with_template(&qwen(), &gpt_oss, &model);

@@ -14,25 +14,9 @@ fn sluice(args: &[&str]) -> Output {
         .expect("run sluice")
 }
 
-/// Where `scripts/fetch_text_fixtures.sh` puts the vocabulary files.
+/// A vocabulary fetched by `scripts/fetch_text_fixtures.sh`.
 fn vocab_path(name: &str) -> PathBuf {
-    let root = match std::env::var_os("SLUICE_FIXTURES") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .expect("HOME or XDG_CACHE_HOME is set");
-            cache.join("sluice").join("fixtures")
-        }
-    };
-    let dir = root.join("text").join("vocab");
-    assert!(
-        dir.is_dir(),
-        "text fixtures missing in {}: run scripts/fetch_text_fixtures.sh",
-        dir.display()
-    );
-    dir.join(name)
+    testdata::vocab_path(name)
 }
 
 fn library(path: &PathBuf) -> Tokenizer {

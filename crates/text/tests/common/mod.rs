@@ -1,42 +1,8 @@
 //! Locating the third-party test data fetched by `scripts/fetch_text_fixtures.sh`.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use std::path::PathBuf;
-
-/// The `text` fixture directory: `$SLUICE_FIXTURES/text`, else
-/// `${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/text`. Panics when it has not been fetched.
-pub fn fixtures_dir() -> PathBuf {
-    let root = match std::env::var_os("SLUICE_FIXTURES") {
-        Some(r) if !r.is_empty() => PathBuf::from(r),
-        _ => {
-            let cache = match std::env::var_os("XDG_CACHE_HOME") {
-                Some(c) if !c.is_empty() => PathBuf::from(c),
-                _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"),
-            };
-            cache.join("sluice").join("fixtures")
-        }
-    };
-    let dir = root.join("text");
-    if !dir.join("STAMP").is_file() {
-        panic!(
-            "text fixtures missing: run `bash scripts/fetch_text_fixtures.sh` (looked in {})",
-            dir.display()
-        );
-    }
-    dir
-}
-
-/// A fixture vocabulary file.
-pub fn vocab_path(name: &str) -> PathBuf {
-    let p = fixtures_dir().join("vocab").join(name);
-    assert!(
-        p.is_file(),
-        "text fixtures missing: run `bash scripts/fetch_text_fixtures.sh` ({} not found)",
-        p.display()
-    );
-    p
-}
+pub use testdata::{text_dir as fixtures_dir, vocab_path};
 
 /// The (input, expected ids) pairs of a llama.cpp `test-tokenizer-0` `.inp`/`.out` pair: inputs
 /// are separated by a line `__ggml_vocab_test__`, outputs are one line of ids per input.
