@@ -1,0 +1,318 @@
+//! Attention of one sequence over a KV cache (the non-flash path of llama.cpp).
+//!
+//! For query head `h` (KV head `h / (n_head / n_head_kv)`) at position `p`:
+//! `s_t = dot(K_t, q)` for cells `t <= p`, `P = softmax(s · scale)` (causal mask),
+//! `out = Σ_t P_t · V_t`. With an F16 cache, K and V are stored rounded to f16 (round to
+//! nearest even), `q` is rounded to f16 before the dot and `P` is rounded to f16 before the V
+//! product, as ggml converts the second operand of a matrix product to the first one's type.
+//! Dot products accumulate in f32 with ggml's AVX2 layout (see [`dot_ggml`]).
+
+use std::sync::Mutex;
+use std::sync::PoisonError;
+
+use half::f16;
+use quant::ThreadPool;
+
+use super::act::softmax_visible;
+use crate::EngineError;
+use crate::error::check_len;
+
+/// Element type of the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvType {
+    /// Full precision (llama.cpp `-ctk f32 -ctv f32`, the parity reference).
+    F32,
+    /// Half precision (llama.cpp's default).
+    F16,
+}
+
+#[derive(Debug, Clone)]
+enum Store {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Store {
+    fn new(ty: KvType, n: usize) -> Store {
+        match ty {
+            KvType::F32 => Store::F32(vec![0.0; n]),
+            KvType::F16 => Store::F16(vec![f16::ZERO; n]),
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, i: usize, v: f32) {
+        match self {
+            Store::F32(s) => s[i] = v,
+            Store::F16(s) => s[i] = f16::from_f32(v),
+        }
+    }
+
+    /// Copy `n` values starting at `start` into `dst` as f32.
+    #[inline]
+    fn read(&self, start: usize, dst: &mut [f32]) {
+        match self {
+            Store::F32(s) => dst.copy_from_slice(&s[start..start + dst.len()]),
+            Store::F16(s) => {
+                let n = dst.len();
+                for (d, &v) in dst.iter_mut().zip(&s[start..start + n]) {
+                    *d = v.to_f32();
+                }
+            }
+        }
+    }
+}
+
+/// Per-layer key and value cache of one sequence.
+///
+/// Keys are stored `[layer][pos][kv_head][head_dim]`; values transposed,
+/// `[layer][kv_head][head_dim][pos]`, as llama.cpp stores V without flash attention, so the
+/// value product is a contiguous dot over positions.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    ty: KvType,
+    n_layer: usize,
+    n_ctx: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    k: Vec<Store>,
+    v: Vec<Store>,
+}
+
+impl KvCache {
+    /// An all-zero cache of `n_ctx` cells per layer.
+    pub fn new(
+        ty: KvType,
+        n_layer: usize,
+        n_ctx: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+    ) -> Result<KvCache, EngineError> {
+        let per_layer = n_ctx
+            .checked_mul(n_head_kv)
+            .and_then(|x| x.checked_mul(head_dim))
+            .ok_or_else(|| EngineError::Shape("KV cache size overflows".into()))?;
+        Ok(KvCache {
+            ty,
+            n_layer,
+            n_ctx,
+            n_head_kv,
+            head_dim,
+            k: (0..n_layer).map(|_| Store::new(ty, per_layer)).collect(),
+            v: (0..n_layer).map(|_| Store::new(ty, per_layer)).collect(),
+        })
+    }
+
+    /// Storage type.
+    pub fn kv_type(&self) -> KvType {
+        self.ty
+    }
+    /// Cells per layer.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    /// KV heads.
+    pub fn n_head_kv(&self) -> usize {
+        self.n_head_kv
+    }
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    fn check(&self, layer: usize, pos: usize) -> Result<(), EngineError> {
+        if layer >= self.n_layer {
+            return Err(EngineError::Layer {
+                layer,
+                n_layer: self.n_layer,
+            });
+        }
+        if pos >= self.n_ctx {
+            return Err(EngineError::Position {
+                pos,
+                capacity: self.n_ctx,
+            });
+        }
+        Ok(())
+    }
+
+    /// Store the key and value rows (`n_head_kv · head_dim` values each) of position `pos`.
+    pub fn store(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(), EngineError> {
+        self.check(layer, pos)?;
+        let w = self.n_head_kv * self.head_dim;
+        check_len("k", w, k.len())?;
+        check_len("v", w, v.len())?;
+        for (i, &x) in k.iter().enumerate() {
+            self.k[layer].set(pos * w + i, x);
+        }
+        for (i, &x) in v.iter().enumerate() {
+            // element i = (kv_head, d) goes to row i of the transposed layout
+            self.v[layer].set(i * self.n_ctx + pos, x);
+        }
+        Ok(())
+    }
+
+    /// Key of `pos`, KV head `h`, as f32 (after the storage rounding).
+    pub fn key(
+        &self,
+        layer: usize,
+        pos: usize,
+        h: usize,
+        dst: &mut [f32],
+    ) -> Result<(), EngineError> {
+        self.check(layer, pos)?;
+        check_len("key", self.head_dim, dst.len())?;
+        let start = (pos * self.n_head_kv + h) * self.head_dim;
+        self.k[layer].read(start, dst);
+        Ok(())
+    }
+
+    /// Value of `pos`, KV head `h`, as f32 (after the storage rounding).
+    pub fn value(
+        &self,
+        layer: usize,
+        pos: usize,
+        h: usize,
+        dst: &mut [f32],
+    ) -> Result<(), EngineError> {
+        self.check(layer, pos)?;
+        check_len("value", self.head_dim, dst.len())?;
+        for (d, o) in dst.iter_mut().enumerate() {
+            let mut one = [0f32];
+            self.v[layer].read((h * self.head_dim + d) * self.n_ctx + pos, &mut one);
+            *o = one[0];
+        }
+        Ok(())
+    }
+
+    /// Softmax row length llama.cpp would use when `n_vis` cells are in use: the cell count
+    /// padded to 256, capped at the cache size (it only decides which exponential the
+    /// softmax uses for the last elements, see [`super::softmax`]).
+    fn row_len(&self, n_vis: usize) -> usize {
+        n_vis.next_multiple_of(256).min(self.n_ctx).max(n_vis)
+    }
+}
+
+/// Decode attention: `q` is `[n_head][head_dim]` for the token at position `n_pos - 1`,
+/// attending to cells `0..n_pos` of `layer`; writes `out` (`[n_head][head_dim]`).
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    pool: &ThreadPool,
+    q: &[f32],
+    cache: &KvCache,
+    layer: usize,
+    n_pos: usize,
+    n_head: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), EngineError> {
+    if n_pos == 0 {
+        return Err(EngineError::Shape("attention over zero positions".into()));
+    }
+    attend_batch(pool, q, cache, layer, n_pos - 1, 1, n_head, scale, out)
+}
+
+/// Prefill attention for `n_tok` tokens at positions `p0..p0 + n_tok` (their K/V already
+/// stored): token `i` attends to cells `0..=p0 + i` (causal mask). `q` and `out` are
+/// `[n_tok][n_head][head_dim]`. Work is spread over `pool`, one task per (token, head);
+/// results do not depend on the number of threads.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_batch(
+    pool: &ThreadPool,
+    q: &[f32],
+    cache: &KvCache,
+    layer: usize,
+    p0: usize,
+    n_tok: usize,
+    n_head: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), EngineError> {
+    let hd = cache.head_dim;
+    let n_kv = cache.n_head_kv;
+    if n_head == 0 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
+        return Err(EngineError::Shape(format!(
+            "n_head {n_head} is not a positive multiple of n_head_kv {n_kv}"
+        )));
+    }
+    if n_tok == 0 {
+        return Ok(());
+    }
+    cache.check(layer, p0 + n_tok - 1)?;
+    check_len("q", n_tok * n_head * hd, q.len())?;
+    check_len("out", n_tok * n_head * hd, out.len())?;
+    let group = n_head / n_kv;
+    let slots: Vec<Mutex<&mut [f32]>> = out.chunks_mut(hd.max(1)).map(Mutex::new).collect();
+    pool.run(n_tok * n_head, |task| {
+        let (t, h) = (task / n_head, task % n_head);
+        let q_h = &q[task * hd..(task + 1) * hd];
+        let mut dst = slots[task].lock().unwrap_or_else(PoisonError::into_inner);
+        attend_head(cache, layer, h / group, p0 + t + 1, q_h, scale, &mut dst);
+    });
+    Ok(())
+}
+
+/// One query head over cells `0..n_vis` of KV head `kvh`.
+fn attend_head(
+    cache: &KvCache,
+    layer: usize,
+    kvh: usize,
+    n_vis: usize,
+    q: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let hd = cache.head_dim;
+    let f16_cache = cache.ty == KvType::F16;
+    let qv: Vec<f32> = if f16_cache {
+        q.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
+    } else {
+        q.to_vec()
+    };
+    let mut krow = vec![0f32; hd];
+    let mut scores = vec![0f32; n_vis];
+    let kw = cache.n_head_kv * hd;
+    for (t, s) in scores.iter_mut().enumerate() {
+        cache.k[layer].read(t * kw + kvh * hd, &mut krow);
+        *s = dot_ggml(&krow, &qv);
+    }
+    let mut probs = vec![0f32; n_vis];
+    softmax_visible(&scores, scale, cache.row_len(n_vis), &mut probs);
+    if f16_cache {
+        for p in &mut probs {
+            *p = f16::from_f32(*p).to_f32();
+        }
+    }
+    let mut vrow = vec![0f32; n_vis];
+    for (d, o) in out.iter_mut().enumerate() {
+        cache.v[layer].read((kvh * hd + d) * cache.n_ctx, &mut vrow);
+        *o = dot_ggml(&vrow, &probs);
+    }
+}
+
+/// Dot product with the accumulation layout of ggml's AVX2 `vec_dot_f32`/`vec_dot_f16`:
+/// four 8-lane f32 accumulators, element `i` fused-multiply-added into accumulator
+/// `(i / 8) % 4`, lane `i % 8`; then `(a0 + a2) + (a1 + a3)` lane-wise, the two 4-lane halves
+/// added, and `(l0 + l1) + (l2 + l3)`. The inputs are taken as zero-padded to a multiple of 32
+/// (llama.cpp pads the KV length to 256, so it has no scalar tail there).
+pub(crate) fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [[0f32; 8]; 4];
+    for (i, (ca, cb)) in a.chunks(8).zip(b.chunks(8)).enumerate() {
+        let lanes = &mut acc[i % 4];
+        for ((l, &x), &y) in lanes.iter_mut().zip(ca).zip(cb) {
+            *l = x.mul_add(y, *l);
+        }
+    }
+    let mut s = [0f32; 8];
+    for (l, sl) in s.iter_mut().enumerate() {
+        *sl = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    (t[0] + t[1]) + (t[2] + t[3])
+}
