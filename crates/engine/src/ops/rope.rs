@@ -188,5 +188,5 @@ fn rotate(x0: f32, x1: f32, cos: f32, sin: f32) -> (f32, f32) {
 /// YaRN ramp: 1 below `low`, 0 above `high`, linear between, indexed by the pair `i0/2`.
 fn ramp(low: f32, high: f32, i0: usize) -> f32 {
     let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
-    1.0 - y.max(0.0).min(1.0)
+    1.0 - y.clamp(0.0, 1.0)
 }

@@ -11,6 +11,9 @@ pub enum Gating {
     Sigmoid,
 }
 
+/// Smallest normal f16, 2^-14: the floor llama.cpp clamps the routing weight sum to.
+const MIN_WEIGHT_SUM: f32 = 1.0 / 16384.0;
+
 /// Indices of the `k` largest values of `x`, largest first; equal values keep increasing
 /// index order (a stable descending sort, which is what ggml's `argsort` gives for rows of up
 /// to 16 elements, where its `std::sort` is an insertion sort). `NaN`s sort last.
@@ -44,7 +47,7 @@ pub fn route(
     let mut w: Vec<f32> = ids.iter().map(|&e| probs[e]).collect();
     if norm {
         let sum = w.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
-        let sum = sum.max(6.103_515_625e-5);
+        let sum = sum.max(MIN_WEIGHT_SUM);
         for v in &mut w {
             *v /= sum;
         }
