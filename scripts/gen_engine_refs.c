@@ -1,0 +1,188 @@
+// Reference outputs of ggml's x86 CPU backend for the engine's numerical ops (RoPE with and
+// without YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, RMS norm with a weight),
+// written as JSON. Built and run by scripts/gen_engine_refs.sh, linked against one prebuilt
+// CPU backend variant of the npm package node-llama-cpp (see that script for versions).
+//
+// Usage: gen_engine_refs OUT.json
+//
+// Every float is written as its IEEE-754 bit pattern (a JSON integer), so the file round-trips
+// exactly. Each case is one ggml graph of one op (plus a MUL for the norm weight) computed on
+// one thread with ggml_graph_compute_with_ctx. Inputs come from a splitmix64 generator and
+// integer-derived floats (no libm), so they do not depend on the machine.
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml.h"
+#include "ggml-cpu.h"
+
+int ggml_backend_score(void);
+
+#define REF_SEED 0x5EED0E9E7E5E0A11ULL
+#include "ref_rand.h"
+
+static struct ggml_context * gctx;
+static FILE * out;
+static int first_case = 1;
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static void put_array(const char * name, const float * v, int64_t n) {
+    fprintf(out, ",\"%s\":[", name);
+    for (int64_t i = 0; i < n; ++i) {
+        fprintf(out, "%s%u", i ? "," : "", bits(v[i]));
+    }
+    fprintf(out, "]");
+}
+
+static void begin_case(const char * op) {
+    fprintf(out, "%s\n{\"op\":\"%s\"", first_case ? "" : ",", op);
+    first_case = 0;
+}
+
+static void compute(struct ggml_tensor * t) {
+    struct ggml_cgraph * gf = ggml_new_graph(gctx);
+    ggml_build_forward_expand(gf, t);
+    if (ggml_graph_compute_with_ctx(gctx, gf, 1) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "graph compute failed\n");
+        exit(1);
+    }
+}
+
+static struct ggml_tensor * filled(int64_t ne0, int64_t ne1, int64_t ne2, float amp) {
+    struct ggml_tensor * t = ggml_new_tensor_3d(gctx, GGML_TYPE_F32, ne0, ne1, ne2);
+    float * d = (float *) t->data;
+    for (int64_t i = 0; i < ggml_nelements(t); ++i) {
+        d[i] = uniform_pm1() * amp;
+    }
+    return t;
+}
+
+static void rope_case(int mode, int n_dims, float base, float freq_scale, float ext_factor,
+                      float attn_factor, int n_ctx_orig) {
+    const int head_dim = 64, n_head = 3, n_tok = 5;
+    const int32_t pos[5] = { 0, 1, 77, 4095, 30000 };
+    const float beta_fast = 32.0f, beta_slow = 1.0f;
+    struct ggml_tensor * x = filled(head_dim, n_head, n_tok, 2.0f);
+    struct ggml_tensor * p = ggml_new_tensor_1d(gctx, GGML_TYPE_I32, n_tok);
+    memcpy(p->data, pos, sizeof pos);
+    struct ggml_tensor * y = ggml_rope_ext(gctx, x, p, NULL, n_dims, mode, n_ctx_orig, base,
+                                           freq_scale, ext_factor, attn_factor, beta_fast, beta_slow);
+    compute(y);
+    begin_case("rope");
+    fprintf(out, ",\"mode\":\"%s\",\"head_dim\":%d,\"n_head\":%d,\"n_dims\":%d,\"n_ctx_orig\":%d",
+            mode == GGML_ROPE_TYPE_NEOX ? "neox" : "norm", head_dim, n_head, n_dims, n_ctx_orig);
+    fprintf(out, ",\"freq_base\":%u,\"freq_scale\":%u,\"ext_factor\":%u,\"attn_factor\":%u",
+            bits(base), bits(freq_scale), bits(ext_factor), bits(attn_factor));
+    fprintf(out, ",\"beta_fast\":%u,\"beta_slow\":%u,\"pos\":[", bits(beta_fast), bits(beta_slow));
+    for (int i = 0; i < n_tok; ++i) fprintf(out, "%s%d", i ? "," : "", pos[i]);
+    fprintf(out, "]");
+    put_array("input", (float *) x->data, ggml_nelements(x));
+    put_array("output", (float *) y->data, ggml_nelements(y));
+    fprintf(out, "}");
+}
+
+// Rows of length n; row r sees its first n_vis[r] elements (the rest masked with -inf).
+static void softmax_case(int n, int rows, const int * n_vis, float scale, float amp) {
+    struct ggml_tensor * x = filled(n, rows, 1, amp);
+    struct ggml_tensor * mask = ggml_new_tensor_2d(gctx, GGML_TYPE_F32, n, rows);
+    float * m = (float *) mask->data;
+    for (int r = 0; r < rows; ++r) {
+        for (int i = 0; i < n; ++i) m[r * n + i] = i < n_vis[r] ? 0.0f : -INFINITY;
+    }
+    struct ggml_tensor * y = ggml_soft_max_ext(gctx, x, mask, scale, 0.0f);
+    compute(y);
+    begin_case("softmax");
+    fprintf(out, ",\"n\":%d,\"rows\":%d,\"scale\":%u,\"n_visible\":[", n, rows, bits(scale));
+    for (int r = 0; r < rows; ++r) fprintf(out, "%s%d", r ? "," : "", n_vis[r]);
+    fprintf(out, "]");
+    put_array("input", (float *) x->data, ggml_nelements(x));
+    put_array("output", (float *) y->data, ggml_nelements(y));
+    fprintf(out, "}");
+}
+
+static void unary_case(const char * op, int n, float amp) {
+    struct ggml_tensor * x = filled(n, 1, 1, amp);
+    struct ggml_tensor * y = strcmp(op, "silu") == 0 ? ggml_silu(gctx, x) : ggml_sigmoid(gctx, x);
+    compute(y);
+    begin_case(op);
+    put_array("input", (float *) x->data, n);
+    put_array("output", (float *) y->data, n);
+    fprintf(out, "}");
+}
+
+static void swiglu_case(int n) {
+    struct ggml_tensor * g = filled(n, 1, 1, 9.0f);
+    struct ggml_tensor * u = filled(n, 1, 1, 3.0f);
+    struct ggml_tensor * y = ggml_swiglu_split(gctx, g, u);
+    compute(y);
+    begin_case("swiglu");
+    put_array("gate", (float *) g->data, n);
+    put_array("up", (float *) u->data, n);
+    put_array("output", (float *) y->data, n);
+    fprintf(out, "}");
+}
+
+static void rms_norm_case(int n, int rows, float eps) {
+    struct ggml_tensor * x = filled(n, rows, 1, 3.0f);
+    struct ggml_tensor * w = filled(n, 1, 1, 1.5f);
+    struct ggml_tensor * y = ggml_mul(gctx, ggml_rms_norm(gctx, x, eps), w);
+    compute(y);
+    begin_case("rms_norm");
+    fprintf(out, ",\"n\":%d,\"rows\":%d,\"eps\":%u", n, rows, bits(eps));
+    put_array("input", (float *) x->data, ggml_nelements(x));
+    put_array("weight", (float *) w->data, n);
+    put_array("output", (float *) y->data, ggml_nelements(y));
+    fprintf(out, "}");
+}
+
+int main(int argc, char ** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s OUT.json\n", argv[0]);
+        return 2;
+    }
+    if (ggml_backend_score() <= 0) {
+        fprintf(stderr, "this CPU lacks the features of the linked backend variant\n");
+        return 1;
+    }
+    ggml_cpu_init();
+    struct ggml_init_params params = { 64u << 20, NULL, false };
+    gctx = ggml_init(params);
+    out = fopen(argv[1], "w");
+    if (!out) {
+        perror(argv[1]);
+        return 1;
+    }
+    fprintf(out, "{\"generator\":\"scripts/gen_engine_refs.sh\",\"ggml\":\"llama.cpp v0.4.0 (npm node-llama-cpp 3.21.1), CPU backend haswell\",\"cases\":[");
+
+    rope_case(GGML_ROPE_TYPE_NORMAL, 64, 10000.0f, 1.0f, 0.0f, 1.0f, 4096);
+    rope_case(GGML_ROPE_TYPE_NEOX, 64, 1000000.0f, 1.0f, 0.0f, 1.0f, 32768);
+    rope_case(GGML_ROPE_TYPE_NEOX, 48, 10000.0f, 1.0f, 0.0f, 1.0f, 4096);
+    rope_case(GGML_ROPE_TYPE_NEOX, 64, 10000.0f, 0.25f, 1.0f, 1.0f, 4096);
+    rope_case(GGML_ROPE_TYPE_NORMAL, 64, 500000.0f, 0.125f, 1.0f, 0.9f, 8192);
+
+    const int vis_a[3] = { 37, 30, 1 };
+    softmax_case(37, 3, vis_a, 0.125f, 40.0f);
+    const int vis_b[4] = { 21, 256, 250, 8 };
+    softmax_case(256, 4, vis_b, 0.088388f, 30.0f);
+    const int vis_c[2] = { 8, 60 };
+    softmax_case(60, 2, vis_c, 1.0f, 4.0f);
+
+    unary_case("silu", 203, 12.0f);
+    unary_case("sigmoid", 64, 10.0f);
+    swiglu_case(203);
+    rms_norm_case(200, 3, 1e-6f);
+    rms_norm_case(37, 2, 1e-5f);
+
+    fprintf(out, "\n]}\n");
+    fclose(out);
+    ggml_free(gctx);
+    return 0;
+}
