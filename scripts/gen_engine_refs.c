@@ -1,5 +1,6 @@
 // Reference outputs of ggml's x86 CPU backend for the engine's numerical ops (RoPE with and
-// without YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, RMS norm with a weight),
+// without YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, RMS norm with a weight,
+// and attention over an F32 or F16 KV cache for one token and for a batch of tokens),
 // written as JSON. Built and run by scripts/gen_engine_refs.sh, linked against one prebuilt
 // CPU backend variant of the npm package node-llama-cpp (see that script for versions).
 //
@@ -67,7 +68,7 @@ static struct ggml_tensor * filled(int64_t ne0, int64_t ne1, int64_t ne2, float 
 
 static void rope_case(int mode, int n_dims, float base, float freq_scale, float ext_factor,
                       float attn_factor, int n_ctx_orig) {
-    const int head_dim = 64, n_head = 3, n_tok = 5;
+    const int head_dim = 64, n_head = 2, n_tok = 5;
     const int32_t pos[5] = { 0, 1, 77, 4095, 30000 };
     const float beta_fast = 32.0f, beta_slow = 1.0f;
     struct ggml_tensor * x = filled(head_dim, n_head, n_tok, 2.0f);
@@ -143,6 +144,58 @@ static void rms_norm_case(int n, int rows, float eps) {
     fprintf(out, "}");
 }
 
+// Attention as llama.cpp builds it without flash attention: K cache [hd, n_head_kv, n_kv] and
+// transposed V cache [n_kv, hd, n_head_kv] of type kv_type (F32 or F16, converted with ggml's
+// row conversion), KQ = mul_mat(permuted K, permuted Q), softmax with scale and a causal
+// mask over all n_kv cells (cells >= n_used hold zeros and are masked), KQV = mul_mat(V, KQ).
+// Tokens are at positions p0 .. p0 + n_tok - 1 (p0 + n_tok == n_used).
+static void attn_case(enum ggml_type kv_type, int n_head, int n_head_kv, int hd, int n_kv, int n_used, int n_tok) {
+    const int p0 = n_used - n_tok;
+    const float scale = 1.0f / sqrtf((float) hd);
+    // K and V values of the used cells, f32, in cache order: k[cell][head][d], v[cell][head][d]
+    float * kf = calloc((size_t) n_kv * n_head_kv * hd, sizeof(float));
+    float * vf = calloc((size_t) n_kv * n_head_kv * hd, sizeof(float));
+    for (int i = 0; i < n_used * n_head_kv * hd; ++i) kf[i] = uniform_pm1() * 2.0f;
+    for (int i = 0; i < n_used * n_head_kv * hd; ++i) vf[i] = uniform_pm1();
+    float * vt = calloc((size_t) n_kv * n_head_kv * hd, sizeof(float));
+    for (int c = 0; c < n_kv; ++c)
+        for (int h = 0; h < n_head_kv; ++h)
+            for (int d = 0; d < hd; ++d) vt[((size_t) h * hd + d) * n_kv + c] = vf[((size_t) c * n_head_kv + h) * hd + d];
+    struct ggml_tensor * kc = ggml_new_tensor_3d(gctx, kv_type, hd, n_head_kv, n_kv);
+    struct ggml_tensor * vc = ggml_new_tensor_3d(gctx, kv_type, n_kv, hd, n_head_kv);
+    if (kv_type == GGML_TYPE_F16) {
+        ggml_fp32_to_fp16_row(kf, (ggml_fp16_t *) kc->data, ggml_nelements(kc));
+        ggml_fp32_to_fp16_row(vt, (ggml_fp16_t *) vc->data, ggml_nelements(vc));
+    } else {
+        memcpy(kc->data, kf, ggml_nbytes(kc));
+        memcpy(vc->data, vt, ggml_nbytes(vc));
+    }
+    struct ggml_tensor * q = filled(hd, n_head, n_tok, 2.0f);
+    struct ggml_tensor * mask = ggml_new_tensor_2d(gctx, GGML_TYPE_F32, n_kv, n_tok);
+    float * m = (float *) mask->data;
+    for (int t = 0; t < n_tok; ++t)
+        for (int c = 0; c < n_kv; ++c) m[t * n_kv + c] = c <= p0 + t ? 0.0f : -INFINITY;
+    struct ggml_tensor * qp = ggml_permute(gctx, q, 0, 2, 1, 3);
+    struct ggml_tensor * kp = ggml_permute(gctx, kc, 0, 2, 1, 3);
+    struct ggml_tensor * kq = ggml_mul_mat(gctx, kp, qp);
+    ggml_mul_mat_set_prec(kq, GGML_PREC_F32);
+    kq = ggml_soft_max_ext(gctx, kq, mask, scale, 0.0f);
+    struct ggml_tensor * kqv = ggml_mul_mat(gctx, vc, kq);
+    struct ggml_tensor * y = ggml_cont(gctx, ggml_permute(gctx, kqv, 0, 2, 1, 3));
+    compute(y);
+    begin_case("attention");
+    fprintf(out, ",\"kv_type\":\"%s\",\"n_head\":%d,\"n_head_kv\":%d,\"head_dim\":%d,\"n_kv\":%d,\"n_used\":%d,\"n_tok\":%d,\"scale\":%u",
+            kv_type == GGML_TYPE_F16 ? "f16" : "f32", n_head, n_head_kv, hd, n_kv, n_used, n_tok, bits(scale));
+    put_array("k", kf, (int64_t) n_used * n_head_kv * hd);
+    put_array("v", vf, (int64_t) n_used * n_head_kv * hd);
+    put_array("q", (float *) q->data, ggml_nelements(q));
+    put_array("output", (float *) y->data, ggml_nelements(y));
+    fprintf(out, "}");
+    free(kf);
+    free(vf);
+    free(vt);
+}
+
 int main(int argc, char ** argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s OUT.json\n", argv[0]);
@@ -180,6 +233,11 @@ int main(int argc, char ** argv) {
     swiglu_case(203);
     rms_norm_case(200, 3, 1e-6f);
     rms_norm_case(37, 2, 1e-5f);
+
+    attn_case(GGML_TYPE_F32, 4, 2, 64, 256, 13, 1);
+    attn_case(GGML_TYPE_F32, 4, 2, 64, 256, 14, 4);
+    attn_case(GGML_TYPE_F16, 4, 2, 64, 256, 13, 1);
+    attn_case(GGML_TYPE_F16, 4, 2, 64, 256, 14, 4);
 
     fprintf(out, "\n]}\n");
     fclose(out);

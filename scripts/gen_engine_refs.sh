@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate crates/engine/tests/fixtures/ggml_ops.json: RoPE/YaRN, softmax, SiLU, SwiGLU,
-# sigmoid and RMS norm computed by ggml's x86 CPU backend (scripts/gen_engine_refs.c).
+# sigmoid, RMS norm and non-flash attention computed by ggml's x86 CPU backend (scripts/gen_engine_refs.c).
 #
 # Needs: npm (Node 18+), git, a C compiler, and an x86-64 CPU with AVX2, FMA and F16C.
 # ggml comes prebuilt from the npm package node-llama-cpp 3.21.1 (llama.cpp release v0.4.0);

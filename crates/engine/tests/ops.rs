@@ -430,7 +430,8 @@ fn attention_decode_and_prefill_match_naive_gqa() {
         cache.value(1, 7, 0, &mut kr).unwrap();
         assert_eq!(kr, vs_r[7][..hd]);
 
-        // prefill of 6 tokens at positions 264..270 equals 6 decodes
+        // prefill of 6 tokens at positions 264..270 and 6 decodes both match the naive
+        // computation (they differ in the last bits: ggml sums them in different orders)
         let p0 = 264;
         let q = rand_vec(9, 6 * n_head * hd, 2.0);
         let mut batch = vec![0f32; q.len()];
@@ -439,7 +440,6 @@ fn attention_decode_and_prefill_match_naive_gqa() {
             let qi = &q[i * n_head * hd..(i + 1) * n_head * hd];
             let mut one = vec![0f32; n_head * hd];
             ops::attend(&pool, qi, &cache, 1, p0 + i + 1, n_head, scale, &mut one).unwrap();
-            assert_eq!(one, batch[i * n_head * hd..(i + 1) * n_head * hd]);
             let q_used = if f16c { round16(qi) } else { qi.to_vec() };
             let want = attn_ref(
                 &q_used,
@@ -452,9 +452,15 @@ fn attention_decode_and_prefill_match_naive_gqa() {
                 scale,
                 f16c,
             );
-            let err = max_abs_diff(&one, &want);
-            // f32 dot of 64 terms and f32 softmax, on values of order 1
-            assert!(err < 2e-6, "{ty:?} token {i}: {err:e}");
+            let b = &batch[i * n_head * hd..(i + 1) * n_head * hd];
+            for (what, got) in [("decode", &one[..]), ("prefill", b)] {
+                let err = max_abs_diff(got, &want);
+                // f32 dot of 64 terms and f32 softmax, on values of order 1; with F16 the
+                // probabilities are rounded to f16, so a last-bit difference in a score can
+                // move one of them by an f16 ulp (2^-11 relative)
+                let tol = if f16c { 2e-5 } else { 2e-6 };
+                assert!(err < tol, "{ty:?} {what} token {i}: {err:e}");
+            }
         }
         // a short context: position 0 sees only itself, so the output is V_0 of its KV head
         let q0 = rand_vec(5, n_head * hd, 1.0);

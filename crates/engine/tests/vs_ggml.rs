@@ -146,3 +146,42 @@ fn rms_norm_bit_exact_vs_ggml() {
         assert_eq!(max_ulps(&out, &floats(&c, "output")), 0);
     }
 }
+
+#[test]
+fn attention_bit_exact_vs_ggml() {
+    use engine::ops::{KvCache, KvType};
+    let pool = quant::ThreadPool::new(2).unwrap();
+    for c in cases("attention") {
+        let ty = if c["kv_type"] == "f16" {
+            KvType::F16
+        } else {
+            KvType::F32
+        };
+        let (n_head, n_kv, hd) = (u(&c, "n_head"), u(&c, "n_head_kv"), u(&c, "head_dim"));
+        let (n_ctx, n_used, n_tok) = (u(&c, "n_kv"), u(&c, "n_used"), u(&c, "n_tok"));
+        let (k, v, q) = (floats(&c, "k"), floats(&c, "v"), floats(&c, "q"));
+        let w = n_kv * hd;
+        let mut cache = KvCache::new(ty, 1, n_ctx, n_kv, hd).unwrap();
+        for t in 0..n_used {
+            cache
+                .store(0, t, &k[t * w..(t + 1) * w], &v[t * w..(t + 1) * w])
+                .unwrap();
+        }
+        let mut out = vec![0f32; q.len()];
+        let p0 = n_used - n_tok;
+        ops::attend_batch(
+            &pool,
+            &q,
+            &cache,
+            0,
+            p0,
+            n_tok,
+            n_head,
+            f(&c, "scale"),
+            &mut out,
+        )
+        .unwrap();
+        let want = floats(&c, "output");
+        assert_eq!(max_ulps(&out, &want), 0, "{ty:?} n_tok {n_tok}");
+    }
+}

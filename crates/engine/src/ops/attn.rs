@@ -248,26 +248,67 @@ pub fn attend_batch(
     check_len("q", n_tok * n_head * hd, q.len())?;
     check_len("out", n_tok * n_head * hd, out.len())?;
     let group = n_head / n_kv;
+    // llama.cpp's KV length for the whole batch (all its tokens share it)
+    let row_len = cache.row_len(p0 + n_tok);
+    let layout = if n_tok >= 2 {
+        Layout::Gemm
+    } else {
+        Layout::Gemv
+    };
     let slots: Vec<Mutex<&mut [f32]>> = out.chunks_mut(hd.max(1)).map(Mutex::new).collect();
     pool.run(n_tok * n_head, |task| {
         let (t, h) = (task / n_head, task % n_head);
         let q_h = &q[task * hd..(task + 1) * hd];
         let mut dst = slots[task].lock().unwrap_or_else(PoisonError::into_inner);
-        attend_head(cache, layer, h / group, p0 + t + 1, q_h, scale, &mut dst);
+        let head = HeadJob {
+            kvh: h / group,
+            n_vis: p0 + t + 1,
+            row_len,
+            layout,
+        };
+        attend_head(cache, layer, &head, q_h, scale, &mut dst);
     });
     Ok(())
+}
+
+/// Which of ggml's matrix-product kernels llama.cpp's graph reaches, which decides the
+/// accumulation order of the dot products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// One token: ggml's `vec_dot` kernels ([`dot_ggml`]) for both products.
+    Gemv,
+    /// Two or more tokens: llamafile's tinyBLAS ([`dot_tinyblas`]) wherever ggml hands the
+    /// product to it (the V product always; the K product only with an F16 cache, where Q is
+    /// converted to a contiguous F16 copy first), `vec_dot` elsewhere.
+    Gemm,
+}
+
+/// One query head of one token.
+struct HeadJob {
+    /// KV head it reads.
+    kvh: usize,
+    /// Cells it sees (`0..n_vis`).
+    n_vis: usize,
+    /// llama.cpp's softmax row length (KV length of the batch, padded).
+    row_len: usize,
+    layout: Layout,
 }
 
 /// One query head over cells `0..n_vis` of KV head `kvh`.
 fn attend_head(
     cache: &KvCache,
     layer: usize,
-    kvh: usize,
-    n_vis: usize,
+    job: &HeadJob,
     q: &[f32],
     scale: f32,
     out: &mut [f32],
 ) {
+    let HeadJob {
+        kvh,
+        n_vis,
+        row_len,
+        layout,
+    } = *job;
     let hd = cache.head_dim;
     let f16_cache = cache.ty == KvType::F16;
     let qv: Vec<f32> = if f16_cache {
@@ -280,10 +321,14 @@ fn attend_head(
     let kw = cache.n_head_kv * hd;
     for (t, s) in scores.iter_mut().enumerate() {
         cache.k[layer].read(t * kw + kvh * hd, &mut krow);
-        *s = dot_ggml(&krow, &qv);
+        *s = if layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8) {
+            dot_tinyblas(&krow, &qv)
+        } else {
+            dot_ggml(&krow, &qv)
+        };
     }
     let mut probs = vec![0f32; n_vis];
-    softmax_visible(&scores, scale, cache.row_len(n_vis), &mut probs);
+    softmax_visible(&scores, scale, row_len, &mut probs);
     if f16_cache {
         for p in &mut probs {
             *p = f16::from_f32(*p).to_f32();
@@ -292,7 +337,11 @@ fn attend_head(
     let mut vrow = vec![0f32; n_vis];
     for (d, o) in out.iter_mut().enumerate() {
         cache.v[layer].read((kvh * hd + d) * cache.n_ctx, &mut vrow);
-        *o = dot_ggml(&vrow, &probs);
+        *o = if layout == Layout::Gemm && row_len.is_multiple_of(8) {
+            dot_tinyblas(&vrow, &probs)
+        } else {
+            dot_ggml(&vrow, &probs)
+        };
     }
 }
 
@@ -315,4 +364,24 @@ pub(crate) fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
     }
     let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
     (t[0] + t[1]) + (t[2] + t[3])
+}
+
+/// Dot product with the accumulation of llamafile's tinyBLAS on AVX2 (ggml's matrix product
+/// for two or more columns): one 8-lane f32 accumulator, element `i` fused-multiply-added
+/// into lane `i % 8`, then `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`. Zero-padded to a
+/// multiple of 8.
+pub(crate) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (ca, cb) in a.chunks(8).zip(b.chunks(8)) {
+        for ((l, &x), &y) in acc.iter_mut().zip(ca).zip(cb) {
+            *l = x.mul_add(y, *l);
+        }
+    }
+    let t = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    (t[0] + t[2]) + (t[1] + t[3])
 }
