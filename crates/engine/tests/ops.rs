@@ -169,6 +169,27 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn simd_dots_match_scalar_bits(n in 0usize..300, seed in 0u64..1000) {
+        let a = rand_vec(seed, n, 3.0);
+        let b = rand_vec(seed + 7, n, 1.0);
+        prop_assert_eq!(ops::dot_ggml(&a, &b).to_bits(), ops::dot_ggml_scalar(&a, &b).to_bits());
+        prop_assert_eq!(
+            ops::dot_tinyblas(&a, &b).to_bits(),
+            ops::dot_tinyblas_scalar(&a, &b).to_bits()
+        );
+        let exact: f64 = a.iter().zip(&b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
+        let mag: f64 = a.iter().zip(&b).map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs()).sum();
+        // f32 accumulation: error bounded by (terms per accumulator + reduction depth) ulps of Σ|xy|
+        let bound = (n as f64 / 8.0 + 8.0) * F32_EPS * mag + 1e-30;
+        prop_assert!((f64::from(ops::dot_ggml(&a, &b)) - exact).abs() <= bound);
+        prop_assert!((f64::from(ops::dot_tinyblas(&a, &b)) - exact).abs() <= bound);
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }

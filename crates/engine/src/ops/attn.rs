@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::sync::PoisonError;
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use quant::ThreadPool;
 
 use super::act::softmax_visible;
@@ -48,16 +49,28 @@ impl Store {
         }
     }
 
-    /// Copy `n` values starting at `start` into `dst` as f32.
+    /// Copy `dst.len()` values starting at `start` into `dst` as f32.
     #[inline]
     fn read(&self, start: usize, dst: &mut [f32]) {
         match self {
             Store::F32(s) => dst.copy_from_slice(&s[start..start + dst.len()]),
             Store::F16(s) => {
                 let n = dst.len();
-                for (d, &v) in dst.iter_mut().zip(&s[start..start + n]) {
-                    *d = v.to_f32();
-                }
+                s[start..start + n].convert_to_f32_slice(dst);
+            }
+        }
+    }
+
+    /// The `n` values starting at `start` as f32: borrowed from an F32 store, converted into
+    /// `buf` (resized to `n`) from an F16 one.
+    #[inline]
+    fn row<'a>(&'a self, start: usize, n: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        match self {
+            Store::F32(s) => &s[start..start + n],
+            Store::F16(s) => {
+                buf.resize(n, 0.0);
+                s[start..start + n].convert_to_f32_slice(buf);
+                buf
             }
         }
     }
@@ -316,15 +329,16 @@ fn attend_head(
     } else {
         q.to_vec()
     };
-    let mut krow = vec![0f32; hd];
+    let tiny_k = layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8);
+    let mut buf = Vec::new();
     let mut scores = vec![0f32; n_vis];
     let kw = cache.n_head_kv * hd;
     for (t, s) in scores.iter_mut().enumerate() {
-        cache.k[layer].read(t * kw + kvh * hd, &mut krow);
-        *s = if layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8) {
-            dot_tinyblas(&krow, &qv)
+        let krow = cache.k[layer].row(t * kw + kvh * hd, hd, &mut buf);
+        *s = if tiny_k {
+            dot_tinyblas(krow, &qv)
         } else {
-            dot_ggml(&krow, &qv)
+            dot_ggml(krow, &qv)
         };
     }
     let mut probs = vec![0f32; n_vis];
@@ -334,13 +348,13 @@ fn attend_head(
             *p = f16::from_f32(*p).to_f32();
         }
     }
-    let mut vrow = vec![0f32; n_vis];
+    let tiny_v = layout == Layout::Gemm && row_len.is_multiple_of(8);
     for (d, o) in out.iter_mut().enumerate() {
-        cache.v[layer].read((kvh * hd + d) * cache.n_ctx, &mut vrow);
-        *o = if layout == Layout::Gemm && row_len.is_multiple_of(8) {
-            dot_tinyblas(&vrow, &probs)
+        let vrow = cache.v[layer].row((kvh * hd + d) * cache.n_ctx, n_vis, &mut buf);
+        *o = if tiny_v {
+            dot_tinyblas(vrow, &probs)
         } else {
-            dot_ggml(&vrow, &probs)
+            dot_ggml(vrow, &probs)
         };
     }
 }
@@ -349,8 +363,26 @@ fn attend_head(
 /// four 8-lane f32 accumulators, element `i` fused-multiply-added into accumulator
 /// `(i / 8) % 4`, lane `i % 8`; then `(a0 + a2) + (a1 + a3)` lane-wise, the two 4-lane halves
 /// added, and `(l0 + l1) + (l2 + l3)`. The inputs are taken as zero-padded to a multiple of 32
-/// (llama.cpp pads the KV length to 256, so it has no scalar tail there).
-pub(crate) fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
+/// (llama.cpp pads the KV length to 256, so it has no scalar tail there). AVX2 when
+/// available, with identical bits.
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: AVX2 and FMA were detected on this CPU just above.
+        return unsafe { avx2::dot_ggml(a, b) };
+    }
+    dot_ggml_scalar(a, b)
+}
+
+/// Scalar reference of [`dot_ggml`].
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_ggml_scalar(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot: length mismatch");
     let mut acc = [[0f32; 8]; 4];
     for (i, (ca, cb)) in a.chunks(8).zip(b.chunks(8)).enumerate() {
         let lanes = &mut acc[i % 4];
@@ -369,8 +401,25 @@ pub(crate) fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
 /// Dot product with the accumulation of llamafile's tinyBLAS on AVX2 (ggml's matrix product
 /// for two or more columns): one 8-lane f32 accumulator, element `i` fused-multiply-added
 /// into lane `i % 8`, then `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`. Zero-padded to a
-/// multiple of 8.
-pub(crate) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+/// multiple of 8. AVX2 when available, with identical bits.
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: AVX2 and FMA were detected on this CPU just above.
+        return unsafe { avx2::dot_tinyblas(a, b) };
+    }
+    dot_tinyblas_scalar(a, b)
+}
+
+/// Scalar reference of [`dot_tinyblas`].
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_tinyblas_scalar(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot: length mismatch");
     let mut acc = [0f32; 8];
     for (ca, cb) in a.chunks(8).zip(b.chunks(8)) {
         for ((l, &x), &y) in acc.iter_mut().zip(ca).zip(cb) {
@@ -384,4 +433,57 @@ pub(crate) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
         acc[3] + acc[7],
     ];
     (t[0] + t[2]) + (t[1] + t[3])
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Load up to 8 values, zero-filling missing lanes.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load(x: &[f32]) -> __m256 {
+        if x.len() >= 8 {
+            // SAFETY: at least 8 readable f32 at `x`; unaligned load.
+            unsafe { _mm256_loadu_ps(x.as_ptr()) }
+        } else {
+            let mut t = [0f32; 8];
+            t[..x.len()].copy_from_slice(x);
+            // SAFETY: `t` holds 8 f32; unaligned load.
+            unsafe { _mm256_loadu_ps(t.as_ptr()) }
+        }
+    }
+
+    /// `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn hsum_movehl(v: __m256) -> f32 {
+        let v2 = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
+        let v2 = _mm_add_ps(v2, _mm_movehl_ps(v2, v2));
+        let v2 = _mm_add_ss(v2, _mm_movehdup_ps(v2));
+        _mm_cvtss_f32(v2)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (i, (ca, cb)) in a.chunks(8).zip(b.chunks(8)).enumerate() {
+            acc[i % 4] = _mm256_fmadd_ps(load(ca), load(cb), acc[i % 4]);
+        }
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        let mut acc = _mm256_setzero_ps();
+        for (ca, cb) in a.chunks(8).zip(b.chunks(8)) {
+            acc = _mm256_fmadd_ps(load(ca), load(cb), acc);
+        }
+        hsum_movehl(acc)
+    }
 }
