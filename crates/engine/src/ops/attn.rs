@@ -467,9 +467,41 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        let n = a.len();
+        let full = n - n % 32;
         let mut acc = [_mm256_setzero_ps(); 4];
-        for (i, (ca, cb)) in a.chunks(8).zip(b.chunks(8)).enumerate() {
-            acc[i % 4] = _mm256_fmadd_ps(load(ca), load(cb), acc[i % 4]);
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut i = 0;
+        while i < full {
+            // SAFETY: i + 32 <= full <= n, so the four 8-wide unaligned loads stay inside
+            // both slices.
+            unsafe {
+                acc[0] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i)),
+                    _mm256_loadu_ps(pb.add(i)),
+                    acc[0],
+                );
+                acc[1] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 8)),
+                    _mm256_loadu_ps(pb.add(i + 8)),
+                    acc[1],
+                );
+                acc[2] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 16)),
+                    _mm256_loadu_ps(pb.add(i + 16)),
+                    acc[2],
+                );
+                acc[3] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 24)),
+                    _mm256_loadu_ps(pb.add(i + 24)),
+                    acc[3],
+                );
+            }
+            i += 32;
+        }
+        // the rest, zero-padded to whole groups, continues the accumulator rotation
+        for (j, (ca, cb)) in a[full..].chunks(8).zip(b[full..].chunks(8)).enumerate() {
+            acc[j] = _mm256_fmadd_ps(load(ca), load(cb), acc[j]);
         }
         let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
         let t0 = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
@@ -480,9 +512,20 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        let n = a.len();
+        let full = n - n % 8;
         let mut acc = _mm256_setzero_ps();
-        for (ca, cb) in a.chunks(8).zip(b.chunks(8)) {
-            acc = _mm256_fmadd_ps(load(ca), load(cb), acc);
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut i = 0;
+        while i < full {
+            // SAFETY: i + 8 <= full <= n: the unaligned loads stay inside both slices.
+            unsafe {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc);
+            }
+            i += 8;
+        }
+        if full < n {
+            acc = _mm256_fmadd_ps(load(&a[full..]), load(&b[full..]), acc);
         }
         hsum_movehl(acc)
     }
