@@ -407,3 +407,50 @@ mod avx2 {
         _mm_cvtss_f32(v2)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visible_prefix_equals_masked_full_row() {
+        // The attention path passes only the visible prefix plus the padded row length; it
+        // must equal the public masked softmax over the full padded row.
+        let row_len = 40;
+        let x: Vec<f32> = (0..row_len)
+            .map(|i| ((i * 7919) % 97) as f32 * 0.13 - 5.0)
+            .collect();
+        for n_vis in [1, 7, 8, 9, 31, 32, 33, 39, 40] {
+            let mut full = vec![0f32; row_len];
+            softmax_scalar(&x, 0.3, n_vis, &mut full);
+            let mut pre = vec![0f32; n_vis];
+            softmax_visible(&x[..n_vis], 0.3, row_len, &mut pre);
+            assert_eq!(pre, full[..n_vis], "n_vis {n_vis}");
+            softmax_rows_scalar(&x[..n_vis], 0.3, row_len, &mut pre);
+            assert_eq!(pre, full[..n_vis], "scalar, n_vis {n_vis}");
+        }
+    }
+
+    #[test]
+    fn exp_split_follows_row_length() {
+        // In a row of 11, elements 0..8 use the vector exponential and 8..11 libm expf.
+        assert_eq!(vec_end(11), 8);
+        assert_eq!(vec_end(7), 0);
+        assert_eq!(vec_end(16), 16);
+        let x = [-1.3f32; 11];
+        let mut out = [0f32; 11];
+        silu_scalar(&x, &mut out);
+        assert_eq!(out[0], -1.3 / (1.0 + exp_ggml(1.3)));
+        assert_eq!(out[10], -1.3 / (1.0 + 1.3f32.exp()));
+    }
+
+    #[test]
+    fn hsum8_order() {
+        // 1e8 absorbs 1.0 unless the small values are added together first; the expected
+        // value follows the grouping ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)).
+        let v = [1e8f32, 1.0, -1e8, 1.0, 1.0, 1.0, 1.0, 1.0];
+        let want = ((1e8f32 + 1.0) + (-1e8f32 + 1.0)) + ((1.0f32 + 1.0) + (1.0f32 + 1.0));
+        assert_eq!(hsum8(&v), want);
+        assert_eq!(want, 4.0);
+    }
+}

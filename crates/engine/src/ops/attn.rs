@@ -530,3 +530,46 @@ mod avx2 {
         hsum_movehl(acc)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_row_length_is_padded_kv_length() {
+        let c = KvCache::new(KvType::F32, 1, 300, 1, 8).unwrap();
+        assert_eq!(c.row_len(1), 256);
+        assert_eq!(c.row_len(256), 256);
+        assert_eq!(c.row_len(257), 300); // capped at the cache size
+        let small = KvCache::new(KvType::F32, 1, 20, 1, 8).unwrap();
+        assert_eq!(small.row_len(3), 20);
+    }
+
+    #[test]
+    fn dot_orders_differ_as_documented() {
+        // 1e8 in lane 0 absorbs lane-0 additions: the two kernels group differently.
+        let mut a = vec![1.0f32; 16];
+        a[0] = 1e8;
+        a[8] = -1e8;
+        let b = vec![1.0f32; 16];
+        // tinyBLAS: lane 0 accumulates 1e8 then -1e8 -> 0; the other 14 ones survive
+        assert_eq!(dot_tinyblas_scalar(&a, &b), 14.0);
+        // vec_dot: elements 0..8 and 8..16 are in accumulators 0 and 1, which the reduction
+        // adds lane-wise first, cancelling the pair before the small sums
+        assert_eq!(dot_ggml_scalar(&a, &b), 14.0);
+        let mut c = vec![1.0f32; 8];
+        c[0] = 1e8;
+        c[4] = -1e8;
+        // lanes 0 and 4 meet in the first half-add of both reductions
+        assert_eq!(dot_tinyblas_scalar(&c, &[1.0; 8]), 6.0);
+        assert_eq!(dot_ggml_scalar(&c, &[1.0; 8]), 6.0);
+        // lanes 0 and 1 (1e8 and -1e8; the spacing of f32 at 1e8 is 8, so +2 is absorbed):
+        // vec_dot adds (l0+l4) to (l1+l5), cancelling them before the small sums (4);
+        // tinyBLAS adds (l0+l4) to (l2+l6) first, absorbing those (0)
+        let mut d = vec![1.0f32; 8];
+        d[0] = 1e8;
+        d[1] = -1e8;
+        assert_eq!(dot_ggml_scalar(&d, &[1.0; 8]), 4.0);
+        assert_eq!(dot_tinyblas_scalar(&d, &[1.0; 8]), 0.0);
+    }
+}

@@ -190,3 +190,44 @@ fn ramp(low: f32, high: f32, i0: usize) -> f32 {
     let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
     1.0 - y.clamp(0.0, 1.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yarn_ramp_shape() {
+        assert_eq!(ramp(2.0, 10.0, 0), 1.0);
+        assert_eq!(ramp(2.0, 10.0, 4), 1.0); // pair 2 = low
+        assert_eq!(ramp(2.0, 10.0, 12), 0.5); // pair 6, halfway
+        assert_eq!(ramp(2.0, 10.0, 13), 0.5); // i0 / 2 is an integer division
+        assert_eq!(ramp(2.0, 10.0, 20), 0.0);
+        assert_eq!(ramp(5.0, 5.0, 10), 1.0); // degenerate range uses a 0.001 width
+        assert_eq!(ramp(5.0, 5.0, 12), 0.0);
+    }
+
+    #[test]
+    fn rejects_bad_configs() {
+        assert!(Rope::new(RopeConfig::plain(7, RopeMode::Norm, 1e4, 4096)).is_err());
+        assert!(Rope::new(RopeConfig::plain(0, RopeMode::Norm, 1e4, 4096)).is_err());
+        let mut c = RopeConfig::plain(8, RopeMode::Neox, 1e4, 4096);
+        c.freq_factors = Some(vec![1.0; 3]);
+        assert!(Rope::new(c).is_err());
+        let r = Rope::new(RopeConfig::plain(8, RopeMode::Neox, 1e4, 4096)).unwrap();
+        assert!(r.apply(&mut [0.0; 12], 6, 1).is_err()); // n_dims > head_dim
+        assert!(r.apply(&mut [0.0; 12], 8, 1).is_err()); // not whole heads
+    }
+
+    #[test]
+    fn freq_factors_divide_the_angle() {
+        let mut c = RopeConfig::plain(4, RopeMode::Norm, 1e4, 4096);
+        c.freq_factors = Some(vec![2.0, 4.0]);
+        let r = Rope::new(c).unwrap();
+        let mut cache = [0f32; 4];
+        r.fill_cache(10, &mut cache);
+        assert_eq!(cache[0], 5.0f32.cos());
+        assert_eq!(cache[1], 5.0f32.sin());
+        let t1 = 10.0f32 * 1e4f32.powf(-0.5) / 4.0;
+        assert_eq!(cache[2], t1.cos());
+    }
+}
