@@ -1,6 +1,7 @@
 // Reference outputs of ggml's x86 CPU backend for the engine's numerical ops (RoPE with and
 // without YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, RMS norm with a weight,
-// and attention over an F32 or F16 KV cache for one token and for a batch of tokens),
+// MoE routing, and attention over an F32 or F16 KV cache for one token and for a batch of
+// tokens),
 // written as JSON. Built and run by scripts/gen_engine_refs.sh, linked against one prebuilt
 // CPU backend variant of the npm package node-llama-cpp (see that script for versions).
 //
@@ -196,6 +197,49 @@ static void attn_case(enum ggml_type kv_type, int n_head, int n_head_kv, int hd,
     free(vt);
 }
 
+// MoE routing as llama.cpp's build_moe_ffn: probs = softmax(logits) (or sigmoid), ids =
+// argsort_top_k(probs, k), weights = get_rows(probs, ids), optionally divided by
+// clamp(sum_rows(weights), 2^-14, inf), then scaled unless the scale is 0 or 1.
+// With ties > 0, logits are drawn from a few distinct values so that probabilities tie.
+static void route_case(int n_expert, int k, int norm, float scale, int sigmoid, int ties) {
+    struct ggml_tensor * logits = ggml_new_tensor_2d(gctx, GGML_TYPE_F32, n_expert, 1);
+    float * l = (float *) logits->data;
+    for (int i = 0; i < n_expert; ++i) {
+        l[i] = ties ? (float) rnd(4) * 0.75f : uniform_pm1() * 4.0f;
+    }
+    struct ggml_tensor * probs = sigmoid ? ggml_sigmoid(gctx, logits) : ggml_soft_max(gctx, logits);
+    struct ggml_tensor * ids = ggml_argsort_top_k(gctx, probs, k);
+    struct ggml_tensor * w = ggml_get_rows(gctx, ggml_reshape_3d(gctx, probs, 1, n_expert, 1), ids);
+    w = ggml_reshape_2d(gctx, w, k, 1);
+    if (norm) {
+        struct ggml_tensor * sum = ggml_sum_rows(gctx, w);
+        sum = ggml_clamp(gctx, sum, 6.103515625e-5f, INFINITY);
+        w = ggml_div(gctx, w, sum);
+    }
+    if (scale != 0.0f && scale != 1.0f) {
+        w = ggml_scale(gctx, w, scale);
+    }
+    struct ggml_cgraph * gf = ggml_new_graph(gctx);
+    ggml_build_forward_expand(gf, ids);
+    ggml_build_forward_expand(gf, w);
+    if (ggml_graph_compute_with_ctx(gctx, gf, 1) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "graph compute failed\n");
+        exit(1);
+    }
+    begin_case("route");
+    fprintf(out, ",\"k\":%d,\"norm\":%s,\"scale\":%u,\"gating\":\"%s\"", k, norm ? "true" : "false",
+            bits(scale), sigmoid ? "sigmoid" : "softmax");
+    put_array("logits", l, n_expert);
+    fprintf(out, ",\"ids\":[");
+    for (int i = 0; i < k; ++i) {
+        // ids is a view into the full argsort result; its rows are contiguous
+        fprintf(out, "%s%d", i ? "," : "", ((int32_t *) ids->data)[i]);
+    }
+    fprintf(out, "]");
+    put_array("weights", (float *) w->data, k);
+    fprintf(out, "}");
+}
+
 int main(int argc, char ** argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s OUT.json\n", argv[0]);
@@ -233,6 +277,13 @@ int main(int argc, char ** argv) {
     swiglu_case(203);
     rms_norm_case(200, 3, 1e-6f);
     rms_norm_case(37, 2, 1e-5f);
+
+    route_case(8, 2, 1, 0.0f, 0, 0);
+    route_case(60, 4, 0, 2.5f, 0, 0);
+    route_case(128, 8, 1, 0.0f, 0, 0);
+    route_case(64, 6, 1, 1.0f, 1, 0);
+    route_case(16, 4, 1, 0.0f, 0, 1);
+    route_case(128, 8, 1, 0.0f, 0, 1);
 
     attn_case(GGML_TYPE_F32, 4, 2, 64, 256, 13, 1);
     attn_case(GGML_TYPE_F32, 4, 2, 64, 256, 14, 4);

@@ -190,6 +190,36 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn argsort_is_a_descending_permutation(
+        x in prop::collection::vec(prop_oneof![Just(0.5f32), Just(-1.0f32), -4.0f32..4.0], 0..200),
+        nan_at in prop::option::of(0usize..200),
+    ) {
+        let mut x = x;
+        if let Some(i) = nan_at && i < x.len() {
+            x[i] = f32::NAN;
+        }
+        let idx = ops::argsort_desc(&x);
+        let mut seen = idx.clone();
+        seen.sort_unstable();
+        prop_assert_eq!(seen, (0..x.len()).collect::<Vec<_>>());
+        for w in idx.windows(2) {
+            let (a, b) = (x[w[0]], x[w[1]]);
+            prop_assert!(a >= b || b.is_nan(), "{} before {}", a, b);
+        }
+        if x.len() <= 16 && !x.iter().any(|v| v.is_nan()) {
+            for w in idx.windows(2) {
+                if x[w[0]] == x[w[1]] {
+                    prop_assert!(w[0] < w[1], "ties keep index order in short rows");
+                }
+            }
+        }
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }

