@@ -120,6 +120,10 @@ impl KvCache {
     pub fn kv_type(&self) -> KvType {
         self.ty
     }
+    /// Layers.
+    pub fn n_layer(&self) -> usize {
+        self.n_layer
+    }
     /// Cells per layer.
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
