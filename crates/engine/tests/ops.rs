@@ -572,6 +572,10 @@ fn attention_is_thread_count_independent_and_checks_bounds() {
     assert!(ops::attend_batch(&pool, &q, &cache, 0, 38, 3, n_head, 0.2, &mut a).is_err());
     assert!(ops::attend_batch(&pool, &q, &cache, 1, 0, 3, n_head, 0.2, &mut a).is_err());
     assert!(cache.store(0, 40, &[0.0; 64], &[0.0; 64]).is_err());
+    assert!(cache.key(0, 0, 2, &mut [0.0; 32]).is_err());
+    assert!(cache.value(0, 0, 0, &mut [0.0; 31]).is_err());
+    assert!(KvCache::new(KvType::F32, 1, 8, 2, 0).is_err());
+    assert!(KvCache::new(KvType::F32, 1, 8, 0, 8).is_err());
     assert!(cache.store(0, 0, &[0.0; 63], &[0.0; 64]).is_err());
     assert!(ops::attend_batch(&pool, &q, &cache, 0, 0, 3, 7, 0.2, &mut a).is_err());
 }

@@ -101,6 +101,11 @@ impl KvCache {
         n_head_kv: usize,
         head_dim: usize,
     ) -> Result<KvCache, EngineError> {
+        if n_head_kv == 0 || head_dim == 0 {
+            return Err(EngineError::Shape(format!(
+                "KV cache needs at least one head of at least one dimension, got {n_head_kv} x {head_dim}"
+            )));
+        }
         let per_layer = n_ctx
             .checked_mul(n_head_kv)
             .and_then(|x| x.checked_mul(head_dim))
@@ -135,6 +140,17 @@ impl KvCache {
     /// Head dimension.
     pub fn head_dim(&self) -> usize {
         self.head_dim
+    }
+
+    fn check_head(&self, h: usize) -> Result<(), EngineError> {
+        if h < self.n_head_kv {
+            Ok(())
+        } else {
+            Err(EngineError::Shape(format!(
+                "KV head {h} is outside the cache ({} heads)",
+                self.n_head_kv
+            )))
+        }
     }
 
     fn check(&self, layer: usize, pos: usize) -> Result<(), EngineError> {
@@ -184,6 +200,7 @@ impl KvCache {
         dst: &mut [f32],
     ) -> Result<(), EngineError> {
         self.check(layer, pos)?;
+        self.check_head(h)?;
         check_len("key", self.head_dim, dst.len())?;
         let start = (pos * self.n_head_kv + h) * self.head_dim;
         self.k[layer].read(start, dst);
@@ -199,6 +216,7 @@ impl KvCache {
         dst: &mut [f32],
     ) -> Result<(), EngineError> {
         self.check(layer, pos)?;
+        self.check_head(h)?;
         check_len("value", self.head_dim, dst.len())?;
         for (d, o) in dst.iter_mut().enumerate() {
             let mut one = [0f32];
