@@ -1,0 +1,597 @@
+//! Attention of one sequence over a KV cache (the non-flash path of llama.cpp).
+//!
+//! For query head `h` (KV head `h / (n_head / n_head_kv)`) at position `p`:
+//! `s_t = dot(K_t, q)` for cells `t <= p`, `P = softmax(s · scale)` (causal mask),
+//! `out = Σ_t P_t · V_t`. With an F16 cache, K and V are stored rounded to f16 (round to
+//! nearest even), `q` is rounded to f16 before the dot and `P` is rounded to f16 before the V
+//! product, as ggml converts the second operand of a matrix product to the first one's type.
+//! Dot products accumulate in f32 with ggml's AVX2 layout (see [`dot_ggml`]).
+
+use std::sync::Mutex;
+use std::sync::PoisonError;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use quant::ThreadPool;
+
+use super::act::softmax_visible;
+use crate::EngineError;
+use crate::error::check_len;
+
+/// Element type of the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvType {
+    /// Full precision (llama.cpp `-ctk f32 -ctv f32`, the parity reference).
+    F32,
+    /// Half precision (llama.cpp's default).
+    F16,
+}
+
+#[derive(Debug, Clone)]
+enum Store {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Store {
+    fn new(ty: KvType, n: usize) -> Store {
+        match ty {
+            KvType::F32 => Store::F32(vec![0.0; n]),
+            KvType::F16 => Store::F16(vec![f16::ZERO; n]),
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, i: usize, v: f32) {
+        match self {
+            Store::F32(s) => s[i] = v,
+            Store::F16(s) => s[i] = f16::from_f32(v),
+        }
+    }
+
+    /// Copy `dst.len()` values starting at `start` into `dst` as f32.
+    #[inline]
+    fn read(&self, start: usize, dst: &mut [f32]) {
+        match self {
+            Store::F32(s) => dst.copy_from_slice(&s[start..start + dst.len()]),
+            Store::F16(s) => {
+                let n = dst.len();
+                s[start..start + n].convert_to_f32_slice(dst);
+            }
+        }
+    }
+
+    /// The `n` values starting at `start` as f32: borrowed from an F32 store, converted into
+    /// `buf` (resized to `n`) from an F16 one.
+    #[inline]
+    fn row<'a>(&'a self, start: usize, n: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        match self {
+            Store::F32(s) => &s[start..start + n],
+            Store::F16(s) => {
+                buf.resize(n, 0.0);
+                s[start..start + n].convert_to_f32_slice(buf);
+                buf
+            }
+        }
+    }
+}
+
+/// Per-layer key and value cache of one sequence.
+///
+/// Keys are stored `[layer][pos][kv_head][head_dim]`; values transposed,
+/// `[layer][kv_head][head_dim][pos]`, as llama.cpp stores V without flash attention, so the
+/// value product is a contiguous dot over positions.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    ty: KvType,
+    n_layer: usize,
+    n_ctx: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    k: Vec<Store>,
+    v: Vec<Store>,
+}
+
+impl KvCache {
+    /// An all-zero cache of `n_ctx` cells per layer.
+    pub fn new(
+        ty: KvType,
+        n_layer: usize,
+        n_ctx: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+    ) -> Result<KvCache, EngineError> {
+        if n_head_kv == 0 || head_dim == 0 {
+            return Err(EngineError::Shape(format!(
+                "KV cache needs at least one head of at least one dimension, got {n_head_kv} x {head_dim}"
+            )));
+        }
+        let per_layer = n_ctx
+            .checked_mul(n_head_kv)
+            .and_then(|x| x.checked_mul(head_dim))
+            .ok_or_else(|| EngineError::Shape("KV cache size overflows".into()))?;
+        Ok(KvCache {
+            ty,
+            n_layer,
+            n_ctx,
+            n_head_kv,
+            head_dim,
+            k: (0..n_layer).map(|_| Store::new(ty, per_layer)).collect(),
+            v: (0..n_layer).map(|_| Store::new(ty, per_layer)).collect(),
+        })
+    }
+
+    /// Storage type.
+    pub fn kv_type(&self) -> KvType {
+        self.ty
+    }
+    /// Layers.
+    pub fn n_layer(&self) -> usize {
+        self.n_layer
+    }
+    /// Cells per layer.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    /// KV heads.
+    pub fn n_head_kv(&self) -> usize {
+        self.n_head_kv
+    }
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    fn check_head(&self, h: usize) -> Result<(), EngineError> {
+        if h < self.n_head_kv {
+            Ok(())
+        } else {
+            Err(EngineError::Shape(format!(
+                "KV head {h} is outside the cache ({} heads)",
+                self.n_head_kv
+            )))
+        }
+    }
+
+    fn check(&self, layer: usize, pos: usize) -> Result<(), EngineError> {
+        if layer >= self.n_layer {
+            return Err(EngineError::Layer {
+                layer,
+                n_layer: self.n_layer,
+            });
+        }
+        if pos >= self.n_ctx {
+            return Err(EngineError::Position {
+                pos,
+                capacity: self.n_ctx,
+            });
+        }
+        Ok(())
+    }
+
+    /// Store the key and value rows (`n_head_kv · head_dim` values each) of position `pos`.
+    pub fn store(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(), EngineError> {
+        self.check(layer, pos)?;
+        let w = self.n_head_kv * self.head_dim;
+        check_len("k", w, k.len())?;
+        check_len("v", w, v.len())?;
+        for (i, &x) in k.iter().enumerate() {
+            self.k[layer].set(pos * w + i, x);
+        }
+        for (i, &x) in v.iter().enumerate() {
+            // element i = (kv_head, d) goes to row i of the transposed layout
+            self.v[layer].set(i * self.n_ctx + pos, x);
+        }
+        Ok(())
+    }
+
+    /// Key of `pos`, KV head `h`, as f32 (after the storage rounding).
+    pub fn key(
+        &self,
+        layer: usize,
+        pos: usize,
+        h: usize,
+        dst: &mut [f32],
+    ) -> Result<(), EngineError> {
+        self.check(layer, pos)?;
+        self.check_head(h)?;
+        check_len("key", self.head_dim, dst.len())?;
+        let start = (pos * self.n_head_kv + h) * self.head_dim;
+        self.k[layer].read(start, dst);
+        Ok(())
+    }
+
+    /// Value of `pos`, KV head `h`, as f32 (after the storage rounding).
+    pub fn value(
+        &self,
+        layer: usize,
+        pos: usize,
+        h: usize,
+        dst: &mut [f32],
+    ) -> Result<(), EngineError> {
+        self.check(layer, pos)?;
+        self.check_head(h)?;
+        check_len("value", self.head_dim, dst.len())?;
+        for (d, o) in dst.iter_mut().enumerate() {
+            let mut one = [0f32];
+            self.v[layer].read((h * self.head_dim + d) * self.n_ctx + pos, &mut one);
+            *o = one[0];
+        }
+        Ok(())
+    }
+
+    /// Softmax row length llama.cpp would use when `n_vis` cells are in use: the cell count
+    /// padded to 256, capped at the cache size (it only decides which exponential the
+    /// softmax uses for the last elements, see [`super::softmax`]).
+    fn row_len(&self, n_vis: usize) -> usize {
+        n_vis.next_multiple_of(256).min(self.n_ctx).max(n_vis)
+    }
+}
+
+/// Decode attention: `q` is `[n_head][head_dim]` for the token at position `n_pos - 1`,
+/// attending to cells `0..n_pos` of `layer`; writes `out` (`[n_head][head_dim]`).
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    pool: &ThreadPool,
+    q: &[f32],
+    cache: &KvCache,
+    layer: usize,
+    n_pos: usize,
+    n_head: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), EngineError> {
+    if n_pos == 0 {
+        return Err(EngineError::Shape("attention over zero positions".into()));
+    }
+    attend_batch(pool, q, cache, layer, n_pos - 1, 1, n_head, scale, out)
+}
+
+/// Prefill attention for `n_tok` tokens at positions `p0..p0 + n_tok` (their K/V already
+/// stored): token `i` attends to cells `0..=p0 + i` (causal mask). `q` and `out` are
+/// `[n_tok][n_head][head_dim]`. Work is spread over `pool`, one task per (token, head);
+/// results do not depend on the number of threads.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_batch(
+    pool: &ThreadPool,
+    q: &[f32],
+    cache: &KvCache,
+    layer: usize,
+    p0: usize,
+    n_tok: usize,
+    n_head: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), EngineError> {
+    let hd = cache.head_dim;
+    let n_kv = cache.n_head_kv;
+    if n_head == 0 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
+        return Err(EngineError::Shape(format!(
+            "n_head {n_head} is not a positive multiple of n_head_kv {n_kv}"
+        )));
+    }
+    if n_tok == 0 {
+        return Ok(());
+    }
+    cache.check(layer, p0 + n_tok - 1)?;
+    check_len("q", n_tok * n_head * hd, q.len())?;
+    check_len("out", n_tok * n_head * hd, out.len())?;
+    let group = n_head / n_kv;
+    // llama.cpp's KV length for the whole batch (all its tokens share it)
+    let row_len = cache.row_len(p0 + n_tok);
+    let layout = if n_tok >= 2 {
+        Layout::Gemm
+    } else {
+        Layout::Gemv
+    };
+    let slots: Vec<Mutex<&mut [f32]>> = out.chunks_mut(hd.max(1)).map(Mutex::new).collect();
+    pool.run(n_tok * n_head, |task| {
+        let (t, h) = (task / n_head, task % n_head);
+        let q_h = &q[task * hd..(task + 1) * hd];
+        let mut dst = slots[task].lock().unwrap_or_else(PoisonError::into_inner);
+        let head = HeadJob {
+            kvh: h / group,
+            n_vis: p0 + t + 1,
+            row_len,
+            layout,
+        };
+        attend_head(cache, layer, &head, q_h, scale, &mut dst);
+    });
+    Ok(())
+}
+
+/// Which of ggml's matrix-product kernels llama.cpp's graph reaches, which decides the
+/// accumulation order of the dot products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// One token: ggml's `vec_dot` kernels ([`dot_ggml`]) for both products.
+    Gemv,
+    /// Two or more tokens: llamafile's tinyBLAS ([`dot_tinyblas`]) wherever ggml hands the
+    /// product to it (the V product always; the K product only with an F16 cache, where Q is
+    /// converted to a contiguous F16 copy first), `vec_dot` elsewhere.
+    Gemm,
+}
+
+/// One query head of one token.
+struct HeadJob {
+    /// KV head it reads.
+    kvh: usize,
+    /// Cells it sees (`0..n_vis`).
+    n_vis: usize,
+    /// llama.cpp's softmax row length (KV length of the batch, padded).
+    row_len: usize,
+    layout: Layout,
+}
+
+/// One query head over cells `0..n_vis` of KV head `kvh`.
+fn attend_head(
+    cache: &KvCache,
+    layer: usize,
+    job: &HeadJob,
+    q: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let HeadJob {
+        kvh,
+        n_vis,
+        row_len,
+        layout,
+    } = *job;
+    let hd = cache.head_dim;
+    let f16_cache = cache.ty == KvType::F16;
+    let qv: Vec<f32> = if f16_cache {
+        q.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
+    } else {
+        q.to_vec()
+    };
+    let tiny_k = layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8);
+    let mut buf = Vec::new();
+    let mut scores = vec![0f32; n_vis];
+    let kw = cache.n_head_kv * hd;
+    for (t, s) in scores.iter_mut().enumerate() {
+        let krow = cache.k[layer].row(t * kw + kvh * hd, hd, &mut buf);
+        *s = if tiny_k {
+            dot_tinyblas(krow, &qv)
+        } else {
+            dot_ggml(krow, &qv)
+        };
+    }
+    let mut probs = vec![0f32; n_vis];
+    softmax_visible(&scores, scale, row_len, &mut probs);
+    if f16_cache {
+        for p in &mut probs {
+            *p = f16::from_f32(*p).to_f32();
+        }
+    }
+    let tiny_v = layout == Layout::Gemm && row_len.is_multiple_of(8);
+    for (d, o) in out.iter_mut().enumerate() {
+        let vrow = cache.v[layer].row((kvh * hd + d) * cache.n_ctx, n_vis, &mut buf);
+        *o = if tiny_v {
+            dot_tinyblas(vrow, &probs)
+        } else {
+            dot_ggml(vrow, &probs)
+        };
+    }
+}
+
+/// Dot product with the accumulation layout of ggml's AVX2 `vec_dot_f32`/`vec_dot_f16`:
+/// four 8-lane f32 accumulators, element `i` fused-multiply-added into accumulator
+/// `(i / 8) % 4`, lane `i % 8`; then `(a0 + a2) + (a1 + a3)` lane-wise, the two 4-lane halves
+/// added, and `(l0 + l1) + (l2 + l3)`. The inputs are taken as zero-padded to a multiple of 32
+/// (llama.cpp pads the KV length to 256, so it has no scalar tail there). AVX2 when
+/// available, with identical bits.
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: AVX2 and FMA were detected on this CPU just above.
+        return unsafe { avx2::dot_ggml(a, b) };
+    }
+    dot_ggml_scalar(a, b)
+}
+
+/// Scalar reference of [`dot_ggml`].
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_ggml_scalar(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot: length mismatch");
+    let mut acc = [[0f32; 8]; 4];
+    for (i, (ca, cb)) in a.chunks(8).zip(b.chunks(8)).enumerate() {
+        let lanes = &mut acc[i % 4];
+        for ((l, &x), &y) in lanes.iter_mut().zip(ca).zip(cb) {
+            *l = x.mul_add(y, *l);
+        }
+    }
+    let mut s = [0f32; 8];
+    for (l, sl) in s.iter_mut().enumerate() {
+        *sl = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let t = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    (t[0] + t[1]) + (t[2] + t[3])
+}
+
+/// Dot product with the accumulation of llamafile's tinyBLAS on AVX2 (ggml's matrix product
+/// for two or more columns): one 8-lane f32 accumulator, element `i` fused-multiply-added
+/// into lane `i % 8`, then `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`. Zero-padded to a
+/// multiple of 8. AVX2 when available, with identical bits.
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: AVX2 and FMA were detected on this CPU just above.
+        return unsafe { avx2::dot_tinyblas(a, b) };
+    }
+    dot_tinyblas_scalar(a, b)
+}
+
+/// Scalar reference of [`dot_tinyblas`].
+///
+/// # Panics
+/// If the slices differ in length.
+pub fn dot_tinyblas_scalar(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot: length mismatch");
+    let mut acc = [0f32; 8];
+    for (ca, cb) in a.chunks(8).zip(b.chunks(8)) {
+        for ((l, &x), &y) in acc.iter_mut().zip(ca).zip(cb) {
+            *l = x.mul_add(y, *l);
+        }
+    }
+    let t = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    (t[0] + t[2]) + (t[1] + t[3])
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Load up to 8 values, zero-filling missing lanes.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load(x: &[f32]) -> __m256 {
+        if x.len() >= 8 {
+            // SAFETY: at least 8 readable f32 at `x`; unaligned load.
+            unsafe { _mm256_loadu_ps(x.as_ptr()) }
+        } else {
+            let mut t = [0f32; 8];
+            t[..x.len()].copy_from_slice(x);
+            // SAFETY: `t` holds 8 f32; unaligned load.
+            unsafe { _mm256_loadu_ps(t.as_ptr()) }
+        }
+    }
+
+    /// `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn hsum_movehl(v: __m256) -> f32 {
+        let v2 = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
+        let v2 = _mm_add_ps(v2, _mm_movehl_ps(v2, v2));
+        let v2 = _mm_add_ss(v2, _mm_movehdup_ps(v2));
+        _mm_cvtss_f32(v2)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn dot_ggml(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        let n = a.len();
+        let full = n - n % 32;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut i = 0;
+        while i < full {
+            // SAFETY: i + 32 <= full <= n, so the four 8-wide unaligned loads stay inside
+            // both slices.
+            unsafe {
+                acc[0] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i)),
+                    _mm256_loadu_ps(pb.add(i)),
+                    acc[0],
+                );
+                acc[1] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 8)),
+                    _mm256_loadu_ps(pb.add(i + 8)),
+                    acc[1],
+                );
+                acc[2] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 16)),
+                    _mm256_loadu_ps(pb.add(i + 16)),
+                    acc[2],
+                );
+                acc[3] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 24)),
+                    _mm256_loadu_ps(pb.add(i + 24)),
+                    acc[3],
+                );
+            }
+            i += 32;
+        }
+        // the rest, zero-padded to whole groups, continues the accumulator rotation
+        for (j, (ca, cb)) in a[full..].chunks(8).zip(b[full..].chunks(8)).enumerate() {
+            acc[j] = _mm256_fmadd_ps(load(ca), load(cb), acc[j]);
+        }
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        let n = a.len();
+        let full = n - n % 8;
+        let mut acc = _mm256_setzero_ps();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut i = 0;
+        while i < full {
+            // SAFETY: i + 8 <= full <= n: the unaligned loads stay inside both slices.
+            unsafe {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc);
+            }
+            i += 8;
+        }
+        if full < n {
+            acc = _mm256_fmadd_ps(load(&a[full..]), load(&b[full..]), acc);
+        }
+        hsum_movehl(acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_row_length_is_padded_kv_length() {
+        let c = KvCache::new(KvType::F32, 1, 300, 1, 8).unwrap();
+        assert_eq!(c.row_len(1), 256);
+        assert_eq!(c.row_len(256), 256);
+        assert_eq!(c.row_len(257), 300); // capped at the cache size
+        let small = KvCache::new(KvType::F32, 1, 20, 1, 8).unwrap();
+        assert_eq!(small.row_len(3), 20);
+    }
+
+    #[test]
+    fn dot_orders_differ_as_documented() {
+        // 1e8 in lane 0 absorbs lane-0 additions: the two kernels group differently.
+        let mut a = vec![1.0f32; 16];
+        a[0] = 1e8;
+        a[8] = -1e8;
+        let b = vec![1.0f32; 16];
+        // tinyBLAS: lane 0 accumulates 1e8 then -1e8 -> 0; the other 14 ones survive
+        assert_eq!(dot_tinyblas_scalar(&a, &b), 14.0);
+        // vec_dot: elements 0..8 and 8..16 are in accumulators 0 and 1, which the reduction
+        // adds lane-wise first, cancelling the pair before the small sums
+        assert_eq!(dot_ggml_scalar(&a, &b), 14.0);
+        let mut c = vec![1.0f32; 8];
+        c[0] = 1e8;
+        c[4] = -1e8;
+        // lanes 0 and 4 meet in the first half-add of both reductions
+        assert_eq!(dot_tinyblas_scalar(&c, &[1.0; 8]), 6.0);
+        assert_eq!(dot_ggml_scalar(&c, &[1.0; 8]), 6.0);
+        // lanes 0 and 1 (1e8 and -1e8; the spacing of f32 at 1e8 is 8, so +2 is absorbed):
+        // vec_dot adds (l0+l4) to (l1+l5), cancelling them before the small sums (4);
+        // tinyBLAS adds (l0+l4) to (l2+l6) first, absorbing those (0)
+        let mut d = vec![1.0f32; 8];
+        d[0] = 1e8;
+        d[1] = -1e8;
+        assert_eq!(dot_ggml_scalar(&d, &[1.0; 8]), 4.0);
+        assert_eq!(dot_tinyblas_scalar(&d, &[1.0; 8]), 0.0);
+    }
+}

@@ -1,0 +1,36 @@
+//! Numerical operations on f32 slices, matching ggml's CPU backend.
+//!
+//! Every operation has a portable scalar implementation that reproduces ggml's arithmetic
+//! (order of operations, accumulator widths, and the exponential approximation ggml's x86
+//! build uses). Where SIMD pays, an AVX2+FMA version is chosen at run time; it returns the same
+//! bits as the scalar one (tests check this), so the choice never changes a result.
+
+mod act;
+mod attn;
+mod norm;
+mod rope;
+mod route;
+
+pub use act::{
+    EXP_LANES, exp_ggml, sigmoid, silu, silu_scalar, softmax, softmax_scalar, swiglu, swiglu_scalar,
+};
+pub use attn::{
+    KvCache, KvType, attend, attend_batch, dot_ggml, dot_ggml_scalar, dot_tinyblas,
+    dot_tinyblas_scalar,
+};
+pub use norm::{rms_norm, rms_norm_inplace};
+pub use rope::{Rope, RopeConfig, RopeMode};
+pub use route::{Gating, argsort_desc, route, top_k_desc};
+
+/// True when the AVX2+FMA paths can run on this CPU (checked once, cached by std).
+#[inline]
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
