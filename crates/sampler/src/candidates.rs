@@ -26,10 +26,10 @@ fn cxx_max(a: f32, b: f32) -> f32 {
 /// Truncation of a float to `i32` as x86's `cvttss2si` does it (what a C cast compiles to):
 /// NaN and out-of-range values give `i32::MIN`.
 fn trunc_i32_x86(x: f32) -> i32 {
-    if x.is_nan() || x >= 2_147_483_648.0 || x < -2_147_483_648.0 {
-        i32::MIN
-    } else {
+    if (-2_147_483_648.0..2_147_483_648.0).contains(&x) {
         x as i32
+    } else {
+        i32::MIN
     }
 }
 

@@ -230,7 +230,7 @@ mod tests {
                 let mut v: Vec<(u32, usize)> = (0..n).map(|i| (lcg(&mut s) % modulus, i)).collect();
                 let mut expect = v.clone();
                 sort(&mut v, &|a: &(u32, usize), b: &(u32, usize)| a.0 > b.0);
-                expect.sort_by(|a, b| b.0.cmp(&a.0));
+                expect.sort_by_key(|x| std::cmp::Reverse(x.0));
                 let keys: Vec<u32> = v.iter().map(|x| x.0).collect();
                 let want: Vec<u32> = expect.iter().map(|x| x.0).collect();
                 assert_eq!(keys, want);

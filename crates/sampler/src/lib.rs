@@ -22,7 +22,9 @@ pub const RANDOM_SEED: u32 = 0xFFFF_FFFF;
 /// temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, random seed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SamplerParams {
-    /// Temperature; `<= 0` samples greedily (the highest logit).
+    /// Temperature; `<= 0` samples greedily: the highest logit, and among equal highest logits
+    /// the first in the order the earlier stages leave (the lowest id when top-k and top-p are
+    /// off; top-k's and top-p's sorts put equal logits in libstdc++'s order, as llama.cpp does).
     pub temp: f32,
     /// Keep the `top_k` highest logits; `<= 0` disables.
     pub top_k: i32,
