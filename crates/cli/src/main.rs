@@ -7,6 +7,7 @@ mod npy;
 mod prompt;
 mod template;
 mod tokenize;
+mod upcycle;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,6 +42,15 @@ enum Command {
     /// text (no newline added). `--info` instead tells how the model's reasoning is delimited
     /// and how a request not to reason is honoured (`think_ctl`: template, prefill or none).
     Template(TemplateArgs),
+    /// Turn a dense model into a Mixture-of-Experts model whose experts are copies of its
+    /// feed-forward network, so that its output equals the dense model's.
+    ///
+    /// Dense `llama` becomes `llama` with experts (the Mixtral layout) with a small random
+    /// router (llama renormalizes the top-k weights, so any router gives the dense output);
+    /// `qwen2` becomes `qwen2moe`, which needs --experts = 2 × --top-k, a zero router and a
+    /// shared expert behind a zero gate (half routed, half shared). Weights are copied as they
+    /// are (any quantization); the output is written streaming.
+    Upcycle(UpcycleArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -157,6 +167,33 @@ struct TemplateArgs {
     info: bool,
 }
 
+#[derive(clap::Args, Debug)]
+struct UpcycleArgs {
+    /// The dense GGUF model (`llama` or `qwen2`).
+    input: PathBuf,
+
+    /// Where to write the MoE model.
+    #[arg(long, value_name = "MOE.gguf")]
+    out: PathBuf,
+
+    /// Number of experts per layer.
+    #[arg(long, default_value_t = 8, value_name = "E")]
+    experts: u32,
+
+    /// Experts used per token.
+    #[arg(long, default_value_t = 2, value_name = "K")]
+    top_k: u32,
+
+    /// Spread of the random router weights (uniform in ±scale/sqrt(n_embd)); 0 gives equal
+    /// routing probabilities. Ignored for qwen2, whose router must be zero.
+    #[arg(long, default_value_t = 0.5, value_name = "SCALE")]
+    router_scale: f32,
+
+    /// Seed of the router weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -188,6 +225,14 @@ fn main() -> ExitCode {
             no_think: args.no_think,
             no_generation_prompt: args.no_generation_prompt,
             info: args.info,
+        }),
+        Command::Upcycle(args) => upcycle::run(&upcycle::Options {
+            input: args.input,
+            out: args.out,
+            experts: args.experts,
+            top_k: args.top_k,
+            router_scale: args.router_scale,
+            seed: args.seed,
         }),
     };
     match result {

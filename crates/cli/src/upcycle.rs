@@ -1,0 +1,215 @@
+//! `sluice upcycle`: a dense model turned into a Mixture-of-Experts model whose experts are copies
+//! of the dense feed-forward network, so that its output equals the dense model's. An oracle for
+//! the MoE paths on real weights.
+//!
+//! * dense `llama` → `llama` with experts (the Mixtral layout): a small random router; llama's
+//!   MoE rule renormalizes the top-k weights to sum to 1, so the routed sum is the dense FFN (to
+//!   rounding; exactly with `--router-scale 0` and a power-of-two top-k).
+//! * `qwen2` → `qwen2moe`: qwen2moe does not renormalize and always has a gated shared expert.
+//!   With a zero router every expert gets 1/E, the top-k routed sum is k/E of the FFN; with
+//!   E = 2k that is one half, and the shared expert (a copy of the FFN behind a zero gate,
+//!   sigmoid(0) = 1/2) adds the other half. Exact when E is a power of two.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use gguf::{GgmlType, GgufFile, GgufWriter, TensorInfo, TensorType, Value};
+
+pub struct Options {
+    pub input: PathBuf,
+    pub out: PathBuf,
+    pub experts: u32,
+    pub top_k: u32,
+    pub router_scale: f32,
+    pub seed: u64,
+}
+
+/// What the dense architecture becomes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// `llama` with experts.
+    Mixtral,
+    /// `qwen2moe`.
+    Qwen2Moe,
+}
+
+/// A small deterministic generator for the router weights (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn symmetric(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+    }
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `blk.N.ffn_{gate,up,down}.weight` → (N, "gate"|"up"|"down").
+fn dense_ffn_part(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let part = tail.strip_prefix("ffn_")?.strip_suffix(".weight")?;
+    matches!(part, "gate" | "up" | "down").then_some((layer, part))
+}
+
+pub fn run(opts: &Options) -> Result<()> {
+    let src = GgufFile::open(&opts.input)?;
+    let input = opts.input.display().to_string();
+    let meta = src.metadata();
+    let arch = meta
+        .get_str("general.architecture")
+        .with_context(|| format!("{input}: no general.architecture"))?;
+    let target = match arch {
+        "llama" => Target::Mixtral,
+        "qwen2" => Target::Qwen2Moe,
+        other => bail!(
+            "{input}: cannot upcycle architecture `{other}` (supported: dense llama → llama with \
+             experts, qwen2 → qwen2moe)"
+        ),
+    };
+    if meta.get_u32(&format!("{arch}.expert_count")).unwrap_or(0) > 0 {
+        bail!("{input}: the model already has experts ({arch}.expert_count)");
+    }
+    let (e, k) = (opts.experts, opts.top_k);
+    if e < 2 || k == 0 || k > e {
+        bail!("--experts must be at least 2 and --top-k between 1 and --experts (got {e} and {k})");
+    }
+    if target == Target::Qwen2Moe && e != 2 * k {
+        bail!(
+            "qwen2moe does not renormalize the routed weights: its output equals the dense \
+             model's only with --experts = 2 × --top-k (got {e} and {k})"
+        );
+    }
+    if !opts.router_scale.is_finite() || opts.router_scale < 0.0 {
+        bail!("--router-scale must be a finite number ≥ 0");
+    }
+    let n_embd = meta
+        .get_u32(&format!("{arch}.embedding_length"))
+        .with_context(|| format!("{input}: no {arch}.embedding_length"))?;
+    let n_ff = meta
+        .get_u32(&format!("{arch}.feed_forward_length"))
+        .with_context(|| format!("{input}: no {arch}.feed_forward_length (or not one value)"))?;
+
+    let out_arch = match target {
+        Target::Mixtral => "llama",
+        Target::Qwen2Moe => "qwen2moe",
+    };
+    let mut w = GgufWriter::new();
+    w.set_alignment(src.alignment())?;
+    for (key, value) in meta.iter() {
+        let key: Cow<str> = match key.strip_prefix("qwen2.") {
+            Some(rest) if target == Target::Qwen2Moe => format!("qwen2moe.{rest}").into(),
+            _ => key.into(),
+        };
+        let value = match key.as_ref() {
+            "general.architecture" => Value::String(out_arch.into()),
+            "general.alignment" => continue,
+            "general.name" => Value::String(format!(
+                "{} (upcycled: {e} copies of the FFN, top-{k})",
+                value.as_str().unwrap_or("model")
+            )),
+            _ => value.clone(),
+        };
+        w.add_metadata(key.into_owned(), value)?;
+    }
+    w.add_metadata(format!("{out_arch}.expert_count"), Value::U32(e))?;
+    w.add_metadata(format!("{out_arch}.expert_used_count"), Value::U32(k))?;
+    if target == Target::Qwen2Moe {
+        w.add_metadata(
+            format!("{out_arch}.expert_feed_forward_length"),
+            Value::U32(n_ff),
+        )?;
+        w.add_metadata(
+            format!("{out_arch}.expert_shared_feed_forward_length"),
+            Value::U32(n_ff),
+        )?;
+    }
+
+    let mut rng = Rng(opts.seed);
+    let router_scale = match target {
+        // Any router gives the dense output with renormalization; a zero one is exact.
+        Target::Mixtral => opts.router_scale / (n_embd as f32).sqrt(),
+        // qwen2moe needs equal probabilities (see the module comment).
+        Target::Qwen2Moe => 0.0,
+    };
+    let mut layers_done = 0usize;
+    for t in src.tensors() {
+        let data = src.tensor_data(t)?;
+        let Some((layer, part)) = dense_ffn_part(&t.name) else {
+            w.add_tensor_raw(t.name.clone(), &t.dims, t.ty.id(), data)?;
+            continue;
+        };
+        let ty = known_type(t, &input)?;
+        if part == "gate" {
+            layers_done += 1;
+            let router: Vec<f32> = (0..n_embd as usize * e as usize)
+                .map(|_| rng.symmetric() * router_scale)
+                .collect();
+            w.add_tensor(
+                format!("blk.{layer}.ffn_gate_inp.weight"),
+                &[u64::from(n_embd), u64::from(e)],
+                GgmlType::F32,
+                f32_bytes(&router),
+            )?;
+            if target == Target::Qwen2Moe {
+                w.add_tensor(
+                    format!("blk.{layer}.ffn_gate_inp_shexp.weight"),
+                    &[u64::from(n_embd)],
+                    GgmlType::F32,
+                    f32_bytes(&vec![0.0; n_embd as usize]),
+                )?;
+            }
+        }
+        // Experts are the slowest dimension: E copies of the dense matrix, back to back.
+        let mut dims = t.dims.clone();
+        dims.push(u64::from(e));
+        w.add_tensor_with(
+            format!("blk.{layer}.ffn_{part}_exps.weight"),
+            &dims,
+            ty,
+            move |out: &mut dyn Write| {
+                for _ in 0..e {
+                    out.write_all(data)?;
+                }
+                Ok(())
+            },
+        )?;
+        if target == Target::Qwen2Moe {
+            w.add_tensor(
+                format!("blk.{layer}.ffn_{part}_shexp.weight"),
+                &t.dims,
+                ty,
+                data,
+            )?;
+        }
+    }
+    if layers_done == 0 {
+        bail!("{input}: no dense FFN tensors (blk.N.ffn_gate.weight) to turn into experts");
+    }
+    w.write_to_path(&opts.out)?;
+    eprintln!(
+        "sluice: wrote {} ({out_arch}, {layers_done} MoE layers, {e} experts, top-{k})",
+        opts.out.display()
+    );
+    Ok(())
+}
+
+fn known_type(t: &TensorInfo, input: &str) -> Result<GgmlType> {
+    match t.ty {
+        TensorType::Known(ty) => Ok(ty),
+        TensorType::Unknown(id) => bail!("{input}: tensor {} has unknown type id {id}", t.name),
+    }
+}
