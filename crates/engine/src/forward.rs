@@ -521,7 +521,7 @@ impl<'a> Engine<'a> {
         }
         // residual
         for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
-            *xv = a + *xv;
+            *xv += a;
         }
         if let Some(cb) = &self.observer {
             cb("ffn_inp", Some(il), &s.x[..n * e]);
@@ -726,7 +726,7 @@ impl<'a> Engine<'a> {
             cb("ffn_out", Some(il), &s.proj[..n * e]);
         }
         for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
-            *xv = a + *xv;
+            *xv += a;
         }
         if let Some(cb) = &self.observer {
             cb("l_out", Some(il), &s.x[..n * e]);

@@ -448,7 +448,8 @@ fn observer_sees_named_intermediates() {
     let file = GgufFile::open(&p).unwrap();
     let model = Model::from_gguf(&file).unwrap();
     let pool = ThreadPool::new(1).unwrap();
-    let seen: RefCell<Vec<(String, Option<usize>, Vec<f32>)>> = RefCell::new(Vec::new());
+    type Seen = Vec<(String, Option<usize>, Vec<f32>)>;
+    let seen: RefCell<Seen> = RefCell::new(Vec::new());
     let mut eng = Engine::new(&model, Kernels::detect(), &pool, cfg(16, 8)).unwrap();
     eng.set_observer(Some(Box::new(
         |name: &str, il: Option<usize>, d: &[f32]| {

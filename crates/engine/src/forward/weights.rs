@@ -54,8 +54,8 @@ pub(crate) struct MoeW<'a> {
 }
 
 pub(crate) enum FfnW<'a> {
-    Dense(DenseW<'a>),
-    Moe(MoeW<'a>),
+    Dense(Box<DenseW<'a>>),
+    Moe(Box<MoeW<'a>>),
 }
 
 pub(crate) struct LayerW<'a> {
@@ -205,14 +205,14 @@ impl<'a> Weights<'a> {
         let mut layers = Vec::with_capacity(mt.layers.len());
         for l in &mt.layers {
             let ffn = match &l.ffn {
-                Ffn::Dense(d) => FfnW::Dense(DenseW {
+                Ffn::Dense(d) => FfnW::Dense(Box::new(DenseW {
                     gate: mat(model, kernels, d.gate, 1)?,
                     up: mat(model, kernels, d.up, 1)?,
                     down: mat(model, kernels, d.down, 1)?,
                     gate_b: opt_vector(model, d.gate_b)?,
                     up_b: opt_vector(model, d.up_b)?,
                     down_b: opt_vector(model, d.down_b)?,
-                }),
+                })),
                 Ffn::Moe(m) => {
                     let x = m.n_expert as usize;
                     let shared = match &m.shared {
@@ -224,14 +224,14 @@ impl<'a> Weights<'a> {
                             gate_inp: sh.gate_inp.map(|g| mat(model, kernels, g, 1)).transpose()?,
                         }),
                     };
-                    FfnW::Moe(MoeW {
+                    FfnW::Moe(Box::new(MoeW {
                         router: mat(model, kernels, m.router, 1)?,
                         gate: mat(model, kernels, m.gate_exps, x)?,
                         up: mat(model, kernels, m.up_exps, x)?,
                         down: mat(model, kernels, m.down_exps, x)?,
                         n_expert: x,
                         shared,
-                    })
+                    }))
                 }
             };
             layers.push(LayerW {
