@@ -110,7 +110,7 @@ pub enum LogitsWanted {
 /// (after renormalization and scaling), `ffn_shexp_out`, `ffn_moe_out`, `ffn_out`, `l_out`,
 /// `result_norm`, `result_output`). `data` holds the values of every token of the current
 /// batch, token after token; `layer` is `None` for the final norm and output.
-pub type Observer<'a> = Box<dyn Fn(&str, Option<usize>, &[f32]) + 'a>;
+pub type Observer<'a> = Box<dyn Fn(&str, Option<usize>, &[f32]) + Send + 'a>;
 
 /// Per-chunk scratch buffers, sized for `ubatch` tokens.
 #[derive(Default)]
@@ -234,15 +234,32 @@ impl<'a> Engine<'a> {
             ));
         }
         let w = Weights::load(model, kernels)?;
+        let e = hp.n_embd as usize;
+        let hd = hp.head_dim_k as usize;
+        for il in 0..hp.n_layer as usize {
+            if hp.n_embd_q(il) as usize != hp.n_head.at(il) as usize * hd {
+                return Err(ForwardError::Unsupported(format!(
+                    "layer {il}: q width {} differs from n_head x head_dim",
+                    hp.n_embd_q(il)
+                )));
+            }
+        }
+        if w.output.rows != w.n_vocab || w.output.cols != e {
+            return Err(ForwardError::BadTensor {
+                tensor: w.output.name.to_owned(),
+                msg: format!(
+                    "{} x {} does not match n_vocab {} x n_embd {e}",
+                    w.output.rows, w.output.cols, w.n_vocab
+                ),
+            });
+        }
         let rope = Rope::new(rope_config(&hp, w.rope_freqs.clone()))?;
         let kv_type = cfg.kv_type;
-        let hd = hp.head_dim_k as usize;
         let kv = (0..hp.n_layer as usize)
             .map(|il| KvCache::new(kv_type, 1, cfg.n_ctx, hp.n_head_kv.at(il) as usize, hd))
             .collect::<Result<Vec<_>, _>>()?;
 
         let ub = cfg.ubatch;
-        let e = hp.n_embd as usize;
         let nl = hp.n_layer as usize;
         let q_max = (0..nl)
             .map(|il| hp.n_embd_q(il) as usize)
@@ -434,7 +451,6 @@ impl<'a> Engine<'a> {
         let e = hp.n_embd as usize;
         let hd = hp.head_dim_k as usize;
         let n_head = hp.n_head.at(il) as usize;
-        let n_head_kv = hp.n_head_kv.at(il) as usize;
         let qw = hp.n_embd_q(il) as usize;
         let kw = hp.n_embd_k_gqa(il) as usize;
         let eps = hp.rms_eps;
@@ -491,7 +507,6 @@ impl<'a> Engine<'a> {
             )?;
         }
         let aw = n_head * hd;
-        let _ = n_head_kv;
         ops::attend_batch(
             pool,
             &q[..n * aw],

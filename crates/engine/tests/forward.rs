@@ -55,6 +55,11 @@ fn demo_prefill_matches_decode() {
     let next1 = single.forward(&[7], LogitsWanted::Last).unwrap();
     assert!(max_diff(&next, &next1) < 1e-4);
 
+    // the thread count does not change a single bit
+    let pool1 = ThreadPool::new(1).unwrap();
+    let mut one = Engine::new(&model, k, &pool1, cfg(64, 512)).unwrap();
+    assert_eq!(one.forward(&PROMPT, LogitsWanted::All).unwrap(), all);
+
     // chunked prefill (ubatch 3) gives the same last logits as one batch
     let mut chunked = Engine::new(&model, k, &pool, cfg(64, 3)).unwrap();
     let last = chunked.forward(&PROMPT, LogitsWanted::Last).unwrap();
@@ -442,23 +447,23 @@ fn per_arch_smoke() {
 
 #[test]
 fn observer_sees_named_intermediates() {
-    use std::cell::RefCell;
+    use std::sync::Mutex;
     let dir = tempfile::tempdir().unwrap();
     let p = tiny::spec("qwen2moe").write(dir.path());
     let file = GgufFile::open(&p).unwrap();
     let model = Model::from_gguf(&file).unwrap();
     let pool = ThreadPool::new(1).unwrap();
     type Seen = Vec<(String, Option<usize>, Vec<f32>)>;
-    let seen: RefCell<Seen> = RefCell::new(Vec::new());
+    let seen: Mutex<Seen> = Mutex::new(Vec::new());
     let mut eng = Engine::new(&model, Kernels::detect(), &pool, cfg(16, 8)).unwrap();
     eng.set_observer(Some(Box::new(
         |name: &str, il: Option<usize>, d: &[f32]| {
-            seen.borrow_mut().push((name.to_owned(), il, d.to_vec()));
+            seen.lock().unwrap().push((name.to_owned(), il, d.to_vec()));
         },
     )));
     let logits = eng.forward(&[1, 2, 3], LogitsWanted::Last).unwrap();
     drop(eng);
-    let seen = seen.into_inner();
+    let seen = seen.into_inner().unwrap();
     for name in [
         "attn_norm",
         "Qcur",
