@@ -178,6 +178,10 @@ mod tiny {
     fn bytes(ty: GgmlType, v: &[f32], row: usize) -> Vec<u8> {
         match ty {
             GgmlType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            // types without a quantizer: zero bytes of the right size
+            _ if !quant::can_quantize(ty) => {
+                vec![0u8; ty.row_bytes(v.len() as u64).unwrap() as usize]
+            }
             _ => v
                 .chunks(row)
                 .flat_map(|r| quant::quantize_to_vec(ty, r).unwrap())
@@ -503,4 +507,24 @@ fn observer_sees_named_intermediates() {
         let best = ids[t * 2] as usize;
         assert!(row.iter().all(|&v| v <= row[best]));
     }
+}
+
+#[test]
+fn unsupported_weight_type_names_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = tiny::spec("olmoe");
+    // Q8_1 is an activation type: ggml has no product kernel with Q8_1 weights.
+    s.ffn_type = gguf::GgmlType::Q8_1;
+    let p = s.write(dir.path());
+    let file = GgufFile::open(&p).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let err = Engine::new(&model, Kernels::detect(), &pool, cfg(16, 8)).unwrap_err();
+    match &err {
+        ForwardError::UnsupportedWeight { tensor, .. } => {
+            assert!(tensor.ends_with("_exps.weight"), "{tensor}");
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    assert!(err.to_string().contains("blk.0.ffn_"), "{err}");
 }
