@@ -65,6 +65,18 @@ fn demo_prefill_matches_decode() {
     let last = chunked.forward(&PROMPT, LogitsWanted::Last).unwrap();
     let d = max_diff(&last, &all[(PROMPT.len() - 1) * nv..]);
     assert!(d < 1e-4, "chunked prefill differs by {d}");
+    let mut chunked = Engine::new(&model, k, &pool, cfg(64, 3)).unwrap();
+    let every = chunked.forward(&PROMPT, LogitsWanted::All).unwrap();
+    let d = max_diff(&every, &all);
+    assert!(d < 1e-4, "chunked prefill (all logits) differs by {d}");
+    // truncate and replay the last two tokens: same logits as before
+    chunked.truncate(PROMPT.len() - 2);
+    assert_eq!(chunked.n_past(), PROMPT.len() - 2);
+    let again = chunked
+        .forward(&PROMPT[PROMPT.len() - 2..], LogitsWanted::All)
+        .unwrap();
+    let d = max_diff(&again, &all[(PROMPT.len() - 2) * nv..]);
+    assert!(d < 1e-4, "replay after truncate differs by {d}");
 }
 
 #[test]
