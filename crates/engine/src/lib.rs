@@ -6,6 +6,8 @@
 //! from them matches llama.cpp's logits closely. See `docs/engine-ops.md` for the numerics.
 
 mod error;
+pub mod forward;
 pub mod ops;
 
 pub use error::EngineError;
+pub use forward::{Engine, EngineConfig, ForwardError, LogitsWanted, Observer};

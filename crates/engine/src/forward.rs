@@ -1,0 +1,784 @@
+//! The forward pass of a whole model: token ids in, logits out.
+//!
+//! [`Engine`] runs the graph that `docs/model.md` specifies for every supported architecture
+//! (the per-arch rules come resolved in [`model::HParams`]), with the ops of [`crate::ops`] and
+//! the matrix products of [`quant::matvec`]. Prompt tokens are processed in chunks of
+//! `ubatch` tokens with batched products; a single token (decode) uses matrix × vector
+//! products. The KV cache and every scratch buffer are allocated once, when the engine is
+//! built.
+
+mod weights;
+
+use gguf::GgmlType;
+use model::{HParams, Model, QkNorm, RopeType};
+use quant::{Kernels, QuantError, ThreadPool};
+use thiserror::Error;
+
+use crate::EngineError;
+use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
+use weights::{FfnW, LayerW, Mat, Weights};
+
+/// Errors of building or running an [`Engine`].
+#[derive(Debug, Error)]
+pub enum ForwardError {
+    /// The tokens do not fit in the context: `n_past + n_tokens > n_ctx`.
+    #[error("context overflow: {n_past} tokens in the context + {n_tokens} new > n_ctx {n_ctx}")]
+    ContextOverflow {
+        /// Tokens already in the context.
+        n_past: usize,
+        /// Tokens asked for.
+        n_tokens: usize,
+        /// Context size.
+        n_ctx: usize,
+    },
+    /// `forward` was called with no tokens.
+    #[error("no tokens to process")]
+    NoTokens,
+    /// A token id outside the vocabulary.
+    #[error("token id {token} is outside the vocabulary ({n_vocab} tokens)")]
+    BadToken {
+        /// The id.
+        token: u32,
+        /// Vocabulary size.
+        n_vocab: usize,
+    },
+    /// A weight whose type has no kernel for the operation it is used in.
+    #[error("tensor {tensor}: type {ty} is not supported for {op}")]
+    UnsupportedWeight {
+        /// Tensor name.
+        tensor: String,
+        /// Its type (name).
+        ty: String,
+        /// What it is used for.
+        op: &'static str,
+    },
+    /// A tensor whose data does not have the size its shape needs.
+    #[error("tensor {tensor}: {msg}")]
+    BadTensor {
+        /// Tensor name.
+        tensor: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A model feature this engine does not implement.
+    #[error("unsupported model feature: {0}")]
+    Unsupported(String),
+    /// A bad engine configuration.
+    #[error("invalid engine configuration: {0}")]
+    Config(String),
+    /// A numerical op failed (shape mismatch; indicates a bug).
+    #[error(transparent)]
+    Op(#[from] EngineError),
+    /// A matrix product or dequantization failed.
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
+
+/// Engine settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Context size (KV cache cells).
+    pub n_ctx: usize,
+    /// KV cache storage type (F16 like llama.cpp's default; F32 for reference parity).
+    pub kv_type: KvType,
+    /// Most tokens processed in one batch during prefill.
+    pub ubatch: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            n_ctx: 4096,
+            kv_type: KvType::F16,
+            ubatch: 512,
+        }
+    }
+}
+
+/// Which logits [`Engine::forward`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsWanted {
+    /// Only the last token's (`n_vocab` values).
+    Last,
+    /// Every token's, token after token (`n_tokens · n_vocab` values).
+    All,
+}
+
+/// Observer of named intermediate tensors: `(name, layer, data)`, with llama.cpp's tensor
+/// names (`attn_norm`, `Qcur`, `Kcur`, `Vcur`, `kqv_out`, `attn_out`, `ffn_inp`, `ffn_norm`,
+/// `ffn_moe_logits`, `ffn_moe_probs`, `ffn_moe_topk` (expert ids as f32), `ffn_moe_weights`
+/// (after renormalization and scaling), `ffn_shexp_out`, `ffn_moe_out`, `ffn_out`, `l_out`,
+/// `result_norm`, `result_output`). `data` holds the values of every token of the current
+/// batch, token after token; `layer` is `None` for the final norm and output.
+pub type Observer<'a> = Box<dyn Fn(&str, Option<usize>, &[f32]) + Send + 'a>;
+
+/// Per-chunk scratch buffers, sized for `ubatch` tokens.
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    cur: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    act: Vec<f32>,
+    router: Vec<f32>,
+    probs: Vec<f32>,
+    ids: Vec<usize>,
+    wts: Vec<f32>,
+    gath: Vec<f32>,
+    eout: Vec<f32>,
+    slots: Vec<f32>,
+    moe: Vec<f32>,
+    shg: Vec<f32>,
+    by_expert: Vec<Vec<(usize, usize)>>,
+    rope: Vec<f32>,
+    qbuf: Vec<u8>,
+}
+
+/// A model ready to run, with its KV cache. See the [module docs](self).
+pub struct Engine<'a> {
+    hp: HParams,
+    w: Weights<'a>,
+    pool: &'a ThreadPool,
+    cfg: EngineConfig,
+    kv: Vec<KvCache>,
+    rope: Rope,
+    n_past: usize,
+    s: Scratch,
+    observer: Option<Observer<'a>>,
+}
+
+impl std::fmt::Debug for Engine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("arch", &self.hp.arch)
+            .field("cfg", &self.cfg)
+            .field("n_past", &self.n_past)
+            .finish()
+    }
+}
+
+fn rope_config(hp: &HParams, freq_factors: Option<Vec<f32>>) -> RopeConfig {
+    let r = &hp.rope;
+    RopeConfig {
+        n_dims: r.n_rot as usize,
+        mode: match r.ty {
+            RopeType::Norm => RopeMode::Norm,
+            RopeType::Neox => RopeMode::Neox,
+        },
+        freq_base: r.freq_base,
+        freq_scale: r.freq_scale,
+        ext_factor: r.yarn_ext_factor,
+        attn_factor: r.mscale(),
+        beta_fast: r.yarn_beta_fast,
+        beta_slow: r.yarn_beta_slow,
+        n_ctx_orig: r.n_ctx_orig,
+        freq_factors,
+    }
+}
+
+/// `out = W · x` for `n` tokens: matrix × vector for one token, batched otherwise.
+fn mm(
+    pool: &ThreadPool,
+    m: &Mat<'_>,
+    data: &[u8],
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    qbuf: &mut Vec<u8>,
+) -> Result<(), QuantError> {
+    let x = &x[..n * m.cols];
+    let out = &mut out[..n * m.rows];
+    if n == 1 {
+        quant::matvec_with(pool, &m.kernel, data, m.rows, m.cols, x, out, qbuf)
+    } else {
+        quant::matmul_with(pool, &m.kernel, data, m.rows, m.cols, x, n, out, qbuf)
+    }
+}
+
+/// Add `bias` to every row of `x`.
+fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            for (v, &bb) in row.iter_mut().zip(b) {
+                *v += bb;
+            }
+        }
+    }
+}
+
+impl<'a> Engine<'a> {
+    /// Prepare `model` for running: resolve every weight's kernels (an unsupported type is an
+    /// error naming the tensor), convert norm weights and biases to f32, and allocate the KV
+    /// cache and scratch buffers.
+    pub fn new(
+        model: &Model<'a>,
+        kernels: &Kernels,
+        pool: &'a ThreadPool,
+        cfg: EngineConfig,
+    ) -> Result<Engine<'a>, ForwardError> {
+        if cfg.n_ctx == 0 || cfg.ubatch == 0 {
+            return Err(ForwardError::Config(format!(
+                "n_ctx {} and ubatch {} must be positive",
+                cfg.n_ctx, cfg.ubatch
+            )));
+        }
+        let hp = model.hparams.clone();
+        if hp.n_expert_groups > 1 {
+            return Err(ForwardError::Unsupported(
+                "grouped expert routing (expert_group_count > 1)".into(),
+            ));
+        }
+        let w = Weights::load(model, kernels)?;
+        let e = hp.n_embd as usize;
+        let hd = hp.head_dim_k as usize;
+        for il in 0..hp.n_layer as usize {
+            if hp.n_embd_q(il) as usize != hp.n_head.at(il) as usize * hd {
+                return Err(ForwardError::Unsupported(format!(
+                    "layer {il}: q width {} differs from n_head x head_dim",
+                    hp.n_embd_q(il)
+                )));
+            }
+        }
+        if w.output.rows != w.n_vocab || w.output.cols != e {
+            return Err(ForwardError::BadTensor {
+                tensor: w.output.name.to_owned(),
+                msg: format!(
+                    "{} x {} does not match n_vocab {} x n_embd {e}",
+                    w.output.rows, w.output.cols, w.n_vocab
+                ),
+            });
+        }
+        let rope = Rope::new(rope_config(&hp, w.rope_freqs.clone()))?;
+        let kv_type = cfg.kv_type;
+        let kv = (0..hp.n_layer as usize)
+            .map(|il| KvCache::new(kv_type, 1, cfg.n_ctx, hp.n_head_kv.at(il) as usize, hd))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let ub = cfg.ubatch;
+        let nl = hp.n_layer as usize;
+        let q_max = (0..nl)
+            .map(|il| hp.n_embd_q(il) as usize)
+            .max()
+            .unwrap_or(0);
+        let q_max = q_max.max(
+            (0..nl)
+                .map(|il| hp.n_head.at(il) as usize * hd)
+                .max()
+                .unwrap_or(0),
+        );
+        let kv_max = (0..nl)
+            .map(|il| hp.n_embd_k_gqa(il) as usize)
+            .max()
+            .unwrap_or(0);
+        let f_max = [
+            hp.n_ff.max() as usize,
+            hp.n_ff_exp.max() as usize,
+            hp.n_ff_shexp as usize,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        let k_max = hp.n_expert_used.max() as usize;
+        let x_n = hp.n_expert as usize;
+        let s = Scratch {
+            x: vec![0.0; ub * e],
+            cur: vec![0.0; ub * e],
+            q: vec![0.0; ub * q_max],
+            k: vec![0.0; ub * kv_max],
+            v: vec![0.0; ub * kv_max],
+            att: vec![0.0; ub * q_max],
+            proj: vec![0.0; ub * e],
+            gate: vec![0.0; ub * f_max],
+            up: vec![0.0; ub * f_max],
+            act: vec![0.0; ub * f_max],
+            router: vec![0.0; ub * x_n],
+            probs: vec![0.0; ub * x_n],
+            ids: vec![0; ub * k_max],
+            wts: vec![0.0; ub * k_max],
+            gath: vec![0.0; if x_n > 0 { ub * e } else { 0 }],
+            eout: vec![0.0; if x_n > 0 { ub * e } else { 0 }],
+            slots: vec![0.0; ub * k_max * e],
+            moe: vec![0.0; ub * e],
+            shg: vec![0.0; ub],
+            by_expert: (0..x_n).map(|_| Vec::with_capacity(ub)).collect(),
+            rope: vec![0.0; ub * hp.rope.n_rot as usize],
+            qbuf: Vec::new(),
+        };
+        Ok(Engine {
+            hp,
+            w,
+            pool,
+            cfg,
+            kv,
+            rope,
+            n_past: 0,
+            s,
+            observer: None,
+        })
+    }
+
+    /// Install (or remove, with `None`) the observer of named intermediates.
+    pub fn set_observer(&mut self, observer: Option<Observer<'a>>) {
+        self.observer = observer;
+    }
+
+    /// Tokens in the context.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The model's hyperparameters.
+    pub fn hparams(&self) -> &HParams {
+        &self.hp
+    }
+
+    /// Vocabulary size (length of one logits row).
+    pub fn n_vocab(&self) -> usize {
+        self.w.n_vocab
+    }
+
+    /// Forget every token after the first `n` (nothing happens when `n >= n_past`); the next
+    /// [`forward`](Self::forward) continues at position `n`.
+    pub fn truncate(&mut self, n: usize) {
+        self.n_past = self.n_past.min(n);
+    }
+
+    /// Empty the context.
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+    }
+
+    /// Run `tokens` at positions `n_past..n_past + tokens.len()` and append them to the
+    /// context. Returns the last token's logits or all of them.
+    pub fn forward(
+        &mut self,
+        tokens: &[u32],
+        logits: LogitsWanted,
+    ) -> Result<Vec<f32>, ForwardError> {
+        if tokens.is_empty() {
+            return Err(ForwardError::NoTokens);
+        }
+        let n_ctx = self.cfg.n_ctx;
+        if tokens.len() > n_ctx - self.n_past {
+            return Err(ForwardError::ContextOverflow {
+                n_past: self.n_past,
+                n_tokens: tokens.len(),
+                n_ctx,
+            });
+        }
+        let n_vocab = self.w.n_vocab;
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(ForwardError::BadToken { token: t, n_vocab });
+        }
+        let n_out = match logits {
+            LogitsWanted::Last => 1,
+            LogitsWanted::All => tokens.len(),
+        };
+        let mut out = vec![0f32; n_out * n_vocab];
+        let start = self.n_past;
+        let chunks = tokens.chunks(self.cfg.ubatch);
+        let n_chunks = chunks.len();
+        let mut written = 0;
+        for (ci, chunk) in chunks.enumerate() {
+            let last_chunk = ci + 1 == n_chunks;
+            let res = self.run_chunk(chunk);
+            if let Err(e) = res {
+                self.n_past = start;
+                return Err(e);
+            }
+            let want: std::ops::Range<usize> = match logits {
+                LogitsWanted::All => 0..chunk.len(),
+                LogitsWanted::Last if last_chunk => chunk.len() - 1..chunk.len(),
+                LogitsWanted::Last => 0..0,
+            };
+            if !want.is_empty() {
+                let n = want.len();
+                let dst = &mut out[written * n_vocab..(written + n) * n_vocab];
+                if let Err(e) = self.output(want, dst) {
+                    self.n_past = start;
+                    return Err(e);
+                }
+                written += n;
+            }
+            self.n_past += chunk.len();
+        }
+        Ok(out)
+    }
+
+    fn emit(&self, name: &str, layer: Option<usize>, data: &[f32]) {
+        if let Some(cb) = &self.observer {
+            cb(name, layer, data);
+        }
+    }
+
+    /// Run the layers over one chunk; leaves the residual stream in `s.x`.
+    fn run_chunk(&mut self, tokens: &[u32]) -> Result<(), ForwardError> {
+        let n = tokens.len();
+        let e = self.hp.n_embd as usize;
+        let p0 = self.n_past;
+        // embeddings
+        let emb = &self.w.token_embd;
+        let emb_data = self.w.token_embd_data;
+        for (t, &tok) in tokens.iter().enumerate() {
+            let rb = emb.row_bytes;
+            let row = &emb_data[tok as usize * rb..(tok as usize + 1) * rb];
+            quant::dequantize_row(emb.ty, row, &mut self.s.x[t * e..(t + 1) * e])?;
+        }
+        // rope tables for the chunk's positions
+        let nr = self.hp.rope.n_rot as usize;
+        for t in 0..n {
+            self.rope
+                .fill_cache((p0 + t) as i64, &mut self.s.rope[t * nr..(t + 1) * nr]);
+        }
+        for il in 0..self.hp.n_layer as usize {
+            self.layer(il, n, p0)?;
+        }
+        Ok(())
+    }
+
+    fn layer(&mut self, il: usize, n: usize, p0: usize) -> Result<(), ForwardError> {
+        let hp = &self.hp;
+        let e = hp.n_embd as usize;
+        let hd = hp.head_dim_k as usize;
+        let n_head = hp.n_head.at(il) as usize;
+        let qw = hp.n_embd_q(il) as usize;
+        let kw = hp.n_embd_k_gqa(il) as usize;
+        let eps = hp.rms_eps;
+        let lw: &LayerW<'a> = &self.w.layers[il];
+        let pool = self.pool;
+        let s = &mut self.s;
+
+        // attention norm
+        ops::rms_norm(&s.x[..n * e], &lw.attn_norm, eps, &mut s.cur[..n * e]);
+        if let Some(cb) = &self.observer {
+            cb("attn_norm", Some(il), &s.cur[..n * e]);
+        }
+        // q, k, v
+        mm(pool, &lw.wq, lw.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
+        mm(pool, &lw.wk, lw.wk.data, &s.cur, n, &mut s.k, &mut s.qbuf)?;
+        mm(pool, &lw.wv, lw.wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?;
+        let q = &mut s.q[..n * qw];
+        let k = &mut s.k[..n * kw];
+        let v = &mut s.v[..n * kw];
+        add_bias(q, lw.bq.as_ref());
+        add_bias(k, lw.bk.as_ref());
+        add_bias(v, lw.bv.as_ref());
+        // QK-norm (row length = the weight length: one head, or the whole projection)
+        if hp.qk_norm != QkNorm::None {
+            if let Some(qn) = &lw.q_norm {
+                ops::rms_norm_inplace(q, qn, eps);
+            }
+            if let Some(kn) = &lw.k_norm {
+                ops::rms_norm_inplace(k, kn, eps);
+            }
+        }
+        // RoPE
+        let nr = hp.rope.n_rot as usize;
+        for t in 0..n {
+            let cache = &s.rope[t * nr..(t + 1) * nr];
+            self.rope
+                .apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
+            self.rope
+                .apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
+        }
+        if let Some(cb) = &self.observer {
+            cb("Qcur", Some(il), q);
+            cb("Kcur", Some(il), k);
+            cb("Vcur", Some(il), v);
+        }
+        // KV store and attention
+        let cache = &mut self.kv[il];
+        for t in 0..n {
+            cache.store(
+                0,
+                p0 + t,
+                &k[t * kw..(t + 1) * kw],
+                &v[t * kw..(t + 1) * kw],
+            )?;
+        }
+        let aw = n_head * hd;
+        ops::attend_batch(
+            pool,
+            &q[..n * aw],
+            cache,
+            0,
+            p0,
+            n,
+            n_head,
+            hp.attn_scale(),
+            &mut s.att[..n * aw],
+        )?;
+        if let Some(cb) = &self.observer {
+            cb("kqv_out", Some(il), &s.att[..n * aw]);
+        }
+        mm(
+            pool,
+            &lw.wo,
+            lw.wo.data,
+            &s.att,
+            n,
+            &mut s.proj,
+            &mut s.qbuf,
+        )?;
+        add_bias(&mut s.proj[..n * e], lw.bo.as_ref());
+        if let Some(cb) = &self.observer {
+            cb("attn_out", Some(il), &s.proj[..n * e]);
+        }
+        // residual
+        for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
+            *xv += a;
+        }
+        if let Some(cb) = &self.observer {
+            cb("ffn_inp", Some(il), &s.x[..n * e]);
+        }
+        ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, eps, &mut s.cur[..n * e]);
+        if let Some(cb) = &self.observer {
+            cb("ffn_norm", Some(il), &s.cur[..n * e]);
+        }
+        match &lw.ffn {
+            FfnW::Dense(d) => {
+                let f = d.gate.rows;
+                mm(
+                    pool,
+                    &d.gate,
+                    d.gate.data,
+                    &s.cur,
+                    n,
+                    &mut s.gate,
+                    &mut s.qbuf,
+                )?;
+                add_bias(&mut s.gate[..n * f], d.gate_b.as_ref());
+                mm(pool, &d.up, d.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
+                add_bias(&mut s.up[..n * f], d.up_b.as_ref());
+                ops::swiglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
+                mm(
+                    pool,
+                    &d.down,
+                    d.down.data,
+                    &s.act,
+                    n,
+                    &mut s.proj,
+                    &mut s.qbuf,
+                )?;
+                add_bias(&mut s.proj[..n * e], d.down_b.as_ref());
+            }
+            FfnW::Moe(m) => {
+                let x_n = m.n_expert;
+                let k_used = hp.n_expert_used.at(il) as usize;
+                mm(
+                    pool,
+                    &m.router,
+                    m.router.data,
+                    &s.cur,
+                    n,
+                    &mut s.router,
+                    &mut s.qbuf,
+                )?;
+                if let Some(cb) = &self.observer {
+                    cb("ffn_moe_logits", Some(il), &s.router[..n * x_n]);
+                    for t in 0..n {
+                        ops::softmax(
+                            &s.router[t * x_n..(t + 1) * x_n],
+                            1.0,
+                            x_n,
+                            &mut s.probs[t * x_n..(t + 1) * x_n],
+                        );
+                    }
+                    cb("ffn_moe_probs", Some(il), &s.probs[..n * x_n]);
+                }
+                for list in &mut s.by_expert {
+                    list.clear();
+                }
+                for t in 0..n {
+                    let (ids, wts) = ops::route(
+                        &s.router[t * x_n..(t + 1) * x_n],
+                        k_used,
+                        hp.expert_weights_norm,
+                        hp.expert_weights_scale,
+                        Gating::Softmax,
+                    );
+                    if ids.len() != k_used {
+                        return Err(ForwardError::BadTensor {
+                            tensor: m.router.name.to_owned(),
+                            msg: format!("routing chose {} experts, not {k_used}", ids.len()),
+                        });
+                    }
+                    for (slot, (&id, &wt)) in ids.iter().zip(&wts).enumerate() {
+                        s.ids[t * k_used + slot] = id;
+                        s.wts[t * k_used + slot] = wt;
+                        s.by_expert[id].push((t, slot));
+                    }
+                }
+                if let Some(cb) = &self.observer {
+                    let ids: Vec<f32> = s.ids[..n * k_used].iter().map(|&i| i as f32).collect();
+                    cb("ffn_moe_topk", Some(il), &ids);
+                    cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
+                }
+                // each expert on the tokens that chose it
+                let fe = m.gate.rows;
+                for ex in 0..x_n {
+                    let list = &s.by_expert[ex];
+                    let cnt = list.len();
+                    if cnt == 0 {
+                        continue;
+                    }
+                    for (j, &(t, _)) in list.iter().enumerate() {
+                        s.gath[j * e..(j + 1) * e].copy_from_slice(&s.cur[t * e..(t + 1) * e]);
+                    }
+                    mm(
+                        pool,
+                        &m.gate,
+                        m.gate.expert(ex),
+                        &s.gath,
+                        cnt,
+                        &mut s.gate,
+                        &mut s.qbuf,
+                    )?;
+                    mm(
+                        pool,
+                        &m.up,
+                        m.up.expert(ex),
+                        &s.gath,
+                        cnt,
+                        &mut s.up,
+                        &mut s.qbuf,
+                    )?;
+                    ops::swiglu(
+                        &s.gate[..cnt * fe],
+                        &s.up[..cnt * fe],
+                        &mut s.act[..cnt * fe],
+                    );
+                    mm(
+                        pool,
+                        &m.down,
+                        m.down.expert(ex),
+                        &s.act,
+                        cnt,
+                        &mut s.eout,
+                        &mut s.qbuf,
+                    )?;
+                    for (j, &(t, slot)) in list.iter().enumerate() {
+                        let dst = (t * k_used + slot) * e;
+                        s.slots[dst..dst + e].copy_from_slice(&s.eout[j * e..(j + 1) * e]);
+                    }
+                }
+                // weighted sum in selection order (each product rounded, then added)
+                for t in 0..n {
+                    let out = &mut s.moe[t * e..(t + 1) * e];
+                    for slot in 0..k_used {
+                        let wt = s.wts[t * k_used + slot];
+                        let src = &s.slots[(t * k_used + slot) * e..(t * k_used + slot + 1) * e];
+                        if slot == 0 {
+                            for (o, &v) in out.iter_mut().zip(src) {
+                                *o = v * wt;
+                            }
+                        } else {
+                            for (o, &v) in out.iter_mut().zip(src) {
+                                *o += v * wt;
+                            }
+                        }
+                    }
+                }
+                if let Some(cb) = &self.observer {
+                    cb("ffn_moe_out", Some(il), &s.moe[..n * e]);
+                }
+                if let Some(sh) = &m.shared {
+                    let fs = sh.gate.rows;
+                    mm(
+                        pool,
+                        &sh.gate,
+                        sh.gate.data,
+                        &s.cur,
+                        n,
+                        &mut s.gate,
+                        &mut s.qbuf,
+                    )?;
+                    mm(pool, &sh.up, sh.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
+                    ops::swiglu(&s.gate[..n * fs], &s.up[..n * fs], &mut s.act[..n * fs]);
+                    mm(
+                        pool,
+                        &sh.down,
+                        sh.down.data,
+                        &s.act,
+                        n,
+                        &mut s.proj,
+                        &mut s.qbuf,
+                    )?;
+                    if let Some(g) = &sh.gate_inp {
+                        mm(pool, g, g.data, &s.cur, n, &mut s.shg, &mut s.qbuf)?;
+                        for t in 0..n {
+                            // llama.cpp builds this sigmoid as silu(x) / x
+                            let gx = s.shg[t];
+                            let mut si = [0f32];
+                            ops::silu(&[gx], &mut si);
+                            let gate = si[0] / gx;
+                            for v in &mut s.proj[t * e..(t + 1) * e] {
+                                *v *= gate;
+                            }
+                        }
+                    }
+                    if let Some(cb) = &self.observer {
+                        cb("ffn_shexp_out", Some(il), &s.proj[..n * e]);
+                    }
+                    for (o, &v) in s.moe[..n * e].iter_mut().zip(&s.proj[..n * e]) {
+                        *o += v;
+                    }
+                }
+                s.proj[..n * e].copy_from_slice(&s.moe[..n * e]);
+            }
+        }
+        if let Some(cb) = &self.observer {
+            cb("ffn_out", Some(il), &s.proj[..n * e]);
+        }
+        for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
+            *xv += a;
+        }
+        if let Some(cb) = &self.observer {
+            cb("l_out", Some(il), &s.x[..n * e]);
+        }
+        Ok(())
+    }
+
+    /// Final norm and output head for the chunk's tokens in `rows`, into `dst`.
+    fn output(
+        &mut self,
+        rows: std::ops::Range<usize>,
+        dst: &mut [f32],
+    ) -> Result<(), ForwardError> {
+        let e = self.hp.n_embd as usize;
+        let n = rows.len();
+        let s = &mut self.s;
+        ops::rms_norm(
+            &s.x[rows.start * e..rows.end * e],
+            &self.w.output_norm,
+            self.hp.rms_eps,
+            &mut s.cur[..n * e],
+        );
+        self.emit_norm(n * e);
+        let s = &mut self.s;
+        let o = &self.w.output;
+        mm(self.pool, o, o.data, &s.cur, n, dst, &mut s.qbuf)?;
+        add_bias(dst, self.w.output_bias.as_ref());
+        self.emit("result_output", None, dst);
+        Ok(())
+    }
+
+    fn emit_norm(&self, len: usize) {
+        self.emit("result_norm", None, &self.s.cur[..len]);
+    }
+}
+
+/// The weight type name, for messages.
+pub(crate) fn type_name(ty: GgmlType) -> String {
+    ty.name().to_owned()
+}

@@ -1,0 +1,264 @@
+//! The model's weights, resolved once: byte slices with their product kernels, and small
+//! vectors (norms, biases) converted to f32.
+
+use gguf::{GgmlType, TensorInfo};
+use model::{Ffn, Model};
+use quant::{Kernels, RowKernel};
+
+use super::{ForwardError, type_name};
+
+/// A weight matrix (or a stack of expert matrices) ready for `matvec`/`matmul`.
+pub(crate) struct Mat<'a> {
+    pub name: &'a str,
+    pub kernel: RowKernel,
+    /// All bytes (every expert's, for a stack).
+    pub data: &'a [u8],
+    /// Output rows (of one expert).
+    pub rows: usize,
+    /// Input columns.
+    pub cols: usize,
+    /// Bytes of one expert's matrix.
+    per_expert: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// Expert `e`'s matrix of a stack.
+    pub fn expert(&self, e: usize) -> &'a [u8] {
+        &self.data[e * self.per_expert..(e + 1) * self.per_expert]
+    }
+}
+
+pub(crate) struct DenseW<'a> {
+    pub gate: Mat<'a>,
+    pub up: Mat<'a>,
+    pub down: Mat<'a>,
+    pub gate_b: Option<Vec<f32>>,
+    pub up_b: Option<Vec<f32>>,
+    pub down_b: Option<Vec<f32>>,
+}
+
+pub(crate) struct SharedW<'a> {
+    pub gate: Mat<'a>,
+    pub up: Mat<'a>,
+    pub down: Mat<'a>,
+    pub gate_inp: Option<Mat<'a>>,
+}
+
+pub(crate) struct MoeW<'a> {
+    pub router: Mat<'a>,
+    pub gate: Mat<'a>,
+    pub up: Mat<'a>,
+    pub down: Mat<'a>,
+    pub n_expert: usize,
+    pub shared: Option<SharedW<'a>>,
+}
+
+pub(crate) enum FfnW<'a> {
+    Dense(Box<DenseW<'a>>),
+    Moe(Box<MoeW<'a>>),
+}
+
+pub(crate) struct LayerW<'a> {
+    pub attn_norm: Vec<f32>,
+    pub wq: Mat<'a>,
+    pub wk: Mat<'a>,
+    pub wv: Mat<'a>,
+    pub wo: Mat<'a>,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub bo: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub ffn: FfnW<'a>,
+}
+
+/// The token embedding table's layout.
+pub(crate) struct Embd {
+    pub ty: GgmlType,
+    pub row_bytes: usize,
+}
+
+pub(crate) struct Weights<'a> {
+    pub n_vocab: usize,
+    pub token_embd: Embd,
+    pub token_embd_data: &'a [u8],
+    pub output_norm: Vec<f32>,
+    pub output: Mat<'a>,
+    pub output_bias: Option<Vec<f32>>,
+    pub rope_freqs: Option<Vec<f32>>,
+    pub layers: Vec<LayerW<'a>>,
+}
+
+fn bad(t: &TensorInfo, msg: impl Into<String>) -> ForwardError {
+    ForwardError::BadTensor {
+        tensor: t.name.clone(),
+        msg: msg.into(),
+    }
+}
+
+fn ggml_type(t: &TensorInfo) -> Result<GgmlType, ForwardError> {
+    t.ggml_type()
+        .ok_or_else(|| ForwardError::UnsupportedWeight {
+            tensor: t.name.clone(),
+            ty: format!("{:?}", t.ty),
+            op: "any operation (unknown type)",
+        })
+}
+
+fn data<'a>(model: &Model<'a>, t: &'a TensorInfo) -> Result<&'a [u8], ForwardError> {
+    model
+        .data(t)
+        .map_err(|e| bad(t, format!("cannot read data: {e}")))
+}
+
+/// A matrix of `n_mats` stacked `rows × cols` matrices (1 for a plain weight).
+fn mat<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    t: &'a TensorInfo,
+    n_mats: usize,
+) -> Result<Mat<'a>, ForwardError> {
+    let ty = ggml_type(t)?;
+    let kernel = RowKernel::lookup(kernels, ty).map_err(|_| ForwardError::UnsupportedWeight {
+        tensor: t.name.clone(),
+        ty: type_name(ty),
+        op: "matrix products",
+    })?;
+    let cols = *t.dims.first().unwrap_or(&1) as usize;
+    let rows = *t.dims.get(1).unwrap_or(&1) as usize;
+    let bytes = data(model, t)?;
+    let rb = ty
+        .row_bytes(cols as u64)
+        .ok_or_else(|| bad(t, "row length is not a whole number of blocks"))? as usize;
+    let per_expert = rows
+        .checked_mul(rb)
+        .ok_or_else(|| bad(t, "size overflows"))?;
+    if per_expert.checked_mul(n_mats) != Some(bytes.len()) {
+        return Err(bad(
+            t,
+            format!(
+                "{} bytes, expected {n_mats} x {rows} rows x {rb} bytes",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(Mat {
+        name: &t.name,
+        kernel,
+        data: bytes,
+        rows,
+        cols,
+        per_expert,
+    })
+}
+
+/// A small tensor (norm weight, bias) as f32.
+fn vector<'a>(model: &Model<'a>, t: &'a TensorInfo) -> Result<Vec<f32>, ForwardError> {
+    let ty = ggml_type(t)?;
+    if !quant::can_dequantize(ty) {
+        return Err(ForwardError::UnsupportedWeight {
+            tensor: t.name.clone(),
+            ty: type_name(ty),
+            op: "dequantization",
+        });
+    }
+    let n = t.n_elements() as usize;
+    let mut out = vec![0f32; n];
+    quant::dequantize_row(ty, data(model, t)?, &mut out)
+        .map_err(|e| bad(t, format!("cannot dequantize: {e}")))?;
+    Ok(out)
+}
+
+fn opt_vector<'a>(
+    model: &Model<'a>,
+    t: Option<&'a TensorInfo>,
+) -> Result<Option<Vec<f32>>, ForwardError> {
+    t.map(|t| vector(model, t)).transpose()
+}
+
+impl<'a> Weights<'a> {
+    pub fn load(model: &Model<'a>, kernels: &Kernels) -> Result<Weights<'a>, ForwardError> {
+        let mt = &model.tensors;
+        let hp = &model.hparams;
+        let te = mt.token_embd;
+        let ty = ggml_type(te)?;
+        if !quant::can_dequantize(ty) {
+            return Err(ForwardError::UnsupportedWeight {
+                tensor: te.name.clone(),
+                ty: type_name(ty),
+                op: "embedding lookup (dequantization)",
+            });
+        }
+        let n_embd = hp.n_embd as usize;
+        let row_bytes = ty
+            .row_bytes(n_embd as u64)
+            .ok_or_else(|| bad(te, "row length is not a whole number of blocks"))?
+            as usize;
+        let n_vocab = *te.dims.get(1).unwrap_or(&1) as usize;
+        let token_embd_data = data(model, te)?;
+        if row_bytes.checked_mul(n_vocab) != Some(token_embd_data.len()) {
+            return Err(bad(te, "data size does not match its shape"));
+        }
+        let output = mat(model, kernels, mt.output, 1)?;
+        let mut layers = Vec::with_capacity(mt.layers.len());
+        for l in &mt.layers {
+            let ffn = match &l.ffn {
+                Ffn::Dense(d) => FfnW::Dense(Box::new(DenseW {
+                    gate: mat(model, kernels, d.gate, 1)?,
+                    up: mat(model, kernels, d.up, 1)?,
+                    down: mat(model, kernels, d.down, 1)?,
+                    gate_b: opt_vector(model, d.gate_b)?,
+                    up_b: opt_vector(model, d.up_b)?,
+                    down_b: opt_vector(model, d.down_b)?,
+                })),
+                Ffn::Moe(m) => {
+                    let x = m.n_expert as usize;
+                    let shared = match &m.shared {
+                        None => None,
+                        Some(sh) => Some(SharedW {
+                            gate: mat(model, kernels, sh.gate, 1)?,
+                            up: mat(model, kernels, sh.up, 1)?,
+                            down: mat(model, kernels, sh.down, 1)?,
+                            gate_inp: sh.gate_inp.map(|g| mat(model, kernels, g, 1)).transpose()?,
+                        }),
+                    };
+                    FfnW::Moe(Box::new(MoeW {
+                        router: mat(model, kernels, m.router, 1)?,
+                        gate: mat(model, kernels, m.gate_exps, x)?,
+                        up: mat(model, kernels, m.up_exps, x)?,
+                        down: mat(model, kernels, m.down_exps, x)?,
+                        n_expert: x,
+                        shared,
+                    }))
+                }
+            };
+            layers.push(LayerW {
+                attn_norm: vector(model, l.attn_norm)?,
+                wq: mat(model, kernels, l.wq, 1)?,
+                wk: mat(model, kernels, l.wk, 1)?,
+                wv: mat(model, kernels, l.wv, 1)?,
+                wo: mat(model, kernels, l.wo, 1)?,
+                bq: opt_vector(model, l.bq)?,
+                bk: opt_vector(model, l.bk)?,
+                bv: opt_vector(model, l.bv)?,
+                bo: opt_vector(model, l.bo)?,
+                q_norm: opt_vector(model, l.q_norm)?,
+                k_norm: opt_vector(model, l.k_norm)?,
+                ffn_norm: vector(model, l.ffn_norm)?,
+                ffn,
+            });
+        }
+        Ok(Weights {
+            n_vocab,
+            token_embd: Embd { ty, row_bytes },
+            token_embd_data,
+            output_norm: vector(model, mt.output_norm)?,
+            output,
+            output_bias: opt_vector(model, mt.output_bias)?,
+            rope_freqs: opt_vector(model, mt.rope_freqs)?,
+            layers,
+        })
+    }
+}

@@ -1,0 +1,542 @@
+//! Whole-model forward pass: the demo model, context limits, and oracles on tiny synthetic
+//! models (identical experts against a dense FFN; per-arch smoke tests).
+
+use std::path::PathBuf;
+
+use engine::ops::KvType;
+use engine::{Engine, EngineConfig, ForwardError, LogitsWanted};
+use gguf::GgufFile;
+use model::Model;
+use quant::{Kernels, ThreadPool};
+
+fn demo_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../cli/assets/demo-qwen3moe.gguf")
+}
+
+fn cfg(n_ctx: usize, ubatch: usize) -> EngineConfig {
+    EngineConfig {
+        n_ctx,
+        kv_type: KvType::F32,
+        ubatch,
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+const PROMPT: [u32; 8] = [1, 2, 3, 100, 200, 150, 40, 250];
+
+#[test]
+fn demo_prefill_matches_decode() {
+    let file = GgufFile::open(demo_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let k = Kernels::detect();
+    let mut batch = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
+    let all = batch.forward(&PROMPT, LogitsWanted::All).unwrap();
+    let nv = batch.n_vocab();
+    assert_eq!(all.len(), PROMPT.len() * nv);
+    assert!(all.iter().all(|v| v.is_finite()));
+    assert_eq!(batch.n_past(), PROMPT.len());
+
+    let mut single = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
+    for (i, &t) in PROMPT.iter().enumerate() {
+        let l = single.forward(&[t], LogitsWanted::Last).unwrap();
+        let d = max_diff(&l, &all[i * nv..(i + 1) * nv]);
+        assert!(d < 1e-4, "position {i}: prefill vs decode differ by {d}");
+    }
+    // continue decoding after a prefill
+    let next = batch.forward(&[7], LogitsWanted::Last).unwrap();
+    let next1 = single.forward(&[7], LogitsWanted::Last).unwrap();
+    assert!(max_diff(&next, &next1) < 1e-4);
+
+    // the thread count does not change a single bit
+    let pool1 = ThreadPool::new(1).unwrap();
+    let mut one = Engine::new(&model, k, &pool1, cfg(64, 512)).unwrap();
+    assert_eq!(one.forward(&PROMPT, LogitsWanted::All).unwrap(), all);
+
+    // chunked prefill (ubatch 3) gives the same last logits as one batch
+    let mut chunked = Engine::new(&model, k, &pool, cfg(64, 3)).unwrap();
+    let last = chunked.forward(&PROMPT, LogitsWanted::Last).unwrap();
+    let d = max_diff(&last, &all[(PROMPT.len() - 1) * nv..]);
+    assert!(d < 1e-4, "chunked prefill differs by {d}");
+    let mut chunked = Engine::new(&model, k, &pool, cfg(64, 3)).unwrap();
+    let every = chunked.forward(&PROMPT, LogitsWanted::All).unwrap();
+    let d = max_diff(&every, &all);
+    assert!(d < 1e-4, "chunked prefill (all logits) differs by {d}");
+    // truncate and replay the last two tokens: same logits as before
+    chunked.truncate(PROMPT.len() - 2);
+    assert_eq!(chunked.n_past(), PROMPT.len() - 2);
+    let again = chunked
+        .forward(&PROMPT[PROMPT.len() - 2..], LogitsWanted::All)
+        .unwrap();
+    let d = max_diff(&again, &all[(PROMPT.len() - 2) * nv..]);
+    assert!(d < 1e-4, "replay after truncate differs by {d}");
+}
+
+#[test]
+fn context_overflow_is_an_error() {
+    let file = GgufFile::open(demo_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let mut eng = Engine::new(&model, Kernels::detect(), &pool, cfg(4, 512)).unwrap();
+    let err = eng
+        .forward(&[1, 2, 3, 4, 5], LogitsWanted::Last)
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ForwardError::ContextOverflow {
+            n_past: 0,
+            n_tokens: 5,
+            n_ctx: 4
+        }
+    ));
+    assert_eq!(eng.n_past(), 0);
+    eng.forward(&[1, 2, 3], LogitsWanted::Last).unwrap();
+    let err = eng.forward(&[4, 5], LogitsWanted::Last).unwrap_err();
+    assert!(matches!(
+        err,
+        ForwardError::ContextOverflow { n_past: 3, .. }
+    ));
+    assert_eq!(eng.n_past(), 3);
+    eng.forward(&[4], LogitsWanted::Last).unwrap();
+    assert!(matches!(
+        eng.forward(&[5], LogitsWanted::Last),
+        Err(ForwardError::ContextOverflow { .. })
+    ));
+    // other input errors
+    eng.reset();
+    let nv = eng.n_vocab() as u32;
+    assert!(matches!(
+        eng.forward(&[nv], LogitsWanted::Last),
+        Err(ForwardError::BadToken { .. })
+    ));
+    assert!(matches!(
+        eng.forward(&[], LogitsWanted::Last),
+        Err(ForwardError::NoTokens)
+    ));
+    assert_eq!(eng.n_past(), 0);
+}
+
+mod tiny {
+    //! Tiny synthetic GGUF models with deterministic pseudo-random weights.
+
+    use std::path::PathBuf;
+
+    use gguf::{GgmlType, GgufWriter, Value};
+
+    pub struct Rng(u64);
+    impl Rng {
+        pub fn new(seed: u64) -> Rng {
+            Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        }
+        /// Uniform in [-1, 1).
+        pub fn next(&mut self) -> f32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            ((self.0 >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        }
+        pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+            (0..n).map(|_| self.next() * scale).collect()
+        }
+    }
+
+    #[derive(Clone)]
+    pub struct Spec {
+        pub arch: &'static str,
+        pub n_embd: usize,
+        pub n_layer: usize,
+        pub n_head: usize,
+        pub n_head_kv: usize,
+        pub head_dim: usize,
+        pub n_vocab: usize,
+        pub n_ff: usize,
+        pub n_expert: usize,
+        pub n_expert_used: usize,
+        pub n_ff_shexp: usize,
+        /// Every expert is a copy of expert 0 (and of the dense FFN with the same seed).
+        pub identical_experts: bool,
+        /// Type of the FFN matrices (dense and experts).
+        pub ffn_type: GgmlType,
+        pub seed: u64,
+    }
+
+    pub fn spec(arch: &'static str) -> Spec {
+        let moe = matches!(arch, "qwen3moe" | "qwen2moe" | "olmoe");
+        Spec {
+            arch,
+            n_embd: 64,
+            n_layer: 2,
+            n_head: 4,
+            n_head_kv: if arch == "olmoe" { 4 } else { 2 },
+            head_dim: 16,
+            n_vocab: 96,
+            n_ff: 96,
+            n_expert: if moe { 6 } else { 0 },
+            n_expert_used: if moe { 2 } else { 0 },
+            n_ff_shexp: 64,
+            identical_experts: false,
+            ffn_type: GgmlType::F32,
+            seed: 7,
+        }
+    }
+
+    fn bytes(ty: GgmlType, v: &[f32], row: usize) -> Vec<u8> {
+        match ty {
+            GgmlType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            // types without a quantizer: zero bytes of the right size
+            _ if !quant::can_quantize(ty) => {
+                vec![0u8; ty.row_bytes(v.len() as u64).unwrap() as usize]
+            }
+            _ => v
+                .chunks(row)
+                .flat_map(|r| quant::quantize_to_vec(ty, r).unwrap())
+                .collect(),
+        }
+    }
+
+    impl Spec {
+        pub fn write(&self, dir: &std::path::Path) -> PathBuf {
+            let a = self.arch;
+            let k = |s: &str| format!("{a}.{s}");
+            let (e, hd) = (self.n_embd, self.head_dim);
+            let q = self.n_head * hd;
+            let kv = self.n_head_kv * hd;
+            let mut w = GgufWriter::new();
+            let mut md = vec![
+                ("general.architecture".to_owned(), Value::String(a.into())),
+                (k("vocab_size"), Value::U32(self.n_vocab as u32)),
+                (k("context_length"), Value::U32(256)),
+                (k("embedding_length"), Value::U32(e as u32)),
+                (k("block_count"), Value::U32(self.n_layer as u32)),
+                (k("feed_forward_length"), Value::U32(self.n_ff as u32)),
+                (k("attention.head_count"), Value::U32(self.n_head as u32)),
+                (
+                    k("attention.head_count_kv"),
+                    Value::U32(self.n_head_kv as u32),
+                ),
+                (k("attention.key_length"), Value::U32(hd as u32)),
+                (k("attention.value_length"), Value::U32(hd as u32)),
+                (k("rope.dimension_count"), Value::U32(hd as u32)),
+                (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+                (k("rope.freq_base"), Value::F32(10000.0)),
+            ];
+            if self.n_expert > 0 {
+                md.push((k("expert_count"), Value::U32(self.n_expert as u32)));
+                md.push((
+                    k("expert_used_count"),
+                    Value::U32(self.n_expert_used as u32),
+                ));
+                md.push((
+                    k("expert_feed_forward_length"),
+                    Value::U32(self.n_ff as u32),
+                ));
+                if a == "qwen2moe" {
+                    md.push((
+                        k("expert_shared_feed_forward_length"),
+                        Value::U32(self.n_ff_shexp as u32),
+                    ));
+                }
+            }
+            if a == "llama" && self.n_expert > 0 {
+                md.retain(|(key, _)| key != &k("expert_feed_forward_length"));
+            }
+            for (key, v) in md {
+                w.add_metadata(key, v).unwrap();
+            }
+            // Separate generators so that the attention weights do not depend on the FFN kind.
+            let mut ra = Rng::new(self.seed);
+            let mut rf = Rng::new(self.seed + 1000);
+            let mut rr = Rng::new(self.seed + 2000);
+            let f32t = |w: &mut GgufWriter<'_>, name: String, dims: &[usize], v: Vec<f32>| {
+                let d: Vec<u64> = dims.iter().map(|&x| x as u64).collect();
+                w.add_tensor(name, &d, GgmlType::F32, bytes(GgmlType::F32, &v, dims[0]))
+                    .unwrap();
+            };
+            let norm = |r: &mut Rng, n: usize| -> Vec<f32> {
+                (0..n).map(|_| 1.0 + 0.2 * r.next()).collect()
+            };
+            let sc = |n_in: usize| 1.0 / (n_in as f32).sqrt();
+            f32t(
+                &mut w,
+                "token_embd.weight".into(),
+                &[e, self.n_vocab],
+                ra.vec(e * self.n_vocab, 1.0),
+            );
+            f32t(&mut w, "output_norm.weight".into(), &[e], norm(&mut ra, e));
+            f32t(
+                &mut w,
+                "output.weight".into(),
+                &[e, self.n_vocab],
+                ra.vec(e * self.n_vocab, 2.0 * sc(e)),
+            );
+            let ffn_t = self.ffn_type;
+            for il in 0..self.n_layer {
+                let n = |s: &str| format!("blk.{il}.{s}");
+                let (qd, kd) = match a {
+                    "qwen2moe" | "olmoe" => (e, kv),
+                    _ => (q, kv),
+                };
+                f32t(&mut w, n("attn_norm.weight"), &[e], norm(&mut ra, e));
+                f32t(
+                    &mut w,
+                    n("attn_q.weight"),
+                    &[e, qd],
+                    ra.vec(e * qd, 2.0 * sc(e)),
+                );
+                f32t(
+                    &mut w,
+                    n("attn_k.weight"),
+                    &[e, kd],
+                    ra.vec(e * kd, 2.0 * sc(e)),
+                );
+                f32t(&mut w, n("attn_v.weight"), &[e, kd], ra.vec(e * kd, sc(e)));
+                f32t(
+                    &mut w,
+                    n("attn_output.weight"),
+                    &[qd, e],
+                    ra.vec(qd * e, sc(qd)),
+                );
+                if a == "qwen2moe" {
+                    f32t(&mut w, n("attn_q.bias"), &[qd], ra.vec(qd, 0.1));
+                    f32t(&mut w, n("attn_k.bias"), &[kd], ra.vec(kd, 0.1));
+                    f32t(&mut w, n("attn_v.bias"), &[kd], ra.vec(kd, 0.1));
+                }
+                match a {
+                    "qwen3moe" | "qwen3" => {
+                        f32t(&mut w, n("attn_q_norm.weight"), &[hd], norm(&mut ra, hd));
+                        f32t(&mut w, n("attn_k_norm.weight"), &[hd], norm(&mut ra, hd));
+                    }
+                    "olmoe" => {
+                        f32t(&mut w, n("attn_q_norm.weight"), &[e], norm(&mut ra, e));
+                        f32t(&mut w, n("attn_k_norm.weight"), &[e], norm(&mut ra, e));
+                    }
+                    _ => {}
+                }
+                f32t(&mut w, n("ffn_norm.weight"), &[e], norm(&mut ra, e));
+                let f = self.n_ff;
+                let mut mat = |name: String, rows: usize, cols: usize, x: usize, r: &mut Rng| {
+                    let one: Vec<f32> = r.vec(rows * cols, 2.0 * sc(cols));
+                    let mut all = Vec::with_capacity(one.len() * x);
+                    for i in 0..x {
+                        if i == 0 || self.identical_experts {
+                            all.extend_from_slice(&one);
+                        } else {
+                            all.extend(r.vec(rows * cols, 2.0 * sc(cols)));
+                        }
+                    }
+                    let dims: Vec<u64> = if x > 1 || self.n_expert > 0 {
+                        vec![cols as u64, rows as u64, x as u64]
+                    } else {
+                        vec![cols as u64, rows as u64]
+                    };
+                    w.add_tensor(name, &dims, ffn_t, bytes(ffn_t, &all, cols))
+                        .unwrap();
+                };
+                if self.n_expert > 0 {
+                    let x = self.n_expert;
+                    mat(n("ffn_gate_exps.weight"), f, e, x, &mut rf);
+                    mat(n("ffn_up_exps.weight"), f, e, x, &mut rf);
+                    mat(n("ffn_down_exps.weight"), e, f, x, &mut rf);
+                } else {
+                    mat(n("ffn_gate.weight"), f, e, 1, &mut rf);
+                    mat(n("ffn_up.weight"), f, e, 1, &mut rf);
+                    mat(n("ffn_down.weight"), e, f, 1, &mut rf);
+                }
+                if self.n_expert > 0 {
+                    f32t(
+                        &mut w,
+                        n("ffn_gate_inp.weight"),
+                        &[e, self.n_expert],
+                        rr.vec(e * self.n_expert, 4.0 * sc(e)),
+                    );
+                }
+                if a == "qwen2moe" {
+                    let s = self.n_ff_shexp;
+                    f32t(
+                        &mut w,
+                        n("ffn_gate_inp_shexp.weight"),
+                        &[e],
+                        rr.vec(e, sc(e)),
+                    );
+                    f32t(
+                        &mut w,
+                        n("ffn_gate_shexp.weight"),
+                        &[e, s],
+                        rr.vec(e * s, 2.0 * sc(e)),
+                    );
+                    f32t(
+                        &mut w,
+                        n("ffn_up_shexp.weight"),
+                        &[e, s],
+                        rr.vec(e * s, 2.0 * sc(e)),
+                    );
+                    f32t(
+                        &mut w,
+                        n("ffn_down_shexp.weight"),
+                        &[s, e],
+                        rr.vec(s * e, 2.0 * sc(s)),
+                    );
+                }
+            }
+            let path = dir.join(format!("{a}-{}.gguf", self.seed));
+            w.write_to_path(&path).unwrap();
+            path
+        }
+    }
+}
+
+/// Logits of every position of `tokens`, in one batch and token by token; checks they agree
+/// and are finite.
+fn run_both(path: &std::path::Path, tokens: &[u32], kv: KvType) -> Vec<f32> {
+    let file = GgufFile::open(path).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let c = EngineConfig {
+        n_ctx: 32,
+        kv_type: kv,
+        ubatch: 16,
+    };
+    let mut b = Engine::new(&model, Kernels::detect(), &pool, c).unwrap();
+    let all = b.forward(tokens, LogitsWanted::All).unwrap();
+    assert!(all.iter().all(|v| v.is_finite()));
+    let nv = b.n_vocab();
+    let spread = all.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(spread > 0.1, "logits are all near zero ({spread})");
+    let mut s = Engine::new(&model, Kernels::detect(), &pool, c).unwrap();
+    for (i, &t) in tokens.iter().enumerate() {
+        let l = s.forward(&[t], LogitsWanted::Last).unwrap();
+        let d = max_diff(&l, &all[i * nv..(i + 1) * nv]);
+        assert!(d < 1e-3, "position {i}: prefill vs decode differ by {d}");
+    }
+    all
+}
+
+const TINY_PROMPT: [u32; 7] = [3, 17, 42, 5, 91, 60, 8];
+
+#[test]
+fn identical_experts_equal_dense_ffn() {
+    let dir = tempfile::tempdir().unwrap();
+    for ty in [gguf::GgmlType::F32, gguf::GgmlType::Q8_0] {
+        let mut dense = tiny::spec("llama");
+        dense.ffn_type = ty;
+        let mut moe = dense.clone();
+        moe.n_expert = 4;
+        moe.n_expert_used = 2;
+        moe.identical_experts = true;
+        let mut distinct = moe.clone();
+        distinct.identical_experts = false;
+        let ld = run_both(&dense.write(dir.path()), &TINY_PROMPT, KvType::F32);
+        let lm = run_both(&moe.write(dir.path()), &TINY_PROMPT, KvType::F32);
+        let d = max_diff(&ld, &lm);
+        assert!(
+            d < 1e-4,
+            "{ty:?}: identical experts differ from dense by {d}"
+        );
+        // the oracle can fail: distinct experts give other logits
+        std::fs::remove_file(dir.path().join("llama-7.gguf")).unwrap();
+        let lx = run_both(&distinct.write(dir.path()), &TINY_PROMPT, KvType::F32);
+        assert!(
+            max_diff(&ld, &lx) > 1e-2,
+            "{ty:?}: distinct experts match dense"
+        );
+    }
+}
+
+#[test]
+fn per_arch_smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen2moe", "olmoe", "qwen3moe"] {
+        let s = tiny::spec(arch);
+        let p = s.write(dir.path());
+        for kv in [KvType::F32, KvType::F16] {
+            run_both(&p, &TINY_PROMPT, kv);
+        }
+    }
+}
+
+#[test]
+fn observer_sees_named_intermediates() {
+    use std::sync::Mutex;
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny::spec("qwen2moe").write(dir.path());
+    let file = GgufFile::open(&p).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    type Seen = Vec<(String, Option<usize>, Vec<f32>)>;
+    let seen: Mutex<Seen> = Mutex::new(Vec::new());
+    let mut eng = Engine::new(&model, Kernels::detect(), &pool, cfg(16, 8)).unwrap();
+    eng.set_observer(Some(Box::new(
+        |name: &str, il: Option<usize>, d: &[f32]| {
+            seen.lock().unwrap().push((name.to_owned(), il, d.to_vec()));
+        },
+    )));
+    let logits = eng.forward(&[1, 2, 3], LogitsWanted::Last).unwrap();
+    drop(eng);
+    let seen = seen.into_inner().unwrap();
+    for name in [
+        "attn_norm",
+        "Qcur",
+        "Kcur",
+        "Vcur",
+        "kqv_out",
+        "ffn_inp",
+        "ffn_moe_probs",
+        "ffn_moe_topk",
+        "ffn_moe_weights",
+        "ffn_moe_out",
+        "ffn_shexp_out",
+        "l_out",
+    ] {
+        for il in 0..2 {
+            assert!(
+                seen.iter().any(|(n, l, _)| n == name && *l == Some(il)),
+                "{name} layer {il} not observed"
+            );
+        }
+    }
+    let (_, _, out) = seen.iter().find(|(n, _, _)| n == "result_output").unwrap();
+    assert_eq!(out, &logits);
+    let (_, _, ids) = seen
+        .iter()
+        .find(|(n, l, _)| n == "ffn_moe_topk" && *l == Some(0))
+        .unwrap();
+    assert_eq!(ids.len(), 3 * 2);
+    let (_, _, probs) = seen
+        .iter()
+        .find(|(n, l, _)| n == "ffn_moe_probs" && *l == Some(0))
+        .unwrap();
+    // each token's probabilities sum to one, and the chosen ones are the largest
+    for t in 0..3 {
+        let row = &probs[t * 6..(t + 1) * 6];
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        let best = ids[t * 2] as usize;
+        assert!(row.iter().all(|&v| v <= row[best]));
+    }
+}
+
+#[test]
+fn unsupported_weight_type_names_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = tiny::spec("olmoe");
+    // Q8_1 is an activation type: ggml has no product kernel with Q8_1 weights.
+    s.ffn_type = gguf::GgmlType::Q8_1;
+    let p = s.write(dir.path());
+    let file = GgufFile::open(&p).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let err = Engine::new(&model, Kernels::detect(), &pool, cfg(16, 8)).unwrap_err();
+    match &err {
+        ForwardError::UnsupportedWeight { tensor, .. } => {
+            assert!(tensor.ends_with("_exps.weight"), "{tensor}");
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    assert!(err.to_string().contains("blk.0.ffn_"), "{err}");
+}
