@@ -3,8 +3,10 @@
 //! Argument parsing and output only: the work is done by the library crates.
 
 mod inspect;
+mod logits;
 mod npy;
 mod prompt;
+mod run;
 mod template;
 mod tokenize;
 mod upcycle;
@@ -51,6 +53,41 @@ enum Command {
     /// shared expert behind a zero gate (half routed, half shared). Weights are copied as they
     /// are (any quantization); the output is written streaming.
     Upcycle(UpcycleArgs),
+    /// Generate text from a prompt, streamed to standard output, then the run summary.
+    ///
+    /// Standard output gets the generated text as it arrives, then `=== answer ===`, the whole
+    /// answer, `=== perf ===`, `generation: <n> tokens, <s> s/token (<t> tok/s)` (decode time
+    /// only: the forward passes of the generated tokens) and the `mode:` line. Diagnostics (the
+    /// seed, prompt size and prefill time) go to standard error, and so does the reasoning of a
+    /// reasoning model run with --chatml, between `--- reasoning ---` marker lines; the answer
+    /// holds only the text after it. Generation stops at an end-of-generation token, after -n
+    /// tokens, or when the context is full. Sampling is llama.cpp's default chain (top-k,
+    /// top-p, min-p, temperature, seeded draw) with its defaults; --temp 0 is greedy.
+    Run(RunArgs),
+    /// Write the logits of every prompt position to a numpy .npy file.
+    ///
+    /// The output is float32, C order, shape [n_tokens, n_vocab]: row i holds the logits after
+    /// token i. No chat template is applied: -p is tokenized with the BOS the model's metadata
+    /// asks for (special-token text not parsed); --tokens runs exactly the ids given.
+    Logits(LogitsArgs),
+}
+
+/// KV cache storage type.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum KvTypeArg {
+    /// 16-bit floats (llama.cpp's default).
+    F16,
+    /// 32-bit floats.
+    F32,
+}
+
+impl KvTypeArg {
+    fn engine(self) -> engine::ops::KvType {
+        match self {
+            KvTypeArg::F16 => engine::ops::KvType::F16,
+            KvTypeArg::F32 => engine::ops::KvType::F32,
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -194,6 +231,133 @@ struct UpcycleArgs {
     seed: u64,
 }
 
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// The GGUF model file (a split model: its first shard). Required: the built-in demo
+    /// model is only for `inspect`, `tokenize` and `template` (it is in
+    /// crates/cli/assets/demo-qwen3moe.gguf of the source tree, to run it give that path).
+    #[arg(short, long, value_name = "MODEL")]
+    model: PathBuf,
+
+    /// The prompt (with --chatml: the user's message).
+    #[arg(short, long, value_name = "PROMPT")]
+    prompt: String,
+
+    /// Most tokens to generate; -1 means until an end-of-generation token or a full context.
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 256,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
+
+    /// Compute threads [default: every core available to the process].
+    #[arg(short, long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// Context size in tokens (prompt + generated); 0 means the model's training context
+    /// [default: 4096, or the training context when smaller].
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    ctx: Option<usize>,
+
+    /// Most prompt tokens processed in one batch.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    ubatch: usize,
+
+    /// KV cache storage type.
+    #[arg(long, value_enum, default_value_t = KvTypeArg::F16)]
+    kv_type: KvTypeArg,
+
+    /// Temperature; 0 (or below) samples greedily.
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    temp: f32,
+
+    /// Keep only the K most likely tokens; 0 keeps all.
+    #[arg(
+        long,
+        default_value_t = 40,
+        value_name = "K",
+        allow_negative_numbers = true
+    )]
+    top_k: i32,
+
+    /// Keep the most likely tokens up to this total probability; 1.0 keeps all.
+    #[arg(long, default_value_t = 0.95, value_name = "P")]
+    top_p: f32,
+
+    /// Drop tokens less likely than this fraction of the most likely one; 0 keeps all.
+    #[arg(long, default_value_t = 0.05, value_name = "P")]
+    min_p: f32,
+
+    /// Seed of the sampler; -1 picks one at random (printed on standard error, give it back
+    /// to repeat the run).
+    #[arg(short, long, default_value_t = -1, allow_negative_numbers = true)]
+    seed: i64,
+
+    /// Never draw an end-of-generation token: generate exactly -n tokens (or until the
+    /// context is full).
+    #[arg(long)]
+    ignore_eos: bool,
+
+    /// Run the prompt as one user message of a chat, rendered with the model's own chat
+    /// template (`tokenizer.chat_template`) up to the opening of the assistant's turn. A model
+    /// without a chat template is an error.
+    #[arg(long)]
+    chatml: bool,
+
+    /// With --chatml: a system message before the user's.
+    #[arg(long, value_name = "TEXT", requires = "chatml")]
+    system: Option<String>,
+
+    /// With --chatml: ask the model not to reason, the way its template allows.
+    #[arg(long, requires = "chatml")]
+    no_think: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct LogitsArgs {
+    /// The GGUF model file. Required (the built-in demo model cannot be run from memory; it
+    /// is crates/cli/assets/demo-qwen3moe.gguf in the source tree).
+    #[arg(short, long, value_name = "MODEL")]
+    model: PathBuf,
+
+    /// The text to run (BOS added as the model's metadata says; no template).
+    #[arg(
+        short,
+        long,
+        value_name = "PROMPT",
+        required_unless_present = "tokens",
+        conflicts_with = "tokens"
+    )]
+    prompt: Option<String>,
+
+    /// Token ids to run, exactly as given, comma-separated (`1,2,3`).
+    #[arg(long, value_name = "IDS", value_delimiter = ',', num_args = 1..)]
+    tokens: Option<Vec<u32>>,
+
+    /// Where to write the logits (.npy, float32, shape [n_tokens, n_vocab]).
+    #[arg(long, value_name = "FILE.npy")]
+    out: PathBuf,
+
+    /// KV cache storage type (f32 for comparisons against a float32 reference).
+    #[arg(long, value_enum, default_value_t = KvTypeArg::F16)]
+    kv_type: KvTypeArg,
+
+    /// Compute threads [default: every core available to the process].
+    #[arg(short, long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// Context size in tokens [default: the number of tokens run].
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    ctx: Option<usize>,
+
+    /// Most tokens processed in one batch.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    ubatch: usize,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -233,6 +397,34 @@ fn main() -> ExitCode {
             top_k: args.top_k,
             router_scale: args.router_scale,
             seed: args.seed,
+        }),
+        Command::Run(args) => run::run(&run::Options {
+            model: args.model,
+            prompt: args.prompt,
+            n_predict: args.n_predict,
+            threads: args.threads,
+            ctx: args.ctx,
+            ubatch: args.ubatch,
+            kv_type: args.kv_type.engine(),
+            temp: args.temp,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            seed: args.seed,
+            ignore_eos: args.ignore_eos,
+            chatml: args.chatml,
+            system: args.system,
+            no_think: args.no_think,
+        }),
+        Command::Logits(args) => logits::run(&logits::Options {
+            model: args.model,
+            prompt: args.prompt,
+            tokens: args.tokens,
+            out: args.out,
+            kv_type: args.kv_type.engine(),
+            threads: args.threads,
+            ctx: args.ctx,
+            ubatch: args.ubatch,
         }),
     };
     match result {

@@ -1,0 +1,329 @@
+//! `sluice run`: generate text from a prompt, streaming it to standard output, then the
+//! end-of-run summary (`=== answer ===`, `=== perf ===`, `generation:`, `mode:`).
+//!
+//! Standard output carries only the answer and the summary; diagnostics (the seed, the prompt
+//! size and prefill time, the reasoning of a reasoning model) go to standard error.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use chat::{ChatFormat, ReasoningSyntax};
+use engine::ops::KvType;
+use engine::{Engine, EngineConfig, LogitsWanted};
+use gguf::GgufFile;
+use model::Model;
+use quant::{Kernels, ThreadPool};
+use sampler::{RANDOM_SEED, Sampler, SamplerParams};
+use text::{StreamDecoder, Tokenizer};
+
+/// Context size when `-c` is not given (capped at the model's training context).
+pub const DEFAULT_CTX: usize = 4096;
+
+pub struct Options {
+    pub model: PathBuf,
+    pub prompt: String,
+    pub n_predict: i64,
+    pub threads: Option<usize>,
+    pub ctx: Option<usize>,
+    pub ubatch: usize,
+    pub kv_type: KvType,
+    pub temp: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub seed: i64,
+    pub ignore_eos: bool,
+    pub chatml: bool,
+    pub system: Option<String>,
+    pub no_think: bool,
+}
+
+/// Threads to use: the given count, or every core the process may use.
+pub fn thread_count(threads: Option<usize>) -> usize {
+    threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+/// Opens a model file (memory-mapped) for running.
+pub fn open_model(path: &Path) -> Result<GgufFile> {
+    // The reader's errors name the file themselves.
+    Ok(GgufFile::open(path)?)
+}
+
+/// The model's graph description, with errors naming the file.
+pub fn load_model<'a>(file: &'a GgufFile, path: &Path) -> Result<Model<'a>> {
+    Model::from_gguf(file).with_context(|| format!("{}: cannot load the model", path.display()))
+}
+
+/// The engine for `model`, with errors naming the file.
+pub fn build_engine<'a>(
+    model: &Model<'a>,
+    pool: &'a ThreadPool,
+    cfg: EngineConfig,
+    path: &Path,
+) -> Result<Engine<'a>> {
+    Engine::new(model, Kernels::detect(), pool, cfg)
+        .with_context(|| format!("{}: cannot prepare the model", path.display()))
+}
+
+/// Where generated text goes: the answer to standard output as it arrives, reasoning (of a
+/// chat with a reasoning model) to standard error between two marker lines.
+struct Streamer {
+    splitter: Option<chat::ReasoningSplitter>,
+    answer: String,
+    reasoning: String,
+    in_reasoning: bool,
+    /// The last byte written to standard output was not a newline.
+    open_line: bool,
+}
+
+impl Streamer {
+    fn push(&mut self, delta: &str) -> io::Result<()> {
+        let d = match &mut self.splitter {
+            None => chat::SplitDelta {
+                text: delta.to_owned(),
+                ..Default::default()
+            },
+            Some(s) => s.push(delta),
+        };
+        self.emit(d)
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        if let Some(s) = &mut self.splitter {
+            let d = s.finish();
+            self.emit(d)?;
+        }
+        self.end_reasoning();
+        Ok(())
+    }
+
+    fn end_reasoning(&mut self) {
+        if self.in_reasoning {
+            eprintln!("\n--- end of reasoning ---");
+            self.in_reasoning = false;
+        }
+    }
+
+    fn emit(&mut self, d: chat::SplitDelta) -> io::Result<()> {
+        if d.reset {
+            // Text already shown as answer turned out to be reasoning: the reasoning so far is
+            // shown again whole; the answer block at the end has the right split.
+            self.end_reasoning();
+            eprintln!("--- (the text above was reasoning) ---");
+            self.answer.clear();
+            self.reasoning.clear();
+        }
+        if !d.reasoning.is_empty() {
+            if !self.in_reasoning {
+                eprintln!("--- reasoning ---");
+                self.in_reasoning = true;
+            }
+            eprint!("{}", d.reasoning);
+            self.reasoning.push_str(&d.reasoning);
+        }
+        if !d.text.is_empty() {
+            self.end_reasoning();
+            let mut out = io::stdout().lock();
+            out.write_all(d.text.as_bytes())?;
+            out.flush()?;
+            self.open_line = !d.text.ends_with('\n');
+            self.answer.push_str(&d.text);
+        }
+        Ok(())
+    }
+}
+
+/// Prompt token ids: the prompt as is (BOS as the model's metadata says, special-token text
+/// not parsed), or with --chatml one user turn rendered with the model's template.
+fn prompt_ids(
+    opts: &Options,
+    file: &GgufFile,
+    tokenizer: &Tokenizer,
+    name: &str,
+) -> Result<(Vec<u32>, Option<(ChatFormat, chat::Prompt)>)> {
+    if !opts.chatml {
+        return Ok((tokenizer.encode(&opts.prompt, true, false), None));
+    }
+    let template = crate::prompt::load_template(file.metadata(), tokenizer, None, name)?;
+    let format = ChatFormat::new(template);
+    let messages = crate::prompt::single_turn(opts.system.as_deref(), &opts.prompt);
+    let prompt = crate::prompt::render_prompt(&format, &messages, None, !opts.no_think)?;
+    // A BOS the template wrote itself is dropped where the tokenizer adds one (as llama.cpp).
+    let rendered = if tokenizer.vocab().add_bos {
+        format.template().strip_leading_bos(&prompt.text)
+    } else {
+        &prompt.text
+    };
+    let ids = tokenizer.encode(rendered, true, true);
+    Ok((ids, Some((format, prompt))))
+}
+
+/// The `generation:` line of the summary: decode time only.
+pub fn generation_line(n_tokens: usize, decode: Duration) -> String {
+    if n_tokens == 0 {
+        return "generation: 0 tokens, 0.000 s/token (0.00 tok/s)".to_owned();
+    }
+    let secs = decode.as_secs_f64();
+    let per_token = secs / n_tokens as f64;
+    let rate = if secs > 0.0 {
+        n_tokens as f64 / secs
+    } else {
+        0.0
+    };
+    format!("generation: {n_tokens} tokens, {per_token:.3} s/token ({rate:.2} tok/s)")
+}
+
+/// The `mode:` line: this build keeps every weight where the memory map puts it (no expert
+/// streaming, no cache).
+pub const MODE_LINE: &str = "mode: resident, dense mmap";
+
+pub fn run(opts: &Options) -> Result<()> {
+    let name = opts.model.display().to_string();
+    let file = open_model(&opts.model)?;
+    let model = load_model(&file, &opts.model)?;
+    let tokenizer = Tokenizer::from_metadata(file.metadata())
+        .with_context(|| format!("{name}: cannot build the tokenizer"))?;
+    let (ids, chat) = prompt_ids(opts, &file, &tokenizer, &name)?;
+    if ids.is_empty() {
+        bail!("the prompt is empty (no tokens)");
+    }
+
+    let n_ctx_train = model.hparams.n_ctx_train as usize;
+    let n_ctx = match opts.ctx {
+        None => DEFAULT_CTX.min(n_ctx_train.max(1)),
+        Some(0) => n_ctx_train.max(1),
+        Some(c) => c,
+    };
+    if ids.len() > n_ctx {
+        bail!(
+            "the prompt is {} tokens, longer than the context of {n_ctx} tokens (-c)",
+            ids.len()
+        );
+    }
+    if n_ctx > n_ctx_train {
+        eprintln!(
+            "sluice: warning: context {n_ctx} is larger than the model's training context {n_ctx_train}"
+        );
+    }
+
+    let n_threads = thread_count(opts.threads);
+    let pool = ThreadPool::new(n_threads).context("cannot start the compute threads")?;
+    let cfg = EngineConfig {
+        n_ctx,
+        kv_type: opts.kv_type,
+        ubatch: opts.ubatch,
+    };
+    let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
+
+    let seed = if opts.seed < 0 {
+        RANDOM_SEED
+    } else {
+        u32::try_from(opts.seed).context("--seed must fit in 32 bits")?
+    };
+    let mut sampler = Sampler::new(SamplerParams {
+        temp: opts.temp,
+        top_k: opts.top_k,
+        top_p: opts.top_p,
+        min_p: opts.min_p,
+        seed,
+    });
+    eprintln!(
+        "sluice: {} threads, context {n_ctx}, seed {}",
+        n_threads,
+        sampler.seed()
+    );
+
+    let t = Instant::now();
+    let mut logits = engine.forward(&ids, LogitsWanted::Last)?;
+    let prefill = t.elapsed().as_secs_f64();
+    eprintln!(
+        "sluice: prompt {} tokens, prefill {prefill:.3} s ({:.2} tok/s)",
+        ids.len(),
+        if prefill > 0.0 {
+            ids.len() as f64 / prefill
+        } else {
+            0.0
+        }
+    );
+
+    let (special, splitter) = match &chat {
+        Some((format, prompt)) => (
+            // Reasoning tags (and harmony's headers) are special tokens in many vocabularies;
+            // the splitter needs their text.
+            !matches!(format.reasoning_syntax(), ReasoningSyntax::None),
+            Some(format.splitter(prompt)),
+        ),
+        None => (false, None),
+    };
+    let mut decoder = StreamDecoder::continuation(special);
+    let mut out = Streamer {
+        splitter,
+        answer: String::new(),
+        reasoning: String::new(),
+        in_reasoning: false,
+        open_line: false,
+    };
+
+    let eog = &tokenizer.vocab().eog;
+    let n_max = usize::try_from(opts.n_predict).unwrap_or(usize::MAX);
+    let mut n_gen = 0usize;
+    let mut decode = Duration::ZERO;
+    while n_gen < n_max {
+        if engine.n_past() >= n_ctx {
+            eprintln!("\nsluice: the context ({n_ctx} tokens) is full; generation stopped");
+            break;
+        }
+        if opts.ignore_eos {
+            // As llama.cpp does: end-of-generation tokens are never drawn.
+            for &id in eog {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let id = sampler.sample(&logits);
+        if eog.contains(&id) {
+            break;
+        }
+        out.push(&decoder.push(&tokenizer, id))?;
+        n_gen += 1;
+        let t = Instant::now();
+        logits = engine.forward(&[id], LogitsWanted::Last)?;
+        decode += t.elapsed();
+    }
+    out.push(&decoder.finish())?;
+    out.finish()?;
+
+    let mut w = io::stdout().lock();
+    if out.open_line {
+        writeln!(w)?;
+    }
+    writeln!(w, "=== answer ===")?;
+    writeln!(w, "{}", out.answer)?;
+    writeln!(w, "=== perf ===")?;
+    writeln!(w, "{}", generation_line(n_gen, decode))?;
+    writeln!(w, "{MODE_LINE}")?;
+    w.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_line_follows_the_spec_pattern() {
+        assert_eq!(
+            generation_line(16, Duration::from_millis(6208)),
+            "generation: 16 tokens, 0.388 s/token (2.58 tok/s)"
+        );
+        assert_eq!(
+            generation_line(0, Duration::ZERO),
+            "generation: 0 tokens, 0.000 s/token (0.00 tok/s)"
+        );
+    }
+}
