@@ -137,6 +137,9 @@ impl Streamer {
     }
 }
 
+/// A chat run: the model's format and the rendered prompt.
+type Chat = (ChatFormat, chat::Prompt);
+
 /// Prompt token ids: the prompt as is (BOS as the model's metadata says, special-token text
 /// not parsed), or with --chatml one user turn rendered with the model's template.
 fn prompt_ids(
@@ -144,7 +147,7 @@ fn prompt_ids(
     file: &GgufFile,
     tokenizer: &Tokenizer,
     name: &str,
-) -> Result<(Vec<u32>, Option<(ChatFormat, chat::Prompt)>)> {
+) -> Result<(Vec<u32>, Option<Chat>)> {
     if !opts.chatml {
         return Ok((tokenizer.encode(&opts.prompt, true, false), None));
     }

@@ -1,0 +1,174 @@
+//! End-to-end tests of `sluice logits`: the .npy it writes holds exactly the engine library's
+//! logits for the same tokens and configuration.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use engine::ops::KvType;
+use engine::{Engine, EngineConfig, LogitsWanted};
+use gguf::GgufFile;
+use model::Model;
+use quant::{Kernels, ThreadPool};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn demo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo-qwen3moe.gguf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Reads a little-endian float32 .npy file: its shape and values.
+fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let shape = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap();
+    let shape: Vec<usize> = shape
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let data: Vec<f32> = bytes[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>());
+    (shape, data)
+}
+
+/// The engine library's logits of every position, for `tokens` with context `n_ctx`.
+fn library_logits(tokens: &[u32], kv_type: KvType, n_ctx: usize, ubatch: usize) -> Vec<f32> {
+    let file = GgufFile::open(demo()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let cfg = EngineConfig {
+        n_ctx,
+        kv_type,
+        ubatch,
+    };
+    let mut eng = Engine::new(&model, Kernels::detect(), &pool, cfg).unwrap();
+    eng.forward(tokens, LogitsWanted::All).unwrap()
+}
+
+#[test]
+fn prompt_logits_equal_the_library_for_every_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("l.npy");
+    let prompt = "The quick brown fox";
+    let o = sluice(&[
+        "logits",
+        "-m",
+        demo().to_str().unwrap(),
+        "-p",
+        prompt,
+        "--out",
+        out.to_str().unwrap(),
+        "--kv-type",
+        "f32",
+        "-t",
+        "2",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let (shape, data) = read_npy(&out);
+
+    // The prompt's ids as `sluice tokenize` gives them (BOS as the metadata says).
+    let tok = sluice(&["tokenize", "-m", demo().to_str().unwrap(), prompt]);
+    assert!(tok.status.success());
+    let ids: Vec<u32> = serde_json::from_slice(&tok.stdout).unwrap();
+    assert!(ids.len() > 3);
+    assert_eq!(shape, vec![ids.len(), 275]);
+    let want = library_logits(&ids, KvType::F32, ids.len(), 512);
+    assert_eq!(data, want);
+
+    // The default KV type is f16, which gives other values (so the option is really used).
+    let out16 = dir.path().join("l16.npy");
+    let o = sluice(&[
+        "logits",
+        "-m",
+        demo().to_str().unwrap(),
+        "-p",
+        prompt,
+        "--out",
+        out16.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let (shape16, data16) = read_npy(&out16);
+    assert_eq!(shape16, shape);
+    assert_eq!(data16, library_logits(&ids, KvType::F16, ids.len(), 512));
+    assert_ne!(data16, data);
+}
+
+#[test]
+fn tokens_are_run_exactly_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.npy");
+    let ids = [5u32, 17, 200, 3, 99];
+    let o = sluice(&[
+        "logits",
+        "-m",
+        demo().to_str().unwrap(),
+        "--tokens",
+        "5,17,200,3,99",
+        "--out",
+        out.to_str().unwrap(),
+        "--kv-type",
+        "f32",
+        "--ubatch",
+        "2",
+        "-c",
+        "8",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let (shape, data) = read_npy(&out);
+    assert_eq!(shape, vec![5, 275]);
+    assert_eq!(data, library_logits(&ids, KvType::F32, 8, 2));
+    // Another sequence gives other logits: the ids are really the ones run.
+    let other = library_logits(&[1, 17, 200, 3, 99], KvType::F32, 8, 2);
+    assert_ne!(data, other);
+}
+
+#[test]
+fn bad_inputs_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.npy");
+    let m = demo();
+    let m = m.to_str().unwrap();
+    let out = out.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec![
+                "logits", "-m", m, "--tokens", "1,2,3", "-c", "2", "--out", out,
+            ],
+            "longer than the context",
+        ),
+        (
+            vec!["logits", "-m", m, "--tokens", "1,275", "--out", out],
+            "outside the vocabulary",
+        ),
+    ] {
+        let o = sluice(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("sluice: error: ") && err.contains(needle),
+            "{err}"
+        );
+    }
+}

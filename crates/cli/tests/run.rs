@@ -1,0 +1,194 @@
+//! End-to-end tests of `sluice run` on the demo model (random weights, qwen3moe layout): the
+//! end-of-run lines of the telemetry spec, reproducibility, and one-line errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gguf::{GgufFile, GgufWriter, Value};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn demo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo-qwen3moe.gguf")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `sluice run` on the demo model with `extra` arguments; must succeed.
+fn run_demo(extra: &[&str]) -> String {
+    let m = demo();
+    let mut args = vec!["run", "-m", m.to_str().unwrap(), "-p", "Hello there"];
+    args.extend_from_slice(extra);
+    let o = sluice(&args);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    stdout(&o)
+}
+
+/// The summary of a run's standard output: (streamed text, answer, generation line, mode line).
+fn summary(out: &str) -> (String, String, String, String) {
+    let (streamed, rest) = out
+        .split_once("=== answer ===\n")
+        .expect("=== answer === line");
+    let (answer, perf) = rest.rsplit_once("\n=== perf ===\n").expect("=== perf ===");
+    let lines: Vec<&str> = perf.lines().collect();
+    assert_eq!(lines.len(), 2, "{perf}");
+    (
+        streamed.to_owned(),
+        answer.to_owned(),
+        lines[0].to_owned(),
+        lines[1].to_owned(),
+    )
+}
+
+/// Checks `generation: <n> tokens, <s> s/token (<t> tok/s)` and returns n.
+fn generation_tokens(line: &str) -> usize {
+    let rest = line.strip_prefix("generation: ").expect(line);
+    let (n, rest) = rest.split_once(" tokens, ").expect(line);
+    let (s, rest) = rest.split_once(" s/token (").expect(line);
+    let t = rest.strip_suffix(" tok/s)").expect(line);
+    s.parse::<f64>().expect(line);
+    t.parse::<f64>().expect(line);
+    n.parse().expect(line)
+}
+
+#[test]
+fn greedy_run_prints_the_spec_lines_and_repeats() {
+    let out = run_demo(&["--temp", "0", "-n", "8", "-t", "2"]);
+    let (streamed, answer, generation, mode) = summary(&out);
+    assert_eq!(generation_tokens(&generation), 8, "{generation}");
+    assert!(mode.starts_with("mode: "), "{mode}");
+    // What was streamed is the answer (followed by a newline when it did not end with one).
+    assert_eq!(
+        streamed.trim_end_matches('\n'),
+        answer.trim_end_matches('\n')
+    );
+    assert!(!answer.is_empty());
+    // Greedy: the same answer again, whatever the seed and thread count.
+    let again = run_demo(&["--temp", "0", "-n", "8", "-t", "1", "--seed", "7"]);
+    assert_eq!(summary(&again).1, answer);
+}
+
+#[test]
+fn same_seed_same_output_when_sampling() {
+    let a = run_demo(&["--temp", "1.5", "-n", "12", "--seed", "42", "--ignore-eos"]);
+    let b = run_demo(&["--temp", "1.5", "-n", "12", "--seed", "42", "--ignore-eos"]);
+    let (_, answer_a, gen_a, _) = summary(&a);
+    let (_, answer_b, _, _) = summary(&b);
+    assert_eq!(answer_a, answer_b);
+    assert_eq!(generation_tokens(&gen_a), 12);
+    // Another seed draws another sequence (the seed is really used).
+    let differ = (1..4).any(|s| {
+        let c = run_demo(&[
+            "--temp",
+            "1.5",
+            "-n",
+            "12",
+            "--seed",
+            &s.to_string(),
+            "--ignore-eos",
+        ]);
+        summary(&c).1 != answer_a
+    });
+    assert!(differ);
+}
+
+#[test]
+fn generation_stops_when_the_context_is_full() {
+    let m = demo();
+    // prompt "Hello there" is a few tokens; a context of prompt + 3 leaves room for 3.
+    let tok = sluice(&["tokenize", "-m", m.to_str().unwrap(), "Hello there"]);
+    let ids: Vec<u32> = serde_json::from_slice(&tok.stdout).unwrap();
+    let ctx = (ids.len() + 3).to_string();
+    let out = run_demo(&["--temp", "0", "-n", "50", "--ignore-eos", "-c", &ctx]);
+    assert_eq!(generation_tokens(&summary(&out).2), 3);
+}
+
+fn assert_one_line_error(o: &Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(2), "stderr: {}", stderr(o));
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].starts_with("sluice: error: "), "{err}");
+    assert!(lines[0].contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_an_error() {
+    let m = demo();
+    let o = sluice(&[
+        "run",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "a prompt of more than four tokens",
+        "-c",
+        "4",
+    ]);
+    assert_one_line_error(&o, "longer than the context of 4 tokens");
+}
+
+/// Writes a copy of the demo model with `general.architecture` set to `arch` and without the
+/// tensor `drop`.
+fn demo_variant(dir: &Path, arch: &str, drop: Option<&str>) -> PathBuf {
+    let src = GgufFile::open(demo()).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in src.metadata().iter() {
+        let value = if key == "general.architecture" {
+            Value::String(arch.to_owned())
+        } else {
+            value.clone()
+        };
+        w.add_metadata(key, value).unwrap();
+    }
+    for t in src.tensors() {
+        if Some(t.name.as_str()) == drop {
+            continue;
+        }
+        let data = src.tensor_data(t).unwrap();
+        w.add_tensor_raw(t.name.clone(), &t.dims, t.ty.id(), data)
+            .unwrap();
+    }
+    let path = dir.join(format!("{arch}-{}.gguf", drop.unwrap_or("all")));
+    w.write_to_path(&path).unwrap();
+    path
+}
+
+#[test]
+fn unknown_architecture_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = demo_variant(dir.path(), "gpt-j", None);
+    let o = sluice(&["run", "-m", p.to_str().unwrap(), "-p", "hi", "-n", "2"]);
+    assert_one_line_error(&o, "unsupported architecture 'gpt-j'");
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // The unchanged copy runs: the error below comes from the missing tensor alone.
+    let ok = demo_variant(dir.path(), "qwen3moe", None);
+    let o = sluice(&["run", "-m", ok.to_str().unwrap(), "-p", "hi", "-n", "2"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let p = demo_variant(dir.path(), "qwen3moe", Some("blk.1.ffn_down_exps.weight"));
+    let o = sluice(&["run", "-m", p.to_str().unwrap(), "-p", "hi", "-n", "2"]);
+    assert_one_line_error(&o, "missing tensor 'blk.1.ffn_down_exps.weight'");
+}
+
+#[test]
+fn chatml_without_a_template_is_a_clear_error() {
+    let m = demo();
+    let o = sluice(&["run", "-m", m.to_str().unwrap(), "-p", "hi", "--chatml"]);
+    assert_one_line_error(&o, "no chat template");
+}
