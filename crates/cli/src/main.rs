@@ -59,8 +59,8 @@ enum Command {
     /// answer, `=== perf ===`, `generation: <n> tokens, <s> s/token (<t> tok/s)` (decode time
     /// only: the forward passes of the generated tokens) and the `mode:` line. Diagnostics (the
     /// seed, prompt size and prefill time) go to standard error, and so does the reasoning of a
-    /// reasoning model run with --chatml, between `--- reasoning ---` marker lines; the answer
-    /// holds only the text after it. Generation stops at an end-of-generation token, after -n
+    /// reasoning model run with --chatml, between `--- reasoning ---` and
+    /// `--- end of reasoning ---` lines; the answer holds only the text outside the reasoning. Generation stops at an end-of-generation token, after -n
     /// tokens, or when the context is full. Sampling is llama.cpp's default chain (top-k,
     /// top-p, min-p, temperature, seeded draw) with its defaults; --temp 0 is greedy.
     Run(RunArgs),
@@ -247,6 +247,7 @@ struct RunArgs {
     #[arg(
         short = 'n',
         long = "n-predict",
+        visible_alias = "predict",
         default_value_t = 256,
         value_name = "N",
         allow_negative_numbers = true
@@ -263,7 +264,12 @@ struct RunArgs {
     ctx: Option<usize>,
 
     /// Most prompt tokens processed in one batch.
-    #[arg(long, default_value_t = 512, value_name = "N")]
+    #[arg(
+        long,
+        visible_alias = "ubatch-size",
+        default_value_t = 512,
+        value_name = "N"
+    )]
     ubatch: usize,
 
     /// KV cache storage type.
@@ -354,7 +360,12 @@ struct LogitsArgs {
     ctx: Option<usize>,
 
     /// Most tokens processed in one batch.
-    #[arg(long, default_value_t = 512, value_name = "N")]
+    #[arg(
+        long,
+        visible_alias = "ubatch-size",
+        default_value_t = 512,
+        value_name = "N"
+    )]
     ubatch: usize,
 }
 

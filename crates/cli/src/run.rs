@@ -113,7 +113,7 @@ impl Streamer {
             // Text already shown as answer turned out to be reasoning: the reasoning so far is
             // shown again whole; the answer block at the end has the right split.
             self.end_reasoning();
-            eprintln!("--- (the text above was reasoning) ---");
+            eprintln!("--- the answer streamed so far was reasoning ---");
             self.answer.clear();
             self.reasoning.clear();
         }
@@ -225,7 +225,13 @@ pub fn run(opts: &Options) -> Result<()> {
     let seed = if opts.seed < 0 {
         RANDOM_SEED
     } else {
-        u32::try_from(opts.seed).context("--seed must fit in 32 bits")?
+        u32::try_from(opts.seed).map_err(|_| {
+            anyhow::anyhow!(
+                "--seed {} is too large (0 to {}, or -1 for a random seed)",
+                opts.seed,
+                u32::MAX
+            )
+        })?
     };
     let mut sampler = Sampler::new(SamplerParams {
         temp: opts.temp,

@@ -143,6 +143,12 @@ fn prompt_longer_than_the_context_is_an_error() {
 /// Writes a copy of the demo model with `general.architecture` set to `arch` and without the
 /// tensor `drop`.
 fn demo_variant(dir: &Path, arch: &str, drop: Option<&str>) -> PathBuf {
+    demo_copy(dir, arch, drop, None)
+}
+
+/// Writes a copy of the demo model: `general.architecture` set to `arch`, without the tensor
+/// `drop`, with `template` as its chat template.
+fn demo_copy(dir: &Path, arch: &str, drop: Option<&str>, template: Option<&str>) -> PathBuf {
     let src = GgufFile::open(demo()).unwrap();
     let mut w = GgufWriter::new();
     for (key, value) in src.metadata().iter() {
@@ -153,6 +159,10 @@ fn demo_variant(dir: &Path, arch: &str, drop: Option<&str>) -> PathBuf {
         };
         w.add_metadata(key, value).unwrap();
     }
+    if let Some(t) = template {
+        w.add_metadata("tokenizer.chat_template", Value::String(t.to_owned()))
+            .unwrap();
+    }
     for t in src.tensors() {
         if Some(t.name.as_str()) == drop {
             continue;
@@ -161,7 +171,11 @@ fn demo_variant(dir: &Path, arch: &str, drop: Option<&str>) -> PathBuf {
         w.add_tensor_raw(t.name.clone(), &t.dims, t.ty.id(), data)
             .unwrap();
     }
-    let path = dir.join(format!("{arch}-{}.gguf", drop.unwrap_or("all")));
+    let path = dir.join(format!(
+        "{arch}-{}-{}.gguf",
+        drop.unwrap_or("all"),
+        template.map_or(0, str::len)
+    ));
     w.write_to_path(&path).unwrap();
     path
 }
@@ -191,4 +205,108 @@ fn chatml_without_a_template_is_a_clear_error() {
     let m = demo();
     let o = sluice(&["run", "-m", m.to_str().unwrap(), "-p", "hi", "--chatml"]);
     assert_one_line_error(&o, "no chat template");
+}
+
+/// A small chat template of our own: turns between `<|im_start|>` and `<|im_end|>`, an
+/// assistant's reasoning inside `<think>`/`</think>` before its answer.
+const CHAT_TEMPLATE: &str = "{%- for m in messages -%}\
+<|im_start|>{{ m.role }}\n\
+{%- if m.role == 'assistant' and m.reasoning_content -%}\
+<think>\n{{ m.reasoning_content }}\n</think>\n\n\
+{%- endif -%}\
+{{ m.content }}<|im_end|>\n\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}<|im_start|>assistant\n{{ OPEN }}{%- endif -%}";
+
+/// The value of `key N` in a run's standard error (`prompt 12 tokens` gives 12).
+fn stderr_count(err: &str, key: &str) -> usize {
+    let at = err
+        .find(key)
+        .unwrap_or_else(|| panic!("{key:?} not in {err}"));
+    err[at + key.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count after {key:?} in {err}"))
+}
+
+#[test]
+fn chatml_runs_the_rendered_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmpl = CHAT_TEMPLATE.replace("{{ OPEN }}", "");
+    let p = demo_copy(dir.path(), "qwen3moe", None, Some(&tmpl));
+    let m = p.to_str().unwrap();
+    let o = sluice(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Hi",
+        "--system",
+        "Be brief",
+        "--chatml",
+        "--temp",
+        "0",
+        "-n",
+        "6",
+        "--ignore-eos",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let (_, answer, generation, _) = summary(&stdout(&o));
+    assert_eq!(generation_tokens(&generation), 6);
+    // The prompt run is the one `tokenize --chatml` gives.
+    let t = sluice(&[
+        "tokenize", "-m", m, "--chatml", "--system", "Be brief", "Hi",
+    ]);
+    assert!(t.status.success(), "stderr: {}", stderr(&t));
+    let ids: Vec<u32> = serde_json::from_slice(&t.stdout).unwrap();
+    assert_eq!(stderr_count(&stderr(&o), "prompt "), ids.len());
+    // It differs from the plain prompt's, and so does the answer.
+    let plain = sluice(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Hi",
+        "--temp",
+        "0",
+        "-n",
+        "6",
+        "--ignore-eos",
+    ]);
+    assert!(plain.status.success());
+    assert_ne!(stderr_count(&stderr(&plain), "prompt "), ids.len());
+    assert!(!answer.is_empty());
+}
+
+#[test]
+fn reasoning_goes_to_standard_error() {
+    // The generation prompt opens the reasoning span; the random model never closes it, so
+    // everything it writes is reasoning: shown on standard error, and the answer is empty.
+    let dir = tempfile::tempdir().unwrap();
+    let tmpl = CHAT_TEMPLATE.replace("{{ OPEN }}", "<think>\n");
+    let p = demo_copy(dir.path(), "qwen3moe", None, Some(&tmpl));
+    let m = p.to_str().unwrap();
+    let o = sluice(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Hi",
+        "--chatml",
+        "--temp",
+        "0",
+        "-n",
+        "6",
+        "--ignore-eos",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    let (streamed, answer, generation, _) = summary(&out);
+    assert_eq!(generation_tokens(&generation), 6);
+    assert_eq!(streamed, "");
+    assert_eq!(answer, "");
+    let err = stderr(&o);
+    assert!(err.contains("--- reasoning ---"), "{err}");
+    assert!(err.contains("--- end of reasoning ---"), "{err}");
 }
