@@ -310,3 +310,48 @@ fn reasoning_goes_to_standard_error() {
     assert!(err.contains("--- reasoning ---"), "{err}");
     assert!(err.contains("--- end of reasoning ---"), "{err}");
 }
+
+#[test]
+fn greedy_answer_is_the_library_greedy_decoding() {
+    use engine::{Engine, EngineConfig, LogitsWanted};
+    use model::Model;
+    use quant::{Kernels, ThreadPool};
+    use sampler::{Sampler, SamplerParams};
+
+    let prompt = "Hello there";
+    let n = 10;
+    let out = run_demo(&["--temp", "0", "-n", &n.to_string(), "--ignore-eos"]);
+    let (_, answer, _, _) = summary(&out);
+
+    // The same run done with the libraries: run's defaults (f16 KV cache, context 4096 capped
+    // at the demo's training context of 512), end-of-generation ids never drawn.
+    let file = GgufFile::open(demo()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let tok = text::Tokenizer::from_metadata(file.metadata()).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let cfg = EngineConfig {
+        n_ctx: 512,
+        ..EngineConfig::default()
+    };
+    let mut eng = Engine::new(&model, Kernels::detect(), &pool, cfg).unwrap();
+    let mut s = Sampler::new(SamplerParams {
+        temp: 0.0,
+        seed: 1,
+        ..SamplerParams::default()
+    });
+    let mut logits = eng
+        .forward(&tok.encode(prompt, true, false), LogitsWanted::Last)
+        .unwrap();
+    let mut dec = text::StreamDecoder::continuation(false);
+    let mut want = String::new();
+    for _ in 0..n {
+        for &e in &tok.vocab().eog {
+            logits[e as usize] = f32::NEG_INFINITY;
+        }
+        let id = s.sample(&logits);
+        want.push_str(&dec.push(&tok, id));
+        logits = eng.forward(&[id], LogitsWanted::Last).unwrap();
+    }
+    want.push_str(&dec.finish());
+    assert_eq!(answer, want);
+}
