@@ -6,9 +6,12 @@
 //!   MoE rule renormalizes the top-k weights to sum to 1, so the routed sum is the dense FFN (to
 //!   rounding; exactly with `--router-scale 0` and a power-of-two top-k).
 //! * `qwen2` → `qwen2moe`: qwen2moe does not renormalize and always has a gated shared expert.
-//!   With a zero router every expert gets 1/E, the top-k routed sum is k/E of the FFN; with
-//!   E = 2k that is one half, and the shared expert (a copy of the FFN behind a zero gate,
-//!   sigmoid(0) = 1/2) adds the other half. Exact when E is a power of two.
+//!   With a zero router every expert gets 1/E, so the top-k routed sum is k/E of the experts'
+//!   output; with E = 2k the experts' `down` matrices are the dense one times two (exact: the
+//!   block scales are doubled, the quants untouched), which makes the routed sum the dense FFN.
+//!   The shared expert has all-zero weights behind a small random gate, so it adds exactly 0 (a
+//!   zero gate would not do: llama.cpp computes that sigmoid as silu(x)/x). Exact when E is a
+//!   power of two.
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -16,6 +19,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use gguf::{GgmlType, GgufFile, GgufWriter, TensorInfo, TensorType, Value};
+use half::{bf16, f16};
 
 pub struct Options {
     pub input: PathBuf,
@@ -165,15 +169,26 @@ pub fn run(opts: &Options) -> Result<()> {
                 f32_bytes(&router),
             )?;
             if target == Target::Qwen2Moe {
+                let gate: Vec<f32> = (0..n_embd)
+                    .map(|_| rng.symmetric() / (n_embd as f32).sqrt())
+                    .collect();
                 w.add_tensor(
                     format!("blk.{layer}.ffn_gate_inp_shexp.weight"),
                     &[u64::from(n_embd)],
                     GgmlType::F32,
-                    f32_bytes(&vec![0.0; n_embd as usize]),
+                    f32_bytes(&gate),
                 )?;
             }
         }
-        // Experts are the slowest dimension: E copies of the dense matrix, back to back.
+        // qwen2moe: the routed sum is half the experts' output (see the module comment).
+        let expert: Cow<[u8]> = if target == Target::Qwen2Moe && part == "down" {
+            double_values(ty, data)
+                .with_context(|| format!("{input}: tensor {}", t.name))?
+                .into()
+        } else {
+            data.into()
+        };
+        // Experts are the slowest dimension: E copies of the matrix, back to back.
         let mut dims = t.dims.clone();
         dims.push(u64::from(e));
         w.add_tensor_with(
@@ -182,17 +197,18 @@ pub fn run(opts: &Options) -> Result<()> {
             ty,
             move |out: &mut dyn Write| {
                 for _ in 0..e {
-                    out.write_all(data)?;
+                    out.write_all(&expert)?;
                 }
                 Ok(())
             },
         )?;
         if target == Target::Qwen2Moe {
+            // All-zero bytes decode to zero in every block format.
             w.add_tensor(
                 format!("blk.{layer}.ffn_{part}_shexp.weight"),
                 &t.dims,
                 ty,
-                data,
+                vec![0u8; data.len()],
             )?;
         }
     }
@@ -211,5 +227,94 @@ fn known_type(t: &TensorInfo, input: &str) -> Result<GgmlType> {
     match t.ty {
         TensorType::Known(ty) => Ok(ty),
         TensorType::Unknown(id) => bail!("{input}: tensor {} has unknown type id {id}", t.name),
+    }
+}
+
+/// The tensor's bytes with every value multiplied by two, exactly: float elements are doubled,
+/// and quantized blocks get their scales doubled (the quants, which the scales multiply, stay).
+fn double_values(ty: GgmlType, data: &[u8]) -> Result<Vec<u8>> {
+    fn f16_at(b: &mut [u8], at: usize) -> Result<()> {
+        let v = f16::from_le_bytes([b[at], b[at + 1]]).to_f32() * 2.0;
+        let d = f16::from_f32(v);
+        if !d.is_finite() {
+            bail!("a block scale overflows f16 when doubled");
+        }
+        b[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        Ok(())
+    }
+    // Offsets of the f16 scales that multiply every value of a block (min terms included).
+    let scales: &[usize] = match ty {
+        GgmlType::F32 => {
+            return Ok(data
+                .chunks_exact(4)
+                .flat_map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * 2.0).to_le_bytes())
+                .collect());
+        }
+        GgmlType::F16 => &[0],
+        GgmlType::BF16 => {
+            return Ok(data
+                .chunks_exact(2)
+                .flat_map(|c| {
+                    bf16::from_f32(bf16::from_le_bytes([c[0], c[1]]).to_f32() * 2.0).to_le_bytes()
+                })
+                .collect());
+        }
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            &[0]
+        }
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        other => bail!("doubling values of type {other:?} is not supported"),
+    };
+    let block = ty.type_size();
+    if !data.len().is_multiple_of(block) {
+        bail!("size {} is not a whole number of {ty:?} blocks", data.len());
+    }
+    let mut out = data.to_vec();
+    for b in out.chunks_exact_mut(block) {
+        for &at in scales {
+            f16_at(b, at)?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubling_is_exact_for_every_supported_type() {
+        let n = 512;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 13.0)
+            .collect();
+        for ty in [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            let q = quant::quantize_to_vec(ty, &x).expect("quantize");
+            let once = quant::dequantize_to_vec(ty, &q).expect("dequantize");
+            let doubled = double_values(ty, &q).expect("double");
+            let twice = quant::dequantize_to_vec(ty, &doubled).expect("dequantize");
+            assert!(once.iter().any(|v| *v != 0.0), "{ty:?}");
+            for (a, b) in once.iter().zip(&twice) {
+                assert_eq!(2.0 * a, *b, "{ty:?}");
+            }
+        }
+        assert!(double_values(GgmlType::MXFP4, &[0; 17]).is_err());
     }
 }
