@@ -180,9 +180,10 @@ pub fn generation_line(n_tokens: usize, decode: Duration) -> String {
     format!("generation: {n_tokens} tokens, {per_token:.3} s/token ({rate:.2} tok/s)")
 }
 
-/// The `mode:` line: this build keeps every weight where the memory map puts it (no expert
-/// streaming, no cache).
-pub const MODE_LINE: &str = "mode: resident, dense mmap";
+/// The `mode:` line. The spec prints it on every run and has a non-streaming run say why it does
+/// not stream; this build has no expert streaming yet, so every weight stays where the memory
+/// map puts it, and the line says exactly that (no `moe-*` lines follow).
+pub const MODE_LINE: &str = "mode: resident, no expert streaming in this build, dense mmap";
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
