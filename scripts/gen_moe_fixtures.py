@@ -89,6 +89,7 @@ MODELS = {
 }
 
 CTX = 4096
+ROUTER_SCALE = 1.5
 
 
 def field(reader, key):
@@ -174,8 +175,9 @@ def make_weights(cfg, n_vocab):
             w[p + "attn_q_norm.weight"] = norm(nq)
             w[p + "attn_k_norm.weight"] = norm(nkv)
         w[p + "ffn_norm.weight"] = norm(e)
-        # A router scaled up keeps the top-k choice away from ties.
-        w[p + "ffn_gate_inp.weight"] = lin(ne, e, 4.0)
+        # Router logits of about unit spread: the top-k choice is clear in probability terms
+        # (a much larger spread leaves the k-th and (k+1)-th probabilities both near zero).
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
         w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
         w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
         w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
