@@ -11,7 +11,9 @@
 //       between the two largest logits at each greedy step, and the routing margin: the
 //       smallest difference between the k-th and (k+1)-th largest router probability over
 //       every layer and token (softmax of the ffn_moe_logits graph nodes in a second, separate
-//       run of the same tokens so that the callback cannot touch the reference numbers).
+//       run of the same tokens so that the callback cannot touch the reference numbers), for
+//       the prompt and for each decode call that produced a greedy token (the first one is the
+//       prompt's).
 //
 // Settings: KV cache F32, flash attention off, one thread, context and batch sized to fit.
 // The environment variable GGML_BACKEND_DIR names the directory of the CPU backend libraries.
@@ -40,7 +42,8 @@ void log_cb(enum ggml_log_level level, const char * text, void *) {
 
 struct RouteStats {
     int k = 0;
-    float min_margin = INFINITY;
+    float min_margin = INFINITY;  // over everything seen
+    std::vector<float> per_decode;  // the smallest margin of each llama_decode call
     std::vector<float> buf;
 };
 
@@ -75,7 +78,11 @@ bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
             v /= sum;
         }
         std::sort(row.begin(), row.end(), std::greater<double>());
-        st->min_margin = std::min(st->min_margin, (float) (row[st->k - 1] - row[st->k]));
+        const float m = (float) (row[st->k - 1] - row[st->k]);
+        st->min_margin = std::min(st->min_margin, m);
+        if (!st->per_decode.empty()) {
+            st->per_decode.back() = std::min(st->per_decode.back(), m);
+        }
     }
     return true;
 }
@@ -209,12 +216,15 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
         prompt_st.k = k_used;
         ctx = make_ctx(model, n_ctx, route_cb, &prompt_st);
         decode(ctx, b, toks.data(), nt, 0);
-        RouteStats all_st = prompt_st;
         llama_free(ctx);
+        RouteStats all_st;
+        all_st.k = k_used;
         ctx = make_ctx(model, n_ctx, route_cb, &all_st);
+        all_st.per_decode.push_back(INFINITY);
         decode(ctx, b, toks.data(), nt, 0);
         for (int g = 0; g + 1 < n_gen; g++) {
             llama_token t = greedy[g];
+            all_st.per_decode.push_back(INFINITY);
             decode(ctx, b, &t, 1, nt + g);
         }
         llama_free(ctx);
@@ -231,6 +241,10 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
         fprintf(f, "],\"greedy_gaps\":[");
         for (size_t i = 0; i < gaps.size(); i++) {
             fprintf(f, "%s%.9g", i ? "," : "", gaps[i]);
+        }
+        fprintf(f, "],\"greedy_route_margins\":[");
+        for (size_t i = 0; i < all_st.per_decode.size(); i++) {
+            fprintf(f, "%s%.9g", i ? "," : "", all_st.per_decode[i]);
         }
         fprintf(f, "],\"route_margin_prompt\":%.9g,\"route_margin_all\":%.9g,\"logits\":[",
                 prompt_st.min_margin, all_st.min_margin);
