@@ -8,8 +8,8 @@
 #     3.21.1 (llama.cpp release v0.4.0; see scripts/llamacpp-npm.sh) and quantizes each F32 model
 #     to Q4_K_M with llama_model_quantize (written next to the others in the cache).
 #  3. Prompt choice: every candidate prompt below runs through all six models of an architecture;
-#     among those of at least 4 tokens, the three whose smallest routing margin over the six
-#     models is largest are kept (ties: earlier candidate first).
+#     among those of at least 4 tokens and not in EXCLUDE, the three whose smallest routing
+#     margin over the six models is largest are kept (ties: earlier candidate first).
 #  4. For every model: the logits of every prompt position, 32 greedy tokens and the margins,
 #     packed with gguf-py into refs/<model>.gguf (see crates/engine/tests/fixtures/moe/README.md).
 #
@@ -86,6 +86,20 @@ CANDIDATES=(
     "Write a short poem."
 )
 
+# Candidates left out per architecture, separated by "|": with them, an independent float64
+# forward pass (ggml's activation quantization emulated) differed from llama.cpp by more than
+# 1e-4 in the logits of some weight type (F32, BF16, Q8_0, Q4_0, Q4_K_M checked), because an
+# activation sits on a rounding boundary of that quantization (bf16 rounding most often), so
+# that llama.cpp's f32 arithmetic lands on one side and an exact one on the other: an outlier
+# of 1e-3 to 2e-1 that no engine can be asked to reproduce. qwen2moe was not checked (no
+# independent forward pass for it); qwen3moe's chosen prompts were checked and are clean.
+declare -A EXCLUDE=(
+    [qwen3moe]=""
+    [qwen2moe]=""
+    [olmoe]="Hello world! The quick brown fox|Once upon a time|for i in range(10):|I like green tea.|What is 2 + 2?|Good morning, everyone.|print(x)|She said hello.|the end|Water boils at 100 degrees.|x = y * 3|My name is Sam.|Open the door, please.|Blue sky, green grass|It was late.|One, two, three, four|The sun is hot.|Dogs like to run.|Let me think about it.|We went home early.|The tree is tall.|What time is it?|print('hi')|This is a test.|List of items:|while True: pass|Red, green and blue|Time to go home.|Add salt and pepper.|Numbers: 1, 2, 3|Thank you very much.|Write a short poem."
+    [mixtral]="Hello world! The quick brown fox|The capital of France is|I like green tea.|Good morning, everyone.|A cat sat on the mat.|import numpy as np|int main() {|She said hello.|Water boils at 100 degrees.|Rain again today|My name is Sam.|Open the door, please.|Blue sky, green grass|It was late.|The sun is hot.|if (a > b) return a;|Tea or coffee?|The tree is tall.|What time is it?|This is a test.|Please sit down.|He reads books.|Snow fell all night.|Call me tomorrow.|The box is empty.|Red, green and blue|A new day begins.|Keep it simple.|Read the manual first.|Numbers: 1, 2, 3|Thank you very much.|Fish swim in water.|Write a short poem."
+)
+
 bash "$root/scripts/fetch_moe_fixtures.sh"
 PY=python3
 if [ -x "$FIX/venv-moe/bin/python3" ]; then PY=$FIX/venv-moe/bin/python3; fi
@@ -115,16 +129,17 @@ for a in $ARCHS; do
         run ref "$MODELS/$a-$t.gguf" "$work/cand-$a-$t.json" -n "$N_GEN" "${cand_args[@]}" \
             > "$work/log/cand-$a-$t.log" 2>&1
     done
-    mapfile -t chosen < <("$PY" - "$work" "$a" "$TYPES" "${CANDIDATES[@]}" <<'PY'
+    mapfile -t chosen < <("$PY" - "$work" "$a" "$TYPES" "${EXCLUDE[$a]}" "${CANDIDATES[@]}" <<'PY'
 import json, sys
-work, arch, types, cands = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
+work, arch, types, cands = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[5:]
+excluded = set(x for x in sys.argv[4].split("|") if x)
 worst = [float("inf")] * len(cands)
 short = [False] * len(cands)
 for t in types:
     with open(f"{work}/cand-{arch}-{t}.json") as f:
         for i, p in enumerate(json.load(f)["prompts"]):
             worst[i] = min(worst[i], p["route_margin_prompt"])
-            short[i] = len(p["tokens"]) < 4
+            short[i] = len(p["tokens"]) < 4 or cands[i] in excluded
 order = sorted(range(len(cands)), key=lambda i: (short[i], -worst[i], i))[:3]
 for i in sorted(order):
     print(cands[i])

@@ -46,7 +46,7 @@ const MODELS: [Intended; 4] = [
         n_expert: 16,
         n_expert_used: 4,
         n_ff_shexp: None,
-        tied: true,
+        tied: false,
         qk_norm: QkNorm::PerHead,
         rope: RopeType::Neox,
         rope_base: 1_000_000.0,
