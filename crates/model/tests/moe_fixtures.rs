@@ -1,0 +1,277 @@
+//! The MoE forward-pass fixtures: every model that `scripts/fetch_moe_fixtures.sh` writes loads,
+//! has the architecture and hyperparameters that `scripts/gen_moe_fixtures.py` intends, and is
+//! byte for byte the file its llama.cpp reference (crates/engine/tests/fixtures/moe/refs) was
+//! computed from.
+
+use std::path::{Path, PathBuf};
+
+use gguf::{GgmlType, GgufFile, TensorType};
+use model::{Arch, Ffn, Model, QkNorm, RopeType};
+
+const HINT: &str = "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh`";
+
+/// The weight types the fetch script writes, and the type of their stacked expert tensors.
+const WTYPES: [(&str, GgmlType); 5] = [
+    ("f32", GgmlType::F32),
+    ("bf16", GgmlType::BF16),
+    ("q8_0", GgmlType::Q8_0),
+    ("q4_0", GgmlType::Q4_0),
+    ("q4_1", GgmlType::Q4_1),
+];
+
+/// What the generator intends for each model (its `MODELS` table).
+struct Intended {
+    key: &'static str,
+    arch: Arch,
+    n_vocab: u32,
+    n_layer: u32,
+    n_head_kv: u32,
+    n_expert: u32,
+    n_expert_used: u32,
+    n_ff_shexp: Option<u32>,
+    tied: bool,
+    qk_norm: QkNorm,
+    rope: RopeType,
+    rope_base: f32,
+    rms_eps: f32,
+}
+
+const MODELS: [Intended; 4] = [
+    Intended {
+        key: "qwen3moe",
+        arch: Arch::Qwen3Moe,
+        n_vocab: 1027,
+        n_layer: 2,
+        n_head_kv: 2,
+        n_expert: 16,
+        n_expert_used: 4,
+        n_ff_shexp: None,
+        tied: false,
+        qk_norm: QkNorm::PerHead,
+        rope: RopeType::Neox,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+    },
+    Intended {
+        key: "qwen2moe",
+        arch: Arch::Qwen2Moe,
+        n_vocab: 1027,
+        n_layer: 2,
+        n_head_kv: 2,
+        n_expert: 8,
+        n_expert_used: 4,
+        n_ff_shexp: Some(256),
+        tied: false,
+        qk_norm: QkNorm::None,
+        rope: RopeType::Neox,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+    },
+    Intended {
+        key: "olmoe",
+        arch: Arch::Olmoe,
+        n_vocab: 1024,
+        n_layer: 2,
+        n_head_kv: 4,
+        n_expert: 8,
+        n_expert_used: 2,
+        n_ff_shexp: None,
+        tied: false,
+        qk_norm: QkNorm::Whole,
+        rope: RopeType::Neox,
+        rope_base: 10_000.0,
+        rms_eps: 1e-5,
+    },
+    Intended {
+        key: "mixtral",
+        arch: Arch::Llama,
+        n_vocab: 1024,
+        n_layer: 2,
+        n_head_kv: 2,
+        n_expert: 8,
+        n_expert_used: 2,
+        n_ff_shexp: None,
+        tied: false,
+        qk_norm: QkNorm::None,
+        rope: RopeType::Norm,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-5,
+    },
+];
+
+fn moe_dir() -> PathBuf {
+    let dir = testdata::fixtures_root().join("moe");
+    assert!(
+        dir.join("STAMP").is_file(),
+        "{HINT} (looked in {})",
+        dir.display()
+    );
+    dir
+}
+
+fn refs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/moe/refs")
+}
+
+fn model_path(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    assert!(p.is_file(), "{HINT} ({} not found)", p.display());
+    p
+}
+
+fn check_model(path: &Path, want: &Intended, exps_type: GgmlType) {
+    let file = GgufFile::open(path).unwrap();
+    let m = Model::from_gguf(&file).unwrap();
+    let what = path.display();
+    let hp = &m.hparams;
+    assert_eq!(m.arch(), want.arch, "{what}");
+    assert_eq!(hp.n_vocab, want.n_vocab, "{what}");
+    assert_eq!(hp.n_embd, 256, "{what}");
+    assert_eq!(hp.n_layer, want.n_layer, "{what}");
+    assert_eq!(hp.n_head.uniform(), Some(4), "{what}");
+    assert_eq!(hp.n_head_kv.uniform(), Some(want.n_head_kv), "{what}");
+    assert_eq!((hp.head_dim_k, hp.head_dim_v), (64, 64), "{what}");
+    assert_eq!(hp.n_ff_exp.uniform(), Some(256), "{what}");
+    assert_eq!(hp.n_expert, want.n_expert, "{what}");
+    assert_eq!(
+        hp.n_expert_used.uniform(),
+        Some(want.n_expert_used),
+        "{what}"
+    );
+    assert_eq!(hp.n_moe_layers(), want.n_layer, "{what}");
+    assert_eq!(hp.qk_norm, want.qk_norm, "{what}");
+    assert_eq!(hp.rope.ty, want.rope, "{what}");
+    assert_eq!(hp.rope.n_rot, 64, "{what}");
+    assert_eq!(hp.rope.freq_base, want.rope_base, "{what}");
+    assert_eq!(hp.rms_eps, want.rms_eps, "{what}");
+    assert_eq!(m.tensors.output_tied, want.tied, "{what}");
+    if let Some(n) = want.n_ff_shexp {
+        assert_eq!(hp.n_ff_shexp, n, "{what}");
+    }
+    assert_eq!(m.tensors.layers.len(), want.n_layer as usize, "{what}");
+    for layer in &m.tensors.layers {
+        let Ffn::Moe(moe) = &layer.ffn else {
+            panic!("{what}: a dense layer");
+        };
+        assert_eq!(moe.n_expert, want.n_expert, "{what}");
+        assert_eq!(
+            moe.router.ty,
+            TensorType::Known(GgmlType::F32),
+            "{what}: router"
+        );
+        assert_eq!(
+            moe.gate_exps.ty,
+            TensorType::Known(exps_type),
+            "{what}: ffn_gate_exps"
+        );
+        assert_eq!(
+            moe.up_exps.ty,
+            TensorType::Known(exps_type),
+            "{what}: ffn_up_exps"
+        );
+        match want.n_ff_shexp {
+            Some(_) => {
+                let sh = moe.shared.as_ref().expect("shared expert");
+                assert!(sh.gate_inp.is_some(), "{what}: shared expert gate");
+            }
+            None => assert!(moe.shared.is_none(), "{what}"),
+        }
+        assert_eq!(layer.bq.is_some(), want.arch == Arch::Qwen2Moe, "{what}");
+    }
+}
+
+#[test]
+fn every_generated_model_loads_with_the_intended_hyperparameters() {
+    let dir = moe_dir();
+    for want in &MODELS {
+        for (wtype, exps_type) in WTYPES {
+            let path = model_path(&dir, &format!("{}-{wtype}.gguf", want.key));
+            check_model(&path, want, exps_type);
+        }
+        // The Q4_K_M models come from llama.cpp (scripts/gen_moe_refs.sh), not from the fetch
+        // script; check them where they exist.
+        let q4km = dir.join(format!("{}-q4_k_m.gguf", want.key));
+        if q4km.is_file() {
+            check_model(&q4km, want, GgmlType::Q4_K);
+        }
+    }
+}
+
+/// One reference file: its model, the model's recorded SHA-256, and its prompts' tensors.
+fn check_ref(path: &Path, dir: &Path) -> bool {
+    let r = GgufFile::open(path).unwrap();
+    let md = r.metadata();
+    let what = path.display();
+    assert_eq!(md.get_str("sluice.ref.kv_type"), Some("f32"), "{what}");
+    assert_eq!(md.get_bool("sluice.ref.flash_attn"), Some(false), "{what}");
+    assert_eq!(md.get_u32("sluice.ref.threads"), Some(1), "{what}");
+    let model_name = md.get_str("sluice.ref.model").unwrap();
+    let sha = md.get_str("sluice.ref.model_sha256").unwrap();
+    let n_vocab = md.get_u32("sluice.ref.n_vocab").unwrap();
+    let n_prompts = md.get_u32("sluice.ref.n_prompts").unwrap();
+    assert_eq!(n_prompts, 3, "{what}");
+    for i in 0..n_prompts {
+        let t = |name: &str| {
+            r.tensor(&format!("p{i}.{name}"))
+                .unwrap_or_else(|| panic!("{what}: p{i}.{name} missing"))
+        };
+        let tokens = t("tokens");
+        let n_tokens = tokens.dims[0];
+        assert!(n_tokens >= 4, "{what}");
+        assert_eq!(tokens.ty, TensorType::Known(GgmlType::I32), "{what}");
+        assert_eq!(
+            t("logits").dims,
+            vec![u64::from(n_vocab), n_tokens],
+            "{what}"
+        );
+        assert_eq!(t("logits").ty, TensorType::Known(GgmlType::F32), "{what}");
+        assert_eq!(t("greedy").dims, vec![32], "{what}");
+        assert_eq!(t("greedy_gaps").dims, vec![32], "{what}");
+        assert_eq!(t("greedy_route_margins").dims, vec![32], "{what}");
+        let ids = r.tensor_data(tokens).unwrap();
+        for id in ids.chunks_exact(4) {
+            let id = i32::from_le_bytes(id.try_into().unwrap());
+            assert!(id >= 0 && (id as u32) < n_vocab, "{what}: token {id}");
+        }
+    }
+    let model = dir.join(model_name);
+    if !model.is_file() {
+        return false;
+    }
+    let bytes = std::fs::read(&model).unwrap();
+    assert_eq!(
+        testdata::sha256_hex(&bytes),
+        sha,
+        "{} is not the file {what} was computed from (regenerate the references with \
+         `bash scripts/gen_moe_refs.sh`, or the models with a pinned gguf/numpy)",
+        model.display()
+    );
+    let file = GgufFile::open(&model).unwrap();
+    let m = Model::from_gguf(&file).unwrap();
+    assert_eq!(m.hparams.n_vocab, n_vocab, "{what}");
+    true
+}
+
+#[test]
+fn every_reference_was_computed_from_the_generated_model() {
+    let dir = moe_dir();
+    let refs = refs_dir();
+    let mut checked = 0;
+    for want in &MODELS {
+        for (wtype, _) in WTYPES {
+            let path = refs.join(format!("{}-{wtype}.gguf", want.key));
+            assert!(path.is_file(), "{} missing", path.display());
+            assert!(
+                check_ref(&path, &dir),
+                "{HINT} (model of {} not found)",
+                path.display()
+            );
+            checked += 1;
+        }
+        // Q4_K_M: the reference is committed; its model is checked where it exists.
+        let path = refs.join(format!("{}-q4_k_m.gguf", want.key));
+        assert!(path.is_file(), "{} missing", path.display());
+        check_ref(&path, &dir);
+    }
+    assert_eq!(checked, 20);
+}

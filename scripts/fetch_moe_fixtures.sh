@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Writes the tiny mixture-of-experts test models (scripts/gen_moe_fixtures.py: qwen3moe,
+# qwen2moe, olmoe and Mixtral-layout llama, each in F32, BF16, Q8_0, Q4_0 and Q4_1) into
+# $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe), where the
+# tests look for them. The models are not committed: they are regenerated here, byte for byte,
+# from fixed seeds and the real vocabularies that scripts/fetch_text_fixtures.sh fetches (run
+# first). The reference logits in crates/engine/tests/fixtures/moe/refs record each model's
+# SHA-256, so a generator that wrote different bytes is caught by the tests.
+#
+# Exact bytes need exactly gguf 0.19.0 and numpy 2.4.6: where python3 does not have those, a
+# private venv next to the data gets them from PyPI.
+# Idempotent: a finished run leaves moe/STAMP (naming the generator's hash); later runs return
+# at once unless the generator changed.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
+OUT=$FIX/moe
+GEN=$root/scripts/gen_moe_fixtures.py
+GGUF_VERSION=0.19.0
+NUMPY_VERSION=2.4.6
+STAMP_VERSION="moe-fixtures v1 $(sha256sum "$GEN" | cut -d' ' -f1)"
+
+if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP_VERSION" ]; then
+    exit 0
+fi
+
+bash "$root/scripts/fetch_text_fixtures.sh"
+
+pinned() {
+    "$1" - "$GGUF_VERSION" "$NUMPY_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(0 if (version("gguf"), version("numpy")) == (sys.argv[1], sys.argv[2]) else 1)
+PY
+}
+
+PY=python3
+if ! pinned python3; then
+    VENV=$FIX/venv-moe
+    if [ ! -x "$VENV/bin/python3" ] || ! pinned "$VENV/bin/python3"; then
+        echo "# installing gguf $GGUF_VERSION and numpy $NUMPY_VERSION into $VENV" >&2
+        python3 -m venv "$VENV"
+        "$VENV/bin/pip" install -q "gguf==$GGUF_VERSION" "numpy==$NUMPY_VERSION"
+    fi
+    PY=$VENV/bin/python3
+fi
+
+mkdir -p "$OUT"
+rm -f "$OUT/STAMP"
+"$PY" "$GEN" "$FIX/text/vocab" "$OUT"
+echo "$STAMP_VERSION" > "$OUT/STAMP"
+echo "# moe fixtures ready in $OUT" >&2

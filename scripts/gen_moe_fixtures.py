@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Writes the tiny mixture-of-experts GGUF models that the MoE forward-pass tests run.
+
+One model shape per architecture (random weights from fixed seeds), each written in several
+weight types:
+
+    qwen3moe  16 experts, top-4, q/k RMSNorm per head                   vocabulary: qwen2.5
+    qwen2moe   8 experts, top-4, sigmoid-gated shared expert, qkv bias  vocabulary: qwen2.5
+    olmoe      8 experts, top-2, q/k RMSNorm over the projection        vocabulary: smollm2
+    llama      8 experts, top-2 (the Mixtral layout)                    vocabulary: llama SPM
+
+Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
+versions of the F32 file (K-quants need rows of a multiple of 256).
+
+Seeds: where a seed's model put an activation of the first (BOS) position on a rounding boundary
+of ggml's activation quantization in some weight type (checked with an independent float64
+forward pass), the next seed was taken, since every prompt of that model would carry the outlier.
+
+Weight types written here: F32, BF16, Q8_0, Q4_0, Q4_1 (gguf-py's own quantizers, which are
+byte-identical to llama.cpp's). The router (ffn_gate_inp), the shared-expert gate and every 1-D
+tensor stay F32, as llama.cpp's quantizer leaves them.
+
+Vocabularies are real ones, trimmed so that the logits of the references stay small: the first
+N tokens of the source vocabulary (for the SentencePiece one: <unk>, <s>, </s>, the 256 byte
+tokens and then the best-scored pieces, which is its id order), the BPE merges whose two parts and
+result are all kept, and the special tokens the model needs appended after them.
+
+The output is byte-for-byte deterministic for a given gguf (0.19.0) and numpy (2.x) version.
+
+    python3 scripts/gen_moe_fixtures.py VOCAB_DIR OUT_DIR
+"""
+
+import os
+import sys
+
+import numpy as np
+import gguf
+
+QT = gguf.GGMLQuantizationType
+FT = gguf.LlamaFileType
+
+# weight type name -> (tensor type for 2-D/3-D weights, file type)
+WTYPES = {
+    "f32": (QT.F32, FT.ALL_F32),
+    "bf16": (QT.BF16, FT.MOSTLY_BF16),
+    "q8_0": (QT.Q8_0, FT.MOSTLY_Q8_0),
+    "q4_0": (QT.Q4_0, FT.MOSTLY_Q4_0),
+    "q4_1": (QT.Q4_1, FT.MOSTLY_Q4_1),
+}
+
+# Trimmed vocabularies: source file (in the text fixture vocab directory), number of leading
+# tokens kept, and the special tokens appended after them (looked up by text in the source).
+VOCABS = {
+    "qwen2.5": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    },
+    "smollm2": {
+        "file": "smollm2-135m.gguf",
+        "keep": 1024,  # ids 0..16 are its special tokens, so nothing is appended
+        "extra": [],
+    },
+    "llama-spm": {
+        "file": "ggml-vocab-llama-spm.gguf",
+        "keep": 1024,
+        "extra": [],
+    },
+}
+
+# Model shapes. head_dim * n_head is 256 for every model.
+MODELS = {
+    "qwen3moe": dict(
+        arch="qwen3moe", vocab="qwen2.5", seed=1001, n_layer=2, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=64, n_expert=16, n_expert_used=4, n_ff_exp=256, tied=False,
+        rope_base=1_000_000.0, rms_eps=1e-6,
+    ),
+    "qwen2moe": dict(
+        arch="qwen2moe", vocab="qwen2.5", seed=1002, n_layer=2, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=64, n_expert=8, n_expert_used=4, n_ff_exp=256, n_ff_shexp=256,
+        tied=False, rope_base=1_000_000.0, rms_eps=1e-6,
+    ),
+    "olmoe": dict(
+        arch="olmoe", vocab="smollm2", seed=1003, n_layer=2, n_embd=256, n_head=4,
+        n_head_kv=4, head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256, tied=False,
+        rope_base=10_000.0, rms_eps=1e-5,
+    ),
+    "mixtral": dict(
+        arch="llama", vocab="llama-spm", seed=1006, n_layer=2, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256, tied=False,
+        rope_base=1_000_000.0, rms_eps=1e-5,
+    ),
+}
+
+CTX = 4096
+ROUTER_SCALE = 1.5
+
+
+def field(reader, key):
+    f = reader.fields.get(key)
+    return None if f is None else f.contents()
+
+
+def trimmed_vocab(vocab_dir, name):
+    """Returns a dict with the trimmed vocabulary's tokenizer metadata."""
+    spec = VOCABS[name]
+    r = gguf.GGUFReader(os.path.join(vocab_dir, spec["file"]))
+    tokens = field(r, "tokenizer.ggml.tokens")
+    types = field(r, "tokenizer.ggml.token_type")
+    scores = field(r, "tokenizer.ggml.scores")
+    merges = field(r, "tokenizer.ggml.merges")
+    n = spec["keep"]
+    ids = list(range(n))
+    index = {t: i for i, t in enumerate(tokens)}
+    for t in spec["extra"]:
+        ids.append(index[t])
+    remap = {old: new for new, old in enumerate(ids)}
+    out = {
+        "model": field(r, "tokenizer.ggml.model"),
+        "pre": field(r, "tokenizer.ggml.pre"),
+        "tokens": [tokens[i] for i in ids],
+        "token_type": [int(types[i]) for i in ids],
+        "source": spec["file"],
+        "keep": n,
+    }
+    if scores is not None:
+        out["scores"] = [float(scores[i]) for i in ids]
+    if merges is not None:
+        kept = set(out["tokens"])
+        out["merges"] = []
+        for m in merges:
+            left, right = m.split(" ", 1)
+            if left in kept and right in kept and left + right in kept:
+                out["merges"].append(m)
+    for key in ("bos", "eos", "unknown", "padding"):
+        old = field(r, f"tokenizer.ggml.{key}_token_id")
+        if old is not None and int(old) in remap:
+            out[key] = remap[int(old)]
+    for key in ("add_bos_token", "add_eos_token", "add_space_prefix"):
+        v = field(r, f"tokenizer.ggml.{key}")
+        if v is not None:
+            out[key] = bool(v)
+    tmpl = field(r, "tokenizer.chat_template")
+    if tmpl is not None:
+        out["chat_template"] = tmpl
+    return out
+
+
+def make_weights(cfg, n_vocab):
+    """Random weights in a fixed order: name -> float32 array (numpy shape, ggml's reversed)."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
+
+    def lin(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        w[p + "attn_q.weight"] = lin(nq, e)
+        w[p + "attn_k.weight"] = lin(nkv, e)
+        w[p + "attn_v.weight"] = lin(nkv, e)
+        if cfg["arch"] == "qwen2moe":
+            w[p + "attn_q.bias"] = (0.1 * rng.standard_normal(nq)).astype(np.float32)
+            w[p + "attn_k.bias"] = (0.1 * rng.standard_normal(nkv)).astype(np.float32)
+            w[p + "attn_v.bias"] = (0.1 * rng.standard_normal(nkv)).astype(np.float32)
+        w[p + "attn_output.weight"] = lin(e, nq)
+        if cfg["arch"] == "qwen3moe":
+            w[p + "attn_q_norm.weight"] = norm(hd)
+            w[p + "attn_k_norm.weight"] = norm(hd)
+        elif cfg["arch"] == "olmoe":
+            w[p + "attn_q_norm.weight"] = norm(nq)
+            w[p + "attn_k_norm.weight"] = norm(nkv)
+        w[p + "ffn_norm.weight"] = norm(e)
+        # Router logits of about unit spread: the top-k choice is clear in probability terms
+        # (a much larger spread leaves the k-th and (k+1)-th probabilities both near zero).
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+        if cfg["arch"] == "qwen2moe":
+            sh = cfg["n_ff_shexp"]
+            w[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(e) / np.sqrt(e)).astype(
+                np.float32
+            )
+            w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
+            w[p + "ffn_up_shexp.weight"] = lin(sh, e)
+            w[p + "ffn_down_shexp.weight"] = lin(e, sh)
+    w["output_norm.weight"] = norm(e)
+    if not cfg["tied"]:
+        # Scaled up so that the logits spread widely and greedy choices are clear.
+        w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
+def keep_f32(name, arr):
+    return (
+        arr.ndim < 2
+        or name.endswith("ffn_gate_inp.weight")
+        or name.endswith("ffn_gate_inp_shexp.weight")
+    )
+
+
+def write_model(path, key, cfg, vocab, weights, wtype):
+    qt, ftype = WTYPES[wtype]
+    arch = cfg["arch"]
+    w = gguf.GGUFWriter(path, arch)
+    w.add_type("model")
+    w.add_name(f"sluice-tiny-{key}-{wtype}")
+    w.add_file_type(int(ftype))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    n_vocab = len(vocab["tokens"])
+    w.add_vocab_size(n_vocab)
+    w.add_context_length(CTX)
+    w.add_embedding_length(cfg["n_embd"])
+    w.add_block_count(cfg["n_layer"])
+    w.add_feed_forward_length(cfg["n_ff_exp"])
+    w.add_head_count(cfg["n_head"])
+    w.add_head_count_kv(cfg["n_head_kv"])
+    if arch == "qwen3moe":
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+    w.add_layer_norm_rms_eps(cfg["rms_eps"])
+    w.add_rope_freq_base(cfg["rope_base"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_expert_count(cfg["n_expert"])
+    w.add_expert_used_count(cfg["n_expert_used"])
+    if arch in ("qwen3moe", "qwen2moe"):
+        w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "qwen2moe":
+        w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
+
+    w.add_tokenizer_model(vocab["model"])
+    w.add_tokenizer_pre(vocab["pre"])
+    w.add_token_list(vocab["tokens"])
+    w.add_token_types(vocab["token_type"])
+    if "scores" in vocab:
+        w.add_token_scores(vocab["scores"])
+    if "merges" in vocab:
+        w.add_token_merges(vocab["merges"])
+    for k, add in (
+        ("bos", w.add_bos_token_id),
+        ("eos", w.add_eos_token_id),
+        ("unknown", w.add_unk_token_id),
+        ("padding", w.add_pad_token_id),
+    ):
+        if k in vocab:
+            add(vocab[k])
+    for k, add in (
+        ("add_bos_token", w.add_add_bos_token),
+        ("add_eos_token", w.add_add_eos_token),
+        ("add_space_prefix", w.add_add_space_prefix),
+    ):
+        if k in vocab:
+            add(vocab[k])
+    if "chat_template" in vocab:
+        w.add_chat_template(vocab["chat_template"])
+
+    for name, arr in weights.items():
+        if qt == QT.F32 or keep_f32(name, arr):
+            w.add_tensor(name, arr)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(arr, qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    vocab_dir, out_dir = sys.argv[1], sys.argv[2]
+    os.makedirs(out_dir, exist_ok=True)
+    vocabs = {}
+    for key, cfg in MODELS.items():
+        if cfg["vocab"] not in vocabs:
+            vocabs[cfg["vocab"]] = trimmed_vocab(vocab_dir, cfg["vocab"])
+        vocab = vocabs[cfg["vocab"]]
+        weights = make_weights(cfg, len(vocab["tokens"]))
+        for wtype in WTYPES:
+            path = os.path.join(out_dir, f"{key}-{wtype}.gguf")
+            tmp = path + ".tmp"
+            write_model(tmp, key, cfg, vocab, weights, wtype)
+            os.replace(tmp, path)
+            print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

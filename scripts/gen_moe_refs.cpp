@@ -1,0 +1,300 @@
+// Reference data for the MoE forward-pass fixtures, computed by llama.cpp through its C API.
+// Built and run by scripts/gen_moe_refs.sh against the prebuilt libraries of node-llama-cpp.
+//
+//   gen_moe_refs quantize IN.gguf OUT.gguf
+//       Q4_K_M quantization with llama_model_quantize (one thread).
+//   gen_moe_refs ref MODEL.gguf OUT.json [-n N] (-p TEXT)...
+//       For every prompt: the token ids (llama.cpp's tokenizer, special tokens added as the
+//       vocabulary asks, special-token text not parsed), the logits of every prompt position
+//       from one llama_decode of the whole prompt, then N greedy tokens decoded one at a time
+//       (argmax, lowest id on ties; decoding continues past end-of-generation tokens), the gap
+//       between the two largest logits at each greedy step, and the routing margin: the
+//       smallest difference between the k-th and (k+1)-th largest router probability over
+//       every layer and token (softmax of the ffn_moe_logits graph nodes in a second, separate
+//       run of the same tokens so that the callback cannot touch the reference numbers), for
+//       the prompt and for each decode call that produced a greedy token (the first one is the
+//       prompt's).
+//
+// Settings: KV cache F32, flash attention off, one thread, context and batch sized to fit.
+// The environment variable GGML_BACKEND_DIR names the directory of the CPU backend libraries.
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+// llama.cpp's log: everything while the model loads, afterwards only warnings and errors.
+bool g_loading = true;
+
+void log_cb(enum ggml_log_level level, const char * text, void *) {
+    if (g_loading || level >= GGML_LOG_LEVEL_WARN) {
+        fputs(text, stderr);
+    }
+}
+
+struct RouteStats {
+    int k = 0;
+    float min_margin = INFINITY;  // over everything seen
+    std::vector<float> per_decode;  // the smallest margin of each llama_decode call
+    std::vector<float> buf;
+};
+
+bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
+    const bool wanted = strncmp(t->name, "ffn_moe_logits", 14) == 0;
+    if (ask) {
+        return wanted;
+    }
+    if (!wanted) {
+        return true;
+    }
+    auto * st = static_cast<RouteStats *>(user);
+    const int64_t n_exp = t->ne[0];
+    const int64_t n_tok = ggml_nelements(t) / n_exp;
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) {
+        fprintf(stderr, "unexpected router logits tensor %s\n", t->name);
+        exit(1);
+    }
+    st->buf.resize(ggml_nelements(t));
+    ggml_backend_tensor_get(t, st->buf.data(), 0, ggml_nbytes(t));
+    std::vector<double> row(n_exp);
+    for (int64_t i = 0; i < n_tok; i++) {
+        // softmax in double precision, then the gap between the k-th and (k+1)-th probability
+        const float * x = st->buf.data() + i * n_exp;
+        const double mx = *std::max_element(x, x + n_exp);
+        double sum = 0.0;
+        for (int64_t j = 0; j < n_exp; j++) {
+            row[j] = std::exp((double) x[j] - mx);
+            sum += row[j];
+        }
+        for (auto & v : row) {
+            v /= sum;
+        }
+        std::sort(row.begin(), row.end(), std::greater<double>());
+        const float m = (float) (row[st->k - 1] - row[st->k]);
+        st->min_margin = std::min(st->min_margin, m);
+        if (!st->per_decode.empty()) {
+            st->per_decode.back() = std::min(st->per_decode.back(), m);
+        }
+    }
+    return true;
+}
+
+llama_context * make_ctx(llama_model * model, int n_ctx, ggml_backend_sched_eval_callback cb, void * ud) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_ctx;
+    cp.n_ubatch = n_ctx;
+    cp.n_seq_max = 1;
+    cp.n_threads = 1;
+    cp.n_threads_batch = 1;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = GGML_TYPE_F32;
+    cp.type_v = GGML_TYPE_F32;
+    cp.cb_eval = cb;
+    cp.cb_eval_user_data = ud;
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) {
+        fprintf(stderr, "failed to create a context\n");
+        exit(1);
+    }
+    return ctx;
+}
+
+void decode(llama_context * ctx, llama_batch & b, const llama_token * toks, int n, int pos0) {
+    b.n_tokens = n;
+    for (int i = 0; i < n; i++) {
+        b.token[i] = toks[i];
+        b.pos[i] = pos0 + i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = 1;
+    }
+    if (llama_decode(ctx, b) != 0) {
+        fprintf(stderr, "llama_decode failed\n");
+        exit(1);
+    }
+}
+
+int cmd_quantize(const char * in, const char * out) {
+    llama_model_quantize_params p = llama_model_quantize_default_params();
+    p.ftype = LLAMA_FTYPE_MOSTLY_Q4_K_M;
+    p.nthread = 1;
+    if (llama_model_quantize(in, out, &p) != 0) {
+        fprintf(stderr, "quantization failed\n");
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std::vector<std::string> & prompts) {
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    llama_model * model = llama_model_load_from_file(model_path, mp);
+    if (!model) {
+        fprintf(stderr, "failed to load %s\n", model_path);
+        return 1;
+    }
+    g_loading = false;
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+
+    char arch[64];
+    char key[128];
+    char val[64];
+    llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    if (llama_model_meta_val_str(model, key, val, sizeof val) < 0) {
+        fprintf(stderr, "no %s\n", key);
+        return 1;
+    }
+    const int k_used = atoi(val);
+
+    FILE * f = fopen(out_path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s\n", out_path);
+        return 1;
+    }
+    fprintf(f, "{\"n_vocab\":%d,\"prompts\":[", n_vocab);
+    for (size_t ip = 0; ip < prompts.size(); ip++) {
+        const std::string & text = prompts[ip];
+        std::vector<llama_token> toks(text.size() + 8);
+        const int nt = llama_tokenize(vocab, text.c_str(), (int) text.size(), toks.data(), (int) toks.size(), true, false);
+        if (nt <= 0) {
+            fprintf(stderr, "tokenization failed\n");
+            return 1;
+        }
+        toks.resize(nt);
+        const int n_ctx = nt + n_gen + 8;
+
+        // Reference run.
+        llama_context * ctx = make_ctx(model, n_ctx, nullptr, nullptr);
+        llama_batch b = llama_batch_init(n_ctx, 0, 1);
+        decode(ctx, b, toks.data(), nt, 0);
+        std::vector<float> logits((size_t) nt * n_vocab);
+        for (int i = 0; i < nt; i++) {
+            const float * l = llama_get_logits_ith(ctx, i);
+            std::copy(l, l + n_vocab, logits.begin() + (size_t) i * n_vocab);
+        }
+        std::vector<float> last(logits.end() - n_vocab, logits.end());
+        std::vector<llama_token> greedy;
+        std::vector<float> gaps;
+        for (int g = 0; g < n_gen; g++) {
+            int best = 0;
+            for (int j = 1; j < n_vocab; j++) {
+                if (last[j] > last[best]) {
+                    best = j;
+                }
+            }
+            float second = -INFINITY;
+            for (int j = 0; j < n_vocab; j++) {
+                if (j != best) {
+                    second = std::max(second, last[j]);
+                }
+            }
+            greedy.push_back(best);
+            gaps.push_back(last[best] - second);
+            if (g + 1 == n_gen) {
+                break;
+            }
+            llama_token t = best;
+            decode(ctx, b, &t, 1, nt + g);
+            const float * l = llama_get_logits_ith(ctx, -1);
+            last.assign(l, l + n_vocab);
+        }
+        llama_free(ctx);
+
+        // Routing-margin run over the same tokens (prompt, then the greedy tokens one by one).
+        RouteStats prompt_st;
+        prompt_st.k = k_used;
+        ctx = make_ctx(model, n_ctx, route_cb, &prompt_st);
+        decode(ctx, b, toks.data(), nt, 0);
+        llama_free(ctx);
+        RouteStats all_st;
+        all_st.k = k_used;
+        ctx = make_ctx(model, n_ctx, route_cb, &all_st);
+        all_st.per_decode.push_back(INFINITY);
+        decode(ctx, b, toks.data(), nt, 0);
+        for (int g = 0; g + 1 < n_gen; g++) {
+            llama_token t = greedy[g];
+            all_st.per_decode.push_back(INFINITY);
+            decode(ctx, b, &t, 1, nt + g);
+        }
+        llama_free(ctx);
+        llama_batch_free(b);
+
+        fprintf(f, "%s{\"tokens\":[", ip ? "," : "");
+        for (int i = 0; i < nt; i++) {
+            fprintf(f, "%s%d", i ? "," : "", toks[i]);
+        }
+        fprintf(f, "],\"greedy\":[");
+        for (size_t i = 0; i < greedy.size(); i++) {
+            fprintf(f, "%s%d", i ? "," : "", greedy[i]);
+        }
+        fprintf(f, "],\"greedy_gaps\":[");
+        for (size_t i = 0; i < gaps.size(); i++) {
+            fprintf(f, "%s%.9g", i ? "," : "", gaps[i]);
+        }
+        fprintf(f, "],\"greedy_route_margins\":[");
+        for (size_t i = 0; i < all_st.per_decode.size(); i++) {
+            fprintf(f, "%s%.9g", i ? "," : "", all_st.per_decode[i]);
+        }
+        fprintf(f, "],\"route_margin_prompt\":%.9g,\"route_margin_all\":%.9g,\"logits\":[",
+                prompt_st.min_margin, all_st.min_margin);
+        for (size_t i = 0; i < logits.size(); i++) {
+            fprintf(f, "%s%.9g", i ? "," : "", logits[i]);
+        }
+        fprintf(f, "]}");
+        float min_gap = *std::min_element(gaps.begin(), gaps.end());
+        fprintf(stderr, "# %s prompt %zu: %d tokens, routing margin %.3g (prompt) %.3g (with greedy), min greedy gap %.3g\n",
+                model_path, ip, nt, prompt_st.min_margin, all_st.min_margin, min_gap);
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+    llama_model_free(model);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s quantize IN OUT | ref MODEL OUT.json [-n N] (-p TEXT)...\n", argv[0]);
+        return 2;
+    }
+    llama_log_set(log_cb, nullptr);
+    const char * dir = getenv("GGML_BACKEND_DIR");
+    if (dir) {
+        ggml_backend_load_all_from_path(dir);
+    } else {
+        ggml_backend_load_all();
+    }
+    llama_backend_init();
+    const std::string cmd = argv[1];
+    if (cmd == "quantize") {
+        return cmd_quantize(argv[2], argv[3]);
+    }
+    if (cmd != "ref") {
+        return 2;
+    }
+    int n_gen = 32;
+    std::vector<std::string> prompts;
+    for (int i = 4; i < argc; i++) {
+        if (!strcmp(argv[i], "-n") && i + 1 < argc) {
+            n_gen = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "-p") && i + 1 < argc) {
+            prompts.emplace_back(argv[++i]);
+        } else {
+            fprintf(stderr, "unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    return cmd_ref(argv[2], argv[3], n_gen, prompts);
+}
