@@ -188,9 +188,9 @@ fn check_all(filter: impl Fn(&str) -> bool, all_prompts: bool) {
 }
 
 /// Weight types whose references the engine matches today. BF16 and Q4_0 differ from llama.cpp
-/// at some positions by 1e-2 to 1e-1 (after the first differing position the difference grows
-/// along the prompt, the signature of a flipped expert choice or activation rounding); the cause
-/// is not found yet, see the fixtures README. Their check is kept, ignored, to be run by hand.
+/// at some positions by 1e-2 to 1e-1: llama.cpp sums repacked Q4_0 weights and BF16 weights in
+/// another order (last-bit differences that grow where an activation lies on a rounding
+/// boundary), see the fixtures README. Their check is kept, ignored, to be run by hand.
 fn matched(name: &str) -> bool {
     ["-f32.gguf", "-q8_0.gguf", "-q4_1.gguf"]
         .iter()
