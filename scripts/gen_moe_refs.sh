@@ -113,7 +113,12 @@ llamacpp_npm_install "${LLAMACPP_DIR:-$work/npm}"
 g++ -O2 -std=c++17 -Wall -Wextra -o "$work/gen_moe_refs" "$root/scripts/gen_moe_refs.cpp" $LLAMACPP_INC \
     "$LLAMACPP_LIB/libllama.v0.4.0.so" "$LLAMACPP_LIB/libggml.v0.4.0.so" "$LLAMACPP_LIB/libggml-base.so" \
     -Wl,-rpath,"$LLAMACPP_LIB"
-export GGML_BACKEND_DIR=$LLAMACPP_LIB
+# sluice's x86 kernels reproduce the AVX2 ("haswell") build of ggml; on an AVX-512 machine
+# llama.cpp would pick another CPU library whose sums run in another order, so only the haswell
+# library is offered to it.
+mkdir -p "$work/cpu"
+cp "$LLAMACPP_LIB/libggml-cpu-haswell.so" "$work/cpu/"
+export GGML_BACKEND_DIR=$work/cpu
 run() { "$work/gen_moe_refs" "$@"; }
 
 mkdir -p "$REFS" "$work/log"
