@@ -135,6 +135,7 @@ struct Scratch {
     moe: Vec<f32>,
     shg: Vec<f32>,
     by_expert: Vec<Vec<(usize, usize)>>,
+    route: ops::RouteScratch,
     rope: Vec<f32>,
     qbuf: Vec<u8>,
 }
@@ -306,6 +307,7 @@ impl<'a> Engine<'a> {
             moe: vec![0.0; ub * e],
             shg: vec![0.0; ub],
             by_expert: (0..x_n).map(|_| Vec::with_capacity(ub)).collect(),
+            route: ops::RouteScratch::default(),
             rope: vec![0.0; ub * hp.rope.n_rot as usize],
             qbuf: Vec::new(),
         };
@@ -599,24 +601,25 @@ impl<'a> Engine<'a> {
                 for list in &mut s.by_expert {
                     list.clear();
                 }
+                if k_used > x_n {
+                    return Err(ForwardError::BadTensor {
+                        tensor: m.router.name.to_owned(),
+                        msg: format!("top-{k_used} routing over {x_n} experts"),
+                    });
+                }
                 for t in 0..n {
-                    let (ids, wts) = ops::route(
+                    let span = t * k_used..(t + 1) * k_used;
+                    ops::route_into(
                         &s.router[t * x_n..(t + 1) * x_n],
-                        k_used,
                         hp.expert_weights_norm,
                         hp.expert_weights_scale,
                         Gating::Softmax,
+                        &mut s.route,
+                        &mut s.ids[span.clone()],
+                        &mut s.wts[span],
                     );
-                    if ids.len() != k_used {
-                        return Err(ForwardError::BadTensor {
-                            tensor: m.router.name.to_owned(),
-                            msg: format!("routing chose {} experts, not {k_used}", ids.len()),
-                        });
-                    }
-                    for (slot, (&id, &wt)) in ids.iter().zip(&wts).enumerate() {
-                        s.ids[t * k_used + slot] = id;
-                        s.wts[t * k_used + slot] = wt;
-                        s.by_expert[id].push((t, slot));
+                    for slot in 0..k_used {
+                        s.by_expert[s.ids[t * k_used + slot]].push((t, slot));
                     }
                 }
                 if let Some(cb) = &self.observer {

@@ -30,7 +30,15 @@ pub fn top_k_desc(x: &[f32], k: usize) -> Vec<usize> {
 /// median-of-three quicksort down to runs of 16, heapsort past the depth limit
 /// `2·floor(log2 n)`, then insertion sort), with ggml's comparator `x[a] > x[b]`.
 pub fn argsort_desc(x: &[f32]) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..x.len()).collect();
+    let mut idx = Vec::with_capacity(x.len());
+    argsort_desc_into(x, &mut idx);
+    idx
+}
+
+/// [`argsort_desc`] into a reused buffer (cleared first), for the per-token path.
+pub fn argsort_desc_into(x: &[f32], idx: &mut Vec<usize>) {
+    idx.clear();
+    idx.extend(0..x.len());
     let n = idx.len();
     if x.iter().any(|v| v.is_nan()) {
         // `>` is not a strict weak order with NaNs (std::sort's behaviour is undefined
@@ -40,15 +48,14 @@ pub fn argsort_desc(x: &[f32]) -> Vec<usize> {
             x[b].partial_cmp(&x[a])
                 .unwrap_or_else(|| x[a].is_nan().cmp(&x[b].is_nan()))
         });
-        return idx;
+        return;
     }
     if n > 1 {
         let gt = |a: usize, b: usize| x[a] > x[b];
         let depth = 2 * (usize::BITS - 1 - n.leading_zeros()) as usize;
-        introsort_loop(&mut idx, 0, n, depth, &gt);
-        final_insertion_sort(&mut idx, &gt);
+        introsort_loop(idx, 0, n, depth, &gt);
+        final_insertion_sort(idx, &gt);
     }
-    idx
 }
 
 /// libstdc++'s `_S_threshold`.
@@ -231,26 +238,64 @@ pub fn route(
     scale: f32,
     gating: Gating,
 ) -> (Vec<usize>, Vec<f32>) {
-    let mut probs = vec![0f32; logits.len()];
+    let k = k.min(logits.len());
+    let (mut ids, mut w) = (vec![0; k], vec![0f32; k]);
+    route_into(
+        logits,
+        norm,
+        scale,
+        gating,
+        &mut RouteScratch::default(),
+        &mut ids,
+        &mut w,
+    );
+    (ids, w)
+}
+
+/// Buffers [`route_into`] reuses from token to token.
+#[derive(Debug, Default, Clone)]
+pub struct RouteScratch {
+    probs: Vec<f32>,
+    idx: Vec<usize>,
+}
+
+/// [`route`] without allocation: `k` is `ids.len()` (= `w.len()`, at most `logits.len()`), and
+/// the ids and weights are written there.
+pub fn route_into(
+    logits: &[f32],
+    norm: bool,
+    scale: f32,
+    gating: Gating,
+    scratch: &mut RouteScratch,
+    ids: &mut [usize],
+    w: &mut [f32],
+) {
+    let k = ids.len().min(w.len()).min(logits.len());
+    let probs = &mut scratch.probs;
+    probs.clear();
+    probs.resize(logits.len(), 0.0);
     match gating {
-        Gating::Softmax => softmax(logits, 1.0, logits.len(), &mut probs),
-        Gating::Sigmoid => sigmoid(logits, &mut probs),
+        Gating::Softmax => softmax(logits, 1.0, logits.len(), probs),
+        Gating::Sigmoid => sigmoid(logits, probs),
     }
-    let ids = top_k_desc(&probs, k);
-    let mut w: Vec<f32> = ids.iter().map(|&e| probs[e]).collect();
+    argsort_desc_into(probs, &mut scratch.idx);
+    for (slot, &e) in scratch.idx[..k].iter().enumerate() {
+        ids[slot] = e;
+        w[slot] = probs[e];
+    }
+    let w = &mut w[..k];
     if norm {
         let sum = w.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
         let sum = sum.max(MIN_WEIGHT_SUM);
-        for v in &mut w {
+        for v in w.iter_mut() {
             *v /= sum;
         }
     }
     if scale != 0.0 && scale != 1.0 {
-        for v in &mut w {
+        for v in w.iter_mut() {
             *v *= scale;
         }
     }
-    (ids, w)
 }
 
 #[cfg(test)]
