@@ -254,27 +254,13 @@ struct RunArgs {
     )]
     n_predict: i64,
 
-    /// Compute threads [default: every core available to the process].
-    #[arg(short, long, value_name = "N")]
-    threads: Option<usize>,
-
     /// Context size in tokens (prompt + generated); 0 means the model's training context
     /// [default: 4096, or the training context when smaller].
     #[arg(short = 'c', long = "ctx-size", value_name = "N")]
     ctx: Option<usize>,
 
-    /// Most prompt tokens processed in one batch.
-    #[arg(
-        long,
-        visible_alias = "ubatch-size",
-        default_value_t = 512,
-        value_name = "N"
-    )]
-    ubatch: usize,
-
-    /// KV cache storage type.
-    #[arg(long, value_enum, default_value_t = KvTypeArg::F16)]
-    kv_type: KvTypeArg,
+    #[command(flatten)]
+    engine: EngineArgs,
 
     /// Temperature; 0 (or below) samples greedily.
     #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
@@ -347,19 +333,22 @@ struct LogitsArgs {
     #[arg(long, value_name = "FILE.npy")]
     out: PathBuf,
 
-    /// KV cache storage type (f32 for comparisons against a float32 reference).
-    #[arg(long, value_enum, default_value_t = KvTypeArg::F16)]
-    kv_type: KvTypeArg,
-
-    /// Compute threads [default: every core available to the process].
-    #[arg(short, long, value_name = "N")]
-    threads: Option<usize>,
-
     /// Context size in tokens [default: the number of tokens run].
     #[arg(short = 'c', long = "ctx-size", value_name = "N")]
     ctx: Option<usize>,
 
-    /// Most tokens processed in one batch.
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// How the forward pass runs (shared by `run` and `logits`).
+#[derive(clap::Args, Debug)]
+struct EngineArgs {
+    /// Compute threads [default: every core available to the process].
+    #[arg(short, long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// Most prompt tokens processed in one batch.
     #[arg(
         long,
         visible_alias = "ubatch-size",
@@ -367,6 +356,10 @@ struct LogitsArgs {
         value_name = "N"
     )]
     ubatch: usize,
+
+    /// KV cache storage type (f32 for comparisons against a float32 reference).
+    #[arg(long, value_enum, default_value_t = KvTypeArg::F16)]
+    kv_type: KvTypeArg,
 }
 
 fn main() -> ExitCode {
@@ -413,10 +406,10 @@ fn main() -> ExitCode {
             model: args.model,
             prompt: args.prompt,
             n_predict: args.n_predict,
-            threads: args.threads,
+            threads: args.engine.threads,
             ctx: args.ctx,
-            ubatch: args.ubatch,
-            kv_type: args.kv_type.engine(),
+            ubatch: args.engine.ubatch,
+            kv_type: args.engine.kv_type.engine(),
             temp: args.temp,
             top_k: args.top_k,
             top_p: args.top_p,
@@ -432,10 +425,10 @@ fn main() -> ExitCode {
             prompt: args.prompt,
             tokens: args.tokens,
             out: args.out,
-            kv_type: args.kv_type.engine(),
-            threads: args.threads,
+            kv_type: args.engine.kv_type.engine(),
+            threads: args.engine.threads,
             ctx: args.ctx,
-            ubatch: args.ubatch,
+            ubatch: args.engine.ubatch,
         }),
     };
     match result {
