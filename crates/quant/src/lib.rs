@@ -16,7 +16,7 @@ pub use gguf::{GgmlType, QK_K};
 pub use quantize::{can_quantize, quantize_row, quantize_to_vec};
 
 pub mod kernels;
-pub use kernels::{DotFn, DotRows, DotRowsFn, Isa, Kernels, QuantizeFn, vec_dot_type};
+pub use kernels::{DotFn, DotRows, DotRowsFn, Isa, Kernels, QuantizeFn, SumOrder, vec_dot_type};
 
 pub mod matvec;
 pub mod pool;

@@ -13,7 +13,7 @@
 use std::slice::ChunksMut;
 use std::sync::{Mutex, PoisonError};
 
-use crate::kernels::{DotFn, DotRows, Kernels, QuantizeFn, vec_dot_type};
+use crate::kernels::{DotFn, DotRows, Kernels, QuantizeFn, SumOrder, vec_dot_type};
 use crate::pool::ThreadPool;
 use crate::{GgmlType, QuantError};
 
@@ -30,6 +30,8 @@ const CHUNKS_PER_THREAD: usize = 8;
 pub struct RowKernel {
     /// Weight type.
     pub wtype: GgmlType,
+    /// The summation order of `dot` and `dot_rows`.
+    pub order: SumOrder,
     /// Activation type the dot kernel takes (`vec_dot_type(wtype)` for table kernels).
     pub act_type: GgmlType,
     /// `dot(cols, weight_row, activation_row)`.
@@ -48,28 +50,60 @@ pub struct RowKernel {
 }
 
 impl RowKernel {
-    /// The kernels a table has for weight type `wtype`.
+    /// The kernels a table has for weight type `wtype` ([`SumOrder::VecDot`]).
     pub fn lookup(kernels: &Kernels, wtype: GgmlType) -> Result<RowKernel, QuantError> {
+        RowKernel::lookup_in(kernels, wtype, SumOrder::VecDot)
+    }
+
+    /// The kernels of order `order` for weight type `wtype`; a type without a kernel of that
+    /// order gets the [`SumOrder::VecDot`] kernels (`order` of the result says which).
+    pub fn lookup_in(
+        kernels: &Kernels,
+        wtype: GgmlType,
+        order: SumOrder,
+    ) -> Result<RowKernel, QuantError> {
         let act_type = vec_dot_type(wtype).ok_or(QuantError::Unsupported {
             ty: wtype,
             op: "matrix product (no activation type)",
         })?;
-        let dot = kernels.dot(wtype).ok_or(QuantError::Unsupported {
-            ty: wtype,
-            op: "matrix product (no dot kernel)",
-        })?;
-        let quantize = kernels.quantize(act_type).ok_or(QuantError::Unsupported {
-            ty: act_type,
-            op: "activation quantization",
-        })?;
+        let order = if kernels.dot_in(order, wtype).is_some() {
+            order
+        } else {
+            SumOrder::VecDot
+        };
+        let dot = kernels
+            .dot_in(order, wtype)
+            .ok_or(QuantError::Unsupported {
+                ty: wtype,
+                op: "matrix product (no dot kernel)",
+            })?;
+        let quantize = kernels
+            .quantize_in(order, act_type)
+            .ok_or(QuantError::Unsupported {
+                ty: act_type,
+                op: "activation quantization",
+            })?;
         Ok(RowKernel {
             wtype,
+            order,
             act_type,
             dot,
-            dot_rows: kernels.dot_rows(wtype),
+            dot_rows: kernels.dot_rows_in(order, wtype),
             quantize,
             prefetch: true,
         })
+    }
+
+    /// The kernels llama.cpp's order prescribes for a weight ([`SumOrder::for_weight`]).
+    pub fn for_weight(
+        kernels: &Kernels,
+        wtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        expert: bool,
+    ) -> Result<RowKernel, QuantError> {
+        let order = SumOrder::for_weight(wtype, rows, cols, expert);
+        RowKernel::lookup_in(kernels, wtype, order)
     }
 }
 

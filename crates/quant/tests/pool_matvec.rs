@@ -6,7 +6,7 @@ use std::sync::{Barrier, Mutex};
 use std::thread;
 
 use half::f16;
-use quant::{GgmlType, QuantError, RowKernel, ThreadPool, matmul_with, matvec_with};
+use quant::{GgmlType, QuantError, RowKernel, SumOrder, ThreadPool, matmul_with, matvec_with};
 
 // ---------------------------------------------------------------------------------------
 // Thread pool
@@ -245,6 +245,7 @@ fn f32_store(x: &[f32], out: &mut [u8]) {
 
 const F32_KERNEL: RowKernel = RowKernel {
     wtype: GgmlType::F32,
+    order: SumOrder::VecDot,
     act_type: GgmlType::F32,
     dot: f32_dot,
     dot_rows: None,
@@ -293,6 +294,7 @@ fn q8_0_dot3(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 
 const Q8_0_KERNEL: RowKernel = RowKernel {
     wtype: GgmlType::Q8_0,
+    order: SumOrder::VecDot,
     act_type: GgmlType::Q8_0,
     dot: q8_0_dot,
     dot_rows: Some(quant::DotRows {

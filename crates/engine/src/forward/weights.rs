@@ -121,13 +121,18 @@ fn mat<'a>(
     n_mats: usize,
 ) -> Result<Mat<'a>, ForwardError> {
     let ty = ggml_type(t)?;
-    let kernel = RowKernel::lookup(kernels, ty).map_err(|_| ForwardError::UnsupportedWeight {
-        tensor: t.name.clone(),
-        ty: type_name(ty),
-        op: "matrix products",
-    })?;
     let cols = *t.dims.first().unwrap_or(&1) as usize;
     let rows = *t.dims.get(1).unwrap_or(&1) as usize;
+    // Each weight sums in the order llama.cpp's CPU backend uses for it, so that results match
+    // (a 3-D tensor is a stack of experts, multiplied by MUL_MAT_ID there).
+    let kernel =
+        RowKernel::for_weight(kernels, ty, rows, cols, t.dims.len() > 2).map_err(|_| {
+            ForwardError::UnsupportedWeight {
+                tensor: t.name.clone(),
+                ty: type_name(ty),
+                op: "matrix products",
+            }
+        })?;
     let bytes = data(model, t)?;
     let rb = ty
         .row_bytes(cols as u64)

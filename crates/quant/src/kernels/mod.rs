@@ -67,12 +67,69 @@ impl Isa {
 
 const N_IDS: usize = 64;
 
+/// The order in which a matrix product sums, named after the llama.cpp CPU path that sums that
+/// way. Float sums depend on their order, so matching llama.cpp bit for bit means following, per
+/// weight, the path its CPU backend takes for that weight ([`SumOrder::for_weight`]).
+///
+/// Every order is a property of each output element alone (one weight row against one
+/// activation row), so a [`DotFn`] of any order still gives results independent of threads
+/// and row grouping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SumOrder {
+    /// ggml's `vec_dot` kernels: the default, and what expert stacks (`MUL_MAT_ID`) of
+    /// types that are not repacked use.
+    VecDot,
+    /// The interleaved ("CPU_REPACK") kernels llama.cpp uses for weights it repacks at load
+    /// time on x86 with AVX2 (Q4_0, Q4_K and IQ4_NL with a row count divisible by 8).
+    Repacked,
+    /// llamafile's tinyBLAS, which llama.cpp uses for plain (`MUL_MAT`) products of F32,
+    /// F16 and BF16 weights.
+    TinyBlas,
+}
+
+impl SumOrder {
+    /// The order llama.cpp's AVX2 CPU backend (the build sluice's results reproduce) uses for a
+    /// weight of type `w` with `rows` rows of `cols` elements; `expert` is true for a stack of
+    /// expert matrices (multiplied by `MUL_MAT_ID`).
+    pub fn for_weight(w: GgmlType, rows: usize, cols: usize, expert: bool) -> SumOrder {
+        let _ = (w, rows, cols, expert);
+        SumOrder::VecDot
+    }
+
+    fn alt_index(self) -> Option<usize> {
+        match self {
+            SumOrder::VecDot => None,
+            SumOrder::Repacked => Some(0),
+            SumOrder::TinyBlas => Some(1),
+        }
+    }
+}
+
+/// Kernels of the orders other than [`SumOrder::VecDot`], per weight type.
+#[derive(Clone, Copy)]
+struct AltTable {
+    dot: [Option<DotFn>; N_IDS],
+    dot_rows: [Option<DotRows>; N_IDS],
+    /// Activation quantizers of this order, by activation type, where the order quantizes
+    /// activations differently from the plain quantizer.
+    quantize: [Option<QuantizeFn>; N_IDS],
+}
+
+impl AltTable {
+    const EMPTY: AltTable = AltTable {
+        dot: [None; N_IDS],
+        dot_rows: [None; N_IDS],
+        quantize: [None; N_IDS],
+    };
+}
+
 /// A set of kernels for one instruction set.
 pub struct Kernels {
     isa: Isa,
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
     quantize: [Option<QuantizeFn>; N_IDS],
+    alt: [AltTable; 2],
 }
 
 impl Kernels {
@@ -82,6 +139,7 @@ impl Kernels {
             dot: [None; N_IDS],
             dot_rows: [None; N_IDS],
             quantize: [None; N_IDS],
+            alt: [AltTable::EMPTY; 2],
         }
     }
 
@@ -109,6 +167,66 @@ impl Kernels {
     #[allow(dead_code)]
     pub(crate) fn set_quantize(&mut self, act: GgmlType, f: QuantizeFn) {
         self.quantize[act.id() as usize] = Some(f);
+    }
+
+    /// Register the dot kernel of order `order` for weight type `w` (for
+    /// [`SumOrder::VecDot`] the same as [`Kernels::set_dot`]).
+    #[allow(dead_code)]
+    pub(crate) fn set_dot_in(&mut self, order: SumOrder, w: GgmlType, f: DotFn) {
+        match order.alt_index() {
+            None => self.set_dot(w, f),
+            Some(i) => self.alt[i].dot[w.id() as usize] = Some(f),
+        }
+    }
+
+    /// Register a multi-row kernel of order `order` for weight type `w`.
+    #[allow(dead_code)]
+    pub(crate) fn set_dot_rows_in(
+        &mut self,
+        order: SumOrder,
+        w: GgmlType,
+        rows: usize,
+        f: DotRowsFn,
+    ) {
+        match order.alt_index() {
+            None => self.set_dot_rows(w, rows, f),
+            Some(i) => self.alt[i].dot_rows[w.id() as usize] = Some(DotRows { rows, f }),
+        }
+    }
+
+    /// Register the activation quantizer producing `act` for the kernels of order `order`
+    /// (only where that order quantizes activations differently).
+    #[allow(dead_code)]
+    pub(crate) fn set_quantize_in(&mut self, order: SumOrder, act: GgmlType, f: QuantizeFn) {
+        match order.alt_index() {
+            None => self.set_quantize(act, f),
+            Some(i) => self.alt[i].quantize[act.id() as usize] = Some(f),
+        }
+    }
+
+    /// The dot kernel of order `order` for weight type `w`, if this table has one.
+    pub fn dot_in(&self, order: SumOrder, w: GgmlType) -> Option<DotFn> {
+        match order.alt_index() {
+            None => self.dot(w),
+            Some(i) => self.alt[i].dot[w.id() as usize],
+        }
+    }
+
+    /// The multi-row kernel of order `order` for weight type `w`, if this table has one.
+    pub fn dot_rows_in(&self, order: SumOrder, w: GgmlType) -> Option<DotRows> {
+        match order.alt_index() {
+            None => self.dot_rows(w),
+            Some(i) => self.alt[i].dot_rows[w.id() as usize],
+        }
+    }
+
+    /// The activation quantizer the kernels of order `order` use for activation type `act`:
+    /// the order's own where it has one, the plain one otherwise.
+    pub fn quantize_in(&self, order: SumOrder, act: GgmlType) -> Option<QuantizeFn> {
+        match order.alt_index() {
+            None => self.quantize(act),
+            Some(i) => self.alt[i].quantize[act.id() as usize].or_else(|| self.quantize(act)),
+        }
     }
 
     /// The portable scalar table (the reference every SIMD kernel is tested against).
