@@ -74,6 +74,9 @@ pub enum ForwardError {
     Quant(#[from] QuantError),
 }
 
+/// llama.cpp's context (and so KV cache) size is a multiple of this many cells.
+const KV_CELL_PAD: usize = 256;
+
 /// Engine settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -256,8 +259,13 @@ impl<'a> Engine<'a> {
         }
         let rope = Rope::new(rope_config(&hp, w.rope_freqs.clone()))?;
         let kv_type = cfg.kv_type;
+        // llama.cpp rounds its context up to a multiple of 256 cells, and the cell count bounds
+        // the (padded) KV length its attention sums over, which decides which kernels and which
+        // softmax exponential it uses; the same cell count gives the same results for any -c.
+        // Positions past `cfg.n_ctx` are still refused by `forward`.
+        let kv_cells = cfg.n_ctx.next_multiple_of(KV_CELL_PAD);
         let kv = (0..hp.n_layer as usize)
-            .map(|il| KvCache::new(kv_type, 1, cfg.n_ctx, hp.n_head_kv.at(il) as usize, hd))
+            .map(|il| KvCache::new(kv_type, 1, kv_cells, hp.n_head_kv.at(il) as usize, hd))
             .collect::<Result<Vec<_>, _>>()?;
 
         let ub = cfg.ubatch;

@@ -79,6 +79,37 @@ fn demo_prefill_matches_decode() {
     assert!(d < 1e-4, "replay after truncate differs by {d}");
 }
 
+/// The context size does not change a single bit: llama.cpp rounds its cache up to a multiple
+/// of 256 cells, and its attention sums over the used cells padded to 256 (capped at the cache),
+/// which decides the softmax's exponential and the kernels of the products; sluice follows
+/// llama.cpp's cell count, not `-c` itself. (A random-weight fixture model: the demo model's
+/// attention sums happen to come out the same in both orders.)
+#[test]
+fn logits_do_not_depend_on_the_context_size() {
+    let path = testdata::fixtures_root().join("moe/qwen3moe-f32.gguf");
+    assert!(
+        path.is_file(),
+        "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh` ({} not found)",
+        path.display()
+    );
+    let file = GgufFile::open(&path).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let k = Kernels::detect();
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 1000).collect();
+    let mut reference = Engine::new(&model, k, &pool, cfg(256, 512)).unwrap();
+    let want = reference.forward(&prompt, LogitsWanted::All).unwrap();
+    for n_ctx in [prompt.len(), prompt.len() + 1, prompt.len() + 7, 300] {
+        let mut e = Engine::new(&model, k, &pool, cfg(n_ctx, 512)).unwrap();
+        let got = e.forward(&prompt, LogitsWanted::All).unwrap();
+        assert!(
+            got == want,
+            "context {n_ctx}: max diff {}",
+            max_diff(&got, &want)
+        );
+    }
+}
+
 #[test]
 fn context_overflow_is_an_error() {
     let file = GgufFile::open(demo_path()).unwrap();
