@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates crates/cli/tests/fixtures/real/smollm2.json: llama.cpp's prompt tokens and 32 greedy
-# tokens (with the top-2 logit gap of each step) for three prompts on the real SmolLM2-135M-Instruct
-# GGUF (scripts/fetch_real_models.sh). llama.cpp release v0.4.0, the prebuilt libllama of npm's
+# Regenerates crates/cli/tests/fixtures/real/NAME.json: llama.cpp's prompt tokens and 32 greedy
+# tokens (with the top-2 logit gap of each step) for three prompts on a real model fetched by
+# scripts/fetch_real_models.sh. NAME (default: all):
+#   smollm2        SmolLM2-135M-Instruct Q4_1 (llama)
+#   qwen2.5-coder  Qwen2.5-Coder-1.5B-Instruct Q4_K_M (qwen2) llama.cpp release v0.4.0, the prebuilt libllama of npm's
 # node-llama-cpp 3.21.1 (scripts/llamacpp-npm.sh) with its AVX2 ("haswell") CPU library, driven
 # by scripts/gen_moe_refs.cpp's `ref` command: KV cache F32, flash attention off, 1 thread.
 #
@@ -10,9 +12,16 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
-MODEL=$FIX/models/SmolLM2-135M-Instruct.Q4_1.gguf
-OUT=$root/crates/cli/tests/fixtures/real/smollm2.json
 PROMPTS=("The capital of France is" "def fibonacci(n):" "Once upon a time, a small robot")
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(smollm2 qwen2.5-coder)
+for name in "${names[@]}"; do
+    case $name in
+        smollm2) ;;
+        qwen2.5-coder) ;;
+        *) echo "unknown model name '$name' (smollm2, qwen2.5-coder)" >&2; exit 2 ;;
+    esac
+done
 
 bash "$root/scripts/fetch_real_models.sh"
 work=$(mktemp -d)
@@ -30,6 +39,16 @@ g++ -O2 -std=c++17 -Wall -Wextra -o "$work/gen_moe_refs" "$root/scripts/gen_moe_
 mkdir -p "$work/cpu"
 cp "$LLAMACPP_LIB/libggml-cpu-haswell.so" "$work/cpu/"
 export GGML_BACKEND_DIR=$work/cpu
+model_file() {
+    case $1 in
+        smollm2) echo "$FIX/models/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
+        qwen2.5-coder) echo "$FIX/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" ;;
+    esac
+}
+
+for name in "${names[@]}"; do
+MODEL=$(model_file "$name")
+OUT=$root/crates/cli/tests/fixtures/real/$name.json
 args=()
 for p in "${PROMPTS[@]}"; do args+=(-p "$p"); done
 "$work/gen_moe_refs" ref "$MODEL" "$work/ref.json" -n 32 "${args[@]}" > "$work/log" 2>&1 || {
@@ -60,3 +79,4 @@ with open(out, "w") as f:
     f.write("\n")
 PY
 echo "# wrote $OUT" >&2
+done
