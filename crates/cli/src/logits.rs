@@ -1,8 +1,10 @@
 //! `sluice logits`: the logits of every prompt position, written as a numpy .npy file.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context, Result, bail};
 use engine::ops::KvType;
@@ -22,7 +24,15 @@ pub struct Options {
     pub threads: Option<usize>,
     pub ctx: Option<usize>,
     pub ubatch: usize,
+    /// Directory for the named intermediates, if wanted.
+    pub dump: Option<PathBuf>,
+    /// Only these names (all when `None`).
+    pub dump_names: Option<Vec<String>>,
 }
+
+/// Named intermediates collected over the whole forward pass: file stem → values, chunk after
+/// chunk (token-major, as the engine reports them).
+type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
@@ -62,20 +72,59 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
+    let dumps: Dumps = Arc::default();
+    if let Some(dir) = &opts.dump {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the dump directory {}", dir.display()))?;
+        let sink = Arc::clone(&dumps);
+        let names = opts.dump_names.clone();
+        engine.set_observer(Some(Box::new(move |name, layer, data| {
+            if names.as_ref().is_some_and(|n| !n.iter().any(|x| x == name)) {
+                return;
+            }
+            let stem = match layer {
+                Some(il) => format!("{name}-{il}"),
+                None => name.to_owned(),
+            };
+            let mut map = sink.lock().unwrap_or_else(PoisonError::into_inner);
+            map.entry(stem).or_default().extend_from_slice(data);
+        })));
+    }
     let logits = engine.forward(&ids, LogitsWanted::All)?;
     let n_vocab = engine.n_vocab();
 
-    let out = &opts.out;
-    let f = File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut w = BufWriter::new(f);
-    w.write_all(&npy::f32_header(&[ids.len() as u64, n_vocab as u64]))
-        .and_then(|()| npy::write_f32s(&mut w, &logits))
-        .and_then(|()| w.flush())
-        .with_context(|| format!("cannot write {}", out.display()))?;
+    write_npy(&opts.out, &[ids.len() as u64, n_vocab as u64], &logits)?;
     eprintln!(
         "sluice: wrote {} x {n_vocab} logits to {}",
         ids.len(),
-        out.display()
+        opts.out.display()
     );
+    if let Some(dir) = &opts.dump {
+        let map = dumps.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = ids.len();
+        for (stem, values) in map.iter() {
+            // Every intermediate covers every token; a length that does not divide is kept flat.
+            let shape = if values.len() % n == 0 {
+                vec![n as u64, (values.len() / n) as u64]
+            } else {
+                vec![values.len() as u64]
+            };
+            write_npy(&dir.join(format!("{stem}.npy")), &shape, values)?;
+        }
+        eprintln!(
+            "sluice: wrote {} named intermediates to {}",
+            map.len(),
+            dir.display()
+        );
+    }
     Ok(())
+}
+
+fn write_npy(path: &Path, shape: &[u64], values: &[f32]) -> Result<()> {
+    let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = BufWriter::new(f);
+    w.write_all(&npy::f32_header(shape))
+        .and_then(|()| npy::write_f32s(&mut w, values))
+        .and_then(|()| w.flush())
+        .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -337,6 +337,19 @@ struct LogitsArgs {
     #[arg(short = 'c', long = "ctx-size", value_name = "N")]
     ctx: Option<usize>,
 
+    /// Also write the forward pass's named intermediates, under llama.cpp's graph names
+    /// (attn_norm, Qcur, Kcur, Vcur, kqv_out, attn_out, ffn_inp, ffn_norm, ffn_moe_logits,
+    /// ffn_moe_probs, ffn_moe_topk, ffn_moe_weights, ffn_moe_out, ffn_shexp_out, ffn_out, l_out,
+    /// result_norm, result_output), one .npy per name and layer into DIR: `NAME-LAYER.npy`
+    /// (`NAME.npy` for the final norm and output), float32 [n_tokens, width]. Qcur and Kcur are
+    /// after RoPE, as llama.cpp's last tensors of those names.
+    #[arg(long, value_name = "DIR")]
+    dump: Option<PathBuf>,
+
+    /// With --dump: only these names (comma-separated) [default: every name].
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', requires = "dump")]
+    dump_names: Option<Vec<String>>,
+
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -429,6 +442,8 @@ fn main() -> ExitCode {
             threads: args.engine.threads,
             ctx: args.ctx,
             ubatch: args.engine.ubatch,
+            dump: args.dump,
+            dump_names: args.dump_names,
         }),
     };
     match result {

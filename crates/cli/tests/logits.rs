@@ -172,3 +172,77 @@ fn bad_inputs_are_one_line_errors() {
         );
     }
 }
+
+/// `--dump DIR` writes every named intermediate of every layer, [n_tokens, width], the same
+/// whether the prompt runs in one batch or in chunks; `result_output` is the logits file.
+#[test]
+fn dump_writes_the_named_intermediates() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |sub: &str, ubatch: &str, names: Option<&str>| {
+        let d = dir.path().join(sub);
+        let out = dir.path().join(format!("{sub}.npy"));
+        let mut args: Vec<String> = vec![
+            "logits".into(),
+            "-m".into(),
+            demo().to_string_lossy().into_owned(),
+            "--tokens".into(),
+            "1,2,3,100,200,150,40".into(),
+            "--out".into(),
+            out.to_string_lossy().into_owned(),
+            "--dump".into(),
+            d.to_string_lossy().into_owned(),
+            "--ubatch".into(),
+            ubatch.into(),
+        ];
+        if let Some(n) = names {
+            args.extend(["--dump-names".into(), n.into()]);
+        }
+        let o = sluice(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(o.status.success(), "{}", stderr(&o));
+        (d, out)
+    };
+    let (whole, logits) = run("whole", "512", None);
+    // chunks of 4 and 3 tokens: both batched, so the same kernels as one batch of 7 (a chunk
+    // of one token would take the decode kernels, whose sums run in another order)
+    let (chunked, _) = run("chunked", "4", None);
+    let mut names: Vec<String> = std::fs::read_dir(&whole)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    // the demo model: 2 MoE layers without shared experts
+    for stem in [
+        "attn_norm",
+        "Qcur",
+        "Kcur",
+        "Vcur",
+        "kqv_out",
+        "ffn_moe_topk",
+        "l_out",
+    ] {
+        for il in 0..2 {
+            assert!(
+                names.contains(&format!("{stem}-{il}.npy")),
+                "{stem}-{il}: {names:?}"
+            );
+        }
+    }
+    assert!(names.contains(&"result_norm.npy".to_owned()));
+    for n in &names {
+        let (shape, a) = read_npy(&whole.join(n));
+        assert_eq!(shape[0], 7, "{n}: one row per token");
+        let (_, b) = read_npy(&chunked.join(n));
+        assert_eq!(a, b, "{n}: one batch and chunks of 4 differ");
+    }
+    assert_eq!(
+        read_npy(&whole.join("result_output.npy")),
+        read_npy(&logits)
+    );
+    let (only, _) = run("only", "512", Some("l_out,result_norm"));
+    let mut got: Vec<String> = std::fs::read_dir(&only)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["l_out-0.npy", "l_out-1.npy", "result_norm.npy"]);
+}
