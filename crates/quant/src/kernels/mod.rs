@@ -18,6 +18,7 @@ use crate::GgmlType;
 mod act;
 mod kquants;
 mod legacy;
+mod tinyblas;
 
 /// `dot(n, weight_row_bytes, activation_row_bytes) -> f32`.
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
@@ -92,8 +93,17 @@ impl SumOrder {
     /// weight of type `w` with `rows` rows of `cols` elements; `expert` is true for a stack of
     /// expert matrices (multiplied by `MUL_MAT_ID`).
     pub fn for_weight(w: GgmlType, rows: usize, cols: usize, expert: bool) -> SumOrder {
-        let _ = (w, rows, cols, expert);
-        SumOrder::VecDot
+        match w {
+            // llamafile_sgemm takes a plain product of a float weight when its row count is
+            // a multiple of 4 and its row length a multiple of the 8 AVX2 lanes (and declines
+            // otherwise, leaving it to vec_dot); expert stacks never reach it.
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16
+                if !expert && rows.is_multiple_of(4) && cols.is_multiple_of(8) =>
+            {
+                SumOrder::TinyBlas
+            }
+            _ => SumOrder::VecDot,
+        }
     }
 
     fn alt_index(self) -> Option<usize> {
@@ -148,6 +158,7 @@ impl Kernels {
         act::register(&mut k);
         legacy::register(&mut k);
         kquants::register(&mut k);
+        tinyblas::register(&mut k);
         k
     }
 

@@ -1,0 +1,78 @@
+//! Dot kernels in the summation order of llamafile's tinyBLAS ([`SumOrder::TinyBlas`]), for
+//! the float weight types F32, F16 and BF16.
+//!
+//! llama.cpp's CPU backend hands a plain (`MUL_MAT`) product of a 2-D F32, F16 or BF16 weight
+//! to tinyBLAS (`llamafile_sgemm`) when the activation is a batch of at least two rows, the
+//! weight's row count is a multiple of 4 and its row length a multiple of 8 (the AVX2 vector
+//! width); the activation is first converted to the weight's type (F32 stays F32). Whatever
+//! tile tinyBLAS picks, every output element is summed the same way:
+//!
+//! * one 8-lane accumulator, starting at zero; for each group of 8 consecutive elements,
+//!   lane `l` becomes `fma(w[8g + l], a[8g + l], lane l)` (one rounding per step);
+//! * at the end the lanes are added as a tree: `t[i] = lane[4 + i] + lane[i]` for `i < 4`,
+//!   then `(t[0] + t[2]) + (t[1] + t[3])`.
+//!
+//! The F16 and BF16 elements are widened to f32 exactly before the multiply-add.
+//!
+//! llama.cpp never uses this path for a row length that is not a multiple of 8; these
+//! kernels accept one anyway and give the `n % 8` last elements to lanes `0..n % 8` of a last,
+//! partial group (the other lanes are left alone), so that the scalar and the SIMD kernels
+//! agree for every `n`.
+//!
+//! The scalar kernels here are the reference: they emulate the 8 lanes and the tree with
+//! `f32::mul_add` and plain adds, so every target computes the same bits as the AVX2 kernels
+//! (in `tinyblas/avx2.rs`).
+
+use super::legacy::{bf16_to_f32, check_floats, f16_to_f32};
+use super::{Isa, Kernels, SumOrder};
+use crate::GgmlType;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+/// Lanes of the accumulator (AVX2: one `__m256`).
+pub(super) const LANES: usize = 8;
+
+/// The horizontal sum of tinyBLAS's accumulator: halves, then pairs, then the last two.
+#[inline(always)]
+pub(super) fn hsum8(v: &[f32; LANES]) -> f32 {
+    let t = [v[4] + v[0], v[5] + v[1], v[6] + v[2], v[7] + v[3]];
+    (t[0] + t[2]) + (t[1] + t[3])
+}
+
+/// One output in tinyBLAS order over elements of `S` bytes, widened by `f`.
+#[inline(always)]
+fn dot_lanes<const S: usize>(n: usize, w: &[u8], a: &[u8], f: impl Fn([u8; S]) -> f32) -> f32 {
+    check_floats(n, w, a, S);
+    let (w, _) = w.as_chunks::<S>();
+    let (a, _) = a.as_chunks::<S>();
+    let mut acc = [0f32; LANES];
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        let l = &mut acc[i % LANES];
+        *l = f(*x).mul_add(f(*y), *l);
+    }
+    hsum8(&acc)
+}
+
+fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    dot_lanes::<4>(n, w, a, f32::from_le_bytes)
+}
+
+fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    dot_lanes::<2>(n, w, a, |b| f16_to_f32(u16::from_le_bytes(b)))
+}
+
+fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    dot_lanes::<2>(n, w, a, |b| bf16_to_f32(u16::from_le_bytes(b)))
+}
+
+pub(super) fn register(k: &mut Kernels) {
+    use GgmlType::*;
+    k.set_dot_in(SumOrder::TinyBlas, F32, dot_f32);
+    k.set_dot_in(SumOrder::TinyBlas, F16, dot_f16);
+    k.set_dot_in(SumOrder::TinyBlas, BF16, dot_bf16);
+    if k.isa() == Isa::Avx2 {
+        #[cfg(target_arch = "x86_64")]
+        avx2::register(k);
+    }
+}

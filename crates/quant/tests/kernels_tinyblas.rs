@@ -1,0 +1,195 @@
+//! Dot kernels of the tinyBLAS summation order ([`SumOrder::TinyBlas`]) for F32, F16 and BF16.
+//!
+//! * The scalar kernels follow the documented order: one 8-lane accumulator updated by a
+//!   fused multiply-add per element (lane `i % 8`), then the lanes added as
+//!   `((l4 + l0) + (l6 + l2)) + ((l5 + l1) + (l7 + l3))`; checked against an independent
+//!   emulation written here.
+//! * The best table's kernels (AVX2 on x86-64) give the same bits as the scalar ones, for
+//!   every row length (also those that are not a multiple of 8) and for special values.
+//! * Each output of a multi-row kernel equals the single-row kernel on that row, bit for bit.
+//! * [`SumOrder::for_weight`] picks the order for plain float weights with the sizes
+//!   llama.cpp's `llamafile_sgemm` accepts, and the vec_dot order otherwise.
+
+mod common;
+
+use common::Rng;
+use proptest::prelude::*;
+use quant::{GgmlType, Kernels, RowKernel, SumOrder};
+
+const TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+
+/// One random value: mostly normal with a random magnitude, sometimes zero (either sign),
+/// and with `special` a small chance of an infinity, a NaN or a subnormal.
+fn value(rng: &mut Rng, special: bool) -> f32 {
+    if special && rng.below(40) == 0 {
+        return match rng.below(5) {
+            0 => f32::INFINITY,
+            1 => f32::NEG_INFINITY,
+            2 => f32::NAN,
+            3 => f32::from_bits(1 + rng.below(1 << 20) as u32),
+            _ => -0.0,
+        };
+    }
+    if rng.below(10) == 0 {
+        return if rng.below(2) == 0 { 0.0 } else { -0.0 };
+    }
+    rng.normal() * 10f32.powf(rng.unit() as f32 * 6.0 - 3.0)
+}
+
+/// `n` elements of type `ty` (rounded from random values) and the same values as f32.
+fn row(ty: GgmlType, n: usize, rng: &mut Rng, special: bool) -> (Vec<u8>, Vec<f32>) {
+    let mut bytes = Vec::new();
+    let mut vals = Vec::new();
+    for _ in 0..n {
+        let v = value(rng, special);
+        match ty {
+            GgmlType::F32 => {
+                bytes.extend_from_slice(&v.to_le_bytes());
+                vals.push(v);
+            }
+            GgmlType::F16 => {
+                let h = half::f16::from_f32(v);
+                bytes.extend_from_slice(&h.to_bits().to_le_bytes());
+                vals.push(h.to_f32());
+            }
+            _ => {
+                let h = half::bf16::from_f32(v);
+                bytes.extend_from_slice(&h.to_bits().to_le_bytes());
+                vals.push(h.to_f32());
+            }
+        }
+    }
+    (bytes, vals)
+}
+
+/// The tinyBLAS order, written independently of the library: lanes over groups of 8.
+fn emulate(w: &[f32], a: &[f32]) -> f32 {
+    let mut lane = [0f32; 8];
+    for (wg, ag) in w.chunks(8).zip(a.chunks(8)) {
+        for l in 0..wg.len() {
+            lane[l] = wg[l].mul_add(ag[l], lane[l]);
+        }
+    }
+    let lo = [lane[0], lane[1], lane[2], lane[3]];
+    let hi = [lane[4], lane[5], lane[6], lane[7]];
+    let t: Vec<f32> = hi.iter().zip(&lo).map(|(h, l)| h + l).collect();
+    (t[0] + t[2]) + (t[1] + t[3])
+}
+
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+fn tiny(k: &Kernels, ty: GgmlType) -> quant::DotFn {
+    k.dot_in(SumOrder::TinyBlas, ty)
+        .unwrap_or_else(|| panic!("no tinyBLAS kernel for {ty}"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn scalar_follows_the_documented_order(seed in any::<u64>(), n in 1usize..300, t in 0usize..3) {
+        let ty = TYPES[t];
+        let mut rng = Rng(seed);
+        let (wb, wv) = row(ty, n, &mut rng, false);
+        let (ab, av) = row(ty, n, &mut rng, false);
+        let got = tiny(Kernels::scalar(), ty)(n, &wb, &ab);
+        let want = emulate(&wv, &av);
+        prop_assert!(same(got, want), "{ty} n={n}: {got:e} vs {want:e}");
+    }
+
+    #[test]
+    fn best_table_equals_scalar(seed in any::<u64>(), n in 1usize..700, t in 0usize..3, special in any::<bool>()) {
+        let ty = TYPES[t];
+        let mut rng = Rng(seed);
+        let (wb, _) = row(ty, n, &mut rng, special);
+        let (ab, _) = row(ty, n, &mut rng, special);
+        let want = tiny(Kernels::scalar(), ty)(n, &wb, &ab);
+        let got = tiny(Kernels::detect(), ty)(n, &wb, &ab);
+        prop_assert!(same(got, want), "{ty} n={n}: {got:e} vs scalar {want:e}");
+    }
+
+    #[test]
+    fn multi_row_equals_single_row(seed in any::<u64>(), n in 1usize..600, t in 0usize..3, special in any::<bool>()) {
+        let ty = TYPES[t];
+        let k = Kernels::detect();
+        let Some(rows) = k.dot_rows_in(SumOrder::TinyBlas, ty) else {
+            return Ok(());
+        };
+        let mut rng = Rng(seed);
+        let mut w = Vec::new();
+        for _ in 0..rows.rows {
+            w.extend(row(ty, n, &mut rng, special).0);
+        }
+        let (a, _) = row(ty, n, &mut rng, special);
+        let mut out = vec![0f32; rows.rows];
+        (rows.f)(n, &w, &a, &mut out);
+        let one = tiny(k, ty);
+        let rb = w.len() / rows.rows;
+        for (r, &o) in out.iter().enumerate() {
+            let want = one(n, &w[r * rb..(r + 1) * rb], &a);
+            prop_assert!(same(o, want), "{ty} n={n} row {r}: {o:e} vs {want:e}");
+        }
+    }
+}
+
+#[test]
+fn for_weight_picks_tinyblas_for_plain_float_weights_llamafile_accepts() {
+    for ty in TYPES {
+        assert_eq!(
+            SumOrder::for_weight(ty, 256, 256, false),
+            SumOrder::TinyBlas
+        );
+        assert_eq!(
+            SumOrder::for_weight(ty, 1024, 2048, false),
+            SumOrder::TinyBlas
+        );
+        assert_eq!(SumOrder::for_weight(ty, 4, 8, false), SumOrder::TinyBlas);
+        // expert stacks go through MUL_MAT_ID, which never uses tinyBLAS
+        assert_eq!(SumOrder::for_weight(ty, 256, 256, true), SumOrder::VecDot);
+        // llamafile_sgemm declines a row count that is not a multiple of 4 ...
+        assert_eq!(SumOrder::for_weight(ty, 1027, 256, false), SumOrder::VecDot);
+        assert_eq!(SumOrder::for_weight(ty, 1, 256, false), SumOrder::VecDot);
+        // ... and a row length that is not a multiple of 8
+        assert_eq!(SumOrder::for_weight(ty, 256, 260, false), SumOrder::VecDot);
+        for k in [Kernels::scalar(), Kernels::detect()] {
+            let rk = RowKernel::for_weight(k, ty, 256, 256, false).unwrap();
+            assert_eq!(rk.order, SumOrder::TinyBlas);
+            assert_eq!(rk.act_type, ty);
+            let rk = RowKernel::for_weight(k, ty, 256, 256, true).unwrap();
+            assert_eq!(rk.order, SumOrder::VecDot);
+        }
+    }
+}
+
+#[test]
+fn the_order_differs_from_vec_dot() {
+    // Same inputs, two orders: the results differ in the last bits for most rows (the
+    // reason the order is followed per weight), never by more than rounding.
+    let mut rng = Rng(7);
+    let mut differ = 0;
+    for _ in 0..100 {
+        let (wb, wv) = row(GgmlType::F32, 256, &mut rng, false);
+        let (ab, av) = row(GgmlType::F32, 256, &mut rng, false);
+        let k = Kernels::detect();
+        let v = k.dot(GgmlType::F32).unwrap()(256, &wb, &ab);
+        let t = tiny(k, GgmlType::F32)(256, &wb, &ab);
+        let exact: f64 = wv
+            .iter()
+            .zip(&av)
+            .map(|(&x, &y)| f64::from(x) * f64::from(y))
+            .sum();
+        let mag: f64 = wv
+            .iter()
+            .zip(&av)
+            .map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs())
+            .sum();
+        assert!(
+            (f64::from(t) - exact).abs() <= mag * 1e-5,
+            "{t} vs exact {exact}"
+        );
+        differ += usize::from(v.to_bits() != t.to_bits());
+    }
+    assert!(differ > 10, "only {differ} of 100 rows differ");
+}
