@@ -198,7 +198,7 @@ fn mm(
     let x = &x[..n * m.cols];
     let out = &mut out[..n * m.rows];
     if n == 1 {
-        quant::matvec_with(pool, &m.kernel, data, m.rows, m.cols, x, out, qbuf)
+        quant::matvec_with(pool, &m.kernel_one, data, m.rows, m.cols, x, out, qbuf)
     } else {
         quant::matmul_with(pool, &m.kernel, data, m.rows, m.cols, x, n, out, qbuf)
     }
@@ -401,20 +401,19 @@ impl<'a> Engine<'a> {
         let mut written = 0;
         for (ci, chunk) in chunks.enumerate() {
             let last_chunk = ci + 1 == n_chunks;
-            let res = self.run_chunk(chunk);
-            if let Err(e) = res {
-                self.n_past = start;
-                return Err(e);
-            }
             let want: std::ops::Range<usize> = match logits {
                 LogitsWanted::All => 0..chunk.len(),
                 LogitsWanted::Last if last_chunk => chunk.len() - 1..chunk.len(),
                 LogitsWanted::Last => 0..0,
             };
+            if let Err(e) = self.run_chunk(chunk, want.clone()) {
+                self.n_past = start;
+                return Err(e);
+            }
             if !want.is_empty() {
                 let n = want.len();
                 let dst = &mut out[written * n_vocab..(written + n) * n_vocab];
-                if let Err(e) = self.output(want, dst) {
+                if let Err(e) = self.output(n, dst) {
                     self.n_past = start;
                     return Err(e);
                 }
@@ -431,8 +430,18 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Run the layers over one chunk; leaves the residual stream in `s.x`.
-    fn run_chunk(&mut self, tokens: &[u32]) -> Result<(), ForwardError> {
+    /// Run the layers over one chunk; leaves the residual stream of the tokens in `out_rows`
+    /// (the ones whose logits are wanted) at the start of `s.x`.
+    ///
+    /// As llama.cpp, the last layer continues after its attention with those rows only: the
+    /// other tokens' K and V are stored, and nothing after the last attention can reach the
+    /// logits. Besides saving work, this decides which kernels the last layer's products take
+    /// (one row or several), and so their bits.
+    fn run_chunk(
+        &mut self,
+        tokens: &[u32],
+        out_rows: std::ops::Range<usize>,
+    ) -> Result<(), ForwardError> {
         let n = tokens.len();
         let e = self.hp.n_embd as usize;
         let p0 = self.n_past;
@@ -450,13 +459,27 @@ impl<'a> Engine<'a> {
             self.rope
                 .fill_cache((p0 + t) as i64, &mut self.s.rope[t * nr..(t + 1) * nr]);
         }
-        for il in 0..self.hp.n_layer as usize {
-            self.layer(il, n, p0)?;
+        let n_layer = self.hp.n_layer as usize;
+        for il in 0..n_layer {
+            let keep = if il + 1 == n_layer {
+                out_rows.clone()
+            } else {
+                0..n
+            };
+            self.layer(il, n, p0, keep)?;
         }
         Ok(())
     }
 
-    fn layer(&mut self, il: usize, n: usize, p0: usize) -> Result<(), ForwardError> {
+    /// One layer over the chunk's `n` tokens at positions `p0..`; after the attention only the
+    /// rows in `keep` go on (moved to the front of `s.x`).
+    fn layer(
+        &mut self,
+        il: usize,
+        n: usize,
+        p0: usize,
+        keep: std::ops::Range<usize>,
+    ) -> Result<(), ForwardError> {
         let hp = &self.hp;
         let e = hp.n_embd as usize;
         let hd = hp.head_dim_k as usize;
@@ -547,6 +570,14 @@ impl<'a> Engine<'a> {
         // residual
         for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
             *xv += a;
+        }
+        // only the rows that go on
+        if keep != (0..n) {
+            s.x.copy_within(keep.start * e..keep.end * e, 0);
+        }
+        let n = keep.len();
+        if n == 0 {
+            return Ok(());
         }
         if let Some(cb) = &self.observer {
             cb("ffn_inp", Some(il), &s.x[..n * e]);
@@ -760,17 +791,13 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Final norm and output head for the chunk's tokens in `rows`, into `dst`.
-    fn output(
-        &mut self,
-        rows: std::ops::Range<usize>,
-        dst: &mut [f32],
-    ) -> Result<(), ForwardError> {
+    /// Final norm and output head for the first `n` rows of `s.x` (the wanted tokens), into
+    /// `dst`.
+    fn output(&mut self, n: usize, dst: &mut [f32]) -> Result<(), ForwardError> {
         let e = self.hp.n_embd as usize;
-        let n = rows.len();
         let s = &mut self.s;
         ops::rms_norm(
-            &s.x[rows.start * e..rows.end * e],
+            &s.x[..n * e],
             &self.w.output_norm,
             self.hp.rms_eps,
             &mut s.cur[..n * e],

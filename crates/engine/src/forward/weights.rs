@@ -10,7 +10,11 @@ use super::{ForwardError, type_name};
 /// A weight matrix (or a stack of expert matrices) ready for `matvec`/`matmul`.
 pub(crate) struct Mat<'a> {
     pub name: &'a str,
+    /// Kernels for products with two or more activation rows.
     pub kernel: RowKernel,
+    /// Kernels for a product with one activation row (llama.cpp may sum those in another
+    /// order, [`quant::SumOrder::single_row`]).
+    pub kernel_one: RowKernel,
     /// All bytes (every expert's, for a stack).
     pub data: &'a [u8],
     /// Output rows (of one expert).
@@ -125,14 +129,15 @@ fn mat<'a>(
     let rows = *t.dims.get(1).unwrap_or(&1) as usize;
     // Each weight sums in the order llama.cpp's CPU backend uses for it, so that results match
     // (a 3-D tensor is a stack of experts, multiplied by MUL_MAT_ID there).
+    let unsupported = |_| ForwardError::UnsupportedWeight {
+        tensor: t.name.clone(),
+        ty: type_name(ty),
+        op: "matrix products",
+    };
     let kernel =
-        RowKernel::for_weight(kernels, ty, rows, cols, t.dims.len() > 2).map_err(|_| {
-            ForwardError::UnsupportedWeight {
-                tensor: t.name.clone(),
-                ty: type_name(ty),
-                op: "matrix products",
-            }
-        })?;
+        RowKernel::for_weight(kernels, ty, rows, cols, t.dims.len() > 2).map_err(unsupported)?;
+    let kernel_one =
+        RowKernel::lookup_in(kernels, ty, kernel.order.single_row()).map_err(unsupported)?;
     let bytes = data(model, t)?;
     let rb = ty
         .row_bytes(cols as u64)
@@ -152,6 +157,7 @@ fn mat<'a>(
     Ok(Mat {
         name: &t.name,
         kernel,
+        kernel_one,
         data: bytes,
         rows,
         cols,

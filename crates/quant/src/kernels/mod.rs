@@ -106,6 +106,16 @@ impl SumOrder {
         }
     }
 
+    /// The order of the same weight's product with a single activation row (one token):
+    /// llamafile_sgemm declines products with fewer than two activation rows, so those fall
+    /// back to `vec_dot`.
+    pub fn single_row(self) -> SumOrder {
+        match self {
+            SumOrder::TinyBlas => SumOrder::VecDot,
+            o => o,
+        }
+    }
+
     fn alt_index(self) -> Option<usize> {
         match self {
             SumOrder::VecDot => None,
