@@ -1,8 +1,9 @@
 // Reference data for the MoE forward-pass fixtures, computed by llama.cpp through its C API.
 // Built and run by scripts/gen_moe_refs.sh against the prebuilt libraries of node-llama-cpp.
 //
-//   gen_moe_refs quantize IN.gguf OUT.gguf
-//       Q4_K_M quantization with llama_model_quantize (one thread).
+//   gen_moe_refs quantize IN.gguf OUT.gguf [FTYPE]
+//       Quantization with llama_model_quantize (default parameters, one thread, no importance
+//       matrix); FTYPE is a llama_ftype number (default 15, LLAMA_FTYPE_MOSTLY_Q4_K_M).
 //   gen_moe_refs ref MODEL.gguf OUT.json [-n N] (-p TEXT)...
 //       For every prompt: the token ids (llama.cpp's tokenizer, special tokens added as the
 //       vocabulary asks, special-token text not parsed), the logits of every prompt position
@@ -124,9 +125,9 @@ void decode(llama_context * ctx, llama_batch & b, const llama_token * toks, int 
     }
 }
 
-int cmd_quantize(const char * in, const char * out) {
+int cmd_quantize(const char * in, const char * out, llama_ftype ftype) {
     llama_model_quantize_params p = llama_model_quantize_default_params();
-    p.ftype = LLAMA_FTYPE_MOSTLY_Q4_K_M;
+    p.ftype = ftype;
     p.nthread = 1;
     if (llama_model_quantize(in, out, &p) != 0) {
         fprintf(stderr, "quantization failed\n");
@@ -270,7 +271,7 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
 
 int main(int argc, char ** argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s quantize IN OUT | ref MODEL OUT.json [-n N] (-p TEXT)...\n", argv[0]);
+        fprintf(stderr, "usage: %s quantize IN OUT [FTYPE] | ref MODEL OUT.json [-n N] (-p TEXT)...\n", argv[0]);
         return 2;
     }
     llama_log_set(log_cb, nullptr);
@@ -283,7 +284,8 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     const std::string cmd = argv[1];
     if (cmd == "quantize") {
-        return cmd_quantize(argv[2], argv[3]);
+        const int ftype = argc > 4 ? atoi(argv[4]) : (int) LLAMA_FTYPE_MOSTLY_Q4_K_M;
+        return cmd_quantize(argv[2], argv[3], (llama_ftype) ftype);
     }
     if (cmd != "ref") {
         return 2;
