@@ -250,7 +250,8 @@ struct QuantizeArgs {
     out: PathBuf,
 
     /// The file type: the default tensor type and its mix of more-bits tensors (names as in
-    /// llama.cpp, any case; Q4_K, Q5_K and Q3_K mean the _M variants).
+    /// llama.cpp, any case; Q4_K, Q5_K and Q3_K mean the _M variants). In every type but
+    /// Q8_0, output.weight gets Q6_K; models with exactly 8 experts get Q8_0 attn_v and attn_k.
     #[arg(long = "type", value_enum, ignore_case = true, value_name = "TYPE")]
     ftype: quantize::FileType,
 

@@ -67,7 +67,7 @@ pub enum FileType {
     /// Mostly Q3_K, with Q5_K for attn_v, ffn_down and attn_output.
     #[value(name = "Q3_K_L")]
     Q3_K_L = 13,
-    /// Mostly Q4_K, with Q5_K for the first attn_v and ffn_down.
+    /// Mostly Q4_K, with Q5_K for the first four attn_v and the first eighth of ffn_down.
     #[value(name = "Q4_K_S")]
     Q4_K_S = 14,
     /// Mostly Q4_K, with Q6_K for half of attn_v and ffn_down (`use_more_bits`).
@@ -79,7 +79,7 @@ pub enum FileType {
     /// Mostly Q5_K, with Q6_K for half of attn_v and ffn_down (`use_more_bits`).
     #[value(name = "Q5_K_M", alias = "Q5_K")]
     Q5_K_M = 17,
-    /// Q6_K throughout.
+    /// Mostly Q6_K.
     #[value(name = "Q6_K")]
     Q6_K = 18,
 }

@@ -182,6 +182,49 @@ fn quantized_input_needs_allow_requantize() {
 }
 
 #[test]
+fn a_bad_value_fails_naming_tensor_and_row_and_leaves_no_file() {
+    // A tiny llama-layout file whose second matrix has a NaN in row 2 (written after the first
+    // tensor's data has been streamed out).
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("nan.gguf");
+    let mut w = gguf::GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String("llama".into()))
+        .unwrap();
+    w.add_metadata("llama.block_count", Value::U32(1)).unwrap();
+    let f32_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let ok: Vec<f32> = (0..256 * 4).map(|i| (i % 7) as f32 - 3.0).collect();
+    let mut bad = ok.clone();
+    bad[2 * 256 + 5] = f32::NAN;
+    w.add_tensor(
+        "blk.0.attn_q.weight",
+        &[256, 4],
+        GgmlType::F32,
+        f32_bytes(&ok),
+    )
+    .unwrap();
+    w.add_tensor(
+        "blk.0.ffn_up.weight",
+        &[256, 4],
+        GgmlType::F32,
+        f32_bytes(&bad),
+    )
+    .unwrap();
+    w.write_to_path(&input).unwrap();
+
+    let out = dir.path().join("out.gguf");
+    let o = quantize(&input, &out, &["--type", "Q4_K_M"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("nan.gguf") && err.contains("blk.0.ffn_up.weight") && err.contains("row 2"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    assert!(!dir.path().join("out.gguf.tmp").exists());
+}
+
+#[test]
 fn help_explains_every_flag() {
     let o = sluice(&[Path::new("quantize"), Path::new("--help")]);
     assert!(o.status.success());
