@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Writes the tiny mixture-of-experts test models (scripts/gen_moe_fixtures.py: qwen3moe,
-# qwen2moe, olmoe and Mixtral-layout llama, each in F32, BF16, Q8_0, Q4_0 and Q4_1) into
-# $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe), where the
-# tests look for them. The models are not committed: they are regenerated here, byte for byte,
-# from fixed seeds and the real vocabularies that scripts/fetch_text_fixtures.sh fetches (run
-# first). The reference logits in crates/engine/tests/fixtures/moe/refs record each model's
-# SHA-256, so a generator that wrote different bytes is caught by the tests.
+# qwen2moe, olmoe and Mixtral-layout llama, each in F32, BF16, Q8_0, Q4_0 and Q4_1, then
+# Q4_K_M quantized from the F32 model by `sluice quantize`) into $SLUICE_FIXTURES/moe (default
+# ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe), where the tests look for them. The models
+# are not committed: they are regenerated here, byte for byte, from fixed seeds and the real
+# vocabularies that scripts/fetch_text_fixtures.sh fetches (run first). The reference logits in
+# crates/engine/tests/fixtures/moe/refs record each model's SHA-256, so a generator that wrote
+# different bytes is caught by the tests; the Q4_K_M models are checked against them here.
 #
 # Exact bytes need exactly gguf 0.19.0 and numpy 2.4.6: where python3 does not have those, a
-# private venv next to the data gets them from PyPI.
+# private venv next to the data gets them from PyPI. The Q4_K_M step builds sluice with cargo
+# (the `test` profile, so `cargo test` reuses the build).
 # Idempotent: a finished run leaves moe/STAMP (naming the generator's hash); later runs return
 # at once unless the generator changed.
+#
+# SLUICE_MOE_NO_REF_CHECK=1 skips comparing the Q4_K_M models with the SHA-256 recorded in the
+# references (scripts/gen_moe_refs.sh sets it: it regenerates the references and checks the
+# Q4_K_M models against llama.cpp's quantizer instead).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +25,9 @@ OUT=$FIX/moe
 GEN=$root/scripts/gen_moe_fixtures.py
 GGUF_VERSION=0.19.0
 NUMPY_VERSION=2.4.6
-STAMP_VERSION="moe-fixtures v1 $(sha256sum "$GEN" | cut -d' ' -f1)"
+REFS=$root/crates/engine/tests/fixtures/moe/refs
+ARCHS="qwen3moe qwen2moe olmoe mixtral"
+STAMP_VERSION="moe-fixtures v2 $(sha256sum "$GEN" | cut -d' ' -f1)"
 
 if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP_VERSION" ]; then
     exit 0
@@ -49,5 +57,28 @@ fi
 mkdir -p "$OUT"
 rm -f "$OUT/STAMP"
 "$PY" "$GEN" "$FIX/text/vocab" "$OUT"
+
+# Q4_K_M: sluice's quantizer, which writes what llama.cpp v0.4.0's llama_model_quantize writes
+# (docs/quantize.md). The result must have the SHA-256 its reference records.
+for a in $ARCHS; do
+    m=$OUT/$a-q4_k_m.gguf
+    (cd "$root" && cargo run --profile test --locked --quiet -p sluice -- \
+        quantize "$OUT/$a-f32.gguf" "$m" --type Q4_K_M --quiet)
+    [ "${SLUICE_MOE_NO_REF_CHECK:-0}" = 1 ] && continue
+    want=$("$PY" - "$REFS/$a-q4_k_m.gguf" <<'PY'
+import sys
+import gguf
+f = gguf.GGUFReader(sys.argv[1]).fields["sluice.ref.model_sha256"]
+print(bytes(f.parts[f.data[0]]).decode())
+PY
+)
+    got=$(sha256sum "$m" | cut -d' ' -f1)
+    if [ "$got" != "$want" ]; then
+        rm -f "$m"
+        echo "ERROR: sluice quantize wrote $a-q4_k_m.gguf with SHA-256 $got, but" >&2
+        echo "       $REFS/$a-q4_k_m.gguf records $want (llama.cpp's quantizer)" >&2
+        exit 1
+    fi
+done
 echo "$STAMP_VERSION" > "$OUT/STAMP"
 echo "# moe fixtures ready in $OUT" >&2

@@ -1,8 +1,11 @@
 // Reference data for the MoE forward-pass fixtures, computed by llama.cpp through its C API.
 // Built and run by scripts/gen_moe_refs.sh against the prebuilt libraries of node-llama-cpp.
 //
-//   gen_moe_refs quantize IN.gguf OUT.gguf
-//       Q4_K_M quantization with llama_model_quantize (one thread).
+//   gen_moe_refs quantize IN.gguf OUT.gguf [FTYPE [pure] [requantize]]
+//       Quantization with llama_model_quantize (default parameters, one thread, no importance
+//       matrix); FTYPE is a llama_ftype number (default 15, LLAMA_FTYPE_MOSTLY_Q4_K_M); `pure`
+//       and `requantize` set llama_model_quantize_params.pure (every quantized tensor gets the
+//       default type) and .allow_requantize.
 //   gen_moe_refs ref MODEL.gguf OUT.json [-n N] (-p TEXT)...
 //       For every prompt: the token ids (llama.cpp's tokenizer, special tokens added as the
 //       vocabulary asks, special-token text not parsed), the logits of every prompt position
@@ -124,9 +127,11 @@ void decode(llama_context * ctx, llama_batch & b, const llama_token * toks, int 
     }
 }
 
-int cmd_quantize(const char * in, const char * out) {
+int cmd_quantize(const char * in, const char * out, llama_ftype ftype, bool pure, bool requantize) {
     llama_model_quantize_params p = llama_model_quantize_default_params();
-    p.ftype = LLAMA_FTYPE_MOSTLY_Q4_K_M;
+    p.ftype = ftype;
+    p.pure = pure;
+    p.allow_requantize = requantize;
     p.nthread = 1;
     if (llama_model_quantize(in, out, &p) != 0) {
         fprintf(stderr, "quantization failed\n");
@@ -270,7 +275,7 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
 
 int main(int argc, char ** argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s quantize IN OUT | ref MODEL OUT.json [-n N] (-p TEXT)...\n", argv[0]);
+        fprintf(stderr, "usage: %s quantize IN OUT [FTYPE [pure] [requantize]] | ref MODEL OUT.json [-n N] (-p TEXT)...\n", argv[0]);
         return 2;
     }
     llama_log_set(log_cb, nullptr);
@@ -283,7 +288,14 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     const std::string cmd = argv[1];
     if (cmd == "quantize") {
-        return cmd_quantize(argv[2], argv[3]);
+        const int ftype = argc > 4 ? atoi(argv[4]) : (int) LLAMA_FTYPE_MOSTLY_Q4_K_M;
+        bool pure = false;
+        bool requantize = false;
+        for (int i = 5; i < argc; i++) {
+            pure = pure || !strcmp(argv[i], "pure");
+            requantize = requantize || !strcmp(argv[i], "requantize");
+        }
+        return cmd_quantize(argv[2], argv[3], (llama_ftype) ftype, pure, requantize);
     }
     if (cmd != "ref") {
         return 2;

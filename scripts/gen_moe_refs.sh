@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Regenerates the llama.cpp reference data of the MoE forward-pass fixtures
-# (crates/engine/tests/fixtures/moe/refs/*.gguf) and the Q4_K_M models.
+# (crates/engine/tests/fixtures/moe/refs/*.gguf).
 #
 #  1. scripts/fetch_moe_fixtures.sh writes the F32/BF16/Q8_0/Q4_0/Q4_1 models into the fixture
-#     cache ($SLUICE_FIXTURES/moe).
+#     cache ($SLUICE_FIXTURES/moe), and the Q4_K_M models quantized from the F32 ones by
+#     `sluice quantize` (not checked against the references there, since these are remade here).
 #  2. scripts/gen_moe_refs.cpp is compiled against the prebuilt llama.cpp of node-llama-cpp
-#     3.21.1 (llama.cpp release v0.4.0; see scripts/llamacpp-npm.sh) and quantizes each F32 model
-#     to Q4_K_M with llama_model_quantize (written next to the others in the cache).
+#     3.21.1 (llama.cpp release v0.4.0; see scripts/llamacpp-npm.sh). Cross-check: llama.cpp's
+#     llama_model_quantize quantizes each F32 model to Q4_K_M too, and the script fails unless
+#     the SHA-256 equals that of sluice's file. With QUANT_CROSSCHECK=all, every file type
+#     `sluice quantize` supports is cross-checked that way, on the F32 and BF16 models.
 #  3. Prompt choice: every candidate prompt below runs through all six models of an architecture;
 #     among those of at least 4 tokens and not in EXCLUDE, the three whose smallest routing
 #     margin over the six models is largest are kept (ties: earlier candidate first).
@@ -100,7 +103,7 @@ declare -A EXCLUDE=(
     [mixtral]="Hello world! The quick brown fox|The capital of France is|I like green tea.|Good morning, everyone.|A cat sat on the mat.|import numpy as np|int main() {|She said hello.|Water boils at 100 degrees.|Rain again today|My name is Sam.|Open the door, please.|Blue sky, green grass|It was late.|The sun is hot.|if (a > b) return a;|Tea or coffee?|The tree is tall.|What time is it?|This is a test.|Please sit down.|He reads books.|Snow fell all night.|Call me tomorrow.|The box is empty.|Red, green and blue|A new day begins.|Keep it simple.|Read the manual first.|Numbers: 1, 2, 3|Thank you very much.|Fish swim in water.|Write a short poem."
 )
 
-bash "$root/scripts/fetch_moe_fixtures.sh"
+SLUICE_MOE_NO_REF_CHECK=1 bash "$root/scripts/fetch_moe_fixtures.sh"
 PY=python3
 if [ -x "$FIX/venv-moe/bin/python3" ]; then PY=$FIX/venv-moe/bin/python3; fi
 
@@ -122,10 +125,35 @@ export GGML_BACKEND_DIR=$work/cpu
 run() { "$work/gen_moe_refs" "$@"; }
 
 mkdir -p "$REFS" "$work/log"
+# llama.cpp's quantizer must write exactly what sluice's wrote (llama_ftype numbers).
+declare -A FTYPE=([Q4_0]=2 [Q4_1]=3 [Q8_0]=7 [Q5_0]=8 [Q5_1]=9 [Q2_K]=10 [Q3_K_S]=11 [Q3_K_M]=12
+    [Q3_K_L]=13 [Q4_K_S]=14 [Q4_K_M]=15 [Q5_K_S]=16 [Q5_K_M]=17 [Q6_K]=18)
+same_sha() {  # name, llama.cpp's file, sluice's file
+    local l s
+    l=$(sha256sum "$2" | cut -d' ' -f1)
+    s=$(sha256sum "$3" | cut -d' ' -f1)
+    if [ "$l" != "$s" ]; then
+        echo "ERROR: $1: llama.cpp's quantizer wrote SHA-256 $l, sluice quantize $s" >&2
+        exit 1
+    fi
+    echo "# $1: llama.cpp and sluice quantize agree ($l)" >&2
+}
 for a in $ARCHS; do
-    run quantize "$MODELS/$a-f32.gguf" "$MODELS/$a-q4_k_m.gguf.tmp" > "$work/log/quantize-$a.log" 2>&1
-    mv "$MODELS/$a-q4_k_m.gguf.tmp" "$MODELS/$a-q4_k_m.gguf"
+    run quantize "$MODELS/$a-f32.gguf" "$work/$a-q4_k_m.llama.gguf" 15 > "$work/log/quantize-$a.log" 2>&1
+    same_sha "$a-q4_k_m" "$work/$a-q4_k_m.llama.gguf" "$MODELS/$a-q4_k_m.gguf"
 done
+if [ "${QUANT_CROSSCHECK:-}" = all ]; then
+    for a in $ARCHS; do
+        for src in f32 bf16; do
+            for t in "${!FTYPE[@]}"; do
+                run quantize "$MODELS/$a-$src.gguf" "$work/x.llama.gguf" "${FTYPE[$t]}" > "$work/log/x.log" 2>&1
+                (cd "$root" && cargo run --profile test --locked --quiet -p sluice -- \
+                    quantize "$MODELS/$a-$src.gguf" "$work/x.sluice.gguf" --type "$t" --quiet)
+                same_sha "$a-$src -> $t" "$work/x.llama.gguf" "$work/x.sluice.gguf"
+            done
+        done
+    done
+fi
 
 cand_args=()
 for p in "${CANDIDATES[@]}"; do cand_args+=(-p "$p"); done

@@ -6,6 +6,7 @@ mod inspect;
 mod logits;
 mod npy;
 mod prompt;
+mod quantize;
 mod run;
 mod template;
 mod tokenize;
@@ -53,6 +54,14 @@ enum Command {
     /// shared expert behind a zero gate (half routed, half shared). Weights are copied as they
     /// are (any quantization); the output is written streaming.
     Upcycle(UpcycleArgs),
+    /// Quantize a float model (F32, F16 or BF16 weights) to a llama.cpp file type such as Q4_K_M.
+    ///
+    /// The output is byte for byte the file llama.cpp's quantizer (release v0.4.0, default
+    /// settings, no importance matrix) writes: the same type per tensor (the file type's mix:
+    /// norms, routers and other vectors stay as they are, output.weight gets Q6_K, attn_v and
+    /// ffn_down get more bits in some layers, ...), the same blocks, metadata and layout. See
+    /// docs/quantize.md. One progress line per tensor goes to standard error.
+    Quantize(QuantizeArgs),
     /// Generate text from a prompt, streamed to standard output, then the run summary.
     ///
     /// Standard output gets the generated text as it arrives, then `=== answer ===`, the whole
@@ -229,6 +238,42 @@ struct UpcycleArgs {
     /// Seed of the router weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct QuantizeArgs {
+    /// The model to quantize (GGUF; a split model: its first shard).
+    input: PathBuf,
+
+    /// Where to write the quantized model. It is written to OUT.tmp first and renamed when
+    /// complete, so an error never leaves a partial file.
+    out: PathBuf,
+
+    /// The file type: the default tensor type and its mix of more-bits tensors (names as in
+    /// llama.cpp, any case; Q4_K, Q5_K and Q3_K mean the _M variants). In every type but
+    /// Q8_0, output.weight gets Q6_K; models with exactly 8 experts get Q8_0 attn_v and attn_k.
+    #[arg(long = "type", value_enum, ignore_case = true, value_name = "TYPE")]
+    ftype: quantize::FileType,
+
+    /// Allow converting tensors that are already quantized (they are dequantized first, which
+    /// compounds the rounding errors). Without it such a model is refused, unless every
+    /// tensor already has its target type (then it is copied).
+    #[arg(long)]
+    allow_requantize: bool,
+
+    /// Give every quantized tensor the file type's default type (no mix; output.weight and
+    /// token_embd too). Row lengths that do not fit still fall back.
+    #[arg(long)]
+    pure: bool,
+
+    /// Threads quantizing the rows of a tensor [default: every core available to the
+    /// process]. The output does not depend on it.
+    #[arg(short, long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// No progress lines (warnings and errors are still printed).
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -414,6 +459,15 @@ fn main() -> ExitCode {
             top_k: args.top_k,
             router_scale: args.router_scale,
             seed: args.seed,
+        }),
+        Command::Quantize(args) => quantize::run(&quantize::Options {
+            input: args.input,
+            out: args.out,
+            ftype: args.ftype,
+            allow_requantize: args.allow_requantize,
+            pure: args.pure,
+            threads: args.threads,
+            quiet: args.quiet,
         }),
         Command::Run(args) => run::run(&run::Options {
             model: args.model,

@@ -1,0 +1,242 @@
+//! `sluice quantize`: its Q4_K_M files of the MoE fixture models are byte for byte the ones
+//! llama.cpp v0.4.0's `llama_model_quantize` wrote (the SHA-256 recorded in the committed
+//! references of crates/engine/tests/fixtures/moe/refs, which were computed on llama.cpp's
+//! files), they load, and bad invocations fail with one clear line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gguf::{GgmlType, GgufFile, TensorType, Value};
+use model::Model;
+
+const HINT: &str = "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh`";
+const ARCHS: [&str; 4] = ["qwen3moe", "qwen2moe", "olmoe", "mixtral"];
+
+fn sluice(args: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn moe_model(name: &str) -> PathBuf {
+    let path = testdata::fixtures_root().join("moe").join(name);
+    assert!(path.is_file(), "{HINT} ({} not found)", path.display());
+    path
+}
+
+fn refs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/moe/refs")
+}
+
+/// The SHA-256 of the model a committed reference was computed from.
+fn recorded_sha256(reference: &Path) -> String {
+    let f = GgufFile::open(reference).expect("open reference");
+    f.metadata()
+        .get_str("sluice.ref.model_sha256")
+        .expect("sluice.ref.model_sha256")
+        .to_owned()
+}
+
+fn quantize(input: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<&Path> = vec![Path::new("quantize"), input, out, Path::new("--quiet")];
+    args.extend(extra.iter().map(Path::new));
+    sluice(&args)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn q4_k_m_of_each_fixture_is_byte_identical_to_llama_cpp() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ARCHS {
+        let out = dir.path().join(format!("{arch}-q4_k_m.gguf"));
+        let o = quantize(
+            &moe_model(&format!("{arch}-f32.gguf")),
+            &out,
+            &["--type", "Q4_K_M"],
+        );
+        assert!(o.status.success(), "{arch}: {}", stderr(&o));
+        let want = recorded_sha256(&refs_dir().join(format!("{arch}-q4_k_m.gguf")));
+        let got = testdata::sha256_hex(&std::fs::read(&out).unwrap());
+        assert_eq!(got, want, "{arch}: SHA-256 differs from llama.cpp's Q4_K_M");
+        assert!(!dir.path().join(format!("{arch}-q4_k_m.gguf.tmp")).exists());
+    }
+}
+
+#[test]
+fn output_loads_and_its_weights_are_close_to_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = moe_model("olmoe-f32.gguf");
+    let out = dir.path().join("olmoe-q4_k_m.gguf");
+    let o = quantize(&input, &out, &["--type", "q4_k_m", "--threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let src = GgufFile::open(&input).unwrap();
+    let q = GgufFile::open(&out).unwrap();
+    let m = Model::from_gguf(&q).expect("the quantized model loads");
+    assert_eq!(m.hparams.n_expert, 8);
+    assert_eq!(
+        q.metadata().get("general.file_type"),
+        Some(&Value::U32(15)),
+        "LLAMA_FTYPE_MOSTLY_Q4_K_M"
+    );
+    assert_eq!(
+        q.metadata().get("general.quantization_version"),
+        Some(&Value::U32(2))
+    );
+    assert_eq!(q.tensors().len(), src.tensors().len());
+
+    // Every quantized tensor decodes to values near the original's (the 4-6 bit formats keep
+    // each value within a few percent of its block's range).
+    let mut quantized = 0;
+    for t in q.tensors() {
+        let orig = src.tensor(&t.name).expect("same tensor names");
+        let TensorType::Known(ty) = t.ty else {
+            panic!("{}: unknown type", t.name)
+        };
+        let a = quant::dequantize_to_vec(GgmlType::F32, src.tensor_data(orig).unwrap()).unwrap();
+        let b = quant::dequantize_to_vec(ty, q.tensor_data(t).unwrap()).unwrap();
+        assert_eq!(a.len(), b.len(), "{}", t.name);
+        if ty == GgmlType::F32 {
+            assert_eq!(a, b, "{} is copied unchanged", t.name);
+            continue;
+        }
+        quantized += 1;
+        let range = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            worst <= 0.15 * range,
+            "{} ({ty}): max error {worst} for values up to {range}",
+            t.name
+        );
+    }
+    assert!(quantized > 10, "only {quantized} tensors were quantized");
+}
+
+#[test]
+fn other_file_types_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = moe_model("mixtral-f32.gguf");
+    for ty in ["Q8_0", "Q5_K_M"] {
+        let out = dir.path().join(format!("{ty}.gguf"));
+        let o = quantize(&input, &out, &["--type", ty]);
+        assert!(o.status.success(), "{ty}: {}", stderr(&o));
+        let f = GgufFile::open(&out).unwrap();
+        Model::from_gguf(&f).unwrap_or_else(|e| panic!("{ty}: {e}"));
+    }
+}
+
+#[test]
+fn unknown_type_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.gguf");
+    let o = quantize(&moe_model("olmoe-f32.gguf"), &out, &["--type", "Q9_9"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.contains("Q9_9") && first.contains("--type"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn missing_input_is_one_line_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-model.gguf");
+    let out = dir.path().join("out.gguf");
+    let o = quantize(&missing, &out, &["--type", "Q4_K_M"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no-such-model.gguf"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn quantized_input_needs_allow_requantize() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = moe_model("olmoe-q8_0.gguf");
+    let out = dir.path().join("out.gguf");
+    let o = quantize(&input, &out, &["--type", "Q4_K_M"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("q8_0") && err.contains("--allow-requantize"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    assert!(!dir.path().join("out.gguf.tmp").exists());
+
+    let o = quantize(&input, &out, &["--type", "Q4_K_M", "--allow-requantize"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = GgufFile::open(&out).unwrap();
+    Model::from_gguf(&f).unwrap();
+    let t = f.tensor("blk.0.attn_q.weight").unwrap();
+    assert_eq!(t.ty, TensorType::Known(GgmlType::Q4_K));
+}
+
+#[test]
+fn a_bad_value_fails_naming_tensor_and_row_and_leaves_no_file() {
+    // A tiny llama-layout file whose second matrix has a NaN in row 2 (written after the first
+    // tensor's data has been streamed out).
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("nan.gguf");
+    let mut w = gguf::GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String("llama".into()))
+        .unwrap();
+    w.add_metadata("llama.block_count", Value::U32(1)).unwrap();
+    let f32_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let ok: Vec<f32> = (0..256 * 4).map(|i| (i % 7) as f32 - 3.0).collect();
+    let mut bad = ok.clone();
+    bad[2 * 256 + 5] = f32::NAN;
+    w.add_tensor(
+        "blk.0.attn_q.weight",
+        &[256, 4],
+        GgmlType::F32,
+        f32_bytes(&ok),
+    )
+    .unwrap();
+    w.add_tensor(
+        "blk.0.ffn_up.weight",
+        &[256, 4],
+        GgmlType::F32,
+        f32_bytes(&bad),
+    )
+    .unwrap();
+    w.write_to_path(&input).unwrap();
+
+    let out = dir.path().join("out.gguf");
+    let o = quantize(&input, &out, &["--type", "Q4_K_M"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("nan.gguf") && err.contains("blk.0.ffn_up.weight") && err.contains("row 2"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    assert!(!dir.path().join("out.gguf.tmp").exists());
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let o = sluice(&[Path::new("quantize"), Path::new("--help")]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    for flag in [
+        "--type",
+        "--allow-requantize",
+        "--pure",
+        "--threads",
+        "--quiet",
+        "Q4_K_M",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+}
