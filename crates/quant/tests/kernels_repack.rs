@@ -151,7 +151,7 @@ proptest! {
     #[test]
     fn best_table_gives_the_scalar_bits(ti in 0usize..4, blocks in 1usize..=9, seed in any::<u64>()) {
         let ty = TYPES[ti];
-        let n = blocks * ty.block_size() as usize;
+        let n = blocks * ty.block_size();
         let mut rng = Rng(seed);
         let w = weights(ty, 8, n, &mut rng);
         let a = activation_bytes(act_type(ty), n, &mut rng, None);
@@ -178,7 +178,7 @@ fn exact_where_nothing_rounds() {
         for ty in TYPES {
             let act = act_type(ty);
             for blocks in [1usize, 2, 3] {
-                let n = blocks * ty.block_size() as usize;
+                let n = blocks * ty.block_size();
                 let mut w = weights(ty, 8, n, &mut rng);
                 for b in w.chunks_exact_mut(ty.type_size()) {
                     match ty {
