@@ -119,7 +119,11 @@ fn parse_args() -> Result<Args, String> {
                     "vecdot" => SumOrder::VecDot,
                     "repacked" => SumOrder::Repacked,
                     "tinyblas" => SumOrder::TinyBlas,
-                    _ => return Err(format!("--order {v}: expected vecdot, repacked or tinyblas")),
+                    _ => {
+                        return Err(format!(
+                            "--order {v}: expected vecdot, repacked or tinyblas"
+                        ));
+                    }
                 }
             }
             _ => return Err(format!("unknown option {opt}")),

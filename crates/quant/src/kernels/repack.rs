@@ -181,7 +181,7 @@ fn check_q4_k(n: usize, w: &[u8], a: &[u8]) -> usize {
 
 /// The eight 6-bit sub-block scales and the eight 6-bit mins of a Q4_K block's 12 scale bytes.
 #[inline]
-pub(super) fn q4_k_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+fn q4_k_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0u8; 8];
     let mut mn = [0u8; 8];
     for j in 0..4 {
@@ -195,7 +195,7 @@ pub(super) fn q4_k_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
 
 /// Sums of the activation quants of each 32-element sub-block of a Q8_K block.
 #[inline]
-pub(super) fn q8_k_sub_sums(y: &[u8]) -> [i32; 8] {
+fn q8_k_sub_sums(y: &[u8]) -> [i32; 8] {
     let mut s = [0i32; 8];
     for (j, v) in s.iter_mut().enumerate() {
         let at = Q8K_BSUMS + 4 * j;
