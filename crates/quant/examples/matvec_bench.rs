@@ -21,6 +21,10 @@
 //! measures with and without the table's multi-row kernels (`RowKernel::dot_rows`; the isa
 //! column gets `-1row` without them, the single-row kernel then computes every row).
 //!
+//! `--order vecdot|repacked|tinyblas` takes the kernels of that summation order
+//! (`quant::SumOrder`; default vecdot; a type without kernels of the order keeps vec_dot's), and
+//! the isa column gets `-repacked` or `-tinyblas`.
+//!
 //! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
 //! runs exactly N timed iterations (for instruction counting under callgrind).
 //! `--pool-overhead` instead times an empty `ThreadPool::run` (one no-op task per thread),
@@ -31,7 +35,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use half::{bf16, f16};
-use quant::{GgmlType, Kernels, RowKernel, ThreadPool, matvec_with};
+use quant::{GgmlType, Kernels, RowKernel, SumOrder, ThreadPool, matvec_with};
 
 struct Args {
     types: Vec<GgmlType>,
@@ -50,6 +54,7 @@ struct Args {
     multi_row: Vec<bool>,
     scalar: bool,
     pool_overhead: bool,
+    order: SumOrder,
 }
 
 const DEFAULT_SHAPES: &str = "2048x768,768x2048,2048x4096,4096x2048,151936x2048";
@@ -68,6 +73,7 @@ fn parse_args() -> Result<Args, String> {
         multi_row: vec![true],
         scalar: false,
         pool_overhead: false,
+        order: SumOrder::VecDot,
     };
     let mut types = "q4_K,q6_K,q8_0,mxfp4,f16".to_owned();
     let mut shapes = DEFAULT_SHAPES.to_owned();
@@ -108,6 +114,18 @@ fn parse_args() -> Result<Args, String> {
             }
             "--prefetch" => a.prefetch = on_off(&opt, &v)?,
             "--multi-row" => a.multi_row = on_off(&opt, &v)?,
+            "--order" => {
+                a.order = match v.as_str() {
+                    "vecdot" => SumOrder::VecDot,
+                    "repacked" => SumOrder::Repacked,
+                    "tinyblas" => SumOrder::TinyBlas,
+                    _ => {
+                        return Err(format!(
+                            "--order {v}: expected vecdot, repacked or tinyblas"
+                        ));
+                    }
+                }
+            }
             _ => return Err(format!("unknown option {opt}")),
         }
     }
@@ -287,7 +305,12 @@ fn run(a: &Args) -> Result<(), String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut scratch = Vec::new();
     for &t in &a.types {
-        let base = RowKernel::lookup(kernels, t).map_err(|e| e.to_string())?;
+        let base = RowKernel::lookup_in(kernels, t, a.order).map_err(|e| e.to_string())?;
+        let order = match base.order {
+            SumOrder::VecDot => "",
+            SumOrder::Repacked => "-repacked",
+            SumOrder::TinyBlas => "-tinyblas",
+        };
         for &(rows, cols) in &a.shapes {
             let w0 = random_weights(t, rows, cols, &mut rng)?;
             let w_bytes = w0.len();
@@ -327,7 +350,7 @@ fn run(a: &Args) -> Result<(), String> {
                             continue;
                         };
                         println!(
-                            "sluice\t{}{}{}\t{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
+                            "sluice\t{}{order}{}{}\t{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
                             kernels.isa().name(),
                             if multi { "" } else { "-1row" },
                             if prefetch { "" } else { "-nopf" },

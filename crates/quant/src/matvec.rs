@@ -13,7 +13,7 @@
 use std::slice::ChunksMut;
 use std::sync::{Mutex, PoisonError};
 
-use crate::kernels::{DotFn, DotRows, Kernels, QuantizeFn, SumOrder, vec_dot_type};
+use crate::kernels::{DotFn, DotRows, GroupedDot, Kernels, QuantizeFn, SumOrder, vec_dot_type};
 use crate::pool::ThreadPool;
 use crate::{GgmlType, QuantError};
 
@@ -41,6 +41,14 @@ pub struct RowKernel {
     pub dot_rows: Option<DotRows>,
     /// Quantizes one f32 activation row of `cols` elements to `act_type`.
     pub quantize: QuantizeFn,
+    /// Kernels for the activation rows of a batched product ([`matmul_with`]) that the
+    /// reproduced llama.cpp path multiplies in groups: of `n` rows, the first
+    /// `n - n % group` are quantized and multiplied with these, the others (and the single
+    /// row of [`matvec_with`]) with `quantize` / `dot` / `dot_rows`. Only llama.cpp's
+    /// repacked Q4_K sums a batch of 4 rows (its gemm) in another order than one row (its
+    /// gemv), and only for plain matrices: an expert stack is multiplied one row at a time.
+    /// `None` elsewhere.
+    pub grouped: Option<GroupedDot>,
     /// Ask the CPU to fetch upcoming weight rows ahead of the dot kernel (software
     /// prefetch, about 2 KiB ahead). This pays off when the weights stream from DRAM, the
     /// normal case when decoding a model much larger than the caches (measured +30-45% on one
@@ -90,6 +98,7 @@ impl RowKernel {
             dot,
             dot_rows: kernels.dot_rows_in(order, wtype),
             quantize,
+            grouped: kernels.grouped_in(order, wtype),
             prefetch: true,
         })
     }
@@ -103,7 +112,12 @@ impl RowKernel {
         expert: bool,
     ) -> Result<RowKernel, QuantError> {
         let order = SumOrder::for_weight(wtype, rows, cols, expert);
-        RowKernel::lookup_in(kernels, wtype, order)
+        let mut k = RowKernel::lookup_in(kernels, wtype, order)?;
+        if expert {
+            // llama.cpp's MUL_MAT_ID multiplies every row with its single-row kernel.
+            k.grouped = None;
+        }
+        Ok(k)
     }
 }
 
@@ -145,7 +159,7 @@ pub fn matvec_with(
         out.fill(0.0);
         return Ok(());
     }
-    quantize_rows(kernel, &shape, x, scratch);
+    quantize_rows(kernel, &shape, x, 0, scratch);
     let xq: &[u8] = scratch;
     let rb = shape.w_row_bytes;
 
@@ -159,7 +173,8 @@ pub fn matvec_with(
         };
         let w_chunk = &w[c * ch * rb..(c * ch + dst.len()) * rb];
         let mut ahead = RowPrefetcher::new(kernel.prefetch, w_chunk, rb);
-        rows_times_vector(kernel, cols, w_chunk, rb, xq, dst, &mut ahead);
+        let dots = (kernel.dot, kernel.dot_rows);
+        rows_times_vector(dots, cols, w_chunk, rb, xq, dst, &mut ahead);
     });
     Ok(())
 }
@@ -205,11 +220,14 @@ pub fn matmul_with(
         out.fill(0.0);
         return Ok(());
     }
-    quantize_rows(kernel, &shape, x, scratch);
+    let n_grouped = kernel.grouped.map_or(0, |g| n_tok - n_tok % g.group.max(1));
+    quantize_rows(kernel, &shape, x, n_grouped, scratch);
     let xq: &[u8] = scratch;
     let rb = shape.w_row_bytes;
     let arb = shape.act_row_bytes;
     let group = kernel.dot_rows.map_or(1, |d| d.rows.max(1));
+    let plain = (kernel.dot, kernel.dot_rows);
+    let grouped = kernel.grouped.map_or(plain, |g| (g.dot, g.dot_rows));
 
     let ch = chunk_rows(rows, pool.n_threads());
     let n_chunks = rows.div_ceil(ch);
@@ -247,7 +265,8 @@ pub fn matmul_with(
             let mut ahead_group = RowPrefetcher::disabled(w_group, rb);
             for (k, (d, a_row)) in dst.iter_mut().zip(xq.chunks_exact(arb)).enumerate() {
                 let a = if k == 0 { &mut ahead } else { &mut ahead_group };
-                rows_times_vector(kernel, cols, w_group, rb, a_row, &mut d[j..j + g], a);
+                let dots = if k < n_grouped { grouped } else { plain };
+                rows_times_vector(dots, cols, w_group, rb, a_row, &mut d[j..j + g], a);
             }
             j += g;
         }
@@ -260,7 +279,7 @@ pub fn matmul_with(
 /// the same bits per row).
 #[inline]
 fn rows_times_vector(
-    kernel: &RowKernel,
+    (dot, dot_rows): (DotFn, Option<DotRows>),
     cols: usize,
     w_rows: &[u8],
     rb: usize,
@@ -269,7 +288,7 @@ fn rows_times_vector(
     ahead: &mut RowPrefetcher<'_>,
 ) {
     let mut r = 0;
-    if let Some(DotRows { rows: g, f }) = kernel.dot_rows
+    if let Some(DotRows { rows: g, f }) = dot_rows
         && g > 0
     {
         while r + g <= dst.len() {
@@ -282,7 +301,7 @@ fn rows_times_vector(
     }
     for (o, w_row) in dst[r..].iter_mut().zip(w_rows[r * rb..].chunks_exact(rb)) {
         ahead.advance();
-        *o = (kernel.dot)(cols, w_row, xq);
+        *o = dot(cols, w_row, xq);
     }
 }
 
@@ -363,15 +382,28 @@ fn check_len(
     }
 }
 
-/// Quantize every activation row into `scratch` (resized to fit).
-fn quantize_rows(kernel: &RowKernel, shape: &Shape, x: &[f32], scratch: &mut Vec<u8>) {
+/// Quantize every activation row into `scratch` (resized to fit); the first `n_grouped`
+/// rows with the grouped kernels' quantizer ([`RowKernel::grouped`]).
+fn quantize_rows(
+    kernel: &RowKernel,
+    shape: &Shape,
+    x: &[f32],
+    n_grouped: usize,
+    scratch: &mut Vec<u8>,
+) {
     scratch.clear();
     scratch.resize(shape.n_tok * shape.act_row_bytes, 0);
-    for (xr, qr) in x
+    let grouped = kernel.grouped.map_or(kernel.quantize, |g| g.quantize);
+    for (k, (xr, qr)) in x
         .chunks_exact(shape.cols)
         .zip(scratch.chunks_exact_mut(shape.act_row_bytes))
+        .enumerate()
     {
-        (kernel.quantize)(xr, qr);
+        if k < n_grouped {
+            grouped(xr, qr);
+        } else {
+            (kernel.quantize)(xr, qr);
+        }
     }
 }
 

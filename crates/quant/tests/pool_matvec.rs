@@ -250,6 +250,7 @@ const F32_KERNEL: RowKernel = RowKernel {
     dot: f32_dot,
     dot_rows: None,
     quantize: f32_store,
+    grouped: None,
     prefetch: false,
 };
 
@@ -302,6 +303,7 @@ const Q8_0_KERNEL: RowKernel = RowKernel {
         f: q8_0_dot3,
     }),
     quantize: q8_0_quantize,
+    grouped: None,
     prefetch: true,
 };
 

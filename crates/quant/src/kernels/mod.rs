@@ -18,7 +18,10 @@ use crate::GgmlType;
 mod act;
 mod kquants;
 mod legacy;
+mod repack;
 mod tinyblas;
+
+pub use repack::{GroupedDot, grouped_kernels, quantize_row_q8_k_grouped};
 
 /// `dot(n, weight_row_bytes, activation_row_bytes) -> f32`.
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
@@ -81,7 +84,9 @@ pub enum SumOrder {
     /// types that are not repacked use.
     VecDot,
     /// The interleaved ("CPU_REPACK") kernels llama.cpp uses for weights it repacks at load
-    /// time on x86 with AVX2 (Q4_0, Q4_K and IQ4_NL with a row count divisible by 8).
+    /// time on x86 with AVX2 (Q4_0, Q4_K, IQ4_NL and MXFP4 with a row count divisible by 8).
+    /// For Q4_K, llama.cpp's batched kernel sums in yet another order for whole groups of 4
+    /// activation rows of a plain product ([`Kernels::grouped_in`]).
     Repacked,
     /// llamafile's tinyBLAS, which llama.cpp uses for plain (`MUL_MAT`) products of F32,
     /// F16 and BF16 weights.
@@ -101,6 +106,16 @@ impl SumOrder {
                 if !expert && rows.is_multiple_of(4) && cols.is_multiple_of(8) =>
             {
                 SumOrder::TinyBlas
+            }
+            // `ggml_repack_get_optimal_repack_type` on AVX2: these four types are repacked when
+            // the row count (ne[1]) is a multiple of 8, plain matrices (MUL_MAT) and expert
+            // stacks (MUL_MAT_ID) alike; the column condition (ne[0] % 8) always holds for
+            // whole blocks. Token embeddings are only read by GET_ROWS, which the repacked
+            // buffer does not take; a tied output head is a separate, repacked copy.
+            GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::IQ4_NL | GgmlType::MXFP4
+                if rows.is_multiple_of(8) =>
+            {
+                SumOrder::Repacked
             }
             _ => SumOrder::VecDot,
         }
@@ -168,6 +183,7 @@ impl Kernels {
         act::register(&mut k);
         legacy::register(&mut k);
         kquants::register(&mut k);
+        repack::register(&mut k);
         tinyblas::register(&mut k);
         k
     }
