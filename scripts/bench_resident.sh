@@ -4,8 +4,9 @@
 #
 # For every model, thread count and round, in this order: sluice, llama.cpp with its default CPU
 # library (the best one for this CPU), llama.cpp with its AVX2 ("haswell") library; the rounds
-# repeat the whole sweep, so the engines alternate. Before the first round every model file is
-# read once and each engine runs it once untimed (warm page cache, nothing measured cold).
+# repeat the whole sweep, so the engines alternate. Before the first round each engine runs every
+# model once untimed, and the model file is read through the page cache again right before every
+# timed run (nothing is measured cold).
 #
 #   sluice     target/release/sluice run -m MODEL -p PROMPT -t T -n N --temp 0 --ignore-eos
 #              prefill: its `sluice: prompt P tokens, prefill S s` line (the forward pass of the
@@ -110,9 +111,13 @@ for r in $(seq 1 "$ROUNDS"); do
     for m in $MODELS; do
         name=$(basename "$m" .gguf)
         for t in $THREADS; do
+            # Re-read the file before each run: the page cache of this kind of machine may be
+            # trimmed between runs (proactive reclaim), and a timed run must not read the disk.
+            cat "$m" > /dev/null
             read -r np ps nd dt < <(run_sluice "$m" "$t" "$N_DECODE")
             printf 'sluice\t-\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$t" "$np" "$ps" "$nd" "$dt" >> "$raw"
             for v in default haswell; do
+                cat "$m" > /dev/null
                 line=$(run_llama "$v" "$m" "$t" "$N_DECODE")
                 # llamacpp cpu=... threads=T n_prompt=P prefill_s=S prefill_tps=X n_decode=N decode_s=S decode_tps=Y
                 eval "$(echo "$line" | tr ' ' '\n' | grep -E '^(cpu|n_prompt|prefill_s|n_decode|decode_tps)=')"
