@@ -114,7 +114,12 @@ for r in $(seq 1 "$ROUNDS"); do
             # Re-read the file before each run: the page cache of this kind of machine may be
             # trimmed between runs (proactive reclaim), and a timed run must not read the disk.
             cat "$m" > /dev/null
-            read -r np ps nd dt < <(run_sluice "$m" "$t" "$N_DECODE")
+            read -r np ps nd dt < <(run_sluice "$m" "$t" "$N_DECODE") || true
+            if [ -z "${dt:-}" ]; then
+                echo "bench_resident.sh: no timing lines from sluice run:" >&2
+                tail -5 "$work/s.err" >&2
+                exit 1
+            fi
             printf 'sluice\t-\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$t" "$np" "$ps" "$nd" "$dt" >> "$raw"
             for v in default haswell; do
                 cat "$m" > /dev/null
