@@ -18,7 +18,7 @@
 #
 # Environment:
 #   MODELS     model files (space separated); default: Qwen2.5-Coder-1.5B-Instruct Q4_K_M
-#              (scripts/fetch_qwen_coder.sh) and the synthetic Qwen3-30B-A3B-shaped qwen3moe of
+#              (scripts/fetch_real_models.sh qwen2.5-coder) and the synthetic Qwen3-30B-A3B-shaped qwen3moe of
 #              4 layers at Q8_0 and Q4_0 (scripts/gen_qwen3moe_shaped.py), both made if missing
 #   THREADS    thread counts (default "1 2")
 #   ROUNDS     rounds (default 2)
@@ -45,7 +45,7 @@ UBATCH=512
 PROMPT="The river town woke slowly. Fishermen pulled their boats onto the gravel, a baker opened the shutters of a narrow shop, and the smell of bread drifted over the water. Children ran along the quay toward the old stone school, where a bell rang twice every morning. Nobody remembered who had cast the bell or why it rang twice, but the town kept the habit, the way towns keep most of their habits: without asking."
 
 if [ -z "${MODELS:-}" ]; then
-    bash "$root/scripts/fetch_qwen_coder.sh"
+    bash "$root/scripts/fetch_real_models.sh" qwen2.5-coder
     MODELS="$FIX/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     for t in q8_0 q4_0; do
         m=$FIX/bench/qwen3moe-a3b-shaped-l4-$t.gguf
