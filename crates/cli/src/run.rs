@@ -48,9 +48,12 @@ pub fn thread_count(threads: Option<usize>) -> usize {
 }
 
 /// Opens a model file (memory-mapped) for running.
+/// Opens a model that runs fully resident: its pages are read and mapped at once (as
+/// llama.cpp's loader does), so that the first forward pass does not pay a page fault at each
+/// first touch of a weight.
 pub fn open_model(path: &Path) -> Result<GgufFile> {
     // The reader's errors name the file themselves.
-    Ok(GgufFile::open(path)?)
+    Ok(GgufFile::open_resident(path)?)
 }
 
 /// The model's graph description, with errors naming the file.
@@ -187,8 +190,10 @@ pub const MODE_LINE: &str = "mode: resident, no expert streaming in this build, 
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
+    let t_load = Instant::now();
     let file = open_model(&opts.model)?;
     let model = load_model(&file, &opts.model)?;
+    let load_s = t_load.elapsed().as_secs_f64();
     let tokenizer = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("{name}: cannot build the tokenizer"))?;
     let (ids, chat) = prompt_ids(opts, &file, &tokenizer, &name)?;
@@ -241,6 +246,11 @@ pub fn run(opts: &Options) -> Result<()> {
         min_p: opts.min_p,
         seed,
     });
+    let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
+    eprintln!(
+        "sluice: loaded {name} ({:.2} GiB, read into memory) in {load_s:.3} s",
+        size as f64 / (1u64 << 30) as f64,
+    );
     eprintln!(
         "sluice: {} threads, context {n_ctx}, seed {}",
         n_threads,

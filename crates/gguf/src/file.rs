@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapOptions};
 
 use crate::error::GgufError;
 use crate::parse::{Header, TensorInfo};
@@ -67,7 +67,7 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
-    fn open(path: &Path, index: usize) -> Result<Shard, GgufError> {
+    fn open(path: &Path, index: usize, populate: bool) -> Result<Shard, GgufError> {
         let io_err = |error| GgufError::Io {
             path: path.to_owned(),
             error,
@@ -77,12 +77,16 @@ impl Shard {
         let map = if len == 0 {
             Backing::Empty
         } else {
+            let mut opts = MmapOptions::new();
+            if populate {
+                opts.populate();
+            }
             // SAFETY: the map is read-only and private to this process. Memory safety also
             // needs the file not to be truncated or rewritten while it is mapped; model files
             // are treated as immutable while open (as by every mmap-based GGUF loader), and a
             // concurrent writer is outside this crate's contract. All reads from the map are
             // bounds-checked against the length validated at parse time.
-            let m = unsafe { Mmap::map(&file) }.map_err(io_err)?;
+            let m = unsafe { opts.map(&file) }.map_err(io_err)?;
             Backing::Mapped(m)
         };
         let header = Header::parse(map.bytes(), index).map_err(|e| e.in_file(path))?;
@@ -153,8 +157,20 @@ impl GgufFile {
     /// (`split.count` > 1), every shard is opened from the names
     /// `<prefix>-0000N-of-0000M.gguf` and checked to agree.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
-        let path = path.as_ref();
-        let first = Shard::open(path, 0)?;
+        Self::open_impl(path.as_ref(), false)
+    }
+
+    /// [`GgufFile::open`] for a model that will run fully resident: every shard is mapped with
+    /// its pages read and mapped in at once (`MAP_POPULATE` on Linux; elsewhere the same as
+    /// `open`). Opening then costs the whole file's read, once, instead of a page fault at each
+    /// first touch during the first forward pass. Not for files larger than the memory
+    /// available: the kernel would read all of it only to evict most again.
+    pub fn open_resident(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        Self::open_impl(path.as_ref(), true)
+    }
+
+    fn open_impl(path: &Path, populate: bool) -> Result<GgufFile, GgufError> {
+        let first = Shard::open(path, 0, populate)?;
         let count = split_u16(&first, KEY_SPLIT_COUNT)?.unwrap_or(1);
         if count <= 1 {
             if let Some(no) = split_u16(&first, KEY_SPLIT_NO)?
@@ -206,7 +222,7 @@ impl GgufFile {
                     path: p,
                 });
             }
-            let shard = Shard::open(&p, usize::from(i))?;
+            let shard = Shard::open(&p, usize::from(i), populate)?;
             let found_no = split_u16(&shard, KEY_SPLIT_NO)?;
             if found_no != Some(i) {
                 return Err(GgufError::SplitMismatch {
@@ -241,7 +257,7 @@ impl GgufFile {
 
     /// Open exactly one file, ignoring any `split.*` keys (for inspecting a single shard).
     pub fn open_single(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
-        Self::from_shards(vec![Shard::open(path.as_ref(), 0)?])
+        Self::from_shards(vec![Shard::open(path.as_ref(), 0, false)?])
     }
 
     fn from_shards(shards: Vec<Shard>) -> Result<GgufFile, GgufError> {
