@@ -15,6 +15,8 @@
 
 use std::arch::x86_64::*;
 
+mod q4k8;
+
 use super::super::legacy::{IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, QK, f16_to_f32};
 use super::{
     GroupedDot, Q4_0_VALUES, Q4K_BYTES, Q4K_D, Q4K_DMIN, Q4K_QS, Q4K_SCALES, Q8K_BSUMS, Q8K_BYTES,
@@ -485,6 +487,29 @@ wrap! {
     dot_q4_0, dot_rows_q4_0 => q4_0_rows;
     dot_iq4_nl, dot_rows_iq4_nl => iq4_nl_rows;
     dot_mxfp4, dot_rows_mxfp4 => mxfp4_rows;
-    dot_q4_k, dot_rows_q4_k => q4_k_rows::<false>;
-    dot_q4_k_pairs, dot_rows_q4_k_pairs => q4_k_rows::<true>;
+}
+
+fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut out = [0f32];
+    // SAFETY: only reachable through an AVX2 table (see above), so the CPU has the features
+    // the kernel is compiled for.
+    unsafe { q4_k_rows::<1, false>(n, w, a, &mut out) };
+    out[0]
+}
+
+fn dot_q4_k_pairs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut out = [0f32];
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4_k_rows::<1, true>(n, w, a, &mut out) };
+    out[0]
+}
+
+fn dot_rows_q4_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4k8::q4_k_rows8::<false>(n, w, a, out) }
+}
+
+fn dot_rows_q4_k_pairs(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4k8::q4_k_rows8::<true>(n, w, a, out) }
 }
