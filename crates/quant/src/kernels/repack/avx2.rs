@@ -15,6 +15,7 @@
 
 use std::arch::x86_64::*;
 
+mod lut8;
 mod q4k8;
 
 use super::super::legacy::{IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, QK, f16_to_f32};
@@ -275,6 +276,11 @@ const MXFP4_PLUS_12: [i8; 16] = {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     const _: () = assert!(Q4_0_VALUES[0] == -8);
+    if R == ROWS {
+        return lut8::lut4_rows8::<Q4_0_BYTES>(n, w, a, out, 2, None, Decode::Offset(8), |x| {
+            lut8::f16_lanes8(x, 0)
+        });
+    }
     lut4_rows::<R, Q4_0_BYTES>(n, w, a, out, 2, None, Decode::Offset(8), |rows, b| {
         f16_lanes(rows, b, 0)
     });
@@ -282,6 +288,18 @@ fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    if R == ROWS {
+        return lut8::lut4_rows8::<IQ4_NL_BYTES>(
+            n,
+            w,
+            a,
+            out,
+            2,
+            Some(&KVALUES_IQ4NL),
+            Decode::Signed,
+            |x| lut8::f16_lanes8(x, 0),
+        );
+    }
     lut4_rows::<R, IQ4_NL_BYTES>(
         n,
         w,
@@ -296,6 +314,18 @@ fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn mxfp4_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    if R == ROWS {
+        return lut8::lut4_rows8::<MXFP4_BYTES>(
+            n,
+            w,
+            a,
+            out,
+            1,
+            Some(&MXFP4_PLUS_12),
+            Decode::Offset(12),
+            |x| lut8::e8m0_lanes8(x, 0),
+        );
+    }
     lut4_rows::<R, MXFP4_BYTES>(
         n,
         w,
