@@ -56,20 +56,25 @@ macro_rules! unroll4 {
     }};
 }
 
-/// The 12 scale bytes of the Q4_K blocks `x0` (low 128-bit lane) and `x1` (high lane)
-/// unpacked into 16 bytes each: eight 6-bit scales, then eight 6-bit mins.
+/// The first 16 bytes of the Q4_K blocks `x0` (low 128-bit lane) and `x1` (high lane):
+/// `d`, `dmin` and the 12 scale bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn scales_mins_x2(x0: &[u8; Q4K_BYTES], x1: &[u8; Q4K_BYTES]) -> __m256i {
-    let v = _mm256_inserti128_si256::<1>(
-        _mm256_castsi128_si256(load128(&x0[Q4K_SCALES..])),
-        load128(&x1[Q4K_SCALES..]),
-    );
-    // Words of `a`: s[0..4], s[8..12], s[4..8], s[8..12].
+fn heads_x2(x0: &[u8; Q4K_BYTES], x1: &[u8; Q4K_BYTES]) -> __m256i {
+    const { assert!(Q4K_D == 0 && super::super::Q4K_DMIN == 2 && Q4K_SCALES == 4) };
+    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(load128(x0)), load128(x1))
+}
+
+/// The 12 scale bytes of each 128-bit lane of `v` (block heads as [`heads_x2`] loads them)
+/// unpacked into 16 bytes: eight 6-bit scales, then eight 6-bit mins.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales_mins_x2(v: __m256i) -> __m256i {
+    // Words of `a`: s[0..4], s[8..12], s[4..8], s[8..12] (s = bytes 4..16 of the head).
     let a = _mm256_shuffle_epi8(
         v,
         _mm256_broadcastsi128_si256(_mm_setr_epi8(
-            0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+            4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15,
         )),
     );
     // Words of `h`: 0, s[0..4], 0, s[4..8] (their top two bits are the high bits of scales
@@ -77,7 +82,7 @@ fn scales_mins_x2(x0: &[u8; Q4K_BYTES], x1: &[u8; Q4K_BYTES]) -> __m256i {
     let h = _mm256_shuffle_epi8(
         v,
         _mm256_broadcastsi128_si256(_mm_setr_epi8(
-            -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7,
+            -1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11,
         )),
     );
     let low = _mm256_and_si256(
@@ -147,16 +152,16 @@ fn reduce8(v: &[__m256i; 8]) -> __m256i {
     )
 }
 
-/// `(d · da, dmin · da)` of the eight blocks `x`, block `r` in lane `r` of each.
+/// `(d · da, dmin · da)` of eight blocks, row `r`'s in lane `r` of each, from their heads
+/// (rows p and p + 4 in `heads[p]`, as [`heads_x2`] loads them).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn d_dmin(x: &[&[u8; Q4K_BYTES]; ROWS], da: __m256) -> (__m256, __m256) {
-    const { assert!(super::super::Q4K_DMIN == Q4K_D + 2) };
-    let w = |r: usize| {
-        let b = x[r];
-        i32::from_le_bytes([b[Q4K_D], b[Q4K_D + 1], b[Q4K_D + 2], b[Q4K_D + 3]])
-    };
-    let v = _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+fn d_dmin(heads: &[__m256i; 4], da: __m256) -> (__m256, __m256) {
+    // The first word (d, dmin) of each lane: rows 0..4 in the low lane, 4..8 in the high.
+    let v = _mm256_unpacklo_epi64(
+        _mm256_unpacklo_epi32(heads[0], heads[1]),
+        _mm256_unpacklo_epi32(heads[2], heads[3]),
+    );
     // Per 128-bit lane: the four d, then the four dmin.
     let s = _mm256_shuffle_epi8(
         v,
@@ -201,9 +206,10 @@ pub(super) fn q4_k_rows8<const PAIRS: bool>(n: usize, w: &[u8], a: &[u8], out: &
         ));
         // Per pair of sub-blocks j: min · sum + min · sum of row p (lanes 0..4) and row
         // p + 4 (lanes 4..8).
+        let heads: [__m256i; 4] = std::array::from_fn(|p| heads_x2(x[p], x[p + 4]));
         let mut mp = [_mm256_setzero_si256(); 4];
         for (p, m) in mp.iter_mut().enumerate() {
-            let sm = scales_mins_x2(x[p], x[p + 4]);
+            let sm = scales_mins_x2(heads[p]);
             for h in 0..2 {
                 let words = _mm256_shuffle_epi8(sm, scale_words_ctl(h as i8));
                 // SAFETY: `sbuf[2p + h]` is 32 writable bytes; `storeu` has no alignment
@@ -213,7 +219,7 @@ pub(super) fn q4_k_rows8<const PAIRS: bool>(n: usize, w: &[u8], a: &[u8], out: &
             *m = _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mins_ctl()), q8s);
         }
         let da = _mm256_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
-        let (d, dmin) = d_dmin(&x, da);
+        let (d, dmin) = d_dmin(&heads, da);
         // Read the scale words back from memory: a broadcast load costs no shuffle.
         let sb = std::hint::black_box(&sbuf.0);
         let sw =
