@@ -1,17 +1,20 @@
 //! AVX2 + FMA + F16C versions of the [`SumOrder::Repacked`] kernels.
 //!
-//! Each kernel works on up to 8 consecutive weight rows at once, one row per f32 lane, the
-//! way llama.cpp's interleaved kernels do: per block, every row's integer block sum is
-//! formed in eight i32 partial sums, the eight rows' partial sums are added into one vector
-//! holding one row total per lane, and one vector FMA applies the scales. Lane `r` therefore
-//! performs exactly the scalar kernel's float operations on row `r`; the single-row kernel
-//! is the same code with one row, so every row gives the same bits whichever kernel computes
-//! it.
+//! Each kernel works on 8 consecutive weight rows at once (or one), one row per f32 lane,
+//! the way llama.cpp's interleaved kernels do: per float step (a block; for Q4_K a
+//! super-block or a pair of sub-blocks), every row's exact integer total is formed, the
+//! eight rows' totals are put into one vector holding one row total per lane, and one vector
+//! FMA applies the scales. Lane `r` therefore performs exactly the scalar kernel's float
+//! operations on row `r`, so every row gives the same bits whichever kernel computes it.
 //!
-//! Integer products take the activation's magnitude as the unsigned `maddubs` operand and
-//! the weight signed by the activation's sign (weights are at most 127 in magnitude, so the
-//! negation never wraps, and |a| = 128 is representable unsigned): the sums are exact for
-//! every input, and no 16-bit pair sum saturates (at most 2 · 128 · 127).
+//! The single-row kernels are the generic code of this file with one row; the 8-row kernels
+//! (the ones a matrix × vector product uses) are tuned separately in `avx2/lut8.rs` (Q4_0,
+//! IQ4_NL, MXFP4) and `avx2/q4k8.rs` (Q4_K): there the integer work of two rows shares one
+//! vector or the scale loads are broadcasts, and the rows' partial sums meet in one
+//! transposing reduction per float step.
+//!
+//! Integer products are exact for every input, an activation quant of -128 included (see
+//! each kernel for its ranges): no 16-bit sum saturates.
 
 use std::arch::x86_64::*;
 
