@@ -371,3 +371,101 @@ fn repacked_types_with_row_counts_divisible_by_8() {
         assert!(grouped_kernels(isa, SumOrder::Repacked, GgmlType::Q4_0).is_none());
     }
 }
+
+/// Extreme inputs, where the integer sums are largest and the scales at their limits: every
+/// weight quant at its largest magnitude (and at the other end of the table), every 6-bit
+/// Q4_K scale and min at 63, activation quants all -128 or all 127 (or alternating), f16
+/// scales at the f16 maximum and at the smallest subnormal, E8M0 exponents 0, 1, 254, 255.
+/// The best table's single-row, 8-row and grouped kernels give the scalar bits.
+#[test]
+fn extreme_values_give_the_scalar_bits() {
+    let (s, best) = (Kernels::scalar(), Kernels::detect());
+    let mut rng = Rng(5);
+    for ty in TYPES {
+        let act = act_type(ty);
+        for blocks in [1usize, 2, 5] {
+            let n = blocks * ty.block_size();
+            for qbyte in [0x00u8, 0xff, 0x77, 0x88, 0x0f, 0xf0] {
+                for scale in [0x7bffu16, 0x0001, 0x3c00, 0xfbff] {
+                    let mut w = weights(ty, 8, n, &mut rng);
+                    for b in w.chunks_exact_mut(ty.type_size()) {
+                        match ty {
+                            GgmlType::MXFP4 => {
+                                b[0] = [0u8, 1, 254, 255][rng.below(4) as usize];
+                                b[1..].fill(qbyte);
+                            }
+                            GgmlType::Q4_K => {
+                                b[..2].copy_from_slice(&scale.to_le_bytes());
+                                b[2..4].copy_from_slice(&scale.to_le_bytes());
+                                b[4..16].fill(0xff);
+                                b[16..].fill(qbyte);
+                            }
+                            _ => {
+                                b[..2].copy_from_slice(&scale.to_le_bytes());
+                                b[2..].fill(qbyte);
+                            }
+                        }
+                    }
+                    let quants: [fn(&mut Rng) -> u8; 3] =
+                        [|_| 0x80, |_| 0x7f, |r| [0x80u8, 0x7f][r.below(2) as usize]];
+                    for quant in quants {
+                        let mut a = activation_bytes(act, n, &mut rng, Some(quant));
+                        for b in a.chunks_exact_mut(act.type_size()) {
+                            if act == GgmlType::Q8_0 {
+                                b[..2].copy_from_slice(&0x3c00u16.to_le_bytes());
+                            } else {
+                                b[..4].copy_from_slice(&1.0f32.to_le_bytes());
+                            }
+                        }
+                        check_rows(
+                            dot_in(s, ty),
+                            dot_in(best, ty),
+                            best.dot_rows_in(SumOrder::Repacked, ty),
+                            n,
+                            &w,
+                            &a,
+                        )
+                        .unwrap();
+                        if ty == GgmlType::Q4_K {
+                            let (gs, gb) = (grouped(s), grouped(best));
+                            check_rows(gs.dot, gb.dot, gb.dot_rows, n, &w, &a).unwrap();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whole matrices through the matrix × vector product (chunks of rows over two threads, the
+/// 8-row kernels one group after another, longer rows than the property test): every output
+/// element has the scalar kernel's bits.
+#[test]
+fn matrix_products_give_the_scalar_bits() {
+    let pool = ThreadPool::new(2).unwrap();
+    let (s, best) = (Kernels::scalar(), Kernels::detect());
+    let mut rng = Rng(13);
+    for ty in TYPES {
+        for (rows, blocks) in [(64usize, 3usize), (136, 16), (8, 40)] {
+            let n = blocks * ty.block_size();
+            let w = weights(ty, rows, n, &mut rng);
+            let x = random_floats(n, &mut rng);
+            let k = RowKernel::for_weight(best, ty, rows, n, false).unwrap();
+            assert_eq!(k.order, SumOrder::Repacked);
+            let mut out = vec![0f32; rows];
+            let mut scratch = Vec::new();
+            matvec_with(&pool, &k, &w, rows, n, &x, &mut out, &mut scratch).unwrap();
+            let mut q = vec![0u8; row_bytes(act_type(ty), n)];
+            (k.quantize)(&x, &mut q);
+            let reference = dot_in(s, ty);
+            let rb = row_bytes(ty, n);
+            for (r, (row, got)) in w.chunks_exact(rb).zip(&out).enumerate() {
+                assert_eq!(
+                    got.to_bits(),
+                    reference(n, row, &q).to_bits(),
+                    "{ty}, {rows} x {n}, row {r}"
+                );
+            }
+        }
+    }
+}

@@ -1,19 +1,25 @@
 //! AVX2 + FMA + F16C versions of the [`SumOrder::Repacked`] kernels.
 //!
-//! Each kernel works on up to 8 consecutive weight rows at once, one row per f32 lane, the
-//! way llama.cpp's interleaved kernels do: per block, every row's integer block sum is
-//! formed in eight i32 partial sums, the eight rows' partial sums are added into one vector
-//! holding one row total per lane, and one vector FMA applies the scales. Lane `r` therefore
-//! performs exactly the scalar kernel's float operations on row `r`; the single-row kernel
-//! is the same code with one row, so every row gives the same bits whichever kernel computes
-//! it.
+//! Each kernel works on 8 consecutive weight rows at once (or one), one row per f32 lane,
+//! the way llama.cpp's interleaved kernels do: per float step (a block; for Q4_K a
+//! super-block or a pair of sub-blocks), every row's exact integer total is formed, the
+//! eight rows' totals are put into one vector holding one row total per lane, and one vector
+//! FMA applies the scales. Lane `r` therefore performs exactly the scalar kernel's float
+//! operations on row `r`, so every row gives the same bits whichever kernel computes it.
 //!
-//! Integer products take the activation's magnitude as the unsigned `maddubs` operand and
-//! the weight signed by the activation's sign (weights are at most 127 in magnitude, so the
-//! negation never wraps, and |a| = 128 is representable unsigned): the sums are exact for
-//! every input, and no 16-bit pair sum saturates (at most 2 · 128 · 127).
+//! The single-row kernels are the generic code of this file with one row; the 8-row kernels
+//! (the ones a matrix × vector product uses) are tuned separately in `avx2/lut8.rs` (Q4_0,
+//! IQ4_NL, MXFP4) and `avx2/q4k8.rs` (Q4_K): there the integer work of two rows shares one
+//! vector or the scale loads are broadcasts, and the rows' partial sums meet in one
+//! transposing reduction per float step.
+//!
+//! Integer products are exact for every input, an activation quant of -128 included (see
+//! each kernel for its ranges): no 16-bit sum saturates.
 
 use std::arch::x86_64::*;
+
+mod lut8;
+mod q4k8;
 
 use super::super::legacy::{IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, QK, f16_to_f32};
 use super::{
@@ -113,6 +119,59 @@ impl<'a, const R: usize, const WB: usize> Rows<'a, R, WB> {
         let (blocks, _) = w.as_chunks::<WB>();
         Rows {
             rows: std::array::from_fn(|r| &blocks[r * nb..(r + 1) * nb]),
+        }
+    }
+}
+
+/// Reads the 32-bit word at one byte offset of block `b` of each of 8 rows with one gather
+/// instruction (far cheaper than eight scalar loads put together in a vector).
+#[derive(Clone, Copy)]
+struct RowWords {
+    /// Byte distance of each row's start from row 0's, when all fit in an i32.
+    offsets: Option<__m256i>,
+}
+
+impl RowWords {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn new<const WB: usize>(rows: &Rows<'_, 8, WB>) -> RowWords {
+        let base = rows.rows[0].as_ptr() as isize;
+        let off = |r: usize| i32::try_from(rows.rows[r].as_ptr() as isize - base).ok();
+        let offsets = (1..8).all(|r| off(r).is_some()).then(|| {
+            let o = |r: usize| off(r).unwrap_or(0);
+            _mm256_setr_epi32(o(0), o(1), o(2), o(3), o(4), o(5), o(6), o(7))
+        });
+        RowWords { offsets }
+    }
+
+    /// Lane `r`: the little-endian u32 at bytes `at..at + 4` of block `b` of row `r`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn get<const WB: usize>(&self, rows: &Rows<'_, 8, WB>, b: usize, at: usize) -> __m256i {
+        assert!(at + 4 <= WB, "word at {at} beyond a block of {WB} bytes");
+        let word = |r: usize| {
+            let x = &rows.rows[r][b];
+            i32::from_le_bytes([x[at], x[at + 1], x[at + 2], x[at + 3]])
+        };
+        match self.offsets {
+            Some(offsets) => {
+                let base: *const u8 = rows.rows[0][b][at..].as_ptr();
+                // SAFETY: lane r reads the 4 bytes at `base + offsets[r]`, which is byte
+                // `at` (at most WB - 4) of block `b` of row `r`: every row has the same
+                // number of blocks (`Rows::new`), so block `b` exists in each, and
+                // `offsets[r]` is row r's distance from row 0.
+                unsafe { _mm256_i32gather_epi32::<1>(base.cast(), offsets) }
+            }
+            None => _mm256_setr_epi32(
+                word(0),
+                word(1),
+                word(2),
+                word(3),
+                word(4),
+                word(5),
+                word(6),
+                word(7),
+            ),
         }
     }
 }
@@ -273,6 +332,18 @@ const MXFP4_PLUS_12: [i8; 16] = {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     const _: () = assert!(Q4_0_VALUES[0] == -8);
+    if R == ROWS {
+        return lut8::lut4_rows8::<Q4_0_BYTES>(
+            n,
+            w,
+            a,
+            out,
+            2,
+            None,
+            Decode::Offset(8),
+            |x, _, _, _| lut8::f16_lanes8(x, 0),
+        );
+    }
     lut4_rows::<R, Q4_0_BYTES>(n, w, a, out, 2, None, Decode::Offset(8), |rows, b| {
         f16_lanes(rows, b, 0)
     });
@@ -280,6 +351,18 @@ fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    if R == ROWS {
+        return lut8::lut4_rows8::<IQ4_NL_BYTES>(
+            n,
+            w,
+            a,
+            out,
+            2,
+            Some(&KVALUES_IQ4NL),
+            Decode::Signed,
+            |x, _, _, _| lut8::f16_lanes8(x, 0),
+        );
+    }
     lut4_rows::<R, IQ4_NL_BYTES>(
         n,
         w,
@@ -294,6 +377,18 @@ fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn mxfp4_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    if R == ROWS {
+        return lut8::lut4_rows8::<MXFP4_BYTES>(
+            n,
+            w,
+            a,
+            out,
+            1,
+            Some(&MXFP4_PLUS_12),
+            Decode::Offset(12),
+            |_, g, rows, b| lut8::e8m0_lanes8(g, rows, b, 0),
+        );
+    }
     lut4_rows::<R, MXFP4_BYTES>(
         n,
         w,
@@ -485,6 +580,29 @@ wrap! {
     dot_q4_0, dot_rows_q4_0 => q4_0_rows;
     dot_iq4_nl, dot_rows_iq4_nl => iq4_nl_rows;
     dot_mxfp4, dot_rows_mxfp4 => mxfp4_rows;
-    dot_q4_k, dot_rows_q4_k => q4_k_rows::<false>;
-    dot_q4_k_pairs, dot_rows_q4_k_pairs => q4_k_rows::<true>;
+}
+
+fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut out = [0f32];
+    // SAFETY: only reachable through an AVX2 table (see above), so the CPU has the features
+    // the kernel is compiled for.
+    unsafe { q4_k_rows::<1, false>(n, w, a, &mut out) };
+    out[0]
+}
+
+fn dot_q4_k_pairs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut out = [0f32];
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4_k_rows::<1, true>(n, w, a, &mut out) };
+    out[0]
+}
+
+fn dot_rows_q4_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4k8::q4_k_rows8::<false>(n, w, a, out) }
+}
+
+fn dot_rows_q4_k_pairs(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4k8::q4_k_rows8::<true>(n, w, a, out) }
 }
