@@ -2,6 +2,7 @@
 //!
 //! Argument parsing and output only: the work is done by the library crates.
 
+mod analyze;
 mod inspect;
 mod logits;
 mod npy;
@@ -79,6 +80,8 @@ enum Command {
     /// token i. No chat template is applied: -p is tokenized with the BOS the model's metadata
     /// asks for (special-token text not parsed); --tokens runs exactly the ids given.
     Logits(LogitsArgs),
+    /// Offline analyses of recorded runs (`analyze replay TRACE.csv --budget-mb ...`).
+    Analyze(analyze::AnalyzeArgs),
 }
 
 /// KV cache storage type.
@@ -499,6 +502,7 @@ fn main() -> ExitCode {
             dump: args.dump,
             dump_names: args.dump_names,
         }),
+        Command::Analyze(args) => analyze::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

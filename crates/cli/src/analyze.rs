@@ -1,0 +1,250 @@
+//! `sluice analyze`: offline analyses of recorded runs.
+//!
+//! `analyze replay` replays a routing trace (`route_trace v1`) through a fixed-budget expert
+//! cache at several budgets and policies; the simulation itself is the `trace` crate's.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use trace::replay::{MIB, ReplayStats, Workload};
+use trace::{Phase, Policy, read_route_trace};
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    #[command(subcommand)]
+    command: AnalyzeCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum AnalyzeCommand {
+    /// Replay a routing trace through an expert cache of each budget, under each policy.
+    ///
+    /// One lookup per distinct expert per layer batch (one layer's routing of one decode
+    /// token, or of the whole prompt), a miss reads that layer's expert size, eviction runs
+    /// after the batch and spares what the batch touched. hit_pct is decode-only; hit_all
+    /// counts prefill too. Budgets are MiB (2^20 bytes). See docs/replay.md.
+    Replay(ReplayArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// The trace (`route_trace v1` CSV, as written by `--route-trace`).
+    trace: PathBuf,
+    /// Cache budgets in MiB, comma-separated.
+    #[arg(
+        long = "budget-mb",
+        value_delimiter = ',',
+        required = true,
+        value_name = "MIB,..."
+    )]
+    budget_mb: Vec<u64>,
+    /// Eviction policies, comma-separated: lru, belady.
+    #[arg(long, value_delimiter = ',', default_value = "lru,belady", value_parser = parse_policy, value_name = "POLICY,...")]
+    policy: Vec<Policy>,
+    /// Also write `budget_mib,policy,hit_pct` rows (decode-only hit %) to this CSV file.
+    #[arg(long, value_name = "OUT")]
+    csv: Option<PathBuf>,
+    /// Also draw decode hit % against budget, one curve per policy, as a PNG.
+    #[arg(long, value_name = "OUT")]
+    png: Option<PathBuf>,
+    /// TrueType font for the chart's text (default: a system sans-serif font such as DejaVu
+    /// Sans or Liberation Sans).
+    #[arg(long, value_name = "FILE", requires = "png")]
+    font: Option<PathBuf>,
+}
+
+fn parse_policy(name: &str) -> Result<Policy, String> {
+    Policy::from_name(name)
+        .ok_or_else(|| format!("unknown policy `{name}` (expected lru or belady)"))
+}
+
+pub fn run(args: AnalyzeArgs) -> Result<()> {
+    match args.command {
+        AnalyzeCommand::Replay(args) => replay(args),
+    }
+}
+
+fn replay(args: ReplayArgs) -> Result<()> {
+    let mut budgets = args.budget_mb.clone();
+    budgets.sort_unstable();
+    budgets.dedup();
+    let mut policies = args.policy.clone();
+    policies.dedup();
+    if budgets.contains(&0) {
+        bail!("--budget-mb: budgets must be positive");
+    }
+
+    let trace = read_route_trace(&args.trace)?;
+    let workload = Workload::new(&trace);
+    let prefill_batches = workload
+        .batches()
+        .iter()
+        .filter(|b| b.phase == Phase::Prefill)
+        .count();
+    let mut results: Vec<(u64, ReplayStats)> = Vec::new();
+    for &policy in &policies {
+        for &mib in &budgets {
+            let bytes = mib
+                .checked_mul(MIB)
+                .with_context(|| format!("--budget-mb {mib}: too large"))?;
+            results.push((mib, workload.replay(policy, bytes)));
+        }
+    }
+    // Table order: budget, then policy as given.
+    results.sort_by_key(|(mib, s)| (*mib, policies.iter().position(|p| *p == s.policy)));
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "trace: {} ({} {}, {} layers with experts, {} experts, top-{})",
+        args.trace.display(),
+        trace.arch,
+        trace.model,
+        trace.layers.len(),
+        trace.n_expert,
+        trace.n_expert_used
+    );
+    let _ = writeln!(
+        out,
+        "layer batches: {} ({} prefill + {} decode), {} decoded tokens; one token cycle {:.1} MiB",
+        workload.batches().len(),
+        prefill_batches,
+        workload.batches().len() - prefill_batches,
+        trace.decode_tokens(),
+        trace.token_cycle_bytes() as f64 / MIB as f64
+    );
+    let _ = writeln!(
+        out,
+        "{:>10}  {:<7} {:>8} {:>8} {:>15} {:>12}",
+        "budget_mib", "policy", "hit_pct", "hit_all", "read_MiB/token", "read_MiB_all"
+    );
+    for (mib, s) in &results {
+        let _ = writeln!(
+            out,
+            "{:>10}  {:<7} {:>8.3} {:>8.3} {:>15.2} {:>12.1}",
+            mib,
+            s.policy.name(),
+            s.decode.hit_pct(),
+            s.total().hit_pct(),
+            s.decode_miss_mib_per_token(),
+            s.total().miss_bytes as f64 / MIB as f64
+        );
+    }
+    let _ = writeln!(
+        out,
+        "(hit_pct and read_MiB/token: decode only; hit_all and read_MiB_all: prefill too)"
+    );
+    print!("{out}");
+
+    if let Some(path) = &args.csv {
+        let mut csv = String::from("budget_mib,policy,hit_pct\n");
+        for (mib, s) in &results {
+            let _ = writeln!(csv, "{mib},{},{:.3}", s.policy.name(), s.decode.hit_pct());
+        }
+        std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.png {
+        let font = load_font(args.font.as_deref())?;
+        draw_png(path, &policies, &results, font)
+            .with_context(|| format!("drawing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Where common systems keep a sans-serif TrueType font.
+const SYSTEM_FONTS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+    "/System/Library/Fonts/Supplemental/Arial.ttf",
+    "/Library/Fonts/Arial.ttf",
+    "C:\\Windows\\Fonts\\arial.ttf",
+];
+
+/// Reads the chart font. The bytes live as long as the process (the plotting library keeps a
+/// registry of `'static` fonts); one font per run.
+fn load_font(explicit: Option<&Path>) -> Result<&'static [u8]> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => SYSTEM_FONTS
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .with_context(|| {
+                format!(
+                    "--png: no TrueType font for the chart's text (looked for {}); pass --font FILE.ttf",
+                    SYSTEM_FONTS.join(", ")
+                )
+            })?,
+    };
+    let bytes = std::fs::read(&path).with_context(|| format!("reading font {}", path.display()))?;
+    Ok(Box::leak(bytes.into_boxed_slice()))
+}
+
+fn draw_png(
+    path: &Path,
+    policies: &[Policy],
+    results: &[(u64, ReplayStats)],
+    font: &'static [u8],
+) -> Result<()> {
+    use plotters::prelude::*;
+
+    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| anyhow::anyhow!("the font file is not a TrueType/OpenType font"))?;
+    let max_mib = results.iter().map(|(m, _)| *m).max().unwrap_or(1) as f64;
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Expert-cache replay: decode hit % vs budget",
+            ("sans-serif", 24),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..max_mib * 1.05, 0.0..100.0)?;
+    chart
+        .configure_mesh()
+        .x_desc("cache budget (MiB)")
+        .y_desc("decode hit %")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()?;
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+    ];
+    for (i, &policy) in policies.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        let points: Vec<(f64, f64)> = results
+            .iter()
+            .filter(|(_, s)| s.policy == policy)
+            .map(|(m, s)| (*m as f64, s.decode.hit_pct()))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+            .label(policy.name())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,15 @@
+//! MoE routing traces and offline expert-cache replay.
+//!
+//! [`parse`] reads the `route_trace v1` long-format CSV (one row per routed expert, a `#`
+//! preamble with the model's shape and the bytes of one expert per layer) and groups its rows
+//! into *layer batches*: the experts one MoE layer routed in one forward call. [`replay`] runs
+//! those batches through a fixed-budget expert cache under a given eviction policy and counts
+//! hits and flash bytes read, decode phase separately from prefill. See docs/replay.md.
+
+mod error;
+pub mod parse;
+pub mod replay;
+
+pub use error::TraceError;
+pub use parse::{LayerInfo, Phase, RouteRow, RouteTrace, read_route_trace};
+pub use replay::{Batch, Policy, ReplayStats, replay};

@@ -1,0 +1,515 @@
+//! The `route_trace v1` format.
+//!
+//! ```text
+//! # route_trace v1
+//! # model=<path> arch=<string> n_layer=<int> n_expert=<int> n_expert_used=<int>
+//! # layer=<int> expert_bytes=<int> dense_bytes=<int>        (one per MoE layer)
+//! turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped
+//! 0,0,0,0,0,49,0.221297,0,3059712,0
+//! ...
+//! ```
+//!
+//! Columns are read by name: `turn`, `phase`, `step`, `layer`, `slot` and `expert` are
+//! required; `weight`, `residency`, `expert_bytes` and `dropped` are optional (older writers
+//! lack `dropped`), and columns this reader does not know are skipped, since writers only ever
+//! append columns within `v1`. Preamble keys this reader does not know are skipped too, and so
+//! are `#` lines it does not recognise. Blank lines are ignored.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use crate::TraceError;
+
+/// The first line of every trace.
+pub const MAGIC: &str = "# route_trace v1";
+
+/// Which forward pass routed a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    /// `phase=0`: the prompt, many tokens in one batched pass.
+    Prefill,
+    /// `phase=1`: one generated token per step.
+    Decode,
+}
+
+/// Static facts about one MoE layer, from its `# layer=` preamble line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerInfo {
+    /// Bytes of one routed expert of this layer: what a cache miss reads from flash.
+    pub expert_bytes: u64,
+    /// Bytes of the layer's dense (always resident) weights.
+    pub dense_bytes: u64,
+}
+
+/// One routed expert: one data row of the trace.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RouteRow {
+    /// 1-based line number in the file.
+    pub line: usize,
+    /// Session turn (0 for a one-shot run).
+    pub turn: u32,
+    pub phase: Phase,
+    /// Absolute context position of the routed token (may be negative: unattributed).
+    pub step: i64,
+    pub layer: u32,
+    /// The router's rank of this expert, 0 = top choice.
+    pub slot: u32,
+    /// The routed expert id.
+    pub expert: u32,
+    /// The applied routing weight; `None` when the column is absent or holds `nan` (unknown).
+    pub weight: Option<f32>,
+    /// What the recording engine's cache did: 0 = miss, 1 = hit, 2 = hit on a prefetch.
+    pub residency: Option<u8>,
+    /// Flash bytes this routing read in the recording run (0 unless it was a miss).
+    pub expert_bytes: Option<u64>,
+    /// Whether the recording run dropped this routing (never read it).
+    pub dropped: Option<bool>,
+}
+
+/// A parsed routing trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteTrace {
+    /// Model path as recorded (may contain spaces).
+    pub model: String,
+    pub arch: String,
+    pub n_layer: u32,
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    /// Per-layer facts, keyed by layer index.
+    pub layers: BTreeMap<u32, LayerInfo>,
+    /// The data rows in file order.
+    pub rows: Vec<RouteRow>,
+}
+
+/// Reads and parses a trace file; errors name the file.
+pub fn read_route_trace(path: &Path) -> Result<RouteTrace, TraceError> {
+    let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let name = path.display().to_string();
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..offset]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
+        TraceError::Malformed {
+            source_name: name.clone(),
+            line,
+            message: "expected UTF-8 text".to_string(),
+        }
+    })?;
+    RouteTrace::parse(&text, &name)
+}
+
+/// The column positions of one trace's header line.
+struct Columns {
+    count: usize,
+    turn: usize,
+    phase: usize,
+    step: usize,
+    layer: usize,
+    slot: usize,
+    expert: usize,
+    weight: Option<usize>,
+    residency: Option<usize>,
+    expert_bytes: Option<usize>,
+    dropped: Option<usize>,
+}
+
+struct ModelLine {
+    model: String,
+    arch: String,
+    n_layer: u32,
+    n_expert: u32,
+    n_expert_used: u32,
+}
+
+/// Builds the error for line `line` of `name`.
+struct At<'a> {
+    name: &'a str,
+    line: usize,
+}
+
+impl At<'_> {
+    fn err(&self, message: impl Into<String>) -> TraceError {
+        TraceError::Malformed {
+            source_name: self.name.to_string(),
+            line: self.line,
+            message: message.into(),
+        }
+    }
+
+    fn int<T: std::str::FromStr>(&self, what: &str, text: &str) -> Result<T, TraceError> {
+        text.parse::<T>().map_err(|_| {
+            self.err(format!(
+                "`{what}`: expected a non-negative integer, found `{}`",
+                truncate(text)
+            ))
+        })
+    }
+}
+
+/// Quotes at most 40 characters of untrusted text in an error message.
+fn truncate(text: &str) -> String {
+    let mut out: String = text.chars().take(40).collect();
+    if out.len() < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// Splits `key=value key=value` into pairs. A token without `=` continues the previous value
+/// (after one space), so that a model path containing spaces survives.
+fn key_values(text: &str) -> Vec<(&str, String)> {
+    let mut out: Vec<(&str, String)> = Vec::new();
+    for token in text.split_whitespace() {
+        match token.split_once('=') {
+            Some((key, value)) if !key.is_empty() => out.push((key, value.to_string())),
+            _ => {
+                if let Some((_, value)) = out.last_mut() {
+                    value.push(' ');
+                    value.push_str(token);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn required<'v>(
+    at: &At,
+    pairs: &'v [(&str, String)],
+    key: &str,
+    line_kind: &str,
+) -> Result<&'v str, TraceError> {
+    pairs
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.as_str())
+        .ok_or_else(|| at.err(format!("`{line_kind}` line: expected a `{key}=` field")))
+}
+
+fn parse_model_line(at: &At, rest: &str) -> Result<ModelLine, TraceError> {
+    let pairs = key_values(rest);
+    let kind = "# model=";
+    let model = required(at, &pairs, "model", kind)?.to_string();
+    let arch = required(at, &pairs, "arch", kind)?.to_string();
+    let n_layer: u32 = at.int("n_layer", required(at, &pairs, "n_layer", kind)?)?;
+    let n_expert: u32 = at.int("n_expert", required(at, &pairs, "n_expert", kind)?)?;
+    let n_expert_used: u32 = at.int(
+        "n_expert_used",
+        required(at, &pairs, "n_expert_used", kind)?,
+    )?;
+    if n_layer == 0 || n_expert == 0 || n_expert_used == 0 {
+        return Err(at.err("`n_layer`, `n_expert` and `n_expert_used` must be positive"));
+    }
+    if n_expert_used > n_expert {
+        return Err(at.err(format!(
+            "`n_expert_used` ({n_expert_used}) exceeds `n_expert` ({n_expert})"
+        )));
+    }
+    Ok(ModelLine {
+        model,
+        arch,
+        n_layer,
+        n_expert,
+        n_expert_used,
+    })
+}
+
+fn parse_header(at: &At, line: &str) -> Result<Columns, TraceError> {
+    let names: Vec<&str> = line.split(',').map(str::trim).collect();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, name) in names.iter().enumerate() {
+        if index.insert(name, i).is_some() {
+            return Err(at.err(format!("column header: `{}` appears twice", truncate(name))));
+        }
+    }
+    let need = |name: &str| {
+        index.get(name).copied().ok_or_else(|| {
+            at.err(format!(
+                "column header: expected a `{name}` column (need turn,phase,step,layer,slot,expert)"
+            ))
+        })
+    };
+    Ok(Columns {
+        count: names.len(),
+        turn: need("turn")?,
+        phase: need("phase")?,
+        step: need("step")?,
+        layer: need("layer")?,
+        slot: need("slot")?,
+        expert: need("expert")?,
+        weight: index.get("weight").copied(),
+        residency: index.get("residency").copied(),
+        expert_bytes: index.get("expert_bytes").copied(),
+        dropped: index.get("dropped").copied(),
+    })
+}
+
+impl RouteTrace {
+    /// Parses trace text; `name` is used in error messages (normally the file name).
+    pub fn parse(text: &str, name: &str) -> Result<RouteTrace, TraceError> {
+        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim_end()));
+        let first = lines.next();
+        let first_text = first.map(|(_, l)| l).unwrap_or("");
+        if first_text != MAGIC {
+            return Err(At { name, line: 1 }.err(format!(
+                "expected `{MAGIC}` as the first line, found `{}`",
+                truncate(first_text)
+            )));
+        }
+
+        let mut model: Option<ModelLine> = None;
+        let mut layers: BTreeMap<u32, LayerInfo> = BTreeMap::new();
+        let mut columns: Option<Columns> = None;
+        let mut rows: Vec<RouteRow> = Vec::new();
+        // (turn, phase, step, layer, slot) -> line of its first row
+        let mut seen: HashMap<(u32, Phase, i64, u32, u32), usize> = HashMap::new();
+
+        for (line_no, line) in lines {
+            let at = At {
+                name,
+                line: line_no,
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            if let Some(comment) = line.strip_prefix('#') {
+                if columns.is_some() {
+                    continue; // comments after the header carry nothing we read
+                }
+                let comment = comment.trim_start();
+                if comment.starts_with("model=") {
+                    if model.is_some() {
+                        return Err(at.err("a second `# model=` line"));
+                    }
+                    model = Some(parse_model_line(&at, comment)?);
+                } else if comment.starts_with("layer=") {
+                    let Some(m) = &model else {
+                        return Err(at.err("`# layer=` line before the `# model=` line"));
+                    };
+                    let pairs = key_values(comment);
+                    let kind = "# layer=";
+                    let layer: u32 = at.int("layer", required(&at, &pairs, "layer", kind)?)?;
+                    let expert_bytes: u64 =
+                        at.int("expert_bytes", required(&at, &pairs, "expert_bytes", kind)?)?;
+                    let dense_bytes: u64 =
+                        at.int("dense_bytes", required(&at, &pairs, "dense_bytes", kind)?)?;
+                    if layer >= m.n_layer {
+                        return Err(at.err(format!(
+                            "`layer={layer}`: expected a layer below n_layer={}",
+                            m.n_layer
+                        )));
+                    }
+                    let info = LayerInfo {
+                        expert_bytes,
+                        dense_bytes,
+                    };
+                    if layers.insert(layer, info).is_some() {
+                        return Err(at.err(format!("a second `# layer={layer}` line")));
+                    }
+                }
+                continue;
+            }
+            let Some(cols) = &columns else {
+                if model.is_none() {
+                    return Err(
+                        at.err("expected the `# model=` preamble line before the column header")
+                    );
+                }
+                columns = Some(parse_header(&at, line)?);
+                continue;
+            };
+            // `columns` set implies `model` set (checked above).
+            let Some(m) = &model else {
+                return Err(at.err("expected the `# model=` preamble line"));
+            };
+            let row = parse_row(&at, line, cols, m, &layers)?;
+            if let Some(first) = seen.insert(
+                (row.turn, row.phase, row.step, row.layer, row.slot),
+                line_no,
+            ) {
+                return Err(at.err(format!(
+                    "duplicate row: turn={} phase={} step={} layer={} slot={} already on line {first}",
+                    row.turn,
+                    row.phase as u8,
+                    row.step,
+                    row.layer,
+                    row.slot
+                )));
+            }
+            rows.push(row);
+        }
+
+        let Some(m) = model else {
+            return Err(At {
+                name,
+                line: text.lines().count().max(1),
+            }
+            .err("end of file: expected a `# model=` preamble line"));
+        };
+        if columns.is_none() {
+            return Err(At {
+                name,
+                line: text.lines().count().max(1),
+            }
+            .err("end of file: expected the column header line (turn,phase,step,layer,slot,expert,...)"));
+        }
+        Ok(RouteTrace {
+            model: m.model,
+            arch: m.arch,
+            n_layer: m.n_layer,
+            n_expert: m.n_expert,
+            n_expert_used: m.n_expert_used,
+            layers,
+            rows,
+        })
+    }
+
+    /// Bytes one expert of `layer` occupies in the cache (0 for a layer the preamble omits,
+    /// which the parser never lets a row name).
+    pub fn expert_bytes(&self, layer: u32) -> u64 {
+        self.layers.get(&layer).map_or(0, |l| l.expert_bytes)
+    }
+
+    /// Decoded tokens: distinct `(turn, step)` pairs in the decode phase.
+    pub fn decode_tokens(&self) -> usize {
+        let mut tokens: Vec<(u32, i64)> = self
+            .rows
+            .iter()
+            .filter(|r| r.phase == Phase::Decode)
+            .map(|r| (r.turn, r.step))
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        tokens.len()
+    }
+
+    /// One token cycle: the bytes every layer's top-k would read if nothing were cached
+    /// (`Σ_layers n_expert_used × expert_bytes(layer)`). A global LRU cache smaller than this
+    /// cannot keep anything from one token to the next.
+    pub fn token_cycle_bytes(&self) -> u64 {
+        self.layers
+            .values()
+            .map(|l| l.expert_bytes.saturating_mul(u64::from(self.n_expert_used)))
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+fn parse_row(
+    at: &At,
+    line: &str,
+    cols: &Columns,
+    m: &ModelLine,
+    layers: &BTreeMap<u32, LayerInfo>,
+) -> Result<RouteRow, TraceError> {
+    let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    if fields.len() != cols.count {
+        return Err(at.err(format!(
+            "expected {} comma-separated fields (one per header column), found {}",
+            cols.count,
+            fields.len()
+        )));
+    }
+    let turn: u32 = at.int("turn", fields[cols.turn])?;
+    let phase = match fields[cols.phase] {
+        "0" => Phase::Prefill,
+        "1" => Phase::Decode,
+        other => {
+            return Err(at.err(format!(
+                "`phase`: expected 0 (prefill) or 1 (decode), found `{}`",
+                truncate(other)
+            )));
+        }
+    };
+    let step_text = fields[cols.step];
+    let step: i64 = step_text.parse().map_err(|_| {
+        at.err(format!(
+            "`step`: expected an integer, found `{}`",
+            truncate(step_text)
+        ))
+    })?;
+    let layer: u32 = at.int("layer", fields[cols.layer])?;
+    if !layers.contains_key(&layer) {
+        return Err(at.err(format!(
+            "`layer`: {layer} has no `# layer={layer} expert_bytes=... dense_bytes=...` preamble line"
+        )));
+    }
+    let slot: u32 = at.int("slot", fields[cols.slot])?;
+    if slot >= m.n_expert_used {
+        return Err(at.err(format!(
+            "`slot`: expected 0..{} (n_expert_used={}), found {slot}",
+            m.n_expert_used - 1,
+            m.n_expert_used
+        )));
+    }
+    let expert: u32 = at.int("expert", fields[cols.expert])?;
+    if expert >= m.n_expert {
+        return Err(at.err(format!(
+            "`expert`: expected 0..{} (n_expert={}), found {expert}",
+            m.n_expert - 1,
+            m.n_expert
+        )));
+    }
+    let weight = match cols.weight {
+        None => None,
+        Some(i) => {
+            let text = fields[i];
+            let w: f32 = text.parse().map_err(|_| {
+                at.err(format!(
+                    "`weight`: expected a number or `nan`, found `{}`",
+                    truncate(text)
+                ))
+            })?;
+            if w.is_nan() { None } else { Some(w) }
+        }
+    };
+    let residency = match cols.residency {
+        None => None,
+        Some(i) => match fields[i] {
+            "0" => Some(0),
+            "1" => Some(1),
+            "2" => Some(2),
+            other => {
+                return Err(at.err(format!(
+                    "`residency`: expected 0, 1 or 2, found `{}`",
+                    truncate(other)
+                )));
+            }
+        },
+    };
+    let expert_bytes = match cols.expert_bytes {
+        None => None,
+        Some(i) => Some(at.int::<u64>("expert_bytes", fields[i])?),
+    };
+    let dropped = match cols.dropped {
+        None => None,
+        Some(i) => match fields[i] {
+            "0" => Some(false),
+            "1" => Some(true),
+            other => {
+                return Err(at.err(format!(
+                    "`dropped`: expected 0 or 1, found `{}`",
+                    truncate(other)
+                )));
+            }
+        },
+    };
+    Ok(RouteRow {
+        line: at.line,
+        turn,
+        phase,
+        step,
+        layer,
+        slot,
+        expert,
+        weight,
+        residency,
+        expert_bytes,
+        dropped,
+    })
+}
