@@ -70,6 +70,31 @@ fn load128(b: &[u8], off: usize) -> __m128i {
     unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
 }
 
+/// The `T` activation blocks `b` of a tile: `a` holds `T` rows of `nb` Q8_K blocks.
+#[inline(always)]
+fn act_blocks<const T: usize>(a: &[u8], nb: usize, b: usize) -> [&[u8; Q8K_BYTES]; T] {
+    assert!(b < nb && a.len() == T * nb * Q8K_BYTES);
+    let mut ys = [&[0u8; Q8K_BYTES]; T];
+    for (t, y) in ys.iter_mut().enumerate() {
+        let at = (t * nb + b) * Q8K_BYTES;
+        // SAFETY: t < T and b < nb give at + Q8K_BYTES <= T * nb * Q8K_BYTES == a.len()
+        // (asserted above); [u8; Q8K_BYTES] has alignment 1.
+        *y = unsafe { &*a.as_ptr().add(at).cast::<[u8; Q8K_BYTES]>() };
+    }
+    ys
+}
+
+/// 32 bytes of a block from `off` (`off + 32 <= N`, checked at compile time where `off` is
+/// constant).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn ld<const N: usize>(b: &[u8; N], off: usize) -> __m256i {
+    assert!(off + 32 <= N);
+    // SAFETY: bytes off..off + 32 of `b` are in bounds (asserted); `loadu` has no alignment
+    // requirement.
+    unsafe { _mm256_loadu_si256(b.as_ptr().add(off).cast()) }
+}
+
 #[inline(always)]
 fn f32_at(b: &[u8], off: usize) -> f32 {
     f32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
@@ -154,16 +179,22 @@ fn q5_high(qh: __m256i, i: usize) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(16))
 }
 
-/// `vpshufb` control (both lanes) broadcasting 16-bit element `i` (0..8) of each lane.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn word_ctl(i: i8) -> __m256i {
-    let (lo, hi) = (2 * i, 2 * i + 1);
-    _mm256_setr_epi8(
-        lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
-        hi, lo, hi, lo, hi, lo, hi, lo, hi,
-    )
-}
+/// `vpshufb` controls: `WORD_CTL[i]` broadcasts 16-bit element `i` (0..8) of each 128-bit
+/// lane. The kernels read them through `black_box` once per block, which keeps each a
+/// memory operand of one shuffle (as the single-row kernels do).
+static WORD_CTL: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut b = 0;
+        while b < 32 {
+            t[i][b] = (2 * i + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// `T` tokens' worth of one weight row of Q4_K (`Q5 = false`) or Q5_K (`Q5 = true`) blocks
 /// of `B` bytes; writes `out[t * stride]`.
@@ -181,24 +212,46 @@ fn k4_row<const T: usize, const B: usize, const Q5: bool>(
     } else {
         (Q4K_SCALES, Q4K_QS)
     };
-    let arb = nb * Q8K_BYTES;
     let m4 = _mm256_set1_epi8(0xF);
     let mut acc = [_mm256_setzero_ps(); T];
     let mut acc_m = [_mm_setzero_ps(); T];
     let mut summs = [0f32; T];
-    for b in 0..nb {
-        let x = &x_row[b * B..(b + 1) * B];
-        let ys: [&[u8]; T] =
-            std::array::from_fn(|t| &a[t * arb + b * Q8K_BYTES..t * arb + (b + 1) * Q8K_BYTES]);
-        // (d, dmin) as f16 pair in every 64-bit element, converted exactly.
-        let pair = _mm256_cvtph_ps(_mm_set1_epi32(u32_at(x, 0) as i32));
+    let (x_row, _) = x_row.as_chunks::<B>();
+    for (b, x) in x_row.iter().enumerate().take(nb) {
+        let ys = act_blocks::<T>(a, nb, b);
         let mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x, scales_off));
-        let mins = _mm256_extracti128_si256::<1>(mins_and_scales);
         let scales = _mm256_permute4x64_epi64::<0x44>(mins_and_scales);
-        let mut d = [_mm256_setzero_ps(); T];
+        let ctl = std::hint::black_box(&WORD_CTL);
+        let hb = if Q5 {
+            ld(x, Q5K_QH)
+        } else {
+            _mm256_setzero_si256()
+        };
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for j in 0..4 {
+            let scale_l = _mm256_shuffle_epi8(scales, ld(&ctl[2 * j], 0));
+            let scale_h = _mm256_shuffle_epi8(scales, ld(&ctl[2 * j + 1], 0));
+            let bits = ld(x, qs_off + 32 * j);
+            let mut ql = _mm256_and_si256(bits, m4);
+            let mut qh = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+            if Q5 {
+                ql = _mm256_or_si256(ql, q5_high(hb, 2 * j));
+                qh = _mm256_or_si256(qh, q5_high(hb, 2 * j + 1));
+            }
+            for t in 0..T {
+                let q8l = ld(ys[t], Q8K_QS + 64 * j);
+                let q8h = ld(ys[t], Q8K_QS + 64 * j + 32);
+                let pl = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(ql, q8l));
+                let ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(qh, q8h));
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
+            }
+        }
+        // (d, dmin) as an f16 pair in every 64-bit element, converted exactly.
+        let pair = _mm256_cvtph_ps(_mm_set1_epi32(u32_at(x, 0) as i32));
+        let mins = _mm256_extracti128_si256::<1>(mins_and_scales);
         for t in 0..T {
             let v = _mm256_mul_ps(pair, _mm256_set1_ps(f32_at(ys[t], 0)));
-            d[t] = _mm256_moveldup_ps(v);
+            let d = _mm256_moveldup_ps(v);
             let dmin = _mm256_movehdup_ps(v);
             let prod = _mm_madd_epi16(mins, pair_sums(ys[t]));
             if Q5 {
@@ -207,39 +260,10 @@ fn k4_row<const T: usize, const B: usize, const Q5: bool>(
                 let dmin = _mm256_cvtss_f32(dmin);
                 summs[t] = (-dmin).mul_add(_mm_cvtsi128_si32(p) as f32, summs[t]);
             } else {
-                acc_m[t] = _mm_fnmadd_ps(
-                    _mm256_castps256_ps128(dmin),
-                    _mm_cvtepi32_ps(prod),
-                    acc_m[t],
-                );
+                let dmin = _mm256_castps256_ps128(dmin);
+                acc_m[t] = _mm_fnmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[t]);
             }
-        }
-        let hb = if Q5 {
-            load256(x, Q5K_QH)
-        } else {
-            _mm256_setzero_si256()
-        };
-        let mut sumi = [_mm256_setzero_si256(); T];
-        for j in 0..4 {
-            let scale_l = _mm256_shuffle_epi8(scales, word_ctl(2 * j as i8));
-            let scale_h = _mm256_shuffle_epi8(scales, word_ctl(2 * j as i8 + 1));
-            let bits = load256(x, qs_off + 32 * j);
-            let mut ql = _mm256_and_si256(bits, m4);
-            let mut qh = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
-            if Q5 {
-                ql = _mm256_or_si256(ql, q5_high(hb, 2 * j));
-                qh = _mm256_or_si256(qh, q5_high(hb, 2 * j + 1));
-            }
-            for t in 0..T {
-                let q8l = load256(ys[t], Q8K_QS + 64 * j);
-                let q8h = load256(ys[t], Q8K_QS + 64 * j + 32);
-                let pl = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(ql, q8l));
-                let ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(qh, q8h));
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
-            }
-        }
-        for t in 0..T {
-            acc[t] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[t]), acc[t]);
         }
     }
     for t in 0..T {
@@ -265,68 +289,39 @@ fn k4_tile<const R: usize, const T: usize, const B: usize, const Q5: bool>(
     }
 }
 
-/// `vpshufb` control: 16-bit element `2k` of the low lane over the low lane and element
-/// `2k + 1` over the high lane (the two group scales of 32-element chunk `k` of a half block,
-/// given the half's eight scales as 16-bit values in both lanes).
-#[inline]
-#[target_feature(enable = "avx2")]
-fn chunk_ctl(k: i8) -> __m256i {
-    let (a, b) = (4 * k, 4 * k + 2);
-    _mm256_setr_epi8(
-        a,
-        a + 1,
-        a,
-        a + 1,
-        a,
-        a + 1,
-        a,
-        a + 1,
-        a,
-        a + 1,
-        a,
-        a + 1,
-        a,
-        a + 1,
-        a,
-        a + 1,
-        b,
-        b + 1,
-        b,
-        b + 1,
-        b,
-        b + 1,
-        b,
-        b + 1,
-        b,
-        b + 1,
-        b,
-        b + 1,
-        b,
-        b + 1,
-        b,
-        b + 1,
-    )
-}
+/// `vpshufb` controls: `CHUNK_CTL[k]` broadcasts 16-bit element `2k` of the low lane over the
+/// low lane and element `2k + 1` over the high lane (the two group scales of 32-element chunk
+/// `k` of a half block, given the half's eight scales as 16-bit values in both lanes).
+static CHUNK_CTL: [[u8; 32]; 4] = {
+    let mut t = [[0u8; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut b = 0;
+        while b < 32 {
+            t[k][b] = (4 * k + 2 * (b / 16) + b % 2) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    t
+};
 
 /// `T` tokens' worth of one Q6_K weight row; writes `out[t * stride]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], stride: usize) {
-    let arb = nb * Q8K_BYTES;
     let m15 = _mm256_set1_epi8(15);
     let m = _mm256_set1_epi8(0x30);
     let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        let x = &x_row[b * Q6K_BYTES..(b + 1) * Q6K_BYTES];
-        let ys: [&[u8]; T] =
-            std::array::from_fn(|t| &a[t * arb + b * Q8K_BYTES..t * arb + (b + 1) * Q8K_BYTES]);
-        let h = i16::from_le_bytes([x[Q6K_D], x[Q6K_D + 1]]);
-        let dx = _mm256_cvtph_ps(_mm_set1_epi16(h));
+    let (x_row, _) = x_row.as_chunks::<Q6K_BYTES>();
+    for (b, x) in x_row.iter().enumerate().take(nb) {
+        let ys = act_blocks::<T>(a, nb, b);
         let s16 = _mm256_cvtepi8_epi16(load128(x, Q6K_SCALES));
+        let ctl = std::hint::black_box(&CHUNK_CTL);
         // The -32 offset of every quant, through the activation group sums.
         let mut sumi = [_mm256_setzero_si256(); T];
         for t in 0..T {
-            let off = _mm256_madd_epi16(load256(ys[t], Q8K_BSUMS), s16);
+            let off = _mm256_madd_epi16(ld(ys[t], Q8K_BSUMS), s16);
             sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32::<5>(off));
         }
         for j in 0..2 {
@@ -335,28 +330,30 @@ fn q6k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], s
             } else {
                 _mm256_permute4x64_epi64::<0xEE>(s16)
             };
-            let bits1 = load256(x, Q6K_QL + 64 * j);
-            let bits2 = load256(x, Q6K_QL + 64 * j + 32);
-            let bits_h = load256(x, Q6K_QH + 32 * j);
-            let h0 = _mm256_and_si256(_mm256_slli_epi16::<4>(bits_h), m);
-            let h1 = _mm256_and_si256(_mm256_slli_epi16::<2>(bits_h), m);
-            let h2 = _mm256_and_si256(bits_h, m);
-            let h3 = _mm256_and_si256(_mm256_srli_epi16::<2>(bits_h), m);
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(bits1, m15), h0),
-                _mm256_or_si256(_mm256_and_si256(bits2, m15), h1),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3),
-            ];
-            for (k, q) in q.iter().enumerate() {
-                let cs = _mm256_shuffle_epi8(g, chunk_ctl(k as i8));
+            let bits1 = ld(x, Q6K_QL + 64 * j);
+            let bits2 = ld(x, Q6K_QL + 64 * j + 32);
+            let bits_h = ld(x, Q6K_QH + 32 * j);
+            for (k, ctl) in ctl.iter().enumerate() {
+                let (bits, h) = match k {
+                    0 => (bits1, _mm256_slli_epi16::<4>(bits_h)),
+                    1 => (bits2, _mm256_slli_epi16::<2>(bits_h)),
+                    2 => (_mm256_srli_epi16::<4>(bits1), bits_h),
+                    _ => (
+                        _mm256_srli_epi16::<4>(bits2),
+                        _mm256_srli_epi16::<2>(bits_h),
+                    ),
+                };
+                let q = _mm256_or_si256(_mm256_and_si256(bits, m15), _mm256_and_si256(h, m));
+                let cs = _mm256_shuffle_epi8(g, ld(ctl, 0));
                 for t in 0..T {
-                    let q8 = load256(ys[t], Q8K_QS + 128 * j + 32 * k);
-                    let p = _mm256_madd_epi16(cs, _mm256_maddubs_epi16(*q, q8));
+                    let q8 = ld(ys[t], Q8K_QS + 128 * j + 32 * k);
+                    let p = _mm256_madd_epi16(cs, _mm256_maddubs_epi16(q, q8));
                     sumi[t] = _mm256_add_epi32(sumi[t], p);
                 }
             }
         }
+        let h = i16::from_le_bytes([x[Q6K_D], x[Q6K_D + 1]]);
+        let dx = _mm256_cvtph_ps(_mm_set1_epi16(h));
         for t in 0..T {
             let d = _mm256_mul_ps(dx, _mm256_set1_ps(f32_at(ys[t], 0)));
             acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[t]), acc[t]);
