@@ -65,21 +65,22 @@ fn q8_0_tile<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: 
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     for b in 0..nb {
         let mut yq = [_mm256_setzero_si256(); T];
-        let mut dy = [0f32; T];
+        let mut dy = [_mm256_setzero_ps(); T];
         for t in 0..T {
             let y = block(&a[t * rb..], b);
             yq[t] = load256(y);
-            dy[t] = scale(y);
+            dy[t] = _mm256_set1_ps(scale(y));
         }
         for (r, acc) in acc.iter_mut().enumerate() {
             let x = block(&w[r * rb..], b);
             let xq = load256(x);
             let ax = _mm256_sign_epi8(xq, xq);
-            let dx = scale(x);
+            let dx = _mm256_set1_ps(scale(x));
             for t in 0..T {
                 let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq[t], xq));
                 let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[t]), s, acc[t]);
+                // dx · dy in every lane: the single-row kernel's scalar product, splat.
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), s, acc[t]);
             }
         }
     }
