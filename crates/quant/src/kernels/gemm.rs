@@ -35,9 +35,10 @@ pub(super) fn register(k: &mut Kernels) {
 
 /// Asserts the [`super::DotTokensFn`] contract for `R` weight rows of `w_row` bytes and `T`
 /// activation rows of `a_row` bytes, given the row length `n` and the block size of both.
+#[cfg(target_arch = "x86_64")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn check_tile(
+fn check_tile(
     n: usize,
     block: usize,
     w: &[u8],
