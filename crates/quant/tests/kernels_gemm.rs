@@ -13,7 +13,7 @@ use common::Rng;
 use proptest::prelude::*;
 use quant::kernels::DotTokens;
 use quant::{
-    GgmlType, Isa, Kernels, QK_K, RowKernel, SumOrder, ThreadPool, matmul_with, quantize_row,
+    GgmlType, Isa, Kernels, RowKernel, SumOrder, ThreadPool, matmul_with, quantize_row,
     vec_dot_type,
 };
 
@@ -102,10 +102,11 @@ fn activations(ty: GgmlType, order: SumOrder, tokens: usize, n: usize, rng: &mut
     a
 }
 
-/// Row length for block count `nb`: whole blocks of `ty` (float types: 8 elements each).
-fn row_len(ty: GgmlType, nb: usize) -> usize {
+/// Row length for block count `nb`: whole blocks of `ty`; float types: `nb` groups of 8
+/// elements and `tail` more (the tinyBLAS-order kernels accept any length).
+fn row_len(ty: GgmlType, nb: usize, tail: usize) -> usize {
     match ty {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 8 * nb,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 8 * nb + tail,
         _ => ty.block_size() * nb,
     }
 }
@@ -115,7 +116,13 @@ fn tile_kernel(ty: GgmlType, order: SumOrder) -> Option<DotTokens> {
 }
 
 /// One tile call against `dot` on every (row, token).
-fn check_tile(ty: GgmlType, order: SumOrder, nb: usize, quantized: bool, seed: u64) {
+fn check_tile(
+    ty: GgmlType,
+    order: SumOrder,
+    (nb, tail): (usize, usize),
+    quantized: bool,
+    seed: u64,
+) {
     let Some(k) = tile_kernel(ty, order) else {
         return;
     };
@@ -123,7 +130,7 @@ fn check_tile(ty: GgmlType, order: SumOrder, nb: usize, quantized: bool, seed: u
         .dot_in(order, ty)
         .expect("single-row kernel");
     let mut rng = Rng(seed);
-    let n = row_len(ty, nb);
+    let n = row_len(ty, nb, tail);
     let w = if quantized {
         quantized_weights(ty, k.rows, n, &mut rng)
     } else {
@@ -153,21 +160,28 @@ proptest! {
     fn tiles_equal_single_row_bits(
         case in 0..CASES.len(),
         nb in prop_oneof![1usize..=3, 4usize..=9],
+        tail in prop_oneof![Just(0usize), 1usize..8],
         quantized in prop::bool::weighted(0.3),
         seed in any::<u64>(),
     ) {
         let (ty, order) = CASES[case];
-        check_tile(ty, order, nb, quantized, seed);
+        check_tile(ty, order, (nb, tail), quantized, seed);
     }
 }
 
 /// `matmul_with` with the detected kernels against one `dot` per output, for shapes that
 /// leave rows and tokens outside whole tiles, on one and two threads.
-fn check_matmul(ty: GgmlType, order: SumOrder, rows: usize, n_tok: usize, nb: usize, seed: u64) {
+fn check_matmul(
+    ty: GgmlType,
+    order: SumOrder,
+    (rows, n_tok): (usize, usize),
+    (nb, tail): (usize, usize),
+    seed: u64,
+) {
     let kernels = Kernels::detect();
     let kernel = RowKernel::lookup_in(kernels, ty, order).expect("kernels");
     let mut rng = Rng(seed);
-    let cols = row_len(ty, nb);
+    let cols = row_len(ty, nb, tail);
     let w = random_weights(ty, rows, cols, &mut rng);
     let x = floats(n_tok * cols, &mut rng);
     let rb = w.len() / rows;
@@ -218,10 +232,11 @@ proptest! {
         rows in prop_oneof![1usize..=20, 60usize..=140],
         n_tok in 1usize..=11,
         nb in 1usize..=3,
+        tail in prop_oneof![Just(0usize), 1usize..8],
         seed in any::<u64>(),
     ) {
         let (ty, order) = CASES[case];
-        check_matmul(ty, order, rows, n_tok, nb, seed);
+        check_matmul(ty, order, (rows, n_tok), (nb, tail), seed);
     }
 }
 
@@ -261,10 +276,10 @@ fn every_registered_tile_on_fixed_cases() {
     for (ty, order) in CASES {
         for nb in [1, 2, 5] {
             for quantized in [false, true] {
-                check_tile(ty, order, nb, quantized, 0x5eed ^ nb as u64);
+                check_tile(ty, order, (nb, nb % 3), quantized, 0x5eed ^ nb as u64);
             }
         }
-        check_matmul(ty, order, 37, 7, 2, 0xfeed);
+        check_matmul(ty, order, (37, 7), (2, 0), 0xfeed);
+        check_matmul(ty, order, (13, 9), (3, 5), 0xbeef);
     }
-    let _ = QK_K;
 }

@@ -22,6 +22,8 @@ use super::{Isa, Kernels};
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod kquants;
+#[cfg(target_arch = "x86_64")]
+mod tinyblas;
 
 pub(super) fn register(k: &mut Kernels) {
     if k.isa() == Isa::Avx2 {
@@ -29,6 +31,7 @@ pub(super) fn register(k: &mut Kernels) {
         {
             avx2::register(k);
             kquants::register(k);
+            tinyblas::register(k);
         }
     }
 }
