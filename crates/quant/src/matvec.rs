@@ -191,7 +191,10 @@ pub fn matvec_with(
 /// `out` `n_tok × rows`, both row-major.
 ///
 /// Each activation row is quantized once; each chunk of weight rows is then multiplied with
-/// all activation rows while it is in cache.
+/// all activation rows while it is in cache, in tiles of several rows × several tokens where
+/// the table has a multi-token kernel ([`RowKernel::dot_tokens`]; the other rows and tokens go
+/// through the one-token kernels). Every output has the bits of the single-row kernel on its
+/// row and token, whatever the tiling, the number of tokens or of threads.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     pool: &ThreadPool,
