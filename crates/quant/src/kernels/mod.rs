@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use crate::GgmlType;
 
 mod act;
+mod gemm;
 mod kquants;
 mod legacy;
 mod repack;
@@ -43,6 +44,29 @@ pub struct DotRows {
     pub rows: usize,
     /// The kernel.
     pub f: DotRowsFn,
+}
+
+/// Several consecutive weight rows against several activation rows (a tile of a matrix
+/// product): `dot_tokens(n, w, a, out)` with `w` holding `R` weight rows of `n` elements back
+/// to back (`w.len() == R * W.row_bytes(n)`), `a` holding `T` activation rows back to back
+/// (`a.len() == T * vec_dot_type(W).row_bytes(n)`), and `out.len() == T * R`, token-major:
+/// `out[t * R + r]` is the result of weight row `r` against activation row `t`.
+///
+/// A multi-token kernel loads (and unpacks) each weight block once for all `T` activation rows
+/// and each activation block once for all `R` weight rows. Its contract is the one of
+/// [`DotRowsFn`], per output: `out[t * R + r]` must equal `dot(n, row r, activation t)` of the
+/// same [`SumOrder`] **bit for bit**.
+pub type DotTokensFn = fn(n: usize, w: &[u8], a: &[u8], out: &mut [f32]);
+
+/// A multi-token kernel and the tile it computes per call.
+#[derive(Debug, Clone, Copy)]
+pub struct DotTokens {
+    /// Weight rows per call (`R`).
+    pub rows: usize,
+    /// Activation rows (tokens) per call (`T`).
+    pub tokens: usize,
+    /// The kernel.
+    pub f: DotTokensFn,
 }
 
 /// Quantize one f32 activation row into the bytes of an activation type.
@@ -145,6 +169,7 @@ impl SumOrder {
 struct AltTable {
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
+    dot_tokens: [Option<DotTokens>; N_IDS],
     /// Activation quantizers of this order, by activation type, where the order quantizes
     /// activations differently from the plain quantizer.
     quantize: [Option<QuantizeFn>; N_IDS],
@@ -154,6 +179,7 @@ impl AltTable {
     const EMPTY: AltTable = AltTable {
         dot: [None; N_IDS],
         dot_rows: [None; N_IDS],
+        dot_tokens: [None; N_IDS],
         quantize: [None; N_IDS],
     };
 }
@@ -163,6 +189,7 @@ pub struct Kernels {
     isa: Isa,
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
+    dot_tokens: [Option<DotTokens>; N_IDS],
     quantize: [Option<QuantizeFn>; N_IDS],
     alt: [AltTable; 2],
 }
@@ -173,6 +200,7 @@ impl Kernels {
             isa,
             dot: [None; N_IDS],
             dot_rows: [None; N_IDS],
+            dot_tokens: [None; N_IDS],
             quantize: [None; N_IDS],
             alt: [AltTable::EMPTY; 2],
         }
@@ -185,6 +213,7 @@ impl Kernels {
         kquants::register(&mut k);
         repack::register(&mut k);
         tinyblas::register(&mut k);
+        gemm::register(&mut k);
         k
     }
 
@@ -231,6 +260,24 @@ impl Kernels {
         }
     }
 
+    /// Register a multi-token kernel of order `order` for weight type `w`, computing tiles of
+    /// `rows` weight rows × `tokens` activation rows.
+    #[allow(dead_code)]
+    pub(crate) fn set_dot_tokens_in(
+        &mut self,
+        order: SumOrder,
+        w: GgmlType,
+        rows: usize,
+        tokens: usize,
+        f: DotTokensFn,
+    ) {
+        let k = Some(DotTokens { rows, tokens, f });
+        match order.alt_index() {
+            None => self.dot_tokens[w.id() as usize] = k,
+            Some(i) => self.alt[i].dot_tokens[w.id() as usize] = k,
+        }
+    }
+
     /// Register the activation quantizer producing `act` for the kernels of order `order`
     /// (only where that order quantizes activations differently).
     #[allow(dead_code)]
@@ -254,6 +301,16 @@ impl Kernels {
         match order.alt_index() {
             None => self.dot_rows(w),
             Some(i) => self.alt[i].dot_rows[w.id() as usize],
+        }
+    }
+
+    /// The multi-token kernel of order `order` for weight type `w`, if this table has one
+    /// (callers compute the rows and tokens outside its whole tiles with [`Kernels::dot_rows_in`]
+    /// and [`Kernels::dot_in`], which give the same bits).
+    pub fn dot_tokens_in(&self, order: SumOrder, w: GgmlType) -> Option<DotTokens> {
+        match order.alt_index() {
+            None => self.dot_tokens[w.id() as usize],
+            Some(i) => self.alt[i].dot_tokens[w.id() as usize],
         }
     }
 
