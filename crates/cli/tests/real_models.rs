@@ -16,6 +16,7 @@ use gguf::GgufFile;
 use model::Model;
 use quant::{Kernels, ThreadPool};
 use serde_json::Value;
+use testdata::{argmax, top2_gap};
 use text::Tokenizer;
 
 fn model_path(file: &str) -> PathBuf {
@@ -60,28 +61,6 @@ fn ids(v: &Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// Largest minus second-largest logit, in f32 as the reference generator computes it.
-fn top2_gap(v: &[f32]) -> f32 {
-    let best = argmax(v) as usize;
-    let second = v
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != best)
-        .map(|(_, &x)| x)
-        .fold(f32::NEG_INFINITY, f32::max);
-    v[best] - second
 }
 
 /// Greedy continuation of every reference prompt on `path`: each of the 32 steps must pick

@@ -14,6 +14,7 @@ use engine::{Engine, EngineConfig, LogitsWanted};
 use gguf::GgufFile;
 use model::Model;
 use quant::{Kernels, ThreadPool};
+use testdata::{argmax, top2_gap};
 
 fn refs_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/moe/refs")
@@ -49,28 +50,6 @@ fn tensor_i32(f: &GgufFile, name: &str) -> Vec<u32> {
         .chunks_exact(4)
         .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
         .collect()
-}
-
-/// Largest minus second-largest value, as the reference generator computes it (f32).
-fn top2_gap(v: &[f32]) -> f32 {
-    let best = argmax(v) as usize;
-    let second = v
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != best)
-        .map(|(_, &x)| x)
-        .fold(f32::NEG_INFINITY, f32::max);
-    v[best] - second
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// Compares one reference file: every prompt logit bit for bit, then each of the 32 greedy

@@ -145,3 +145,39 @@ mod tests {
         );
     }
 }
+
+/// The index of the largest value, the lowest index on ties (llama.cpp's greedy choice).
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Largest minus second-largest value, in f32, as the reference generators compute the top-2
+/// logit gap of a greedy step.
+pub fn top2_gap(v: &[f32]) -> f32 {
+    let best = argmax(v) as usize;
+    let second = v
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != best)
+        .map(|(_, &x)| x)
+        .fold(f32::NEG_INFINITY, f32::max);
+    v[best] - second
+}
+
+#[cfg(test)]
+mod greedy_tests {
+    use super::*;
+
+    #[test]
+    fn argmax_takes_the_lowest_index_on_ties_and_the_gap_is_to_the_runner_up() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(top2_gap(&[1.0, 3.0, 3.0, 2.0]), 0.0);
+        assert_eq!(top2_gap(&[0.5, -1.0, 2.0]), 1.5);
+    }
+}
