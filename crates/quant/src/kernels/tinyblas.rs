@@ -28,7 +28,7 @@ use super::{Isa, Kernels, SumOrder};
 use crate::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(super) mod avx2;
 
 /// Lanes of the accumulator (AVX2: one `__m256`).
 pub(super) const LANES: usize = 8;

@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::super::legacy::{bf16_to_f32, f16_to_f32};
-use super::super::tinyblas::{LANES, hsum8};
+use super::super::tinyblas::avx2::{finish, load_bf16, load_f16, load_f32};
 use super::check_tile;
 use crate::GgmlType;
 use crate::kernels::{Kernels, SumOrder};
@@ -23,56 +23,6 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot_tokens_in(o, GgmlType::F32, ROWS, TOKENS, dot_tokens_f32);
     k.set_dot_tokens_in(o, GgmlType::F16, ROWS, TOKENS, dot_tokens_f16);
     k.set_dot_tokens_in(o, GgmlType::BF16, ROWS, TOKENS, dot_tokens_bf16);
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn load_f32(b: &[u8; 32]) -> __m256 {
-    // SAFETY: `b` is 32 readable bytes; `loadu` has no alignment requirement.
-    unsafe { _mm256_loadu_ps(b.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn load_f16(b: &[u8; 16]) -> __m256 {
-    // SAFETY: `b` is 16 readable bytes; `loadu` has no alignment requirement.
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().cast()) })
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn load_bf16(b: &[u8; 16]) -> __m256 {
-    // SAFETY: `b` is 16 readable bytes; `loadu` has no alignment requirement.
-    let h = unsafe { _mm_loadu_si128(b.as_ptr().cast()) };
-    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
-}
-
-/// tinyBLAS's horizontal sum (the same adds as [`hsum8`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
-    let x = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
-    let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
-}
-
-/// The lane sum of `acc` after the tail elements (`wt`, `at`) went into its first lanes, as
-/// the single-row kernel finishes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn finish<const S: usize>(acc: __m256, wt: &[u8], at: &[u8], elem: impl Fn([u8; S]) -> f32) -> f32 {
-    if wt.is_empty() {
-        return hsum(acc);
-    }
-    let mut lanes = [0f32; LANES];
-    // SAFETY: `lanes` is 8 writable f32; `storeu` has no alignment requirement.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-    let (wt, _) = wt.as_chunks::<S>();
-    let (at, _) = at.as_chunks::<S>();
-    for ((l, x), y) in lanes.iter_mut().zip(wt).zip(at) {
-        *l = elem(*x).mul_add(elem(*y), *l);
-    }
-    hsum8(&lanes)
 }
 
 /// The tile: `S` bytes per element, `G = 8 · S` bytes per group of 8.

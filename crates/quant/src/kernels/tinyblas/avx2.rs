@@ -33,7 +33,7 @@ pub(super) fn register(k: &mut Kernels) {
 /// 8 f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_f32(b: &[u8; 32]) -> __m256 {
+pub(in crate::kernels) fn load_f32(b: &[u8; 32]) -> __m256 {
     // SAFETY: `b` is 32 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_ps(b.as_ptr().cast()) }
 }
@@ -41,7 +41,7 @@ fn load_f32(b: &[u8; 32]) -> __m256 {
 /// 8 IEEE halves widened to f32 (exact).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_f16(b: &[u8; 16]) -> __m256 {
+pub(in crate::kernels) fn load_f16(b: &[u8; 16]) -> __m256 {
     // SAFETY: `b` is 16 readable bytes; `loadu` has no alignment requirement.
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().cast()) })
 }
@@ -49,7 +49,7 @@ fn load_f16(b: &[u8; 16]) -> __m256 {
 /// 8 bfloat16 widened to f32 (exact: the bits moved to the top half).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_bf16(b: &[u8; 16]) -> __m256 {
+pub(in crate::kernels) fn load_bf16(b: &[u8; 16]) -> __m256 {
     // SAFETY: `b` is 16 readable bytes; `loadu` has no alignment requirement.
     let h = unsafe { _mm_loadu_si128(b.as_ptr().cast()) };
     _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
@@ -58,7 +58,7 @@ fn load_bf16(b: &[u8; 16]) -> __m256 {
 /// tinyBLAS's horizontal sum of the accumulator (the same adds as [`hsum8`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
+pub(in crate::kernels) fn hsum(v: __m256) -> f32 {
     let x = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
     let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
@@ -68,7 +68,12 @@ fn hsum(v: __m256) -> f32 {
 /// into its first lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn finish<const S: usize>(acc: __m256, wt: &[u8], at: &[u8], elem: impl Fn([u8; S]) -> f32) -> f32 {
+pub(in crate::kernels) fn finish<const S: usize>(
+    acc: __m256,
+    wt: &[u8],
+    at: &[u8],
+    elem: impl Fn([u8; S]) -> f32,
+) -> f32 {
     if wt.is_empty() {
         return hsum(acc);
     }
