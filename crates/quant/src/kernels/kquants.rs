@@ -30,7 +30,7 @@
 mod q8k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(super) mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_rows;
 

@@ -14,6 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::check_tile;
+use crate::kernels::kquants::x86::WORD_CTL;
 use crate::kernels::{Kernels, SumOrder};
 use crate::{GgmlType, QK_K};
 
@@ -181,23 +182,6 @@ fn q5_high(qh: __m256i, i: usize) -> __m256i {
     };
     _mm256_and_si256(v, _mm256_set1_epi8(16))
 }
-
-/// `vpshufb` controls: `WORD_CTL[i]` broadcasts 16-bit element `i` (0..8) of each 128-bit
-/// lane. The kernels read them through `black_box` once per block, which keeps each a
-/// memory operand of one shuffle (as the single-row kernels do).
-static WORD_CTL: [[u8; 32]; 8] = {
-    let mut t = [[0u8; 32]; 8];
-    let mut i = 0;
-    while i < 8 {
-        let mut b = 0;
-        while b < 32 {
-            t[i][b] = (2 * i + b % 2) as u8;
-            b += 1;
-        }
-        i += 1;
-    }
-    t
-};
 
 /// `T` tokens' worth of one weight row of Q4_K (`Q5 = false`) or Q5_K (`Q5 = true`) blocks
 /// of `B` bytes; writes `out[t * stride]`.

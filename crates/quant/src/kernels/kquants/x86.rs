@@ -175,7 +175,7 @@ pub(super) fn hsum_ps(x: __m256) -> f32 {
 /// compiler rewrites each `vpshufb` as a shift plus a broadcast (two shuffles instead of
 /// one); with the table hoisted out of the loop it keeps all eight controls in registers and
 /// spills them to the stack on every call, which costs short rows.
-static WORD_CTL: [[u8; 32]; 8] = word_controls();
+pub(in crate::kernels) static WORD_CTL: [[u8; 32]; 8] = word_controls();
 
 const fn word_controls() -> [[u8; 32]; 8] {
     let mut t = [[0u8; 32]; 8];

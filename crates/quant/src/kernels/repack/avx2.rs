@@ -26,6 +26,7 @@ use super::{
     GroupedDot, Q4_0_VALUES, Q4K_BYTES, Q4K_D, Q4K_DMIN, Q4K_QS, Q4K_SCALES, Q8K_BSUMS, Q8K_BYTES,
     Q8K_QS,
 };
+use crate::kernels::kquants::x86::WORD_CTL;
 use crate::kernels::{DotRows, Kernels, SumOrder};
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::{GgmlType, QK_K};
@@ -429,22 +430,6 @@ fn k4_scales_mins(b: &[u8], off: usize) -> __m128i {
     let high = _mm_and_si128(_mm_srli_epi32::<2>(h), _mm_set1_epi8(0x30));
     _mm_or_si128(low, high)
 }
-
-/// `vpshufb` controls: `WORD_CTL[i]` broadcasts 16-bit element `i` (0..8) of each 128-bit
-/// lane.
-static WORD_CTL: [[u8; 32]; 8] = {
-    let mut t = [[0u8; 32]; 8];
-    let mut i = 0;
-    while i < 8 {
-        let mut b = 0;
-        while b < 32 {
-            t[i][b] = (2 * i + b % 2) as u8;
-            b += 1;
-        }
-        i += 1;
-    }
-    t
-};
 
 /// Lane `r` of result `p` is lane `p` of `m[r]` (four pair-sums of each of 8 rows to one
 /// vector per pair).
