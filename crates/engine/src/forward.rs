@@ -115,6 +115,79 @@ pub enum LogitsWanted {
 /// batch, token after token; `layer` is `None` for the final norm and output.
 pub type Observer<'a> = Box<dyn Fn(&str, Option<usize>, &[f32]) + Send + 'a>;
 
+/// What one MoE layer routed for the rows of a batch that reached its FFN: row `j` is the
+/// token at context position `first_pos + j` (during a prefill the last layer sees only the
+/// rows whose logits are wanted), its experts are `ids[j·k..(j+1)·k]` in the router's rank
+/// order (or a replay's order) and `weights` the routing weights applied to them.
+#[derive(Debug, Clone, Copy)]
+pub struct Routed<'r> {
+    /// The layer.
+    pub layer: usize,
+    /// Context position of the first row.
+    pub first_pos: usize,
+    /// Experts per row.
+    pub k: usize,
+    /// Expert ids, row after row.
+    pub ids: &'r [usize],
+    /// The applied weights, in the same order.
+    pub weights: &'r [f32],
+    /// The routing came from a [`RouteReplay`], not from the router.
+    pub replayed: bool,
+}
+
+/// Observer of every MoE layer's routing (a route trace).
+pub type RouteTap<'a> = Box<dyn FnMut(&Routed<'_>) + Send + 'a>;
+
+/// Routing recorded elsewhere, replayed on decode steps (a diagnostic: it makes a model see
+/// another model's expert access pattern). While installed, every forward pass of exactly one
+/// token routes each MoE layer to the experts of the next recorded step (in the recorded
+/// order), wrapping around after the last; the weights are this model's gating probabilities of
+/// those experts, renormalized and scaled as the model does. Passes of several tokens (a
+/// prefill) route normally.
+#[derive(Debug, Clone)]
+pub struct RouteReplay {
+    /// `steps[s][layer]`: the experts of layer `layer` at step `s` (empty for layers that are
+    /// not recorded).
+    steps: Vec<Vec<Vec<usize>>>,
+    next: usize,
+}
+
+impl RouteReplay {
+    /// A replay of `steps[s][layer]` (expert ids); needs at least one step.
+    pub fn new(steps: Vec<Vec<Vec<usize>>>) -> Result<RouteReplay, ForwardError> {
+        if steps.is_empty() {
+            return Err(ForwardError::Config(
+                "a route replay needs at least one step".into(),
+            ));
+        }
+        Ok(RouteReplay { steps, next: 0 })
+    }
+
+    /// Recorded steps.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Never true (a replay has at least one step).
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// The most experts any recorded layer step routes to.
+    pub fn max_experts(&self) -> usize {
+        self.steps
+            .iter()
+            .flat_map(|s| s.iter().map(Vec::len))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The step the next single-token pass takes.
+    pub fn next_step(&self) -> usize {
+        self.next
+    }
+}
+
 /// Per-chunk scratch buffers, sized for `ubatch` tokens.
 #[derive(Default)]
 struct Scratch {
@@ -154,6 +227,10 @@ pub struct Engine<'a> {
     n_past: usize,
     s: Scratch,
     observer: Option<Observer<'a>>,
+    route_tap: Option<RouteTap<'a>>,
+    replay: Option<RouteReplay>,
+    /// The chunk being run is a replayed decode step.
+    replaying: bool,
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -329,12 +406,73 @@ impl<'a> Engine<'a> {
             n_past: 0,
             s,
             observer: None,
+            route_tap: None,
+            replay: None,
+            replaying: false,
         })
     }
 
     /// Install (or remove, with `None`) the observer of named intermediates.
     pub fn set_observer(&mut self, observer: Option<Observer<'a>>) {
         self.observer = observer;
+    }
+
+    /// Install (or remove) the observer of every MoE layer's routing.
+    pub fn set_route_tap(&mut self, tap: Option<RouteTap<'a>>) {
+        self.route_tap = tap;
+    }
+
+    /// Install (or remove) a routing replay for the single-token passes that follow. Every
+    /// recorded step must name, for every MoE layer of the model, between 1 and the model's
+    /// expert count of distinct experts that exist.
+    pub fn set_route_replay(&mut self, replay: Option<RouteReplay>) -> Result<(), ForwardError> {
+        if let Some(r) = &replay {
+            let e = self.hp.n_embd as usize;
+            let mut k_max = 0;
+            for (si, step) in r.steps.iter().enumerate() {
+                for (il, lw) in self.w.layers.iter().enumerate() {
+                    let FfnW::Moe(m) = &lw.ffn else { continue };
+                    let cell = step.get(il).map_or(&[][..], |c| c.as_slice());
+                    let bad = |msg: String| {
+                        Err(ForwardError::Config(format!(
+                            "route replay step {si}, layer {il}: {msg}"
+                        )))
+                    };
+                    if cell.is_empty() {
+                        return bad("no experts recorded for this MoE layer".into());
+                    }
+                    if let Some(&x) = cell.iter().find(|&&x| x >= m.n_expert) {
+                        return bad(format!(
+                            "expert {x} does not exist ({} experts)",
+                            m.n_expert
+                        ));
+                    }
+                    let mut seen = cell.to_vec();
+                    seen.sort_unstable();
+                    seen.dedup();
+                    if seen.len() != cell.len() {
+                        return bad("an expert is recorded twice".into());
+                    }
+                    k_max = k_max.max(cell.len());
+                }
+            }
+            // A replay may use more experts per token than the model does.
+            let s = &mut self.s;
+            if s.ids.len() < k_max {
+                s.ids.resize(k_max, 0);
+                s.wts.resize(k_max, 0.0);
+            }
+            if s.slots.len() < k_max * e {
+                s.slots.resize(k_max * e, 0.0);
+            }
+        }
+        self.replay = replay;
+        Ok(())
+    }
+
+    /// The installed routing replay.
+    pub fn route_replay(&self) -> Option<&RouteReplay> {
+        self.replay.as_ref()
     }
 
     /// Tokens in the context.
@@ -406,7 +544,16 @@ impl<'a> Engine<'a> {
                 LogitsWanted::Last if last_chunk => chunk.len() - 1..chunk.len(),
                 LogitsWanted::Last => 0..0,
             };
-            if let Err(e) = self.run_chunk(chunk, want.clone()) {
+            self.replaying = chunk.len() == 1 && tokens.len() == 1 && self.replay.is_some();
+            let ran = self.run_chunk(chunk, want.clone());
+            if self.replaying
+                && let Some(r) = &mut self.replay
+                && ran.is_ok()
+            {
+                r.next = (r.next + 1) % r.steps.len();
+            }
+            self.replaying = false;
+            if let Err(e) = ran {
                 self.n_past = start;
                 return Err(e);
             }
@@ -579,6 +726,7 @@ impl<'a> Engine<'a> {
         if n == 0 {
             return Ok(());
         }
+        let first_pos = p0 + keep.start;
         if let Some(cb) = &self.observer {
             cb("ffn_inp", Some(il), &s.x[..n * e]);
         }
@@ -615,7 +763,11 @@ impl<'a> Engine<'a> {
             }
             FfnW::Moe(m) => {
                 let x_n = m.n_expert;
-                let k_used = hp.n_expert_used.at(il) as usize;
+                let replayed = match &self.replay {
+                    Some(r) if self.replaying => Some(r.steps[r.next][il].as_slice()),
+                    _ => None,
+                };
+                let k_used = replayed.map_or(hp.n_expert_used.at(il) as usize, <[usize]>::len);
                 mm(
                     pool,
                     &m.router,
@@ -648,18 +800,44 @@ impl<'a> Engine<'a> {
                 }
                 for t in 0..n {
                     let span = t * k_used..(t + 1) * k_used;
-                    ops::route_into(
-                        &s.router[t * x_n..(t + 1) * x_n],
-                        hp.expert_weights_norm,
-                        hp.expert_weights_scale,
-                        Gating::Softmax,
-                        &mut s.route,
-                        &mut s.ids[span.clone()],
-                        &mut s.wts[span],
-                    );
+                    let logits = &s.router[t * x_n..(t + 1) * x_n];
+                    let (norm, scale) = (hp.expert_weights_norm, hp.expert_weights_scale);
+                    match replayed {
+                        Some(cell) => {
+                            s.ids[span.clone()].copy_from_slice(cell);
+                            ops::route_fixed_into(
+                                logits,
+                                cell,
+                                norm,
+                                scale,
+                                Gating::Softmax,
+                                &mut s.route,
+                                &mut s.wts[span],
+                            );
+                        }
+                        None => ops::route_into(
+                            logits,
+                            norm,
+                            scale,
+                            Gating::Softmax,
+                            &mut s.route,
+                            &mut s.ids[span.clone()],
+                            &mut s.wts[span],
+                        ),
+                    }
                     for slot in 0..k_used {
                         s.by_expert[s.ids[t * k_used + slot]].push((t, slot));
                     }
+                }
+                if let Some(tap) = &mut self.route_tap {
+                    tap(&Routed {
+                        layer: il,
+                        first_pos,
+                        k: k_used,
+                        ids: &s.ids[..n * k_used],
+                        weights: &s.wts[..n * k_used],
+                        replayed: replayed.is_some(),
+                    });
                 }
                 if let Some(cb) = &self.observer {
                     let ids: Vec<f32> = s.ids[..n * k_used].iter().map(|&i| i as f32).collect();

@@ -10,4 +10,6 @@ pub mod forward;
 pub mod ops;
 
 pub use error::EngineError;
-pub use forward::{Engine, EngineConfig, ForwardError, LogitsWanted, Observer};
+pub use forward::{
+    Engine, EngineConfig, ForwardError, LogitsWanted, Observer, RouteReplay, RouteTap, Routed,
+};

@@ -24,6 +24,7 @@ pub use file::{
 };
 pub use parse::{
     DEFAULT_ALIGNMENT, Gguf, Header, KEY_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo,
+    tensor_bytes,
 };
 pub use types::{GgmlType, QK_K, TensorType};
 pub use value::{ArrayValue, Metadata, Value, ValueType};

@@ -72,8 +72,9 @@ pub(crate) fn checked_elements(dims: &[u64]) -> Option<u64> {
     (n <= i64::MAX as u64).then_some(n)
 }
 
-/// Byte size of a tensor of a known type; `Err` names the problem.
-pub(crate) fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufError> {
+/// Byte size of a tensor of a known type (its shape in ggml order); `Err` names the problem
+/// (a row length that is not a whole number of blocks, an overflowing shape).
+pub fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufError> {
     let n = checked_elements(dims).ok_or_else(|| GgufError::ShapeOverflow {
         tensor: name.to_owned(),
         dims: dims.to_vec(),

@@ -389,6 +389,36 @@ impl RouteTrace {
         tokens.len()
     }
 
+    /// The decode steps in file order (a step is a distinct `(turn, step)`), each with its
+    /// routed experts per layer in slot order: what a replay makes a model route.
+    pub fn decode_steps(&self) -> Vec<BTreeMap<u32, Vec<u32>>> {
+        let mut order: Vec<(u32, i64)> = Vec::new();
+        /// Per layer: (slot, expert) pairs.
+        type Cells = BTreeMap<u32, Vec<(u32, u32)>>;
+        let mut cells: BTreeMap<(u32, i64), Cells> = BTreeMap::new();
+        for r in self.rows.iter().filter(|r| r.phase == Phase::Decode) {
+            let key = (r.turn, r.step);
+            let step = cells.entry(key).or_insert_with(|| {
+                order.push(key);
+                BTreeMap::new()
+            });
+            step.entry(r.layer).or_default().push((r.slot, r.expert));
+        }
+        order
+            .iter()
+            .filter_map(|key| cells.remove(key))
+            .map(|layers| {
+                layers
+                    .into_iter()
+                    .map(|(layer, mut cell)| {
+                        cell.sort_unstable();
+                        (layer, cell.into_iter().map(|(_, e)| e).collect())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// One token cycle: the bytes every layer's top-k would read if nothing were cached
     /// (`Σ_layers n_expert_used × expert_bytes(layer)`). A global LRU cache smaller than this
     /// cannot keep anything from one token to the next.

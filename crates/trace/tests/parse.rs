@@ -300,3 +300,34 @@ mod garbage {
         }
     }
 }
+
+#[test]
+fn decode_steps_group_rows_by_step_and_order_them_by_slot() {
+    let text = format!(
+        "{PREAMBLE}turn,phase,step,layer,slot,expert
+0,0,0,0,0,1
+0,0,0,0,1,2
+0,1,5,1,1,6
+0,1,5,1,0,4
+0,1,5,0,0,3
+0,1,5,0,1,0
+0,1,6,0,0,7
+0,1,6,0,1,5
+1,1,2,0,0,2
+1,1,2,0,1,1
+"
+    );
+    let t = parse(&text).unwrap();
+    let steps = t.decode_steps();
+    assert_eq!(steps.len(), 3, "prefill rows are not steps");
+    assert_eq!(steps[0].get(&0), Some(&vec![3, 0]));
+    assert_eq!(
+        steps[0].get(&1),
+        Some(&vec![4, 6]),
+        "slot order, not file order"
+    );
+    assert_eq!(steps[1].get(&0), Some(&vec![7, 5]));
+    assert_eq!(steps[1].get(&1), None);
+    // a later turn's step 2 comes after turn 0's steps 5 and 6 (file order)
+    assert_eq!(steps[2].get(&0), Some(&vec![2, 1]));
+}

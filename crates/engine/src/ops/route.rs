@@ -271,19 +271,48 @@ pub fn route_into(
     w: &mut [f32],
 ) {
     let k = ids.len().min(w.len()).min(logits.len());
-    let probs = &mut scratch.probs;
+    let probs = gate_probs(logits, gating, &mut scratch.probs);
+    argsort_desc_into(probs, &mut scratch.idx);
+    for (slot, &e) in scratch.idx[..k].iter().enumerate() {
+        ids[slot] = e;
+        w[slot] = probs[e];
+    }
+    finish_weights(&mut w[..k], norm, scale);
+}
+
+/// The weights of experts chosen elsewhere (a replayed routing): the gating probabilities of
+/// `ids` (in their order), then renormalized and scaled exactly as [`route_into`] does.
+/// `w.len()` must equal `ids.len()`, and every id must index `logits`.
+pub fn route_fixed_into(
+    logits: &[f32],
+    ids: &[usize],
+    norm: bool,
+    scale: f32,
+    gating: Gating,
+    scratch: &mut RouteScratch,
+    w: &mut [f32],
+) {
+    let probs = gate_probs(logits, gating, &mut scratch.probs);
+    for (wv, &e) in w.iter_mut().zip(ids) {
+        *wv = probs[e];
+    }
+    finish_weights(w, norm, scale);
+}
+
+/// The gating probabilities of every expert, into `probs`.
+fn gate_probs<'p>(logits: &[f32], gating: Gating, probs: &'p mut Vec<f32>) -> &'p [f32] {
     probs.clear();
     probs.resize(logits.len(), 0.0);
     match gating {
         Gating::Softmax => softmax(logits, 1.0, logits.len(), probs),
         Gating::Sigmoid => sigmoid(logits, probs),
     }
-    argsort_desc_into(probs, &mut scratch.idx);
-    for (slot, &e) in scratch.idx[..k].iter().enumerate() {
-        ids[slot] = e;
-        w[slot] = probs[e];
-    }
-    let w = &mut w[..k];
+    probs
+}
+
+/// Renormalize (`w / max(Σw, 2^-14)`, the sum in f64 rounded to f32) and scale (skipped for
+/// 0 and 1) the selected weights, as llama.cpp's `build_moe_ffn`.
+fn finish_weights(w: &mut [f32], norm: bool, scale: f32) {
     if norm {
         let sum = w.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
         let sum = sum.max(MIN_WEIGHT_SUM);
@@ -315,5 +344,41 @@ mod tests {
             final_insertion_sort(&mut w, &|a, b| x[a] > x[b]);
             assert!(w.windows(2).all(|p| x[p[0]] >= x[p[1]]), "n {n}");
         }
+    }
+
+    #[test]
+    fn fixed_routing_of_the_routers_own_choice_gives_its_weights() {
+        let logits: Vec<f32> = (0..16)
+            .map(|i| ((i * 7) % 13) as f32 * 0.37 - 2.0)
+            .collect();
+        for (norm, scale) in [(false, 1.0), (true, 1.0), (true, 2.5), (false, 0.0)] {
+            for gating in [Gating::Softmax, Gating::Sigmoid] {
+                let (ids, w) = route(&logits, 4, norm, scale, gating);
+                let mut fixed = vec![0f32; 4];
+                route_fixed_into(
+                    &logits,
+                    &ids,
+                    norm,
+                    scale,
+                    gating,
+                    &mut RouteScratch::default(),
+                    &mut fixed,
+                );
+                assert_eq!(w, fixed, "{gating:?} norm {norm} scale {scale}");
+            }
+        }
+        // Another choice: the probabilities of those experts, renormalized.
+        let mut w = vec![0f32; 2];
+        route_fixed_into(
+            &logits,
+            &[0, 1],
+            true,
+            1.0,
+            Gating::Softmax,
+            &mut RouteScratch::default(),
+            &mut w,
+        );
+        let (p0, p1) = (logits[0].exp(), logits[1].exp());
+        assert!((w[0] - p0 / (p0 + p1)).abs() < 1e-6 && (w[1] - p1 / (p0 + p1)).abs() < 1e-6);
     }
 }
