@@ -169,7 +169,7 @@ const SYSTEM_FONTS: &[&str] = &[
 
 /// Reads the chart font. The bytes live as long as the process (the plotting library keeps a
 /// registry of `'static` fonts); one font per run.
-fn load_font(explicit: Option<&Path>) -> Result<&'static [u8]> {
+pub(crate) fn load_font(explicit: Option<&Path>) -> Result<&'static [u8]> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None => SYSTEM_FONTS

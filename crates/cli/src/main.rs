@@ -3,11 +3,14 @@
 //! Argument parsing and output only: the work is done by the library crates.
 
 mod analyze;
+mod bench;
+mod genmodel;
 mod inspect;
 mod logits;
 mod npy;
 mod prompt;
 mod quantize;
+mod routes;
 mod run;
 mod template;
 mod tokenize;
@@ -80,6 +83,22 @@ enum Command {
     /// token i. No chat template is applied: -p is tokenized with the BOS the model's metadata
     /// asks for (special-token text not parsed); --tokens runs exactly the ids given.
     Logits(LogitsArgs),
+    /// Write a synthetic model shaped like a real one (architecture, tensor names, shapes and
+    /// per-tensor quantization types), filled with random but valid blocks, for benchmarks.
+    ///
+    /// The file is written streaming (bounded memory) at disk speed, via OUT.part. The weights
+    /// are noise: the model produces gibberish, but exactly the real model's work and bytes.
+    /// --router-skew makes some experts more popular than others, as trained routers do.
+    GenModel(genmodel::GenModelArgs),
+    /// Run sluice and llama.cpp side by side on one model: alternating runs (A B A B), each
+    /// with the model evicted from the page cache, optionally under a cgroup v1 memory cap,
+    /// next to a direct-I/O and a DRAM calibration; prints (and appends) a markdown report.
+    ///
+    /// Per run: prefill and decode tok/s (each engine's own timings), the decode ratio, MiB
+    /// read per token (block-layer reads of the whole run), hit %, peak RSS and the physical
+    /// bound min(disk ÷ missed bytes, DRAM ÷ touched bytes) with the share of it achieved.
+    /// llama.cpp's llama-completion comes from scripts/build_llamacpp.sh or --llama-bin.
+    Bench(bench::BenchArgs),
     /// Offline analyses of recorded runs (`analyze replay TRACE.csv --budget-mb ...`).
     Analyze(analyze::AnalyzeArgs),
 }
@@ -354,6 +373,20 @@ struct RunArgs {
     /// With --chatml: ask the model not to reason, the way its template allows.
     #[arg(long, requires = "chatml")]
     no_think: bool,
+
+    /// Write the routing of every MoE layer (prompt and generated tokens) to PATH as a
+    /// `route_trace v1` file (spec/bmoe-telemetry.md): one row per routed expert with its
+    /// weight. In this build every expert is resident, so every row is a hit that read 0 bytes.
+    #[arg(long, value_name = "PATH")]
+    route_trace: Option<PathBuf>,
+
+    /// Diagnostic: route every generated token's MoE layers to the experts a recorded
+    /// `route_trace v1` file routed at its decode steps (step by step, layer by layer, wrapping
+    /// around after the last), so that this model sees that model's expert access pattern. The
+    /// weights are this model's router probabilities of those experts. The prompt is routed
+    /// normally. The `mode:` line says the run was replayed.
+    #[arg(long, value_name = "TRACE.csv")]
+    route_replay: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -489,6 +522,8 @@ fn main() -> ExitCode {
             chatml: args.chatml,
             system: args.system,
             no_think: args.no_think,
+            route_trace: args.route_trace,
+            route_replay: args.route_replay,
         }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,
@@ -503,6 +538,8 @@ fn main() -> ExitCode {
             dump_names: args.dump_names,
         }),
         Command::Analyze(args) => analyze::run(args),
+        Command::GenModel(args) => genmodel::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -329,7 +329,7 @@ fn blk_layer(name: &str) -> Option<i64> {
 }
 
 /// llama.cpp's tensor order: by layer number (tensors outside `blk.N.` first), then by name.
-fn tensor_order(a: &str, b: &str) -> std::cmp::Ordering {
+pub fn tensor_order(a: &str, b: &str) -> std::cmp::Ordering {
     let la = blk_layer(a).unwrap_or(-1);
     let lb = blk_layer(b).unwrap_or(-1);
     la.cmp(&lb).then_with(|| a.cmp(b))

@@ -38,6 +38,8 @@ pub struct Options {
     pub chatml: bool,
     pub system: Option<String>,
     pub no_think: bool,
+    pub route_trace: Option<PathBuf>,
+    pub route_replay: Option<PathBuf>,
 }
 
 /// Threads to use: the given count, or every core the process may use.
@@ -227,6 +229,45 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
+    let replay = match &opts.route_replay {
+        Some(path) => {
+            if model.hparams.n_expert == 0 {
+                bail!("--route-replay: {name} is not a mixture-of-experts model");
+            }
+            Some(crate::routes::load_replay(path)?)
+        }
+        None => None,
+    };
+    let trace = match &opts.route_trace {
+        Some(path) => {
+            let hp = &model.hparams;
+            if hp.n_expert == 0 {
+                bail!("--route-trace: {name} is not a mixture-of-experts model");
+            }
+            let layers = crate::routes::layer_bytes(&file, u64::from(hp.n_expert));
+            let t = crate::routes::RouteTraceFile::create(
+                path,
+                &crate::routes::TraceHeader {
+                    model: &opts.model,
+                    arch: file
+                        .metadata()
+                        .get_str("general.architecture")
+                        .unwrap_or(""),
+                    n_layer: hp.n_layer,
+                    n_expert: hp.n_expert,
+                    // A replay may route more experts per token than the model does.
+                    n_expert_used: replay
+                        .as_ref()
+                        .map_or(0, |r| r.max_experts() as u32)
+                        .max(hp.n_expert_used.max()),
+                    layers: &layers,
+                },
+            )?;
+            engine.set_route_tap(Some(t.tap()));
+            Some(t)
+        }
+        None => None,
+    };
 
     let seed = if opts.seed < 0 {
         RANDOM_SEED
@@ -269,6 +310,20 @@ pub fn run(opts: &Options) -> Result<()> {
             0.0
         }
     );
+
+    if let Some(t) = &trace {
+        t.start_decode();
+    }
+    let replay_steps = match replay {
+        Some(r) => {
+            let n = r.len();
+            engine
+                .set_route_replay(Some(r))
+                .with_context(|| format!("--route-replay {}", display_opt(&opts.route_replay)))?;
+            Some(n)
+        }
+        None => None,
+    };
 
     let (special, splitter) = match &chat {
         Some((format, prompt)) => (
@@ -326,9 +381,24 @@ pub fn run(opts: &Options) -> Result<()> {
     writeln!(w, "{}", out.answer)?;
     writeln!(w, "=== perf ===")?;
     writeln!(w, "{}", generation_line(n_gen, decode))?;
-    writeln!(w, "{MODE_LINE}")?;
+    match (replay_steps, &opts.route_replay) {
+        (Some(n), Some(path)) => writeln!(
+            w,
+            "{MODE_LINE}, route replay of {} ({n} decode steps, wrapping)",
+            path.display()
+        )?,
+        _ => writeln!(w, "{MODE_LINE}")?,
+    }
     w.flush()?;
+    if let Some(t) = trace {
+        t.finish()?;
+    }
     Ok(())
+}
+
+fn display_opt(p: &Option<PathBuf>) -> String {
+    p.as_ref()
+        .map_or_else(String::new, |p| p.display().to_string())
 }
 
 #[cfg(test)]

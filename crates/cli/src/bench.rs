@@ -1,0 +1,875 @@
+//! `sluice bench`: sluice and llama.cpp side by side on the same model, prompt, token count and
+//! threads, alternating A B A B, each run starting with the model evicted from the page cache,
+//! optionally under a cgroup v1 memory cap, next to a disk and a DRAM calibration taken in the
+//! same invocation. Writes a markdown report (appended to a file such as docs/benchmarks.md)
+//! and a PNG chart.
+//!
+//! What each figure is:
+//! * prefill / decode tok/s: each engine's own timing lines (sluice: `prompt ... prefill` on
+//!   standard error and `generation:`; llama.cpp: `prompt eval time` and `eval time`);
+//! * read MiB/token: the block-layer reads of the whole process (`getrusage` of the child:
+//!   load, prefill and decode) divided by the generated tokens;
+//! * peak RSS: the child's maximum resident set; under a cap also the cgroup's peak usage,
+//!   page cache included;
+//! * bound: the physical limit per token, min(disk ÷ missed bytes, DRAM ÷ touched bytes), with
+//!   missed bytes = the measured read bytes per token and touched bytes = every dense weight
+//!   (one row of the embedding) plus top-k experts of every layer.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use gguf::GgufFile;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The model both engines run (GGUF).
+    #[arg(short, long, value_name = "MODEL")]
+    model: PathBuf,
+
+    /// Directory holding llama.cpp's `llama-completion` [default: the one
+    /// scripts/build_llamacpp.sh builds, `$SLUICE_LLAMACPP/build/bin`, else
+    /// `~/.cache/sluice/llama.cpp-0.3.36/build/bin`].
+    #[arg(long, value_name = "DIR")]
+    llama_bin: Option<PathBuf>,
+
+    /// The prompt (raw text, no chat template, for both engines).
+    #[arg(
+        short,
+        long,
+        default_value = "Explain what a mixture of experts is.",
+        value_name = "TEXT"
+    )]
+    prompt: String,
+
+    /// Tokens to generate per run (greedy, end of generation ignored).
+    #[arg(short = 'n', long, default_value_t = 32, value_name = "N")]
+    n_predict: usize,
+
+    /// Threads of each engine [default: every core available].
+    #[arg(short, long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// Context size of both engines.
+    #[arg(short = 'c', long, default_value_t = 512, value_name = "N")]
+    ctx: usize,
+
+    /// Rounds; each runs sluice then llama.cpp.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    rounds: usize,
+
+    /// Run both engines in a cgroup v1 memory group limited to this many MiB (page cache
+    /// included; needs root and /sys/fs/cgroup/memory). An error when it cannot be made.
+    #[arg(long, value_name = "MiB")]
+    mem_cap_mb: Option<u64>,
+
+    /// Extra arguments for `sluice run`, one string split at white space (e.g.
+    /// "--route-replay trace.csv").
+    #[arg(long, allow_hyphen_values = true, value_name = "ARGS")]
+    sluice_args: Option<String>,
+
+    /// Extra arguments for `llama-completion`, split at white space (e.g. "--no-repack").
+    #[arg(long, allow_hyphen_values = true, value_name = "ARGS")]
+    llama_args: Option<String>,
+
+    /// Seconds of each calibration (disk, DRAM).
+    #[arg(long, default_value_t = 5.0, value_name = "S")]
+    calib_secs: f64,
+
+    /// Append the markdown report to this file (e.g. docs/benchmarks.md); it is always printed.
+    #[arg(long, value_name = "FILE.md")]
+    append: Option<PathBuf>,
+
+    /// Draw decode tok/s per run into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    png: Option<PathBuf>,
+
+    /// TrueType font for the chart [default: a system sans-serif font].
+    #[arg(long, value_name = "FILE.ttf", requires = "png")]
+    font: Option<PathBuf>,
+
+    /// A title for the report section.
+    #[arg(long, value_name = "TEXT")]
+    label: Option<String>,
+}
+
+/// One engine run's figures.
+#[derive(Clone, Debug, Default)]
+struct RunResult {
+    engine: &'static str,
+    round: usize,
+    prefill_tps: Option<f64>,
+    decode_tps: Option<f64>,
+    n_gen: usize,
+    /// Block-layer reads of the whole run.
+    read_bytes: u64,
+    /// Block-layer reads during the decode (estimated from samples of /proc/PID/io over the
+    /// last `n_gen / decode_tps` seconds of the run).
+    decode_read_bytes: Option<u64>,
+    hit_pct: Option<f64>,
+    max_rss_kib: u64,
+    major_faults: u64,
+    cgroup_peak: Option<u64>,
+    wall_s: f64,
+}
+
+/// The cgroup v1 memory group the runs go into.
+struct Cgroup {
+    dir: PathBuf,
+}
+
+impl Cgroup {
+    fn create(limit_mib: u64) -> Result<Cgroup> {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if !root.join("cgroup.procs").is_file() {
+            bail!(
+                "--mem-cap-mb: no cgroup v1 memory hierarchy at {} (the cap cannot be made here)",
+                root.display()
+            );
+        }
+        let dir = root.join(format!("sluice-bench-{}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| {
+            format!(
+                "--mem-cap-mb: cannot create {} (root is needed; the cap cannot be made)",
+                dir.display()
+            )
+        })?;
+        let cg = Cgroup { dir };
+        cg.write("memory.limit_in_bytes", &(limit_mib << 20).to_string())?;
+        Ok(cg)
+    }
+
+    fn write(&self, file: &str, value: &str) -> Result<()> {
+        std::fs::write(self.dir.join(file), value)
+            .with_context(|| format!("writing {value} to {}", self.dir.join(file).display()))
+    }
+
+    fn read_u64(&self, file: &str) -> Option<u64> {
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Empty once its processes have exited.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Drop the file's pages from the page cache; returns the share still cached afterwards.
+fn evict(path: &Path) -> Result<f64> {
+    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open for the
+    // whole call.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        bail!(
+            "posix_fadvise(DONTNEED) on {}: {}",
+            path.display(),
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    cached_share(&f)
+}
+
+/// The share of a file's pages in the page cache (`mincore` over a mapping of it).
+fn cached_share(f: &File) -> Result<f64> {
+    let len = f.metadata()?.len() as usize;
+    if len == 0 {
+        return Ok(0.0);
+    }
+    // SAFETY: the mapping is read-only and only its residency is queried; nothing reads the
+    // bytes, so a concurrent change of the file cannot be observed through it.
+    let map = unsafe { memmap2::Mmap::map(f) }?;
+    let page = 4096usize;
+    let pages = len.div_ceil(page);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `map` is a live mapping of `len` bytes at a page-aligned address, and `vec` has
+    // one byte per page of it, as mincore requires.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("mincore");
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as f64 / pages as f64)
+}
+
+/// Disk calibration: 1 MiB reads at random 1 MiB-aligned offsets of `path` with O_DIRECT,
+/// 16 in flight (16 threads), for `secs`. Returns (MB/s, p50 ms, p99 ms).
+fn calibrate_disk(path: &Path, secs: f64) -> Result<(f64, f64, f64)> {
+    const BLOCK: usize = 1 << 20;
+    const DEPTH: usize = 16;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
+    let blocks = f.metadata()?.len() / BLOCK as u64;
+    if blocks == 0 {
+        bail!("{} is smaller than one 1 MiB read", path.display());
+    }
+    let total = AtomicU64::new(0);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let lat: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..DEPTH)
+            .map(|i| {
+                let (f, total) = (&f, &total);
+                s.spawn(move || -> std::io::Result<Vec<f64>> {
+                    let mut raw = vec![0u8; BLOCK + 4096];
+                    let skip = raw.as_ptr().align_offset(4096);
+                    let buf = &mut raw[skip..skip + BLOCK];
+                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
+                    let mut lat = Vec::new();
+                    while Instant::now() < deadline {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let off = (x % blocks) * BLOCK as u64;
+                        let t = Instant::now();
+                        let n = f.read_at(buf, off)?;
+                        lat.push(t.elapsed().as_secs_f64() * 1e3);
+                        total.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+            .collect::<std::io::Result<Vec<_>>>()
+    })
+    .with_context(|| format!("direct reads of {}", path.display()))?;
+    let secs = start.elapsed().as_secs_f64();
+    let mut all: Vec<f64> = lat.into_iter().flatten().collect();
+    all.sort_by(f64::total_cmp);
+    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)));
+    Ok((
+        total.load(Ordering::Relaxed) as f64 / 1e6 / secs,
+        pct(0.5).copied().unwrap_or(0.0),
+        pct(0.99).copied().unwrap_or(0.0),
+    ))
+}
+
+/// DRAM read calibration: `threads` threads summing disjoint parts of a 1 GiB buffer, passes
+/// for `secs`; the best pass in GB/s.
+fn calibrate_dram(threads: usize, secs: f64) -> f64 {
+    let words = (1usize << 30) / 8;
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let part = words.div_ceil(threads);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut best = 0f64;
+    while Instant::now() < deadline || best == 0.0 {
+        let t = Instant::now();
+        let sum: u64 = std::thread::scope(|s| {
+            let hs: Vec<_> = buf
+                .chunks(part)
+                .map(|c| s.spawn(move || c.iter().fold(0u64, |a, &v| a.wrapping_add(v))))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0, u64::wrapping_add)
+        });
+        std::hint::black_box(sum);
+        best = best.max((words * 8) as f64 / 1e9 / t.elapsed().as_secs_f64());
+    }
+    best
+}
+
+/// Bytes one decode token touches: every dense weight (one row of the token embedding) and
+/// the top-k experts of every MoE layer; and the model's total file bytes.
+fn touched_bytes(model: &Path) -> Result<(u64, u64)> {
+    let file = GgufFile::open(model)?;
+    let meta = file.metadata();
+    let arch = meta.get_str("general.architecture").unwrap_or("");
+    let n_expert = u64::from(meta.get_u32(&format!("{arch}.expert_count")).unwrap_or(0));
+    let k = u64::from(
+        meta.get_u32(&format!("{arch}.expert_used_count"))
+            .unwrap_or(0),
+    );
+    let mut touched = 0u64;
+    for t in file.tensors() {
+        let bytes = t.n_bytes.unwrap_or(0);
+        if t.name.contains("_exps.") && n_expert > 0 {
+            touched += bytes / n_expert * k;
+        } else if t.name == "token_embd.weight" {
+            touched += bytes / t.dims.get(1).copied().unwrap_or(1).max(1);
+        } else {
+            touched += bytes;
+        }
+    }
+    let size = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
+    Ok((touched, size))
+}
+
+/// The first number before `what` in `line`, e.g. "... 12.5 tokens per second".
+fn number_before(line: &str, what: &str) -> Option<f64> {
+    let head = &line[..line.find(what)?];
+    head.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .rfind(|s| !s.is_empty())?
+        .parse()
+        .ok()
+}
+
+/// `read_bytes` of a `/proc/PID/io` file (bytes the process caused to be read from storage).
+fn proc_read_bytes(path: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Bytes read over the last `secs` seconds of `(time, cumulative bytes)` samples (the last
+/// sample is the end of the run); `None` without a sample that old.
+fn decode_window_reads(samples: &[(Instant, u64)], secs: f64) -> Option<u64> {
+    let &(end, total) = samples.last()?;
+    let start = end.checked_sub(Duration::from_secs_f64(secs))?;
+    // The latest sample at or before the window's start.
+    let &(_, before) = samples.iter().rev().find(|(t, _)| *t <= start)?;
+    Some(total.saturating_sub(before))
+}
+
+/// Runs one engine (its argv) and collects its figures.
+fn run_engine(
+    engine: &'static str,
+    round: usize,
+    argv: &[String],
+    cg: Option<&Cgroup>,
+    n_predict: usize,
+) -> Result<RunResult> {
+    let mut cmd = match cg {
+        // The shell joins the group, then becomes the engine (same pid for wait4).
+        Some(cg) => {
+            cg.write("memory.max_usage_in_bytes", "0")?;
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+                .arg(&cg.dir)
+                .args(argv);
+            c
+        }
+        None => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+    };
+    let t = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", argv[0]))?;
+    let mut out = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow!("no stdout pipe"))?;
+    let mut err = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow!("no stderr pipe"))?;
+    let pid = child.id() as libc::pid_t;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (stdout, stderr, status, ru, samples) = std::thread::scope(|s| {
+        let done = &done;
+        let sampler = s.spawn(move || {
+            let mut v: Vec<(Instant, u64)> = Vec::new();
+            let path = format!("/proc/{pid}/io");
+            while !done.load(Ordering::Relaxed) {
+                if let Some(b) = proc_read_bytes(&path) {
+                    v.push((Instant::now(), b));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            v
+        });
+        let o = s.spawn(move || {
+            let mut v = Vec::new();
+            let _ = out.read_to_end(&mut v);
+            v
+        });
+        let e = s.spawn(move || {
+            let mut v = Vec::new();
+            let _ = err.read_to_end(&mut v);
+            v
+        });
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our child, not yet reaped (std never waits on it here); the status
+        // and rusage pointers are valid for writes for the duration of the call.
+        let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        let end = Instant::now();
+        done.store(true, Ordering::Relaxed);
+        let stdout = o.join().unwrap_or_default();
+        let stderr = e.join().unwrap_or_default();
+        let mut samples = sampler.join().unwrap_or_default();
+        // The process's final count is the rusage one (in 512-byte blocks).
+        samples.push((end, ru.ru_inblock as u64 * 512));
+        (stdout, stderr, (rc == pid).then_some(status), ru, samples)
+    });
+    let wall_s = t.elapsed().as_secs_f64();
+    let stdout = String::from_utf8_lossy(&stdout);
+    let stderr = String::from_utf8_lossy(&stderr);
+    let Some(status) = status else {
+        bail!("{engine}: waiting for the run failed");
+    };
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        bail!(
+            "{engine} failed (wait status {status}; killed by the memory cap if the kernel log \
+             says so); last lines of its standard error:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let mut r = RunResult {
+        engine,
+        round,
+        n_gen: n_predict,
+        read_bytes: ru.ru_inblock as u64 * 512,
+        max_rss_kib: ru.ru_maxrss as u64,
+        major_faults: ru.ru_majflt as u64,
+        cgroup_peak: cg.and_then(|c| c.read_u64("memory.max_usage_in_bytes")),
+        wall_s,
+        ..RunResult::default()
+    };
+    let text = format!("{stdout}\n{stderr}");
+    for line in text.lines() {
+        if engine == "sluice" {
+            if let Some(rest) = line.strip_prefix("generation: ") {
+                r.decode_tps = number_before(line, " tok/s)");
+                r.n_gen = rest
+                    .split(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(n_predict);
+            } else if line.contains(", prefill ") {
+                r.prefill_tps = number_before(line, " tok/s)");
+            } else if let Some(rest) = line.strip_prefix("moe-cache: ") {
+                r.hit_pct = number_before(rest, "% hit");
+            }
+        } else if line.contains("prompt eval time") {
+            r.prefill_tps = number_before(line, " tokens per second");
+        } else if line.contains(" eval time") {
+            r.decode_tps = number_before(line, " tokens per second");
+            r.n_gen = number_before(line, " runs").map_or(n_predict, |n| n as usize + 1);
+        }
+    }
+    let Some(tps) = r.decode_tps.filter(|&t| t > 0.0) else {
+        bail!("{engine}: no decode timing in its output:\n{stderr}");
+    };
+    r.decode_read_bytes = decode_window_reads(&samples, r.n_gen as f64 / tps);
+    Ok(r)
+}
+
+fn machine_line() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or_else(String::new, |kib| {
+            format!(", {:.1} GiB RAM", kib / (1 << 20) as f64)
+        });
+    format!("{cpu}, {cores} cores available{mem}")
+}
+
+fn split_args(s: &Option<String>) -> Vec<String> {
+    s.as_deref()
+        .map(|s| s.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "–".into(), |v| format!("{v:.digits$}"))
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let threads = crate::run::thread_count(args.threads);
+    let model = std::fs::canonicalize(&args.model)
+        .with_context(|| format!("cannot find {}", args.model.display()))?;
+    let llama_dir = match &args.llama_bin {
+        Some(d) => d.clone(),
+        None => std::env::var_os("SLUICE_LLAMACPP")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                    .join(".cache/sluice/llama.cpp-0.3.36")
+            })
+            .join("build/bin"),
+    };
+    let llama = llama_dir.join("llama-completion");
+    if !llama.is_file() {
+        bail!(
+            "{} not found: build it with `bash scripts/build_llamacpp.sh` or pass --llama-bin DIR",
+            llama.display()
+        );
+    }
+    if args.rounds == 0 || args.n_predict == 0 {
+        bail!("--rounds and -n must be at least 1");
+    }
+    let (touched, model_bytes) = touched_bytes(&model)?;
+    let cg = args.mem_cap_mb.map(Cgroup::create).transpose()?;
+
+    let m = model.display().to_string();
+    let (n, t, c) = (
+        args.n_predict.to_string(),
+        threads.to_string(),
+        args.ctx.to_string(),
+    );
+    let me = std::env::current_exe()
+        .context("cannot find the sluice executable")?
+        .display()
+        .to_string();
+    let mut sluice_argv: Vec<String> = [
+        me.as_str(),
+        "run",
+        "-m",
+        &m,
+        "-p",
+        &args.prompt,
+        "-n",
+        &n,
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-t",
+        &t,
+        "-c",
+        &c,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    sluice_argv.extend(split_args(&args.sluice_args));
+    let ll = llama.display().to_string();
+    let mut llama_argv: Vec<String> = [
+        ll.as_str(),
+        "-m",
+        &m,
+        "-p",
+        &args.prompt,
+        "-n",
+        &n,
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-t",
+        &t,
+        "-c",
+        &c,
+        "-no-cnv",
+        "--no-warmup",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    llama_argv.extend(split_args(&args.llama_args));
+
+    eprintln!(
+        "sluice bench: calibrating direct-I/O reads of the model file ({} s)",
+        args.calib_secs
+    );
+    let disk = calibrate_disk(&model, args.calib_secs);
+    if let Err(e) = &disk {
+        eprintln!("sluice bench: no disk calibration: {e:#}");
+    }
+    eprintln!(
+        "sluice bench: calibrating DRAM reads ({} s)",
+        args.calib_secs
+    );
+    let dram = calibrate_dram(threads, args.calib_secs);
+
+    let mut results = Vec::new();
+    for round in 1..=args.rounds {
+        for (engine, argv) in [("sluice", &sluice_argv), ("llama.cpp", &llama_argv)] {
+            let left = evict(&model)?;
+            eprintln!(
+                "sluice bench: round {round}/{}: {engine} (model evicted, {:.1}% still cached)",
+                args.rounds,
+                left * 100.0
+            );
+            let r = run_engine(engine, round, argv, cg.as_ref(), args.n_predict)?;
+            eprintln!(
+                "sluice bench:   decode {} tok/s, prefill {} tok/s, read {:.0} MiB, peak RSS {:.0} MiB, {:.1} s",
+                fmt_opt(r.decode_tps, 2),
+                fmt_opt(r.prefill_tps, 2),
+                r.read_bytes as f64 / (1 << 20) as f64,
+                r.max_rss_kib as f64 / 1024.0,
+                r.wall_s
+            );
+            results.push(r);
+        }
+    }
+
+    // The report.
+    let mib = |b: f64| b / (1u64 << 20) as f64;
+    let mut md = String::new();
+    let title = args.label.clone().unwrap_or_else(|| {
+        format!(
+            "{} ({} tokens, {} threads{})",
+            model
+                .file_name()
+                .map_or_else(|| m.clone(), |f| f.to_string_lossy().into_owned()),
+            args.n_predict,
+            threads,
+            args.mem_cap_mb
+                .map_or(String::new(), |c| format!(", {c} MiB cap"))
+        )
+    });
+    md += &format!("\n## {title}\n\n");
+    let argv: Vec<String> = std::env::args().collect();
+    md += &format!("Command: `sluice {}`\n\n", argv[1..].join(" "));
+    md += &format!(
+        "- Version: sluice {} vs llama.cpp `llama-completion` ({}).\n",
+        env!("CARGO_PKG_VERSION"),
+        llama_dir.display()
+    );
+    md += &format!("- Machine: {}.\n", machine_line());
+    md += &format!(
+        "- Model: {} ({:.2} GiB); one decode token touches {:.0} MiB (dense weights, one \
+         embedding row, top-k experts of every layer).\n",
+        model
+            .file_name()
+            .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+        model_bytes as f64 / (1u64 << 30) as f64,
+        mib(touched as f64)
+    );
+    md += &format!(
+        "- Memory cap: {}. Each run starts with the model file evicted from the page cache \
+         (posix_fadvise DONTNEED); order sluice, llama.cpp in every round.\n",
+        args.mem_cap_mb.map_or_else(
+            || "none".to_owned(),
+            |c| format!("{c} MiB (cgroup v1 memory.limit_in_bytes, page cache included)")
+        )
+    );
+    match &disk {
+        Ok((mbs, p50, p99)) => {
+            md += &format!(
+                "- Calibration (same invocation): direct-I/O 1 MiB random reads of the model \
+                 file at queue depth 16: **{mbs:.0} MB/s** (p50 {p50:.1} ms, p99 {p99:.1} ms); \
+                 DRAM reads ({threads} threads, 1 GiB): **{dram:.1} GB/s**.\n"
+            )
+        }
+        Err(e) => {
+            md += &format!(
+                "- Calibration: no direct-I/O figure ({e}); DRAM reads ({threads} threads, \
+                 1 GiB): **{dram:.1} GB/s**.\n"
+            )
+        }
+    }
+    md += "\n| round | engine | prefill tok/s | decode tok/s | decode ratio sluice / llama.cpp | \
+           decode read MiB / token | run read MiB | major faults | hit % | peak RSS MiB | bound tok/s | of bound |\n";
+    md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    let mut ratios = Vec::new();
+    for r in &results {
+        let other = results
+            .iter()
+            .find(|o| o.round == r.round && o.engine != r.engine);
+        let ratio = match (r.engine, r.decode_tps, other.and_then(|o| o.decode_tps)) {
+            ("sluice", Some(a), Some(b)) if b > 0.0 => {
+                ratios.push(a / b);
+                Some(a / b)
+            }
+            _ => None,
+        };
+        let per_token = r
+            .decode_read_bytes
+            .map(|b| b as f64 / r.n_gen.max(1) as f64);
+        let dram_bound = dram * 1e9 / touched.max(1) as f64;
+        let bound = match (&disk, per_token) {
+            (Ok((mbs, _, _)), Some(p)) if p > 0.0 => dram_bound.min(mbs * 1e6 / p),
+            _ => dram_bound,
+        };
+        let rss = match r.cgroup_peak {
+            Some(p) => format!(
+                "{:.0} (group {:.0})",
+                r.max_rss_kib as f64 / 1024.0,
+                mib(p as f64)
+            ),
+            None => format!("{:.0}", r.max_rss_kib as f64 / 1024.0),
+        };
+        md += &format!(
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} |\n",
+            r.round,
+            r.engine,
+            fmt_opt(r.prefill_tps, 2),
+            fmt_opt(r.decode_tps, 2),
+            fmt_opt(ratio, 2),
+            fmt_opt(per_token.map(mib), 1),
+            mib(r.read_bytes as f64),
+            r.major_faults,
+            fmt_opt(r.hit_pct, 1),
+            rss,
+            bound,
+            r.decode_tps
+                .map_or_else(|| "–".into(), |d| format!("{:.0}%", 100.0 * d / bound)),
+        );
+    }
+    md += &format!(
+        "\nMedian decode ratio sluice / llama.cpp: **{}** over {} rounds. Decode read MiB / \
+         token: the block-layer reads (`/proc/PID/io`, sampled every 20 ms) of the run's last \
+         n ÷ decode-tok/s seconds, over the n generated tokens; run read MiB: the whole run's \
+         (load and prefill included). Bound: min(disk ÷ decode read bytes per token, DRAM ÷ \
+         bytes touched per token); \"of bound\" is the decode rate's share of it.\n",
+        fmt_opt(median(ratios), 2),
+        args.rounds
+    );
+    if let Some(png) = &args.png {
+        let font = crate::analyze::load_font(args.font.as_deref())?;
+        draw_png(png, &results, font)?;
+        let rel = match (&args.append, png.parent()) {
+            (Some(a), Some(_)) => a
+                .parent()
+                .and_then(|d| png.strip_prefix(d).ok())
+                .map_or_else(|| png.display().to_string(), |p| p.display().to_string()),
+            _ => png.display().to_string(),
+        };
+        md += &format!("\n![decode tok/s per run]({rel})\n");
+    }
+    print!("{md}");
+    if let Some(path) = &args.append {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        f.write_all(md.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<()> {
+    use plotters::prelude::*;
+    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| anyhow!("the font file is not a TrueType/OpenType font"))?;
+    let max = results
+        .iter()
+        .filter_map(|r| r.decode_tps)
+        .fold(0f64, f64::max)
+        .max(1e-3);
+    let root = BitMapBackend::new(path, (960, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = results.len();
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Decode tok/s per run (A B A B)", ("sans-serif", 24))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..n as f64, 0.0..max * 1.15)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|v| {
+            let i = v.floor() as usize;
+            results
+                .get(i)
+                .map_or_else(String::new, |r| format!("{} #{}", r.engine, r.round))
+        })
+        .y_desc("decode tok/s")
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()?;
+    let color = |e: &str| {
+        if e == "sluice" {
+            RGBColor(31, 119, 180)
+        } else {
+            RGBColor(214, 39, 40)
+        }
+    };
+    chart.draw_series(results.iter().enumerate().filter_map(|(i, r)| {
+        let v = r.decode_tps?;
+        Some(Rectangle::new(
+            [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, v)],
+            color(r.engine).filled(),
+        ))
+    }))?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_numbers_are_read_from_both_engines_lines() {
+        let l = "common_perf_print:        eval time =    4500.00 ms /    31 runs   (  145.16 ms per token,     6.89 tokens per second)";
+        assert_eq!(number_before(l, " tokens per second"), Some(6.89));
+        assert_eq!(number_before(l, " runs"), Some(31.0));
+        let p = "sluice: prompt 9 tokens, prefill 1.100 s (8.18 tok/s)";
+        assert_eq!(number_before(p, " tok/s)"), Some(8.18));
+        assert_eq!(number_before("no numbers", "x"), None);
+    }
+
+    #[test]
+    fn decode_reads_are_the_growth_over_the_last_window() {
+        let t0 = Instant::now();
+        let at = |ms: u64, b: u64| (t0 + Duration::from_millis(ms), b);
+        let s = [at(0, 0), at(100, 500), at(200, 900), at(300, 1000)];
+        // last 150 ms: from the sample at 100 ms (the latest before 150 ms) to the end
+        assert_eq!(decode_window_reads(&s, 0.15), Some(500));
+        assert_eq!(decode_window_reads(&s, 0.3), Some(1000));
+        assert_eq!(decode_window_reads(&s, 0.5), None);
+        assert_eq!(decode_window_reads(&[], 0.1), None);
+    }
+
+    #[test]
+    fn median_of_even_and_odd_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn eviction_empties_the_page_cache_share_of_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let f = File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        let mut buf = Vec::new();
+        File::open(&path).unwrap().read_to_end(&mut buf).unwrap();
+        assert!(cached_share(&f).unwrap() > 0.9);
+        assert!(evict(&path).unwrap() < 0.1);
+    }
+}

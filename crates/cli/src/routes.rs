@@ -1,0 +1,174 @@
+//! Routing diagnostics of `sluice run`: `--route-trace` (the `route_trace v1` file of
+//! spec/bmoe-telemetry.md, written from the engine's routing tap) and `--route-replay` (decode
+//! steps routed as a recorded trace routes them).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, anyhow, bail};
+use engine::{RouteReplay, RouteTap, Routed};
+use gguf::GgufFile;
+
+/// Per MoE layer: bytes of one expert (all its projections) and of the layer's other weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerBytes {
+    pub expert_bytes: u64,
+    pub dense_bytes: u64,
+}
+
+/// The expert and dense bytes of every MoE layer, from the tensor table: a `blk.N.*_exps.*`
+/// tensor holds `n_expert` experts back to back; everything else in `blk.N.` (attention,
+/// norms, router, shared experts) is dense.
+pub fn layer_bytes(file: &GgufFile, n_expert: u64) -> BTreeMap<u32, LayerBytes> {
+    let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for t in file.tensors() {
+        let Some(rest) = t.name.strip_prefix("blk.") else {
+            continue;
+        };
+        let Some(layer) = rest.split('.').next().and_then(|l| l.parse::<u32>().ok()) else {
+            continue;
+        };
+        // Tensors of an unknown type have no size to count.
+        let bytes = t.n_bytes.unwrap_or(0);
+        let entry = out.entry(layer).or_default();
+        if t.name.contains("_exps.") && n_expert > 0 {
+            entry.0 += bytes / n_expert;
+        } else {
+            entry.1 += bytes;
+        }
+    }
+    out.into_iter()
+        .filter(|(_, (x, _))| *x > 0)
+        .map(|(l, (x, d))| {
+            (
+                l,
+                LayerBytes {
+                    expert_bytes: x,
+                    dense_bytes: d,
+                },
+            )
+        })
+        .collect()
+}
+
+/// What the trace file's preamble states.
+pub struct TraceHeader<'h> {
+    pub model: &'h Path,
+    pub arch: &'h str,
+    pub n_layer: u32,
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    pub layers: &'h BTreeMap<u32, LayerBytes>,
+}
+
+struct Sink {
+    w: BufWriter<File>,
+    error: Option<std::io::Error>,
+}
+
+/// A `route_trace v1` file being written.
+pub struct RouteTraceFile {
+    path: PathBuf,
+    sink: Arc<Mutex<Sink>>,
+    decode: Arc<AtomicBool>,
+}
+
+impl RouteTraceFile {
+    /// Create the file and write its preamble and column line.
+    pub fn create(path: &Path, h: &TraceHeader<'_>) -> Result<RouteTraceFile> {
+        let file =
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = BufWriter::new(file);
+        let mut head = format!(
+            "# route_trace v1\n# model={} arch={} n_layer={} n_expert={} n_expert_used={}\n",
+            h.model.display(),
+            h.arch,
+            h.n_layer,
+            h.n_expert,
+            h.n_expert_used
+        );
+        for (l, b) in h.layers {
+            head += &format!(
+                "# layer={l} expert_bytes={} dense_bytes={}\n",
+                b.expert_bytes, b.dense_bytes
+            );
+        }
+        head += "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped\n";
+        w.write_all(head.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(RouteTraceFile {
+            path: path.to_owned(),
+            sink: Arc::new(Mutex::new(Sink { w, error: None })),
+            decode: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// From now on the rows are decode-phase rows.
+    pub fn start_decode(&self) {
+        self.decode.store(true, Ordering::Relaxed);
+    }
+
+    /// The engine tap that writes a row per routed expert. Every expert of a resident model is
+    /// in memory: residency 1 (hit), 0 bytes read, never dropped.
+    pub fn tap<'a>(&self) -> RouteTap<'a> {
+        let sink = Arc::clone(&self.sink);
+        let decode = Arc::clone(&self.decode);
+        Box::new(move |r: &Routed<'_>| {
+            let phase = u8::from(decode.load(Ordering::Relaxed));
+            let mut rows = String::new();
+            for (j, (ids, wts)) in r.ids.chunks(r.k).zip(r.weights.chunks(r.k)).enumerate() {
+                for (slot, (id, w)) in ids.iter().zip(wts).enumerate() {
+                    rows += &format!(
+                        "0,{phase},{},{},{slot},{id},{w:.6},1,0,0\n",
+                        r.first_pos + j,
+                        r.layer
+                    );
+                }
+            }
+            let Ok(mut s) = sink.lock() else { return };
+            if s.error.is_none()
+                && let Err(e) = s.w.write_all(rows.as_bytes())
+            {
+                s.error = Some(e);
+            }
+        })
+    }
+
+    /// Flush the file; reports the first write error.
+    pub fn finish(self) -> Result<()> {
+        let mut s = self
+            .sink
+            .lock()
+            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?;
+        if let Some(e) = s.error.take() {
+            return Err(e).with_context(|| format!("writing {}", self.path.display()));
+        }
+        s.w.flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// The decode steps of a recorded trace as a replay: `steps[s][layer]`, experts in slot order.
+pub fn load_replay(path: &Path) -> Result<RouteReplay> {
+    let trace = trace::read_route_trace(path)?;
+    let steps = trace.decode_steps();
+    if steps.is_empty() {
+        bail!("{}: no decode rows (phase 1) to replay", path.display());
+    }
+    let steps = steps
+        .into_iter()
+        .map(|layers| {
+            let n = layers.keys().next_back().map_or(0, |&l| l as usize + 1);
+            let mut v = vec![Vec::new(); n];
+            for (l, experts) in layers {
+                v[l as usize] = experts.into_iter().map(|e| e as usize).collect();
+            }
+            v
+        })
+        .collect();
+    Ok(RouteReplay::new(steps)?)
+}

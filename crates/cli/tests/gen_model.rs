@@ -1,0 +1,216 @@
+//! `sluice gen-model`: the layout it plans for a preset is the published file's, and the file
+//! it writes loads, holds valid blocks and runs.
+//!
+//! References (not produced by sluice):
+//! * the per-layer `expert_bytes` / `dense_bytes` of the route trace BigMoeOnEdge recorded on
+//!   the real Qwen3-30B-A3B-Q4_K_M.gguf (crates/trace/tests/data/qwen3-30b-a3b.route.csv, the
+//!   trace of ../shared/data/route-traces);
+//! * the published file sizes (Hugging Face: unsloth/Qwen3-30B-A3B-GGUF Q4_K_M 18,556,686,912
+//!   bytes; allenai/OLMoE-1B-7B-0924-GGUF q4_k_m 4,213,511,776 bytes) minus their header sizes
+//!   (tensor data at byte 5,970,496 and 1,781,344), read from those files' headers by moepager's
+//!   `gguf-map` (data/maps/*.map.json of github.com/AyushSinha2210/moepager).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gguf::{GgmlType, GgufFile, TensorType};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8")
+}
+
+/// `--plan`: (tensor data bytes, per-layer (expert_bytes, dense_bytes), table rows).
+type Plan = (
+    u64,
+    BTreeMap<u32, (u64, u64)>,
+    Vec<(u64, u64, String, String)>,
+);
+
+fn plan(args: &[&str]) -> Plan {
+    let mut a = vec!["gen-model", "--plan"];
+    a.extend_from_slice(args);
+    let out = ok(sluice(&a));
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("offset\tbytes\ttype\tdims\tname"));
+    let (mut data, mut layers, mut rows) = (0, BTreeMap::new(), Vec::new());
+    for l in lines {
+        if let Some(v) = l.strip_prefix("# tensor data: ") {
+            data = v.strip_suffix(" bytes").unwrap().parse().unwrap();
+        } else if let Some(v) = l.strip_prefix("# layer=") {
+            let f: Vec<u64> = v
+                .split(' ')
+                .map(|kv| kv.rsplit('=').next().unwrap().parse().unwrap())
+                .collect();
+            layers.insert(f[0] as u32, (f[1], f[2]));
+        } else {
+            let f: Vec<&str> = l.split('\t').collect();
+            rows.push((
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].to_owned(),
+                f[4].to_owned(),
+            ));
+        }
+    }
+    (data, layers, rows)
+}
+
+fn real_trace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/qwen3-30b-a3b.route.csv")
+}
+
+#[test]
+fn qwen3_30b_a3b_q4_k_m_plan_is_the_published_files_layout() {
+    let (data, layers, rows) = plan(&["--like", "qwen3-30b-a3b", "--quant", "Q4_K_M"]);
+    assert_eq!(data, 18_556_686_912 - 5_970_496);
+    let real = trace::read_route_trace(&real_trace()).unwrap();
+    assert_eq!(layers.len(), 48);
+    for (l, info) in &real.layers {
+        assert_eq!(
+            layers[l],
+            (info.expert_bytes, info.dense_bytes),
+            "layer {l} (expert bytes, dense bytes)"
+        );
+    }
+    // Where the published file's expert tensors start (moepager's map, relative to the data
+    // section): layer 0's down, gate and up, and the last up tensor ending the file.
+    let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+    assert_eq!(at("blk.0.ffn_down_exps.weight").0, 447_157_824 - 5_970_496);
+    assert_eq!(at("blk.0.ffn_gate_exps.weight").0, 612_308_544 - 5_970_496);
+    assert_eq!(at("blk.0.ffn_up_exps.weight").0, 726_611_520 - 5_970_496);
+    let last = at("blk.47.ffn_up_exps.weight");
+    assert_eq!(last.0 + last.1, data);
+    // The types of the mix: Q4_K, Q6_K output, F32 norms and routers.
+    assert_eq!(at("output.weight").2, "q6_K");
+    assert_eq!(at("token_embd.weight").2, "q4_K");
+    assert_eq!(at("blk.7.ffn_gate_inp.weight").2, "f32");
+}
+
+#[test]
+fn olmoe_1b_7b_q4_k_m_plan_has_the_published_size() {
+    let (data, layers, _) = plan(&["--like", "olmoe-1b-7b"]);
+    assert_eq!(data, 4_213_511_776 - 1_781_344);
+    // Q6_K ffn_down (1,720,320 bytes per expert with Q4_K gate and up) on llama.cpp's
+    // more-bits layers, as the published file (moepager's map).
+    let q6: Vec<u32> = layers
+        .iter()
+        .filter(|(_, (x, _))| *x == 1_720_320 + 2 * 1_179_648)
+        .map(|(l, _)| *l)
+        .collect();
+    assert_eq!(q6, vec![0, 1, 4, 7, 10, 13, 14, 15]);
+}
+
+#[test]
+fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("olmoe-l1.gguf");
+    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
+    let args = [
+        "--like",
+        "olmoe-1b-7b",
+        "--layers",
+        "1",
+        "--vocab",
+        vocab.to_str().unwrap(),
+    ];
+    let (data, _, rows) = plan(&args);
+    let mut cmd = vec!["gen-model", "--quiet", "--out", out.to_str().unwrap()];
+    cmd.extend_from_slice(&args);
+    ok(sluice(&cmd));
+    assert!(!dir.path().join("olmoe-l1.gguf.part").exists());
+
+    let f = GgufFile::open(&out).unwrap();
+    let meta = f.metadata();
+    assert_eq!(meta.get_str("general.architecture"), Some("olmoe"));
+    assert_eq!(meta.get_u32("olmoe.block_count"), Some(1));
+    // The GPT-NeoX vocabulary's 50432 tokens lose their trailing [PAD] tokens: 50304, as OLMoE.
+    let tokens = meta.get_array("tokenizer.ggml.tokens").unwrap();
+    assert_eq!(tokens.len(), 50_304);
+    let tensors = f.tensors();
+    assert_eq!(tensors.len(), rows.len());
+    let base = tensors[0].offset;
+    let mut total = 0;
+    for (t, (offset, bytes, ty, name)) in tensors.iter().zip(&rows) {
+        assert_eq!(&t.name, name);
+        assert_eq!(t.offset - base, *offset, "{name}");
+        assert_eq!(t.n_bytes, Some(*bytes), "{name}");
+        let TensorType::Known(k) = t.ty else {
+            panic!("{name}: unknown type")
+        };
+        assert_eq!(k.name(), ty, "{name}");
+        total = offset + bytes;
+        // Every block decodes to finite weights; norms are 1.
+        let data = f.tensor_data(t).unwrap();
+        let head = &data[..data.len().min(k.type_size() * 4096)];
+        let w = quant::dequantize_to_vec(k, head).unwrap();
+        assert!(w.iter().all(|v| v.is_finite()), "{name}");
+        if name.ends_with("_norm.weight") {
+            assert!(w.iter().all(|&v| v == 1.0), "{name}");
+        } else if k != GgmlType::F32 {
+            // 0.02, or --attn-out-std's default for the attention output projection.
+            let want = if name.contains("attn_output") {
+                0.0045
+            } else {
+                0.02
+            };
+            let sd = (w.iter().map(|v| v * v).sum::<f32>() / w.len() as f32).sqrt();
+            assert!((sd / want - 1.0).abs() < 0.2, "{name}: {sd}");
+        }
+    }
+    assert_eq!(total, data);
+
+    // It runs, and a run is a function of the file and the seed.
+    let m = out.to_str().unwrap();
+    let run = || {
+        ok(sluice(&[
+            "run", "-m", m, "-p", "Hello", "-n", "4", "--seed", "3", "-t", "1",
+        ]))
+    };
+    let answer = |out: String| out.split("=== perf ===").next().unwrap().to_owned();
+    let first = run();
+    assert!(first.contains("generation: 4 tokens"), "{first}");
+    assert_eq!(answer(first), answer(run()));
+}
+
+#[test]
+fn a_failed_generation_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.gguf");
+    let o = sluice(&[
+        "gen-model",
+        "--like",
+        "olmoe-1b-7b",
+        "--vocab",
+        dir.path().join("missing.gguf").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("missing.gguf"), "{err}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // Out-of-range knobs are refused up front.
+    for bad in [
+        ["--layers", "17"],
+        ["--router-skew", "-1"],
+        ["--attn-out-std", "nan"],
+    ] {
+        let mut a = vec!["gen-model", "--like", "olmoe-1b-7b", "--plan"];
+        a.extend_from_slice(&bad);
+        let o = sluice(&a);
+        assert!(!o.status.success(), "{bad:?}");
+    }
+}
