@@ -499,6 +499,17 @@ fn machine_line() -> String {
     format!("{cpu}, {cores} cores available{mem}")
 }
 
+/// An argument as a POSIX shell reads it back: quoted when it holds anything but plain
+/// characters.
+fn shell_quote(a: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !a.is_empty() && a.chars().all(plain) {
+        a.to_owned()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
 fn split_args(s: &Option<String>) -> Vec<String> {
     s.as_deref()
         .map(|s| s.split_whitespace().map(str::to_owned).collect())
@@ -655,8 +666,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         )
     });
     md += &format!("\n## {title}\n\n");
-    let argv: Vec<String> = std::env::args().collect();
-    md += &format!("Command: `sluice {}`\n\n", argv[1..].join(" "));
+    let argv: Vec<String> = std::env::args().skip(1).map(|a| shell_quote(&a)).collect();
+    md += &format!("Command: `sluice {}`\n\n", argv.join(" "));
     md += &format!(
         "- Version: sluice {} vs llama.cpp `llama-completion` ({}).\n",
         env!("CARGO_PKG_VERSION"),
@@ -851,6 +862,15 @@ mod tests {
         assert_eq!(decode_window_reads(&s, 0.3), Some(1000));
         assert_eq!(decode_window_reads(&s, 0.5), None);
         assert_eq!(decode_window_reads(&[], 0.1), None);
+    }
+
+    #[test]
+    fn arguments_are_quoted_for_the_shell() {
+        assert_eq!(shell_quote("--rounds"), "--rounds");
+        assert_eq!(shell_quote("/a/b.gguf"), "/a/b.gguf");
+        assert_eq!(shell_quote("two words"), "'two words'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
     }
 
     #[test]

@@ -426,32 +426,151 @@ fn write_blocks(
             (f16::from_f32(d).to_le_bytes(), m)
         })
         .collect();
-    let mut rng = Rng::new(seed);
     let per_chunk = (CHUNK / block).max(1) * block;
-    let mut buf = vec![0u8; per_chunk];
-    let mut left = n_bytes;
-    while left > 0 {
-        let len = per_chunk.min(usize::try_from(left).unwrap_or(per_chunk));
-        let buf = &mut buf[..len];
-        rng.fill(buf);
-        for b in buf.chunks_exact_mut(block) {
-            let pick = b[prof.d_at];
-            let (mut d, m) = table[(pick & 63) as usize];
-            if let (Some((at, _)), Some(m)) = (prof.min, m) {
-                b[at..at + 2].copy_from_slice(&m);
-            } else if pick & 64 != 0 {
-                // Without a minimum, a random sign of the scale (as quantizers give: d is
-                // the signed extreme over a level) cancels the levels' own mean, e.g. the
-                // -0.5 of Q4_0's q - 8.
-                d[1] ^= 0x80;
-            }
-            b[prof.d_at..prof.d_at + 2].copy_from_slice(&d);
-        }
-        out.write_all(buf)?;
-        left -= len as u64;
-        progress.add(len as u64);
+    // One thread generates while this one writes (the write's copy into the page cache costs
+    // more than the generation): chunks go over a channel of two, and come back for reuse.
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    for _ in 0..3 {
+        let _ = empty_tx.send(vec![0u8; per_chunk]);
     }
-    Ok(())
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut rng = Rng::new(seed);
+            let mut left = n_bytes;
+            while left > 0 {
+                let Ok(mut buf) = empty_rx.recv() else { return };
+                let len = per_chunk.min(usize::try_from(left).unwrap_or(per_chunk));
+                buf.truncate(len);
+                rng.fill(&mut buf);
+                for b in buf.chunks_exact_mut(block) {
+                    let pick = b[prof.d_at];
+                    let (mut d, m) = table[(pick & 63) as usize];
+                    if let (Some((at, _)), Some(m)) = (prof.min, m) {
+                        b[at..at + 2].copy_from_slice(&m);
+                    } else if pick & 64 != 0 {
+                        // Without a minimum, a random sign of the scale (as quantizers give:
+                        // d is the signed extreme over a level) cancels the levels' own
+                        // mean, e.g. the -0.5 of Q4_0's q - 8.
+                        d[1] ^= 0x80;
+                    }
+                    b[prof.d_at..prof.d_at + 2].copy_from_slice(&d);
+                }
+                left -= len as u64;
+                if full_tx.send(buf).is_err() {
+                    return;
+                }
+            }
+        });
+        // Owned here, so that an early return drops it and ends a generator blocked on a full
+        // channel before the scope joins it.
+        let full_rx = full_rx;
+        let mut left = n_bytes;
+        while left > 0 {
+            let mut buf = full_rx
+                .recv()
+                .map_err(|_| io::Error::other("the block generator stopped"))?;
+            out.write_all(&buf)?;
+            left -= buf.len() as u64;
+            progress.add(buf.len() as u64);
+            buf.resize(per_chunk, 0);
+            // The generator may be done already.
+            let _ = empty_tx.send(buf);
+        }
+        Ok(())
+    })
+}
+
+/// Writes a file with O_DIRECT: bytes are gathered in a 4 KiB-aligned buffer and written in
+/// whole aligned blocks straight to the device (no copy into the page cache, whose kernel-side
+/// copy otherwise costs more CPU than generating the blocks); the tail is padded to a block
+/// and the file cut back to its length by [`DirectWriter::finish`].
+struct DirectWriter {
+    file: File,
+    raw: Vec<u8>,
+    /// Start of the aligned window in `raw`.
+    at: usize,
+    /// Bytes gathered in the window.
+    len: usize,
+    /// Bytes written to the file so far (whole windows).
+    written: u64,
+}
+
+/// Alignment of O_DIRECT offsets, lengths and buffers (covers 512- and 4096-byte sectors).
+const DIRECT_ALIGN: usize = 4096;
+/// Bytes per direct write.
+const DIRECT_WINDOW: usize = 8 << 20;
+
+impl DirectWriter {
+    fn create(path: &Path) -> io::Result<DirectWriter> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
+        let raw = vec![0u8; DIRECT_WINDOW + DIRECT_ALIGN];
+        let at = raw.as_ptr().align_offset(DIRECT_ALIGN);
+        if at >= DIRECT_ALIGN {
+            return Err(io::Error::other("cannot align the write buffer"));
+        }
+        Ok(DirectWriter {
+            file,
+            raw,
+            at,
+            len: 0,
+            written: 0,
+        })
+    }
+
+    /// Write the first `n` bytes of the window (a multiple of the alignment).
+    fn write_window(&mut self, n: usize) -> io::Result<()> {
+        let mut done = 0;
+        while done < n {
+            let k = self.file.write(&self.raw[self.at + done..self.at + n])?;
+            if k == 0 || k % DIRECT_ALIGN != 0 {
+                return Err(io::Error::other(format!(
+                    "a direct write of {} bytes wrote {k}",
+                    n - done
+                )));
+            }
+            done += k;
+        }
+        self.written += n as u64;
+        Ok(())
+    }
+
+    /// Write what is left (padded to a block), cut the file to its length, return it.
+    fn finish(mut self) -> io::Result<File> {
+        let tail = self.len;
+        if tail > 0 {
+            let padded = tail.next_multiple_of(DIRECT_ALIGN);
+            self.raw[self.at + tail..self.at + padded].fill(0);
+            self.write_window(padded)?;
+        }
+        let real = self.written - (tail.next_multiple_of(DIRECT_ALIGN) - tail) as u64;
+        self.file.set_len(real)?;
+        Ok(self.file)
+    }
+}
+
+impl Write for DirectWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(DIRECT_WINDOW - self.len);
+        self.raw[self.at + self.len..self.at + self.len + n].copy_from_slice(&data[..n]);
+        self.len += n;
+        if self.len == DIRECT_WINDOW {
+            self.write_window(DIRECT_WINDOW)?;
+            self.len = 0;
+        }
+        Ok(n)
+    }
+
+    /// Whole windows only; the tail waits for [`DirectWriter::finish`].
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Progress on standard error: a line every few seconds.
@@ -694,10 +813,9 @@ pub fn run(args: GenModelArgs) -> Result<()> {
             Value::U32(s.n_ff_exp as u32),
         ));
     }
-    meta.push((
-        "sluice.gen_model.like".into(),
-        Value::String(format!("{:?}", args.like)),
-    ));
+    let like = clap::ValueEnum::to_possible_value(&args.like)
+        .map_or_else(|| s.title.to_owned(), |v| v.get_name().to_owned());
+    meta.push(("sluice.gen_model.like".into(), Value::String(like)));
     meta.push(("sluice.gen_model.seed".into(), Value::U64(args.seed)));
     meta.push((
         "sluice.gen_model.router_skew".into(),
@@ -810,15 +928,31 @@ pub fn run(args: GenModelArgs) -> Result<()> {
             total as f64 / 1e9
         );
     }
-    let file = File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
-    let mut bw = BufWriter::with_capacity(8 << 20, file);
-    let written = w
-        .write_to(&mut bw)
-        .with_context(|| format!("writing {}", part.display()))?;
-    let file = bw
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .with_context(|| format!("writing {}", part.display()))?;
+    let (written, file, direct) = match DirectWriter::create(&part) {
+        Ok(mut dw) => {
+            let n = w
+                .write_to(&mut dw)
+                .with_context(|| format!("writing {}", part.display()))?;
+            let file = dw
+                .finish()
+                .with_context(|| format!("writing {}", part.display()))?;
+            (n, file, true)
+        }
+        // O_DIRECT refused (tmpfs, some network file systems): through the page cache.
+        Err(_) => {
+            let file = File::create(&part)
+                .with_context(|| format!("cannot create {}", part.display()))?;
+            let mut bw = BufWriter::with_capacity(1 << 20, file);
+            let n = w
+                .write_to(&mut bw)
+                .with_context(|| format!("writing {}", part.display()))?;
+            let file = bw
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .with_context(|| format!("writing {}", part.display()))?;
+            (n, file, false)
+        }
+    };
     file.sync_all()
         .with_context(|| format!("syncing {}", part.display()))?;
     drop(file);
@@ -826,9 +960,10 @@ pub fn run(args: GenModelArgs) -> Result<()> {
         .with_context(|| format!("renaming {} to {}", part.display(), out.display()))?;
     let secs = progress.start.elapsed().as_secs_f64();
     eprintln!(
-        "sluice: gen-model: wrote {} ({written} bytes) in {secs:.1} s ({:.0} MB/s, sync included)",
+        "sluice: gen-model: wrote {} ({written} bytes) in {secs:.1} s ({:.0} MB/s, sync included, {})",
         out.display(),
-        written as f64 / 1e6 / secs.max(1e-9)
+        written as f64 / 1e6 / secs.max(1e-9),
+        if direct { "direct I/O" } else { "through the page cache" }
     );
     Ok(())
 }
