@@ -499,10 +499,21 @@ fn machine_line() -> String {
     format!("{cpu}, {cores} cores available{mem}")
 }
 
+/// `path` with the home directory written `~` (reports name no one's home).
+fn home_relative(path: &str) -> String {
+    match std::env::var("HOME") {
+        Ok(home) if !home.is_empty() && home != "/" => match path.strip_prefix(&home) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("~{rest}"),
+            _ => path.to_owned(),
+        },
+        _ => path.to_owned(),
+    }
+}
+
 /// An argument as a POSIX shell reads it back: quoted when it holds anything but plain
 /// characters.
 fn shell_quote(a: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%~".contains(c);
     if !a.is_empty() && a.chars().all(plain) {
         a.to_owned()
     } else {
@@ -666,12 +677,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         )
     });
     md += &format!("\n## {title}\n\n");
-    let argv: Vec<String> = std::env::args().skip(1).map(|a| shell_quote(&a)).collect();
+    let argv: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|a| shell_quote(&home_relative(&a)))
+        .collect();
     md += &format!("Command: `sluice {}`\n\n", argv.join(" "));
     md += &format!(
         "- Version: sluice {} vs llama.cpp `llama-completion` ({}).\n",
         env!("CARGO_PKG_VERSION"),
-        llama_dir.display()
+        home_relative(&llama_dir.display().to_string())
     );
     md += &format!("- Machine: {}.\n", machine_line());
     md += &format!(
