@@ -823,13 +823,7 @@ fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<(
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|v| {
-            let i = v.floor() as usize;
-            results
-                .get(i)
-                .map_or_else(String::new, |r| format!("{} #{}", r.engine, r.round))
-        })
+        .x_labels(0)
         .y_desc("decode tok/s")
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
@@ -848,6 +842,23 @@ fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<(
             color(r.engine).filled(),
         ))
     }))?;
+    // The value above each bar, and its engine and round under the axis.
+    chart.draw_series(results.iter().enumerate().filter_map(|(i, r)| {
+        let v = r.decode_tps?;
+        Some(Text::new(
+            format!("{v:.2}"),
+            (i as f64 + 0.4, v + max * 0.05),
+            ("sans-serif", 16),
+        ))
+    }))?;
+    for (i, r) in results.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+        root.draw(&Text::new(
+            format!("{} #{}", r.engine, r.round),
+            (x - 36, y + 10),
+            ("sans-serif", 15),
+        ))?;
+    }
     root.present()?;
     Ok(())
 }

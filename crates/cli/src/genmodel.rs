@@ -940,8 +940,8 @@ pub fn run(args: GenModelArgs) -> Result<()> {
         }
         // O_DIRECT refused (tmpfs, some network file systems): through the page cache.
         Err(_) => {
-            let file = File::create(&part)
-                .with_context(|| format!("cannot create {}", part.display()))?;
+            let file =
+                File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
             let mut bw = BufWriter::with_capacity(1 << 20, file);
             let n = w
                 .write_to(&mut bw)
@@ -963,7 +963,11 @@ pub fn run(args: GenModelArgs) -> Result<()> {
         "sluice: gen-model: wrote {} ({written} bytes) in {secs:.1} s ({:.0} MB/s, sync included, {})",
         out.display(),
         written as f64 / 1e6 / secs.max(1e-9),
-        if direct { "direct I/O" } else { "through the page cache" }
+        if direct {
+            "direct I/O"
+        } else {
+            "through the page cache"
+        }
     );
     Ok(())
 }
