@@ -582,9 +582,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .context("cannot find the sluice executable")?
         .display()
         .to_string();
-    let mut sluice_argv: Vec<String> = [
-        me.as_str(),
-        "run",
+    // The same flags for both: model, prompt, tokens, greedy, no early stop, threads, context.
+    let common: Vec<String> = [
         "-m",
         &m,
         "-p",
@@ -601,28 +600,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     ]
     .map(str::to_owned)
     .to_vec();
+    let mut sluice_argv = vec![me, "run".to_owned()];
+    sluice_argv.extend(common.iter().cloned());
     sluice_argv.extend(split_args(&args.sluice_args));
-    let ll = llama.display().to_string();
-    let mut llama_argv: Vec<String> = [
-        ll.as_str(),
-        "-m",
-        &m,
-        "-p",
-        &args.prompt,
-        "-n",
-        &n,
-        "--temp",
-        "0",
-        "--ignore-eos",
-        "-t",
-        &t,
-        "-c",
-        &c,
-        "-no-cnv",
-        "--no-warmup",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let mut llama_argv = vec![llama.display().to_string()];
+    llama_argv.extend(common);
+    llama_argv.extend(["-no-cnv", "--no-warmup"].map(str::to_owned));
     llama_argv.extend(split_args(&args.llama_args));
 
     eprintln!(
