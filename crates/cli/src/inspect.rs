@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use gguf::{ArrayValue, Gguf, GgufFile, Metadata, TensorInfo, TensorType, Value};
 use serde_json::json;
+use store::{ExpertLayout, Fusion};
 
 use crate::npy;
 
@@ -101,6 +102,11 @@ impl Model {
                 g.data_offset(),
             )],
         }
+    }
+
+    /// Where the routed experts are (`None` for a model without them).
+    fn expert_layout(&self) -> Result<Option<ExpertLayout>, store::StoreError> {
+        ExpertLayout::new(self.metadata(), self.tensors(), |t| self.file_offset(t))
     }
 
     /// Absolute offset of a tensor's data in its file.
@@ -367,7 +373,115 @@ fn text_report(w: &mut impl Write, model: &Model, n: usize) -> Result<()> {
             w4 = widths[4]
         )?;
     }
+    experts_text(w, model)
+}
+
+/// The routed experts (what an expert store streams): one summary line, then one row per run
+/// of consecutive layers with the same parts and dense bytes.
+fn experts_text(w: &mut impl Write, model: &Model) -> Result<()> {
+    let layout = match model.expert_layout() {
+        Ok(Some(l)) => l,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            writeln!(w)?;
+            writeln!(w, "experts: the expert tensors cannot be streamed: {e}")?;
+            return Ok(());
+        }
+    };
+    let fusion = |f: Fusion| match f {
+        Fusion::Split => "gate, up and down",
+        Fusion::Fused => "fused gate-up and down",
+    };
+    writeln!(w)?;
+    writeln!(
+        w,
+        "experts: {} MoE layers x {} experts, top-{}; {} of routed experts, {} dense (always \
+         resident); one token cycle {}",
+        layout.layers.len(),
+        layout.n_expert,
+        layout.n_expert_used,
+        human_bytes(layout.expert_bytes_total()),
+        human_bytes(layout.dense_bytes),
+        human_bytes(layout.token_cycle_bytes())
+    )?;
+    writeln!(
+        w,
+        "  layers  expert bytes  layer dense bytes  parts (type, bytes per expert; {})",
+        fusion(layout.layers[0].fusion)
+    )?;
+    let sig = |l: &store::LayerExperts| {
+        let parts: Vec<String> = l
+            .parts
+            .iter()
+            .map(|p| format!("{} {} {}", p.kind.name(), p.ty.name(), p.stride))
+            .collect();
+        (parts.join(", "), l.expert_bytes, l.dense_bytes)
+    };
+    let mut i = 0;
+    while i < layout.layers.len() {
+        let first = &layout.layers[i];
+        let s = sig(first);
+        let mut j = i + 1;
+        while j < layout.layers.len()
+            && layout.layers[j].layer == layout.layers[j - 1].layer + 1
+            && sig(&layout.layers[j]) == s
+        {
+            j += 1;
+        }
+        let last = layout.layers[j - 1].layer;
+        let span = if last == first.layer {
+            first.layer.to_string()
+        } else {
+            format!("{}-{last}", first.layer)
+        };
+        writeln!(w, "  {span:<6}  {:>12}  {:>17}  {}", s.1, s.2, s.0)?;
+        i = j;
+    }
     Ok(())
+}
+
+fn experts_json(model: &Model) -> serde_json::Value {
+    match model.expert_layout() {
+        Ok(None) => serde_json::Value::Null,
+        Err(e) => json!({ "error": e.to_string() }),
+        Ok(Some(l)) => {
+            let layers: Vec<serde_json::Value> = l
+                .layers
+                .iter()
+                .map(|x| {
+                    let parts: Vec<serde_json::Value> = x
+                        .parts
+                        .iter()
+                        .map(|p| {
+                            json!({
+                                "tensor": p.tensor,
+                                "kind": p.kind.name(),
+                                "type": p.ty.name(),
+                                "shard": p.shard,
+                                "offset": p.offset,
+                                "stride": p.stride,
+                            })
+                        })
+                        .collect();
+                    json!({
+                        "layer": x.layer,
+                        "fused": x.fusion == Fusion::Fused,
+                        "expert_bytes": x.expert_bytes,
+                        "dense_bytes": x.dense_bytes,
+                        "parts": parts,
+                    })
+                })
+                .collect();
+            json!({
+                "n_expert": l.n_expert,
+                "n_expert_used": l.n_expert_used,
+                "expert_bytes_total": l.expert_bytes_total(),
+                "dense_bytes": l.dense_bytes,
+                "token_cycle_bytes": l.token_cycle_bytes(),
+                "layers": layers,
+            })
+        }
+    }
 }
 
 /// An array as `{"type": "array", "elem_type", "len", "head": [...]}`.
@@ -425,6 +539,7 @@ fn json_report(model: &Model, n: usize) -> serde_json::Value {
         "architecture": md.get_str("general.architecture"),
         "metadata": metadata,
         "tensors": tensors,
+        "experts": experts_json(model),
     })
 }
 

@@ -172,6 +172,22 @@ fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     }
     assert_eq!(total, data);
 
+    // `inspect` finds the same expert and dense bytes per layer as the plan.
+    let doc: serde_json::Value =
+        serde_json::from_str(&ok(sluice(&["inspect", "--json", out.to_str().unwrap()]))).unwrap();
+    let (_, plan_layers, _) = plan(&args);
+    for l in doc["experts"]["layers"].as_array().unwrap() {
+        let layer = l["layer"].as_u64().unwrap() as u32;
+        assert_eq!(
+            (
+                l["expert_bytes"].as_u64().unwrap(),
+                l["dense_bytes"].as_u64().unwrap()
+            ),
+            plan_layers[&layer],
+            "layer {layer}"
+        );
+    }
+
     // It runs, and a run is a function of the file and the seed.
     let m = out.to_str().unwrap();
     let run = || {

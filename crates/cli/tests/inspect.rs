@@ -190,3 +190,46 @@ fn array_items_limits_the_elements_shown() {
     assert_eq!(tokens["head"].as_array().map(Vec::len), Some(3));
     assert_eq!(tokens["len"], 275);
 }
+
+#[test]
+fn the_routed_experts_are_described() {
+    // The demo model: 2 layers of 8 Q8_0 experts (64x64 gate, up and down: 4352 bytes each).
+    let o = sluice(&["inspect"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let at = out.find("\nexperts: ").expect("an experts section");
+    let section: Vec<&str> = out[at + 1..].lines().collect();
+    assert!(
+        section[0].starts_with("experts: 2 MoE layers x 8 experts, top-2; "),
+        "{}",
+        section[0]
+    );
+    assert_eq!(
+        section[2].split_whitespace().collect::<Vec<_>>(),
+        [
+            "0-1", "13056", "15744", "gate", "q8_0", "4352,", "up", "q8_0", "4352,", "down",
+            "q8_0", "4352"
+        ]
+    );
+    // JSON: every part with its offset; expert 0 of a part is where its tensor starts.
+    let o = sluice(&["inspect", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let ex = &doc["experts"];
+    assert_eq!(ex["n_expert"], 8);
+    assert_eq!(ex["token_cycle_bytes"], 2 * 2 * 13056);
+    for layer in ex["layers"].as_array().unwrap() {
+        for p in layer["parts"].as_array().unwrap() {
+            let t = doc["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == p["tensor"])
+                .unwrap();
+            assert_eq!(t["offset"], p["offset"]);
+            assert_eq!(
+                t["bytes"].as_u64().unwrap(),
+                8 * p["stride"].as_u64().unwrap()
+            );
+        }
+    }
+}

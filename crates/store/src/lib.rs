@@ -1,0 +1,15 @@
+//! The expert store of a Mixture-of-Experts model.
+//!
+//! [`ExpertLayout`] says where every routed expert's bytes are: for each MoE layer, the expert
+//! tensors (`ffn_{gate,up,down}_exps`, or the fused `ffn_gate_up_exps` with `ffn_down_exps`,
+//! and their `.bias` companions), each holding `n_expert` experts back to back at a fixed
+//! stride, in whichever shard of a split model holds it. Everything else — attention, norms,
+//! routers, shared experts, dense layers, embeddings — is dense and stays resident. The layout
+//! is what an expert cache reads a miss from (one window per part) and what it budgets with
+//! (`expert_bytes` per layer).
+
+mod error;
+mod layout;
+
+pub use error::StoreError;
+pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};
