@@ -17,6 +17,36 @@ pub enum StoreError {
         /// What is wrong.
         msg: String,
     },
+    /// A model file could not be opened.
+    #[error("{}: {error}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    /// An expert's bytes could not be read.
+    #[error("layer {layer}, expert {expert}: reading {tensor} at byte {offset} of {}: {msg}", path.display())]
+    Read {
+        layer: u32,
+        expert: u32,
+        tensor: String,
+        path: std::path::PathBuf,
+        /// Where the expert's bytes of that tensor start in the file.
+        offset: u64,
+        msg: String,
+    },
+    /// A layer without routed experts was asked for one.
+    #[error("layer {layer} has no routed experts")]
+    NotMoeLayer { layer: u32 },
+    /// An expert id past the layer's experts.
+    #[error("layer {layer}: expert {expert} does not exist ({n_expert} experts)")]
+    NoExpert {
+        layer: u32,
+        expert: u32,
+        n_expert: u32,
+    },
+    /// A part index past the layer's parts.
+    #[error("layer {layer}: no expert part {part}")]
+    NoPart { layer: u32, part: usize },
     /// A layer with some expert tensors but not a complete set.
     #[error("layer {layer}: {msg}")]
     IncompleteLayer {

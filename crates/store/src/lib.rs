@@ -7,9 +7,17 @@
 //! routers, shared experts, dense layers, embeddings — is dense and stays resident. The layout
 //! is what an expert cache reads a miss from (one window per part) and what it budgets with
 //! (`expert_bytes` per layer).
+//!
+//! [`ExpertCache`] holds experts in slots within a byte budget, batch by batch, behind an
+//! [`EvictionPolicy`] ([`Lru`] to start). [`ExpertReader`] fills a slot from the files, with
+//! O_DIRECT where the file system allows it.
 
+pub mod cache;
 mod error;
 mod layout;
+pub mod read;
 
+pub use cache::{CacheStats, EvictionPolicy, ExpertCache, Lookup, Lru};
 pub use error::StoreError;
 pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};
+pub use read::{ExpertReader, IoMode};

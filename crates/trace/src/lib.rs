@@ -12,4 +12,4 @@ pub mod replay;
 
 pub use error::TraceError;
 pub use parse::{LayerInfo, Phase, RouteRow, RouteTrace, read_route_trace};
-pub use replay::{Batch, Policy, ReplayStats, replay};
+pub use replay::{Batch, Policy, ReplayStats, Workload, batches, replay};

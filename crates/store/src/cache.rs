@@ -1,0 +1,317 @@
+//! The bounded expert cache: slots keyed by (layer, expert), each holding all of an expert's
+//! bytes, within a byte budget.
+//!
+//! The rules (the same as the offline replay's, `trace::replay`, so that a replay predicts the
+//! engine's hit rate exactly):
+//!
+//! - Work comes in **layer batches**: the experts one MoE layer routed in one forward call
+//!   ([`ExpertCache::begin_batch`] … [`ExpertCache::end_batch`]).
+//! - Each distinct expert of a batch is one [`lookup`](ExpertCache::lookup): a hit refreshes
+//!   the entry; a miss takes a slot (a recycled buffer when one of the size is free) for the
+//!   caller to fill. A repeat within the batch is no lookup, only a
+//!   [`touch`](ExpertCache::touch) that refreshes recency.
+//! - **Eviction runs at the end of the batch**, until the slots fit the budget, and never
+//!   takes an entry the batch touched (it was in use). A batch larger than the budget leaves
+//!   the cache over budget until the next batch ends. With a budget of 0 there is no cache:
+//!   every slot is freed (for reuse) when its batch ends — a per-layer staging area.
+//!
+//! Which untouched entry leaves first is the [`EvictionPolicy`]'s choice; [`Lru`] is the
+//! default.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// A cached expert: (layer, expert).
+pub type Key = (u32, u32);
+
+/// Alignment of slot buffers: what O_DIRECT reads need (covers 512- and 4096-byte sectors).
+pub const SLOT_ALIGN: usize = 4096;
+
+/// Freed slots kept per slot size for reuse (a decode batch takes at most top-k new slots).
+const FREE_SLOTS_KEPT: usize = 8;
+
+/// Decides which cached expert leaves first.
+pub trait EvictionPolicy {
+    /// A short name (`lru`).
+    fn name(&self) -> &'static str;
+    /// `key` was used at logical time `tick` (ticks only grow): looked up, inserted, or used
+    /// again within its batch.
+    fn touched(&mut self, key: Key, tick: u64);
+    /// `key` left the cache.
+    fn removed(&mut self, key: Key);
+    /// The entry to evict next among those `evictable` accepts; `None` when there is none.
+    fn victim(&mut self, evictable: &dyn Fn(Key) -> bool) -> Option<Key>;
+}
+
+/// Least recently used first.
+#[derive(Debug, Default, Clone)]
+pub struct Lru {
+    last: HashMap<Key, u64>,
+    order: BTreeSet<(u64, Key)>,
+}
+
+impl EvictionPolicy for Lru {
+    fn name(&self) -> &'static str {
+        "lru"
+    }
+
+    fn touched(&mut self, key: Key, tick: u64) {
+        if let Some(old) = self.last.insert(key, tick) {
+            self.order.remove(&(old, key));
+        }
+        self.order.insert((tick, key));
+    }
+
+    fn removed(&mut self, key: Key) {
+        if let Some(old) = self.last.remove(&key) {
+            self.order.remove(&(old, key));
+        }
+    }
+
+    fn victim(&mut self, evictable: &dyn Fn(Key) -> bool) -> Option<Key> {
+        self.order.iter().map(|&(_, k)| k).find(|&k| evictable(k))
+    }
+}
+
+/// A heap buffer whose usable part starts at a [`SLOT_ALIGN`] boundary.
+#[derive(Debug)]
+pub struct AlignedBuf {
+    raw: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// `len` zeroed bytes at an aligned address.
+    pub fn new(len: usize) -> AlignedBuf {
+        let raw = vec![0u8; len + SLOT_ALIGN];
+        let at = raw.as_ptr().align_offset(SLOT_ALIGN).min(SLOT_ALIGN);
+        AlignedBuf { raw, at, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.len]
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.raw[self.at..self.at + self.len]
+    }
+}
+
+/// Counters since the cache was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Distinct experts looked up (one per expert per batch).
+    pub lookups: u64,
+    pub hits: u64,
+    /// Bytes of the slots the misses took (what they read).
+    pub miss_bytes: u64,
+    /// Entries evicted.
+    pub evictions: u64,
+    /// Misses of experts that had been cached before and evicted.
+    pub rereads: u64,
+    /// Most bytes held in slots at once (at the end of a batch: the eviction's result).
+    pub peak_bytes: u64,
+}
+
+impl CacheStats {
+    /// Hits per lookup, in percent (0 without lookups).
+    pub fn hit_pct(&self) -> f64 {
+        if self.lookups == 0 {
+            0.0
+        } else {
+            100.0 * self.hits as f64 / self.lookups as f64
+        }
+    }
+}
+
+/// Whether a lookup found the expert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Its slot holds the expert's bytes.
+    Hit,
+    /// A fresh slot was taken; the caller fills it before use.
+    Miss,
+}
+
+struct Entry {
+    buf: AlignedBuf,
+    /// The batch that last touched it.
+    batch: u64,
+}
+
+/// The cache; see the [module docs](self).
+pub struct ExpertCache<P: EvictionPolicy = Lru> {
+    budget: u64,
+    entries: HashMap<Key, Entry>,
+    used: u64,
+    free: HashMap<usize, Vec<AlignedBuf>>,
+    policy: P,
+    batch: u64,
+    tick: u64,
+    ever_evicted: HashSet<Key>,
+    stats: CacheStats,
+}
+
+impl<P: EvictionPolicy> ExpertCache<P> {
+    /// A cache of `budget_bytes` (0: no cache, a staging area) under `policy`.
+    pub fn new(budget_bytes: u64, policy: P) -> ExpertCache<P> {
+        ExpertCache {
+            budget: budget_bytes,
+            entries: HashMap::new(),
+            used: 0,
+            free: HashMap::new(),
+            policy,
+            batch: 0,
+            tick: 0,
+            ever_evicted: HashSet::new(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Start a layer batch.
+    pub fn begin_batch(&mut self) {
+        self.batch += 1;
+    }
+
+    /// Look `key` up (once per distinct expert of the batch). On a miss a slot of `slot_bytes`
+    /// is taken for the caller to fill.
+    pub fn lookup(&mut self, key: Key, slot_bytes: usize) -> Lookup {
+        self.stats.lookups += 1;
+        self.tick += 1;
+        self.policy.touched(key, self.tick);
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.batch = self.batch;
+            self.stats.hits += 1;
+            return Lookup::Hit;
+        }
+        let buf = self
+            .free
+            .get_mut(&slot_bytes)
+            .and_then(Vec::pop)
+            .unwrap_or_else(|| AlignedBuf::new(slot_bytes));
+        self.used += slot_bytes as u64;
+        self.stats.miss_bytes += slot_bytes as u64;
+        if self.ever_evicted.contains(&key) {
+            self.stats.rereads += 1;
+        }
+        self.entries.insert(
+            key,
+            Entry {
+                buf,
+                batch: self.batch,
+            },
+        );
+        Lookup::Miss
+    }
+
+    /// A repeat of `key` within the batch (no lookup): refresh its recency.
+    pub fn touch(&mut self, key: Key) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.batch = self.batch;
+            self.tick += 1;
+            self.policy.touched(key, self.tick);
+        }
+    }
+
+    /// The slot of a cached expert.
+    pub fn slot(&self, key: Key) -> Option<&[u8]> {
+        self.entries.get(&key).map(|e| e.buf.as_slice())
+    }
+
+    /// The slot of a cached expert, to fill after a miss.
+    pub fn slot_mut(&mut self, key: Key) -> Option<&mut [u8]> {
+        self.entries.get_mut(&key).map(|e| e.buf.as_mut_slice())
+    }
+
+    /// Drop `key` without counting an eviction (its read failed: the slot holds no valid
+    /// bytes).
+    pub fn discard(&mut self, key: Key) {
+        if let Some(e) = self.entries.remove(&key) {
+            self.release(key, e);
+        }
+    }
+
+    /// End the batch: evict until the slots fit the budget, never an entry this batch touched
+    /// (with a budget of 0: free every slot).
+    pub fn end_batch(&mut self) {
+        if self.budget == 0 {
+            let keys: Vec<Key> = self.entries.keys().copied().collect();
+            for k in keys {
+                self.evict(k);
+            }
+            return;
+        }
+        while self.used > self.budget {
+            let batch = self.batch;
+            let entries = &self.entries;
+            let victim = self
+                .policy
+                .victim(&|k| entries.get(&k).is_some_and(|e| e.batch != batch));
+            match victim {
+                Some(k) => self.evict(k),
+                None => break,
+            }
+        }
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.used);
+    }
+
+    fn evict(&mut self, key: Key) {
+        if let Some(e) = self.entries.remove(&key) {
+            self.stats.evictions += 1;
+            self.ever_evicted.insert(key);
+            self.release(key, e);
+        }
+    }
+
+    fn release(&mut self, key: Key, e: Entry) {
+        self.policy.removed(key);
+        self.used -= e.buf.len() as u64;
+        // A few freed slots per size are kept for the next misses; the rest go back to the
+        // allocator, so that memory stays near the budget.
+        let pool = self.free.entry(e.buf.len()).or_default();
+        if pool.len() < FREE_SLOTS_KEPT {
+            pool.push(e.buf);
+        }
+    }
+
+    /// Bytes held in slots now.
+    pub fn used_bytes(&self) -> u64 {
+        self.used
+    }
+
+    /// The budget.
+    pub fn budget_bytes(&self) -> u64 {
+        self.budget
+    }
+
+    /// Cached experts.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether `key` is cached.
+    pub fn contains(&self, key: Key) -> bool {
+        self.entries.contains_key(&key)
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+}

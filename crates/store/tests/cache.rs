@@ -1,0 +1,109 @@
+//! The expert cache: its bookkeeping, and its hit rate on a real routing trace equal to the
+//! offline replay's (which reproduces BigMoeOnEdge's published figures).
+
+use std::path::Path;
+
+use store::{ExpertCache, Lookup, Lru};
+
+#[test]
+fn hits_misses_and_eviction_after_the_batch() {
+    // Budget for two 4096-byte slots.
+    let mut c = ExpertCache::new(2 * 4096, Lru::default());
+    c.begin_batch();
+    assert_eq!(c.lookup((0, 1), 4096), Lookup::Miss);
+    c.slot_mut((0, 1)).unwrap().fill(7);
+    assert_eq!(c.lookup((0, 2), 4096), Lookup::Miss);
+    assert_eq!(c.lookup((0, 3), 4096), Lookup::Miss);
+    // Over budget, but every entry is this batch's: nothing is evicted.
+    c.end_batch();
+    assert_eq!((c.len(), c.used_bytes()), (3, 3 * 4096));
+    c.begin_batch();
+    assert_eq!(c.lookup((1, 9), 4096), Lookup::Miss);
+    assert_eq!(c.lookup((0, 1), 4096), Lookup::Hit);
+    assert!(c.slot((0, 1)).unwrap().iter().all(|&b| b == 7));
+    c.end_batch();
+    // The two least recently used untouched entries left: (0,2), (0,3).
+    assert!(c.contains((0, 1)) && c.contains((1, 9)));
+    assert!(!c.contains((0, 2)) && !c.contains((0, 3)));
+    c.begin_batch();
+    assert_eq!(c.lookup((0, 2), 4096), Lookup::Miss);
+    c.end_batch();
+    let s = c.stats();
+    assert_eq!((s.lookups, s.hits, s.evictions, s.rereads), (6, 1, 3, 1));
+    assert_eq!(s.miss_bytes, 5 * 4096);
+    // Slots are aligned for O_DIRECT reads.
+    assert_eq!(
+        c.slot((0, 2)).unwrap().as_ptr() as usize % store::cache::SLOT_ALIGN,
+        0
+    );
+}
+
+#[test]
+fn a_zero_budget_is_a_staging_area() {
+    let mut c = ExpertCache::new(0, Lru::default());
+    for _ in 0..3 {
+        c.begin_batch();
+        assert_eq!(c.lookup((0, 1), 8192), Lookup::Miss);
+        c.touch((0, 1));
+        assert!(c.slot((0, 1)).is_some());
+        c.end_batch();
+        assert!(c.is_empty());
+    }
+    assert_eq!(c.stats().hits, 0);
+}
+
+/// Every size of the test is divided by this (the trace's expert sizes and the budgets are
+/// multiples of it), so that the decisions are the same with 4096 times less memory.
+const SCALE: u64 = 4096;
+
+/// Drive the cache with the real Qwen3-30B-A3B trace, batch by batch as the engine will.
+fn cache_hit_pct(trace: &trace::RouteTrace, budget: u64) -> (f64, u64) {
+    let mut c = ExpertCache::new(budget / SCALE, Lru::default());
+    let (mut lookups, mut hits) = (0u64, 0u64);
+    for b in trace::batches(trace) {
+        let bytes = trace.expert_bytes(b.layer);
+        assert_eq!(bytes % SCALE, 0);
+        let size = (bytes / SCALE) as usize;
+        c.begin_batch();
+        let before = c.stats();
+        let mut seen = vec![false; b.experts.len()];
+        for &j in &b.uses {
+            let key = (b.layer, b.experts[j]);
+            if seen[j] {
+                c.touch(key);
+            } else {
+                seen[j] = true;
+                c.lookup(key, size);
+            }
+        }
+        c.end_batch();
+        if b.phase == trace::Phase::Decode {
+            let after = c.stats();
+            lookups += after.lookups - before.lookups;
+            hits += after.hits - before.hits;
+        }
+    }
+    (
+        100.0 * hits as f64 / lookups as f64,
+        c.stats().miss_bytes * SCALE,
+    )
+}
+
+#[test]
+fn the_cache_hits_exactly_what_the_offline_replay_predicts() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/qwen3-30b-a3b.route.csv");
+    let t = trace::read_route_trace(&path).unwrap();
+    let w = trace::Workload::new(&t);
+    for mib in [1000u64, 2000, 4000] {
+        let budget = mib << 20;
+        let replay = w.replay(trace::Policy::Lru, budget);
+        let (pct, miss_bytes) = cache_hit_pct(&t, budget);
+        assert_eq!(pct, replay.decode.hit_pct(), "{mib} MiB");
+        assert_eq!(
+            miss_bytes,
+            replay.decode.miss_bytes + replay.prefill.miss_bytes,
+            "{mib} MiB"
+        );
+    }
+}
