@@ -13,7 +13,7 @@ use quant::ThreadPool;
 use text::Tokenizer;
 
 use crate::npy;
-use crate::run::{build_engine, load_model, open_model, thread_count};
+use crate::run::{build_engine, load_model, thread_count};
 
 pub struct Options {
     pub model: PathBuf,
@@ -28,6 +28,7 @@ pub struct Options {
     pub dump: Option<PathBuf>,
     /// Only these names (all when `None`).
     pub dump_names: Option<Vec<String>>,
+    pub stream: crate::stream::StreamArgs,
 }
 
 /// Named intermediates collected over the whole forward pass: file stem → values, chunk after
@@ -36,7 +37,8 @@ type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
-    let file = open_model(&opts.model)?;
+    let streaming = opts.stream.streaming()?;
+    let file = crate::stream::open_for(&opts.model, streaming)?;
     let model = load_model(&file, &opts.model)?;
     let ids = match (&opts.prompt, &opts.tokens) {
         (Some(p), None) => {
@@ -72,6 +74,16 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
+    if streaming {
+        let src = crate::stream::StoreSource::open(
+            &file,
+            opts.stream.cache_bytes()?,
+            opts.stream.io_mode(),
+            Arc::default(),
+        )
+        .with_context(|| format!("{name}: cannot stream the experts"))?;
+        engine.set_expert_source(Some(Box::new(src)))?;
+    }
     let dumps: Dumps = Arc::default();
     if let Some(dir) = &opts.dump {
         std::fs::create_dir_all(dir)

@@ -12,6 +12,7 @@ mod prompt;
 mod quantize;
 mod routes;
 mod run;
+mod stream;
 mod template;
 mod tokenize;
 mod upcycle;
@@ -387,6 +388,9 @@ struct RunArgs {
     /// normally. The `mode:` line says the run was replayed.
     #[arg(long, value_name = "TRACE.csv")]
     route_replay: Option<PathBuf>,
+
+    #[command(flatten)]
+    stream: stream::StreamArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -433,6 +437,9 @@ struct LogitsArgs {
 
     #[command(flatten)]
     engine: EngineArgs,
+
+    #[command(flatten)]
+    stream: stream::StreamArgs,
 }
 
 /// How the forward pass runs (shared by `run` and `logits`).
@@ -524,6 +531,7 @@ fn main() -> ExitCode {
             no_think: args.no_think,
             route_trace: args.route_trace,
             route_replay: args.route_replay,
+            stream: args.stream,
         }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,
@@ -536,6 +544,7 @@ fn main() -> ExitCode {
             ubatch: args.engine.ubatch,
             dump: args.dump,
             dump_names: args.dump_names,
+            stream: args.stream,
         }),
         Command::Analyze(args) => analyze::run(args),
         Command::GenModel(args) => genmodel::run(args),

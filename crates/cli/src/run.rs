@@ -40,6 +40,7 @@ pub struct Options {
     pub no_think: bool,
     pub route_trace: Option<PathBuf>,
     pub route_replay: Option<PathBuf>,
+    pub stream: crate::stream::StreamArgs,
 }
 
 /// Threads to use: the given count, or every core the process may use.
@@ -192,8 +193,9 @@ pub const MODE_LINE: &str = "mode: resident, no expert streaming in this build, 
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
+    let streaming = opts.stream.streaming()?;
     let t_load = Instant::now();
-    let file = open_model(&opts.model)?;
+    let file = crate::stream::open_for(&opts.model, streaming)?;
     let model = load_model(&file, &opts.model)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let tokenizer = Tokenizer::from_metadata(file.metadata())
@@ -229,6 +231,19 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
+    let counters = std::sync::Arc::new(crate::stream::StreamCounters::default());
+    let mut direct = false;
+    if streaming {
+        let src = crate::stream::StoreSource::open(
+            &file,
+            opts.stream.cache_bytes()?,
+            opts.stream.io_mode(),
+            std::sync::Arc::clone(&counters),
+        )
+        .with_context(|| format!("{name}: cannot stream the experts"))?;
+        direct = src.direct();
+        engine.set_expert_source(Some(Box::new(src)))?;
+    }
     let replay = match &opts.route_replay {
         Some(path) => {
             if model.hparams.n_expert == 0 {
@@ -289,8 +304,13 @@ pub fn run(opts: &Options) -> Result<()> {
     });
     let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
     eprintln!(
-        "sluice: loaded {name} ({:.2} GiB, read into memory) in {load_s:.3} s",
+        "sluice: loaded {name} ({:.2} GiB, {}) in {load_s:.3} s",
         size as f64 / (1u64 << 30) as f64,
+        if streaming {
+            "mapped; experts streamed"
+        } else {
+            "read into memory"
+        }
     );
     eprintln!(
         "sluice: {} threads, context {n_ctx}, seed {}",
@@ -314,6 +334,8 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(t) = &trace {
         t.start_decode();
     }
+    // Streaming counters of the decode alone.
+    let at_decode = counters.snapshot();
     let replay_steps = match replay {
         Some(r) => {
             let n = r.len();
@@ -381,13 +403,58 @@ pub fn run(opts: &Options) -> Result<()> {
     writeln!(w, "{}", out.answer)?;
     writeln!(w, "=== perf ===")?;
     writeln!(w, "{}", generation_line(n_gen, decode))?;
+    let mode = if streaming {
+        let cache = match opts.stream.cache_mb {
+            Some(0) | None => "off".to_owned(),
+            Some(mb) => format!("{mb} MiB"),
+        };
+        format!("mode: expert streaming, cache {cache}, dense mmap")
+    } else {
+        MODE_LINE.to_owned()
+    };
     match (replay_steps, &opts.route_replay) {
         (Some(n), Some(path)) => writeln!(
             w,
-            "{MODE_LINE}, route replay of {} ({n} decode steps, wrapping)",
+            "{mode}, route replay of {} ({n} decode steps, wrapping)",
             path.display()
         )?,
-        _ => writeln!(w, "{MODE_LINE}")?,
+        _ => writeln!(w, "{mode}")?,
+    }
+    if streaming {
+        let end = counters.snapshot();
+        let d = |i: usize| end[i] - at_decode[i];
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let per_tok = |x: f64| if n_gen > 0 { x / n_gen as f64 } else { 0.0 };
+        let io_s = d(1) as f64 / 1e9;
+        let mgmt_s = d(2) as f64 / 1e9;
+        let wall = decode.as_secs_f64();
+        let compute = (wall - io_s - mgmt_s).max(0.0);
+        writeln!(
+            w,
+            "moe-stream: read {:.1} MiB ({:.1} MiB/token), decode {:.3} s/token (compute {:.3} + \
+             cache mgmt {:.3} + flash I/O {:.3} s/token, {:.0} MiB/s)",
+            mib(d(0)),
+            per_tok(mib(d(0))),
+            per_tok(wall),
+            per_tok(compute),
+            per_tok(mgmt_s),
+            per_tok(io_s),
+            if io_s > 0.0 { mib(d(0)) / io_s } else { 0.0 }
+        )?;
+        let hit = if d(3) > 0 {
+            100.0 * d(4) as f64 / d(3) as f64
+        } else {
+            0.0
+        };
+        writeln!(
+            w,
+            "moe-cache: {hit:.1}% hit, resident {:.1} MiB",
+            mib(end[5])
+        )?;
+        eprintln!(
+            "sluice: experts read with {}",
+            if direct { "O_DIRECT" } else { "buffered reads" }
+        );
     }
     w.flush()?;
     if let Some(t) = trace {

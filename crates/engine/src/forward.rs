@@ -66,6 +66,9 @@ pub enum ForwardError {
     /// A bad engine configuration.
     #[error("invalid engine configuration: {0}")]
     Config(String),
+    /// The expert source could not provide a layer's experts (a read failed).
+    #[error("{0}")]
+    Experts(String),
     /// A numerical op failed (shape mismatch; indicates a bug).
     #[error(transparent)]
     Op(#[from] EngineError),
@@ -188,6 +191,33 @@ impl RouteReplay {
     }
 }
 
+/// A projection of a routed expert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertProj {
+    Gate,
+    Up,
+    Down,
+}
+
+/// Where routed experts' bytes come from instead of the model's memory map: an expert store
+/// that streams them into a bounded cache. For every MoE layer of every forward chunk the
+/// engine calls [`load`](Self::load) with the layer's routings, takes each routed expert's
+/// bytes with [`part`](Self::part), and calls [`release`](Self::release) when the layer is
+/// done. The bytes must be exactly those of the model file's expert tensors, so that the
+/// results equal a resident run's bit for bit.
+pub trait ExpertSource: Send {
+    /// Bytes of one expert's `proj` matrix in `layer` (checked against the model when the
+    /// source is installed); `None` when the source has no experts for that layer.
+    fn proj_bytes(&self, layer: usize, proj: ExpertProj) -> Option<usize>;
+    /// Make the experts of `routed` available: every routing of the layer's batch, token after
+    /// token in the router's rank order (repeats included). An error stops the forward pass.
+    fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String>;
+    /// The bytes of `proj` of expert `expert` of `layer`, loaded by the last [`load`](Self::load).
+    fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8];
+    /// The layer's batch is done: its experts may be evicted.
+    fn release(&mut self, layer: usize);
+}
+
 /// Per-chunk scratch buffers, sized for `ubatch` tokens.
 #[derive(Default)]
 struct Scratch {
@@ -231,6 +261,7 @@ pub struct Engine<'a> {
     replay: Option<RouteReplay>,
     /// The chunk being run is a replayed decode step.
     replaying: bool,
+    source: Option<Box<dyn ExpertSource + 'a>>,
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -409,12 +440,42 @@ impl<'a> Engine<'a> {
             route_tap: None,
             replay: None,
             replaying: false,
+            source: None,
         })
     }
 
     /// Install (or remove, with `None`) the observer of named intermediates.
     pub fn set_observer(&mut self, observer: Option<Observer<'a>>) {
         self.observer = observer;
+    }
+
+    /// Install (or remove, with `None`) the source of routed experts' bytes. Its expert sizes
+    /// must match the model's for every MoE layer.
+    pub fn set_expert_source(
+        &mut self,
+        source: Option<Box<dyn ExpertSource + 'a>>,
+    ) -> Result<(), ForwardError> {
+        if let Some(src) = &source {
+            for (il, lw) in self.w.layers.iter().enumerate() {
+                let FfnW::Moe(m) = &lw.ffn else { continue };
+                for (proj, mat) in [
+                    (ExpertProj::Gate, &m.gate),
+                    (ExpertProj::Up, &m.up),
+                    (ExpertProj::Down, &m.down),
+                ] {
+                    let want = mat.per_expert_bytes();
+                    if src.proj_bytes(il, proj) != Some(want) {
+                        return Err(ForwardError::Config(format!(
+                            "the expert source's {proj:?} experts of layer {il} are {:?} bytes, \
+                             the model's {want}",
+                            src.proj_bytes(il, proj)
+                        )));
+                    }
+                }
+            }
+        }
+        self.source = source;
+        Ok(())
     }
 
     /// Install (or remove) the observer of every MoE layer's routing.
@@ -844,6 +905,17 @@ impl<'a> Engine<'a> {
                     cb("ffn_moe_topk", Some(il), &ids);
                     cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
                 }
+                if let Some(src) = &mut self.source {
+                    src.load(il, &s.ids[..n * k_used])
+                        .map_err(ForwardError::Experts)?;
+                }
+                let source = self.source.as_deref();
+                let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
+                    match source {
+                        Some(src) => src.part(il, ex, proj),
+                        None => mat.expert(ex),
+                    }
+                };
                 // each expert on the tokens that chose it
                 let fe = m.gate.rows;
                 for ex in 0..x_n {
@@ -858,7 +930,7 @@ impl<'a> Engine<'a> {
                     mm(
                         pool,
                         &m.gate,
-                        m.gate.expert(ex),
+                        bytes(&m.gate, ex, ExpertProj::Gate),
                         &s.gath,
                         cnt,
                         &mut s.gate,
@@ -867,7 +939,7 @@ impl<'a> Engine<'a> {
                     mm(
                         pool,
                         &m.up,
-                        m.up.expert(ex),
+                        bytes(&m.up, ex, ExpertProj::Up),
                         &s.gath,
                         cnt,
                         &mut s.up,
@@ -881,7 +953,7 @@ impl<'a> Engine<'a> {
                     mm(
                         pool,
                         &m.down,
-                        m.down.expert(ex),
+                        bytes(&m.down, ex, ExpertProj::Down),
                         &s.act,
                         cnt,
                         &mut s.eout,
@@ -891,6 +963,9 @@ impl<'a> Engine<'a> {
                         let dst = (t * k_used + slot) * e;
                         s.slots[dst..dst + e].copy_from_slice(&s.eout[j * e..(j + 1) * e]);
                     }
+                }
+                if let Some(src) = &mut self.source {
+                    src.release(il);
                 }
                 // weighted sum in selection order (each product rounded, then added)
                 for t in 0..n {

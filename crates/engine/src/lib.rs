@@ -11,5 +11,6 @@ pub mod ops;
 
 pub use error::EngineError;
 pub use forward::{
-    Engine, EngineConfig, ForwardError, LogitsWanted, Observer, RouteReplay, RouteTap, Routed,
+    Engine, EngineConfig, ExpertProj, ExpertSource, ForwardError, LogitsWanted, Observer,
+    RouteReplay, RouteTap, Routed,
 };

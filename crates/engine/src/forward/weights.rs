@@ -26,6 +26,11 @@ pub(crate) struct Mat<'a> {
 }
 
 impl<'a> Mat<'a> {
+    /// Bytes of one expert's matrix (of the whole matrix when it is no stack).
+    pub fn per_expert_bytes(&self) -> usize {
+        self.per_expert
+    }
+
     /// Expert `e`'s matrix of a stack.
     pub fn expert(&self, e: usize) -> &'a [u8] {
         &self.data[e * self.per_expert..(e + 1) * self.per_expert]

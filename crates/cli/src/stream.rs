@@ -1,0 +1,249 @@
+//! Expert streaming for `sluice run` / `sluice logits`: the engine's [`ExpertSource`] backed by
+//! the expert store (layout, bounded cache, reader). Serial for now: a layer's misses are read
+//! one after another before its experts are computed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use engine::{ExpertProj, ExpertSource};
+use gguf::GgufFile;
+use store::{ExpertCache, ExpertLayout, ExpertReader, IoMode, Lookup, Lru, PartKind};
+
+/// Counters shared with the run loop (the source itself moves into the engine).
+#[derive(Debug, Default)]
+pub struct StreamCounters {
+    /// Bytes read from the files (whole aligned windows).
+    pub read_bytes: AtomicU64,
+    /// Nanoseconds spent in reads.
+    pub io_ns: AtomicU64,
+    /// Nanoseconds spent in cache bookkeeping (lookups, eviction).
+    pub mgmt_ns: AtomicU64,
+    pub lookups: AtomicU64,
+    pub hits: AtomicU64,
+    /// Bytes held in cache slots after the last batch.
+    pub resident_bytes: AtomicU64,
+}
+
+impl StreamCounters {
+    pub fn snapshot(&self) -> [u64; 6] {
+        [
+            self.read_bytes.load(Ordering::Relaxed),
+            self.io_ns.load(Ordering::Relaxed),
+            self.mgmt_ns.load(Ordering::Relaxed),
+            self.lookups.load(Ordering::Relaxed),
+            self.hits.load(Ordering::Relaxed),
+            self.resident_bytes.load(Ordering::Relaxed),
+        ]
+    }
+}
+
+/// The engine's source of routed experts: cache slots filled by the reader.
+pub struct StoreSource {
+    layout: ExpertLayout,
+    reader: ExpertReader,
+    cache: ExpertCache<Lru>,
+    counters: Arc<StreamCounters>,
+    /// Per layer: index of gate, up and down in the layer's parts.
+    proj_index: Vec<Option<[usize; 3]>>,
+    seen: Vec<usize>,
+}
+
+impl StoreSource {
+    /// A source for `file` with a cache of `cache_bytes` (0: no cache).
+    pub fn open(
+        file: &GgufFile,
+        cache_bytes: u64,
+        io: IoMode,
+        counters: Arc<StreamCounters>,
+    ) -> Result<StoreSource> {
+        let layout =
+            ExpertLayout::from_gguf(file)?.context("the model has no routed experts to stream")?;
+        let paths: Vec<_> = file.shards().iter().map(|s| s.path().to_owned()).collect();
+        let reader = ExpertReader::open(&paths, &layout, io)?;
+        let n_layer = layout.layers.iter().map(|l| l.layer + 1).max().unwrap_or(0) as usize;
+        let mut proj_index = vec![None; n_layer];
+        for l in &layout.layers {
+            let find = |k: PartKind| l.parts.iter().position(|p| p.kind == k);
+            match (
+                find(PartKind::Gate),
+                find(PartKind::Up),
+                find(PartKind::Down),
+            ) {
+                (Some(g), Some(u), Some(d)) if l.parts.len() == 3 => {
+                    proj_index[l.layer as usize] = Some([g, u, d]);
+                }
+                _ => bail!(
+                    "layer {}: only separate gate, up and down expert tensors without biases \
+                     can be streamed yet",
+                    l.layer
+                ),
+            }
+        }
+        Ok(StoreSource {
+            layout,
+            reader,
+            cache: ExpertCache::new(cache_bytes, Lru::default()),
+            counters,
+            proj_index,
+            seen: Vec::new(),
+        })
+    }
+
+    /// Whether the reads bypass the page cache.
+    pub fn direct(&self) -> bool {
+        self.reader.direct()
+    }
+
+    fn index(&self, layer: usize, proj: ExpertProj) -> Option<usize> {
+        let [g, u, d] = (*self.proj_index.get(layer)?)?;
+        Some(match proj {
+            ExpertProj::Gate => g,
+            ExpertProj::Up => u,
+            ExpertProj::Down => d,
+        })
+    }
+}
+
+impl ExpertSource for StoreSource {
+    fn proj_bytes(&self, layer: usize, proj: ExpertProj) -> Option<usize> {
+        let i = self.index(layer, proj)?;
+        let l = self.layout.layer(layer as u32)?;
+        Some(l.parts[i].stride as usize)
+    }
+
+    fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String> {
+        let t0 = Instant::now();
+        let mut io_ns = 0u64;
+        let layer32 = layer as u32;
+        let slot_bytes = self.reader.slot_bytes(layer32).map_err(|e| e.to_string())?;
+        self.cache.begin_batch();
+        self.seen.clear();
+        let before = self.cache.stats();
+        let mut result = Ok(());
+        for &e in routed {
+            let key = (layer32, e as u32);
+            // A repeat within the batch only refreshes recency.
+            if self.seen.contains(&e) {
+                self.cache.touch(key);
+                continue;
+            }
+            self.seen.push(e);
+            if self.cache.lookup(key, slot_bytes) == Lookup::Miss {
+                let t = Instant::now();
+                let read = match self.cache.slot_mut(key) {
+                    Some(slot) => self.reader.read(layer32, key.1, slot),
+                    None => Ok(()),
+                };
+                io_ns += t.elapsed().as_nanos() as u64;
+                if let Err(err) = read {
+                    self.cache.discard(key);
+                    result = Err(err.to_string());
+                    break;
+                }
+            }
+        }
+        let after = self.cache.stats();
+        let c = &self.counters;
+        c.read_bytes
+            .fetch_add(after.miss_bytes - before.miss_bytes, Ordering::Relaxed);
+        c.lookups
+            .fetch_add(after.lookups - before.lookups, Ordering::Relaxed);
+        c.hits
+            .fetch_add(after.hits - before.hits, Ordering::Relaxed);
+        c.io_ns.fetch_add(io_ns, Ordering::Relaxed);
+        let total = t0.elapsed().as_nanos() as u64;
+        c.mgmt_ns
+            .fetch_add(total.saturating_sub(io_ns), Ordering::Relaxed);
+        if result.is_err() {
+            // The layer will not be computed: end its batch now.
+            self.cache.end_batch();
+        }
+        result
+    }
+
+    fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8] {
+        let key = (layer as u32, expert as u32);
+        let (Some(i), Some(slot)) = (self.index(layer, proj), self.cache.slot(key)) else {
+            // The engine only asks for experts `load` made resident.
+            return &[];
+        };
+        self.reader.part(key.0, key.1, i, slot).unwrap_or(&[])
+    }
+
+    fn release(&mut self, _layer: usize) {
+        let t = Instant::now();
+        self.cache.end_batch();
+        let c = &self.counters;
+        c.mgmt_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.resident_bytes
+            .store(self.cache.used_bytes(), Ordering::Relaxed);
+    }
+}
+
+/// Expert streaming flags shared by `run` and `logits`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StreamArgs {
+    /// Stream routed experts from the model file into a bounded cache (`on`) instead of
+    /// reading the whole model into memory (`off`). The output is the same bit for bit.
+    #[arg(long, value_enum, default_value_t = StreamMode::Off, value_name = "MODE")]
+    pub moe_stream: StreamMode,
+
+    /// With --moe-stream on: the expert cache's budget in MiB; 0 keeps nothing (every routed
+    /// expert is read every time it is used).
+    #[arg(long, value_name = "MiB")]
+    pub cache_mb: Option<u64>,
+
+    /// With --moe-stream on: read experts through the page cache instead of with O_DIRECT.
+    #[arg(long)]
+    pub no_odirect: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamMode {
+    On,
+    Off,
+}
+
+impl StreamArgs {
+    /// Whether to stream; refuses flags that only mean something when streaming.
+    pub fn streaming(&self) -> Result<bool> {
+        let on = self.moe_stream == StreamMode::On;
+        if !on && (self.cache_mb.is_some() || self.no_odirect) {
+            bail!("--cache-mb and --no-odirect need --moe-stream on");
+        }
+        if on && self.cache_mb.is_none() {
+            bail!(
+                "--moe-stream on needs --cache-mb N (the expert cache budget in MiB; 0 for none)"
+            );
+        }
+        Ok(on)
+    }
+
+    /// The cache budget in bytes.
+    pub fn cache_bytes(&self) -> Result<u64> {
+        let mb = self.cache_mb.unwrap_or(0);
+        mb.checked_mul(1 << 20)
+            .with_context(|| format!("--cache-mb {mb} is too large"))
+    }
+
+    pub fn io_mode(&self) -> IoMode {
+        if self.no_odirect {
+            IoMode::Buffered
+        } else {
+            IoMode::Auto
+        }
+    }
+}
+
+/// Open `path` for running: mapped lazily when streaming (experts are read by the store, never
+/// through the map), read into memory at once otherwise.
+pub fn open_for(path: &std::path::Path, streaming: bool) -> Result<GgufFile> {
+    if streaming {
+        Ok(GgufFile::open(path)?)
+    } else {
+        crate::run::open_model(path)
+    }
+}
