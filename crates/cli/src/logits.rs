@@ -79,6 +79,7 @@ pub fn run(opts: &Options) -> Result<()> {
             &file,
             opts.stream.cache_bytes()?,
             opts.stream.io_mode(),
+            opts.stream.io_threads,
             Arc::default(),
         )
         .with_context(|| format!("{name}: cannot stream the experts"))?;

@@ -238,6 +238,7 @@ pub fn run(opts: &Options) -> Result<()> {
             &file,
             opts.stream.cache_bytes()?,
             opts.stream.io_mode(),
+            opts.stream.io_threads,
             std::sync::Arc::clone(&counters),
         )
         .with_context(|| format!("{name}: cannot stream the experts"))?;

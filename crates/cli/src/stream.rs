@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use engine::{ExpertProj, ExpertSource};
 use gguf::GgufFile;
+use store::cache::AlignedBuf;
 use store::{ExpertCache, ExpertLayout, ExpertReader, IoMode, Lookup, Lru, PartKind};
 
 /// Counters shared with the run loop (the source itself moves into the engine).
@@ -48,6 +49,8 @@ pub struct StoreSource {
     /// Per layer: index of gate, up and down in the layer's parts.
     proj_index: Vec<Option<[usize; 3]>>,
     seen: Vec<usize>,
+    /// Reads in flight at once (one thread each) when a layer has several misses.
+    lanes: usize,
 }
 
 impl StoreSource {
@@ -56,6 +59,7 @@ impl StoreSource {
         file: &GgufFile,
         cache_bytes: u64,
         io: IoMode,
+        lanes: usize,
         counters: Arc<StreamCounters>,
     ) -> Result<StoreSource> {
         let layout =
@@ -88,6 +92,7 @@ impl StoreSource {
             counters,
             proj_index,
             seen: Vec::new(),
+            lanes: lanes.max(1),
         })
     }
 
@@ -121,7 +126,8 @@ impl ExpertSource for StoreSource {
         self.cache.begin_batch();
         self.seen.clear();
         let before = self.cache.stats();
-        let mut result = Ok(());
+        // Look every distinct expert up; the misses' slots are lent out to be filled.
+        let mut misses: Vec<(u32, AlignedBuf)> = Vec::new();
         for &e in routed {
             let key = (layer32, e as u32);
             // A repeat within the batch only refreshes recency.
@@ -130,19 +136,54 @@ impl ExpertSource for StoreSource {
                 continue;
             }
             self.seen.push(e);
-            if self.cache.lookup(key, slot_bytes) == Lookup::Miss {
-                let t = Instant::now();
-                let read = match self.cache.slot_mut(key) {
-                    Some(slot) => self.reader.read(layer32, key.1, slot),
-                    None => Ok(()),
-                };
-                io_ns += t.elapsed().as_nanos() as u64;
-                if let Err(err) = read {
-                    self.cache.discard(key);
-                    result = Err(err.to_string());
-                    break;
-                }
+            if self.cache.lookup(key, slot_bytes) == Lookup::Miss
+                && let Some(buf) = self.cache.take_slot(key)
+            {
+                misses.push((key.1, buf));
             }
+        }
+        // Read them, on up to `lanes` threads at once.
+        let t = Instant::now();
+        let reader = &self.reader;
+        let read_all = |group: &mut [(u32, AlignedBuf)]| -> Vec<(u32, String)> {
+            group
+                .iter_mut()
+                .filter_map(|(e, buf)| {
+                    reader
+                        .read(layer32, *e, buf.as_mut_slice())
+                        .err()
+                        .map(|err| (*e, err.to_string()))
+                })
+                .collect()
+        };
+        let failed: Vec<(u32, String)> = if self.lanes <= 1 || misses.len() <= 1 {
+            read_all(&mut misses)
+        } else {
+            let per = misses.len().div_ceil(self.lanes);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = misses
+                    .chunks_mut(per)
+                    .map(|group| s.spawn(move || read_all(group)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| vec![(u32::MAX, "a read thread panicked".into())])
+                    })
+                    .collect()
+            })
+        };
+        io_ns += t.elapsed().as_nanos() as u64;
+        for (e, buf) in misses {
+            self.cache.put_slot((layer32, e), buf);
+        }
+        let mut result = Ok(());
+        if let Some((_, err)) = failed.first() {
+            for (e, _) in &failed {
+                self.cache.discard((layer32, *e));
+            }
+            result = Err(err.clone());
         }
         let after = self.cache.stats();
         let c = &self.counters;
@@ -199,6 +240,11 @@ pub struct StreamArgs {
     /// With --moe-stream on: read experts through the page cache instead of with O_DIRECT.
     #[arg(long)]
     pub no_odirect: bool,
+
+    /// With --moe-stream on: reads in flight at once when a layer misses several experts (one
+    /// thread each).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub io_threads: usize,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +259,9 @@ impl StreamArgs {
         let on = self.moe_stream == StreamMode::On;
         if !on && (self.cache_mb.is_some() || self.no_odirect) {
             bail!("--cache-mb and --no-odirect need --moe-stream on");
+        }
+        if self.io_threads == 0 {
+            bail!("--io-threads must be at least 1");
         }
         if on && self.cache_mb.is_none() {
             bail!(

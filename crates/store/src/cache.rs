@@ -83,6 +83,13 @@ pub struct AlignedBuf {
 impl AlignedBuf {
     /// `len` zeroed bytes at an aligned address.
     pub fn new(len: usize) -> AlignedBuf {
+        if len == 0 {
+            return AlignedBuf {
+                raw: Vec::new(),
+                at: 0,
+                len: 0,
+            };
+        }
         let raw = vec![0u8; len + SLOT_ALIGN];
         let at = raw.as_ptr().align_offset(SLOT_ALIGN).min(SLOT_ALIGN);
         AlignedBuf { raw, at, len }
@@ -143,6 +150,8 @@ pub enum Lookup {
 
 struct Entry {
     buf: AlignedBuf,
+    /// Bytes of its slot (also while the buffer is lent out by [`ExpertCache::take_slot`]).
+    size: usize,
     /// The batch that last touched it.
     batch: u64,
 }
@@ -206,6 +215,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             key,
             Entry {
                 buf,
+                size: slot_bytes,
                 batch: self.batch,
             },
         );
@@ -229,6 +239,20 @@ impl<P: EvictionPolicy> ExpertCache<P> {
     /// The slot of a cached expert, to fill after a miss.
     pub fn slot_mut(&mut self, key: Key) -> Option<&mut [u8]> {
         self.entries.get_mut(&key).map(|e| e.buf.as_mut_slice())
+    }
+
+    /// Lend out the slot buffer of `key` (to be filled on another thread); the entry stays,
+    /// with an empty slot, until [`put_slot`](Self::put_slot) returns the buffer.
+    pub fn take_slot(&mut self, key: Key) -> Option<AlignedBuf> {
+        let e = self.entries.get_mut(&key)?;
+        Some(std::mem::replace(&mut e.buf, AlignedBuf::new(0)))
+    }
+
+    /// Return a buffer [`take_slot`](Self::take_slot) lent out.
+    pub fn put_slot(&mut self, key: Key, buf: AlignedBuf) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.buf = buf;
+        }
     }
 
     /// Drop `key` without counting an eviction (its read failed: the slot holds no valid
@@ -273,7 +297,11 @@ impl<P: EvictionPolicy> ExpertCache<P> {
 
     fn release(&mut self, key: Key, e: Entry) {
         self.policy.removed(key);
-        self.used -= e.buf.len() as u64;
+        self.used -= e.size as u64;
+        if e.buf.len() != e.size {
+            // Lent out and never returned: nothing to recycle.
+            return;
+        }
         // A few freed slots per size are kept for the next misses; the rest go back to the
         // allocator, so that memory stays near the budget.
         let pool = self.free.entry(e.buf.len()).or_default();

@@ -107,3 +107,25 @@ fn the_cache_hits_exactly_what_the_offline_replay_predicts() {
         );
     }
 }
+
+#[test]
+fn a_lent_slot_comes_back_filled_and_counts_all_along() {
+    let mut c = ExpertCache::new(4096, Lru::default());
+    c.begin_batch();
+    assert_eq!(c.lookup((3, 4), 4096), Lookup::Miss);
+    let mut buf = c.take_slot((3, 4)).unwrap();
+    // Lent out: the entry still counts against the budget.
+    assert_eq!((c.used_bytes(), c.slot((3, 4)).unwrap().len()), (4096, 0));
+    buf.as_mut_slice().fill(9);
+    c.put_slot((3, 4), buf);
+    assert!(c.slot((3, 4)).unwrap().iter().all(|&b| b == 9));
+    c.end_batch();
+    // A lent slot that is dropped (its read failed) frees its bytes too.
+    c.begin_batch();
+    assert_eq!(c.lookup((3, 5), 4096), Lookup::Miss);
+    let _lost = c.take_slot((3, 5)).unwrap();
+    c.discard((3, 5));
+    c.end_batch();
+    assert_eq!(c.used_bytes(), 4096);
+    assert!(c.contains((3, 4)) && !c.contains((3, 5)));
+}
