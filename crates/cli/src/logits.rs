@@ -75,14 +75,7 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
     if streaming {
-        let src = crate::stream::StoreSource::open(
-            &file,
-            opts.stream.cache_bytes()?,
-            opts.stream.io_mode(),
-            opts.stream.io_threads,
-            Arc::default(),
-        )
-        .with_context(|| format!("{name}: cannot stream the experts"))?;
+        let src = opts.stream.source(&file, &name, Arc::default())?;
         engine.set_expert_source(Some(Box::new(src)))?;
     }
     let dumps: Dumps = Arc::default();

@@ -234,14 +234,9 @@ pub fn run(opts: &Options) -> Result<()> {
     let counters = std::sync::Arc::new(crate::stream::StreamCounters::default());
     let mut direct = false;
     if streaming {
-        let src = crate::stream::StoreSource::open(
-            &file,
-            opts.stream.cache_bytes()?,
-            opts.stream.io_mode(),
-            opts.stream.io_threads,
-            std::sync::Arc::clone(&counters),
-        )
-        .with_context(|| format!("{name}: cannot stream the experts"))?;
+        let src = opts
+            .stream
+            .source(&file, &name, std::sync::Arc::clone(&counters))?;
         direct = src.direct();
         engine.set_expert_source(Some(Box::new(src)))?;
     }

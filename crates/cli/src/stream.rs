@@ -278,6 +278,23 @@ impl StreamArgs {
             .with_context(|| format!("--cache-mb {mb} is too large"))
     }
 
+    /// The engine's expert source for `file` (named `name` in errors) with these flags.
+    pub fn source(
+        &self,
+        file: &GgufFile,
+        name: &str,
+        counters: Arc<StreamCounters>,
+    ) -> Result<StoreSource> {
+        StoreSource::open(
+            file,
+            self.cache_bytes()?,
+            self.io_mode(),
+            self.io_threads,
+            counters,
+        )
+        .with_context(|| format!("{name}: cannot stream the experts"))
+    }
+
     pub fn io_mode(&self) -> IoMode {
         if self.no_odirect {
             IoMode::Buffered
