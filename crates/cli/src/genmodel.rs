@@ -401,11 +401,12 @@ fn weight_std(name: &str, attn_out_std: f32) -> f32 {
 /// Bytes generated per write.
 const CHUNK: usize = 4 << 20;
 
-/// Streams one quantized tensor of `n_bytes` random blocks into `out`.
+/// Streams one quantized tensor of `n_bytes` random blocks, weights of standard deviation
+/// `weight_sd`, into `out`.
 fn write_blocks(
     out: &mut dyn Write,
     ty: GgmlType,
-    std: f32,
+    weight_sd: f32,
     n_bytes: u64,
     seed: u64,
     progress: &Progress,
@@ -418,7 +419,7 @@ fn write_blocks(
     };
     let block = ty.type_size();
     // 64 scales evenly spread over ±10% around the target, picked per block.
-    let d0 = std / prof.spread;
+    let d0 = weight_sd / prof.spread;
     let table: Vec<([u8; 2], Option<[u8; 2]>)> = (0..64)
         .map(|i| {
             let d = d0 * (0.9 + 0.2 * i as f32 / 63.0);
@@ -906,9 +907,9 @@ pub fn run(args: GenModelArgs) -> Result<()> {
             Role::Weight => {
                 let n_bytes = gguf::tensor_bytes(&t.name, &t.dims, *ty)?;
                 let (ty, p) = (*ty, Rc::clone(&progress));
-                let std = weight_std(&t.name, args.attn_out_std);
+                let sd = weight_std(&t.name, args.attn_out_std);
                 w.add_tensor_with(t.name.clone(), &t.dims, ty, move |out| {
-                    write_blocks(out, ty, std, n_bytes, seed, &p)
+                    write_blocks(out, ty, sd, n_bytes, seed, &p)
                 })?;
             }
         }
