@@ -186,10 +186,15 @@ pub fn generation_line(n_tokens: usize, decode: Duration) -> String {
     format!("generation: {n_tokens} tokens, {per_token:.3} s/token ({rate:.2} tok/s)")
 }
 
-/// The `mode:` line. The spec prints it on every run and has a non-streaming run say why it does
-/// not stream; this build has no expert streaming yet, so every weight stays where the memory
-/// map puts it, and the line says exactly that (no `moe-*` lines follow).
-pub const MODE_LINE: &str = "mode: resident, no expert streaming in this build, dense mmap";
+/// The `mode:` line of a run that does not stream. The spec prints the line on every run and has
+/// a run that could stream but does not name the flag; a model without routed experts says so.
+pub fn resident_mode_line(moe: bool) -> &'static str {
+    if moe {
+        "mode: resident, experts not streamed (--moe-stream on streams them), dense mmap"
+    } else {
+        "mode: resident, no routed experts to stream, dense mmap"
+    }
+}
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
@@ -406,7 +411,7 @@ pub fn run(opts: &Options) -> Result<()> {
         };
         format!("mode: expert streaming, cache {cache}, dense mmap")
     } else {
-        MODE_LINE.to_owned()
+        resident_mode_line(model.hparams.n_expert > 0).to_owned()
     };
     match (replay_steps, &opts.route_replay) {
         (Some(n), Some(path)) => writeln!(

@@ -132,7 +132,9 @@ fn streamed_generation_equals_resident_with_any_cache() {
     let m = olmoe_l1(dir.path());
     let resident = run(&m, &[]);
     assert!(
-        resident.contains("\nmode: resident") && !resident.contains("moe-stream:"),
+        resident.contains(
+            "\nmode: resident, experts not streamed (--moe-stream on streams them), dense mmap\n"
+        ) && !resident.contains("moe-stream:"),
         "{resident}"
     );
     let mut hits = Vec::new();
@@ -222,4 +224,36 @@ fn streaming_flags_are_checked() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(msg), "{err}");
     }
+}
+
+#[test]
+fn a_dense_model_says_it_has_nothing_to_stream() {
+    let m = testdata::fixtures_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let m = m.to_str().unwrap();
+    let out = ok(sluice(&[
+        "run", "-m", m, "-p", "Hi", "-n", "1", "--temp", "0",
+    ]));
+    assert!(
+        out.contains("\nmode: resident, no routed experts to stream, dense mmap\n"),
+        "{out}"
+    );
+    let o = sluice(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Hi",
+        "-n",
+        "1",
+        "--moe-stream",
+        "on",
+        "--cache-mb",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the model has no routed experts to stream"),
+        "{err}"
+    );
 }
