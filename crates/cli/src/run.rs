@@ -405,11 +405,10 @@ pub fn run(opts: &Options) -> Result<()> {
     writeln!(w, "=== perf ===")?;
     writeln!(w, "{}", generation_line(n_gen, decode))?;
     let mode = if streaming {
-        let cache = match opts.stream.cache_mb {
-            Some(0) | None => "off".to_owned(),
-            Some(mb) => format!("{mb} MiB"),
-        };
-        format!("mode: expert streaming, cache {cache}, dense mmap")
+        format!(
+            "mode: expert streaming, cache {}, dense mmap",
+            opts.stream.cache_label()
+        )
     } else {
         resident_mode_line(model.hparams.n_expert > 0).to_owned()
     };

@@ -54,16 +54,16 @@ pub struct StoreSource {
 }
 
 impl StoreSource {
-    /// A source for `file` with a cache of `cache_bytes` (0: no cache).
+    /// A source for `file` (whose experts are `layout`) with a cache of `cache_bytes` (0: no
+    /// cache).
     pub fn open(
         file: &GgufFile,
+        layout: ExpertLayout,
         cache_bytes: u64,
         io: IoMode,
         lanes: usize,
         counters: Arc<StreamCounters>,
     ) -> Result<StoreSource> {
-        let layout =
-            ExpertLayout::from_gguf(file)?.context("the model has no routed experts to stream")?;
         let paths: Vec<_> = file.shards().iter().map(|s| s.path().to_owned()).collect();
         let reader = ExpertReader::open(&paths, &layout, io)?;
         let n_layer = layout.layers.iter().map(|l| l.layer + 1).max().unwrap_or(0) as usize;
@@ -232,10 +232,25 @@ pub struct StreamArgs {
     #[arg(long, value_enum, default_value_t = StreamMode::Off, value_name = "MODE")]
     pub moe_stream: StreamMode,
 
-    /// With --moe-stream on: the expert cache's budget in MiB; 0 keeps nothing (every routed
-    /// expert is read every time it is used).
-    #[arg(long, value_name = "MiB")]
-    pub cache_mb: Option<u64>,
+    /// With --moe-stream on: the expert cache's budget: `auto` (decided once at load: available
+    /// memory minus --cache-floor-mb minus the dense weights, at least 1500 MiB, at most every
+    /// expert, and at most --cache-ceil-mb), a number of MiB (1 to 1499 only with
+    /// --force-cache), or 0 to keep nothing (every routed expert is read every time it is used).
+    #[arg(long, value_name = "auto|MiB")]
+    pub cache_mb: Option<CacheMb>,
+
+    /// With --cache-mb auto: memory to leave to the rest of the system, in MiB.
+    #[arg(long, default_value_t = 1536, value_name = "MiB")]
+    pub cache_floor_mb: u64,
+
+    /// With --cache-mb auto: the most the cache may take, in MiB (0: no cap).
+    #[arg(long, default_value_t = 0, value_name = "MiB")]
+    pub cache_ceil_mb: u64,
+
+    /// Accept a --cache-mb below 1500 MiB (which is usually below one token cycle of a large
+    /// model, where an LRU cache hits nothing).
+    #[arg(long)]
+    pub force_cache: bool,
 
     /// With --moe-stream on: read experts through the page cache instead of with O_DIRECT.
     #[arg(long)]
@@ -247,6 +262,29 @@ pub struct StreamArgs {
     pub io_threads: usize,
 }
 
+/// `--cache-mb`: `auto` or MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMb {
+    Auto,
+    Mib(u64),
+}
+
+impl std::str::FromStr for CacheMb {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<CacheMb, String> {
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(CacheMb::Auto);
+        }
+        s.parse::<u64>()
+            .map(CacheMb::Mib)
+            .map_err(|_| format!("`{s}` is neither `auto` nor a number of MiB"))
+    }
+}
+
+/// Below this, a fixed budget needs --force-cache (BigMoeOnEdge's `cache_min_mb`).
+pub const CACHE_MIN_MB: u64 = 1500;
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamMode {
     On,
@@ -254,40 +292,98 @@ pub enum StreamMode {
 }
 
 impl StreamArgs {
-    /// Whether to stream; refuses flags that only mean something when streaming.
+    /// Whether to stream; refuses flags that only mean something when streaming, and budgets in
+    /// the refused band.
     pub fn streaming(&self) -> Result<bool> {
         let on = self.moe_stream == StreamMode::On;
-        if !on && (self.cache_mb.is_some() || self.no_odirect) {
-            bail!("--cache-mb and --no-odirect need --moe-stream on");
+        if !on && (self.cache_mb.is_some() || self.no_odirect || self.force_cache) {
+            bail!("--cache-mb, --force-cache and --no-odirect need --moe-stream on");
         }
         if self.io_threads == 0 {
             bail!("--io-threads must be at least 1");
         }
-        if on && self.cache_mb.is_none() {
+        if let Some(CacheMb::Mib(mb)) = self.cache_mb
+            && mb > 0
+            && mb < CACHE_MIN_MB
+            && !self.force_cache
+        {
             bail!(
-                "--moe-stream on needs --cache-mb N (the expert cache budget in MiB; 0 for none)"
+                "--cache-mb {mb} is below {CACHE_MIN_MB} MiB, where an LRU expert cache is usually \
+                 smaller than one token's experts and hits nothing: use 0 (no cache), a larger \
+                 budget, auto, or --force-cache"
             );
         }
         Ok(on)
     }
 
-    /// The cache budget in bytes.
-    pub fn cache_bytes(&self) -> Result<u64> {
-        let mb = self.cache_mb.unwrap_or(0);
-        mb.checked_mul(1 << 20)
-            .with_context(|| format!("--cache-mb {mb} is too large"))
+    /// The cache budget in bytes for `layout` (`auto` resolved from the available memory).
+    pub fn cache_bytes(&self, layout: &ExpertLayout) -> Result<u64> {
+        const MIB: u64 = 1 << 20;
+        match self.cache_mb.unwrap_or(CacheMb::Auto) {
+            CacheMb::Mib(mb) => mb
+                .checked_mul(MIB)
+                .with_context(|| format!("--cache-mb {mb} is too large")),
+            CacheMb::Auto => {
+                let min = CACHE_MIN_MB * MIB;
+                let want = match mem_available() {
+                    Some(avail) => avail
+                        .saturating_sub(self.cache_floor_mb.saturating_mul(MIB))
+                        .saturating_sub(layout.dense_bytes)
+                        .max(min),
+                    None => min,
+                };
+                let mut budget = want.min(layout.expert_bytes_total());
+                if self.cache_ceil_mb > 0 {
+                    budget = budget.min(self.cache_ceil_mb.saturating_mul(MIB));
+                }
+                Ok(budget)
+            }
+        }
     }
 
-    /// The engine's expert source for `file` (named `name` in errors) with these flags.
+    /// The `cache` field of the `mode:` line.
+    pub fn cache_label(&self) -> String {
+        match self.cache_mb.unwrap_or(CacheMb::Auto) {
+            CacheMb::Auto => "auto".to_owned(),
+            CacheMb::Mib(0) => "off".to_owned(),
+            CacheMb::Mib(mb) => format!("{mb} MiB"),
+        }
+    }
+
+    /// The engine's expert source for `file` (named `name` in errors) with these flags: the
+    /// budget is decided here, once, and a budget below one token cycle is warned about.
     pub fn source(
         &self,
         file: &GgufFile,
         name: &str,
         counters: Arc<StreamCounters>,
     ) -> Result<StoreSource> {
+        let layout = ExpertLayout::from_gguf(file)
+            .with_context(|| format!("{name}: cannot stream the experts"))?
+            .with_context(|| format!("{name}: the model has no routed experts to stream"))?;
+        let budget = self.cache_bytes(&layout)?;
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let cycle = layout.token_cycle_bytes();
+        eprintln!(
+            "sluice: expert cache {:.0} MiB ({}); one token cycle is {:.1} MiB, all experts {:.1} MiB",
+            mib(budget),
+            self.cache_label(),
+            mib(cycle),
+            mib(layout.expert_bytes_total())
+        );
+        if budget > 0 && budget < cycle {
+            eprintln!(
+                "sluice: warning: the expert cache ({:.0} MiB) is smaller than one token cycle \
+                 ({:.1} MiB): an LRU cache then evicts what the next token needs and hits almost \
+                 nothing; --cache-mb 0 reads the same without holding the memory",
+                mib(budget),
+                mib(cycle)
+            );
+        }
         StoreSource::open(
             file,
-            self.cache_bytes()?,
+            layout,
+            budget,
             self.io_mode(),
             self.io_threads,
             counters,
@@ -302,6 +398,19 @@ impl StreamArgs {
             IoMode::Auto
         }
     }
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Open `path` for running: mapped lazily when streaming (experts are read by the store, never
