@@ -49,6 +49,8 @@ pub struct StoreSource {
     /// Per layer: index of gate, up and down in the layer's parts.
     proj_index: Vec<Option<[usize; 3]>>,
     seen: Vec<usize>,
+    /// The misses of the batch being loaded (kept to reuse its allocation).
+    misses: Vec<(u32, AlignedBuf)>,
     /// Reads in flight at once (one thread each) when a layer has several misses.
     lanes: usize,
 }
@@ -92,6 +94,7 @@ impl StoreSource {
             counters,
             proj_index,
             seen: Vec::new(),
+            misses: Vec::new(),
             lanes: lanes.max(1),
         })
     }
@@ -127,7 +130,7 @@ impl ExpertSource for StoreSource {
         self.seen.clear();
         let before = self.cache.stats();
         // Look every distinct expert up; the misses' slots are lent out to be filled.
-        let mut misses: Vec<(u32, AlignedBuf)> = Vec::new();
+        let mut misses = std::mem::take(&mut self.misses);
         for &e in routed {
             let key = (layer32, e as u32);
             // A repeat within the batch only refreshes recency.
@@ -175,9 +178,10 @@ impl ExpertSource for StoreSource {
             })
         };
         io_ns += t.elapsed().as_nanos() as u64;
-        for (e, buf) in misses {
+        for (e, buf) in misses.drain(..) {
             self.cache.put_slot((layer32, e), buf);
         }
+        self.misses = misses;
         let mut result = Ok(());
         if let Some((_, err)) = failed.first() {
             for (e, _) in &failed {
