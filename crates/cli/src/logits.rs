@@ -37,8 +37,8 @@ type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
-    let streaming = opts.stream.streaming()?;
-    let file = crate::stream::open_for(&opts.model, streaming)?;
+    let opened = crate::stream::open_for(&opts.model, &opts.stream)?;
+    let file = opened.file;
     let model = load_model(&file, &opts.model)?;
     let ids = match (&opts.prompt, &opts.tokens) {
         (Some(p), None) => {
@@ -74,8 +74,8 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
-    if streaming {
-        let src = opts.stream.source(&file, &name, Arc::default())?;
+    if let Some(layout) = opened.layout {
+        let src = opts.stream.source(&file, layout, &name, Arc::default())?;
         engine.set_expert_source(Some(Box::new(src)))?;
     }
     let dumps: Dumps = Arc::default();

@@ -188,19 +188,71 @@ pub fn generation_line(n_tokens: usize, decode: Duration) -> String {
 
 /// The `mode:` line of a run that does not stream. The spec prints the line on every run and has
 /// a run that could stream but does not name the flag; a model without routed experts says so.
-pub fn resident_mode_line(moe: bool) -> &'static str {
-    if moe {
+/// `why` is the automatic decision's reason (empty when a flag decided).
+pub fn resident_mode_line(moe: bool, why: &str) -> String {
+    let mut line = if moe {
         "mode: resident, experts not streamed (--moe-stream on streams them), dense mmap"
     } else {
         "mode: resident, no routed experts to stream, dense mmap"
     }
+    .to_owned();
+    if moe && !why.is_empty() {
+        line.push_str(&format!(" ({why})"));
+    }
+    line
+}
+
+/// The `moe-stream:` and `moe-cache:` lines for the decode's counters `d` over `n_gen` tokens
+/// that took `decode`.
+pub fn stream_summary(
+    d: &crate::stream::StreamSnapshot,
+    n_gen: usize,
+    decode: Duration,
+    overlap: bool,
+) -> Vec<String> {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let per_tok = |x: f64| if n_gen > 0 { x / n_gen as f64 } else { 0.0 };
+    let io_s = d.io_ns as f64 / 1e9;
+    let stall_s = d.stall_ns as f64 / 1e9;
+    let mgmt_s = d.mgmt_ns as f64 / 1e9;
+    let wall = decode.as_secs_f64();
+    // The residual: serial runs lose the read wait, overlapped runs the stall.
+    let waited = if overlap { stall_s } else { io_s };
+    let compute = (wall - waited - mgmt_s).max(0.0);
+    let mut stream = format!(
+        "moe-stream: read {:.1} MiB ({:.1} MiB/token), decode {:.3} s/token (compute {:.3} + \
+         cache mgmt {:.3} + flash I/O {:.3} s/token, {:.0} MiB/s)",
+        mib(d.read_bytes),
+        per_tok(mib(d.read_bytes)),
+        per_tok(wall),
+        per_tok(compute),
+        per_tok(mgmt_s),
+        per_tok(io_s),
+        if io_s > 0.0 {
+            mib(d.read_bytes) / io_s
+        } else {
+            0.0
+        }
+    );
+    if overlap {
+        stream.push_str(&format!(", stall_s/tok={:.3}", per_tok(stall_s)));
+    }
+    vec![
+        stream,
+        format!(
+            "moe-cache: {:.1}% hit, resident {:.1} MiB",
+            d.hit_pct(),
+            mib(d.resident_bytes)
+        ),
+    ]
 }
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
-    let streaming = opts.stream.streaming()?;
     let t_load = Instant::now();
-    let file = crate::stream::open_for(&opts.model, streaming)?;
+    let opened = crate::stream::open_for(&opts.model, &opts.stream)?;
+    let streaming = opened.decision.stream;
+    let file = opened.file;
     let model = load_model(&file, &opts.model)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let tokenizer = Tokenizer::from_metadata(file.metadata())
@@ -237,12 +289,10 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
     let counters = std::sync::Arc::new(crate::stream::StreamCounters::default());
-    let mut direct = false;
-    if streaming {
+    if let Some(layout) = opened.layout {
         let src = opts
             .stream
-            .source(&file, &name, std::sync::Arc::clone(&counters))?;
-        direct = src.direct();
+            .source(&file, layout, &name, std::sync::Arc::clone(&counters))?;
         engine.set_expert_source(Some(Box::new(src)))?;
     }
     let replay = match &opts.route_replay {
@@ -308,7 +358,7 @@ pub fn run(opts: &Options) -> Result<()> {
         "sluice: loaded {name} ({:.2} GiB, {}) in {load_s:.3} s",
         size as f64 / (1u64 << 30) as f64,
         if streaming {
-            "mapped; experts streamed"
+            "experts streamed"
         } else {
             "read into memory"
         }
@@ -405,12 +455,9 @@ pub fn run(opts: &Options) -> Result<()> {
     writeln!(w, "=== perf ===")?;
     writeln!(w, "{}", generation_line(n_gen, decode))?;
     let mode = if streaming {
-        format!(
-            "mode: expert streaming, cache {}, dense mmap",
-            opts.stream.cache_label()
-        )
+        opts.stream.mode_line(&opened.decision.why)
     } else {
-        resident_mode_line(model.hparams.n_expert > 0).to_owned()
+        resident_mode_line(model.hparams.n_expert > 0, &opened.decision.why)
     };
     match (replay_steps, &opts.route_replay) {
         (Some(n), Some(path)) => writeln!(
@@ -421,40 +468,10 @@ pub fn run(opts: &Options) -> Result<()> {
         _ => writeln!(w, "{mode}")?,
     }
     if streaming {
-        let end = counters.snapshot();
-        let d = |i: usize| end[i] - at_decode[i];
-        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        let per_tok = |x: f64| if n_gen > 0 { x / n_gen as f64 } else { 0.0 };
-        let io_s = d(1) as f64 / 1e9;
-        let mgmt_s = d(2) as f64 / 1e9;
-        let wall = decode.as_secs_f64();
-        let compute = (wall - io_s - mgmt_s).max(0.0);
-        writeln!(
-            w,
-            "moe-stream: read {:.1} MiB ({:.1} MiB/token), decode {:.3} s/token (compute {:.3} + \
-             cache mgmt {:.3} + flash I/O {:.3} s/token, {:.0} MiB/s)",
-            mib(d(0)),
-            per_tok(mib(d(0))),
-            per_tok(wall),
-            per_tok(compute),
-            per_tok(mgmt_s),
-            per_tok(io_s),
-            if io_s > 0.0 { mib(d(0)) / io_s } else { 0.0 }
-        )?;
-        let hit = if d(3) > 0 {
-            100.0 * d(4) as f64 / d(3) as f64
-        } else {
-            0.0
-        };
-        writeln!(
-            w,
-            "moe-cache: {hit:.1}% hit, resident {:.1} MiB",
-            mib(end[5])
-        )?;
-        eprintln!(
-            "sluice: experts read with {}",
-            if direct { "O_DIRECT" } else { "buffered reads" }
-        );
+        let d = counters.snapshot().since(&at_decode);
+        for line in stream_summary(&d, n_gen, decode, opts.stream.overlap) {
+            writeln!(w, "{line}")?;
+        }
     }
     w.flush()?;
     if let Some(t) = trace {

@@ -1,6 +1,10 @@
 //! Expert streaming for `sluice run` / `sluice logits`: the engine's [`ExpertSource`] backed by
-//! the expert store (layout, bounded cache, reader). Serial for now: a layer's misses are read
-//! one after another before its experts are computed.
+//! the expert store (layout, bounded cache, I/O lanes), the flags that configure it, and the
+//! dense weights' placement.
+//!
+//! Serial mode: a layer's misses are all handed to the lanes at once and the layer computes when
+//! every one is in. `--overlap`: the layer computes each expert as soon as its bytes are in —
+//! resident ones first — and waits only when nothing ready is left; the wait is the stall.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,65 +13,149 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use engine::{ExpertProj, ExpertSource};
 use gguf::GgufFile;
-use store::cache::AlignedBuf;
-use store::{ExpertCache, ExpertLayout, ExpertReader, IoMode, Lookup, Lru, PartKind};
+use store::{
+    Backend, ExpertCache, ExpertLayout, ExpertReader, IoLanes, IoMode, Lookup, Lru, PartKind,
+    ReadDone, ReadFault, ReadJob,
+};
 
-/// Counters shared with the run loop (the source itself moves into the engine).
+/// Counters shared with the run loop (the source itself moves into the engine). All are
+/// cumulative; a token's values are the difference of two [`snapshot`](Self::snapshot)s.
 #[derive(Debug, Default)]
 pub struct StreamCounters {
     /// Bytes read from the files (whole aligned windows).
     pub read_bytes: AtomicU64,
-    /// Nanoseconds spent in reads.
+    /// Serial: wall time compute waited for reads. Overlap: the lanes' summed busy time.
     pub io_ns: AtomicU64,
-    /// Nanoseconds spent in cache bookkeeping (lookups, eviction).
+    /// Overlap: wall time compute waited for a read (one thread waits, so the union of the
+    /// stalled intervals is their sum).
+    pub stall_ns: AtomicU64,
+    /// Cache bookkeeping: lookups, issuing reads, collecting them, eviction.
     pub mgmt_ns: AtomicU64,
+    /// Distinct experts looked up, and how many were in the cache.
     pub lookups: AtomicU64,
     pub hits: AtomicU64,
+    pub evictions: AtomicU64,
+    /// Misses of experts the cache had held before.
+    pub rereads: AtomicU64,
+    /// Bytes of the distinct routed experts (what the routing asked for, hit or miss).
+    pub demand_bytes: AtomicU64,
+    /// The most bytes one layer's batch routed.
+    pub layer_demand_max: AtomicU64,
     /// Bytes held in cache slots after the last batch.
     pub resident_bytes: AtomicU64,
 }
 
-impl StreamCounters {
-    pub fn snapshot(&self) -> [u64; 6] {
-        [
-            self.read_bytes.load(Ordering::Relaxed),
-            self.io_ns.load(Ordering::Relaxed),
-            self.mgmt_ns.load(Ordering::Relaxed),
-            self.lookups.load(Ordering::Relaxed),
-            self.hits.load(Ordering::Relaxed),
-            self.resident_bytes.load(Ordering::Relaxed),
-        ]
+/// The counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamSnapshot {
+    pub read_bytes: u64,
+    pub io_ns: u64,
+    pub stall_ns: u64,
+    pub mgmt_ns: u64,
+    pub lookups: u64,
+    pub hits: u64,
+    pub evictions: u64,
+    pub rereads: u64,
+    pub demand_bytes: u64,
+    pub layer_demand_max: u64,
+    pub resident_bytes: u64,
+}
+
+impl StreamSnapshot {
+    /// What happened between `earlier` and `self` (the two gauges, `layer_demand_max` and
+    /// `resident_bytes`, are `self`'s).
+    pub fn since(&self, earlier: &StreamSnapshot) -> StreamSnapshot {
+        StreamSnapshot {
+            read_bytes: self.read_bytes - earlier.read_bytes,
+            io_ns: self.io_ns - earlier.io_ns,
+            stall_ns: self.stall_ns - earlier.stall_ns,
+            mgmt_ns: self.mgmt_ns - earlier.mgmt_ns,
+            lookups: self.lookups - earlier.lookups,
+            hits: self.hits - earlier.hits,
+            evictions: self.evictions - earlier.evictions,
+            rereads: self.rereads - earlier.rereads,
+            demand_bytes: self.demand_bytes - earlier.demand_bytes,
+            layer_demand_max: self.layer_demand_max,
+            resident_bytes: self.resident_bytes,
+        }
+    }
+
+    /// Hits per lookup in percent (0 without lookups).
+    pub fn hit_pct(&self) -> f64 {
+        if self.lookups == 0 {
+            0.0
+        } else {
+            100.0 * self.hits as f64 / self.lookups as f64
+        }
     }
 }
 
-/// The engine's source of routed experts: cache slots filled by the reader.
+impl StreamCounters {
+    pub fn snapshot(&self) -> StreamSnapshot {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StreamSnapshot {
+            read_bytes: l(&self.read_bytes),
+            io_ns: l(&self.io_ns),
+            stall_ns: l(&self.stall_ns),
+            mgmt_ns: l(&self.mgmt_ns),
+            lookups: l(&self.lookups),
+            hits: l(&self.hits),
+            evictions: l(&self.evictions),
+            rereads: l(&self.rereads),
+            demand_bytes: l(&self.demand_bytes),
+            layer_demand_max: l(&self.layer_demand_max),
+            resident_bytes: l(&self.resident_bytes),
+        }
+    }
+
+    fn add(a: &AtomicU64, v: u64) {
+        a.fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+/// How the source is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceConfig {
+    pub cache_bytes: u64,
+    pub io: IoMode,
+    pub lanes: usize,
+    pub backend: Backend,
+    pub overlap: bool,
+    pub load_all: bool,
+    pub fault: Option<ReadFault>,
+}
+
+/// The engine's source of routed experts: cache slots filled by the I/O lanes.
 pub struct StoreSource {
     layout: ExpertLayout,
+    /// Finds parts inside slots (its descriptors are not used for reading).
     reader: ExpertReader,
+    lanes: IoLanes,
     cache: ExpertCache<Lru>,
     counters: Arc<StreamCounters>,
     /// Per layer: index of gate, up and down in the layer's parts.
     proj_index: Vec<Option<[usize; 3]>>,
+    /// Distinct experts of the batch being loaded.
     seen: Vec<usize>,
-    /// The misses of the batch being loaded (kept to reuse its allocation).
-    misses: Vec<(u32, AlignedBuf)>,
-    /// Reads in flight at once (one thread each) when a layer has several misses.
-    lanes: usize,
+    /// Experts of the batch whose reads are in flight.
+    inflight: Vec<u32>,
+    /// The first read error of the batch.
+    failed: Option<String>,
+    overlap: bool,
+    load_all: bool,
 }
 
 impl StoreSource {
-    /// A source for `file` (whose experts are `layout`) with a cache of `cache_bytes` (0: no
-    /// cache).
+    /// A source for `file` (whose experts are `layout`).
     pub fn open(
         file: &GgufFile,
         layout: ExpertLayout,
-        cache_bytes: u64,
-        io: IoMode,
-        lanes: usize,
+        cfg: SourceConfig,
         counters: Arc<StreamCounters>,
     ) -> Result<StoreSource> {
         let paths: Vec<_> = file.shards().iter().map(|s| s.path().to_owned()).collect();
-        let reader = ExpertReader::open(&paths, &layout, io)?;
+        let lanes = IoLanes::start(&paths, &layout, cfg.io, cfg.lanes, cfg.backend, cfg.fault)?;
+        let reader = ExpertReader::open_as(&paths, &layout, false)?;
         let n_layer = layout.layers.iter().map(|l| l.layer + 1).max().unwrap_or(0) as usize;
         let mut proj_index = vec![None; n_layer];
         for l in &layout.layers {
@@ -87,21 +175,30 @@ impl StoreSource {
                 ),
             }
         }
+        let budget = if cfg.load_all { 0 } else { cfg.cache_bytes };
         Ok(StoreSource {
             layout,
             reader,
-            cache: ExpertCache::new(cache_bytes, Lru::default()),
+            lanes,
+            cache: ExpertCache::new(budget, Lru::default()),
             counters,
             proj_index,
             seen: Vec::new(),
-            misses: Vec::new(),
-            lanes: lanes.max(1),
+            inflight: Vec::new(),
+            failed: None,
+            overlap: cfg.overlap,
+            load_all: cfg.load_all,
         })
     }
 
     /// Whether the reads bypass the page cache.
     pub fn direct(&self) -> bool {
-        self.reader.direct()
+        self.lanes.direct()
+    }
+
+    /// The lanes' backend.
+    pub fn backend(&self) -> Backend {
+        self.lanes.backend()
     }
 
     fn index(&self, layer: usize, proj: ExpertProj) -> Option<usize> {
@@ -111,6 +208,46 @@ impl StoreSource {
             ExpertProj::Up => u,
             ExpertProj::Down => d,
         })
+    }
+
+    /// Take a finished read back into the cache.
+    fn collect(&mut self, done: ReadDone) {
+        let key = (done.layer, done.expert);
+        self.cache.put_slot(key, done.buf);
+        self.inflight.retain(|&e| e != done.expert);
+        if self.overlap {
+            StreamCounters::add(&self.counters.io_ns, done.busy.as_nanos() as u64);
+        }
+        match done.result {
+            Ok(bytes) => StreamCounters::add(&self.counters.read_bytes, bytes),
+            Err(e) => {
+                self.cache.discard(key);
+                if self.failed.is_none() {
+                    self.failed = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// After a failed read: wait for the batch's other reads, then end the batch.
+    fn fail(&mut self) -> String {
+        while let Some(done) = self.lanes.wait() {
+            self.collect(done);
+        }
+        self.cache.end_batch();
+        self.failed
+            .take()
+            .unwrap_or_else(|| "an expert read failed".to_owned())
+    }
+
+    /// Cache statistics into the shared counters (after a batch).
+    fn publish(&self, before: store::CacheStats) {
+        let after = self.cache.stats();
+        let c = &self.counters;
+        StreamCounters::add(&c.lookups, after.lookups - before.lookups);
+        StreamCounters::add(&c.hits, after.hits - before.hits);
+        StreamCounters::add(&c.evictions, after.evictions - before.evictions);
+        StreamCounters::add(&c.rereads, after.rereads - before.rereads);
     }
 }
 
@@ -123,15 +260,20 @@ impl ExpertSource for StoreSource {
 
     fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String> {
         let t0 = Instant::now();
-        let mut io_ns = 0u64;
         let layer32 = layer as u32;
         let slot_bytes = self.reader.slot_bytes(layer32).map_err(|e| e.to_string())?;
+        let expert_bytes = self.layout.layer(layer32).map_or(0, |l| l.expert_bytes);
         self.cache.begin_batch();
         self.seen.clear();
+        self.failed = None;
         let before = self.cache.stats();
-        // Look every distinct expert up; the misses' slots are lent out to be filled.
-        let mut misses = std::mem::take(&mut self.misses);
-        for &e in routed {
+        // Look every distinct expert up; each miss's slot goes to the lanes to be filled.
+        let all = 0..if self.load_all {
+            self.layout.n_expert as usize
+        } else {
+            0
+        };
+        for e in routed.iter().copied().chain(all) {
             let key = (layer32, e as u32);
             // A repeat within the batch only refreshes recency.
             if self.seen.contains(&e) {
@@ -142,69 +284,78 @@ impl ExpertSource for StoreSource {
             if self.cache.lookup(key, slot_bytes) == Lookup::Miss
                 && let Some(buf) = self.cache.take_slot(key)
             {
-                misses.push((key.1, buf));
+                self.lanes.submit(ReadJob {
+                    layer: layer32,
+                    expert: key.1,
+                    buf,
+                    demand: true,
+                });
+                self.inflight.push(key.1);
             }
         }
-        // Read them, on up to `lanes` threads at once.
-        let t = Instant::now();
-        let reader = &self.reader;
-        let read_all = |group: &mut [(u32, AlignedBuf)]| -> Vec<(u32, String)> {
-            group
-                .iter_mut()
-                .filter_map(|(e, buf)| {
-                    reader
-                        .read(layer32, *e, buf.as_mut_slice())
-                        .err()
-                        .map(|err| (*e, err.to_string()))
-                })
-                .collect()
-        };
-        let failed: Vec<(u32, String)> = if self.lanes <= 1 || misses.len() <= 1 {
-            read_all(&mut misses)
+        let routed_distinct = if self.load_all {
+            let mut r: Vec<usize> = routed.to_vec();
+            r.sort_unstable();
+            r.dedup();
+            r.len()
         } else {
-            let per = misses.len().div_ceil(self.lanes);
-            std::thread::scope(|s| {
-                let handles: Vec<_> = misses
-                    .chunks_mut(per)
-                    .map(|group| s.spawn(move || read_all(group)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| vec![(u32::MAX, "a read thread panicked".into())])
-                    })
-                    .collect()
-            })
-        };
-        io_ns += t.elapsed().as_nanos() as u64;
-        for (e, buf) in misses.drain(..) {
-            self.cache.put_slot((layer32, e), buf);
-        }
-        self.misses = misses;
-        let mut result = Ok(());
-        if let Some((_, err)) = failed.first() {
-            for (e, _) in &failed {
-                self.cache.discard((layer32, *e));
+            self.seen.len()
+        } as u64;
+        let demand = routed_distinct * expert_bytes;
+        StreamCounters::add(&self.counters.demand_bytes, demand);
+        self.counters
+            .layer_demand_max
+            .fetch_max(demand, Ordering::Relaxed);
+        let mut io_ns = 0u64;
+        if !self.overlap {
+            // Serial: the layer computes once every read is in.
+            let t = Instant::now();
+            while let Some(done) = self.lanes.wait() {
+                self.collect(done);
             }
-            result = Err(err.clone());
+            io_ns = t.elapsed().as_nanos() as u64;
+            StreamCounters::add(&self.counters.io_ns, io_ns);
         }
-        let after = self.cache.stats();
-        let c = &self.counters;
-        c.read_bytes
-            .fetch_add(after.miss_bytes - before.miss_bytes, Ordering::Relaxed);
-        c.lookups
-            .fetch_add(after.lookups - before.lookups, Ordering::Relaxed);
-        c.hits
-            .fetch_add(after.hits - before.hits, Ordering::Relaxed);
-        c.io_ns.fetch_add(io_ns, Ordering::Relaxed);
+        self.publish(before);
+        let mut result = Ok(());
+        if self.failed.is_some() {
+            result = Err(self.fail());
+        }
         let total = t0.elapsed().as_nanos() as u64;
-        c.mgmt_ns
-            .fetch_add(total.saturating_sub(io_ns), Ordering::Relaxed);
-        if result.is_err() {
-            // The layer will not be computed: end its batch now.
-            self.cache.end_batch();
-        }
+        StreamCounters::add(&self.counters.mgmt_ns, total.saturating_sub(io_ns));
+        result
+    }
+
+    fn next_ready(&mut self, _layer: usize, pending: &[usize]) -> Result<usize, String> {
+        let t0 = Instant::now();
+        let mut stall = 0u64;
+        let result = loop {
+            while let Some(done) = self.lanes.poll() {
+                self.collect(done);
+            }
+            if self.failed.is_some() {
+                break Err(self.fail());
+            }
+            if let Some(&e) = pending
+                .iter()
+                .find(|&&e| !self.inflight.contains(&(e as u32)))
+            {
+                break Ok(e);
+            }
+            let t = Instant::now();
+            let done = self.lanes.wait();
+            stall += t.elapsed().as_nanos() as u64;
+            match done {
+                Some(done) => self.collect(done),
+                None => break Err("an expert to compute has no read in flight".to_owned()),
+            }
+        };
+        let c = &self.counters;
+        StreamCounters::add(&c.stall_ns, stall);
+        StreamCounters::add(
+            &c.mgmt_ns,
+            (t0.elapsed().as_nanos() as u64).saturating_sub(stall),
+        );
         result
     }
 
@@ -219,10 +370,15 @@ impl ExpertSource for StoreSource {
 
     fn release(&mut self, _layer: usize) {
         let t = Instant::now();
+        // Reads the layer did not wait for (--load-all under --overlap) end first.
+        while let Some(done) = self.lanes.wait() {
+            self.collect(done);
+        }
+        let before = self.cache.stats();
         self.cache.end_batch();
+        self.publish(before);
         let c = &self.counters;
-        c.mgmt_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        StreamCounters::add(&c.mgmt_ns, t.elapsed().as_nanos() as u64);
         c.resident_bytes
             .store(self.cache.used_bytes(), Ordering::Relaxed);
     }
@@ -232,18 +388,20 @@ impl ExpertSource for StoreSource {
 #[derive(clap::Args, Debug, Clone)]
 pub struct StreamArgs {
     /// Stream routed experts from the model file into a bounded cache (`on`) instead of
-    /// reading the whole model into memory (`off`). The output is the same bit for bit.
-    #[arg(long, value_enum, default_value_t = StreamMode::Off, value_name = "MODE")]
+    /// reading the whole model into memory (`off`); `auto` streams when the model does not fit
+    /// in the available memory minus --cache-floor-mb. The output is the same bit for bit.
+    #[arg(long, value_enum, default_value_t = StreamMode::Auto, value_name = "MODE")]
     pub moe_stream: StreamMode,
 
-    /// With --moe-stream on: the expert cache's budget: `auto` (decided once at load: available
+    /// When streaming: the expert cache's budget: `auto` (decided once at load: available
     /// memory minus --cache-floor-mb minus the dense weights, at least 1500 MiB, at most every
     /// expert, and at most --cache-ceil-mb), a number of MiB (1 to 1499 only with
     /// --force-cache), or 0 to keep nothing (every routed expert is read every time it is used).
     #[arg(long, value_name = "auto|MiB")]
     pub cache_mb: Option<CacheMb>,
 
-    /// With --cache-mb auto: memory to leave to the rest of the system, in MiB.
+    /// Memory to leave to the rest of the system, in MiB: what --moe-stream auto and
+    /// --cache-mb auto subtract from the available memory.
     #[arg(long, default_value_t = 1536, value_name = "MiB")]
     pub cache_floor_mb: u64,
 
@@ -256,14 +414,41 @@ pub struct StreamArgs {
     #[arg(long)]
     pub force_cache: bool,
 
-    /// With --moe-stream on: read experts through the page cache instead of with O_DIRECT.
+    /// When streaming: read experts (and the dense weights) through the page cache instead of
+    /// with O_DIRECT.
     #[arg(long)]
     pub no_odirect: bool,
 
-    /// With --moe-stream on: reads in flight at once when a layer misses several experts (one
-    /// thread each).
+    /// When streaming: I/O lanes, i.e. expert reads in flight at once (each pread lane is a
+    /// thread with its own descriptors; io_uring keeps this many reads queued).
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub io_threads: usize,
+
+    /// When streaming: how the lanes read: `pread` (a thread per lane; works everywhere),
+    /// `uring` (one io_uring; an error where the kernel refuses it), `auto` (io_uring where
+    /// a probe at start succeeds, else pread).
+    #[arg(long, value_enum, default_value_t = IoBackendArg::Pread, value_name = "BACKEND")]
+    pub io_backend: IoBackendArg,
+
+    /// When streaming: compute each expert of a layer as soon as its bytes are in (cached ones
+    /// first) while the others are still being read, instead of after every read of the layer.
+    #[arg(long)]
+    pub overlap: bool,
+
+    /// When streaming: where the dense (non-expert) weights live: `anon` (read into this
+    /// process's own memory with O_DIRECT; the file's map is released), `mmap` (the file's map,
+    /// faulted in on first use), `warm` (the map, faulted in at load) [default: anon].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub dense_weights: Option<DenseWeights>,
+
+    /// Debug baseline: read every expert of every MoE layer at every forward pass (no cache).
+    #[arg(long)]
+    pub load_all: bool,
+
+    /// Testing aid: make the reads of one expert fail, as `LAYER:EXPERT` (an I/O error) or
+    /// `LAYER:EXPERT:short` (the file ending inside it).
+    #[arg(long, value_name = "LAYER:EXPERT[:short]", hide = true)]
+    pub inject_read_fault: Option<FaultArg>,
 }
 
 /// `--cache-mb`: `auto` or MiB.
@@ -286,25 +471,117 @@ impl std::str::FromStr for CacheMb {
     }
 }
 
+/// `--inject-read-fault`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultArg(pub ReadFault);
+
+impl std::str::FromStr for FaultArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<FaultArg, String> {
+        let bad = || format!("`{s}` is not LAYER:EXPERT or LAYER:EXPERT:short");
+        let mut it = s.split(':');
+        let layer = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+        let expert = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+        let short = match it.next() {
+            None => false,
+            Some("short") => true,
+            Some(_) => return Err(bad()),
+        };
+        if it.next().is_some() {
+            return Err(bad());
+        }
+        Ok(FaultArg(ReadFault {
+            layer,
+            expert,
+            short,
+        }))
+    }
+}
+
 /// Below this, a fixed budget needs --force-cache (BigMoeOnEdge's `cache_min_mb`).
 pub const CACHE_MIN_MB: u64 = 1500;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamMode {
+    Auto,
     On,
     Off,
 }
 
-impl StreamArgs {
-    /// Whether to stream; refuses flags that only mean something when streaming, and budgets in
-    /// the refused band.
-    pub fn streaming(&self) -> Result<bool> {
-        let on = self.moe_stream == StreamMode::On;
-        if !on && (self.cache_mb.is_some() || self.no_odirect || self.force_cache) {
-            bail!("--cache-mb, --force-cache and --no-odirect need --moe-stream on");
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoBackendArg {
+    Pread,
+    Uring,
+    Auto,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseWeights {
+    Anon,
+    Mmap,
+    Warm,
+}
+
+impl DenseWeights {
+    pub fn name(self) -> &'static str {
+        match self {
+            DenseWeights::Anon => "anon",
+            DenseWeights::Mmap => "mmap",
+            DenseWeights::Warm => "warm",
         }
-        if self.io_threads == 0 {
-            bail!("--io-threads must be at least 1");
+    }
+}
+
+/// Whether a run streams, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub stream: bool,
+    /// Why, for the `mode:` line (empty when a flag said so).
+    pub why: String,
+}
+
+const MIB: u64 = 1 << 20;
+
+fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+impl StreamArgs {
+    /// Refuses flags that conflict, and budgets in the refused band (before anything is
+    /// opened).
+    pub fn validate(&self) -> Result<()> {
+        if self.moe_stream == StreamMode::Off {
+            let mut only_streaming = Vec::new();
+            let flags = [
+                (self.cache_mb.is_some(), "--cache-mb"),
+                (self.force_cache, "--force-cache"),
+                (self.no_odirect, "--no-odirect"),
+                (self.overlap, "--overlap"),
+                (self.dense_weights.is_some(), "--dense-weights"),
+                (self.load_all, "--load-all"),
+                (self.io_backend != IoBackendArg::Pread, "--io-backend"),
+                (self.inject_read_fault.is_some(), "--inject-read-fault"),
+            ];
+            for (set, flag) in flags {
+                if set {
+                    only_streaming.push(flag);
+                }
+            }
+            if !only_streaming.is_empty() {
+                bail!(
+                    "{} only apply when streaming: they conflict with --moe-stream off",
+                    only_streaming.join(", ")
+                );
+            }
+        }
+        if self.io_threads == 0 || self.io_threads > 256 {
+            bail!("--io-threads must be 1 to 256");
+        }
+        if self.load_all && !matches!(self.cache_mb, None | Some(CacheMb::Mib(0))) {
+            bail!(
+                "--load-all reads every expert every time and keeps none: it conflicts with --cache-mb (other than 0)"
+            );
         }
         if let Some(CacheMb::Mib(mb)) = self.cache_mb
             && mb > 0
@@ -317,19 +594,67 @@ impl StreamArgs {
                  budget, auto, or --force-cache"
             );
         }
-        Ok(on)
+        if self.io_backend == IoBackendArg::Uring && !store::uring_available() {
+            bail!("--io-backend uring: io_uring is not available here (use pread or auto)");
+        }
+        Ok(())
+    }
+
+    /// Whether to stream `file`: as the flag says, or under `auto` when the model is larger
+    /// than the available memory minus the floor (never for a model without routed experts).
+    pub fn decide(&self, file: &GgufFile, layout: Option<&ExpertLayout>) -> Decision {
+        let size: u64 = file.shards().iter().map(|s| s.file_len()).sum();
+        match (self.moe_stream, layout) {
+            (StreamMode::Off, _) => Decision {
+                stream: false,
+                why: String::new(),
+            },
+            (StreamMode::On, _) => Decision {
+                stream: true,
+                why: String::new(),
+            },
+            (StreamMode::Auto, None) => Decision {
+                stream: false,
+                why: String::new(),
+            },
+            (StreamMode::Auto, Some(_)) => {
+                let avail = available_memory();
+                let floor = self.cache_floor_mb.saturating_mul(MIB);
+                match avail {
+                    Some(a) => {
+                        let room = a.saturating_sub(floor);
+                        Decision {
+                            stream: size > room,
+                            why: format!(
+                                "auto: model {:.2} GiB {} available {:.2} GiB - floor {:.2} GiB",
+                                gib(size),
+                                if size > room { ">" } else { "<=" },
+                                gib(a),
+                                gib(floor)
+                            ),
+                        }
+                    }
+                    None => Decision {
+                        stream: false,
+                        why: "auto: available memory unknown".to_owned(),
+                    },
+                }
+            }
+        }
     }
 
     /// The cache budget in bytes for `layout` (`auto` resolved from the available memory).
     pub fn cache_bytes(&self, layout: &ExpertLayout) -> Result<u64> {
-        const MIB: u64 = 1 << 20;
+        if self.load_all {
+            return Ok(0);
+        }
         match self.cache_mb.unwrap_or(CacheMb::Auto) {
             CacheMb::Mib(mb) => mb
                 .checked_mul(MIB)
                 .with_context(|| format!("--cache-mb {mb} is too large")),
             CacheMb::Auto => {
                 let min = CACHE_MIN_MB * MIB;
-                let want = match mem_available() {
+                let want = match available_memory() {
                     Some(avail) => avail
                         .saturating_sub(self.cache_floor_mb.saturating_mul(MIB))
                         .saturating_sub(layout.dense_bytes)
@@ -347,10 +672,43 @@ impl StreamArgs {
 
     /// The `cache` field of the `mode:` line.
     pub fn cache_label(&self) -> String {
+        if self.load_all {
+            return "off".to_owned();
+        }
         match self.cache_mb.unwrap_or(CacheMb::Auto) {
             CacheMb::Auto => "auto".to_owned(),
             CacheMb::Mib(0) => "off".to_owned(),
             CacheMb::Mib(mb) => format!("{mb} MiB"),
+        }
+    }
+
+    /// The dense weights' placement when streaming.
+    pub fn dense(&self) -> DenseWeights {
+        self.dense_weights.unwrap_or(DenseWeights::Anon)
+    }
+
+    /// The `mode:` line of a streaming run.
+    pub fn mode_line(&self, why: &str) -> String {
+        let mut line = format!(
+            "mode: expert streaming, cache {}, dense {}",
+            self.cache_label(),
+            self.dense().name()
+        );
+        if self.overlap {
+            line.push_str(", overlap");
+        }
+        if !why.is_empty() {
+            line.push_str(&format!(" ({why})"));
+        }
+        line
+    }
+
+    fn backend(&self) -> Backend {
+        match self.io_backend {
+            IoBackendArg::Pread => Backend::Pread,
+            IoBackendArg::Uring => Backend::Uring,
+            IoBackendArg::Auto if store::uring_available() => Backend::Uring,
+            IoBackendArg::Auto => Backend::Pread,
         }
     }
 
@@ -359,14 +717,12 @@ impl StreamArgs {
     pub fn source(
         &self,
         file: &GgufFile,
+        layout: ExpertLayout,
         name: &str,
         counters: Arc<StreamCounters>,
     ) -> Result<StoreSource> {
-        let layout = ExpertLayout::from_gguf(file)
-            .with_context(|| format!("{name}: cannot stream the experts"))?
-            .with_context(|| format!("{name}: the model has no routed experts to stream"))?;
         let budget = self.cache_bytes(&layout)?;
-        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let mib = |b: u64| b as f64 / MIB as f64;
         let cycle = layout.token_cycle_bytes();
         eprintln!(
             "sluice: expert cache {:.0} MiB ({}); one token cycle is {:.1} MiB, all experts {:.1} MiB",
@@ -384,15 +740,30 @@ impl StreamArgs {
                 mib(cycle)
             );
         }
-        StoreSource::open(
-            file,
-            layout,
-            budget,
-            self.io_mode(),
+        let cfg = SourceConfig {
+            cache_bytes: budget,
+            io: self.io_mode(),
+            lanes: self.io_threads,
+            backend: self.backend(),
+            overlap: self.overlap,
+            load_all: self.load_all,
+            fault: self.inject_read_fault.map(|f| f.0),
+        };
+        let src = StoreSource::open(file, layout, cfg, counters)
+            .with_context(|| format!("{name}: cannot stream the experts"))?;
+        eprintln!(
+            "sluice: expert reads: {} {} lane{}, {}{}",
             self.io_threads,
-            counters,
-        )
-        .with_context(|| format!("{name}: cannot stream the experts"))
+            src.backend().name(),
+            if self.io_threads == 1 { "" } else { "s" },
+            if src.direct() { "O_DIRECT" } else { "buffered" },
+            if self.overlap {
+                ", overlapped with compute"
+            } else {
+                ""
+            }
+        );
+        Ok(src)
     }
 
     pub fn io_mode(&self) -> IoMode {
@@ -407,22 +778,183 @@ impl StreamArgs {
 /// `MemAvailable` of /proc/meminfo, in bytes.
 fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+    meminfo_kib(&text, "MemAvailable:")?.checked_mul(1024)
+}
+
+fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))?
         .split_whitespace()
         .next()?
         .parse()
-        .ok()?;
-    kib.checked_mul(1024)
+        .ok()
 }
 
-/// Open `path` for running: mapped lazily when streaming (experts are read by the store, never
-/// through the map), read into memory at once otherwise.
-pub fn open_for(path: &std::path::Path, streaming: bool) -> Result<GgufFile> {
-    if streaming {
-        Ok(GgufFile::open(path)?)
-    } else {
-        crate::run::open_model(path)
+/// A `key value` line of a cgroup `memory.stat`.
+fn stat_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// What this process's memory cgroup still allows (limit minus usage, counting its inactive
+/// page cache as free, as `MemAvailable` does), when it has a limit.
+fn cgroup_available() -> Option<u64> {
+    let me = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    for line in me.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        let path = path.trim_start_matches('/');
+        if controllers.split(',').any(|c| c == "memory") {
+            // cgroup v1
+            let dir = std::path::Path::new("/sys/fs/cgroup/memory").join(path);
+            let read = |n: &str| -> Option<u64> {
+                std::fs::read_to_string(dir.join(n))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            };
+            let limit = read("memory.limit_in_bytes")?;
+            if limit >= 1 << 60 {
+                return None;
+            }
+            let usage = read("memory.usage_in_bytes")?;
+            let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+            let inactive = stat_value(&stat, "total_inactive_file").unwrap_or(0);
+            return Some(limit.saturating_sub(usage.saturating_sub(inactive)));
+        }
+        if controllers.is_empty() {
+            // cgroup v2
+            let dir = std::path::Path::new("/sys/fs/cgroup").join(path);
+            let max = std::fs::read_to_string(dir.join("memory.max")).ok()?;
+            let limit: u64 = max.trim().parse().ok()?;
+            let usage: u64 = std::fs::read_to_string(dir.join("memory.current"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+            let inactive = stat_value(&stat, "inactive_file").unwrap_or(0);
+            return Some(limit.saturating_sub(usage.saturating_sub(inactive)));
+        }
     }
+    None
+}
+
+/// Memory this process may still use: `MemAvailable`, or less under a cgroup limit.
+pub fn available_memory() -> Option<u64> {
+    match (mem_available(), cgroup_available()) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (a, c) => a.or(c),
+    }
+}
+
+/// A model opened for running.
+pub struct Opened {
+    pub file: GgufFile,
+    /// Set when the experts are streamed.
+    pub layout: Option<ExpertLayout>,
+    pub decision: Decision,
+}
+
+/// Open `path` for running with `args`: decide whether to stream; when streaming, place the
+/// dense weights as --dense-weights says (experts are read by the store, never through the
+/// map); otherwise read the whole file into memory.
+pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
+    args.validate()?;
+    let name = path.display().to_string();
+    let file = GgufFile::open(path)?;
+    let mut why_not = None;
+    let layout = match args.moe_stream {
+        StreamMode::Off => None,
+        StreamMode::On => ExpertLayout::from_gguf(&file)
+            .with_context(|| format!("{name}: cannot stream the experts"))?,
+        // Under auto a model whose experts cannot be streamed runs resident (and the model
+        // loader names what is wrong with it, if anything).
+        StreamMode::Auto => ExpertLayout::from_gguf(&file).unwrap_or_else(|e| {
+            why_not = Some(format!("auto: the experts cannot be streamed: {e}"));
+            None
+        }),
+    };
+    let mut decision = args.decide(&file, layout.as_ref());
+    if let Some(why) = why_not {
+        decision.why = why;
+    }
+    if !decision.stream {
+        drop(file);
+        return Ok(Opened {
+            file: crate::run::open_model(path)?,
+            layout: None,
+            decision,
+        });
+    }
+    let Some(layout) = layout else {
+        bail!("{name}: the model has no routed experts to stream");
+    };
+    // Every expert byte must lie inside the files: a file cut short is refused here.
+    for l in &layout.layers {
+        for p in &l.parts {
+            let end = p.expert_offset(layout.n_expert.saturating_sub(1)) + p.stride;
+            let len = file.shards().get(p.shard).map_or(0, |s| s.file_len());
+            if end > len {
+                bail!(
+                    "{name}: {} ends at byte {end}, past the end of its file ({len} bytes): the \
+                     file is truncated",
+                    p.tensor
+                );
+            }
+        }
+    }
+    let experts: std::collections::HashSet<&str> = layout
+        .layers
+        .iter()
+        .flat_map(|l| l.parts.iter().map(|p| p.tensor.as_str()))
+        .collect();
+    let experts: std::collections::HashSet<String> =
+        experts.into_iter().map(str::to_owned).collect();
+    let dense = |t: &gguf::TensorInfo| !experts.contains(&t.name);
+    let file = match args.dense() {
+        DenseWeights::Mmap => file,
+        DenseWeights::Warm => {
+            let t = Instant::now();
+            let n = file.warm(&dense);
+            eprintln!(
+                "sluice: dense weights warmed: {:.1} MiB in {:.2} s",
+                n as f64 / MIB as f64,
+                t.elapsed().as_secs_f64()
+            );
+            file
+        }
+        DenseWeights::Anon => {
+            let t = Instant::now();
+            let total = file.kept_bytes(&dense);
+            let mut last = Instant::now();
+            let mut progress = |done: u64, all: u64| {
+                if last.elapsed().as_secs_f64() >= 1.0 && done < all {
+                    eprintln!(
+                        "sluice: reading dense weights: {:.0} of {:.0} MiB",
+                        done as f64 / MIB as f64,
+                        all as f64 / MIB as f64
+                    );
+                    last = Instant::now();
+                }
+            };
+            let file = file
+                .into_anon(&dense, !args.no_odirect, &mut progress)
+                .with_context(|| format!("{name}: cannot read the dense weights"))?;
+            eprintln!(
+                "sluice: dense weights read into memory: {:.1} MiB in {:.2} s",
+                total as f64 / MIB as f64,
+                t.elapsed().as_secs_f64()
+            );
+            file
+        }
+    };
+    Ok(Opened {
+        file,
+        layout: Some(layout),
+        decision,
+    })
 }

@@ -1,7 +1,8 @@
-//! Expert streaming (`--moe-stream on`): the output equals the resident run's bit for bit, with
-//! no cache, an evicting cache and a large one, with O_DIRECT and buffered reads, with one read
-//! in flight or several; its summary
-//! lines follow the telemetry spec's patterns; a read failure stops the run naming the expert.
+//! Expert streaming (`--moe-stream`): the output equals the resident run's bit for bit for every
+//! combination of cache (none, evicting, large), lanes (1, 4), overlap (off, on), dense weights
+//! (mmap, anon) and O_DIRECT (on, off), with io_uring where the kernel has it, and on a split
+//! model; its summary lines follow the telemetry spec's patterns; a read failure stops the run
+//! naming the expert; conflicting flags are refused.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -45,6 +46,11 @@ fn logits(model: &Path, dir: &Path, extra: &[&str]) -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
+/// The io_uring backend when this kernel has it (the lanes' probe is in the store's tests).
+fn uring() -> bool {
+    store::uring_available()
+}
+
 #[test]
 fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
     let dir = tempfile::tempdir().unwrap();
@@ -55,20 +61,107 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "mixtral-bf16.gguf",
     ] {
         let m = moe_fixture(f);
-        let resident = logits(&m, dir.path(), &[]);
-        for extra in [
-            &["--moe-stream", "on", "--cache-mb", "0"][..],
-            &[
+        let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);
+        let mut combos = vec![
+            vec!["--moe-stream", "on", "--cache-mb", "0", "--overlap"],
+            vec![
                 "--moe-stream",
                 "on",
                 "--cache-mb",
                 "64",
                 "--force-cache",
                 "--no-odirect",
-            ][..],
-        ] {
-            assert!(resident == logits(&m, dir.path(), extra), "{f} {extra:?}");
+                "--dense-weights",
+                "mmap",
+                "--io-threads",
+                "1",
+            ],
+            vec![
+                "--moe-stream",
+                "on",
+                "--load-all",
+                "--dense-weights",
+                "warm",
+            ],
+        ];
+        if uring() {
+            combos.push(vec![
+                "--moe-stream",
+                "on",
+                "--cache-mb",
+                "0",
+                "--overlap",
+                "--io-backend",
+                "uring",
+            ]);
         }
+        for extra in combos {
+            assert!(resident == logits(&m, dir.path(), &extra), "{f} {extra:?}");
+        }
+    }
+}
+
+/// `model` rewritten as two shards (the metadata and the first half of the tensors, then the
+/// rest), so that layers' expert tensors sit in different files.
+fn split_model(model: &Path, dir: &Path) -> PathBuf {
+    use gguf::{GgufFile, GgufWriter, Value};
+    let f = GgufFile::open(model).unwrap();
+    let n = f.tensors().len();
+    let half = n / 2;
+    for (i, range) in [(0u16, 0..half), (1u16, half..n)] {
+        let mut w = GgufWriter::new();
+        if i == 0 {
+            for (k, v) in f.metadata().iter() {
+                if k != "general.alignment" {
+                    w.add_metadata(k, v.clone()).unwrap();
+                }
+            }
+        }
+        w.add_metadata("split.no", Value::U16(i)).unwrap();
+        w.add_metadata("split.count", Value::U16(2)).unwrap();
+        w.add_metadata("split.tensors.count", Value::I32(n as i32))
+            .unwrap();
+        for t in &f.tensors()[range] {
+            let data = f.tensor_data(t).unwrap();
+            w.add_tensor_raw(t.name.clone(), &t.dims, t.ty.id(), data)
+                .unwrap();
+        }
+        w.write_to_path(dir.join(gguf::split_path("split", i, 2)))
+            .unwrap();
+    }
+    dir.join(gguf::split_path("split", 0, 2))
+}
+
+#[test]
+fn a_split_model_streams_across_its_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = moe_fixture("qwen3moe-q4_k_m.gguf");
+    let split = split_model(&m, dir.path());
+    let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);
+    // The expert tensors of some layer are in each shard.
+    let f = gguf::GgufFile::open(&split).unwrap();
+    let shards: std::collections::BTreeSet<usize> = f
+        .tensors()
+        .iter()
+        .filter(|t| t.name.contains("_exps"))
+        .map(|t| t.shard)
+        .collect();
+    assert_eq!(shards.len(), 2);
+    for extra in [
+        &["--moe-stream", "off"][..],
+        &["--moe-stream", "on", "--cache-mb", "0"][..],
+        &[
+            "--moe-stream",
+            "on",
+            "--cache-mb",
+            "64",
+            "--force-cache",
+            "--overlap",
+            "--no-odirect",
+        ][..],
+        &["--moe-stream", "on", "--overlap", "--dense-weights", "mmap"][..],
+    ] {
+        assert!(resident == logits(&split, dir.path(), extra), "{extra:?}");
     }
 }
 
@@ -118,13 +211,21 @@ fn answer(out: &str) -> &str {
 /// `moe-stream: read <mib> MiB (<mib/tok> MiB/token), decode <s> s/token (compute <c> + cache
 /// mgmt <m> + flash I/O <i> s/token, <bw> MiB/s)` → read MiB; `moe-cache: <pct>% hit, resident
 /// <mib> MiB` → (hit %, resident MiB).
-fn stream_lines(out: &str) -> (f64, f64, f64) {
+fn stream_lines(out: &str, overlap: bool) -> (f64, f64, f64) {
     let line = |p: &str| out.lines().find(|l| l.starts_with(p)).expect(p).to_owned();
     let s = line("moe-stream: read ");
     let num = |t: &str| t.parse::<f64>().expect(t);
     let read = num(s["moe-stream: read ".len()..].split(' ').next().unwrap());
     assert!(s.contains(" MiB/token), decode ") && s.contains(" s/token (compute "));
-    assert!(s.contains(" + cache mgmt ") && s.contains(" + flash I/O ") && s.ends_with(" MiB/s)"));
+    assert!(s.contains(" + cache mgmt ") && s.contains(" + flash I/O "));
+    if overlap {
+        // Under overlap the line ends with the mean stall per token.
+        let (head, stall) = s.rsplit_once(", stall_s/tok=").expect(&s);
+        assert!(head.ends_with(" MiB/s)"), "{s}");
+        num(stall);
+    } else {
+        assert!(s.ends_with(" MiB/s)"), "{s}");
+    }
     let c = line("moe-cache: ");
     let (hit, rest) = c["moe-cache: ".len()..]
         .split_once("% hit, resident ")
@@ -133,56 +234,202 @@ fn stream_lines(out: &str) -> (f64, f64, f64) {
     (read, num(hit), num(resident))
 }
 
+/// The logits of the olmoe-l1 model for a fixed prompt, as raw .npy bytes.
+fn olmoe_logits(m: &Path, dir: &Path, extra: &[&str]) -> Vec<u8> {
+    logits(m, dir, extra)
+}
+
+/// Every combination of cache {0, evicting (below one token cycle), large} × lanes {1, 4} ×
+/// overlap {off, on} × dense {mmap, anon} × O_DIRECT {on, off}: the same greedy tokens as the
+/// resident run; the logits of a prompt too (for a slice of the combinations, and io_uring).
 #[test]
-fn streamed_generation_equals_resident_with_any_cache() {
+fn streamed_generation_equals_resident_for_every_combination() {
     let dir = tempfile::tempdir().unwrap();
     let m = olmoe_l1(dir.path());
-    let resident = run(&m, &[]);
+    let resident = run(&m, &["--moe-stream", "off"]);
     assert!(
         resident.contains(
             "\nmode: resident, experts not streamed (--moe-stream on streams them), dense mmap\n"
         ) && !resident.contains("moe-stream:"),
         "{resident}"
     );
-    let mut hits = Vec::new();
-    for (mb, extra) in [
-        ("0", &[][..]),
-        ("10", &[][..]),
-        ("10", &["--no-odirect"][..]),
-        ("10", &["--io-threads", "1"][..]),
-        ("1000", &[][..]),
-    ] {
-        let mut a = vec!["--moe-stream", "on", "--cache-mb", mb, "--force-cache"];
-        a.extend_from_slice(extra);
-        let out = run(&m, &a);
-        assert_eq!(answer(&out), answer(&resident), "cache {mb} MiB {extra:?}");
-        let cache = if mb == "0" {
-            "off".to_owned()
-        } else {
-            format!("{mb} MiB")
-        };
-        assert!(
-            out.contains(&format!(
-                "\nmode: expert streaming, cache {cache}, dense mmap\n"
-            )),
-            "{out}"
-        );
-        let (read, hit, resident_mib) = stream_lines(&out);
-        assert!(read > 0.0 || hit == 100.0, "{out}");
-        // Over budget by at most one batch (the rule of the cache: a batch keeps what it used).
-        assert!(resident_mib <= mb.parse::<f64>().unwrap() + 31.2, "{out}");
-        hits.push(hit);
+    let resident_logits = olmoe_logits(&m, dir.path(), &["--moe-stream", "off"]);
+    let mut hits = std::collections::BTreeMap::new();
+    let mut n = 0;
+    for mb in ["0", "10", "1000"] {
+        for lanes in ["1", "4"] {
+            for overlap in [false, true] {
+                for dense in ["mmap", "anon"] {
+                    for direct in [true, false] {
+                        let mut a = vec![
+                            "--moe-stream",
+                            "on",
+                            "--cache-mb",
+                            mb,
+                            "--force-cache",
+                            "--io-threads",
+                            lanes,
+                            "--dense-weights",
+                            dense,
+                        ];
+                        if overlap {
+                            a.push("--overlap");
+                        }
+                        if !direct {
+                            a.push("--no-odirect");
+                        }
+                        let out = run(&m, &a);
+                        assert_eq!(answer(&out), answer(&resident), "{a:?}");
+                        let cache = if mb == "0" {
+                            "off".to_owned()
+                        } else {
+                            format!("{mb} MiB")
+                        };
+                        let mode = format!(
+                            "\nmode: expert streaming, cache {cache}, dense {dense}{}\n",
+                            if overlap { ", overlap" } else { "" }
+                        );
+                        assert!(out.contains(&mode), "{a:?}: {out}");
+                        let (read, hit, resident_mib) = stream_lines(&out, overlap);
+                        assert!(read > 0.0 || hit == 100.0, "{out}");
+                        // Over budget by at most one batch (the rule of the cache: a batch
+                        // keeps what it used).
+                        assert!(resident_mib <= mb.parse::<f64>().unwrap() + 31.2, "{out}");
+                        hits.entry(mb).or_insert_with(Vec::new).push(hit);
+                        // The logits of a prompt (a batch of tokens per layer) for a slice.
+                        if n % 5 == 0 {
+                            assert!(resident_logits == olmoe_logits(&m, dir.path(), &a), "{a:?}");
+                        }
+                        n += 1;
+                    }
+                }
+            }
+        }
     }
-    // No cache: nothing hits. A budget that holds every expert: only first uses miss.
-    assert_eq!(hits[0], 0.0);
-    assert!(hits[4] > hits[1], "{hits:?}");
-    // The number of reads in flight changes nothing but the time.
-    assert_eq!(hits[1], hits[3]);
+    assert_eq!(n, 48);
+    // No cache: nothing hits. A budget that holds every expert: only first uses miss. The
+    // lanes, the overlap, the dense placement and O_DIRECT change nothing but the time.
+    assert!(hits["0"].iter().all(|&h| h == 0.0), "{hits:?}");
+    for v in hits.values() {
+        assert!(v.iter().all(|&h| h == v[0]), "{hits:?}");
+    }
+    assert!(hits["1000"][0] > hits["10"][0], "{hits:?}");
+    if uring() {
+        for extra in [
+            &["--cache-mb", "0"][..],
+            &["--cache-mb", "10", "--force-cache"][..],
+        ] {
+            for overlap in [false, true] {
+                let mut a = vec!["--moe-stream", "on", "--io-backend", "uring"];
+                a.extend_from_slice(extra);
+                if overlap {
+                    a.push("--overlap");
+                }
+                assert_eq!(answer(&run(&m, &a)), answer(&resident), "{a:?}");
+                assert!(resident_logits == olmoe_logits(&m, dir.path(), &a), "{a:?}");
+            }
+        }
+    }
+}
+
+/// The experts layer 0 routed at the first decode step of a greedy run of `model`.
+fn first_decode_experts(model: &Path, dir: &Path) -> Vec<u32> {
+    let trace = dir.join("t.csv");
+    run(
+        model,
+        &[
+            "--moe-stream",
+            "off",
+            "--route-trace",
+            trace.to_str().unwrap(),
+        ],
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("turn,"))
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| f[1] == "1" && f[3] == "0")
+        .take_while(|f| f[2] == text_step(&text))
+        .map(|f| f[5].parse().unwrap())
+        .collect()
+}
+
+/// The step of the first decode row.
+fn text_step(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("turn,"))
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f[1] == "1")
+        .map(|f| f[2].to_owned())
+        .unwrap()
+}
+
+#[test]
+fn a_failed_expert_read_stops_the_run_naming_the_expert() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe_l1(dir.path());
+    let resident = run(&m, &["--moe-stream", "off"]);
+    let routed = first_decode_experts(&m, dir.path());
+    assert_eq!(routed.len(), 8);
+    let f = gguf::GgufFile::open(&m).unwrap();
+    let layout = store::ExpertLayout::from_gguf(&f).unwrap().unwrap();
+    let e = routed[3];
+    let offsets: Vec<u64> = layout.layers[0]
+        .parts
+        .iter()
+        .map(|p| p.expert_offset(e))
+        .collect();
+    for kind in ["", ":short"] {
+        for extra in [&[][..], &["--overlap"][..], &["--io-threads", "1"][..]] {
+            let fault = format!("0:{e}{kind}");
+            let mut a = vec![
+                "run",
+                "-m",
+                m.to_str().unwrap(),
+                "-p",
+                "Once upon a time",
+                "-n",
+                "12",
+                "--temp",
+                "0",
+                "--ignore-eos",
+                "-t",
+                "2",
+                "--moe-stream",
+                "on",
+                "--cache-mb",
+                "0",
+                "--inject-read-fault",
+                &fault,
+            ];
+            a.extend_from_slice(extra);
+            let o = sluice(&a);
+            assert!(!o.status.success(), "{fault} {extra:?}");
+            let err = String::from_utf8_lossy(&o.stderr);
+            let named = offsets.iter().any(|off| {
+                err.contains(&format!("layer 0, expert {e}: reading blk.0.ffn_"))
+                    && err.contains(&format!("_exps.weight at byte {off} of "))
+            });
+            assert!(named, "{fault} {extra:?}: {err}");
+            assert!(
+                err.contains(if kind.is_empty() {
+                    "injected read error"
+                } else {
+                    "short read"
+                }),
+                "{err}"
+            );
+            // What was written before the failure is the resident run's text, and no summary.
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(!out.contains("=== perf ==="), "{out}");
+            assert!(answer(&resident).starts_with(out.trim_end()), "{out}");
+        }
+    }
 }
 
 #[test]
 fn a_file_cut_inside_an_expert_tensor_is_refused_at_load_naming_it() {
-    // (A file cut while a run reads it: crates/store/tests/read.rs.)
+    // (A file cut while a run reads it: crates/store/tests/read.rs and lanes.rs.)
     let dir = tempfile::tempdir().unwrap();
     let m = olmoe_l1(dir.path());
     // The last tensor of the file is layer 0's up experts.
@@ -193,32 +440,44 @@ fn a_file_cut_inside_an_expert_tensor_is_refused_at_load_naming_it() {
         .unwrap()
         .set_len(len - 4096)
         .unwrap();
-    let o = sluice(&[
-        "run",
-        "-m",
-        m.to_str().unwrap(),
-        "-p",
-        "x",
-        "-n",
-        "1",
-        "--moe-stream",
-        "on",
-        "--cache-mb",
-        "0",
-    ]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("blk.0.ffn_up_exps.weight"), "{err}");
+    for mode in ["on", "auto"] {
+        let o = sluice(&[
+            "run",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "x",
+            "-n",
+            "1",
+            "--moe-stream",
+            mode,
+            "--cache-mb",
+            "0",
+        ]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("blk.0.ffn_up_exps.weight"), "{err}");
+    }
 }
 
 #[test]
-fn streaming_flags_are_checked() {
+fn conflicting_streaming_flags_are_refused() {
     let m = moe_fixture("qwen3moe-q8_0.gguf");
     let m = m.to_str().unwrap();
     for (args, msg) in [
         (
-            &["--cache-mb", "10"][..],
-            "--cache-mb, --force-cache and --no-odirect need --moe-stream on",
+            &["--moe-stream", "off", "--cache-mb", "10"][..],
+            "--cache-mb only apply when streaming: they conflict with --moe-stream off",
+        ),
+        (
+            &[
+                "--moe-stream",
+                "off",
+                "--overlap",
+                "--dense-weights",
+                "anon",
+            ][..],
+            "--overlap, --dense-weights only apply when streaming",
         ),
         (
             &["--moe-stream", "on", "--cache-mb", "100"][..],
@@ -230,7 +489,15 @@ fn streaming_flags_are_checked() {
         ),
         (
             &["--moe-stream", "on", "--io-threads", "0"][..],
-            "--io-threads must be at least 1",
+            "--io-threads must be 1 to 256",
+        ),
+        (
+            &["--moe-stream", "on", "--load-all", "--cache-mb", "2000"][..],
+            "--load-all reads every expert every time and keeps none",
+        ),
+        (
+            &["--moe-stream", "on", "--dense-weights", "swap"][..],
+            "invalid value 'swap' for '--dense-weights <MODE>'",
         ),
     ] {
         let mut a = vec!["run", "-m", m, "-p", "x", "-n", "1"];
@@ -239,14 +506,51 @@ fn streaming_flags_are_checked() {
         assert!(!o.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(msg), "{err}");
+        // One line (clap's parse errors add a hint of their own).
+        if !err.contains("try '--help'") {
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
     }
 }
 
 #[test]
-fn auto_sizes_the_cache_once_and_small_budgets_are_warned_about() {
+fn auto_streams_only_a_model_that_does_not_fit_and_sizes_the_cache_once() {
     let dir = tempfile::tempdir().unwrap();
     let m = olmoe_l1(dir.path());
     let m = m.to_str().unwrap();
+    let base = ["run", "-m", m, "-p", "Hi", "-n", "2", "--temp", "0"];
+    // The default (--moe-stream auto): this small model fits, so it runs resident, saying why.
+    let out = ok(sluice(&base));
+    let mode = out.lines().find(|l| l.starts_with("mode: ")).unwrap();
+    assert!(
+        mode.starts_with(
+            "mode: resident, experts not streamed (--moe-stream on streams them), dense mmap \
+             (auto: model "
+        ) && mode.contains(" GiB <= available ")
+            && mode.ends_with(" GiB - floor 1.50 GiB)"),
+        "{mode}"
+    );
+    assert!(!out.contains("moe-stream:"), "{out}");
+    // A floor larger than the machine: the model does not fit, so it streams.
+    let mut a = base.to_vec();
+    a.extend_from_slice(&["--cache-floor-mb", "100000000"]);
+    let o = sluice(&a);
+    let (out, err) = (
+        ok(o.clone()),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    let mode = out.lines().find(|l| l.starts_with("mode: ")).unwrap();
+    assert!(
+        mode.starts_with("mode: expert streaming, cache auto, dense anon (auto: model ")
+            && mode.contains(" GiB > available "),
+        "{mode}"
+    );
+    // auto with no room: the cache takes its minimum (1500 MiB), capped at every expert.
+    assert!(
+        err.contains("sluice: expert cache 249 MiB (auto); one token cycle is 31.1 MiB"),
+        "{err}"
+    );
+    assert!(!err.contains("warning"), "{err}");
     let base = [
         "run",
         "-m",
@@ -260,21 +564,6 @@ fn auto_sizes_the_cache_once_and_small_budgets_are_warned_about() {
         "--moe-stream",
         "on",
     ];
-    // auto (the default): every expert of this small model fits (64 x 3.9 MiB).
-    let o = sluice(&base);
-    let (out, err) = (
-        ok(o.clone()),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    );
-    assert!(
-        out.contains("\nmode: expert streaming, cache auto, dense mmap\n"),
-        "{out}"
-    );
-    assert!(
-        err.contains("sluice: expert cache 249 MiB (auto); one token cycle is 31.1 MiB"),
-        "{err}"
-    );
-    assert!(!err.contains("warning"), "{err}");
     // A capped auto, and a forced budget below one token cycle.
     let mut a = base.to_vec();
     a.extend_from_slice(&["--cache-ceil-mb", "100"]);

@@ -212,6 +212,17 @@ pub trait ExpertSource: Send {
     /// Make the experts of `routed` available: every routing of the layer's batch, token after
     /// token in the router's rank order (repeats included). An error stops the forward pass.
     fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String>;
+    /// Which expert of `pending` (the layer's routed experts not computed yet) to compute
+    /// next: one whose bytes are in, waiting only when none is. The default takes them in
+    /// order (every expert is in once [`load`](Self::load) returned). An error stops the
+    /// forward pass.
+    fn next_ready(&mut self, layer: usize, pending: &[usize]) -> Result<usize, String> {
+        let _ = layer;
+        pending
+            .first()
+            .copied()
+            .ok_or_else(|| "no expert is pending".to_owned())
+    }
     /// The bytes of `proj` of expert `expert` of `layer`, loaded by the last [`load`](Self::load).
     fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8];
     /// The layer's batch is done: its experts may be evicted.
@@ -241,6 +252,7 @@ struct Scratch {
     moe: Vec<f32>,
     shg: Vec<f32>,
     by_expert: Vec<Vec<(usize, usize)>>,
+    pending: Vec<usize>,
     route: ops::RouteScratch,
     rope: Vec<f32>,
     qbuf: Vec<u8>,
@@ -423,6 +435,7 @@ impl<'a> Engine<'a> {
             moe: vec![0.0; ub * e],
             shg: vec![0.0; ub],
             by_expert: (0..x_n).map(|_| Vec::with_capacity(ub)).collect(),
+            pending: Vec::with_capacity(x_n),
             route: ops::RouteScratch::default(),
             rope: vec![0.0; ub * hp.rope.n_rot as usize],
             qbuf: Vec::new(),
@@ -909,21 +922,35 @@ impl<'a> Engine<'a> {
                     src.load(il, &s.ids[..n * k_used])
                         .map_err(ForwardError::Experts)?;
                 }
-                let source = self.source.as_deref();
-                let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
-                    match source {
-                        Some(src) => src.part(il, ex, proj),
-                        None => mat.expert(ex),
-                    }
-                };
-                // each expert on the tokens that chose it
+                // each expert on the tokens that chose it, in the order the source has them
+                // ready (each writes its own slots, so the order changes no bit)
                 let fe = m.gate.rows;
-                for ex in 0..x_n {
+                s.pending.clear();
+                s.pending
+                    .extend((0..x_n).filter(|&ex| !s.by_expert[ex].is_empty()));
+                while !s.pending.is_empty() {
+                    let ex = match &mut self.source {
+                        Some(src) => src
+                            .next_ready(il, &s.pending)
+                            .map_err(ForwardError::Experts)?,
+                        None => s.pending[0],
+                    };
+                    let Some(at) = s.pending.iter().position(|&p| p == ex) else {
+                        return Err(ForwardError::Experts(format!(
+                            "layer {il}: the expert source offered expert {ex}, which is not \
+                             pending"
+                        )));
+                    };
+                    s.pending.remove(at);
+                    let source = self.source.as_deref();
+                    let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
+                        match source {
+                            Some(src) => src.part(il, ex, proj),
+                            None => mat.expert(ex),
+                        }
+                    };
                     let list = &s.by_expert[ex];
                     let cnt = list.len();
-                    if cnt == 0 {
-                        continue;
-                    }
                     for (j, &(t, _)) in list.iter().enumerate() {
                         s.gath[j * e..(j + 1) * e].copy_from_slice(&s.cur[t * e..(t + 1) * e]);
                     }

@@ -37,13 +37,16 @@ fn split_prefix(path: &Path, no: u16, count: u16) -> Result<String, GgufError> {
 
 enum Backing {
     Mapped(Mmap),
+    /// An anonymous map of the file's length holding only some ranges of it (the rest reads
+    /// as zeros and takes no memory).
+    Anon(Mmap),
     Empty,
 }
 
 impl Backing {
     fn bytes(&self) -> &[u8] {
         match self {
-            Backing::Mapped(m) => m,
+            Backing::Mapped(m) | Backing::Anon(m) => m,
             Backing::Empty => &[],
         }
     }
@@ -346,5 +349,173 @@ impl GgufFile {
             .checked_add(info.offset)
     }
 
+    /// How the tensors `keep` selects take memory: the ranges of their data (and every
+    /// header) in each shard, merged and widened to [`PAGE`] boundaries: `(shard, start, end)`.
+    fn kept_ranges(&self, keep: &dyn Fn(&TensorInfo) -> bool) -> Vec<(usize, u64, u64)> {
+        let mut ranges: Vec<(usize, u64, u64)> = Vec::new();
+        for (i, sh) in self.shards.iter().enumerate() {
+            ranges.push((i, 0, sh.data_offset()));
+        }
+        for t in self.tensors.iter().filter(|t| keep(t)) {
+            let (Some(sh), Some(n)) = (self.shards.get(t.shard), t.n_bytes) else {
+                continue;
+            };
+            let start = sh.data_offset().saturating_add(t.offset);
+            ranges.push((t.shard, start, start.saturating_add(n)));
+        }
+        for r in &mut ranges {
+            let len = self.shards[r.0].file_len();
+            r.1 -= r.1 % PAGE;
+            r.2 = r.2.next_multiple_of(PAGE).min(len);
+        }
+        ranges.sort_unstable();
+        let mut merged: Vec<(usize, u64, u64)> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match merged.last_mut() {
+                Some(m) if m.0 == r.0 && r.1 <= m.2 => m.2 = m.2.max(r.2),
+                _ => merged.push(r),
+            }
+        }
+        merged.retain(|r| r.2 > r.1);
+        merged
+    }
+
+    /// Bytes [`into_anon`](Self::into_anon) or [`warm`](Self::warm) would hold for `keep`.
+    pub fn kept_bytes(&self, keep: &dyn Fn(&TensorInfo) -> bool) -> u64 {
+        self.kept_ranges(keep).iter().map(|r| r.2 - r.1).sum()
+    }
+
+    /// The file read into this process's own memory, but only the tensors `keep` selects (and
+    /// the headers): each shard becomes an anonymous map of its length into which those ranges
+    /// are read (with O_DIRECT when `direct` and the file system takes it), and the file's map
+    /// is released. The other tensors' bytes read as zeros: the caller must never use them.
+    /// `progress(done, total)` is called after each range.
+    pub fn into_anon(
+        mut self,
+        keep: &dyn Fn(&TensorInfo) -> bool,
+        direct: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<GgufFile, GgufError> {
+        let ranges = self.kept_ranges(keep);
+        let total: u64 = ranges.iter().map(|r| r.2 - r.1).sum();
+        let mut done = 0u64;
+        for (i, sh) in self.shards.iter_mut().enumerate() {
+            let io_err = |error| GgufError::Io {
+                path: sh.path.clone(),
+                error,
+            };
+            let len = sh.file_len();
+            if len == 0 {
+                continue;
+            }
+            let len = usize::try_from(len).map_err(|_| {
+                io_err(std::io::Error::other(
+                    "the file is larger than the address space",
+                ))
+            })?;
+            let mut anon = MmapOptions::new()
+                .len(len)
+                .no_reserve_swap()
+                .map_anon()
+                .map_err(io_err)?;
+            let file = open_read(&sh.path, direct)
+                .or_else(|_| open_read(&sh.path, false))
+                .map_err(io_err)?;
+            for r in ranges.iter().filter(|r| r.0 == i) {
+                let dst = &mut anon[r.1 as usize..r.2 as usize];
+                read_exact_at(&file, &sh.path, dst, r.1)?;
+                done += r.2 - r.1;
+                progress(done, total);
+            }
+            let anon = anon.make_read_only().map_err(io_err)?;
+            sh.map = Backing::Anon(anon);
+        }
+        Ok(self)
+    }
+
+    /// Fault the pages of the tensors `keep` selects (and the headers) into the file's map
+    /// now, so that the first forward pass does not wait on them. Returns the bytes touched.
+    pub fn warm(&self, keep: &dyn Fn(&TensorInfo) -> bool) -> u64 {
+        let mut touched = 0u64;
+        for (shard, start, end) in self.kept_ranges(keep) {
+            let bytes = self.shards[shard].map.bytes();
+            let mut sum = 0u8;
+            let mut at = start as usize;
+            while at < (end as usize).min(bytes.len()) {
+                sum ^= bytes[at];
+                at += PAGE as usize;
+            }
+            std::hint::black_box(sum);
+            touched += end - start;
+        }
+        touched
+    }
+
+    /// Whether shard data lives in anonymous memory ([`into_anon`](Self::into_anon)).
+    pub fn is_anon(&self) -> bool {
+        self.shards
+            .iter()
+            .any(|s| matches!(s.map, Backing::Anon(_)))
+    }
+
     crate::metadata_getters!();
+}
+
+/// The unit [`GgufFile::into_anon`] reads and holds in (and O_DIRECT's alignment).
+pub const PAGE: u64 = 4096;
+
+fn open_read(path: &Path, direct: bool) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if direct {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_DIRECT);
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = direct;
+    o.open(path)
+}
+
+/// Fill `dst` from `file` at `offset` (`dst` and `offset` page-aligned; the last read may end
+/// at the end of the file). An O_DIRECT read the file system refuses is retried buffered.
+fn read_exact_at(file: &File, path: &Path, dst: &mut [u8], offset: u64) -> Result<(), GgufError> {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: usize = 8 << 20;
+    let mut got = 0usize;
+    let mut buffered: Option<File> = None;
+    while got < dst.len() {
+        let end = (got + CHUNK).min(dst.len());
+        let f = buffered.as_ref().unwrap_or(file);
+        let n = match f.read_at(&mut dst[got..end], offset + got as u64) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && buffered.is_none() => {
+                buffered = Some(open_read(path, false).map_err(|error| GgufError::Io {
+                    path: path.to_owned(),
+                    error,
+                })?);
+                continue;
+            }
+            Err(error) => {
+                return Err(GgufError::Io {
+                    path: path.to_owned(),
+                    error,
+                });
+            }
+        };
+        if n == 0 {
+            return Err(GgufError::Io {
+                path: path.to_owned(),
+                error: std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "the file ends at byte {} (reading tensor data)",
+                        offset + got as u64
+                    ),
+                ),
+            });
+        }
+        got += n;
+    }
+    Ok(())
 }

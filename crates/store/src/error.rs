@@ -55,4 +55,7 @@ pub enum StoreError {
         /// What is missing or in conflict.
         msg: String,
     },
+    /// The I/O lanes could not be started.
+    #[error("{msg}")]
+    Lanes { msg: String },
 }

@@ -14,10 +14,12 @@
 
 pub mod cache;
 mod error;
+pub mod lanes;
 mod layout;
 pub mod read;
 
 pub use cache::{CacheStats, EvictionPolicy, ExpertCache, Lookup, Lru};
 pub use error::StoreError;
+pub use lanes::{Backend, IoLanes, ReadDone, ReadJob, uring_available};
 pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};
-pub use read::{ExpertReader, IoMode};
+pub use read::{ExpertReader, IoMode, ReadFault, Window};

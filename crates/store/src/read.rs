@@ -29,6 +29,37 @@ pub struct ExpertReader {
     files: Vec<File>,
     direct: bool,
     layout: ExpertLayout,
+    fault: Option<ReadFault>,
+}
+
+/// One aligned read that fills part of a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// The part (index into [`LayerExperts::parts`]).
+    pub part: usize,
+    /// The shard read.
+    pub shard: usize,
+    /// Where the read starts in the file ([`SLOT_ALIGN`]-aligned).
+    pub file_offset: u64,
+    /// Where it lands in the slot.
+    pub slot_at: usize,
+    /// Bytes asked for (a multiple of [`SLOT_ALIGN`]).
+    pub len: usize,
+    /// Bytes that must come in (up to the part's last byte).
+    pub need: usize,
+    /// Where the part's bytes start in the file.
+    pub start: u64,
+    /// The part's bytes.
+    pub stride: u64,
+}
+
+/// A read failure to inject (see [`ExpertReader::inject_fault`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadFault {
+    pub layer: u32,
+    pub expert: u32,
+    /// A short read instead of an I/O error.
+    pub short: bool,
 }
 
 const ALIGN: u64 = SLOT_ALIGN as u64;
@@ -56,11 +87,20 @@ impl ExpertReader {
         layout: &ExpertLayout,
         mode: IoMode,
     ) -> Result<ExpertReader, StoreError> {
+        let direct = mode == IoMode::Auto && paths.iter().all(|p| direct_works(p));
+        ExpertReader::open_as(paths, layout, direct)
+    }
+
+    /// Open the files with (`direct`) or without O_DIRECT, without probing.
+    pub fn open_as(
+        paths: &[PathBuf],
+        layout: &ExpertLayout,
+        direct: bool,
+    ) -> Result<ExpertReader, StoreError> {
         let io = |path: &Path, e: std::io::Error| StoreError::Io {
             path: path.to_owned(),
             error: e,
         };
-        let direct = mode == IoMode::Auto && paths.iter().all(|p| direct_works(p));
         let files = paths
             .iter()
             .map(|p| open_file(p, direct).map_err(|e| io(p, e)))
@@ -70,6 +110,7 @@ impl ExpertReader {
             files,
             direct,
             layout: layout.clone(),
+            fault: None,
         })
     }
 
@@ -95,10 +136,9 @@ impl ExpertReader {
         Ok(l.parts.iter().map(|p| window_bytes(p.stride)).sum::<u64>() as usize)
     }
 
-    /// Read expert `expert` of `layer` into `slot` (of [`slot_bytes`](Self::slot_bytes),
-    /// [`SLOT_ALIGN`]-aligned). An I/O error or a short read is an error naming the layer,
-    /// expert, tensor and offset; the slot's contents are then undefined.
-    pub fn read(&self, layer: u32, expert: u32, slot: &mut [u8]) -> Result<(), StoreError> {
+    /// The reads that fill a slot of expert `expert` of `layer`: one aligned window per part,
+    /// in slot order.
+    pub fn windows(&self, layer: u32, expert: u32) -> Result<Vec<Window>, StoreError> {
         let l = self.layer(layer)?;
         if expert >= self.layout.n_expert {
             return Err(StoreError::NoExpert {
@@ -108,44 +148,122 @@ impl ExpertReader {
             });
         }
         let mut at = 0usize;
-        for p in &l.parts {
+        let mut out = Vec::with_capacity(l.parts.len());
+        for (part, p) in l.parts.iter().enumerate() {
             let start = p.expert_offset(expert);
             let begin = start - start % ALIGN;
             let end = (start + p.stride).next_multiple_of(ALIGN);
-            let win = window_bytes(p.stride) as usize;
-            let len = (end - begin) as usize;
-            let fail = |msg: String| StoreError::Read {
-                layer,
-                expert,
-                tensor: p.tensor.clone(),
-                path: self.paths[p.shard].clone(),
-                offset: start,
-                msg,
-            };
+            out.push(Window {
+                part,
+                shard: p.shard,
+                file_offset: begin,
+                slot_at: at,
+                len: (end - begin) as usize,
+                need: (start + p.stride - begin) as usize,
+                start,
+                stride: p.stride,
+            });
+            at += window_bytes(p.stride) as usize;
+        }
+        Ok(out)
+    }
+
+    /// The error of a failed read of window `w` of expert `expert` of `layer`.
+    pub fn read_error(&self, layer: u32, expert: u32, w: &Window, msg: String) -> StoreError {
+        let tensor = self
+            .layout
+            .layer(layer)
+            .and_then(|l| l.parts.get(w.part))
+            .map(|p| p.tensor.clone())
+            .unwrap_or_default();
+        StoreError::Read {
+            layer,
+            expert,
+            tensor,
+            path: self.paths.get(w.shard).cloned().unwrap_or_default(),
+            offset: w.start,
+            msg,
+        }
+    }
+
+    /// The error of a read that ended early: `got` bytes of window `w` came in.
+    pub fn short_read_error(&self, layer: u32, expert: u32, w: &Window, got: usize) -> StoreError {
+        let skip = (w.start - w.file_offset) as usize;
+        self.read_error(
+            layer,
+            expert,
+            w,
+            format!(
+                "short read: {} of {} bytes (the file ends early)",
+                got.saturating_sub(skip),
+                w.stride
+            ),
+        )
+    }
+
+    /// Make the reads of expert `expert` of `layer` fail (`short`: end early, as at the end of
+    /// a truncated file; else an I/O error) — a testing aid for the error paths.
+    pub fn inject_fault(&mut self, fault: Option<ReadFault>) {
+        self.fault = fault;
+    }
+
+    /// The injected fault, if any.
+    pub fn fault(&self) -> Option<ReadFault> {
+        self.fault
+    }
+
+    /// The file of `shard`.
+    pub fn file(&self, shard: usize) -> Option<&File> {
+        self.files.get(shard)
+    }
+
+    /// Read expert `expert` of `layer` into `slot` (of [`slot_bytes`](Self::slot_bytes),
+    /// [`SLOT_ALIGN`]-aligned). An I/O error or a short read is an error naming the layer,
+    /// expert, tensor and offset; the slot's contents are then undefined. Returns the bytes
+    /// read (whole aligned windows).
+    pub fn read(&self, layer: u32, expert: u32, slot: &mut [u8]) -> Result<u64, StoreError> {
+        let mut bytes = 0u64;
+        for w in self.windows(layer, expert)? {
             let slot_len = slot.len();
-            let buf = slot
-                .get_mut(at..at + len)
-                .ok_or_else(|| fail(format!("the slot of {slot_len} bytes is too small")))?;
+            let buf = slot.get_mut(w.slot_at..w.slot_at + w.len).ok_or_else(|| {
+                self.read_error(
+                    layer,
+                    expert,
+                    &w,
+                    format!("the slot of {slot_len} bytes is too small"),
+                )
+            })?;
+            let fault = self
+                .fault
+                .filter(|f| f.layer == layer && f.expert == expert);
+            if let Some(ReadFault { short: false, .. }) = fault {
+                return Err(self.read_error(layer, expert, &w, "injected read error".into()));
+            }
             // Read until the part's last byte is in; the window's tail may lie past the end of
             // the file (a short read there is fine).
-            let need = (start + p.stride - begin) as usize;
+            // An injected short read ends at an aligned point before the part's end.
+            let limit = if fault.is_some() {
+                (w.need / 2) / SLOT_ALIGN * SLOT_ALIGN
+            } else {
+                w.len
+            };
+            let file = &self.files[w.shard];
             let mut got = 0usize;
-            while got < need {
-                let n = self.files[p.shard]
-                    .read_at(&mut buf[got..], begin + got as u64)
-                    .map_err(|e| fail(e.to_string()))?;
+            while got < w.need {
+                let n = if got >= limit {
+                    0
+                } else {
+                    file.read_at(&mut buf[got..limit], w.file_offset + got as u64)
+                        .map_err(|e| self.read_error(layer, expert, &w, e.to_string()))?
+                };
                 if n == 0 {
-                    return Err(fail(format!(
-                        "short read: {} of {} bytes (the file ends early)",
-                        got.saturating_sub((start - begin) as usize),
-                        p.stride
-                    )));
+                    return Err(self.short_read_error(layer, expert, &w, got));
                 }
                 got += n;
             }
-            at += win;
+            bytes += w.len as u64;
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Part `i` (in [`LayerExperts::parts`] order) of expert `expert` of `layer`, inside a slot
