@@ -281,16 +281,21 @@ impl ExpertSource for StoreSource {
                 continue;
             }
             self.seen.push(e);
-            if self.cache.lookup(key, slot_bytes) == Lookup::Miss
-                && let Some(buf) = self.cache.take_slot(key)
-            {
+            if self.cache.lookup(key, slot_bytes) == Lookup::Miss {
+                self.inflight.push(key.1);
+            }
+        }
+        // Evict for the misses before they take buffers, so that memory stays in the budget.
+        self.cache.make_room();
+        for &e in &self.inflight {
+            let key = (layer32, e);
+            if let Some(buf) = self.cache.take_slot(key) {
                 self.lanes.submit(ReadJob {
                     layer: layer32,
-                    expert: key.1,
+                    expert: e,
                     buf,
                     demand: true,
                 });
-                self.inflight.push(key.1);
             }
         }
         let routed_distinct = if self.load_all {

@@ -611,3 +611,96 @@ fn a_dense_model_says_it_has_nothing_to_stream() {
         "{err}"
     );
 }
+
+/// Peak resident set of `sluice args` (its `ru_maxrss`), in bytes, and its standard output.
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives its rusage
+fn peak_rss(args: &[&str]) -> (u64, String) {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    let mut status = 0;
+    // SAFETY: `rusage` is plain data, written by wait4 for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child, not yet reaped; both pointers are valid for the call.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    assert!(std::process::ExitStatus::from_raw(status).success());
+    (ru.ru_maxrss as u64 * 1024, out)
+}
+
+/// The cache's memory stays within its budget: on a model whose experts are 4.6 times the
+/// budget, the peak resident set grows, from a run without a cache to one with it, by no more
+/// than the budget + 10 %. (The absolute bound, dense + cache + KV + 10 %, on the 17 GiB
+/// synthetic model: docs/performance.md.)
+#[test]
+fn the_cache_stays_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("olmoe-l4.gguf");
+    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
+    ok(sluice(&[
+        "gen-model",
+        "--like",
+        "olmoe-1b-7b",
+        "--layers",
+        "4",
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        m.to_str().unwrap(),
+    ]));
+    let f = gguf::GgufFile::open(&m).unwrap();
+    let layout = store::ExpertLayout::from_gguf(&f).unwrap().unwrap();
+    const MIB: u64 = 1 << 20;
+    let budget = 200 * MIB;
+    assert!(layout.expert_bytes_total() > 4 * budget);
+    let run = |mb: &str| {
+        peak_rss(&[
+            "run",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "Once upon a time",
+            "-n",
+            "16",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-t",
+            "2",
+            "-c",
+            "256",
+            "--moe-stream",
+            "on",
+            "--overlap",
+            "--force-cache",
+            "--cache-mb",
+            mb,
+        ])
+    };
+    let (none, _) = run("0");
+    let (with, out) = run("200");
+    let hit: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("moe-cache: "))
+        .and_then(|l| l.split('%').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The cache was used (and so filled to its budget).
+    assert!(hit > 10.0, "{out}");
+    let grew = with.saturating_sub(none);
+    assert!(
+        grew <= budget + budget / 10,
+        "peak RSS {:.1} MiB without a cache, {:.1} MiB with a 200 MiB one",
+        none as f64 / MIB as f64,
+        with as f64 / MIB as f64
+    );
+}

@@ -10,9 +10,10 @@
 //!   the entry; a miss takes a slot (a recycled buffer when one of the size is free) for the
 //!   caller to fill. A repeat within the batch is no lookup, only a
 //!   [`touch`](ExpertCache::touch) that refreshes recency.
-//! - **Eviction runs at the end of the batch**, until the slots fit the budget, and never
-//!   takes an entry the batch touched (it was in use). A batch larger than the budget leaves
-//!   the cache over budget until the next batch ends. With a budget of 0 there is no cache:
+//! - **Eviction runs once the batch's lookups are done** ([`ExpertCache::make_room`], before
+//!   the misses take buffers; [`ExpertCache::end_batch`] otherwise), until the slots fit the
+//!   budget, and never takes an entry the batch touched (it is in use). A batch larger than
+//!   the budget leaves the cache over budget until the next batch ends. With a budget of 0 there is no cache:
 //!   every slot is freed (for reuse) when its batch ends — a per-layer staging area.
 //!
 //! Which untouched entry leaves first is the [`EvictionPolicy`]'s choice; [`Lru`] is the
@@ -154,6 +155,8 @@ struct Entry {
     size: usize,
     /// The batch that last touched it.
     batch: u64,
+    /// It has had a buffer (a miss gets one when first used).
+    filled: bool,
 }
 
 /// The cache; see the [module docs](self).
@@ -167,6 +170,10 @@ pub struct ExpertCache<P: EvictionPolicy = Lru> {
     tick: u64,
     ever_evicted: HashSet<Key>,
     stats: CacheStats,
+    /// Bytes of the freed buffers kept in `free`.
+    pooled: u64,
+    /// Bytes of entries that missed and have no buffer yet.
+    unfilled: u64,
 }
 
 impl<P: EvictionPolicy> ExpertCache<P> {
@@ -182,6 +189,8 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             tick: 0,
             ever_evicted: HashSet::new(),
             stats: CacheStats::default(),
+            pooled: 0,
+            unfilled: 0,
         }
     }
 
@@ -201,22 +210,21 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             self.stats.hits += 1;
             return Lookup::Hit;
         }
-        let buf = self
-            .free
-            .get_mut(&slot_bytes)
-            .and_then(Vec::pop)
-            .unwrap_or_else(|| AlignedBuf::new(slot_bytes));
+        // The buffer is taken when the slot is first used (after `make_room`).
+        let buf = AlignedBuf::new(0);
         self.used += slot_bytes as u64;
         self.stats.miss_bytes += slot_bytes as u64;
         if self.ever_evicted.contains(&key) {
             self.stats.rereads += 1;
         }
+        self.unfilled += slot_bytes as u64;
         self.entries.insert(
             key,
             Entry {
                 buf,
                 size: slot_bytes,
                 batch: self.batch,
+                filled: false,
             },
         );
         Lookup::Miss
@@ -238,12 +246,59 @@ impl<P: EvictionPolicy> ExpertCache<P> {
 
     /// The slot of a cached expert, to fill after a miss.
     pub fn slot_mut(&mut self, key: Key) -> Option<&mut [u8]> {
+        self.fill_buf(key);
         self.entries.get_mut(&key).map(|e| e.buf.as_mut_slice())
+    }
+
+    /// Give a missed entry its buffer: a freed one of the size, or a new one.
+    fn fill_buf(&mut self, key: Key) {
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if e.filled {
+            return;
+        }
+        e.filled = true;
+        self.unfilled -= e.size as u64;
+        let size = e.size;
+        e.buf = match self.free.get_mut(&size).and_then(Vec::pop) {
+            Some(b) => {
+                self.pooled -= size as u64;
+                b
+            }
+            None => AlignedBuf::new(size),
+        };
+    }
+
+    /// Evict, before the batch's misses take their buffers, until the slots fit the budget —
+    /// never an entry the batch has looked up or touched. Call it after every lookup of the
+    /// batch: the evictions are then exactly those [`end_batch`](Self::end_batch) would make,
+    /// but the memory is freed before the misses need it, so the cache stays within its
+    /// budget unless one batch alone exceeds it.
+    pub fn make_room(&mut self) {
+        if self.budget > 0 {
+            self.evict_to_budget();
+        }
+    }
+
+    fn evict_to_budget(&mut self) {
+        while self.used > self.budget {
+            let batch = self.batch;
+            let entries = &self.entries;
+            let victim = self
+                .policy
+                .victim(&|k| entries.get(&k).is_some_and(|e| e.batch != batch));
+            match victim {
+                Some(k) => self.evict(k),
+                None => break,
+            }
+        }
     }
 
     /// Lend out the slot buffer of `key` (to be filled on another thread); the entry stays,
     /// with an empty slot, until [`put_slot`](Self::put_slot) returns the buffer.
     pub fn take_slot(&mut self, key: Key) -> Option<AlignedBuf> {
+        self.fill_buf(key);
         let e = self.entries.get_mut(&key)?;
         Some(std::mem::replace(&mut e.buf, AlignedBuf::new(0)))
     }
@@ -273,17 +328,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             }
             return;
         }
-        while self.used > self.budget {
-            let batch = self.batch;
-            let entries = &self.entries;
-            let victim = self
-                .policy
-                .victim(&|k| entries.get(&k).is_some_and(|e| e.batch != batch));
-            match victim {
-                Some(k) => self.evict(k),
-                None => break,
-            }
-        }
+        self.evict_to_budget();
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.used);
     }
 
@@ -298,15 +343,23 @@ impl<P: EvictionPolicy> ExpertCache<P> {
     fn release(&mut self, key: Key, e: Entry) {
         self.policy.removed(key);
         self.used -= e.size as u64;
+        if !e.filled {
+            self.unfilled -= e.size as u64;
+        }
         if e.buf.len() != e.size {
             // Lent out and never returned: nothing to recycle.
             return;
         }
-        // A few freed slots per size are kept for the next misses; the rest go back to the
-        // allocator, so that memory stays near the budget.
+        // A few freed slots per size are kept for the next misses (within the budget, or as
+        // the staging area of a cache of 0); the rest go back to the allocator, so that memory
+        // stays within the budget.
+        let size = e.buf.len() as u64;
+        let held = self.used - self.unfilled + self.pooled;
+        let room = self.budget == 0 || held + size <= self.budget;
         let pool = self.free.entry(e.buf.len()).or_default();
-        if pool.len() < FREE_SLOTS_KEPT {
+        if pool.len() < FREE_SLOTS_KEPT && room {
             pool.push(e.buf);
+            self.pooled += size;
         }
     }
 

@@ -33,9 +33,45 @@ fn hits_misses_and_eviction_after_the_batch() {
     assert_eq!(s.miss_bytes, 5 * 4096);
     // Slots are aligned for O_DIRECT reads.
     assert_eq!(
-        c.slot((0, 2)).unwrap().as_ptr() as usize % store::cache::SLOT_ALIGN,
+        c.slot_mut((0, 2)).unwrap().as_ptr() as usize % store::cache::SLOT_ALIGN,
         0
     );
+}
+
+/// `make_room` evicts before the misses take buffers: the cache never holds more than its
+/// budget, and the misses reuse the evicted experts' buffers.
+#[test]
+fn room_is_made_before_the_misses_take_buffers() {
+    let mut c = ExpertCache::new(2 * 4096, Lru::default());
+    c.begin_batch();
+    for e in [1, 2] {
+        assert_eq!(c.lookup((0, e), 4096), Lookup::Miss);
+    }
+    c.make_room();
+    for e in [1, 2] {
+        let buf = c.take_slot((0, e)).unwrap();
+        c.put_slot((0, e), buf);
+    }
+    let kept: Vec<usize> = [1, 2]
+        .iter()
+        .map(|&e| c.slot((0, e)).unwrap().as_ptr() as usize)
+        .collect();
+    c.end_batch();
+    c.begin_batch();
+    assert_eq!(c.lookup((0, 1), 4096), Lookup::Hit);
+    assert_eq!(c.lookup((0, 3), 4096), Lookup::Miss);
+    assert_eq!(c.used_bytes(), 3 * 4096);
+    c.make_room();
+    // (0,2) left; (0,1) is in use by this batch.
+    assert!(!c.contains((0, 2)) && c.contains((0, 1)));
+    assert_eq!(c.used_bytes(), 2 * 4096);
+    let reused = c.slot_mut((0, 3)).unwrap().as_ptr() as usize;
+    assert_eq!(
+        reused, kept[1],
+        "the miss takes the evicted expert's buffer"
+    );
+    c.end_batch();
+    assert_eq!(c.stats().evictions, 1);
 }
 
 #[test]
