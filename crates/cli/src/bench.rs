@@ -74,6 +74,13 @@ pub struct BenchArgs {
     #[arg(long, allow_hyphen_values = true, value_name = "ARGS")]
     sluice_args: Option<String>,
 
+    /// A labelled sluice configuration, `LABEL=ARGS` (ARGS added after --sluice-args, split at
+    /// white space); repeat for several. Each round runs every variant, then llama.cpp once,
+    /// and each variant's ratio is against that llama.cpp run. Without it: one variant,
+    /// `sluice`.
+    #[arg(long, value_name = "LABEL=ARGS", allow_hyphen_values = true)]
+    variant: Vec<String>,
+
     /// Extra arguments for `llama-completion`, split at white space (e.g. "--no-repack").
     #[arg(long, allow_hyphen_values = true, value_name = "ARGS")]
     llama_args: Option<String>,
@@ -103,6 +110,8 @@ pub struct BenchArgs {
 #[derive(Clone, Debug, Default)]
 struct RunResult {
     engine: &'static str,
+    /// The sluice variant's label (empty for llama.cpp and the default variant).
+    label: String,
     round: usize,
     prefill_tps: Option<f64>,
     decode_tps: Option<f64>,
@@ -475,6 +484,17 @@ fn run_engine(
     Ok(r)
 }
 
+impl RunResult {
+    /// The engine, and the variant's label if any.
+    fn name(&self) -> String {
+        if self.label.is_empty() {
+            self.engine.to_owned()
+        } else {
+            format!("{} [{}]", self.engine, self.label)
+        }
+    }
+}
+
 fn machine_line() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -603,6 +623,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut sluice_argv = vec![me, "run".to_owned()];
     sluice_argv.extend(common.iter().cloned());
     sluice_argv.extend(split_args(&args.sluice_args));
+    let mut variants: Vec<(String, Vec<String>)> = Vec::new();
+    for v in &args.variant {
+        let Some((label, extra)) = v.split_once('=') else {
+            bail!("--variant {v:?}: expected LABEL=ARGS");
+        };
+        if label.is_empty() {
+            bail!("--variant {v:?}: the label is empty");
+        }
+        let mut argv = sluice_argv.clone();
+        argv.extend(split_args(&Some(extra.to_owned())));
+        variants.push((label.to_owned(), argv));
+    }
+    if variants.is_empty() {
+        variants.push((String::new(), sluice_argv));
+    }
     let mut llama_argv = vec![llama.display().to_string()];
     llama_argv.extend(common);
     llama_argv.extend(["-no-cnv", "--no-warmup"].map(str::to_owned));
@@ -624,14 +659,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let mut results = Vec::new();
     for round in 1..=args.rounds {
-        for (engine, argv) in [("sluice", &sluice_argv), ("llama.cpp", &llama_argv)] {
+        let runs = variants
+            .iter()
+            .map(|(label, argv)| ("sluice", label.as_str(), argv))
+            .chain([("llama.cpp", "", &llama_argv)]);
+        for (engine, label, argv) in runs {
             let left = evict(&model)?;
             eprintln!(
-                "sluice bench: round {round}/{}: {engine} (model evicted, {:.1}% still cached)",
+                "sluice bench: round {round}/{}: {engine}{} (model evicted, {:.1}% still cached)",
                 args.rounds,
+                if label.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{label}]")
+                },
                 left * 100.0
             );
-            let r = run_engine(engine, round, argv, cg.as_ref(), args.n_predict)?;
+            let mut r = run_engine(engine, round, argv, cg.as_ref(), args.n_predict)?;
+            r.label = label.to_owned();
             eprintln!(
                 "sluice bench:   decode {} tok/s, prefill {} tok/s, read {:.0} MiB, peak RSS {:.0} MiB, {:.1} s",
                 fmt_opt(r.decode_tps, 2),
@@ -682,7 +727,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     );
     md += &format!(
         "- Memory cap: {}. Each run starts with the model file evicted from the page cache \
-         (posix_fadvise DONTNEED); order sluice, llama.cpp in every round.\n",
+         (posix_fadvise DONTNEED); order: every sluice variant, then llama.cpp, in every round.\n",
         args.mem_cap_mb.map_or_else(
             || "none".to_owned(),
             |c| format!("{c} MiB (cgroup v1 memory.limit_in_bytes, page cache included)")
@@ -706,14 +751,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
     md += "\n| round | engine | prefill tok/s | decode tok/s | decode ratio sluice / llama.cpp | \
            decode read MiB / token | run read MiB | major faults | hit % | peak RSS MiB | bound tok/s | of bound |\n";
     md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
-    let mut ratios = Vec::new();
+    let mut ratios: Vec<(String, Vec<f64>)> = Vec::new();
     for r in &results {
         let other = results
             .iter()
-            .find(|o| o.round == r.round && o.engine != r.engine);
+            .find(|o| o.round == r.round && o.engine == "llama.cpp");
         let ratio = match (r.engine, r.decode_tps, other.and_then(|o| o.decode_tps)) {
             ("sluice", Some(a), Some(b)) if b > 0.0 => {
-                ratios.push(a / b);
+                match ratios.iter_mut().find(|(l, _)| *l == r.label) {
+                    Some((_, v)) => v.push(a / b),
+                    None => ratios.push((r.label.clone(), vec![a / b])),
+                }
                 Some(a / b)
             }
             _ => None,
@@ -737,7 +785,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         md += &format!(
             "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} |\n",
             r.round,
-            r.engine,
+            r.name(),
             fmt_opt(r.prefill_tps, 2),
             fmt_opt(r.decode_tps, 2),
             fmt_opt(ratio, 2),
@@ -751,14 +799,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 .map_or_else(|| "–".into(), |d| format!("{:.0}%", 100.0 * d / bound)),
         );
     }
+    let medians: Vec<String> = ratios
+        .into_iter()
+        .map(|(label, v)| {
+            let name = if label.is_empty() {
+                "sluice".to_owned()
+            } else {
+                format!("sluice [{label}]")
+            };
+            format!("{name} **{}**", fmt_opt(median(v), 2))
+        })
+        .collect();
     md += &format!(
-        "\nMedian decode ratio sluice / llama.cpp: **{}** over {} rounds. Decode read MiB / \
+        "\nMedian decode ratio / llama.cpp over {} rounds: {}. Decode read MiB / \
          token: the block-layer reads (`/proc/PID/io`, sampled every 20 ms) of the run's last \
          n ÷ decode-tok/s seconds, over the n generated tokens; run read MiB: the whole run's \
          (load and prefill included). Bound: min(disk ÷ decode read bytes per token, DRAM ÷ \
          bytes touched per token); \"of bound\" is the decode rate's share of it.\n",
-        fmt_opt(median(ratios), 2),
-        args.rounds
+        args.rounds,
+        medians.join(", ")
     );
     if let Some(png) = &args.png {
         let font = crate::analyze::load_font(args.font.as_deref())?;
@@ -800,7 +859,7 @@ fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<(
     let mut chart = ChartBuilder::on(&root)
         .caption("Decode tok/s per run (A B A B)", ("sans-serif", 24))
         .margin(16)
-        .x_label_area_size(48)
+        .x_label_area_size(56)
         .y_label_area_size(64)
         .build_cartesian_2d(0.0..n as f64, 0.0..max * 1.15)?;
     chart
@@ -834,13 +893,23 @@ fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<(
             ("sans-serif", 16),
         ))
     }))?;
+    // Under each bar: the engine, the variant's label (if any) and the round, one per line,
+    // centred (about 7 px per character at this size).
     for (i, r) in results.iter().enumerate() {
         let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
-        root.draw(&Text::new(
-            format!("{} #{}", r.engine, r.round),
-            (x - 36, y + 10),
-            ("sans-serif", 15),
-        ))?;
+        let mut lines = vec![r.engine.to_owned()];
+        if !r.label.is_empty() {
+            lines.push(r.label.clone());
+        }
+        lines.push(format!("#{}", r.round));
+        for (j, line) in lines.iter().enumerate() {
+            let w = 7 * line.chars().count() as i32;
+            root.draw(&Text::new(
+                line.clone(),
+                (x - w / 2, y + 8 + 15 * j as i32),
+                ("sans-serif", 13),
+            ))?;
+        }
     }
     root.present()?;
     Ok(())

@@ -75,7 +75,9 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
     if let Some(layout) = opened.layout {
-        let src = opts.stream.source(&file, layout, &name, Arc::default())?;
+        let src = opts
+            .stream
+            .source(&file, layout, opened.cache_bytes, &name, Arc::default())?;
         engine.set_expert_source(Some(Box::new(src)))?;
     }
     let dumps: Dumps = Arc::default();

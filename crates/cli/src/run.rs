@@ -290,9 +290,13 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
     let counters = std::sync::Arc::new(crate::stream::StreamCounters::default());
     if let Some(layout) = opened.layout {
-        let src = opts
-            .stream
-            .source(&file, layout, &name, std::sync::Arc::clone(&counters))?;
+        let src = opts.stream.source(
+            &file,
+            layout,
+            opened.cache_bytes,
+            &name,
+            std::sync::Arc::clone(&counters),
+        )?;
         engine.set_expert_source(Some(Box::new(src)))?;
     }
     let replay = match &opts.route_replay {

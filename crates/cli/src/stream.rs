@@ -717,16 +717,17 @@ impl StreamArgs {
         }
     }
 
-    /// The engine's expert source for `file` (named `name` in errors) with these flags: the
-    /// budget is decided here, once, and a budget below one token cycle is warned about.
+    /// The engine's expert source for `file` (named `name` in errors) with these flags and a
+    /// cache of `budget` bytes ([`Opened::cache_bytes`]); a budget below one token cycle is
+    /// warned about.
     pub fn source(
         &self,
         file: &GgufFile,
         layout: ExpertLayout,
+        budget: u64,
         name: &str,
         counters: Arc<StreamCounters>,
     ) -> Result<StoreSource> {
-        let budget = self.cache_bytes(&layout)?;
         let mib = |b: u64| b as f64 / MIB as f64;
         let cycle = layout.token_cycle_bytes();
         eprintln!(
@@ -861,6 +862,8 @@ pub struct Opened {
     pub file: GgufFile,
     /// Set when the experts are streamed.
     pub layout: Option<ExpertLayout>,
+    /// The expert cache's budget, decided once, before the dense weights took memory.
+    pub cache_bytes: u64,
     pub decision: Decision,
 }
 
@@ -892,6 +895,7 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
         return Ok(Opened {
             file: crate::run::open_model(path)?,
             layout: None,
+            cache_bytes: 0,
             decision,
         });
     }
@@ -912,6 +916,7 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
             }
         }
     }
+    let cache_bytes = args.cache_bytes(&layout)?;
     let experts: std::collections::HashSet<&str> = layout
         .layers
         .iter()
@@ -960,6 +965,7 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
     Ok(Opened {
         file,
         layout: Some(layout),
+        cache_bytes,
         decision,
     })
 }
