@@ -165,17 +165,16 @@ fn a_split_model_streams_across_its_shards() {
     }
 }
 
-/// A one-layer OLMoE-1B-7B-shaped model (64 experts of 3.9 MiB, top-8: one token cycle is
-/// 31.1 MiB), so that a small budget evicts.
-fn olmoe_l1(dir: &Path) -> PathBuf {
-    let out = dir.join("olmoe-l1.gguf");
+/// An OLMoE-1B-7B-shaped model of `layers` layers (64 experts of 3.9 MiB per layer, top-8).
+fn olmoe(dir: &Path, layers: u32) -> PathBuf {
+    let out = dir.join(format!("olmoe-l{layers}.gguf"));
     let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
     ok(sluice(&[
         "gen-model",
         "--like",
         "olmoe-1b-7b",
         "--layers",
-        "1",
+        &layers.to_string(),
         "--vocab",
         vocab.to_str().unwrap(),
         "--quiet",
@@ -185,7 +184,14 @@ fn olmoe_l1(dir: &Path) -> PathBuf {
     out
 }
 
-fn run(model: &Path, extra: &[&str]) -> String {
+/// A one-layer OLMoE-1B-7B-shaped model (one token cycle is 31.1 MiB), so that a small budget
+/// evicts.
+fn olmoe_l1(dir: &Path) -> PathBuf {
+    olmoe(dir, 1)
+}
+
+/// A greedy 12-token run of `model` with `extra` flags.
+fn run_output(model: &Path, extra: &[&str]) -> Output {
     let mut a = vec![
         "run",
         "-m",
@@ -201,7 +207,11 @@ fn run(model: &Path, extra: &[&str]) -> String {
         "2",
     ];
     a.extend_from_slice(extra);
-    ok(sluice(&a))
+    sluice(&a)
+}
+
+fn run(model: &Path, extra: &[&str]) -> String {
+    ok(run_output(model, extra))
 }
 
 fn answer(out: &str) -> &str {
@@ -382,18 +392,6 @@ fn a_failed_expert_read_stops_the_run_naming_the_expert() {
         for extra in [&[][..], &["--overlap"][..], &["--io-threads", "1"][..]] {
             let fault = format!("0:{e}{kind}");
             let mut a = vec![
-                "run",
-                "-m",
-                m.to_str().unwrap(),
-                "-p",
-                "Once upon a time",
-                "-n",
-                "12",
-                "--temp",
-                "0",
-                "--ignore-eos",
-                "-t",
-                "2",
                 "--moe-stream",
                 "on",
                 "--cache-mb",
@@ -402,7 +400,7 @@ fn a_failed_expert_read_stops_the_run_naming_the_expert() {
                 &fault,
             ];
             a.extend_from_slice(extra);
-            let o = sluice(&a);
+            let o = run_output(&m, &a);
             assert!(!o.status.success(), "{fault} {extra:?}");
             let err = String::from_utf8_lossy(&o.stderr);
             let named = offsets.iter().any(|off| {
@@ -641,20 +639,7 @@ fn peak_rss(args: &[&str]) -> (u64, String) {
 #[test]
 fn the_cache_stays_within_its_budget() {
     let dir = tempfile::tempdir().unwrap();
-    let m = dir.path().join("olmoe-l4.gguf");
-    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
-    ok(sluice(&[
-        "gen-model",
-        "--like",
-        "olmoe-1b-7b",
-        "--layers",
-        "4",
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        m.to_str().unwrap(),
-    ]));
+    let m = olmoe(dir.path(), 4);
     let f = gguf::GgufFile::open(&m).unwrap();
     let layout = store::ExpertLayout::from_gguf(&f).unwrap().unwrap();
     const MIB: u64 = 1 << 20;
