@@ -13,6 +13,7 @@ mod quantize;
 mod routes;
 mod run;
 mod stream;
+mod telemetry;
 mod template;
 mod tokenize;
 mod upcycle;
@@ -69,9 +70,12 @@ enum Command {
     Quantize(QuantizeArgs),
     /// Generate text from a prompt, streamed to standard output, then the run summary.
     ///
-    /// Standard output gets the generated text as it arrives, then `=== answer ===`, the whole
-    /// answer, `=== perf ===`, `generation: <n> tokens, <s> s/token (<t> tok/s)` (decode time
-    /// only: the forward passes of the generated tokens) and the `mode:` line. Diagnostics (the
+    /// Standard output gets the generated text as it arrives (with --progress: a
+    /// `BMOE_PROGRESS` line per token, then `=== answer ===`, the whole answer and
+    /// `=== perf ===`), then the summary: `generation: <n> tokens, <s> s/token (<t> tok/s)`
+    /// (decode time only: the forward passes of the generated tokens), `compute:` (CPU
+    /// occupancy, major faults), `mode:`, and when streaming `moe-stream:` and `moe-cache:`
+    /// (spec/bmoe-telemetry.md). Diagnostics (the
     /// seed, prompt size and prefill time) go to standard error, and so does the reasoning of a
     /// reasoning model run with --chatml, between `--- reasoning ---` and
     /// `--- end of reasoning ---` lines; the answer holds only the text outside the reasoning. Generation stops at an end-of-generation token, after -n
@@ -389,6 +393,20 @@ struct RunArgs {
     #[arg(long, value_name = "TRACE.csv")]
     route_replay: Option<PathBuf>,
 
+    /// Machine-readable progress (spec/bmoe-telemetry.md): for every generated token a
+    /// `BMOE_LOAD {...}` line when experts were read and a `BMOE_PROGRESS {...}` line (time
+    /// split, reads, cache hit rate, faults, CPU, dense residency, the token's text), instead
+    /// of the text streamed inline; then `=== answer ===`, the whole answer, `=== perf ===` and
+    /// the summary lines.
+    #[arg(long)]
+    progress: bool,
+
+    /// Write the run's metrics to PATH as CSV (`# bmoe_metrics v2`: a preamble of the resolved
+    /// configuration, one row per generated token with its time split, reads, cache, faults,
+    /// CPU and memory picture, and a `# summary` trailer).
+    #[arg(long, value_name = "PATH")]
+    csv: Option<PathBuf>,
+
     #[command(flatten)]
     stream: stream::StreamArgs,
 }
@@ -532,6 +550,8 @@ fn main() -> ExitCode {
             route_trace: args.route_trace,
             route_replay: args.route_replay,
             stream: args.stream,
+            progress: args.progress,
+            csv: args.csv,
         }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,

@@ -18,6 +18,8 @@ use quant::{Kernels, ThreadPool};
 use sampler::{RANDOM_SEED, Sampler, SamplerParams};
 use text::{StreamDecoder, Tokenizer};
 
+use crate::telemetry::{CsvSink, DenseProbe, MemPicture, Preamble, Summary, TokenRow, Usage};
+
 /// Context size when `-c` is not given (capped at the model's training context).
 pub const DEFAULT_CTX: usize = 4096;
 
@@ -41,6 +43,10 @@ pub struct Options {
     pub route_trace: Option<PathBuf>,
     pub route_replay: Option<PathBuf>,
     pub stream: crate::stream::StreamArgs,
+    /// `BMOE_LOAD` / `BMOE_PROGRESS` lines per token and the banner block at the end.
+    pub progress: bool,
+    /// The `bmoe_metrics v2` CSV sink.
+    pub csv: Option<PathBuf>,
 }
 
 /// Threads to use: the given count, or every core the process may use.
@@ -84,6 +90,10 @@ struct Streamer {
     in_reasoning: bool,
     /// The last byte written to standard output was not a newline.
     open_line: bool,
+    /// `--progress`: nothing is printed; the deltas wait for the token's progress line.
+    progress: bool,
+    /// The deltas since the last progress line: (reset, reasoning, text).
+    pending: (bool, String, String),
 }
 
 impl Streamer {
@@ -108,13 +118,36 @@ impl Streamer {
     }
 
     fn end_reasoning(&mut self) {
-        if self.in_reasoning {
+        if self.in_reasoning && !self.progress {
             eprintln!("\n--- end of reasoning ---");
             self.in_reasoning = false;
         }
     }
 
+    /// The deltas since the last call (for a progress line).
+    fn take_deltas(&mut self) -> (bool, String, String) {
+        std::mem::take(&mut self.pending)
+    }
+
     fn emit(&mut self, d: chat::SplitDelta) -> io::Result<()> {
+        if self.progress {
+            if d.reset {
+                // The deltas become full snapshots replacing what was delivered.
+                self.answer.clear();
+                self.reasoning.clear();
+                self.pending = (true, String::new(), String::new());
+            }
+            self.reasoning.push_str(&d.reasoning);
+            self.answer.push_str(&d.text);
+            if self.pending.0 {
+                self.pending.1 = self.reasoning.clone();
+                self.pending.2 = self.answer.clone();
+            } else {
+                self.pending.1.push_str(&d.reasoning);
+                self.pending.2.push_str(&d.text);
+            }
+            return Ok(());
+        }
         if d.reset {
             // Text already shown as answer turned out to be reasoning: the reasoning so far is
             // shown again whole; the answer block at the end has the right split.
@@ -209,6 +242,7 @@ pub fn stream_summary(
     n_gen: usize,
     decode: Duration,
     overlap: bool,
+    cache: bool,
 ) -> Vec<String> {
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let per_tok = |x: f64| if n_gen > 0 { x / n_gen as f64 } else { 0.0 };
@@ -237,14 +271,16 @@ pub fn stream_summary(
     if overlap {
         stream.push_str(&format!(", stall_s/tok={:.3}", per_tok(stall_s)));
     }
-    vec![
-        stream,
-        format!(
+    let mut lines = vec![stream];
+    // Present only when a cache is active.
+    if cache {
+        lines.push(format!(
             "moe-cache: {:.1}% hit, resident {:.1} MiB",
             d.hit_pct(),
             mib(d.resident_bytes)
-        ),
-    ]
+        ));
+    }
+    lines
 }
 
 pub fn run(opts: &Options) -> Result<()> {
@@ -289,6 +325,25 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
     let counters = std::sync::Arc::new(crate::stream::StreamCounters::default());
+    // The routed experts' tensors (of a resident MoE run too: `dense_resident_frac` samples
+    // the rest), and the cycle of one token's experts.
+    let layout = match &opened.layout {
+        Some(l) => Some(l.clone()),
+        None => store::ExpertLayout::from_gguf(&file).ok().flatten(),
+    };
+    let expert_tensors: std::collections::HashSet<String> = layout
+        .iter()
+        .flat_map(|l| {
+            l.layers
+                .iter()
+                .flat_map(|x| x.parts.iter().map(|p| p.tensor.clone()))
+        })
+        .collect();
+    let cycle_mb = layout
+        .as_ref()
+        .map_or(0, |l| l.token_cycle_bytes().div_ceil(1 << 20));
+    let cache_bytes = if streaming { opened.cache_bytes } else { 0 };
+    let (mut o_direct, mut io_backend) = (false, "-");
     if let Some(layout) = opened.layout {
         let src = opts.stream.source(
             &file,
@@ -297,6 +352,8 @@ pub fn run(opts: &Options) -> Result<()> {
             &name,
             std::sync::Arc::clone(&counters),
         )?;
+        o_direct = src.direct();
+        io_backend = src.backend().name();
         engine.set_expert_source(Some(Box::new(src)))?;
     }
     let replay = match &opts.route_replay {
@@ -357,6 +414,43 @@ pub fn run(opts: &Options) -> Result<()> {
         min_p: opts.min_p,
         seed,
     });
+    let hp = &model.hparams;
+    let st = &opts.stream;
+    let preamble = Preamble {
+        model: opts.model.clone(),
+        arch: file
+            .metadata()
+            .get_str("general.architecture")
+            .unwrap_or("")
+            .to_owned(),
+        n_layer: hp.n_layer,
+        n_expert: hp.n_expert,
+        n_expert_used: hp.n_expert_used.max(),
+        threads: n_threads,
+        n_ctx,
+        n_ubatch: opts.ubatch,
+        chatml: opts.chatml,
+        moe_stream: streaming,
+        cache_mb: cache_bytes >> 20,
+        cache_auto: streaming
+            && matches!(st.cache_mb, None | Some(crate::stream::CacheMb::Auto))
+            && !st.load_all,
+        cache_floor_mb: st.cache_floor_mb,
+        cache_ceil_mb: st.cache_ceil_mb,
+        cache_cycle_mb: cycle_mb,
+        force_cache: st.force_cache,
+        load_all: st.load_all,
+        io_threads: st.io_threads,
+        o_direct,
+        overlap: st.overlap,
+        dense_weights: if streaming { st.dense().name() } else { "mmap" }.to_owned(),
+        io_backend: io_backend.to_owned(),
+        route_replay: opts.route_replay.clone(),
+        temp: opts.temp,
+        top_k: opts.top_k,
+        top_p: opts.top_p,
+        seed: sampler.seed(),
+    };
     let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
     eprintln!(
         "sluice: loaded {name} ({:.2} GiB, {}) in {load_s:.3} s",
@@ -373,9 +467,12 @@ pub fn run(opts: &Options) -> Result<()> {
         sampler.seed()
     );
 
+    let prefill_usage0 = Usage::now();
+    let prefill_snap0 = counters.snapshot();
     let t = Instant::now();
     let mut logits = engine.forward(&ids, LogitsWanted::Last)?;
     let prefill = t.elapsed().as_secs_f64();
+    let mut last_end = Instant::now();
     eprintln!(
         "sluice: prompt {} tokens, prefill {prefill:.3} s ({:.2} tok/s)",
         ids.len(),
@@ -389,8 +486,11 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(t) = &trace {
         t.start_decode();
     }
-    // Streaming counters of the decode alone.
+    // Counters of the decode alone.
     let at_decode = counters.snapshot();
+    let usage_at_decode = Usage::now();
+    let prefill_delta = at_decode.since(&prefill_snap0);
+    let prefill_usage = usage_at_decode.since(&prefill_usage0);
     let replay_steps = match replay {
         Some(r) => {
             let n = r.len();
@@ -418,12 +518,34 @@ pub fn run(opts: &Options) -> Result<()> {
         reasoning: String::new(),
         in_reasoning: false,
         open_line: false,
+        progress: opts.progress,
+        pending: Default::default(),
     };
 
     let eog = &tokenizer.vocab().eog;
     let n_max = usize::try_from(opts.n_predict).unwrap_or(usize::MAX);
+    let steps = n_max.min(n_ctx.saturating_sub(ids.len()));
+    let overlap = opts.stream.overlap;
+    let budget_mib = cache_bytes as f64 / (1u64 << 20) as f64;
+    // The cumulative hit rate, or -1 without a cache.
+    let hit_pct = |snap: &crate::stream::StreamSnapshot| {
+        if streaming && cache_bytes > 0 {
+            snap.hit_pct()
+        } else {
+            -1.0
+        }
+    };
+    let mut csv = match &opts.csv {
+        Some(path) => Some(CsvSink::create(path, &preamble)?),
+        None => None,
+    };
+    let mut probe = (opts.progress || csv.is_some())
+        .then(|| DenseProbe::new(dense_slices(&file, &expert_tensors)));
     let mut n_gen = 0usize;
     let mut decode = Duration::ZERO;
+    let mut loop_overhead = Duration::ZERO;
+    // With --progress: the last token's row, printed once its text is known.
+    let mut held: Option<TokenRow> = None;
     while n_gen < n_max {
         if engine.n_past() >= n_ctx {
             eprintln!("\nsluice: the context ({n_ctx} tokens) is full; generation stopped");
@@ -438,26 +560,72 @@ pub fn run(opts: &Options) -> Result<()> {
             }
         }
         let id = sampler.sample(&logits);
+        // The previous token's progress line goes out with its text now, so that the text
+        // the decoder holds back at the end can still join the last line.
+        if let Some(row) = held.take() {
+            progress_lines(&row, &mut out)?;
+        }
         if eog.contains(&id) {
             break;
         }
         out.push(&decoder.push(&tokenizer, id))?;
         n_gen += 1;
+        let (snap0, usage0) = (counters.snapshot(), Usage::now());
         let t = Instant::now();
+        let gap = t - last_end;
         logits = engine.forward(&[id], LogitsWanted::Last)?;
-        decode += t.elapsed();
+        let wall = t.elapsed();
+        last_end = Instant::now();
+        decode += wall;
+        loop_overhead += gap;
+        if let Some(probe) = &mut probe {
+            let snap = counters.snapshot();
+            let mut row = TokenRow::new(
+                n_gen,
+                steps,
+                wall.as_secs_f64(),
+                &snap.since(&snap0),
+                overlap,
+                &Usage::now().since(&usage0),
+                hit_pct(&snap),
+                gap.as_secs_f64(),
+            );
+            row.dense_resident_frac = probe.sample();
+            row.cache_budget_mib = budget_mib;
+            if let Some(csv) = &mut csv {
+                row.mem = MemPicture::now();
+                csv.row(&row)?;
+            }
+            if opts.progress {
+                held = Some(row);
+            }
+        }
     }
     out.push(&decoder.finish())?;
     out.finish()?;
+    if let Some(row) = held.take() {
+        progress_lines(&row, &mut out)?;
+    }
+    // The tail after the last decode belongs to the loop's overhead too.
+    loop_overhead += last_end.elapsed();
+    let decode_usage = Usage::now().since(&usage_at_decode);
+    let d = counters.snapshot().since(&at_decode);
 
     let mut w = io::stdout().lock();
     if out.open_line {
         writeln!(w)?;
     }
-    writeln!(w, "=== answer ===")?;
-    writeln!(w, "{}", out.answer)?;
-    writeln!(w, "=== perf ===")?;
+    if opts.progress {
+        writeln!(w, "=== answer ===")?;
+        writeln!(w, "{}", out.answer)?;
+        writeln!(w, "=== perf ===")?;
+    }
     writeln!(w, "{}", generation_line(n_gen, decode))?;
+    writeln!(
+        w,
+        "{}",
+        crate::telemetry::compute_line(&decode_usage, decode.as_secs_f64(), n_gen, n_threads)
+    )?;
     let mode = if streaming {
         opts.stream.mode_line(&opened.decision.why)
     } else {
@@ -472,16 +640,58 @@ pub fn run(opts: &Options) -> Result<()> {
         _ => writeln!(w, "{mode}")?,
     }
     if streaming {
-        let d = counters.snapshot().since(&at_decode);
-        for line in stream_summary(&d, n_gen, decode, opts.stream.overlap) {
+        for line in stream_summary(&d, n_gen, decode, overlap, cache_bytes > 0) {
             writeln!(w, "{line}")?;
         }
     }
     w.flush()?;
+    if let Some(csv) = csv {
+        csv.finish(&Summary {
+            tokens: n_gen,
+            decode_s: decode.as_secs_f64(),
+            load_s,
+            n_prompt: ids.len(),
+            prefill_s: prefill,
+            decode: d,
+            overlap,
+            usage: decode_usage,
+            cache_hit_pct: hit_pct(&counters.snapshot()),
+            cache_budget_mib: budget_mib,
+            experts_routed: d.routed,
+            loop_overhead_s: loop_overhead.as_secs_f64(),
+            prefill: prefill_delta,
+            prefill_usage,
+        })?;
+    }
     if let Some(t) = trace {
         t.finish()?;
     }
     Ok(())
+}
+
+/// A token's `BMOE_LOAD` (when it read experts) and `BMOE_PROGRESS` lines, with the text
+/// delivered since the last one.
+fn progress_lines(row: &TokenRow, out: &mut Streamer) -> Result<()> {
+    let (reset, reasoning, text) = out.take_deltas();
+    let mut so = io::stdout().lock();
+    if let Some(l) = row.load_line() {
+        writeln!(so, "{l}")?;
+    }
+    writeln!(so, "{}", row.progress_line(reset, &reasoning, &text))?;
+    so.flush()?;
+    Ok(())
+}
+
+/// The bytes of every tensor that is not a routed expert (what `dense_resident_frac` samples).
+fn dense_slices<'f>(
+    file: &'f GgufFile,
+    experts: &std::collections::HashSet<String>,
+) -> Vec<&'f [u8]> {
+    file.tensors()
+        .iter()
+        .filter(|t| !experts.contains(&t.name))
+        .filter_map(|t| file.tensor_data(t).ok())
+        .collect()
 }
 
 fn display_opt(p: &Option<PathBuf>) -> String {

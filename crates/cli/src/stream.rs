@@ -41,6 +41,8 @@ pub struct StreamCounters {
     pub demand_bytes: AtomicU64,
     /// The most bytes one layer's batch routed.
     pub layer_demand_max: AtomicU64,
+    /// Routed (token, expert) slots.
+    pub routed: AtomicU64,
     /// Bytes held in cache slots after the last batch.
     pub resident_bytes: AtomicU64,
 }
@@ -58,6 +60,7 @@ pub struct StreamSnapshot {
     pub rereads: u64,
     pub demand_bytes: u64,
     pub layer_demand_max: u64,
+    pub routed: u64,
     pub resident_bytes: u64,
 }
 
@@ -76,6 +79,7 @@ impl StreamSnapshot {
             rereads: self.rereads - earlier.rereads,
             demand_bytes: self.demand_bytes - earlier.demand_bytes,
             layer_demand_max: self.layer_demand_max,
+            routed: self.routed - earlier.routed,
             resident_bytes: self.resident_bytes,
         }
     }
@@ -104,6 +108,7 @@ impl StreamCounters {
             rereads: l(&self.rereads),
             demand_bytes: l(&self.demand_bytes),
             layer_demand_max: l(&self.layer_demand_max),
+            routed: l(&self.routed),
             resident_bytes: l(&self.resident_bytes),
         }
     }
@@ -307,6 +312,7 @@ impl ExpertSource for StoreSource {
             self.seen.len()
         } as u64;
         let demand = routed_distinct * expert_bytes;
+        StreamCounters::add(&self.counters.routed, routed.len() as u64);
         StreamCounters::add(&self.counters.demand_bytes, demand);
         self.counters
             .layer_demand_max

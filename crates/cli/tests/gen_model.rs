@@ -195,7 +195,7 @@ fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
             "run", "-m", m, "-p", "Hello", "-n", "4", "--seed", "3", "-t", "1",
         ]))
     };
-    let answer = |out: String| out.split("=== perf ===").next().unwrap().to_owned();
+    let answer = |out: String| out.split("\ngeneration: ").next().unwrap().to_owned();
     let first = run();
     assert!(first.contains("generation: 4 tokens"), "{first}");
     assert_eq!(answer(first), answer(run()));

@@ -35,19 +35,25 @@ fn run_demo(extra: &[&str]) -> String {
     stdout(&o)
 }
 
-/// The summary of a run's standard output: (streamed text, answer, generation line, mode line).
+/// The parts of a run's standard output (without --progress): (the text streamed, the answer —
+/// the streamed text without the newline that ends an open line —, the `generation:` line,
+/// the `mode:` line). The summary is `generation:`, `compute:`, `mode:`.
 fn summary(out: &str) -> (String, String, String, String) {
-    let (streamed, rest) = out
-        .split_once("=== answer ===\n")
-        .expect("=== answer === line");
-    let (answer, perf) = rest.rsplit_once("\n=== perf ===\n").expect("=== perf ===");
+    let at = if out.starts_with("generation: ") {
+        0
+    } else {
+        out.rfind("\ngeneration: ").expect("a generation: line") + 1
+    };
+    let (streamed, perf) = out.split_at(at);
     let lines: Vec<&str> = perf.lines().collect();
-    assert_eq!(lines.len(), 2, "{perf}");
+    assert_eq!(lines.len(), 3, "{perf}");
+    assert!(lines[1].starts_with("compute: "), "{perf}");
+    let answer = streamed.strip_suffix('\n').unwrap_or(streamed);
     (
         streamed.to_owned(),
         answer.to_owned(),
         lines[0].to_owned(),
-        lines[1].to_owned(),
+        lines[2].to_owned(),
     )
 }
 
@@ -65,18 +71,35 @@ fn generation_tokens(line: &str) -> usize {
 #[test]
 fn greedy_run_prints_the_spec_lines_and_repeats() {
     let out = run_demo(&["--temp", "0", "-n", "8", "-t", "2"]);
-    let (streamed, answer, generation, mode) = summary(&out);
+    let (_, answer, generation, mode) = summary(&out);
     assert_eq!(generation_tokens(&generation), 8, "{generation}");
     assert!(mode.starts_with("mode: "), "{mode}");
-    // What was streamed is the answer (followed by a newline when it did not end with one).
-    assert_eq!(
-        streamed.trim_end_matches('\n'),
-        answer.trim_end_matches('\n')
-    );
     assert!(!answer.is_empty());
+    assert!(
+        !out.contains("=== answer ==="),
+        "banners only with --progress: {out}"
+    );
     // Greedy: the same answer again, whatever the seed and thread count.
     let again = run_demo(&["--temp", "0", "-n", "8", "-t", "1", "--seed", "7"]);
     assert_eq!(summary(&again).1, answer);
+    // With --progress: a progress line per token whose deltas make the answer, then the
+    // banner block with the same answer and the same summary lines.
+    let p = run_demo(&["--temp", "0", "-n", "8", "-t", "2", "--progress"]);
+    let (lines, rest) = p.split_once("=== answer ===\n").expect(&p);
+    let (block, perf) = rest.rsplit_once("\n=== perf ===\n").expect(&p);
+    assert_eq!(block, answer);
+    assert!(perf.starts_with("generation: 8 tokens, "), "{perf}");
+    let mut text = String::new();
+    let mut steps = 0;
+    for l in lines.lines() {
+        let json = l.strip_prefix("BMOE_PROGRESS ").expect(l);
+        let v: serde_json::Value = serde_json::from_str(json).expect(json);
+        steps += 1;
+        assert_eq!(v["step"], steps);
+        text.push_str(v["delta_text"].as_str().unwrap());
+    }
+    assert_eq!(steps, 8);
+    assert_eq!(text, answer);
 }
 
 #[test]

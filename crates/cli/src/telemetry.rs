@@ -1,0 +1,623 @@
+//! Run telemetry as `spec/bmoe-telemetry.md` defines it: one sample per decoded token (time,
+//! reads, cache, faults, CPU, memory), the `BMOE_LOAD` / `BMOE_PROGRESS` lines of `--progress`,
+//! and the `--csv` sink (`# bmoe_metrics v2` preamble, the per-token rows, the `# summary`
+//! trailer).
+//!
+//! Where the spec speaks of `llama_decode`, sluice's decode call (`Engine::forward` of one
+//! token) is meant: `wall_ms` brackets it and nothing else.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::stream::StreamSnapshot;
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// This process's CPU time and major faults so far (`getrusage`); zeros where unavailable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_ns: u64,
+    pub majflt: u64,
+}
+
+impl Usage {
+    pub fn now() -> Usage {
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: the pointer is valid for a write of one rusage for the duration of the call.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+            return Usage::default();
+        }
+        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        Usage {
+            cpu_ns: ns(ru.ru_utime) + ns(ru.ru_stime),
+            majflt: ru.ru_majflt as u64,
+        }
+    }
+
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
+            majflt: self.majflt.saturating_sub(earlier.majflt),
+        }
+    }
+}
+
+/// The memory picture of a CSV row, in bytes: this process (`/proc/self/status`) and the
+/// machine (`/proc/meminfo`). Zeros where unreadable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemPicture {
+    pub rss: u64,
+    pub rss_anon: u64,
+    pub rss_file: u64,
+    pub swap: u64,
+    pub mem_available: u64,
+    pub mem_free: u64,
+    pub swap_free: u64,
+}
+
+/// `Key:   123 kB` → bytes.
+fn kib_field(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |k| k * 1024)
+}
+
+impl MemPicture {
+    pub fn now() -> MemPicture {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        MemPicture {
+            rss: kib_field(&status, "VmRSS"),
+            rss_anon: kib_field(&status, "RssAnon"),
+            rss_file: kib_field(&status, "RssFile"),
+            swap: kib_field(&status, "VmSwap"),
+            mem_available: kib_field(&meminfo, "MemAvailable"),
+            mem_free: kib_field(&meminfo, "MemFree"),
+            swap_free: kib_field(&meminfo, "SwapFree"),
+        }
+    }
+}
+
+/// The share of the dense weights in RAM, by `mincore` over the pages that hold them (our own
+/// buffers under `--dense-weights anon`, the model's map otherwise), sampled at most once a
+/// second.
+pub struct DenseProbe {
+    /// Page-aligned (address, length) ranges.
+    ranges: Vec<(usize, usize)>,
+    last: Option<(Instant, f64)>,
+    page: usize,
+}
+
+impl DenseProbe {
+    /// A probe of the byte slices `dense` (they must stay mapped while the probe is used).
+    pub fn new<'a>(dense: impl IntoIterator<Item = &'a [u8]>) -> DenseProbe {
+        // SAFETY: sysconf only reads its argument.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|&p| p > 0)
+            .unwrap_or(4096);
+        let mut ranges: Vec<(usize, usize)> = dense
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                let start = s.as_ptr() as usize;
+                let begin = start - start % page;
+                let end = (start + s.len()).next_multiple_of(page);
+                (begin, end)
+            })
+            .collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (b, e) in ranges {
+            match merged.last_mut() {
+                Some(m) if b <= m.1 => m.1 = m.1.max(e),
+                _ => merged.push((b, e)),
+            }
+        }
+        DenseProbe {
+            ranges: merged.into_iter().map(|(b, e)| (b, e - b)).collect(),
+            last: None,
+            page,
+        }
+    }
+
+    /// The resident share (0 to 1), or -1 when nothing can be measured.
+    pub fn sample(&mut self) -> f64 {
+        if let Some((t, v)) = self.last
+            && t.elapsed().as_secs_f64() < 1.0
+        {
+            return v;
+        }
+        let v = self.measure();
+        self.last = Some((Instant::now(), v));
+        v
+    }
+
+    fn measure(&self) -> f64 {
+        let (mut resident, mut total) = (0usize, 0usize);
+        let mut vec = Vec::new();
+        for &(addr, len) in &self.ranges {
+            let pages = len / self.page;
+            vec.clear();
+            vec.resize(pages, 0u8);
+            // SAFETY: `addr` is page-aligned and `addr..addr + len` lies within mappings the
+            // caller keeps alive (the model's map or our dense buffers); `vec` has one byte per
+            // page of it, as mincore requires. mincore only reports residency.
+            let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
+            if rc != 0 {
+                return -1.0;
+            }
+            resident += vec.iter().filter(|&&b| b & 1 == 1).count();
+            total += pages;
+        }
+        if total == 0 {
+            -1.0
+        } else {
+            resident as f64 / total as f64
+        }
+    }
+}
+
+/// The per-token CSV columns, in the spec's order.
+pub const CSV_COLUMNS: &str = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,\
+stall_ms,mgmt_ms,majflt,cpu_ms,dense_resident_frac,turn,majflt_mib,cache_budget_mib,rss_mib,\
+rss_anon_mib,rss_file_mib,swap_mib,mem_available_mib,mem_free_mib,swap_free_mib,\
+loop_overhead_ms,mtp_batch,mtp_draft_ms,drain_ms,adopt_ms,ra_issue_ms,ra_wd_ms";
+
+/// One decoded token's figures.
+#[derive(Clone, Debug, Default)]
+pub struct TokenRow {
+    /// 1-based.
+    pub step: usize,
+    pub steps: usize,
+    pub wall_ms: f64,
+    pub io_ms: f64,
+    pub compute_ms: f64,
+    pub read_bytes: u64,
+    /// Cumulative, or -1 without a cache.
+    pub cache_hit_pct: f64,
+    pub stall_ms: f64,
+    pub mgmt_ms: f64,
+    pub majflt: u64,
+    pub cpu_ms: f64,
+    pub dense_resident_frac: f64,
+    pub turn: u32,
+    pub cache_budget_mib: f64,
+    pub mem: MemPicture,
+    pub loop_overhead_ms: f64,
+}
+
+/// The page size `majflt_mib` counts in.
+const FAULT_PAGE: f64 = 4096.0;
+
+impl TokenRow {
+    /// A row from the decode's wall time, the streamer's and the process's deltas over it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        step: usize,
+        steps: usize,
+        wall_s: f64,
+        d: &StreamSnapshot,
+        overlap: bool,
+        usage: &Usage,
+        hit_pct: f64,
+        loop_overhead_s: f64,
+    ) -> TokenRow {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let wall_ms = wall_s * 1e3;
+        let (io_ms, stall_ms, mgmt_ms) = (ms(d.io_ns), ms(d.stall_ns), ms(d.mgmt_ns));
+        let waited = if overlap { stall_ms } else { io_ms };
+        TokenRow {
+            step,
+            steps,
+            wall_ms,
+            io_ms,
+            compute_ms: (wall_ms - waited - mgmt_ms).max(0.0),
+            read_bytes: d.read_bytes,
+            cache_hit_pct: hit_pct,
+            stall_ms,
+            mgmt_ms,
+            majflt: usage.majflt,
+            cpu_ms: ms(usage.cpu_ns),
+            dense_resident_frac: -1.0,
+            turn: 0,
+            cache_budget_mib: 0.0,
+            mem: MemPicture::default(),
+            loop_overhead_ms: loop_overhead_s * 1e3,
+        }
+    }
+
+    /// The CSV row (columns of [`CSV_COLUMNS`]).
+    pub fn csv(&self) -> String {
+        let mib = |b: u64| b as f64 / MIB;
+        let m = &self.mem;
+        format!(
+            "{},{},{:.3},{:.3},{:.3},{},{:.2},{:.3},{:.3},{},{:.3},{:.4},{},{:.3},{:.1},{:.1},{:.1},\
+             {:.1},{:.1},{:.1},{:.1},{:.1},{:.3},1,0,0,0,0,0",
+            self.step,
+            self.steps,
+            self.wall_ms,
+            self.io_ms,
+            self.compute_ms,
+            self.read_bytes,
+            self.cache_hit_pct,
+            self.stall_ms,
+            self.mgmt_ms,
+            self.majflt,
+            self.cpu_ms,
+            self.dense_resident_frac,
+            self.turn,
+            self.majflt as f64 * FAULT_PAGE / MIB,
+            self.cache_budget_mib,
+            mib(m.rss),
+            mib(m.rss_anon),
+            mib(m.rss_file),
+            mib(m.swap),
+            mib(m.mem_available),
+            mib(m.mem_free),
+            mib(m.swap_free),
+            self.loop_overhead_ms,
+        )
+    }
+
+    /// `BMOE_LOAD {...}` when experts were read this token.
+    pub fn load_line(&self) -> Option<String> {
+        (self.read_bytes > 0).then(|| {
+            format!(
+                "BMOE_LOAD {{\"mb\":{:.3},\"ms\":{:.3}}}",
+                self.read_bytes as f64 / MIB,
+                self.io_ms
+            )
+        })
+    }
+
+    /// `BMOE_PROGRESS {...}` with this token's text deltas.
+    pub fn progress_line(&self, reset: bool, delta_reasoning: &str, delta_text: &str) -> String {
+        let mut s = format!(
+            "BMOE_PROGRESS {{\"step\":{},\"steps\":{},\"wall_ms\":{:.3},\"io_ms\":{:.3},\
+             \"compute_ms\":{:.3},\"mgmt_ms\":{:.3},\"stall_ms\":{:.3},\"read_mb\":{:.3},\
+             \"cache_hit_pct\":{:.2},\"majflt\":{},\"cpu_ms\":{:.3},\"dense_resident_frac\":{:.4},",
+            self.step,
+            self.steps,
+            self.wall_ms,
+            self.io_ms,
+            self.compute_ms,
+            self.mgmt_ms,
+            self.stall_ms,
+            self.read_bytes as f64 / MIB,
+            self.cache_hit_pct,
+            self.majflt,
+            self.cpu_ms,
+            self.dense_resident_frac,
+        );
+        if reset {
+            s.push_str("\"reset\":1,");
+        }
+        let _ = write!(
+            s,
+            "\"delta_reasoning\":{},\"delta_text\":{}}}",
+            json_str(delta_reasoning),
+            json_str(delta_text)
+        );
+        s
+    }
+}
+
+/// A JSON string literal.
+pub fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+/// What the `# bmoe_metrics v2` preamble says of a run (resolved values).
+#[derive(Clone, Debug, Default)]
+pub struct Preamble {
+    pub model: PathBuf,
+    pub arch: String,
+    pub n_layer: u32,
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    pub threads: usize,
+    pub n_ctx: usize,
+    pub n_ubatch: usize,
+    pub chatml: bool,
+    pub moe_stream: bool,
+    pub cache_mb: u64,
+    pub cache_auto: bool,
+    pub cache_floor_mb: u64,
+    pub cache_ceil_mb: u64,
+    pub cache_cycle_mb: u64,
+    pub force_cache: bool,
+    pub load_all: bool,
+    pub io_threads: usize,
+    pub o_direct: bool,
+    pub overlap: bool,
+    pub dense_weights: String,
+    pub io_backend: String,
+    pub route_replay: Option<PathBuf>,
+    pub temp: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub seed: u32,
+}
+
+impl Preamble {
+    pub fn lines(&self) -> String {
+        let b = |v: bool| u8::from(v);
+        format!(
+            "# bmoe_metrics v2\n\
+             # engine=sluice {}\n\
+             # model={} arch={} n_layer={} n_expert={} n_expert_used={} threads={} n_ctx={} \
+             n_ubatch={} chatml={}\n\
+             # moe_stream={} cache_mb={} cache_auto={} cache_floor_mb={} cache_ceil_mb={} \
+             cache_cycle_mb={} force_cache={} load_all={} io_threads={} o_direct={} overlap={} \
+             io_two_wave=0 prefetch=0 route_ahead=0 predict_prefetch=0 predict_log=0 \
+             predict_spec_max=0 prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
+             drop_prefill=0 substitute_lambda=0 io_backend={} route_replay={}\n\
+             # temp={} top_k={} top_p={} seed={} compute_trace_layers=0 spec=off \
+             spec_draft_max=0 mtp_p_min=0 ngram_min_match=0\n",
+            env!("CARGO_PKG_VERSION"),
+            self.model.display(),
+            self.arch,
+            self.n_layer,
+            self.n_expert,
+            self.n_expert_used,
+            self.threads,
+            self.n_ctx,
+            self.n_ubatch,
+            b(self.chatml),
+            b(self.moe_stream),
+            self.cache_mb,
+            b(self.cache_auto),
+            self.cache_floor_mb,
+            self.cache_ceil_mb,
+            self.cache_cycle_mb,
+            b(self.force_cache),
+            b(self.load_all),
+            self.io_threads,
+            b(self.o_direct),
+            b(self.overlap),
+            self.dense_weights,
+            self.io_backend,
+            self.route_replay
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
+            self.temp,
+            self.top_k,
+            self.top_p,
+            self.seed,
+        )
+    }
+}
+
+/// The figures of the `# summary` trailer (decode-phase totals unless named `prefill_`).
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub tokens: usize,
+    pub decode_s: f64,
+    pub load_s: f64,
+    pub n_prompt: usize,
+    pub prefill_s: f64,
+    pub decode: StreamSnapshot,
+    pub overlap: bool,
+    pub usage: Usage,
+    /// Cumulative hit rate, or -1 without a cache.
+    pub cache_hit_pct: f64,
+    pub cache_budget_mib: f64,
+    pub experts_routed: u64,
+    pub loop_overhead_s: f64,
+    pub prefill: StreamSnapshot,
+    pub prefill_usage: Usage,
+}
+
+impl Summary {
+    /// The `# summary ...` line.
+    pub fn line(&self) -> String {
+        let n = self.tokens.max(1) as f64;
+        let per = |x: f64| if self.tokens == 0 { 0.0 } else { x / n };
+        let s = |ns: u64| ns as f64 / 1e9;
+        let d = &self.decode;
+        let waited = if self.overlap { d.stall_ns } else { d.io_ns };
+        let compute = (self.decode_s - s(waited) - s(d.mgmt_ns)).max(0.0);
+        let rate = if self.decode_s > 0.0 {
+            self.tokens as f64 / self.decode_s
+        } else {
+            0.0
+        };
+        let p = &self.prefill;
+        let fields: Vec<(&str, String)> = vec![
+            ("tokens", self.tokens.to_string()),
+            ("tok/s", format!("{rate:.3}")),
+            ("s/tok", format!("{:.4}", per(self.decode_s))),
+            ("load_s", format!("{:.3}", self.load_s)),
+            ("n_prompt", self.n_prompt.to_string()),
+            ("prefill_s", format!("{:.3}", self.prefill_s)),
+            (
+                "prefill_tps",
+                format!(
+                    "{:.3}",
+                    if self.prefill_s > 0.0 {
+                        self.n_prompt as f64 / self.prefill_s
+                    } else {
+                        0.0
+                    }
+                ),
+            ),
+            ("cache_hit_pct", format!("{:.2}", self.cache_hit_pct)),
+            ("cache_budget_MiB", format!("{:.1}", self.cache_budget_mib)),
+            (
+                "cache_resident_MiB",
+                format!("{:.1}", d.resident_bytes as f64 / MIB),
+            ),
+            ("read_MiB", format!("{:.3}", d.read_bytes as f64 / MIB)),
+            ("io_s/tok", format!("{:.4}", per(s(d.io_ns)))),
+            ("compute_s/tok", format!("{:.4}", per(compute))),
+            ("stall_s/tok", format!("{:.4}", per(s(d.stall_ns)))),
+            ("mgmt_s/tok", format!("{:.4}", per(s(d.mgmt_ns)))),
+            (
+                "majflt/tok",
+                format!("{:.3}", per(self.usage.majflt as f64)),
+            ),
+            ("cpu_s/tok", format!("{:.4}", per(s(self.usage.cpu_ns)))),
+            (
+                "token_demand_MiB",
+                format!("{:.3}", per(d.demand_bytes as f64 / MIB)),
+            ),
+            ("experts_routed", self.experts_routed.to_string()),
+            ("experts_dropped", "0".into()),
+            ("experts_reranked", "0".into()),
+            ("experts_substituted", "0".into()),
+            ("row_table_MiB", "0".into()),
+            ("row_resident_MiB", "0".into()),
+            ("row_rows", "0".into()),
+            ("row_reads", "0".into()),
+            ("row_read_MiB", "0".into()),
+            ("row_evictions", "0".into()),
+            ("row_io_errors", "0".into()),
+            (
+                "layer_demand_MiB",
+                format!("{:.3}", d.layer_demand_max as f64 / MIB),
+            ),
+            (
+                "loop_overhead_s/tok",
+                format!("{:.4}", per(self.loop_overhead_s)),
+            ),
+            ("drain_s/tok", "0".into()),
+            ("adopt_s/tok", "0".into()),
+            ("evictions", d.evictions.to_string()),
+            ("rereads", d.rereads.to_string()),
+            ("ra_committed", "0".into()),
+            ("ra_passthrough", "0".into()),
+            ("ra_agree_pct", "0".into()),
+            ("ra_gemv_ms/tok", "0".into()),
+            ("ra_issue_ms/tok", "0".into()),
+            ("ra_wd_ms/tok", "0".into()),
+            (
+                "prefill_cpu_s",
+                format!("{:.3}", s(self.prefill_usage.cpu_ns)),
+            ),
+            (
+                "prefill_read_mib",
+                format!("{:.3}", p.read_bytes as f64 / MIB),
+            ),
+            ("prefill_io_s", format!("{:.3}", s(p.io_ns))),
+            ("prefill_stall_s", format!("{:.3}", s(p.stall_ns))),
+            ("prefill_mgmt_s", format!("{:.3}", s(p.mgmt_ns))),
+            ("prefill_dev_tokens", "0".into()),
+            ("prefill_dev_nodes", "0".into()),
+            ("prefill_dev_read_mib", "0".into()),
+            ("prefill_dev_stall_s", "0".into()),
+        ];
+        let mut line = "# summary".to_owned();
+        for (k, v) in fields {
+            let _ = write!(line, " {k}={v}");
+        }
+        line
+    }
+}
+
+/// The `--csv` file: preamble once, a row per token, the summary at the end.
+pub struct CsvSink {
+    path: PathBuf,
+    w: BufWriter<File>,
+}
+
+impl CsvSink {
+    pub fn create(path: &Path, preamble: &Preamble) -> Result<CsvSink> {
+        let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut sink = CsvSink {
+            path: path.to_owned(),
+            w: BufWriter::new(f),
+        };
+        let head = format!("{}{CSV_COLUMNS}\n", preamble.lines());
+        sink.write(&head)?;
+        Ok(sink)
+    }
+
+    fn write(&mut self, s: &str) -> Result<()> {
+        self.w
+            .write_all(s.as_bytes())
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+
+    pub fn row(&mut self, r: &TokenRow) -> Result<()> {
+        let line = format!("{}\n", r.csv());
+        self.write(&line)
+    }
+
+    pub fn finish(mut self, summary: &Summary) -> Result<()> {
+        let line = format!("{}\n", summary.line());
+        self.write(&line)?;
+        self.w
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// The `compute:` line: CPU occupancy over the compute threads and major faults, per token.
+pub fn compute_line(usage: &Usage, decode_s: f64, tokens: usize, threads: usize) -> String {
+    let n = tokens.max(1) as f64;
+    let cpu_tok = usage.cpu_ns as f64 / 1e9 / n;
+    let wall_tok = decode_s / n;
+    let pct = if wall_tok > 0.0 && threads > 0 {
+        100.0 * cpu_tok / (wall_tok * threads as f64)
+    } else {
+        0.0
+    };
+    format!(
+        "compute: {pct:.1}% CPU occupancy ({cpu_tok:.3} cpu-s/token over {threads} threads), {:.2} major faults/token",
+        usage.majflt as f64 / n
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_are_read_in_bytes() {
+        let text = "Name:\tx\nVmRSS:\t  2048 kB\nRssAnon:\t 1024 kB\n";
+        assert_eq!(kib_field(text, "VmRSS"), 2048 * 1024);
+        assert_eq!(kib_field(text, "RssAnon"), 1024 * 1024);
+        assert_eq!(kib_field(text, "VmSwap"), 0);
+    }
+
+    #[test]
+    fn a_row_has_every_column_and_the_residual_is_clamped() {
+        let d = StreamSnapshot {
+            io_ns: 30_000_000,
+            mgmt_ns: 5_000_000,
+            read_bytes: 1 << 20,
+            ..StreamSnapshot::default()
+        };
+        let r = TokenRow::new(1, 4, 0.020, &d, false, &Usage::default(), 50.0, 0.001);
+        // 20 ms of wall against 35 ms measured: the residual is clamped at 0.
+        assert_eq!(r.compute_ms, 0.0);
+        assert_eq!(r.csv().split(',').count(), CSV_COLUMNS.split(',').count());
+        assert_eq!(
+            r.load_line().unwrap(),
+            "BMOE_LOAD {\"mb\":1.000,\"ms\":30.000}"
+        );
+        let p = r.progress_line(false, "", "a\"b\n");
+        assert!(
+            p.ends_with("\"delta_reasoning\":\"\",\"delta_text\":\"a\\\"b\\n\"}"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn the_dense_probe_sees_touched_anonymous_pages() {
+        let mut v = vec![1u8; 64 << 10];
+        v[0] = 2;
+        let mut p = DenseProbe::new([v.as_slice()]);
+        let f = p.sample();
+        assert!(f > 0.9 && f <= 1.0, "{f}");
+        assert_eq!(DenseProbe::new([]).sample(), -1.0);
+    }
+}

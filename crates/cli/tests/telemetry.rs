@@ -1,0 +1,499 @@
+//! The telemetry contract, checked by a parser written from `spec/bmoe-telemetry.md` (the key
+//! lists, types, column names and order below are the spec's, not read from our writer): the
+//! `BMOE_LOAD` / `BMOE_PROGRESS` lines, the end-of-run lines, and the `--csv` file (preamble,
+//! rows, `# summary` trailer), on resident, streaming and overlapped runs; and the consistency
+//! of the numbers (wall = io + compute + mgmt in serial mode, the rows' reads against the
+//! summary's, the hit rate).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8")
+}
+
+// ---- the spec, transcribed ----
+
+/// `BMOE_PROGRESS` keys and their JSON types ("int", "float", "string"); `reset` is optional
+/// and only ever `1`.
+const PROGRESS_KEYS: &[(&str, &str)] = &[
+    ("step", "int"),
+    ("steps", "int"),
+    ("wall_ms", "float"),
+    ("io_ms", "float"),
+    ("compute_ms", "float"),
+    ("mgmt_ms", "float"),
+    ("stall_ms", "float"),
+    ("read_mb", "float"),
+    ("cache_hit_pct", "float"),
+    ("majflt", "int"),
+    ("cpu_ms", "float"),
+    ("dense_resident_frac", "float"),
+    ("delta_reasoning", "string"),
+    ("delta_text", "string"),
+];
+
+const LOAD_KEYS: &[(&str, &str)] = &[("mb", "float"), ("ms", "float")];
+
+/// The per-token CSV columns, in order.
+const CSV_COLUMNS: &[&str] = &[
+    "step",
+    "steps",
+    "wall_ms",
+    "io_ms",
+    "compute_ms",
+    "read_bytes",
+    "cache_hit_pct",
+    "stall_ms",
+    "mgmt_ms",
+    "majflt",
+    "cpu_ms",
+    "dense_resident_frac",
+    "turn",
+    "majflt_mib",
+    "cache_budget_mib",
+    "rss_mib",
+    "rss_anon_mib",
+    "rss_file_mib",
+    "swap_mib",
+    "mem_available_mib",
+    "mem_free_mib",
+    "swap_free_mib",
+    "loop_overhead_ms",
+    "mtp_batch",
+    "mtp_draft_ms",
+    "drain_ms",
+    "adopt_ms",
+    "ra_issue_ms",
+    "ra_wd_ms",
+];
+
+/// Integer columns (the rest are numbers).
+const CSV_INT_COLUMNS: &[&str] = &["step", "steps", "read_bytes", "majflt", "turn", "mtp_batch"];
+
+/// Preamble keys, by the `#` line they start or sit on.
+const PREAMBLE_MODEL: &[&str] = &[
+    "model",
+    "arch",
+    "n_layer",
+    "n_expert",
+    "n_expert_used",
+    "threads",
+    "n_ctx",
+    "n_ubatch",
+    "chatml",
+];
+const PREAMBLE_STREAM: &[&str] = &[
+    "moe_stream",
+    "cache_mb",
+    "cache_auto",
+    "cache_floor_mb",
+    "cache_ceil_mb",
+    "cache_cycle_mb",
+    "force_cache",
+    "load_all",
+    "io_threads",
+    "o_direct",
+    "overlap",
+    "io_two_wave",
+    "prefetch",
+    "route_ahead",
+    "predict_prefetch",
+    "predict_log",
+    "predict_spec_max",
+    "prefetch_sync",
+    "dense_weights",
+    "drop_cold_frac",
+    "drop_renorm",
+    "drop_prefill",
+    "substitute_lambda",
+];
+const PREAMBLE_SAMPLING: &[&str] = &[
+    "temp",
+    "top_k",
+    "top_p",
+    "seed",
+    "compute_trace_layers",
+    "spec",
+    "spec_draft_max",
+    "mtp_p_min",
+    "ngram_min_match",
+];
+
+/// `# summary` keys the spec names (the trailer "gains" these; the `mtp_*` ones only under
+/// speculation, which sluice does not do).
+const SUMMARY_KEYS: &[&str] = &[
+    "stall_s/tok",
+    "mgmt_s/tok",
+    "majflt/tok",
+    "cpu_s/tok",
+    "token_demand_MiB",
+    "experts_routed",
+    "experts_dropped",
+    "experts_reranked",
+    "experts_substituted",
+    "row_table_MiB",
+    "row_resident_MiB",
+    "row_rows",
+    "row_reads",
+    "row_read_MiB",
+    "row_evictions",
+    "row_io_errors",
+    "layer_demand_MiB",
+    "loop_overhead_s/tok",
+    "drain_s/tok",
+    "adopt_s/tok",
+    "evictions",
+    "rereads",
+    "ra_committed",
+    "ra_passthrough",
+    "ra_agree_pct",
+    "ra_gemv_ms/tok",
+    "ra_issue_ms/tok",
+    "ra_wd_ms/tok",
+    "prefill_cpu_s",
+    "prefill_read_mib",
+    "prefill_io_s",
+    "prefill_stall_s",
+    "prefill_mgmt_s",
+    "prefill_dev_tokens",
+    "prefill_dev_nodes",
+    "prefill_dev_read_mib",
+    "prefill_dev_stall_s",
+];
+
+// ---- the parser ----
+
+fn check_type(key: &str, v: &Value, ty: &str) {
+    let good = match ty {
+        "int" => v.is_u64() || v.is_i64(),
+        "float" => v.is_number(),
+        "string" => v.is_string(),
+        _ => false,
+    };
+    assert!(good, "{key}: {v} is not a {ty}");
+}
+
+/// A `BMOE_<TAG> {json}` line's object, checked against `keys` (every key present with its
+/// type; no other key except those in `optional`).
+fn parse_tagged(line: &str, tag: &str, keys: &[(&str, &str)], optional: &[&str]) -> Value {
+    let json = line
+        .strip_prefix(tag)
+        .and_then(|r| r.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("not a {tag} line: {line}"));
+    let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let obj = v.as_object().expect("an object");
+    for (k, ty) in keys {
+        let x = obj
+            .get(*k)
+            .unwrap_or_else(|| panic!("{tag}: no {k} in {json}"));
+        check_type(k, x, ty);
+    }
+    for k in obj.keys() {
+        assert!(
+            keys.iter().any(|(n, _)| n == k) || optional.contains(&k.as_str()),
+            "{tag}: unknown key {k}"
+        );
+    }
+    v
+}
+
+/// `key=value` pairs of a `#` line.
+fn kv(line: &str) -> BTreeMap<String, String> {
+    line.trim_start_matches('#')
+        .split_whitespace()
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+struct Csv {
+    preamble: BTreeMap<String, String>,
+    rows: Vec<BTreeMap<String, f64>>,
+    summary: BTreeMap<String, f64>,
+}
+
+fn parse_csv(text: &str) -> Csv {
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "# bmoe_metrics v2");
+    assert!(lines[1].starts_with("# engine="), "{}", lines[1]);
+    assert!(lines[2].starts_with("# model="), "{}", lines[2]);
+    let mut preamble = BTreeMap::new();
+    let mut i = 1;
+    while lines[i].starts_with('#') {
+        preamble.extend(kv(lines[i]));
+        i += 1;
+    }
+    for k in PREAMBLE_MODEL
+        .iter()
+        .chain(PREAMBLE_STREAM)
+        .chain(PREAMBLE_SAMPLING)
+        .chain(&["engine"])
+    {
+        assert!(preamble.contains_key(*k), "preamble: no {k}");
+    }
+    let header: Vec<&str> = lines[i].split(',').collect();
+    assert_eq!(header, CSV_COLUMNS, "the column line");
+    i += 1;
+    let mut rows = Vec::new();
+    while i < lines.len() && !lines[i].starts_with('#') {
+        let fields: Vec<&str> = lines[i].split(',').collect();
+        assert_eq!(fields.len(), header.len(), "{}", lines[i]);
+        let mut row = BTreeMap::new();
+        for (name, f) in header.iter().zip(fields) {
+            if CSV_INT_COLUMNS.contains(name) {
+                f.parse::<i64>()
+                    .unwrap_or_else(|_| panic!("{name}: {f} is not an integer"));
+            }
+            let x: f64 = f.parse().unwrap_or_else(|_| panic!("{name}: {f}"));
+            row.insert((*name).to_owned(), x);
+        }
+        rows.push(row);
+        i += 1;
+    }
+    assert_eq!(i, lines.len() - 1, "one # summary line ends the file");
+    let s = lines[i];
+    assert!(s.starts_with("# summary "), "{s}");
+    let summary: BTreeMap<String, f64> = kv(s)
+        .into_iter()
+        .map(|(k, v)| {
+            let x = v.parse().unwrap_or_else(|_| panic!("summary {k}={v}"));
+            (k, x)
+        })
+        .collect();
+    for k in SUMMARY_KEYS {
+        assert!(summary.contains_key(*k), "summary: no {k}");
+    }
+    Csv {
+        preamble,
+        rows,
+        summary,
+    }
+}
+
+/// Checks the end-of-run lines of the spec; returns them by their prefix.
+fn end_lines(out: &str, streaming: bool, cache: bool) -> BTreeMap<&'static str, String> {
+    let mut found = BTreeMap::new();
+    for p in [
+        "generation: ",
+        "compute: ",
+        "mode: ",
+        "moe-stream: ",
+        "moe-cache: ",
+    ] {
+        if let Some(l) = out.lines().find(|l| l.starts_with(p)) {
+            found.insert(p, l.to_owned());
+        }
+    }
+    let g = &found["generation: "];
+    let rest = g.strip_prefix("generation: ").unwrap();
+    let (n, rest) = rest.split_once(" tokens, ").expect(g);
+    n.parse::<usize>().expect(g);
+    let (s, rest) = rest.split_once(" s/token (").expect(g);
+    s.parse::<f64>().expect(g);
+    rest.strip_suffix(" tok/s)")
+        .expect(g)
+        .parse::<f64>()
+        .expect(g);
+    // compute: <pct>% CPU occupancy (<c> cpu-s/token over <n> threads), <f> major faults/token
+    let c = &found["compute: "];
+    let rest = c.strip_prefix("compute: ").unwrap();
+    let (pct, rest) = rest.split_once("% CPU occupancy (").expect(c);
+    pct.parse::<f64>().expect(c);
+    let (cpu, rest) = rest.split_once(" cpu-s/token over ").expect(c);
+    cpu.parse::<f64>().expect(c);
+    let (threads, rest) = rest.split_once(" threads), ").expect(c);
+    threads.parse::<usize>().expect(c);
+    rest.strip_suffix(" major faults/token")
+        .expect(c)
+        .parse::<f64>()
+        .expect(c);
+    let m = &found["mode: "];
+    if streaming {
+        assert!(m.starts_with("mode: expert streaming, cache "), "{m}");
+        assert!(m.contains(", dense "), "{m}");
+        let s = found.get("moe-stream: ").expect("moe-stream: line");
+        assert!(s.starts_with("moe-stream: read ") && s.contains(" MiB/token), decode "));
+        assert_eq!(found.contains_key("moe-cache: "), cache, "{out}");
+    } else {
+        assert!(
+            !found.contains_key("moe-stream: ") && !found.contains_key("moe-cache: "),
+            "without streaming the moe-* lines are absent: {out}"
+        );
+    }
+    found
+}
+
+fn olmoe(dir: &Path) -> PathBuf {
+    let out = dir.join("olmoe-l2.gguf");
+    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
+    ok(sluice(&[
+        "gen-model",
+        "--like",
+        "olmoe-1b-7b",
+        "--layers",
+        "2",
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    out
+}
+
+fn run(model: &Path, csv: &Path, extra: &[&str]) -> String {
+    let mut a = vec![
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "Once upon a time",
+        "-n",
+        "6",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-t",
+        "2",
+        "--progress",
+        "--csv",
+        csv.to_str().unwrap(),
+    ];
+    a.extend_from_slice(extra);
+    ok(sluice(&a))
+}
+
+#[test]
+fn every_line_and_file_follows_the_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe(dir.path());
+    let csv_path = dir.path().join("m.csv");
+    for (extra, streaming, cache, overlap) in [
+        (&["--moe-stream", "off"][..], false, false, false),
+        (
+            &["--moe-stream", "on", "--cache-mb", "0"][..],
+            true,
+            false,
+            false,
+        ),
+        (
+            &["--moe-stream", "on", "--cache-mb", "20", "--force-cache"][..],
+            true,
+            true,
+            false,
+        ),
+        (
+            &[
+                "--moe-stream",
+                "on",
+                "--cache-mb",
+                "20",
+                "--force-cache",
+                "--overlap",
+            ][..],
+            true,
+            true,
+            true,
+        ),
+    ] {
+        let out = run(&m, &csv_path, extra);
+        // The progress lines, then the banner block.
+        let (progress, rest) = out.split_once("=== answer ===\n").expect(&out);
+        let (answer, perf) = rest.rsplit_once("\n=== perf ===\n").expect(&out);
+        let mut steps = Vec::new();
+        let mut text = String::new();
+        let mut loads = Vec::new();
+        for l in progress.lines() {
+            if l.starts_with("BMOE_LOAD ") {
+                loads.push(parse_tagged(l, "BMOE_LOAD", LOAD_KEYS, &[]));
+                continue;
+            }
+            let v = parse_tagged(l, "BMOE_PROGRESS", PROGRESS_KEYS, &["reset"]);
+            if let Some(r) = v.get("reset") {
+                assert_eq!(r, 1);
+            }
+            assert_eq!(v["steps"], 6);
+            steps.push(v["step"].as_u64().unwrap());
+            text.push_str(v["delta_text"].as_str().unwrap());
+            let hit = v["cache_hit_pct"].as_f64().unwrap();
+            if cache {
+                assert!((0.0..=100.0).contains(&hit), "{l}");
+            } else {
+                assert_eq!(hit, -1.0, "-1 without a cache: {l}");
+            }
+            let frac = v["dense_resident_frac"].as_f64().unwrap();
+            assert!(frac == -1.0 || (0.0..=1.0).contains(&frac), "{l}");
+            if !streaming {
+                assert_eq!(v["read_mb"], 0.0);
+            }
+            if !overlap {
+                assert_eq!(v["stall_ms"], 0.0, "stall is overlap-only: {l}");
+            }
+        }
+        assert_eq!(steps, (1..=6).collect::<Vec<_>>());
+        assert_eq!(text, answer);
+        // BMOE_LOAD only for tokens that read: never without streaming, on every token
+        // without a cache (each token reads its experts).
+        if !streaming {
+            assert!(loads.is_empty());
+        }
+        if streaming && !cache {
+            assert_eq!(loads.len(), 6);
+        }
+        end_lines(perf, streaming, cache);
+
+        let csv = parse_csv(&std::fs::read_to_string(&csv_path).unwrap());
+        let p = &csv.preamble;
+        assert_eq!(p["moe_stream"], if streaming { "1" } else { "0" });
+        assert_eq!(p["overlap"], if overlap { "1" } else { "0" });
+        assert_eq!(p["arch"], "olmoe");
+        assert_eq!(p["n_layer"], "2");
+        assert_eq!(p["n_expert_used"], "8");
+        assert_eq!(csv.rows.len(), 6);
+        let s = &csv.summary;
+        // Consistency: wall = io + compute + mgmt in serial mode (to the rounding of 3
+        // decimals), unless the clamp fired; the rows' reads add up to the summary's.
+        let mut read = 0.0;
+        for r in &csv.rows {
+            read += r["read_bytes"];
+            if !overlap && r["compute_ms"] > 0.0 {
+                let sum = r["io_ms"] + r["compute_ms"] + r["mgmt_ms"];
+                assert!((r["wall_ms"] - sum).abs() <= 0.002, "{r:?}");
+            }
+            if overlap {
+                let sum = r["stall_ms"] + r["compute_ms"] + r["mgmt_ms"];
+                assert!(r["compute_ms"] == 0.0 || (r["wall_ms"] - sum).abs() <= 0.002);
+            }
+            assert_eq!(r["mtp_batch"], 1.0);
+        }
+        let read_mib = read / (1u64 << 20) as f64;
+        assert!(
+            (read_mib - s["read_MiB"]).abs() < 0.001,
+            "{read_mib} vs {s:?}"
+        );
+        assert_eq!(s["tokens"], 6.0);
+        // The last row's cumulative hit rate is the summary's.
+        let last = csv.rows.last().unwrap();
+        assert!((last["cache_hit_pct"] - s["cache_hit_pct"]).abs() < 0.01);
+        if streaming {
+            // Every decode token routes 8 experts in each of the 2 layers.
+            assert_eq!(s["experts_routed"], 6.0 * 2.0 * 8.0);
+        }
+    }
+}
