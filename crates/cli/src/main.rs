@@ -379,9 +379,10 @@ struct RunArgs {
     #[arg(long, requires = "chatml")]
     no_think: bool,
 
-    /// Write the routing of every MoE layer (prompt and generated tokens) to PATH as a
-    /// `route_trace v1` file (spec/bmoe-telemetry.md): one row per routed expert with its
-    /// weight. In this build every expert is resident, so every row is a hit that read 0 bytes.
+    /// Diagnostic (a traced run is not a benchmark run): write the routing of every MoE layer
+    /// (prompt and generated tokens) to PATH as a `route_trace v1` file
+    /// (spec/bmoe-telemetry.md): one row per routed expert with its weight, whether the expert
+    /// cache had it and the bytes its read took (a resident run: every row a hit of 0 bytes).
     #[arg(long, value_name = "PATH")]
     route_trace: Option<PathBuf>,
 
@@ -406,6 +407,12 @@ struct RunArgs {
     /// CPU and memory picture, and a `# summary` trailer).
     #[arg(long, value_name = "PATH")]
     csv: Option<PathBuf>,
+
+    /// Diagnostic (a traced run is not a benchmark run): write every read of the expert store
+    /// to PATH (`# io_trace v1`: layer, expert, part, lane, offset, requested and read bytes,
+    /// latency). Needs a streaming run.
+    #[arg(long, value_name = "PATH")]
+    io_trace: Option<PathBuf>,
 
     #[command(flatten)]
     stream: stream::StreamArgs,
@@ -552,6 +559,7 @@ fn main() -> ExitCode {
             stream: args.stream,
             progress: args.progress,
             csv: args.csv,
+            io_trace: args.io_trace,
         }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,

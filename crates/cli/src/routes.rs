@@ -112,23 +112,47 @@ impl RouteTraceFile {
         self.decode.store(true, Ordering::Relaxed);
     }
 
-    /// The engine tap that writes a row per routed expert. Every expert of a resident model is
-    /// in memory: residency 1 (hit), 0 bytes read, never dropped.
-    pub fn tap<'a>(&self) -> RouteTap<'a> {
+    /// The engine tap that writes a row per routed expert. With `view` (a streaming run) each
+    /// routing's residency and bytes are what the expert store's lookup found: a miss reads
+    /// its bytes once, carried by the batch's first row of that expert, while every routing of
+    /// it keeps residency 0. Without (a resident run) every expert is in memory: residency 1,
+    /// 0 bytes read.
+    pub fn tap<'a>(&self, view: Option<Arc<Mutex<crate::stream::BatchView>>>) -> RouteTap<'a> {
         let sink = Arc::clone(&self.sink);
         let decode = Arc::clone(&self.decode);
         Box::new(move |r: &Routed<'_>| {
             let phase = u8::from(decode.load(Ordering::Relaxed));
+            let batch = view
+                .as_ref()
+                .map(|v| v.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+            let mut charged: Vec<usize> = Vec::new();
             let mut rows = String::new();
             for (j, (ids, wts)) in r.ids.chunks(r.k).zip(r.weights.chunks(r.k)).enumerate() {
-                for (slot, (id, w)) in ids.iter().zip(wts).enumerate() {
+                for (slot, (&id, w)) in ids.iter().zip(wts).enumerate() {
+                    let (residency, bytes) = match batch.as_ref().and_then(|b| {
+                        (b.layer as usize == r.layer)
+                            .then(|| b.get(id as u32))
+                            .flatten()
+                    }) {
+                        None => (1, 0),
+                        Some((true, _)) => (1, 0),
+                        Some((false, bytes)) => {
+                            if charged.contains(&id) {
+                                (0, 0)
+                            } else {
+                                charged.push(id);
+                                (0, bytes)
+                            }
+                        }
+                    };
                     rows += &format!(
-                        "0,{phase},{},{},{slot},{id},{w:.6},1,0,0\n",
+                        "0,{phase},{},{},{slot},{id},{w:.6},{residency},{bytes},0\n",
                         r.first_pos + j,
                         r.layer
                     );
                 }
             }
+            drop(batch);
             let Ok(mut s) = sink.lock() else { return };
             if s.error.is_none()
                 && let Err(e) = s.w.write_all(rows.as_bytes())

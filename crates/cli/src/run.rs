@@ -47,6 +47,8 @@ pub struct Options {
     pub progress: bool,
     /// The `bmoe_metrics v2` CSV sink.
     pub csv: Option<PathBuf>,
+    /// The `io_trace v1` file.
+    pub io_trace: Option<PathBuf>,
 }
 
 /// Threads to use: the given count, or every core the process may use.
@@ -344,14 +346,45 @@ pub fn run(opts: &Options) -> Result<()> {
         .map_or(0, |l| l.token_cycle_bytes().div_ceil(1 << 20));
     let cache_bytes = if streaming { opened.cache_bytes } else { 0 };
     let (mut o_direct, mut io_backend) = (false, "-");
+    let io_trace = match &opts.io_trace {
+        Some(_) if !streaming => bail!(
+            "--io-trace records the expert store's reads, and this run does not stream ({}): \
+             add --moe-stream on",
+            if opened.decision.why.is_empty() {
+                "--moe-stream off".to_owned()
+            } else {
+                opened.decision.why.clone()
+            }
+        ),
+        Some(path) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            crate::telemetry::IoTrace::create(path)?,
+        ))),
+        None => None,
+    };
+    let stamp = |phase: u8, step: usize| {
+        if let Some(t) = &io_trace {
+            t.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .stamp(phase, step);
+        }
+    };
+    // What each layer batch found in the cache, for the route trace.
+    let view = (opts.route_trace.is_some() && streaming)
+        .then(|| std::sync::Arc::new(std::sync::Mutex::new(crate::stream::BatchView::default())));
     if let Some(layout) = opened.layout {
-        let src = opts.stream.source(
+        let mut src = opts.stream.source(
             &file,
             layout,
             opened.cache_bytes,
             &name,
             std::sync::Arc::clone(&counters),
         )?;
+        if let Some(v) = &view {
+            src.watch(std::sync::Arc::clone(v));
+        }
+        if let Some(t) = &io_trace {
+            src.trace_io(std::sync::Arc::clone(t));
+        }
         o_direct = src.direct();
         io_backend = src.backend().name();
         engine.set_expert_source(Some(Box::new(src)))?;
@@ -390,7 +423,7 @@ pub fn run(opts: &Options) -> Result<()> {
                     layers: &layers,
                 },
             )?;
-            engine.set_route_tap(Some(t.tap()));
+            engine.set_route_tap(Some(t.tap(view.clone())));
             Some(t)
         }
         None => None,
@@ -450,6 +483,13 @@ pub fn run(opts: &Options) -> Result<()> {
         top_k: opts.top_k,
         top_p: opts.top_p,
         seed: sampler.seed(),
+        traces: [
+            (opts.route_trace.is_some(), "route"),
+            (opts.io_trace.is_some(), "io"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect(),
     };
     let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
     eprintln!(
@@ -469,6 +509,7 @@ pub fn run(opts: &Options) -> Result<()> {
 
     let prefill_usage0 = Usage::now();
     let prefill_snap0 = counters.snapshot();
+    stamp(0, engine.n_past());
     let t = Instant::now();
     let mut logits = engine.forward(&ids, LogitsWanted::Last)?;
     let prefill = t.elapsed().as_secs_f64();
@@ -570,6 +611,7 @@ pub fn run(opts: &Options) -> Result<()> {
         }
         out.push(&decoder.push(&tokenizer, id))?;
         n_gen += 1;
+        stamp(1, engine.n_past());
         let (snap0, usage0) = (counters.snapshot(), Usage::now());
         let t = Instant::now();
         let gap = t - last_end;
@@ -665,6 +707,11 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     if let Some(t) = trace {
         t.finish()?;
+    }
+    if let Some(t) = &io_trace {
+        t.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .finish()?;
     }
     Ok(())
 }

@@ -118,6 +118,24 @@ impl StreamCounters {
     }
 }
 
+/// What the last layer batch found: per distinct routed expert, whether it was in the cache,
+/// and the bytes its read pulls (0 for a hit). Shared with a route trace.
+#[derive(Debug, Default)]
+pub struct BatchView {
+    pub layer: u32,
+    pub entries: Vec<(u32, bool, u64)>,
+}
+
+impl BatchView {
+    /// (hit, bytes read) of `expert` in the batch.
+    pub fn get(&self, expert: u32) -> Option<(bool, u64)> {
+        self.entries
+            .iter()
+            .find(|e| e.0 == expert)
+            .map(|&(_, hit, bytes)| (hit, bytes))
+    }
+}
+
 /// How the source is set up.
 #[derive(Clone, Copy, Debug)]
 pub struct SourceConfig {
@@ -148,6 +166,10 @@ pub struct StoreSource {
     failed: Option<String>,
     overlap: bool,
     load_all: bool,
+    /// Where each batch's lookups are published, when something watches them.
+    view: Option<Arc<std::sync::Mutex<BatchView>>>,
+    /// The `--io-trace` file.
+    io_trace: Option<Arc<std::sync::Mutex<crate::telemetry::IoTrace>>>,
 }
 
 impl StoreSource {
@@ -193,7 +215,20 @@ impl StoreSource {
             failed: None,
             overlap: cfg.overlap,
             load_all: cfg.load_all,
+            view: None,
+            io_trace: None,
         })
+    }
+
+    /// Record every read in `trace`.
+    pub fn trace_io(&mut self, trace: Arc<std::sync::Mutex<crate::telemetry::IoTrace>>) {
+        self.lanes.record_windows(true);
+        self.io_trace = Some(trace);
+    }
+
+    /// Publish each batch's lookups to `view`.
+    pub fn watch(&mut self, view: Arc<std::sync::Mutex<BatchView>>) {
+        self.view = Some(view);
     }
 
     /// Whether the reads bypass the page cache.
@@ -217,6 +252,17 @@ impl StoreSource {
 
     /// Take a finished read back into the cache.
     fn collect(&mut self, done: ReadDone) {
+        if let Some(t) = &self.io_trace {
+            t.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .record(
+                    done.layer,
+                    done.expert,
+                    done.lane,
+                    !done.demand,
+                    &done.windows,
+                );
+        }
         let key = (done.layer, done.expert);
         self.cache.put_slot(key, done.buf);
         self.inflight.retain(|&e| e != done.expert);
@@ -288,6 +334,25 @@ impl ExpertSource for StoreSource {
             self.seen.push(e);
             if self.cache.lookup(key, slot_bytes) == Lookup::Miss {
                 self.inflight.push(key.1);
+            }
+        }
+        if let Some(view) = &self.view {
+            let mut v = view
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            v.layer = layer32;
+            v.entries.clear();
+            for &e in &self.seen {
+                let e = e as u32;
+                let miss = self.inflight.contains(&e);
+                let bytes = if miss {
+                    self.reader
+                        .windows(layer32, e)
+                        .map_or(0, |w| w.iter().map(|w| w.len as u64).sum())
+                } else {
+                    0
+                };
+                v.entries.push((e, !miss, bytes));
             }
         }
         // Evict for the misses before they take buffers, so that memory stays in the budget.

@@ -345,6 +345,9 @@ pub struct Preamble {
     pub top_k: i32,
     pub top_p: f32,
     pub seed: u32,
+    /// The diagnostic traces written (`route`, `io`): a traced run is instrumented, not a
+    /// benchmark run.
+    pub traces: Vec<&'static str>,
 }
 
 impl Preamble {
@@ -361,7 +364,7 @@ impl Preamble {
              predict_spec_max=0 prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
              drop_prefill=0 substitute_lambda=0 io_backend={} route_replay={}\n\
              # temp={} top_k={} top_p={} seed={} compute_trace_layers=0 spec=off \
-             spec_draft_max=0 mtp_p_min=0 ngram_min_match=0\n",
+             spec_draft_max=0 mtp_p_min=0 ngram_min_match=0 instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
             self.model.display(),
             self.arch,
@@ -392,6 +395,12 @@ impl Preamble {
             self.top_k,
             self.top_p,
             self.seed,
+            b(!self.traces.is_empty()),
+            if self.traces.is_empty() {
+                "-".to_owned()
+            } else {
+                self.traces.join(",")
+            },
         )
     }
 }
@@ -574,6 +583,84 @@ pub fn compute_line(usage: &Usage, decode_s: f64, tokens: usize, threads: usize)
         "compute: {pct:.1}% CPU occupancy ({cpu_tok:.3} cpu-s/token over {threads} threads), {:.2} major faults/token",
         usage.majflt as f64 / n
     )
+}
+
+/// The `--io-trace` file (`# io_trace v1`): one row per window the expert store read, stamped
+/// with the forward pass it was collected in (`phase` 0 = prefill, 1 = decode; `step` = the
+/// context position of the pass's first token). `proj` is the part's index in the layer's
+/// expert tensors (gate 0, up 1, down 2 for separate tensors), `lane` the I/O lane, `spec` 1
+/// for a speculative read.
+pub struct IoTrace {
+    path: PathBuf,
+    w: BufWriter<File>,
+    phase: u8,
+    step: usize,
+    error: Option<std::io::Error>,
+}
+
+impl IoTrace {
+    pub fn create(path: &Path) -> Result<IoTrace> {
+        let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = BufWriter::new(f);
+        w.write_all(
+            b"# io_trace v1\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n",
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+        Ok(IoTrace {
+            path: path.to_owned(),
+            w,
+            phase: 0,
+            step: 0,
+            error: None,
+        })
+    }
+
+    /// The forward pass the next rows belong to.
+    pub fn stamp(&mut self, phase: u8, step: usize) {
+        self.phase = phase;
+        self.step = step;
+    }
+
+    /// A finished read's windows.
+    pub fn record(
+        &mut self,
+        layer: u32,
+        expert: u32,
+        lane: usize,
+        spec: bool,
+        windows: &[store::WindowRead],
+    ) {
+        let mut rows = String::new();
+        for w in windows {
+            let _ = writeln!(
+                rows,
+                "0,{},{},{layer},{expert},{},{lane},{},{},{},{},{}",
+                self.phase,
+                self.step,
+                w.part,
+                u8::from(spec),
+                w.offset,
+                w.req_bytes,
+                w.read_bytes,
+                w.latency_ns
+            );
+        }
+        if self.error.is_none()
+            && let Err(e) = self.w.write_all(rows.as_bytes())
+        {
+            self.error = Some(e);
+        }
+    }
+
+    /// Flush; reports the first write error.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e).with_context(|| format!("writing {}", self.path.display()));
+        }
+        self.w
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
 }
 
 #[cfg(test)]

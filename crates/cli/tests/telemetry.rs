@@ -497,3 +497,113 @@ fn every_line_and_file_follows_the_spec() {
         }
     }
 }
+
+/// The data rows of a trace file (after its `#` lines and column line) as maps by column name.
+fn trace_rows(text: &str, version_line: &str, columns: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(version_line));
+    let mut header = None;
+    for l in lines.by_ref() {
+        if !l.starts_with('#') {
+            header = Some(l);
+            break;
+        }
+    }
+    let header: Vec<&str> = header.expect("a column line").split(',').collect();
+    assert_eq!(header.join(","), columns);
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), header.len(), "{l}");
+            header
+                .iter()
+                .zip(f)
+                .map(|(h, v)| ((*h).to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// The route and I/O traces agree with the CSV and the summary lines: the route trace has a
+/// row per routed expert (the last layer routing only the last prompt token, as the spec's
+/// prefill rule says), its decode residency gives the reported hit rate, and its bytes, like the
+/// I/O trace's, add up to the CSV's reads; a traced run says it is instrumented.
+#[test]
+fn traces_agree_with_the_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe(dir.path());
+    let csv_path = dir.path().join("m.csv");
+    let rt = dir.path().join("route.csv");
+    let io = dir.path().join("io.csv");
+    for overlap in [false, true] {
+        let mut extra = vec![
+            "--moe-stream",
+            "on",
+            "--cache-mb",
+            "20",
+            "--force-cache",
+            "--route-trace",
+            rt.to_str().unwrap(),
+            "--io-trace",
+            io.to_str().unwrap(),
+        ];
+        if overlap {
+            extra.push("--overlap");
+        }
+        let out = run(&m, &csv_path, &extra);
+        let csv = parse_csv(&std::fs::read_to_string(&csv_path).unwrap());
+        assert_eq!(csv.preamble["instrumented"], "1");
+        assert_eq!(csv.preamble["traces"], "route,io");
+        let n_prompt = csv.summary["n_prompt"] as usize;
+        let csv_read: f64 = csv.rows.iter().map(|r| r["read_bytes"]).sum();
+
+        let route = trace_rows(
+            &std::fs::read_to_string(&rt).unwrap(),
+            "# route_trace v1",
+            "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped",
+        );
+        let (layers, k) = (2, 8);
+        let prefill: Vec<_> = route.iter().filter(|r| r["phase"] == "0").collect();
+        let decode: Vec<_> = route.iter().filter(|r| r["phase"] == "1").collect();
+        assert_eq!(prefill.len(), n_prompt * (layers - 1) * k + k);
+        // The last layer's prefill rows carry the final prompt position.
+        assert!(
+            prefill
+                .iter()
+                .filter(|r| r["layer"] == "1")
+                .all(|r| r["step"] == (n_prompt - 1).to_string())
+        );
+        assert_eq!(decode.len(), 6 * layers * k);
+        let hits = decode.iter().filter(|r| r["residency"] == "1").count();
+        let hit_pct = 100.0 * hits as f64 / decode.len() as f64;
+        let line = out
+            .lines()
+            .find_map(|l| l.strip_prefix("moe-cache: "))
+            .unwrap();
+        let reported: f64 = line.split('%').next().unwrap().parse().unwrap();
+        assert!((hit_pct - reported).abs() < 0.051, "{hit_pct} vs {line}");
+        let route_bytes: f64 = decode
+            .iter()
+            .map(|r| r["expert_bytes"].parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(route_bytes, csv_read);
+
+        let reads = trace_rows(
+            &std::fs::read_to_string(&io).unwrap(),
+            "# io_trace v1",
+            "turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns",
+        );
+        let io_bytes: f64 = reads
+            .iter()
+            .filter(|r| r["phase"] == "1")
+            .map(|r| r["read_bytes"].parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(io_bytes, csv_read, "overlap {overlap}");
+        for r in &reads {
+            let req: u64 = r["req_bytes"].parse().unwrap();
+            let got: u64 = r["read_bytes"].parse().unwrap();
+            assert!(got >= req && got.is_multiple_of(4096), "{r:?}");
+            assert_eq!(r["spec"], "0");
+        }
+    }
+}

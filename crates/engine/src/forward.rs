@@ -903,6 +903,16 @@ impl<'a> Engine<'a> {
                         s.by_expert[s.ids[t * k_used + slot]].push((t, slot));
                     }
                 }
+                if let Some(cb) = &self.observer {
+                    let ids: Vec<f32> = s.ids[..n * k_used].iter().map(|&i| i as f32).collect();
+                    cb("ffn_moe_topk", Some(il), &ids);
+                    cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
+                }
+                if let Some(src) = &mut self.source {
+                    src.load(il, &s.ids[..n * k_used])
+                        .map_err(ForwardError::Experts)?;
+                }
+                // (after the load, so that a tap can ask the source what each routing found)
                 if let Some(tap) = &mut self.route_tap {
                     tap(&Routed {
                         layer: il,
@@ -912,15 +922,6 @@ impl<'a> Engine<'a> {
                         weights: &s.wts[..n * k_used],
                         replayed: replayed.is_some(),
                     });
-                }
-                if let Some(cb) = &self.observer {
-                    let ids: Vec<f32> = s.ids[..n * k_used].iter().map(|&i| i as f32).collect();
-                    cb("ffn_moe_topk", Some(il), &ids);
-                    cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
-                }
-                if let Some(src) = &mut self.source {
-                    src.load(il, &s.ids[..n * k_used])
-                        .map_err(ForwardError::Experts)?;
                 }
                 // each expert on the tokens that chose it, in the order the source has them
                 // ready (each writes its own slots, so the order changes no bit)

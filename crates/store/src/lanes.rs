@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::StoreError;
 use crate::cache::AlignedBuf;
 use crate::layout::ExpertLayout;
-use crate::read::{ExpertReader, IoMode, ReadFault};
+use crate::read::{ExpertReader, IoMode, ReadFault, WindowRead};
 
 /// How the lanes issue reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +61,10 @@ pub struct ReadDone {
     pub result: Result<u64, StoreError>,
     /// Time the lane spent on the job.
     pub busy: Duration,
+    /// The lane that read it.
+    pub lane: usize,
+    /// Each window's read (when the lanes record them: [`IoLanes::record_windows`]).
+    pub windows: Vec<WindowRead>,
 }
 
 #[derive(Default)]
@@ -80,6 +84,14 @@ impl Queue {
 struct Shared {
     q: Mutex<Queue>,
     cv: Condvar,
+    /// Record each window's read in [`ReadDone::windows`].
+    record: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn recording(&self) -> bool {
+        self.record.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Shared {
@@ -144,7 +156,7 @@ impl IoLanes {
             let spawned = match backend {
                 Backend::Pread => std::thread::Builder::new()
                     .name(format!("sluice-io-{i}"))
-                    .spawn(move || pread_lane(&reader, &shared, &tx)),
+                    .spawn(move || pread_lane(i, &reader, &shared, &tx)),
                 Backend::Uring => {
                     #[cfg(target_os = "linux")]
                     {
@@ -194,6 +206,14 @@ impl IoLanes {
     /// Jobs submitted and not yet taken back.
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Record each window's read (offset, bytes, latency) in the finished jobs, for an I/O
+    /// trace.
+    pub fn record_windows(&self, on: bool) {
+        self.shared
+            .record
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Queue `job`.
@@ -248,10 +268,12 @@ impl Drop for IoLanes {
     }
 }
 
-fn pread_lane(reader: &ExpertReader, shared: &Shared, tx: &Sender<ReadDone>) {
+fn pread_lane(lane: usize, reader: &ExpertReader, shared: &Shared, tx: &Sender<ReadDone>) {
     while let Some(mut job) = shared.next() {
         let t = Instant::now();
-        let result = reader.read(job.layer, job.expert, job.buf.as_mut_slice());
+        let mut windows = Vec::new();
+        let timings = shared.recording().then_some(&mut windows);
+        let result = reader.read_timed(job.layer, job.expert, job.buf.as_mut_slice(), timings);
         let done = ReadDone {
             layer: job.layer,
             expert: job.expert,
@@ -259,6 +281,8 @@ fn pread_lane(reader: &ExpertReader, shared: &Shared, tx: &Sender<ReadDone>) {
             demand: job.demand,
             result,
             busy: t.elapsed(),
+            lane,
+            windows,
         };
         if tx.send(done).is_err() {
             return;
@@ -314,11 +338,12 @@ mod uring {
         ring: IoUring,
     }
 
-    /// A job in flight: its windows and what came back of each.
+    /// A job in flight: its windows and what came back of each (and when).
     struct Active {
         job: ReadJob,
         windows: Vec<Window>,
         got: Vec<Option<Result<usize, i32>>>,
+        done_ns: Vec<u64>,
         left: usize,
         t0: Instant,
     }
@@ -400,13 +425,25 @@ mod uring {
                         continue;
                     };
                     a.got[wi] = Some(if res < 0 { Err(-res) } else { Ok(res as usize) });
+                    a.done_ns[wi] = a.t0.elapsed().as_nanos() as u64;
                     a.left -= 1;
                     if a.left == 0
                         && let Some(mut a) = slab[idx].take()
                     {
                         active -= 1;
                         let result = complete(reader, &a).or_else(|_| retry_sync(reader, &mut a));
-                        receiver_gone |= tx.send(finish(a, result)).is_err();
+                        let timings = if shared.recording() {
+                            a.windows
+                                .iter()
+                                .zip(&a.done_ns)
+                                .map(|(w, &ns)| w.timing(ns))
+                                .collect()
+                        } else {
+                            Vec::new()
+                        };
+                        let mut done = finish(a, result);
+                        done.windows = timings;
+                        receiver_gone |= tx.send(done).is_err();
                     }
                 }
             }
@@ -488,6 +525,7 @@ mod uring {
                 job,
                 windows,
                 got: vec![None; n],
+                done_ns: vec![0; n],
                 left: n,
                 t0,
             });
@@ -565,6 +603,8 @@ mod uring {
             demand: job.demand,
             result,
             busy: t0.elapsed(),
+            lane: 0,
+            windows: Vec::new(),
         }
     }
 }

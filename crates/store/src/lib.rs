@@ -22,4 +22,4 @@ pub use cache::{CacheStats, EvictionPolicy, ExpertCache, Lookup, Lru};
 pub use error::StoreError;
 pub use lanes::{Backend, IoLanes, ReadDone, ReadJob, uring_available};
 pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};
-pub use read::{ExpertReader, IoMode, ReadFault, Window};
+pub use read::{ExpertReader, IoMode, ReadFault, Window, WindowRead};

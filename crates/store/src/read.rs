@@ -53,6 +53,34 @@ pub struct Window {
     pub stride: u64,
 }
 
+/// One window's read, as an I/O trace records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowRead {
+    /// The part (index into [`LayerExperts::parts`]).
+    pub part: usize,
+    /// Where the part's bytes start in the file.
+    pub offset: u64,
+    /// The part's bytes (what the caller wanted).
+    pub req_bytes: u64,
+    /// The aligned window read.
+    pub read_bytes: u64,
+    /// From the read's issue to its completion.
+    pub latency_ns: u64,
+}
+
+impl Window {
+    /// This window's read as a trace row, `latency_ns` after it was issued.
+    pub fn timing(&self, latency_ns: u64) -> WindowRead {
+        WindowRead {
+            part: self.part,
+            offset: self.start,
+            req_bytes: self.stride,
+            read_bytes: self.len as u64,
+            latency_ns,
+        }
+    }
+}
+
 /// A read failure to inject (see [`ExpertReader::inject_fault`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadFault {
@@ -222,8 +250,20 @@ impl ExpertReader {
     /// expert, tensor and offset; the slot's contents are then undefined. Returns the bytes
     /// read (whole aligned windows).
     pub fn read(&self, layer: u32, expert: u32, slot: &mut [u8]) -> Result<u64, StoreError> {
+        self.read_timed(layer, expert, slot, None)
+    }
+
+    /// [`read`](Self::read), appending each window's read to `timings` when given.
+    pub fn read_timed(
+        &self,
+        layer: u32,
+        expert: u32,
+        slot: &mut [u8],
+        mut timings: Option<&mut Vec<WindowRead>>,
+    ) -> Result<u64, StoreError> {
         let mut bytes = 0u64;
         for w in self.windows(layer, expert)? {
+            let t0 = std::time::Instant::now();
             let slot_len = slot.len();
             let buf = slot.get_mut(w.slot_at..w.slot_at + w.len).ok_or_else(|| {
                 self.read_error(
@@ -262,6 +302,9 @@ impl ExpertReader {
                 got += n;
             }
             bytes += w.len as u64;
+            if let Some(t) = timings.as_deref_mut() {
+                t.push(w.timing(t0.elapsed().as_nanos() as u64));
+            }
         }
         Ok(bytes)
     }
