@@ -146,6 +146,8 @@ pub struct SourceConfig {
     pub overlap: bool,
     pub load_all: bool,
     pub fault: Option<ReadFault>,
+    /// Fall back to pread lanes when the io_uring cannot be set up (`--io-backend auto`).
+    pub uring_fallback: bool,
 }
 
 /// The engine's source of routed experts: cache slots filled by the I/O lanes.
@@ -160,8 +162,12 @@ pub struct StoreSource {
     proj_index: Vec<Option<[usize; 3]>>,
     /// Distinct experts of the batch being loaded.
     seen: Vec<usize>,
-    /// Experts of the batch whose reads are in flight.
+    /// Experts of the batch whose reads are in flight (of layer `batch_layer`).
     inflight: Vec<u32>,
+    batch_layer: u32,
+    /// A read error collected after its layer was done (`--load-all` under `--overlap`: an
+    /// expert no token used), reported by the next load.
+    deferred: Option<String>,
     /// The first read error of the batch.
     failed: Option<String>,
     overlap: bool,
@@ -181,7 +187,22 @@ impl StoreSource {
         counters: Arc<StreamCounters>,
     ) -> Result<StoreSource> {
         let paths: Vec<_> = file.shards().iter().map(|s| s.path().to_owned()).collect();
-        let lanes = IoLanes::start(&paths, &layout, cfg.io, cfg.lanes, cfg.backend, cfg.fault)?;
+        let lanes = match IoLanes::start(&paths, &layout, cfg.io, cfg.lanes, cfg.backend, cfg.fault)
+        {
+            // `--io-backend auto`: a ring the kernel refuses at this size falls back to pread.
+            Err(e) if cfg.uring_fallback && cfg.backend == Backend::Uring => {
+                eprintln!("sluice: io_uring refused ({e}); reading with pread lanes");
+                IoLanes::start(
+                    &paths,
+                    &layout,
+                    cfg.io,
+                    cfg.lanes,
+                    Backend::Pread,
+                    cfg.fault,
+                )?
+            }
+            r => r?,
+        };
         let reader = ExpertReader::open_as(&paths, &layout, false)?;
         let n_layer = layout.layers.iter().map(|l| l.layer + 1).max().unwrap_or(0) as usize;
         let mut proj_index = vec![None; n_layer];
@@ -212,6 +233,8 @@ impl StoreSource {
             proj_index,
             seen: Vec::new(),
             inflight: Vec::new(),
+            batch_layer: 0,
+            deferred: None,
             failed: None,
             overlap: cfg.overlap,
             load_all: cfg.load_all,
@@ -265,7 +288,9 @@ impl StoreSource {
         }
         let key = (done.layer, done.expert);
         self.cache.put_slot(key, done.buf);
-        self.inflight.retain(|&e| e != done.expert);
+        if done.layer == self.batch_layer {
+            self.inflight.retain(|&e| e != done.expert);
+        }
         if self.overlap {
             StreamCounters::add(&self.counters.io_ns, done.busy.as_nanos() as u64);
         }
@@ -314,6 +339,19 @@ impl ExpertSource for StoreSource {
         let layer32 = layer as u32;
         let slot_bytes = self.reader.slot_bytes(layer32).map_err(|e| e.to_string())?;
         let expert_bytes = self.layout.layer(layer32).map_or(0, |l| l.expert_bytes);
+        // A batch the engine left without `release` (it stopped on an error): its reads end
+        // first.
+        if self.lanes.in_flight() > 0 {
+            while let Some(done) = self.lanes.wait() {
+                self.collect(done);
+            }
+            self.cache.end_batch();
+        }
+        self.inflight.clear();
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        self.batch_layer = layer32;
         self.cache.begin_batch();
         self.seen.clear();
         self.failed = None;
@@ -446,9 +484,13 @@ impl ExpertSource for StoreSource {
 
     fn release(&mut self, _layer: usize) {
         let t = Instant::now();
-        // Reads the layer did not wait for (--load-all under --overlap) end first.
+        // Reads the layer did not wait for (--load-all under --overlap) end first; their
+        // errors are reported by the next load.
         while let Some(done) = self.lanes.wait() {
             self.collect(done);
+        }
+        if let Some(e) = self.failed.take() {
+            self.deferred = Some(e);
         }
         let before = self.cache.stats();
         self.cache.end_batch();
@@ -470,8 +512,8 @@ pub struct StreamArgs {
     pub moe_stream: StreamMode,
 
     /// When streaming: the expert cache's budget: `auto` (decided once at load: available
-    /// memory minus --cache-floor-mb minus the dense weights, at least 1500 MiB, at most every
-    /// expert, and at most --cache-ceil-mb), a number of MiB (1 to 1499 only with
+    /// memory minus --cache-floor-mb minus the dense weights, at least 1500 MiB, at most the
+    /// slots of every expert, and at most --cache-ceil-mb), a number of MiB (1 to 1499 only with
     /// --force-cache), or 0 to keep nothing (every routed expert is read every time it is used).
     #[arg(long, value_name = "auto|MiB")]
     pub cache_mb: Option<CacheMb>,
@@ -737,7 +779,9 @@ impl StreamArgs {
                         .max(min),
                     None => min,
                 };
-                let mut budget = want.min(layout.expert_bytes_total());
+                // (At most what slots for every expert take, padding for aligned reads
+                // included: what the cache charges.)
+                let mut budget = want.min(layout.slot_bytes_total());
                 if self.cache_ceil_mb > 0 {
                     budget = budget.min(self.cache_ceil_mb.saturating_mul(MIB));
                 }
@@ -802,13 +846,16 @@ impl StreamArgs {
         let mib = |b: u64| b as f64 / MIB as f64;
         let cycle = layout.token_cycle_bytes();
         eprintln!(
-            "sluice: expert cache {:.0} MiB ({}); one token cycle is {:.1} MiB, all experts {:.1} MiB",
+            "sluice: expert cache {:.0} MiB ({}); one token cycle is {:.1} MiB, all experts {:.1} MiB \
+             ({:.1} MiB in cache slots)",
             mib(budget),
             self.cache_label(),
             mib(cycle),
-            mib(layout.expert_bytes_total())
+            mib(layout.expert_bytes_total()),
+            mib(layout.slot_bytes_total())
         );
-        if budget > 0 && budget < cycle {
+        // (In slots, as the cache charges them.)
+        if budget > 0 && budget < layout.token_cycle_slot_bytes() {
             eprintln!(
                 "sluice: warning: the expert cache ({:.0} MiB) is smaller than one token cycle \
                  ({:.1} MiB): an LRU cache then evicts what the next token needs and hits almost \
@@ -825,6 +872,7 @@ impl StreamArgs {
             overlap: self.overlap,
             load_all: self.load_all,
             fault: self.inject_read_fault.map(|f| f.0),
+            uring_fallback: self.io_backend == IoBackendArg::Auto,
         };
         let src = StoreSource::open(file, layout, cfg, counters)
             .with_context(|| format!("{name}: cannot stream the experts"))?;

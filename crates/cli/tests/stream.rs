@@ -429,6 +429,50 @@ fn a_failed_expert_read_stops_the_run_naming_the_expert() {
     }
 }
 
+/// Under --load-all every expert is read, also those no token routed: a failed read of one of
+/// them stops the run too, serial or overlapped (overlapped, it is collected after its layer
+/// and reported by the next).
+#[test]
+fn a_failed_read_of_an_unrouted_expert_is_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe_l1(dir.path());
+    let trace = dir.path().join("t.csv");
+    run(
+        &m,
+        &[
+            "--moe-stream",
+            "off",
+            "--route-trace",
+            trace.to_str().unwrap(),
+        ],
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let routed: std::collections::BTreeSet<u32> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("turn,"))
+        .map(|l| l.split(',').nth(5).unwrap().parse().unwrap())
+        .collect();
+    let e = (0..64)
+        .rev()
+        .find(|e| !routed.contains(e))
+        .expect("an unrouted expert");
+    let fault = format!("0:{e}");
+    for extra in [&[][..], &["--overlap"][..]] {
+        let mut a = vec![
+            "--moe-stream",
+            "on",
+            "--load-all",
+            "--inject-read-fault",
+            &fault,
+        ];
+        a.extend_from_slice(extra);
+        let o = run_output(&m, &a);
+        assert!(!o.status.success(), "{extra:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("layer 0, expert {e}: ")), "{err}");
+    }
+}
+
 #[test]
 fn a_file_cut_inside_an_expert_tensor_is_refused_at_load_naming_it() {
     // (A file cut while a run reads it: crates/store/tests/read.rs and lanes.rs.)
@@ -547,9 +591,13 @@ fn auto_streams_only_a_model_that_does_not_fit_and_sizes_the_cache_once() {
             && mode.contains(" GiB > available "),
         "{mode}"
     );
-    // auto with no room: the cache takes its minimum (1500 MiB), capped at every expert.
+    // auto with no room: the cache takes its minimum (1500 MiB), capped at the slots of every
+    // expert (their windows padded for aligned reads).
     assert!(
-        err.contains("sluice: expert cache 249 MiB (auto); one token cycle is 31.1 MiB"),
+        err.contains(
+            "sluice: expert cache 250 MiB (auto); one token cycle is 31.1 MiB, all experts \
+             249.0 MiB (249.8 MiB in cache slots)"
+        ),
         "{err}"
     );
     assert!(!err.contains("warning"), "{err}");

@@ -142,11 +142,28 @@ impl IoLanes {
         let direct = probe.direct();
         let shared = Arc::new(Shared::default());
         let (tx, rx) = channel();
-        let mut threads = Vec::new();
+        // Built first, so that a lane failing to start shuts the started ones down (Drop).
+        let mut io = IoLanes {
+            shared: Arc::clone(&shared),
+            rx,
+            threads: Vec::new(),
+            direct,
+            backend,
+            lanes,
+            in_flight: 0,
+        };
         let readers = match backend {
             Backend::Pread => lanes,
             Backend::Uring => 1,
         };
+        // The most windows one job reads (the most parts of a layer's experts).
+        let max_windows = layout
+            .layers
+            .iter()
+            .map(|l| l.parts.len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         for i in 0..readers {
             // Each lane its own descriptors.
             let mut reader = ExpertReader::open_as(paths, layout, direct)?;
@@ -160,13 +177,14 @@ impl IoLanes {
                 Backend::Uring => {
                     #[cfg(target_os = "linux")]
                     {
-                        let ring = uring::Ring::new(lanes)?;
+                        let ring = uring::Ring::new(lanes, max_windows)?;
                         std::thread::Builder::new()
                             .name("sluice-io-uring".into())
-                            .spawn(move || ring.run(&reader, &shared, &tx, lanes))
+                            .spawn(move || ring.run(&reader, &shared, &tx))
                     }
                     #[cfg(not(target_os = "linux"))]
                     {
+                        let _ = max_windows;
                         return Err(StoreError::Lanes {
                             msg: "io_uring exists only on Linux".into(),
                         });
@@ -176,17 +194,9 @@ impl IoLanes {
             let handle = spawned.map_err(|e| StoreError::Lanes {
                 msg: format!("cannot start an I/O lane: {e}"),
             })?;
-            threads.push(handle);
+            io.threads.push(handle);
         }
-        Ok(IoLanes {
-            shared,
-            rx,
-            threads,
-            direct,
-            backend,
-            lanes,
-            in_flight: 0,
-        })
+        Ok(io)
     }
 
     /// Whether the reads bypass the page cache.
@@ -256,11 +266,12 @@ impl IoLanes {
 
 impl Drop for IoLanes {
     fn drop(&mut self) {
-        self.shared
-            .q
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .shutdown = true;
+        let mut q = self.shared.q.lock().unwrap_or_else(|p| p.into_inner());
+        // Queued reads are not made: nobody will take them.
+        q.demand.clear();
+        q.spec.clear();
+        q.shutdown = true;
+        drop(q);
         self.shared.cv.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -336,6 +347,8 @@ mod uring {
 
     pub struct Ring {
         ring: IoUring,
+        /// Jobs in flight at most, so that their windows always fit the submission queue.
+        depth: usize,
     }
 
     /// A job in flight: its windows and what came back of each (and when).
@@ -351,21 +364,19 @@ mod uring {
     const WINDOW_BITS: u32 = 8;
 
     impl Ring {
-        pub fn new(depth: usize) -> Result<Ring, StoreError> {
-            let entries = (depth.max(1) * 8).next_power_of_two().min(4096) as u32;
-            let ring = IoUring::new(entries).map_err(|e| StoreError::Lanes {
+        /// A ring for `depth` jobs of at most `max_windows` windows each.
+        pub fn new(depth: usize, max_windows: usize) -> Result<Ring, StoreError> {
+            let want = depth.max(1) * max_windows.max(1);
+            let entries = want.next_power_of_two().clamp(8, 4096);
+            let ring = IoUring::new(entries as u32).map_err(|e| StoreError::Lanes {
                 msg: format!("io_uring setup refused: {e}"),
             })?;
-            Ok(Ring { ring })
+            let depth = depth.max(1).min((entries / max_windows.max(1)).max(1));
+            Ok(Ring { ring, depth })
         }
 
-        pub fn run(
-            mut self,
-            reader: &ExpertReader,
-            shared: &Shared,
-            tx: &Sender<ReadDone>,
-            depth: usize,
-        ) {
+        pub fn run(mut self, reader: &ExpertReader, shared: &Shared, tx: &Sender<ReadDone>) {
+            let depth = self.depth;
             let mut slab: Vec<Option<Active>> = Vec::new();
             let mut active = 0usize;
             let mut receiver_gone = false;
@@ -400,7 +411,8 @@ mod uring {
                     && e.kind() != std::io::ErrorKind::Interrupted
                 {
                     // The ring broke: fail every job in flight. The kernel may still write
-                    // into their buffers, so those are leaked, never reused.
+                    // into their buffers, so those are leaked, never reused. Every later job
+                    // is read with pread on this thread.
                     for a in slab.iter_mut().filter_map(Option::take) {
                         let err = reader.read_error(
                             a.job.layer,
@@ -411,6 +423,13 @@ mod uring {
                         let mut a = a;
                         std::mem::forget(std::mem::replace(&mut a.job.buf, AlignedBuf::new(0)));
                         let _ = tx.send(finish(a, Err(err)));
+                    }
+                    while let Some(mut job) = shared.next() {
+                        let t0 = Instant::now();
+                        let result = reader.read(job.layer, job.expert, job.buf.as_mut_slice());
+                        if tx.send(done_of(job, result, t0)).is_err() {
+                            return;
+                        }
                     }
                     return;
                 }
@@ -503,30 +522,24 @@ mod uring {
                 }
                 pushed += 1;
             }
-            if pushed < windows.len() {
-                // No room in the queue (cannot happen at the sizes chosen): read the job
-                // synchronously once the queued windows came back.
-                while pushed > 0 {
-                    if self.ring.submit_and_wait(1).is_err() {
-                        break;
-                    }
-                    let n = self
-                        .ring
-                        .completion()
-                        .filter(|c| (c.user_data() >> WINDOW_BITS) as usize == idx)
-                        .count();
-                    pushed -= n.min(pushed);
-                }
+            // (The depth keeps every job's windows within the queue; should a push still fail,
+            // the windows not queued count as failed, and once the queued ones came back
+            // through the normal path the whole job is read again with pread.)
+            let n = windows.len();
+            if pushed == 0 {
                 let result = reader.read(job.layer, job.expert, job.buf.as_mut_slice());
                 return Err(Box::new(done_of(job, result, t0)));
             }
-            let n = windows.len();
+            let mut got = vec![None; n];
+            for g in &mut got[pushed..] {
+                *g = Some(Err(libc::EBUSY));
+            }
             slab[idx] = Some(Active {
                 job,
                 windows,
-                got: vec![None; n],
+                got,
                 done_ns: vec![0; n],
-                left: n,
+                left: pushed,
                 t0,
             });
             Ok(())

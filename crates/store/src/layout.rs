@@ -128,6 +128,18 @@ pub struct LayerExperts {
     pub dense_bytes: u64,
 }
 
+impl LayerExperts {
+    /// Bytes of a cache slot of this layer: each part's window, widened to whole
+    /// [`SLOT_ALIGN`](crate::cache::SLOT_ALIGN) blocks at the worst alignment of any expert.
+    pub fn slot_bytes(&self) -> u64 {
+        let align = crate::cache::SLOT_ALIGN as u64;
+        self.parts
+            .iter()
+            .map(|p| p.stride.next_multiple_of(align) + align)
+            .sum()
+    }
+}
+
 /// Where every routed expert of a model is; see the [crate docs](crate).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExpertLayout {
@@ -281,6 +293,20 @@ impl ExpertLayout {
             .iter()
             .map(|l| l.expert_bytes * u64::from(self.n_expert))
             .sum()
+    }
+
+    /// Bytes of cache slots for every routed expert of every layer (what a cache holding all of
+    /// them takes: each part's window is padded for aligned reads, [`LayerExperts::slot_bytes`]).
+    pub fn slot_bytes_total(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|l| l.slot_bytes() * u64::from(self.n_expert))
+            .sum()
+    }
+
+    /// One token cycle in cache slots: `n_expert_used × Σ_layers slot_bytes`.
+    pub fn token_cycle_slot_bytes(&self) -> u64 {
+        u64::from(self.n_expert_used) * self.layers.iter().map(|l| l.slot_bytes()).sum::<u64>()
     }
 
     /// One token cycle: what a token reads when none of its experts is cached,

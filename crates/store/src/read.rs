@@ -160,8 +160,7 @@ impl ExpertReader {
 
     /// Bytes of a slot of `layer` (the same for every expert of the layer).
     pub fn slot_bytes(&self, layer: u32) -> Result<usize, StoreError> {
-        let l = self.layer(layer)?;
-        Ok(l.parts.iter().map(|p| window_bytes(p.stride)).sum::<u64>() as usize)
+        Ok(self.layer(layer)?.slot_bytes() as usize)
     }
 
     /// The reads that fill a slot of expert `expert` of `layer`: one aligned window per part,

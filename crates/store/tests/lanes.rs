@@ -167,3 +167,41 @@ fn injected_faults_and_cut_files_are_errors_naming_the_expert() {
         );
     }
 }
+
+/// More jobs in flight than an io_uring's submission queue holds windows for: the ring takes
+/// as many as fit and the rest wait their turn; every job comes back.
+#[test]
+fn a_deep_uring_queue_never_overflows() {
+    if !store::uring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = GgufFile::open(model(dir.path())).unwrap();
+    let layout = ExpertLayout::from_gguf(&f).unwrap().unwrap();
+    let plain = ExpertReader::open(&paths(&f), &layout, IoMode::Buffered).unwrap();
+    // 3 windows per job: 1400 jobs in flight would need 4200 entries, past the 4096 cap.
+    let mut io = IoLanes::start(
+        &paths(&f),
+        &layout,
+        IoMode::Buffered,
+        1400,
+        Backend::Uring,
+        None,
+    )
+    .unwrap();
+    let n = 3000;
+    for i in 0..n {
+        io.submit(ReadJob {
+            layer: 1,
+            expert: i % layout.n_expert,
+            buf: AlignedBuf::new(plain.slot_bytes(1).unwrap()),
+            demand: true,
+        });
+    }
+    let mut seen = 0;
+    while let Some(done) = io.wait() {
+        done.result.unwrap();
+        seen += 1;
+    }
+    assert_eq!(seen, n);
+}
