@@ -414,6 +414,17 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     io_trace: Option<PathBuf>,
 
+    /// Diagnostic (a traced run is not a benchmark run): write the time of every step of the
+    /// forward pass to PATH (`# compute_trace v1`): one row per named intermediate (llama.cpp's
+    /// graph names: attn_norm-0, Qcur-0, ..., result_output) with the wall time since the
+    /// previous one and the major faults in between. Works with or without streaming.
+    #[arg(long, value_name = "PATH", conflicts_with = "compute_trace_layers")]
+    compute_trace: Option<PathBuf>,
+
+    /// As --compute-trace, one row per layer (`blk.<il>`, and `post` for the output head).
+    #[arg(long, value_name = "PATH")]
+    compute_trace_layers: Option<PathBuf>,
+
     #[command(flatten)]
     stream: stream::StreamArgs,
 }
@@ -560,6 +571,10 @@ fn main() -> ExitCode {
             progress: args.progress,
             csv: args.csv,
             io_trace: args.io_trace,
+            compute_trace: args
+                .compute_trace
+                .map(|p| (p, false))
+                .or(args.compute_trace_layers.map(|p| (p, true))),
         }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,

@@ -49,6 +49,8 @@ pub struct Options {
     pub csv: Option<PathBuf>,
     /// The `io_trace v1` file.
     pub io_trace: Option<PathBuf>,
+    /// The `compute_trace v1` file, and whether by layer.
+    pub compute_trace: Option<(PathBuf, bool)>,
 }
 
 /// Threads to use: the given count, or every core the process may use.
@@ -483,13 +485,35 @@ pub fn run(opts: &Options) -> Result<()> {
         top_k: opts.top_k,
         top_p: opts.top_p,
         seed: sampler.seed(),
+        compute_trace_layers: opts.compute_trace.as_ref().is_some_and(|c| c.1),
         traces: [
             (opts.route_trace.is_some(), "route"),
             (opts.io_trace.is_some(), "io"),
+            (opts.compute_trace.is_some(), "compute"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
         .collect(),
+    };
+    let compute_trace = match &opts.compute_trace {
+        Some((path, layers)) => {
+            let t = std::sync::Arc::new(std::sync::Mutex::new(
+                crate::telemetry::ComputeTrace::create(path, *layers, &preamble)?,
+            ));
+            let sink = std::sync::Arc::clone(&t);
+            engine.set_observer(Some(Box::new(move |name, layer, _| {
+                sink.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .node(name, layer);
+            })));
+            Some(t)
+        }
+        None => None,
+    };
+    let ct = |f: &mut dyn FnMut(&mut crate::telemetry::ComputeTrace)| {
+        if let Some(t) = &compute_trace {
+            f(&mut t.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
     };
     let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
     eprintln!(
@@ -510,8 +534,10 @@ pub fn run(opts: &Options) -> Result<()> {
     let prefill_usage0 = Usage::now();
     let prefill_snap0 = counters.snapshot();
     stamp(0, engine.n_past());
+    ct(&mut |c| c.begin(0, 0));
     let t = Instant::now();
     let mut logits = engine.forward(&ids, LogitsWanted::Last)?;
+    ct(&mut |c| c.end());
     let prefill = t.elapsed().as_secs_f64();
     let mut last_end = Instant::now();
     eprintln!(
@@ -612,11 +638,14 @@ pub fn run(opts: &Options) -> Result<()> {
         out.push(&decoder.push(&tokenizer, id))?;
         n_gen += 1;
         stamp(1, engine.n_past());
+        let pos = engine.n_past();
+        ct(&mut |c| c.begin(1, pos));
         let (snap0, usage0) = (counters.snapshot(), Usage::now());
         let t = Instant::now();
         let gap = t - last_end;
         logits = engine.forward(&[id], LogitsWanted::Last)?;
         let wall = t.elapsed();
+        ct(&mut |c| c.end());
         last_end = Instant::now();
         decode += wall;
         loop_overhead += gap;
@@ -709,6 +738,11 @@ pub fn run(opts: &Options) -> Result<()> {
         t.finish()?;
     }
     if let Some(t) = &io_trace {
+        t.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .finish()?;
+    }
+    if let Some(t) = &compute_trace {
         t.lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .finish()?;

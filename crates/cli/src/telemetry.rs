@@ -345,8 +345,10 @@ pub struct Preamble {
     pub top_k: i32,
     pub top_p: f32,
     pub seed: u32,
-    /// The diagnostic traces written (`route`, `io`): a traced run is instrumented, not a
-    /// benchmark run.
+    /// `--compute-trace-layers`.
+    pub compute_trace_layers: bool,
+    /// The diagnostic traces written (`route`, `io`, `compute`): a traced run is
+    /// instrumented, not a benchmark run.
     pub traces: Vec<&'static str>,
 }
 
@@ -363,7 +365,7 @@ impl Preamble {
              io_two_wave=0 prefetch=0 route_ahead=0 predict_prefetch=0 predict_log=0 \
              predict_spec_max=0 prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
              drop_prefill=0 substitute_lambda=0 io_backend={} route_replay={}\n\
-             # temp={} top_k={} top_p={} seed={} compute_trace_layers=0 spec=off \
+             # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec=off \
              spec_draft_max=0 mtp_p_min=0 ngram_min_match=0 instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
             self.model.display(),
@@ -395,6 +397,7 @@ impl Preamble {
             self.top_k,
             self.top_p,
             self.seed,
+            b(self.compute_trace_layers),
             b(!self.traces.is_empty()),
             if self.traces.is_empty() {
                 "-".to_owned()
@@ -647,6 +650,159 @@ impl IoTrace {
         }
         if self.error.is_none()
             && let Err(e) = self.w.write_all(rows.as_bytes())
+        {
+            self.error = Some(e);
+        }
+    }
+
+    /// Flush; reports the first write error.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e).with_context(|| format!("writing {}", self.path.display()));
+        }
+        self.w
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// The ggml operation a named intermediate of the forward pass stands for (the `op` column of a
+/// compute trace; the `name` column keeps the intermediate's own name).
+pub fn op_of(name: &str) -> &'static str {
+    match name {
+        "attn_norm" | "ffn_norm" | "result_norm" => "RMS_NORM",
+        "Qcur" | "Kcur" | "Vcur" | "attn_out" | "ffn_moe_logits" | "ffn_shexp_out"
+        | "result_output" => "MUL_MAT",
+        "kqv_out" => "FLASH_ATTN_EXT",
+        "ffn_inp" | "ffn_out" | "l_out" => "ADD",
+        "ffn_moe_probs" => "SOFT_MAX",
+        "ffn_moe_topk" => "ARGSORT",
+        "ffn_moe_weights" => "GET_ROWS",
+        "ffn_moe_out" => "MUL_MAT_ID",
+        _ => "OTHER",
+    }
+}
+
+/// The `--compute-trace` / `--compute-trace-layers` file (`# compute_trace v1`). sluice's
+/// named intermediates (the engine's observer points) play the role of graph nodes: a node's
+/// `wall_ns` is the time from the previous boundary (the decode's start for the first) to the
+/// moment the intermediate is complete, and `majflt` the major faults in between. With
+/// `layers`, one row per layer segment instead (`op` = `LAYER`, `name` = `blk.<il>`, and
+/// `post` for the final norm and output head).
+pub struct ComputeTrace {
+    path: PathBuf,
+    w: BufWriter<File>,
+    layers: bool,
+    phase: u8,
+    step: usize,
+    seq: usize,
+    last: Instant,
+    last_flt: u64,
+    /// Layer-segment sums of the pass: (layer or -1, ns, faults), in order.
+    segs: Vec<(i64, u64, u64)>,
+    error: Option<std::io::Error>,
+}
+
+impl ComputeTrace {
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(path: &Path, layers: bool, pre: &Preamble) -> Result<ComputeTrace> {
+        let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = BufWriter::new(f);
+        let head = format!(
+            "# compute_trace v1\n# model={} arch={} n_layer={} n_threads={} io_threads={} o_direct={} overlap={}\nturn,phase,step,seq,layer,op,name,wall_ns,majflt\n",
+            pre.model.display(),
+            pre.arch,
+            pre.n_layer,
+            pre.threads,
+            pre.io_threads,
+            u8::from(pre.o_direct),
+            u8::from(pre.overlap)
+        );
+        w.write_all(head.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(ComputeTrace {
+            path: path.to_owned(),
+            w,
+            layers,
+            phase: 0,
+            step: 0,
+            seq: 0,
+            last: Instant::now(),
+            last_flt: 0,
+            segs: Vec::new(),
+            error: None,
+        })
+    }
+
+    /// A forward pass starts (`phase` 0 = prefill, 1 = decode; `step` = its first position).
+    pub fn begin(&mut self, phase: u8, step: usize) {
+        self.phase = phase;
+        self.step = step;
+        self.seq = 0;
+        self.segs.clear();
+        self.last_flt = Usage::now().majflt;
+        self.last = Instant::now();
+    }
+
+    /// The intermediate `name` of `layer` is complete.
+    pub fn node(&mut self, name: &str, layer: Option<usize>) {
+        let now = Instant::now();
+        let flt = Usage::now().majflt;
+        let ns = now.duration_since(self.last).as_nanos() as u64;
+        let faults = flt.saturating_sub(self.last_flt);
+        let il = layer.map_or(-1, |l| l as i64);
+        if self.layers {
+            match self.segs.last_mut() {
+                Some(s) if s.0 == il => {
+                    s.1 += ns;
+                    s.2 += faults;
+                }
+                _ => self.segs.push((il, ns, faults)),
+            }
+        } else {
+            let full = match layer {
+                Some(l) => format!("{name}-{l}"),
+                None => name.to_owned(),
+            };
+            let row = format!(
+                "0,{},{},{},{il},{},{full},{ns},{faults}\n",
+                self.phase,
+                self.step,
+                self.seq,
+                op_of(name)
+            );
+            self.write(&row);
+        }
+        self.seq += 1;
+        // The trace's own work is not charged to the next node.
+        self.last_flt = flt;
+        self.last = Instant::now();
+    }
+
+    /// The pass is done: the layer segments' rows.
+    pub fn end(&mut self) {
+        if !self.layers {
+            return;
+        }
+        let mut rows = String::new();
+        for (seq, &(il, ns, faults)) in self.segs.iter().enumerate() {
+            let name = if il < 0 {
+                "post".to_owned()
+            } else {
+                format!("blk.{il}")
+            };
+            let _ = writeln!(
+                rows,
+                "0,{},{},{seq},{il},LAYER,{name},{ns},{faults}",
+                self.phase, self.step
+            );
+        }
+        self.write(&rows);
+    }
+
+    fn write(&mut self, s: &str) {
+        if self.error.is_none()
+            && let Err(e) = self.w.write_all(s.as_bytes())
         {
             self.error = Some(e);
         }

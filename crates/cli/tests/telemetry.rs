@@ -607,3 +607,81 @@ fn traces_agree_with_the_metrics() {
         }
     }
 }
+
+/// The compute traces: per node, every decode pass has the same sequence of named
+/// intermediates (layer parsed from the name's `-<il>` suffix, `-1` for the output head); per
+/// layer, one `blk.<il>` row per layer and a `post` row per pass. Without streaming too, and
+/// marked in the CSV preamble.
+#[test]
+fn compute_traces_have_a_row_per_node_or_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe(dir.path());
+    let csv_path = dir.path().join("m.csv");
+    let ct = dir.path().join("ct.csv");
+    let columns = "turn,phase,step,seq,layer,op,name,wall_ns,majflt";
+    run(
+        &m,
+        &csv_path,
+        &[
+            "--moe-stream",
+            "off",
+            "--compute-trace",
+            ct.to_str().unwrap(),
+        ],
+    );
+    let text = std::fs::read_to_string(&ct).unwrap();
+    assert!(text.lines().nth(1).unwrap().starts_with("# model="));
+    let rows = trace_rows(&text, "# compute_trace v1", columns);
+    let mut passes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r["phase"] == "1") {
+        let name = &r["name"];
+        let layer: i64 = r["layer"].parse().unwrap();
+        match name.rsplit_once('-') {
+            Some((_, il)) if il.parse::<i64>().is_ok() => {
+                assert_eq!(il.parse::<i64>().unwrap(), layer, "{r:?}")
+            }
+            _ => assert_eq!(layer, -1, "{r:?}"),
+        }
+        r["wall_ns"].parse::<u64>().unwrap();
+        passes
+            .entry(r["step"].clone())
+            .or_default()
+            .push(name.clone());
+    }
+    assert_eq!(passes.len(), 6);
+    let first = passes.values().next().unwrap();
+    assert!(first.contains(&"ffn_moe_out-1".to_owned()), "{first:?}");
+    assert_eq!(first.last().unwrap(), "result_output");
+    assert!(passes.values().all(|p| p == first));
+    let csv = parse_csv(&std::fs::read_to_string(&csv_path).unwrap());
+    assert_eq!(csv.preamble["compute_trace_layers"], "0");
+    assert_eq!(csv.preamble["traces"], "compute");
+
+    run(
+        &m,
+        &csv_path,
+        &[
+            "--moe-stream",
+            "on",
+            "--cache-mb",
+            "0",
+            "--compute-trace-layers",
+            ct.to_str().unwrap(),
+        ],
+    );
+    let rows = trace_rows(
+        &std::fs::read_to_string(&ct).unwrap(),
+        "# compute_trace v1",
+        columns,
+    );
+    let decode: Vec<_> = rows.iter().filter(|r| r["phase"] == "1").collect();
+    assert_eq!(decode.len(), 6 * 3);
+    for pass in decode.chunks(3) {
+        let names: Vec<&str> = pass.iter().map(|r| r["name"].as_str()).collect();
+        assert_eq!(names, ["blk.0", "blk.1", "post"]);
+        assert!(pass.iter().all(|r| r["op"] == "LAYER"));
+    }
+    let csv = parse_csv(&std::fs::read_to_string(&csv_path).unwrap());
+    assert_eq!(csv.preamble["compute_trace_layers"], "1");
+    assert_eq!(csv.preamble["instrumented"], "1");
+}
