@@ -704,7 +704,6 @@ pub struct ComputeTrace {
 }
 
 impl ComputeTrace {
-    #[allow(clippy::too_many_arguments)]
     pub fn create(path: &Path, layers: bool, pre: &Preamble) -> Result<ComputeTrace> {
         let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut w = BufWriter::new(f);
