@@ -26,6 +26,10 @@ enum AnalyzeCommand {
     /// after the batch and spares what the batch touched. hit_pct is decode-only; hit_all
     /// counts prefill too. Budgets are MiB (2^20 bytes). See docs/replay.md.
     Replay(ReplayArgs),
+    /// Routing statistics of a trace: hot experts per layer, reuse distance, working set per
+    /// window of steps, and previous-token vs static-hot predictability. Decode steps by
+    /// default (--phase). See docs/telemetry-readers.md.
+    Route(crate::analyze_route::RouteArgs),
 }
 
 #[derive(Args, Debug)]
@@ -63,6 +67,7 @@ fn parse_policy(name: &str) -> Result<Policy, String> {
 pub fn run(args: AnalyzeArgs) -> Result<()> {
     match args.command {
         AnalyzeCommand::Replay(args) => replay(args),
+        AnalyzeCommand::Route(args) => crate::analyze_route::run(args),
     }
 }
 

@@ -6,6 +6,7 @@
 //! those batches through a fixed-budget expert cache under a given eviction policy and counts
 //! hits and flash bytes read, decode phase separately from prefill. See docs/replay.md.
 
+pub mod analysis;
 mod error;
 pub mod parse;
 pub mod replay;
