@@ -26,6 +26,18 @@ enum AnalyzeCommand {
     /// after the batch and spares what the batch touched. hit_pct is decode-only; hit_all
     /// counts prefill too. Budgets are MiB (2^20 bytes). See docs/replay.md.
     Replay(ReplayArgs),
+    /// Summarize an I/O trace (`io_trace v1`, from `run --io-trace`): reads, requested vs read
+    /// bytes (alignment waste), latency percentiles, per-lane reads and busy time, read sizes.
+    ///
+    /// Decode passes by default (--phase). With --csv (the same run's metrics file) also the
+    /// decode bandwidth over the decode wall time. See docs/telemetry-readers.md.
+    Io(crate::analyze_trace::IoArgs),
+    /// Summarize a compute trace (`compute_trace v1`, from `run --compute-trace` or
+    /// `--compute-trace-layers`): shares of the wall time by op and by layer, the nodes with
+    /// the largest mean time, passes and major faults.
+    ///
+    /// Decode passes by default (--phase). See docs/telemetry-readers.md.
+    Compute(crate::analyze_trace::ComputeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -63,6 +75,8 @@ fn parse_policy(name: &str) -> Result<Policy, String> {
 pub fn run(args: AnalyzeArgs) -> Result<()> {
     match args.command {
         AnalyzeCommand::Replay(args) => replay(args),
+        AnalyzeCommand::Io(args) => crate::analyze_trace::run_io(args),
+        AnalyzeCommand::Compute(args) => crate::analyze_trace::run_compute(args),
     }
 }
 
