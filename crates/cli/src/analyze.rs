@@ -30,6 +30,18 @@ enum AnalyzeCommand {
     /// window of steps, and previous-token vs static-hot predictability. Decode steps by
     /// default (--phase). See docs/telemetry-readers.md.
     Route(crate::analyze_route::RouteArgs),
+    /// Summarize an I/O trace (`io_trace v1`, from `run --io-trace`): reads, requested vs read
+    /// bytes (alignment waste), latency percentiles, per-lane reads and busy time, read sizes.
+    ///
+    /// Decode passes by default (--phase). With --csv (the same run's metrics file) also the
+    /// decode bandwidth over the decode wall time. See docs/telemetry-readers.md.
+    Io(crate::analyze_trace::IoArgs),
+    /// Summarize a compute trace (`compute_trace v1`, from `run --compute-trace` or
+    /// `--compute-trace-layers`): shares of the wall time by op and by layer, the nodes with
+    /// the largest mean time, passes and major faults.
+    ///
+    /// Decode passes by default (--phase). See docs/telemetry-readers.md.
+    Compute(crate::analyze_trace::ComputeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -68,6 +80,8 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
     match args.command {
         AnalyzeCommand::Replay(args) => replay(args),
         AnalyzeCommand::Route(args) => crate::analyze_route::run(args),
+        AnalyzeCommand::Io(args) => crate::analyze_trace::run_io(args),
+        AnalyzeCommand::Compute(args) => crate::analyze_trace::run_compute(args),
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod analyze;
 mod analyze_route;
+mod analyze_trace;
 mod bench;
 mod genmodel;
 mod inspect;

@@ -1,0 +1,1292 @@
+//! `sluice analyze io` and `sluice analyze compute`: readers of the decode traces that
+//! `sluice run --io-trace` (`# io_trace v1`) and `--compute-trace` / `--compute-trace-layers`
+//! (`# compute_trace v1`) write, as `spec/bmoe-telemetry.md` ("Decode traces") defines them.
+//!
+//! Parsing and the figures are pure functions of the files' text; columns are found by name in
+//! the column line, `#` lines are skipped, and every error names the file and the line. The
+//! commands print the figures as tables or as one JSON object, and can draw a chart.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// Which forward passes a report covers.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PhaseSel {
+    /// The one-token decode passes (`phase` 1).
+    Decode,
+    /// The prompt passes (`phase` 0).
+    Prefill,
+    /// Both, pooled.
+    All,
+}
+
+impl PhaseSel {
+    pub fn name(self) -> &'static str {
+        match self {
+            PhaseSel::Decode => "decode",
+            PhaseSel::Prefill => "prefill",
+            PhaseSel::All => "all",
+        }
+    }
+
+    fn keeps(self, phase: u8) -> bool {
+        match self {
+            PhaseSel::Decode => phase == 1,
+            PhaseSel::Prefill => phase == 0,
+            PhaseSel::All => true,
+        }
+    }
+}
+
+// ---- the CSV reader ----
+
+/// A trace file's column line and data rows, each row with its 1-based line number.
+struct Table<'a> {
+    file: &'a str,
+    header_line: usize,
+    columns: Vec<&'a str>,
+    rows: Vec<(usize, Vec<&'a str>)>,
+}
+
+/// A column of a [`Table`], found by name.
+#[derive(Clone, Copy)]
+struct Col<'n> {
+    idx: usize,
+    name: &'n str,
+}
+
+/// Splits `text` (the file `file`) into its column line and rows. The first line must be
+/// `# <kind> v<version>`; other `#` lines and blank lines are skipped wherever they are, as is a
+/// repeated column line.
+fn parse_table<'a>(file: &'a str, text: &'a str, kind: &str, version: &str) -> Result<Table<'a>> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')));
+    let want = format!("# {kind} {version}");
+    match lines.next() {
+        Some((_, l)) if l.trim_end() == want => {}
+        Some((_, l)) if l.starts_with(&format!("# {kind} ")) => {
+            bail!("{file}:1: `{l}`: only {kind} {version} is understood")
+        }
+        Some((_, l)) => bail!("{file}:1: expected `{want}`, found `{l}`"),
+        None => bail!("{file}: empty file, expected `{want}`"),
+    }
+    let mut header: Option<(usize, &str)> = None;
+    let mut columns: Vec<&str> = Vec::new();
+    let mut rows = Vec::new();
+    for (n, l) in lines {
+        if l.starts_with('#') || l.trim().is_empty() {
+            continue;
+        }
+        match header {
+            None => {
+                header = Some((n, l));
+                columns = l.split(',').map(str::trim).collect();
+            }
+            Some((_, h)) if l == h => {}
+            Some(_) => {
+                let fields: Vec<&str> = l.split(',').map(str::trim).collect();
+                if fields.len() != columns.len() {
+                    bail!(
+                        "{file}:{n}: {} fields, but the column line has {}",
+                        fields.len(),
+                        columns.len()
+                    );
+                }
+                rows.push((n, fields));
+            }
+        }
+    }
+    let Some((header_line, _)) = header else {
+        bail!("{file}: no column line after the `#` lines");
+    };
+    Ok(Table {
+        file,
+        header_line,
+        columns,
+        rows,
+    })
+}
+
+impl Table<'_> {
+    fn col<'n>(&self, name: &'n str) -> Result<Col<'n>> {
+        let idx = self
+            .columns
+            .iter()
+            .position(|c| *c == name)
+            .with_context(|| {
+                format!(
+                    "{}:{}: the column line has no `{name}` column",
+                    self.file, self.header_line
+                )
+            })?;
+        Ok(Col { idx, name })
+    }
+
+    fn get<T: FromStr>(&self, row: &(usize, Vec<&str>), col: Col<'_>) -> Result<T> {
+        let v = row.1[col.idx];
+        v.parse().ok().with_context(|| {
+            format!(
+                "{}:{}: column `{}`: `{v}` is not a valid value",
+                self.file, row.0, col.name
+            )
+        })
+    }
+
+    fn phase(&self, row: &(usize, Vec<&str>), col: Col<'_>) -> Result<u8> {
+        let p: u8 = self.get(row, col)?;
+        if p > 1 {
+            bail!(
+                "{}:{}: phase {p}: expected 0 (prefill) or 1 (decode)",
+                self.file,
+                row.0
+            );
+        }
+        Ok(p)
+    }
+}
+
+/// Nearest-rank percentile (`p` in 1..=100) of ascending `sorted`; 0 when empty.
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+fn pct(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        100.0 * part / whole
+    } else {
+        0.0
+    }
+}
+
+// ---- io_trace ----
+
+/// One row of an `io_trace v1` file (the columns the analysis uses).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoRead {
+    pub turn: u64,
+    pub phase: u8,
+    pub step: u64,
+    pub lane: u32,
+    pub spec: bool,
+    pub req_bytes: u64,
+    pub read_bytes: u64,
+    pub latency_ns: u64,
+}
+
+/// The rows of an `io_trace v1` file; `file` names it in errors.
+pub fn parse_io_trace(file: &str, text: &str) -> Result<Vec<IoRead>> {
+    let t = parse_table(file, text, "io_trace", "v1")?;
+    let [turn, phase, step, lane, spec, req, read, lat] = [
+        "turn",
+        "phase",
+        "step",
+        "lane",
+        "spec",
+        "req_bytes",
+        "read_bytes",
+        "latency_ns",
+    ]
+    .map(|c| t.col(c));
+    let (turn, phase, step, lane, spec, req, read, lat) =
+        (turn?, phase?, step?, lane?, spec?, req?, read?, lat?);
+    t.rows
+        .iter()
+        .map(|r| {
+            let s: u8 = t.get(r, spec)?;
+            if s > 1 {
+                bail!("{file}:{}: spec {s}: expected 0 or 1", r.0);
+            }
+            Ok(IoRead {
+                turn: t.get(r, turn)?,
+                phase: t.phase(r, phase)?,
+                step: t.get(r, step)?,
+                lane: t.get(r, lane)?,
+                spec: s == 1,
+                req_bytes: t.get(r, req)?,
+                read_bytes: t.get(r, read)?,
+                latency_ns: t.get(r, lat)?,
+            })
+        })
+        .collect()
+}
+
+/// The decode rows of a `bmoe_metrics v2` CSV (`--csv`): their count, wall time and reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetricsWall {
+    pub rows: u64,
+    pub wall_ms: f64,
+    pub read_bytes: u64,
+}
+
+/// Sums `wall_ms` and `read_bytes` over the rows of a `bmoe_metrics v2` CSV (every row is a
+/// decoded token; the preamble and `# summary` lines are skipped).
+pub fn parse_metrics_wall(file: &str, text: &str) -> Result<MetricsWall> {
+    let t = parse_table(file, text, "bmoe_metrics", "v2")?;
+    let (wall, read) = (t.col("wall_ms")?, t.col("read_bytes")?);
+    let mut m = MetricsWall::default();
+    for r in &t.rows {
+        let w: f64 = t.get(r, wall)?;
+        m.wall_ms += w;
+        m.read_bytes += t.get::<u64>(r, read)?;
+        m.rows += 1;
+    }
+    Ok(m)
+}
+
+/// Upper bounds (inclusive) of the read-size buckets; the last bucket is everything larger.
+pub const SIZE_BUCKETS: [u64; 4] = [64 << 10, 256 << 10, 1 << 20, 4 << 20];
+pub const SIZE_LABELS: [&str; 5] = ["<=64K", "<=256K", "<=1M", "<=4M", ">4M"];
+
+/// One I/O lane's share.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaneStats {
+    pub lane: u32,
+    pub reads: u64,
+    pub read_bytes: u64,
+    /// The sum of its reads' latencies.
+    pub busy_ms: f64,
+}
+
+/// Read latencies in equal-width buckets: bucket `i` holds latencies in
+/// `[i * width_ns, (i + 1) * width_ns)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencyHist {
+    pub width_ns: u64,
+    pub counts: Vec<u64>,
+}
+
+/// The decode bandwidth against the metrics CSV's wall time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bandwidth {
+    pub csv: MetricsWall,
+    /// The trace's decode read bytes (whatever `--phase` selects).
+    pub trace_read_bytes: u64,
+    /// `trace_read_bytes` in MiB over the CSV's decode wall time in seconds.
+    pub mib_per_s: f64,
+}
+
+/// The figures of `analyze io` for one phase selection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IoReport {
+    pub phase: PhaseSel,
+    pub reads: u64,
+    pub spec_reads: u64,
+    pub req_bytes: u64,
+    pub read_bytes: u64,
+    /// Distinct forward passes (turn, phase, step) with reads.
+    pub passes: u64,
+    /// Latency percentiles p50, p90, p99 and the maximum, in ns (nearest rank).
+    pub latency_ns: [u64; 4],
+    pub lanes: Vec<LaneStats>,
+    /// Reads and read bytes per [`SIZE_LABELS`] bucket.
+    pub sizes: [(u64, u64); 5],
+    pub hist: LatencyHist,
+    pub bandwidth: Option<Bandwidth>,
+}
+
+impl IoReport {
+    /// Alignment waste: the share of the bytes read that nobody asked for.
+    pub fn waste_pct(&self) -> f64 {
+        pct(
+            self.read_bytes.saturating_sub(self.req_bytes) as f64,
+            self.read_bytes as f64,
+        )
+    }
+
+    pub fn bytes_per_pass(&self) -> f64 {
+        if self.passes == 0 {
+            0.0
+        } else {
+            self.read_bytes as f64 / self.passes as f64
+        }
+    }
+}
+
+/// A "nice" bucket width (1, 2 or 5 times a power of ten ns) that splits `max_ns` into about
+/// 20 buckets.
+pub fn latency_histogram(latencies_ns: &[u64]) -> LatencyHist {
+    let max = latencies_ns.iter().copied().max().unwrap_or(0);
+    let target = (max / 20).max(1);
+    let mut e = 1u64;
+    while e <= target / 10 {
+        e *= 10;
+    }
+    let width_ns = [1, 2, 5, 10]
+        .iter()
+        .map(|m| m * e)
+        .find(|w| *w >= target)
+        .unwrap_or(10 * e);
+    let mut counts = vec![0u64; (max / width_ns) as usize + 1];
+    for &l in latencies_ns {
+        counts[(l / width_ns) as usize] += 1;
+    }
+    LatencyHist { width_ns, counts }
+}
+
+/// The figures of `analyze io`: `reads` filtered by `phase`; with `metrics`, the decode
+/// bandwidth over the metrics CSV's wall time.
+pub fn io_report(reads: &[IoRead], phase: PhaseSel, metrics: Option<MetricsWall>) -> IoReport {
+    let sel: Vec<&IoRead> = reads.iter().filter(|r| phase.keeps(r.phase)).collect();
+    let mut lat: Vec<u64> = sel.iter().map(|r| r.latency_ns).collect();
+    lat.sort_unstable();
+    let mut lanes: BTreeMap<u32, LaneStats> = BTreeMap::new();
+    let mut sizes = [(0u64, 0u64); 5];
+    let mut passes = BTreeSet::new();
+    for r in &sel {
+        let l = lanes.entry(r.lane).or_insert(LaneStats {
+            lane: r.lane,
+            reads: 0,
+            read_bytes: 0,
+            busy_ms: 0.0,
+        });
+        l.reads += 1;
+        l.read_bytes += r.read_bytes;
+        l.busy_ms += r.latency_ns as f64 / 1e6;
+        let b = SIZE_BUCKETS
+            .iter()
+            .position(|&max| r.read_bytes <= max)
+            .unwrap_or(SIZE_BUCKETS.len());
+        sizes[b].0 += 1;
+        sizes[b].1 += r.read_bytes;
+        passes.insert((r.turn, r.phase, r.step));
+    }
+    let bandwidth = metrics.map(|csv| {
+        let trace_read_bytes: u64 = reads
+            .iter()
+            .filter(|r| r.phase == 1)
+            .map(|r| r.read_bytes)
+            .sum();
+        let mib_per_s = if csv.wall_ms > 0.0 {
+            trace_read_bytes as f64 / MIB / (csv.wall_ms / 1e3)
+        } else {
+            0.0
+        };
+        Bandwidth {
+            csv,
+            trace_read_bytes,
+            mib_per_s,
+        }
+    });
+    IoReport {
+        phase,
+        reads: sel.len() as u64,
+        spec_reads: sel.iter().filter(|r| r.spec).count() as u64,
+        req_bytes: sel.iter().map(|r| r.req_bytes).sum(),
+        read_bytes: sel.iter().map(|r| r.read_bytes).sum(),
+        passes: passes.len() as u64,
+        latency_ns: [
+            percentile(&lat, 50),
+            percentile(&lat, 90),
+            percentile(&lat, 99),
+            lat.last().copied().unwrap_or(0),
+        ],
+        lanes: lanes.into_values().collect(),
+        sizes,
+        hist: latency_histogram(&lat),
+        bandwidth,
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl IoReport {
+    pub fn json(&self, file: &str) -> Value {
+        let [p50, p90, p99, max] = self.latency_ns.map(ms);
+        json!({
+            "trace": file,
+            "phase": self.phase.name(),
+            "reads": self.reads,
+            "spec_reads": self.spec_reads,
+            "passes": self.passes,
+            "req_bytes": self.req_bytes,
+            "read_bytes": self.read_bytes,
+            "waste_pct": self.waste_pct(),
+            "read_bytes_per_pass": self.bytes_per_pass(),
+            "latency_ms": {"p50": p50, "p90": p90, "p99": p99, "max": max},
+            "lanes": self.lanes.iter().map(|l| json!({
+                "lane": l.lane,
+                "reads": l.reads,
+                "read_bytes": l.read_bytes,
+                "busy_ms": l.busy_ms,
+            })).collect::<Vec<_>>(),
+            "sizes": SIZE_LABELS.iter().zip(&self.sizes).map(|(label, (n, b))| json!({
+                "bucket": label,
+                "reads": n,
+                "read_bytes": b,
+            })).collect::<Vec<_>>(),
+            "latency_hist": {
+                "width_ms": ms(self.hist.width_ns),
+                "counts": self.hist.counts,
+            },
+            "decode_bandwidth": self.bandwidth.as_ref().map(|b| json!({
+                "csv_rows": b.csv.rows,
+                "csv_wall_ms": b.csv.wall_ms,
+                "csv_read_bytes": b.csv.read_bytes,
+                "trace_read_bytes": b.trace_read_bytes,
+                "mib_per_s": b.mib_per_s,
+            })),
+        })
+    }
+
+    pub fn text(&self, file: &str) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "io trace: {file} (phase {}): {} reads ({} speculative) over {} passes",
+            self.phase.name(),
+            self.reads,
+            self.spec_reads,
+            self.passes
+        );
+        let _ = writeln!(
+            o,
+            "bytes: requested {:.3} MiB, read {:.3} MiB, alignment waste {:.2}%; {:.3} MiB read per pass",
+            self.req_bytes as f64 / MIB,
+            self.read_bytes as f64 / MIB,
+            self.waste_pct(),
+            self.bytes_per_pass() / MIB
+        );
+        let [p50, p90, p99, max] = self.latency_ns.map(ms);
+        let _ = writeln!(
+            o,
+            "latency ms: p50 {p50:.3}  p90 {p90:.3}  p99 {p99:.3}  max {max:.3}"
+        );
+        if let Some(b) = &self.bandwidth {
+            let _ = writeln!(
+                o,
+                "decode bandwidth: {:.3} MiB read by the trace over {:.3} s of decode wall ({} CSV rows, which read {:.3} MiB): {:.1} MiB/s",
+                b.trace_read_bytes as f64 / MIB,
+                b.csv.wall_ms / 1e3,
+                b.csv.rows,
+                b.csv.read_bytes as f64 / MIB,
+                b.mib_per_s
+            );
+        }
+        let _ = writeln!(
+            o,
+            "{:>6} {:>8} {:>12} {:>12}",
+            "lane", "reads", "read_MiB", "busy_ms"
+        );
+        for l in &self.lanes {
+            let _ = writeln!(
+                o,
+                "{:>6} {:>8} {:>12.3} {:>12.3}",
+                l.lane,
+                l.reads,
+                l.read_bytes as f64 / MIB,
+                l.busy_ms
+            );
+        }
+        let _ = writeln!(o, "{:>8} {:>8} {:>12}", "size", "reads", "read_MiB");
+        for (label, (n, b)) in SIZE_LABELS.iter().zip(&self.sizes) {
+            let _ = writeln!(o, "{label:>8} {n:>8} {:>12.3}", *b as f64 / MIB);
+        }
+        o
+    }
+}
+
+// ---- compute_trace ----
+
+/// One row of a `compute_trace v1` file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub turn: u64,
+    pub phase: u8,
+    pub step: u64,
+    pub layer: i64,
+    pub op: String,
+    pub name: String,
+    pub wall_ns: u64,
+    pub majflt: u64,
+}
+
+/// The rows of a `compute_trace v1` file; `file` names it in errors.
+pub fn parse_compute_trace(file: &str, text: &str) -> Result<Vec<Node>> {
+    let t = parse_table(file, text, "compute_trace", "v1")?;
+    let [turn, phase, step, layer, op, name, wall, flt] = [
+        "turn", "phase", "step", "layer", "op", "name", "wall_ns", "majflt",
+    ]
+    .map(|c| t.col(c));
+    let (turn, phase, step, layer, op, name, wall, flt) =
+        (turn?, phase?, step?, layer?, op?, name?, wall?, flt?);
+    t.rows
+        .iter()
+        .map(|r| {
+            Ok(Node {
+                turn: t.get(r, turn)?,
+                phase: t.phase(r, phase)?,
+                step: t.get(r, step)?,
+                layer: t.get(r, layer)?,
+                op: r.1[op.idx].to_owned(),
+                name: r.1[name.idx].to_owned(),
+                wall_ns: t.get(r, wall)?,
+                majflt: t.get(r, flt)?,
+            })
+        })
+        .collect()
+}
+
+/// A group's share of the wall time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Share {
+    /// The op, or the layer (`other` for layer -1).
+    pub key: String,
+    pub rows: u64,
+    pub wall_ns: u64,
+    pub pct: f64,
+    pub majflt: u64,
+}
+
+/// A node (by name) and its mean time per pass it appears in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopNode {
+    pub name: String,
+    pub op: String,
+    pub layer: i64,
+    pub passes: u64,
+    pub wall_ns: u64,
+    pub mean_ns: f64,
+    pub majflt: u64,
+}
+
+/// The figures of `analyze compute` for one phase selection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ComputeReport {
+    pub phase: PhaseSel,
+    /// Every row of the file is a layer segment (`op` = `LAYER`): `--compute-trace-layers`.
+    pub layer_file: bool,
+    pub rows: u64,
+    /// Distinct forward passes (turn, phase, step).
+    pub passes: u64,
+    pub wall_ns: u64,
+    pub majflt: u64,
+    /// By op, largest first.
+    pub by_op: Vec<Share>,
+    /// By layer, in layer order, `other` last.
+    pub by_layer: Vec<Share>,
+    /// The ten nodes with the largest mean time per pass.
+    pub top: Vec<TopNode>,
+}
+
+pub const TOP_NODES: usize = 10;
+
+fn shares<K: Ord>(
+    groups: BTreeMap<K, (u64, u64, u64)>,
+    total: u64,
+    key: impl Fn(&K) -> String,
+) -> Vec<Share> {
+    groups
+        .iter()
+        .map(|(k, &(rows, wall_ns, majflt))| Share {
+            key: key(k),
+            rows,
+            wall_ns,
+            pct: pct(wall_ns as f64, total as f64),
+            majflt,
+        })
+        .collect()
+}
+
+/// The figures of `analyze compute`: `nodes` filtered by `phase`. The granularity is the
+/// whole file's (a per-layer file has only `LAYER` rows).
+pub fn compute_report(nodes: &[Node], phase: PhaseSel) -> ComputeReport {
+    let layer_file = !nodes.is_empty() && nodes.iter().all(|n| n.op == "LAYER");
+    let sel: Vec<&Node> = nodes.iter().filter(|n| phase.keeps(n.phase)).collect();
+    let wall_ns: u64 = sel.iter().map(|n| n.wall_ns).sum();
+    let mut passes = BTreeSet::new();
+    let mut ops: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+    // Layer -1 (and anything negative) sorts after the layers as "other".
+    let mut layers: BTreeMap<(bool, i64), (u64, u64, u64)> = BTreeMap::new();
+    // By name: op, layer, the passes it ran in, wall, faults.
+    type ByName = (String, i64, BTreeSet<(u64, u8, u64)>, u64, u64);
+    let mut names: BTreeMap<&str, ByName> = BTreeMap::new();
+    for n in &sel {
+        let pass = (n.turn, n.phase, n.step);
+        passes.insert(pass);
+        for g in [
+            ops.entry(n.op.as_str()).or_default(),
+            layers.entry((n.layer < 0, n.layer.max(-1))).or_default(),
+        ] {
+            g.0 += 1;
+            g.1 += n.wall_ns;
+            g.2 += n.majflt;
+        }
+        let e = names
+            .entry(n.name.as_str())
+            .or_insert_with(|| (n.op.clone(), n.layer, BTreeSet::new(), 0, 0));
+        e.2.insert(pass);
+        e.3 += n.wall_ns;
+        e.4 += n.majflt;
+    }
+    let mut by_op = shares(ops, wall_ns, |k| (*k).to_owned());
+    by_op.sort_by(|a, b| b.wall_ns.cmp(&a.wall_ns).then_with(|| a.key.cmp(&b.key)));
+    let by_layer = shares(layers, wall_ns, |&(other, l)| {
+        if other {
+            "other".to_owned()
+        } else {
+            l.to_string()
+        }
+    });
+    let mut top: Vec<TopNode> = names
+        .into_iter()
+        .map(|(name, (op, layer, p, wall, flt))| TopNode {
+            name: name.to_owned(),
+            op,
+            layer,
+            passes: p.len() as u64,
+            wall_ns: wall,
+            mean_ns: wall as f64 / p.len().max(1) as f64,
+            majflt: flt,
+        })
+        .collect();
+    top.sort_by(|a, b| {
+        b.mean_ns
+            .total_cmp(&a.mean_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    top.truncate(TOP_NODES);
+    ComputeReport {
+        phase,
+        layer_file,
+        rows: sel.len() as u64,
+        passes: passes.len() as u64,
+        wall_ns,
+        majflt: sel.iter().map(|n| n.majflt).sum(),
+        by_op,
+        by_layer,
+        top,
+    }
+}
+
+fn share_json(s: &[Share]) -> Vec<Value> {
+    s.iter()
+        .map(|s| {
+            json!({
+                "key": s.key,
+                "rows": s.rows,
+                "wall_ms": ms(s.wall_ns),
+                "pct": s.pct,
+                "majflt": s.majflt,
+            })
+        })
+        .collect()
+}
+
+impl ComputeReport {
+    pub fn json(&self, file: &str) -> Value {
+        json!({
+            "trace": file,
+            "phase": self.phase.name(),
+            "granularity": if self.layer_file { "layer" } else { "node" },
+            "rows": self.rows,
+            "passes": self.passes,
+            "wall_ms": ms(self.wall_ns),
+            "wall_ms_per_pass": if self.passes == 0 { 0.0 } else { ms(self.wall_ns) / self.passes as f64 },
+            "majflt": self.majflt,
+            "by_op": share_json(&self.by_op),
+            "by_layer": share_json(&self.by_layer),
+            "top": self.top.iter().map(|t| json!({
+                "name": t.name,
+                "op": t.op,
+                "layer": t.layer,
+                "passes": t.passes,
+                "mean_ms": t.mean_ns / 1e6,
+                "wall_ms": ms(t.wall_ns),
+                "majflt": t.majflt,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    pub fn text(&self, file: &str) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "compute trace: {file} (phase {}, {} rows): {} rows over {} passes, {:.3} ms ({:.3} ms/pass), {} major faults",
+            self.phase.name(),
+            if self.layer_file {
+                "layer-segment"
+            } else {
+                "per-node"
+            },
+            self.rows,
+            self.passes,
+            ms(self.wall_ns),
+            if self.passes == 0 {
+                0.0
+            } else {
+                ms(self.wall_ns) / self.passes as f64
+            },
+            self.majflt
+        );
+        for (title, s) in [("op", &self.by_op), ("layer", &self.by_layer)] {
+            let _ = writeln!(
+                o,
+                "{title:<16} {:>8} {:>12} {:>8} {:>8}",
+                "rows", "wall_ms", "share%", "majflt"
+            );
+            for s in s.iter() {
+                let _ = writeln!(
+                    o,
+                    "{:<16} {:>8} {:>12.3} {:>8.2} {:>8}",
+                    s.key,
+                    s.rows,
+                    ms(s.wall_ns),
+                    s.pct,
+                    s.majflt
+                );
+            }
+        }
+        let _ = writeln!(
+            o,
+            "{:<20} {:<14} {:>6} {:>7} {:>12} {:>8}",
+            "top node", "op", "layer", "passes", "mean_ms", "majflt"
+        );
+        for t in &self.top {
+            let _ = writeln!(
+                o,
+                "{:<20} {:<14} {:>6} {:>7} {:>12.4} {:>8}",
+                t.name,
+                t.op,
+                t.layer,
+                t.passes,
+                t.mean_ns / 1e6,
+                t.majflt
+            );
+        }
+        o
+    }
+}
+
+// ---- the commands ----
+
+#[derive(clap::Args, Debug)]
+pub struct IoArgs {
+    /// The trace (`io_trace v1`, as written by `sluice run --io-trace`).
+    trace: PathBuf,
+    /// Which forward passes to report.
+    #[arg(long, value_enum, default_value = "decode")]
+    phase: PhaseSel,
+    /// The `--csv` metrics file (`bmoe_metrics v2`) of the same run: adds the decode bandwidth
+    /// (the trace's decode bytes over the rows' summed wall_ms).
+    #[arg(long, value_name = "METRICS.csv")]
+    csv: Option<PathBuf>,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the read-latency histogram as a PNG.
+    #[arg(long, value_name = "OUT")]
+    png: Option<PathBuf>,
+    /// TrueType font for the chart's text (default: a system sans-serif font).
+    #[arg(long, value_name = "FILE", requires = "png")]
+    font: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ComputeArgs {
+    /// The trace (`compute_trace v1`, as written by `sluice run --compute-trace` or
+    /// `--compute-trace-layers`).
+    trace: PathBuf,
+    /// Which forward passes to report.
+    #[arg(long, value_enum, default_value = "decode")]
+    phase: PhaseSel,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the shares of the wall time by op (per-node files) and by layer as a PNG.
+    #[arg(long, value_name = "OUT")]
+    png: Option<PathBuf>,
+    /// TrueType font for the chart's text (default: a system sans-serif font).
+    #[arg(long, value_name = "FILE", requires = "png")]
+    font: Option<PathBuf>,
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+pub fn run_io(args: IoArgs) -> Result<()> {
+    let file = args.trace.display().to_string();
+    let reads = parse_io_trace(&file, &read_text(&args.trace)?)?;
+    let metrics = match &args.csv {
+        Some(p) => Some(parse_metrics_wall(
+            &p.display().to_string(),
+            &read_text(p)?,
+        )?),
+        None => None,
+    };
+    let report = io_report(&reads, args.phase, metrics);
+    if args.json {
+        println!("{}", report.json(&file));
+    } else {
+        print!("{}", report.text(&file));
+    }
+    if let Some(path) = &args.png {
+        if report.reads == 0 {
+            bail!("--png: no {} reads in {file} to draw", args.phase.name());
+        }
+        let font = crate::analyze::load_font(args.font.as_deref())?;
+        draw_io_png(path, &report, font).with_context(|| format!("drawing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub fn run_compute(args: ComputeArgs) -> Result<()> {
+    let file = args.trace.display().to_string();
+    let nodes = parse_compute_trace(&file, &read_text(&args.trace)?)?;
+    let report = compute_report(&nodes, args.phase);
+    if args.json {
+        println!("{}", report.json(&file));
+    } else {
+        print!("{}", report.text(&file));
+    }
+    if let Some(path) = &args.png {
+        if report.rows == 0 {
+            bail!("--png: no {} rows in {file} to draw", args.phase.name());
+        }
+        let font = crate::analyze::load_font(args.font.as_deref())?;
+        draw_compute_png(path, &report, font)
+            .with_context(|| format!("drawing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+// ---- charts ----
+
+fn register_font(font: &'static [u8]) -> Result<()> {
+    use plotters::prelude::*;
+    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| anyhow::anyhow!("the font file is not a TrueType/OpenType font"))
+}
+
+const BAR: plotters::style::RGBColor = plotters::style::RGBColor(31, 119, 180);
+
+fn draw_io_png(path: &Path, r: &IoReport, font: &'static [u8]) -> Result<()> {
+    use plotters::prelude::*;
+
+    register_font(font)?;
+    let width = ms(r.hist.width_ns);
+    let n = r.hist.counts.len();
+    let top = r.hist.counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Read latency ({}, {} reads; p50 {:.3} ms, p99 {:.3} ms)",
+                r.phase.name(),
+                r.reads,
+                ms(r.latency_ns[0]),
+                ms(r.latency_ns[2])
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..width * n as f64, 0.0..top * 1.1)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc(format!("latency (ms, buckets of {width} ms)"))
+        .y_desc("reads")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()?;
+    chart.draw_series(r.hist.counts.iter().enumerate().map(|(i, &c)| {
+        let x0 = i as f64 * width;
+        Rectangle::new(
+            [(x0 + width * 0.05, 0.0), (x0 + width * 0.95, c as f64)],
+            BAR.filled(),
+        )
+    }))?;
+    root.present()?;
+    Ok(())
+}
+
+/// A bar chart of shares (`(label, pct)`) on `area`.
+fn draw_shares(
+    area: &plotters::drawing::DrawingArea<
+        plotters::prelude::BitMapBackend<'_>,
+        plotters::coord::Shift,
+    >,
+    title: &str,
+    x_desc: &str,
+    bars: &[(String, f64)],
+) -> Result<()> {
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+    let n = bars.len().max(2) as u32;
+    let top = bars.iter().map(|b| b.1).fold(1.0f64, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d((0u32..n - 1).into_segmented(), 0.0..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(bars.len())
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => bars
+                .get(*i as usize)
+                .map(|b| b.0.clone())
+                .unwrap_or_default(),
+            SegmentValue::Last => String::new(),
+        })
+        .x_desc(x_desc)
+        .y_desc("share of wall time (%)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 15))
+        .draw()?;
+    let right = |i: u32| {
+        if i + 1 >= n {
+            SegmentValue::Last
+        } else {
+            SegmentValue::Exact(i + 1)
+        }
+    };
+    chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
+        let i = i as u32;
+        let mut bar = Rectangle::new(
+            [(SegmentValue::Exact(i), 0.0), (right(i), b.1)],
+            BAR.filled(),
+        );
+        bar.set_margin(0, 0, 6, 6);
+        bar
+    }))?;
+    let style =
+        TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
+        Text::new(
+            format!("{:.1}", b.1),
+            (SegmentValue::CenterOf(i as u32), b.1),
+            style.clone(),
+        )
+    }))?;
+    Ok(())
+}
+
+fn draw_compute_png(path: &Path, r: &ComputeReport, font: &'static [u8]) -> Result<()> {
+    use plotters::prelude::*;
+
+    register_font(font)?;
+    let bars =
+        |s: &[Share]| -> Vec<(String, f64)> { s.iter().map(|s| (s.key.clone(), s.pct)).collect() };
+    let what = format!("{}, {} passes", r.phase.name(), r.passes);
+    if r.layer_file {
+        let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+        root.fill(&WHITE)?;
+        draw_shares(
+            &root,
+            &format!("Wall time by layer segment ({what})"),
+            "layer (other = before layer 0 and after the last)",
+            &bars(&r.by_layer),
+        )?;
+        root.present()?;
+    } else {
+        let root = BitMapBackend::new(path, (960, 900)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let panels = root.split_evenly((2, 1));
+        draw_shares(
+            &panels[0],
+            &format!("Wall time by op ({what})"),
+            "op",
+            &bars(&r.by_op),
+        )?;
+        draw_shares(
+            &panels[1],
+            "Wall time by layer",
+            "layer (other = no layer: embeddings, output head)",
+            &bars(&r.by_layer),
+        )?;
+        root.present()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IO: &str = "# io_trace v1
+turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns
+0,0,0,0,1,0,0,0,0,1000,4096,9000000
+0,1,5,0,1,0,0,0,0,60000,65536,1000000
+0,1,5,0,2,1,1,0,4096,65537,69632,2000000
+# a comment in the middle
+0,1,6,1,3,2,0,1,8192,300000,303104,3000000
+0,1,6,1,4,2,1,0,8192,5000000,5001216,4000000
+";
+
+    #[test]
+    fn io_figures_by_hand() {
+        let reads = parse_io_trace("io.csv", IO).unwrap();
+        assert_eq!(reads.len(), 5);
+        let r = io_report(&reads, PhaseSel::Decode, None);
+        assert_eq!(r.reads, 4);
+        assert_eq!(r.spec_reads, 1);
+        assert_eq!(r.passes, 2);
+        assert_eq!(r.req_bytes, 60000 + 65537 + 300000 + 5000000);
+        let read = 65536 + 69632 + 303104 + 5001216;
+        assert_eq!(r.read_bytes, read);
+        // 5439488 read, 5425537 asked for: 13951 wasted.
+        assert!((r.waste_pct() - 100.0 * 13951.0 / 5439488.0).abs() < 1e-9);
+        assert_eq!(r.bytes_per_pass(), read as f64 / 2.0);
+        // Nearest rank over 1, 2, 3, 4 ms: p50 = 2nd, p90 = p99 = 4th.
+        assert_eq!(r.latency_ns, [2_000_000, 4_000_000, 4_000_000, 4_000_000]);
+        assert_eq!(
+            r.lanes,
+            vec![
+                LaneStats {
+                    lane: 0,
+                    reads: 2,
+                    read_bytes: 65536 + 303104,
+                    busy_ms: 4.0
+                },
+                LaneStats {
+                    lane: 1,
+                    reads: 2,
+                    read_bytes: 69632 + 5001216,
+                    busy_ms: 6.0
+                },
+            ]
+        );
+        // 65536 is <=64K, 69632 <=256K, 303104 <=1M, 5001216 >4M.
+        assert_eq!(
+            r.sizes,
+            [(1, 65536), (1, 69632), (1, 303104), (0, 0), (1, 5001216)]
+        );
+        // max 4 ms / 20 = 200 us buckets: 21 of them.
+        assert_eq!(r.hist.width_ns, 200_000);
+        assert_eq!(r.hist.counts.len(), 21);
+        assert_eq!(
+            [5, 10, 15, 20].map(|i| r.hist.counts[i]),
+            [1, 1, 1, 1],
+            "{:?}",
+            r.hist.counts
+        );
+        assert_eq!(r.hist.counts.iter().sum::<u64>(), 4);
+
+        let all = io_report(&reads, PhaseSel::All, None);
+        assert_eq!((all.reads, all.passes), (5, 3));
+        assert_eq!(all.latency_ns[3], 9_000_000);
+        let pre = io_report(&reads, PhaseSel::Prefill, None);
+        assert_eq!((pre.reads, pre.read_bytes), (1, 4096));
+        // 3096 of 4096 bytes read were not asked for.
+        assert!((pre.waste_pct() - 75.5859375).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bandwidth_uses_the_csv_decode_wall() {
+        let csv = "# bmoe_metrics v2
+# engine=sluice
+step,wall_ms,read_bytes
+1,250.0,1048576
+2,750.0,1048576
+# summary tokens=2
+";
+        let m = parse_metrics_wall("m.csv", csv).unwrap();
+        assert_eq!(
+            m,
+            MetricsWall {
+                rows: 2,
+                wall_ms: 1000.0,
+                read_bytes: 2 << 20
+            }
+        );
+        let reads = parse_io_trace("io.csv", IO).unwrap();
+        // Whatever the phase shown, the bandwidth is the decode's: 5439488 B over 1 s.
+        let r = io_report(&reads, PhaseSel::Prefill, Some(m));
+        let b = r.bandwidth.unwrap();
+        assert_eq!(b.trace_read_bytes, 5439488);
+        assert!((b.mib_per_s - 5439488.0 / 1048576.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=200).collect();
+        assert_eq!(percentile(&v, 50), 100);
+        assert_eq!(percentile(&v, 90), 180);
+        assert_eq!(percentile(&v, 99), 198);
+        assert_eq!(percentile(&[7], 99), 7);
+        assert_eq!(percentile(&[], 50), 0);
+    }
+
+    #[test]
+    fn histogram_widths_are_round() {
+        // 1 ms max: 50 us buckets; 0..=1_000_000 needs 21.
+        let h = latency_histogram(&[0, 49_999, 50_000, 1_000_000]);
+        assert_eq!(h.width_ns, 50_000);
+        assert_eq!(h.counts.len(), 21);
+        assert_eq!((h.counts[0], h.counts[1], h.counts[20]), (2, 1, 1));
+        // 70 ns max: target 3 ns -> 5 ns buckets.
+        assert_eq!(latency_histogram(&[70]).width_ns, 5);
+        assert_eq!(latency_histogram(&[]).counts, vec![0]);
+    }
+
+    #[test]
+    fn columns_are_found_by_name() {
+        // Reordered columns and an extra one are fine.
+        let text = "# io_trace v1
+latency_ns,read_bytes,extra,req_bytes,spec,lane,step,phase,turn
+5,4096,x,10,0,3,7,1,2
+";
+        let r = parse_io_trace("t", text).unwrap();
+        assert_eq!(
+            r,
+            vec![IoRead {
+                turn: 2,
+                phase: 1,
+                step: 7,
+                lane: 3,
+                spec: false,
+                req_bytes: 10,
+                read_bytes: 4096,
+                latency_ns: 5
+            }]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let err = |text: &str| format!("{:#}", parse_io_trace("io.csv", text).unwrap_err());
+        let head = "# io_trace v1\n# note\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n";
+        let e = err(&format!("{head}0,1,2,0,0,0,0,0,0,10,4096,abc\n"));
+        assert!(e.starts_with("io.csv:4: column `latency_ns`"), "{e}");
+        let e = err(&format!("{head}0,1,2,0,0\n"));
+        assert!(e.starts_with("io.csv:4: 5 fields"), "{e}");
+        let e = err(&format!("{head}0,2,2,0,0,0,0,0,0,10,4096,1\n"));
+        assert!(e.starts_with("io.csv:4: phase 2"), "{e}");
+        let e = err("# io_trace v1\nturn,phase,step\n");
+        assert!(
+            e.starts_with("io.csv:2: the column line has no `lane`"),
+            "{e}"
+        );
+        let e = err("# io_trace v2\n");
+        assert!(
+            e.contains("io.csv:1:") && e.contains("only io_trace v1"),
+            "{e}"
+        );
+        let e = err("# compute_trace v1\n");
+        assert!(e.contains("expected `# io_trace v1`"), "{e}");
+        let e = format!(
+            "{:#}",
+            parse_compute_trace("ct.csv", "# compute_trace v1\n").unwrap_err()
+        );
+        assert!(e.starts_with("ct.csv: no column line"), "{e}");
+    }
+
+    const CT: &str = "# compute_trace v1
+# model=m.gguf arch=olmoe n_layer=2 n_threads=2 io_threads=4 o_direct=1 overlap=0
+turn,phase,step,seq,layer,op,name,wall_ns,majflt
+0,0,0,0,0,MUL_MAT,Qcur-0,5000,0
+0,1,4,0,0,MUL_MAT,Qcur-0,1000,1
+0,1,4,1,0,MUL_MAT_ID,ffn_moe_out-0,3000,2
+0,1,4,2,1,MUL_MAT_ID,ffn_moe_out-1,2000,0
+0,1,4,3,-1,MUL_MAT,result_output,4000,0
+0,1,5,0,0,MUL_MAT,Qcur-0,3000,0
+0,1,5,1,0,MUL_MAT_ID,ffn_moe_out-0,1000,0
+0,1,5,2,1,MUL_MAT_ID,ffn_moe_out-1,2000,0
+0,1,5,3,-1,MUL_MAT,result_output,4000,1
+";
+
+    #[test]
+    fn compute_figures_by_hand() {
+        let nodes = parse_compute_trace("ct.csv", CT).unwrap();
+        let r = compute_report(&nodes, PhaseSel::Decode);
+        assert!(!r.layer_file);
+        assert_eq!((r.rows, r.passes, r.wall_ns, r.majflt), (8, 2, 20000, 4));
+        // MUL_MAT: 1000 + 4000 + 3000 + 4000 = 12000 (60%); MUL_MAT_ID 8000 (40%).
+        let ops: Vec<(&str, u64, f64, u64)> = r
+            .by_op
+            .iter()
+            .map(|s| (s.key.as_str(), s.wall_ns, s.pct, s.majflt))
+            .collect();
+        assert_eq!(
+            ops,
+            [("MUL_MAT", 12000, 60.0, 2), ("MUL_MAT_ID", 8000, 40.0, 2)]
+        );
+        // Layer 0: 1000 + 3000 + 3000 + 1000 = 8000; layer 1: 4000; other: 8000.
+        let layers: Vec<(&str, u64, f64)> = r
+            .by_layer
+            .iter()
+            .map(|s| (s.key.as_str(), s.wall_ns, s.pct))
+            .collect();
+        assert_eq!(
+            layers,
+            [("0", 8000, 40.0), ("1", 4000, 20.0), ("other", 8000, 40.0)]
+        );
+        // Means per pass: result_output 4000, then Qcur-0, ffn_moe_out-0 and ffn_moe_out-1
+        // at 2000 each, in name order.
+        let top: Vec<(&str, f64)> = r.top.iter().map(|t| (t.name.as_str(), t.mean_ns)).collect();
+        assert_eq!(
+            top,
+            [
+                ("result_output", 4000.0),
+                ("Qcur-0", 2000.0),
+                ("ffn_moe_out-0", 2000.0),
+                ("ffn_moe_out-1", 2000.0)
+            ]
+        );
+        assert_eq!(r.top[0].layer, -1);
+        assert_eq!(r.top[0].passes, 2);
+
+        let all = compute_report(&nodes, PhaseSel::All);
+        assert_eq!((all.passes, all.wall_ns), (3, 25000));
+        // Qcur-0 appears in 3 passes: (5000 + 1000 + 3000) / 3.
+        let q = all.top.iter().find(|t| t.name == "Qcur-0").unwrap();
+        assert_eq!((q.passes, q.mean_ns), (3, 3000.0));
+    }
+
+    #[test]
+    fn layer_files_are_detected_and_split_segments_sum() {
+        let text = "# compute_trace v1
+turn,phase,step,seq,layer,op,name,wall_ns,majflt
+0,1,9,0,0,LAYER,blk.0,1000,0
+0,1,9,1,0,LAYER,blk.0,500,0
+0,1,9,2,1,LAYER,blk.1,2500,3
+0,1,9,3,-1,LAYER,post,1000,0
+";
+        let nodes = parse_compute_trace("ctl.csv", text).unwrap();
+        let r = compute_report(&nodes, PhaseSel::Decode);
+        assert!(r.layer_file);
+        assert_eq!((r.passes, r.wall_ns, r.majflt), (1, 5000, 3));
+        assert_eq!(r.by_op.len(), 1);
+        assert_eq!(r.by_op[0].pct, 100.0);
+        let layers: Vec<(&str, u64, f64)> = r
+            .by_layer
+            .iter()
+            .map(|s| (s.key.as_str(), s.wall_ns, s.pct))
+            .collect();
+        assert_eq!(
+            layers,
+            [("0", 1500, 30.0), ("1", 2500, 50.0), ("other", 1000, 20.0)]
+        );
+        // blk.0's two rows make one pass: mean 1500.
+        let b0 = r.top.iter().find(|t| t.name == "blk.0").unwrap();
+        assert_eq!((b0.passes, b0.mean_ns), (1, 1500.0));
+        // A per-node file with one LAYER row is not a layer file.
+        let mixed = format!("{text}0,1,9,4,-1,MUL_MAT,result_output,1,0\n");
+        let nodes = parse_compute_trace("ct.csv", &mixed).unwrap();
+        assert!(!compute_report(&nodes, PhaseSel::Decode).layer_file);
+    }
+}
