@@ -26,6 +26,14 @@ enum AnalyzeCommand {
     /// after the batch and spares what the batch touched. hit_pct is decode-only; hit_all
     /// counts prefill too. Budgets are MiB (2^20 bytes). See docs/replay.md.
     Replay(ReplayArgs),
+    /// Write one self-contained HTML page for a traced run's directory.
+    ///
+    /// DIR holds one `route_trace v1` file and optionally a `bmoe_metrics v2` CSV, an
+    /// `io_trace v1` and a `compute_trace v1` file, each found by its first line. The page
+    /// shows the run's facts, the decode step x layer routing matrix (hits and misses
+    /// coloured, weights on hover), the most routed experts per layer, the per-token metrics
+    /// with a bar chart, and the I/O and compute totals. See docs/telemetry-readers.md.
+    View(crate::analyze_view::ViewArgs),
 }
 
 #[derive(Args, Debug)]
@@ -63,6 +71,7 @@ fn parse_policy(name: &str) -> Result<Policy, String> {
 pub fn run(args: AnalyzeArgs) -> Result<()> {
     match args.command {
         AnalyzeCommand::Replay(args) => replay(args),
+        AnalyzeCommand::View(args) => crate::analyze_view::run(args),
     }
 }
 

@@ -3,6 +3,7 @@
 //! Argument parsing and output only: the work is done by the library crates.
 
 mod analyze;
+mod analyze_view;
 mod bench;
 mod genmodel;
 mod inspect;
