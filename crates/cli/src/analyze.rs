@@ -42,6 +42,14 @@ enum AnalyzeCommand {
     ///
     /// Decode passes by default (--phase). See docs/telemetry-readers.md.
     Compute(crate::analyze_trace::ComputeArgs),
+    /// Write one self-contained HTML page for a traced run's directory.
+    ///
+    /// DIR holds one `route_trace v1` file and optionally a `bmoe_metrics v2` CSV, an
+    /// `io_trace v1` and a `compute_trace v1` file, each found by its first line. The page
+    /// shows the run's facts, the decode step x layer routing matrix (hits and misses
+    /// coloured, weights on hover), the most routed experts per layer, the per-token metrics
+    /// with a bar chart, and the I/O and compute totals. See docs/telemetry-readers.md.
+    View(crate::analyze_view::ViewArgs),
 }
 
 #[derive(Args, Debug)]
@@ -82,6 +90,7 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         AnalyzeCommand::Route(args) => crate::analyze_route::run(args),
         AnalyzeCommand::Io(args) => crate::analyze_trace::run_io(args),
         AnalyzeCommand::Compute(args) => crate::analyze_trace::run_compute(args),
+        AnalyzeCommand::View(args) => crate::analyze_view::run(args),
     }
 }
 

@@ -5,6 +5,7 @@
 mod analyze;
 mod analyze_route;
 mod analyze_trace;
+mod analyze_view;
 mod bench;
 mod genmodel;
 mod inspect;
