@@ -588,33 +588,65 @@ pub fn compute_line(usage: &Usage, decode_s: f64, tokens: usize, threads: usize)
     )
 }
 
+/// A trace file: its header written at creation, rows appended (the first write error is kept
+/// and reported by [`finish`](Self::finish)).
+struct TraceWriter {
+    path: PathBuf,
+    w: BufWriter<File>,
+    error: Option<std::io::Error>,
+}
+
+impl TraceWriter {
+    fn create(path: &Path, header: &str) -> Result<TraceWriter> {
+        let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = BufWriter::new(f);
+        w.write_all(header.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(TraceWriter {
+            path: path.to_owned(),
+            w,
+            error: None,
+        })
+    }
+
+    fn write(&mut self, s: &str) {
+        if self.error.is_none()
+            && let Err(e) = self.w.write_all(s.as_bytes())
+        {
+            self.error = Some(e);
+        }
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e).with_context(|| format!("writing {}", self.path.display()));
+        }
+        self.w
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
 /// The `--io-trace` file (`# io_trace v1`): one row per window the expert store read, stamped
 /// with the forward pass it was collected in (`phase` 0 = prefill, 1 = decode; `step` = the
 /// context position of the pass's first token). `proj` is the part's index in the layer's
 /// expert tensors (gate 0, up 1, down 2 for separate tensors), `lane` the I/O lane, `spec` 1
 /// for a speculative read.
 pub struct IoTrace {
-    path: PathBuf,
-    w: BufWriter<File>,
+    w: TraceWriter,
     phase: u8,
     step: usize,
-    error: Option<std::io::Error>,
 }
 
 impl IoTrace {
     pub fn create(path: &Path) -> Result<IoTrace> {
-        let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        let mut w = BufWriter::new(f);
-        w.write_all(
-            b"# io_trace v1\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n",
-        )
-        .with_context(|| format!("writing {}", path.display()))?;
         Ok(IoTrace {
-            path: path.to_owned(),
-            w,
+            w: TraceWriter::create(
+                path,
+                "# io_trace v1\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n",
+            )?,
             phase: 0,
             step: 0,
-            error: None,
         })
     }
 
@@ -648,21 +680,12 @@ impl IoTrace {
                 w.latency_ns
             );
         }
-        if self.error.is_none()
-            && let Err(e) = self.w.write_all(rows.as_bytes())
-        {
-            self.error = Some(e);
-        }
+        self.w.write(&rows);
     }
 
     /// Flush; reports the first write error.
     pub fn finish(&mut self) -> Result<()> {
-        if let Some(e) = self.error.take() {
-            return Err(e).with_context(|| format!("writing {}", self.path.display()));
-        }
-        self.w
-            .flush()
-            .with_context(|| format!("writing {}", self.path.display()))
+        self.w.finish()
     }
 }
 
@@ -690,8 +713,7 @@ pub fn op_of(name: &str) -> &'static str {
 /// `layers`, one row per layer segment instead (`op` = `LAYER`, `name` = `blk.<il>`, and
 /// `post` for the final norm and output head).
 pub struct ComputeTrace {
-    path: PathBuf,
-    w: BufWriter<File>,
+    w: TraceWriter,
     layers: bool,
     phase: u8,
     step: usize,
@@ -700,13 +722,10 @@ pub struct ComputeTrace {
     last_flt: u64,
     /// Layer-segment sums of the pass: (layer or -1, ns, faults), in order.
     segs: Vec<(i64, u64, u64)>,
-    error: Option<std::io::Error>,
 }
 
 impl ComputeTrace {
     pub fn create(path: &Path, layers: bool, pre: &Preamble) -> Result<ComputeTrace> {
-        let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        let mut w = BufWriter::new(f);
         let head = format!(
             "# compute_trace v1\n# model={} arch={} n_layer={} n_threads={} io_threads={} o_direct={} overlap={}\nturn,phase,step,seq,layer,op,name,wall_ns,majflt\n",
             pre.model.display(),
@@ -717,11 +736,8 @@ impl ComputeTrace {
             u8::from(pre.o_direct),
             u8::from(pre.overlap)
         );
-        w.write_all(head.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
         Ok(ComputeTrace {
-            path: path.to_owned(),
-            w,
+            w: TraceWriter::create(path, &head)?,
             layers,
             phase: 0,
             step: 0,
@@ -729,7 +745,6 @@ impl ComputeTrace {
             last: Instant::now(),
             last_flt: 0,
             segs: Vec::new(),
-            error: None,
         })
     }
 
@@ -800,21 +815,12 @@ impl ComputeTrace {
     }
 
     fn write(&mut self, s: &str) {
-        if self.error.is_none()
-            && let Err(e) = self.w.write_all(s.as_bytes())
-        {
-            self.error = Some(e);
-        }
+        self.w.write(s);
     }
 
     /// Flush; reports the first write error.
     pub fn finish(&mut self) -> Result<()> {
-        if let Some(e) = self.error.take() {
-            return Err(e).with_context(|| format!("writing {}", self.path.display()));
-        }
-        self.w
-            .flush()
-            .with_context(|| format!("writing {}", self.path.display()))
+        self.w.finish()
     }
 }
 

@@ -3,25 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn sluice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8")
-}
+mod common;
+use common::{ok, sluice};
 
 /// The rows of a CSV file after its `#` lines, as maps by column name (`#` lines between and
 /// after the rows are skipped too).
@@ -88,19 +74,7 @@ fn io_and_compute_reports_match_the_files() {
         d("ct.csv"),
         d("ctl.csv"),
     );
-    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
-    ok(sluice(&[
-        "gen-model",
-        "--like",
-        "olmoe-1b-7b",
-        "--layers",
-        "2",
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        &model,
-    ]));
+    common::gen_olmoe(Path::new(&model), 2);
     let run = |extra: &[&str]| {
         let mut a = vec![
             "run",

@@ -3,23 +3,9 @@
 //! page of a recorded Qwen3-30B-A3B trace alone.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn sluice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8")
-}
+mod common;
+use common::{ok, sluice};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -75,19 +61,7 @@ fn a_traced_run_renders_one_page() {
     let run_dir = dir.path().join("run");
     std::fs::create_dir(&run_dir).unwrap();
     let model = run_dir.join("m.gguf");
-    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
-    ok(sluice(&[
-        "gen-model",
-        "--like",
-        "olmoe-1b-7b",
-        "--layers",
-        "2",
-        "--vocab",
-        s(&vocab),
-        "--quiet",
-        "--out",
-        s(&model),
-    ]));
+    common::gen_olmoe(&model, 2);
     // Names say nothing: the files are found by their first lines.
     let (route, csv, io, ct) = (
         run_dir.join("a.csv"),

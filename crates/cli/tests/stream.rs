@@ -7,21 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn sluice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8")
-}
+mod common;
+use common::{ok, olmoe, sluice};
 
 fn moe_fixture(name: &str) -> PathBuf {
     testdata::fixtures_root().join("moe").join(name)
@@ -163,25 +150,6 @@ fn a_split_model_streams_across_its_shards() {
     ] {
         assert!(resident == logits(&split, dir.path(), extra), "{extra:?}");
     }
-}
-
-/// An OLMoE-1B-7B-shaped model of `layers` layers (64 experts of 3.9 MiB per layer, top-8).
-fn olmoe(dir: &Path, layers: u32) -> PathBuf {
-    let out = dir.join(format!("olmoe-l{layers}.gguf"));
-    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
-    ok(sluice(&[
-        "gen-model",
-        "--like",
-        "olmoe-1b-7b",
-        "--layers",
-        &layers.to_string(),
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
-    ]));
-    out
 }
 
 /// A one-layer OLMoE-1B-7B-shaped model (one token cycle is 31.1 MiB), so that a small budget

@@ -7,25 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn sluice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("run sluice")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8")
-}
+mod common;
+use common::{ok, sluice};
 
 // ---- the spec, transcribed ----
 
@@ -340,21 +326,7 @@ fn end_lines(out: &str, streaming: bool, cache: bool) -> BTreeMap<&'static str, 
 }
 
 fn olmoe(dir: &Path) -> PathBuf {
-    let out = dir.join("olmoe-l2.gguf");
-    let vocab = testdata::vocab_path("ggml-vocab-gpt-neox.gguf");
-    ok(sluice(&[
-        "gen-model",
-        "--like",
-        "olmoe-1b-7b",
-        "--layers",
-        "2",
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
-    ]));
-    out
+    common::olmoe(dir, 2)
 }
 
 fn run(model: &Path, csv: &Path, extra: &[&str]) -> String {
