@@ -51,36 +51,7 @@ impl PhaseFilter {
 /// Steps of successive turns follow each other: the analyses treat the run as one stream of
 /// tokens, as the engine's expert cache sees it.
 pub fn steps(trace: &RouteTrace, filter: PhaseFilter) -> Vec<Step> {
-    type Cells = BTreeMap<u32, Vec<(u32, u32)>>;
-    let mut order: Vec<(u32, Phase, i64)> = Vec::new();
-    let mut cells: HashMap<(u32, Phase, i64), Cells> = HashMap::new();
-    for r in trace.rows.iter().filter(|r| filter.accepts(r.phase)) {
-        let key = (r.turn, r.phase, r.step);
-        let step = cells.entry(key).or_insert_with(|| {
-            order.push(key);
-            BTreeMap::new()
-        });
-        step.entry(r.layer).or_default().push((r.slot, r.expert));
-    }
-    order
-        .iter()
-        .filter_map(|key| cells.remove(key))
-        .map(|layers| {
-            layers
-                .into_iter()
-                .map(|(layer, mut cell)| {
-                    cell.sort_unstable();
-                    let mut experts: Vec<u32> = Vec::with_capacity(cell.len());
-                    for (_, e) in cell {
-                        if !experts.contains(&e) {
-                            experts.push(e);
-                        }
-                    }
-                    (layer, experts)
-                })
-                .collect()
-        })
-        .collect()
+    trace.steps(|p| filter.accepts(p), true)
 }
 
 /// Routings (layer-expert uses) in `steps`.

@@ -392,12 +392,25 @@ impl RouteTrace {
     /// The decode steps in file order (a step is a distinct `(turn, step)`), each with its
     /// routed experts per layer in slot order: what a replay makes a model route.
     pub fn decode_steps(&self) -> Vec<BTreeMap<u32, Vec<u32>>> {
-        let mut order: Vec<(u32, i64)> = Vec::new();
+        self.steps(|p| p == Phase::Decode, false)
+    }
+
+    /// The steps of the phases `accept` takes, in file order (a step is a distinct
+    /// `(turn, phase, step)`), each with its routed experts per layer in slot order (with
+    /// `dedup`, an expert repeated within a cell counted once; without, as recorded, so that a
+    /// replay can refuse it).
+    pub fn steps(
+        &self,
+        accept: impl Fn(Phase) -> bool,
+        dedup: bool,
+    ) -> Vec<BTreeMap<u32, Vec<u32>>> {
         /// Per layer: (slot, expert) pairs.
         type Cells = BTreeMap<u32, Vec<(u32, u32)>>;
-        let mut cells: BTreeMap<(u32, i64), Cells> = BTreeMap::new();
-        for r in self.rows.iter().filter(|r| r.phase == Phase::Decode) {
-            let key = (r.turn, r.step);
+        let mut order: Vec<(u32, Phase, i64)> = Vec::new();
+        let mut cells: std::collections::HashMap<(u32, Phase, i64), Cells> =
+            std::collections::HashMap::new();
+        for r in self.rows.iter().filter(|r| accept(r.phase)) {
+            let key = (r.turn, r.phase, r.step);
             let step = cells.entry(key).or_insert_with(|| {
                 order.push(key);
                 BTreeMap::new()
@@ -412,7 +425,13 @@ impl RouteTrace {
                     .into_iter()
                     .map(|(layer, mut cell)| {
                         cell.sort_unstable();
-                        (layer, cell.into_iter().map(|(_, e)| e).collect())
+                        let mut experts: Vec<u32> = Vec::with_capacity(cell.len());
+                        for (_, e) in cell {
+                            if !dedup || !experts.contains(&e) {
+                                experts.push(e);
+                            }
+                        }
+                        (layer, experts)
                     })
                     .collect()
             })
