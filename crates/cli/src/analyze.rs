@@ -124,16 +124,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     results.sort_by_key(|(mib, s)| (*mib, policies.iter().position(|p| *p == s.policy)));
 
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "trace: {} ({} {}, {} layers with experts, {} experts, top-{})",
-        args.trace.display(),
-        trace.arch,
-        trace.model,
-        trace.layers.len(),
-        trace.n_expert,
-        trace.n_expert_used
-    );
+    let _ = writeln!(out, "{}", trace_line(&args.trace, &trace));
     let _ = writeln!(
         out,
         "layer batches: {} ({} prefill + {} decode), {} decoded tokens; one token cycle {:.1} MiB",
@@ -197,6 +188,19 @@ const SYSTEM_FONTS: &[&str] = &[
 
 /// Reads the chart font. The bytes live as long as the process (the plotting library keeps a
 /// registry of `'static` fonts); one font per run.
+/// The first line of a report on a routing trace: the file and the model it describes.
+pub(crate) fn trace_line(path: &Path, trace: &trace::RouteTrace) -> String {
+    format!(
+        "trace: {} ({} {}, {} layers with experts, {} experts, top-{})",
+        path.display(),
+        trace.arch,
+        trace.model,
+        trace.layers.len(),
+        trace.n_expert,
+        trace.n_expert_used
+    )
+}
+
 pub(crate) fn load_font(explicit: Option<&Path>) -> Result<&'static [u8]> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),

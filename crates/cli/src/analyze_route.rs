@@ -80,16 +80,7 @@ fn pct_text(p: Option<f64>, decimals: usize) -> String {
 
 fn report(path: &Path, trace: &trace::RouteTrace, a: &RouteAnalysis) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "trace: {} ({} {}, {} layers with experts, {} experts, top-{})",
-        path.display(),
-        trace.arch,
-        trace.model,
-        trace.layers.len(),
-        trace.n_expert,
-        trace.n_expert_used
-    );
+    let _ = writeln!(out, "{}", crate::analyze::trace_line(path, trace));
     let _ = writeln!(
         out,
         "phase: {} ({} steps, {} routings, {} distinct layer-expert pairs)",

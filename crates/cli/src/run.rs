@@ -640,7 +640,8 @@ pub fn run(opts: &Options) -> Result<()> {
         stamp(1, engine.n_past());
         let pos = engine.n_past();
         ct(&mut |c| c.begin(1, pos));
-        let (snap0, usage0) = (counters.snapshot(), Usage::now());
+        // (The per-token figures are taken only when something reports them.)
+        let before = probe.is_some().then(|| (counters.snapshot(), Usage::now()));
         let t = Instant::now();
         let gap = t - last_end;
         logits = engine.forward(&[id], LogitsWanted::Last)?;
@@ -649,7 +650,7 @@ pub fn run(opts: &Options) -> Result<()> {
         last_end = Instant::now();
         decode += wall;
         loop_overhead += gap;
-        if let Some(probe) = &mut probe {
+        if let (Some(probe), Some((snap0, usage0))) = (&mut probe, before) {
             let snap = counters.snapshot();
             let mut row = TokenRow::new(
                 n_gen,
