@@ -69,6 +69,10 @@ pub enum ForwardError {
     /// The expert source could not provide a layer's experts (a read failed).
     #[error("{0}")]
     Experts(String),
+    /// The abort check (see [`Engine::set_abort`]) asked to stop before a chunk; the context
+    /// is as it was before the call.
+    #[error("cancelled")]
+    Cancelled,
     /// A numerical op failed (shape mismatch; indicates a bug).
     #[error(transparent)]
     Op(#[from] EngineError),
@@ -274,6 +278,30 @@ pub struct Engine<'a> {
     /// The chunk being run is a replayed decode step.
     replaying: bool,
     source: Option<Box<dyn ExpertSource + 'a>>,
+    abort: Option<AbortCheck<'a>>,
+}
+
+/// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
+pub type AbortCheck<'a> = Box<dyn FnMut() -> bool + Send + 'a>;
+
+/// The context's state: its tokens' keys and values in every layer (see
+/// [`Engine::save_state`]).
+#[derive(Debug, Clone)]
+pub struct KvState {
+    n_past: usize,
+    layers: Vec<ops::KvPrefix>,
+}
+
+impl KvState {
+    /// Tokens in the saved context.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// Bytes of memory the copy holds.
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(ops::KvPrefix::bytes).sum()
+    }
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -454,6 +482,7 @@ impl<'a> Engine<'a> {
             replay: None,
             replaying: false,
             source: None,
+            abort: None,
         })
     }
 
@@ -580,6 +609,42 @@ impl<'a> Engine<'a> {
         self.n_past = 0;
     }
 
+    /// A copy of the context's state (every layer's keys and values of the tokens in it).
+    pub fn save_state(&self) -> KvState {
+        KvState {
+            n_past: self.n_past,
+            layers: self.kv.iter().map(|c| c.prefix(self.n_past)).collect(),
+        }
+    }
+
+    /// Put back a state saved from this engine: the context becomes exactly the one saved
+    /// (what the positions after it held is never read again).
+    pub fn restore_state(&mut self, state: &KvState) -> Result<(), ForwardError> {
+        if state.layers.len() != self.kv.len() || state.n_past > self.cfg.n_ctx {
+            return Err(ForwardError::Config(format!(
+                "a saved state of {} layers and {} tokens does not fit this engine ({} layers, \
+                 context {})",
+                state.layers.len(),
+                state.n_past,
+                self.kv.len(),
+                self.cfg.n_ctx
+            )));
+        }
+        for (cache, p) in self.kv.iter_mut().zip(&state.layers) {
+            cache.restore(p)?;
+        }
+        self.n_past = state.n_past;
+        Ok(())
+    }
+
+    /// Install (or remove) the check asked before each chunk of tokens a
+    /// [`forward`](Self::forward) call runs (a prefill runs several; a decode step one): when
+    /// it answers `true` the call stops with [`ForwardError::Cancelled`] and the context is left
+    /// as it was before the call.
+    pub fn set_abort(&mut self, abort: Option<AbortCheck<'a>>) {
+        self.abort = abort;
+    }
+
     /// Run `tokens` at positions `n_past..n_past + tokens.len()` and append them to the
     /// context. Returns the last token's logits or all of them.
     pub fn forward(
@@ -612,6 +677,12 @@ impl<'a> Engine<'a> {
         let n_chunks = chunks.len();
         let mut written = 0;
         for (ci, chunk) in chunks.enumerate() {
+            if let Some(abort) = &mut self.abort
+                && abort()
+            {
+                self.n_past = start;
+                return Err(ForwardError::Cancelled);
+            }
             let last_chunk = ci + 1 == n_chunks;
             let want: std::ops::Range<usize> = match logits {
                 LogitsWanted::All => 0..chunk.len(),

@@ -571,3 +571,69 @@ fn unsupported_weight_type_names_the_tensor() {
     }
     assert!(err.to_string().contains("blk.0.ffn_"), "{err}");
 }
+
+/// A saved context put back (into the same engine after other work, or into another engine
+/// of the same model) continues bit for bit as the context it was saved from, in both KV
+/// storage types; positions past the saved ones do not leak into it.
+#[test]
+fn saved_state_restores_the_context_bit_for_bit() {
+    let file = GgufFile::open(demo_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let k = Kernels::detect();
+    for kv_type in [KvType::F32, KvType::F16] {
+        let c = EngineConfig {
+            kv_type,
+            ..cfg(64, 512)
+        };
+        let mut a = Engine::new(&model, k, &pool, c).unwrap();
+        a.forward(&PROMPT[..5], LogitsWanted::Last).unwrap();
+        let state = a.save_state();
+        assert_eq!(state.n_past(), 5);
+        assert!(state.bytes() > 0);
+        let want = a.forward(&PROMPT[5..], LogitsWanted::All).unwrap();
+        // Other tokens overwrite the cells, then the state comes back.
+        a.reset();
+        a.forward(&[9, 8, 7, 6, 5, 4, 3, 2, 1, 0], LogitsWanted::Last)
+            .unwrap();
+        a.restore_state(&state).unwrap();
+        assert_eq!(a.n_past(), 5);
+        assert_eq!(a.forward(&PROMPT[5..], LogitsWanted::All).unwrap(), want);
+        // Into another engine of the same model.
+        let mut b = Engine::new(&model, k, &pool, c).unwrap();
+        b.restore_state(&state).unwrap();
+        assert_eq!(b.forward(&PROMPT[5..], LogitsWanted::All).unwrap(), want);
+        // Into an engine whose context cannot hold it: refused, nothing changed.
+        let mut small = Engine::new(&model, k, &pool, cfg(4, 512)).unwrap();
+        assert!(small.restore_state(&state).is_err());
+        assert_eq!(small.n_past(), 0);
+    }
+}
+
+/// The abort check is asked before every chunk; stopping leaves the context as it was, and the
+/// engine then runs on as if the call had not been made.
+#[test]
+fn abort_before_a_chunk_leaves_the_context_unchanged() {
+    let file = GgufFile::open(demo_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let k = Kernels::detect();
+    let mut fresh = Engine::new(&model, k, &pool, cfg(64, 2)).unwrap();
+    fresh.forward(&PROMPT[..2], LogitsWanted::Last).unwrap();
+    let want = fresh.forward(&PROMPT[2..], LogitsWanted::Last).unwrap();
+
+    let mut e = Engine::new(&model, k, &pool, cfg(64, 2)).unwrap();
+    e.forward(&PROMPT[..2], LogitsWanted::Last).unwrap();
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = std::sync::Arc::clone(&asked);
+    // Stop before the third chunk (two of the six tokens' chunks ran).
+    e.set_abort(Some(Box::new(move || {
+        seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 2
+    })));
+    let err = e.forward(&PROMPT[2..], LogitsWanted::Last).unwrap_err();
+    assert!(matches!(err, ForwardError::Cancelled), "{err}");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 3);
+    assert_eq!(e.n_past(), 2);
+    e.set_abort(None);
+    assert_eq!(e.forward(&PROMPT[2..], LogitsWanted::Last).unwrap(), want);
+}

@@ -49,6 +49,87 @@ impl Store {
         }
     }
 
+    fn len(&self) -> usize {
+        match self {
+            Store::F32(s) => s.len(),
+            Store::F16(s) => s.len(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Store::F32(s) => s.len() * 4,
+            Store::F16(s) => s.len() * 2,
+        }
+    }
+
+    /// The values `start..start + n`, in a store of their own.
+    fn slice(&self, start: usize, n: usize) -> Store {
+        match self {
+            Store::F32(s) => Store::F32(s[start..start + n].to_vec()),
+            Store::F16(s) => Store::F16(s[start..start + n].to_vec()),
+        }
+    }
+
+    /// `n` values from each start, one run after the other.
+    fn gather(&self, starts: impl Iterator<Item = usize>, n: usize) -> Store {
+        match self {
+            Store::F32(s) => Store::F32(starts.flat_map(|a| s[a..a + n].iter().copied()).collect()),
+            Store::F16(s) => Store::F16(starts.flat_map(|a| s[a..a + n].iter().copied()).collect()),
+        }
+    }
+
+    /// Write `src`'s runs of `n` values at `0, stride, 2·stride, ...` (the inverse of
+    /// [`gather`](Self::gather) over those starts).
+    fn scatter(&mut self, src: &Store, n: usize, stride: usize) -> Result<(), EngineError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let runs = src.len() / n;
+        if runs > 0 && (runs - 1) * stride + n > self.len() {
+            return Err(EngineError::Shape(format!(
+                "KV copy of {runs} runs of {n} values overflows a store of {}",
+                self.len()
+            )));
+        }
+        match (self, src) {
+            (Store::F32(d), Store::F32(s)) => {
+                for (i, run) in s.chunks_exact(n).enumerate() {
+                    d[i * stride..i * stride + n].copy_from_slice(run);
+                }
+            }
+            (Store::F16(d), Store::F16(s)) => {
+                for (i, run) in s.chunks_exact(n).enumerate() {
+                    d[i * stride..i * stride + n].copy_from_slice(run);
+                }
+            }
+            _ => {
+                return Err(EngineError::Shape("KV copy of another element type".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `src`'s values at `start` (same element type).
+    fn put(&mut self, start: usize, src: &Store) -> Result<(), EngineError> {
+        let end = start + src.len();
+        if end > self.len() {
+            return Err(EngineError::Shape(format!(
+                "KV copy of {} values at {start} overflows a store of {}",
+                src.len(),
+                self.len()
+            )));
+        }
+        match (self, src) {
+            (Store::F32(d), Store::F32(s)) => d[start..end].copy_from_slice(s),
+            (Store::F16(d), Store::F16(s)) => d[start..end].copy_from_slice(s),
+            _ => {
+                return Err(EngineError::Shape("KV copy of another element type".into()));
+            }
+        }
+        Ok(())
+    }
+
     /// Copy `dst.len()` values starting at `start` into `dst` as f32.
     #[inline]
     fn read(&self, start: usize, dst: &mut [f32]) {
@@ -73,6 +154,33 @@ impl Store {
                 buf
             }
         }
+    }
+}
+
+/// A copy of the first positions of a [`KvCache`] (keys and values of every layer), to put
+/// back later with [`KvCache::restore`].
+#[derive(Debug, Clone)]
+pub struct KvPrefix {
+    n: usize,
+    w: usize,
+    k: Vec<Store>,
+    v: Vec<Store>,
+}
+
+impl KvPrefix {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// No positions held.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Bytes of memory the copy holds.
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(Store::bytes).sum()
     }
 }
 
@@ -165,6 +273,44 @@ impl KvCache {
                 pos,
                 capacity: self.n_ctx,
             });
+        }
+        Ok(())
+    }
+
+    /// A copy of the first `n` positions of every layer (clamped to the cache's cells).
+    pub fn prefix(&self, n: usize) -> KvPrefix {
+        let n = n.min(self.n_ctx);
+        let w = self.n_head_kv * self.head_dim;
+        let k = self.k.iter().map(|s| s.slice(0, n * w)).collect();
+        // V is transposed: each of its `w` rows holds the positions.
+        let v = self
+            .v
+            .iter()
+            .map(|s| s.gather((0..w).map(|i| i * self.n_ctx), n))
+            .collect();
+        KvPrefix { n, w, k, v }
+    }
+
+    /// Write back a [`prefix`](Self::prefix) taken from a cache of the same shape; positions
+    /// past it keep what they hold.
+    pub fn restore(&mut self, p: &KvPrefix) -> Result<(), EngineError> {
+        let w = self.n_head_kv * self.head_dim;
+        if p.w != w || p.k.len() != self.n_layer || p.n > self.n_ctx {
+            return Err(EngineError::Shape(format!(
+                "KV prefix of {} layers x {} positions x {} values does not fit a cache of {} \
+                 layers x {} cells x {w} values",
+                p.k.len(),
+                p.n,
+                p.w,
+                self.n_layer,
+                self.n_ctx
+            )));
+        }
+        for (dst, src) in self.k.iter_mut().zip(&p.k) {
+            dst.put(0, src)?;
+        }
+        for (dst, src) in self.v.iter_mut().zip(&p.v) {
+            dst.scatter(src, p.n, self.n_ctx)?;
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ pub use act::{
     EXP_LANES, exp_ggml, sigmoid, silu, silu_scalar, softmax, softmax_scalar, swiglu, swiglu_scalar,
 };
 pub use attn::{
-    KvCache, KvType, attend, attend_batch, dot_ggml, dot_ggml_scalar, dot_tinyblas,
+    KvCache, KvPrefix, KvType, attend, attend_batch, dot_ggml, dot_ggml_scalar, dot_tinyblas,
     dot_tinyblas_scalar,
 };
 pub use norm::{rms_norm, rms_norm_inplace};
