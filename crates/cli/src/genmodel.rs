@@ -229,6 +229,11 @@ pub struct GenModelArgs {
     #[arg(long, conflicts_with = "out")]
     plan: bool,
 
+    /// A chat template (a Jinja text file) for `tokenizer.chat_template`, replacing the
+    /// vocabulary file's, so that `run --chatml` and chat sessions run on the model.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
+
     /// No progress lines.
     #[arg(short, long)]
     quiet: bool,
@@ -772,6 +777,13 @@ pub fn run(args: GenModelArgs) -> Result<()> {
         shape.n_vocab = n_vocab;
         vocab
     };
+    let mut vocab = vocab;
+    if let Some(path) = &args.chat_template {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--chat-template: cannot read {}", path.display()))?;
+        vocab.retain(|(k, _)| k != "tokenizer.chat_template");
+        vocab.push(("tokenizer.chat_template".into(), Value::String(text)));
+    }
 
     let s = &shape;
     let arch = s.arch;

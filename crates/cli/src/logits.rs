@@ -29,6 +29,8 @@ pub struct Options {
     /// Only these names (all when `None`).
     pub dump_names: Option<Vec<String>>,
     pub stream: crate::stream::StreamArgs,
+    /// Only the last position's logits, computed as a generation computes them.
+    pub last: bool,
 }
 
 /// Named intermediates collected over the whole forward pass: file stem → values, chunk after
@@ -98,13 +100,17 @@ pub fn run(opts: &Options) -> Result<()> {
             map.entry(stem).or_default().extend_from_slice(data);
         })));
     }
-    let logits = engine.forward(&ids, LogitsWanted::All)?;
+    let wanted = if opts.last {
+        LogitsWanted::Last
+    } else {
+        LogitsWanted::All
+    };
+    let logits = engine.forward(&ids, wanted)?;
     let n_vocab = engine.n_vocab();
-
-    write_npy(&opts.out, &[ids.len() as u64, n_vocab as u64], &logits)?;
+    let rows = if opts.last { 1 } else { ids.len() };
+    write_npy(&opts.out, &[rows as u64, n_vocab as u64], &logits)?;
     eprintln!(
-        "sluice: wrote {} x {n_vocab} logits to {}",
-        ids.len(),
+        "sluice: wrote {rows} x {n_vocab} logits to {}",
         opts.out.display()
     );
     if let Some(dir) = &opts.dump {

@@ -7,14 +7,17 @@ mod analyze_route;
 mod analyze_trace;
 mod analyze_view;
 mod bench;
+mod decide;
 mod genmodel;
 mod inspect;
 mod logits;
 mod npy;
+mod ppl;
 mod prompt;
 mod quantize;
 mod routes;
 mod run;
+mod session;
 mod stream;
 mod telemetry;
 mod template;
@@ -314,9 +317,65 @@ struct RunArgs {
     #[arg(short, long, value_name = "MODEL")]
     model: PathBuf,
 
-    /// The prompt (with --chatml: the user's message).
-    #[arg(short, long, value_name = "PROMPT")]
-    prompt: String,
+    /// The prompt (with --chatml: the user's message). Not used with --session (prompts
+    /// come as requests) or --ppl.
+    #[arg(
+        short,
+        long,
+        value_name = "PROMPT",
+        required_unless_present_any = ["session", "ppl", "messages"],
+        conflicts_with_all = ["session", "ppl", "messages"]
+    )]
+    prompt: Option<String>,
+
+    /// With --chatml: run a whole conversation instead of one prompt — a JSON array of
+    /// messages (`role`, `content`), rendered with the template up to the opening of the
+    /// assistant's next turn (`-` reads standard input).
+    #[arg(
+        long,
+        value_name = "FILE.json",
+        requires = "chatml",
+        conflicts_with = "session"
+    )]
+    messages: Option<std::path::PathBuf>,
+
+    /// Keep the model loaded and serve requests: one JSON object per line on standard input
+    /// (`{"cmd":"generate","id":1,"prompt":"...","n_predict":64,"think":false,"clear_kv":true}`,
+    /// `decide`, `cancel`, `close`; the end of the input closes), answered with `BMOE_READY`,
+    /// `BMOE_BEGIN`, per-token `BMOE_LOAD`/`BMOE_PROGRESS`, `BMOE_DONE`, `BMOE_DECIDE` and
+    /// `BMOE_ERROR` lines on standard output (spec/bmoe-telemetry.md, docs/session.md). The
+    /// expert cache stays warm across requests; `clear_kv:false` continues the chat, re-using
+    /// the context's tokens that the re-rendered history still starts with; `cancel` stops the
+    /// generation in flight and rolls its turn back.
+    #[arg(long)]
+    session: bool,
+
+    /// With --session: answer `decide` requests (which of a list of choices the model would
+    /// answer next, scored from one prefill; nothing is decoded).
+    #[arg(long, requires = "session")]
+    decide: bool,
+
+    /// With --decide: keep the context's state after a decision's prefix, and restore it when
+    /// the next decision's prefix is the same or extends it (auto: on, as for any CPU prefill).
+    #[arg(long, value_enum, default_value_t = decide::PrefixCacheMode::Auto, value_name = "MODE")]
+    decide_prefix_cache: decide::PrefixCacheMode,
+
+    /// Score a text instead of generating: the perplexity of FILE's text (BOS, no template)
+    /// under the model, teacher-forced, and the next-token hit rate (how often the most likely
+    /// token was the text's). The whole text must fit the context (-c).
+    #[arg(long, value_name = "FILE", conflicts_with = "session")]
+    ppl: Option<std::path::PathBuf>,
+
+    /// With --ppl: one token per forward pass, as decode runs, so that what depends on the
+    /// expert cache's state (a streaming run's reads, hits) is measured as in a generation; a
+    /// single prefill routes every position of a layer before reading any.
+    #[arg(long, requires = "ppl")]
+    ppl_step: bool,
+
+    /// Test hook of --session: the first prefill chunk K (`prefill:K`, 0-based) or the forward
+    /// pass of generated token K (`decode:K`) waits there for a cancel request.
+    #[arg(long, value_name = "WHERE", hide = true, requires = "session")]
+    test_hold: Option<session::Hold>,
 
     /// Most tokens to generate; -1 means until an end-of-generation token or a full context.
     #[arg(
@@ -474,6 +533,12 @@ struct LogitsArgs {
     #[arg(long, value_name = "NAMES", value_delimiter = ',', requires = "dump")]
     dump_names: Option<Vec<String>>,
 
+    /// Only the last position's logits (shape [1, n_vocab]), computed as a generation or a
+    /// session's decision computes them: as llama.cpp, the last layer then runs on that one
+    /// row, so the bits can differ from the last row of the full matrix.
+    #[arg(long, conflicts_with = "dump")]
+    last: bool,
+
     #[command(flatten)]
     engine: EngineArgs,
 
@@ -554,6 +619,13 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&run::Options {
             model: args.model,
             prompt: args.prompt,
+            messages: args.messages,
+            session: args.session,
+            decide: args.decide,
+            prefix_cache: args.decide_prefix_cache,
+            ppl: args.ppl,
+            ppl_step: args.ppl_step,
+            test_hold: args.test_hold,
             n_predict: args.n_predict,
             threads: args.engine.threads,
             ctx: args.ctx,
@@ -591,6 +663,7 @@ fn main() -> ExitCode {
             dump: args.dump,
             dump_names: args.dump_names,
             stream: args.stream,
+            last: args.last,
         }),
         Command::Analyze(args) => analyze::run(args),
         Command::GenModel(args) => genmodel::run(args),

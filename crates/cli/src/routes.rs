@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -75,6 +75,7 @@ pub struct RouteTraceFile {
     path: PathBuf,
     sink: Arc<Mutex<Sink>>,
     decode: Arc<AtomicBool>,
+    turn: Arc<AtomicU32>,
 }
 
 impl RouteTraceFile {
@@ -104,12 +105,19 @@ impl RouteTraceFile {
             path: path.to_owned(),
             sink: Arc::new(Mutex::new(Sink { w, error: None })),
             decode: Arc::new(AtomicBool::new(false)),
+            turn: Arc::new(AtomicU32::new(0)),
         })
     }
 
     /// From now on the rows are decode-phase rows.
     pub fn start_decode(&self) {
         self.decode.store(true, Ordering::Relaxed);
+    }
+
+    /// From now on the rows are prefill rows of session turn `turn`.
+    pub fn start_turn(&self, turn: u32) {
+        self.turn.store(turn, Ordering::Relaxed);
+        self.decode.store(false, Ordering::Relaxed);
     }
 
     /// The engine tap that writes a row per routed expert. With `view` (a streaming run) each
@@ -120,8 +128,10 @@ impl RouteTraceFile {
     pub fn tap<'a>(&self, view: Option<Arc<Mutex<crate::stream::BatchView>>>) -> RouteTap<'a> {
         let sink = Arc::clone(&self.sink);
         let decode = Arc::clone(&self.decode);
+        let turn = Arc::clone(&self.turn);
         Box::new(move |r: &Routed<'_>| {
             let phase = u8::from(decode.load(Ordering::Relaxed));
+            let turn = turn.load(Ordering::Relaxed);
             let batch = view
                 .as_ref()
                 .map(|v| v.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
@@ -146,7 +156,7 @@ impl RouteTraceFile {
                         }
                     };
                     rows += &format!(
-                        "0,{phase},{},{},{slot},{id},{w:.6},{residency},{bytes},0\n",
+                        "{turn},{phase},{},{},{slot},{id},{w:.6},{residency},{bytes},0\n",
                         r.first_pos + j,
                         r.layer
                     );

@@ -6,6 +6,7 @@
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -25,7 +26,22 @@ pub const DEFAULT_CTX: usize = 4096;
 
 pub struct Options {
     pub model: PathBuf,
-    pub prompt: String,
+    /// The prompt of a one-shot run.
+    pub prompt: Option<String>,
+    /// With --chatml: a whole conversation (JSON messages) instead of one user prompt.
+    pub messages: Option<PathBuf>,
+    /// Serve requests from standard input (`--session`).
+    pub session: bool,
+    /// Answer `decide` requests in a session.
+    pub decide: bool,
+    /// `--decide-prefix-cache`.
+    pub prefix_cache: crate::decide::PrefixCacheMode,
+    /// Score this text's perplexity instead of generating.
+    pub ppl: Option<PathBuf>,
+    /// With --ppl: one token per decode.
+    pub ppl_step: bool,
+    /// A session's test hook: wait for a cancel at this point.
+    pub test_hold: Option<crate::session::Hold>,
     pub n_predict: i64,
     pub threads: Option<usize>,
     pub ctx: Option<usize>,
@@ -180,32 +196,35 @@ impl Streamer {
     }
 }
 
-/// A chat run: the model's format and the rendered prompt.
-type Chat = (ChatFormat, chat::Prompt);
-
-/// Prompt token ids: the prompt as is (BOS as the model's metadata says, special-token text
-/// not parsed), or with --chatml one user turn rendered with the model's template.
+/// Prompt token ids of a one-shot run: the prompt as is (BOS as the model's metadata says,
+/// special-token text not parsed), or with --chatml one user turn (or the `--messages`
+/// conversation) rendered with the model's template; with the rendered prompt.
 fn prompt_ids(
     opts: &Options,
-    file: &GgufFile,
+    format: Option<&ChatFormat>,
     tokenizer: &Tokenizer,
-    name: &str,
-) -> Result<(Vec<u32>, Option<Chat>)> {
-    if !opts.chatml {
-        return Ok((tokenizer.encode(&opts.prompt, true, false), None));
-    }
-    let template = crate::prompt::load_template(file.metadata(), tokenizer, None, name)?;
-    let format = ChatFormat::new(template);
-    let messages = crate::prompt::single_turn(opts.system.as_deref(), &opts.prompt);
-    let prompt = crate::prompt::render_prompt(&format, &messages, None, !opts.no_think)?;
-    // A BOS the template wrote itself is dropped where the tokenizer adds one (as llama.cpp).
-    let rendered = if tokenizer.vocab().add_bos {
-        format.template().strip_leading_bos(&prompt.text)
-    } else {
-        &prompt.text
+) -> Result<(Vec<u32>, Option<chat::Prompt>)> {
+    let text = opts.prompt.as_deref().unwrap_or_default();
+    let Some(format) = format else {
+        return Ok((tokenizer.encode(text, true, false), None));
     };
-    let ids = tokenizer.encode(rendered, true, true);
-    Ok((ids, Some((format, prompt))))
+    let messages = match &opts.messages {
+        Some(path) => crate::prompt::read_json(path)?,
+        None => crate::prompt::single_turn(opts.system.as_deref(), text),
+    };
+    let prompt = crate::prompt::render_prompt(format, &messages, None, !opts.no_think)?;
+    Ok((chat_ids(format, tokenizer, &prompt.text), Some(prompt)))
+}
+
+/// The token ids of a rendered chat prompt: special tokens parsed, and a BOS the template
+/// wrote itself dropped where the tokenizer adds one (as llama.cpp).
+pub fn chat_ids(format: &ChatFormat, tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
+    let rendered = if tokenizer.vocab().add_bos {
+        format.template().strip_leading_bos(text)
+    } else {
+        text
+    };
+    tokenizer.encode(rendered, true, true)
 }
 
 /// The `generation:` line of the summary: decode time only.
@@ -287,7 +306,329 @@ pub fn stream_summary(
     lines
 }
 
+/// Everything a generation needs, set up once: the engine over the loaded model, the
+/// tokenizer and chat format, the sampler, the streamer's counters and the telemetry sinks. A
+/// one-shot run makes one [`generate`](Runtime::generate) call; a session one per turn.
+pub struct Runtime<'a> {
+    pub engine: Engine<'a>,
+    pub tokenizer: &'a Tokenizer,
+    /// The model's chat format (with --chatml).
+    pub format: Option<&'a ChatFormat>,
+    pub arch: String,
+    pub n_ctx: usize,
+    pub n_threads: usize,
+    pub load_s: f64,
+    pub streaming: bool,
+    pub cache_bytes: u64,
+    pub overlap: bool,
+    pub counters: Arc<crate::stream::StreamCounters>,
+    pub sampler: Sampler,
+    /// Per-token `BMOE_*` lines instead of inline text (`--progress`, and every session).
+    pub progress: bool,
+    pub ignore_eos: bool,
+    /// The `mode:` line (and the route replay's note).
+    pub mode: String,
+    /// The session's cancel control (a session installs it).
+    pub control: Option<Arc<crate::session::Control>>,
+    csv: Option<CsvSink>,
+    probe: Option<DenseProbe>,
+    trace: Option<crate::routes::RouteTraceFile>,
+    io_trace: Option<Arc<Mutex<crate::telemetry::IoTrace>>>,
+    compute_trace: Option<Arc<Mutex<crate::telemetry::ComputeTrace>>>,
+    /// Installed after the (first) prefill: decode steps replay a recorded routing.
+    replay: Option<engine::RouteReplay>,
+}
+
+/// One generation: the whole prompt's tokens (those already in the context, the engine's
+/// `n_past` first ones, are not run again), how many tokens at most, the rendered chat prompt
+/// (for the reasoning split) and the session turn.
+pub struct Turn<'c> {
+    pub ids: &'c [u32],
+    pub n_max: usize,
+    pub prompt: Option<&'c chat::Prompt>,
+    pub turn: u32,
+}
+
+/// What a generation did.
+pub struct Outcome {
+    /// The figures of the `# summary` line / `BMOE_DONE`.
+    pub summary: Summary,
+    pub decode: Duration,
+    pub decode_usage: Usage,
+    /// The streamer's counters over the decode.
+    pub d: crate::stream::StreamSnapshot,
+    pub answer: String,
+    pub reasoning: String,
+    /// Stopped by a cancel request (the context then holds part of the turn).
+    pub cancelled: bool,
+    /// The generated tokens run into the context, in order.
+    pub tokens: Vec<u32>,
+    /// The last text written to standard output did not end a line.
+    pub open_line: bool,
+}
+
+impl Runtime<'_> {
+    /// The cumulative hit rate, or -1 without a cache.
+    fn hit_pct(&self, snap: &crate::stream::StreamSnapshot) -> f64 {
+        if self.streaming && self.cache_bytes > 0 {
+            snap.hit_pct()
+        } else {
+            -1.0
+        }
+    }
+
+    fn stamp(&self, turn: u32, phase: u8, step: usize) {
+        if let Some(t) = &self.io_trace {
+            t.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stamp(turn, phase, step);
+        }
+    }
+
+    fn ct(&self, f: &mut dyn FnMut(&mut crate::telemetry::ComputeTrace)) {
+        if let Some(t) = &self.compute_trace {
+            f(&mut t.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+    }
+
+    /// The expert cache's budget in MiB (0 without one).
+    pub fn budget_mib(&self) -> f64 {
+        self.cache_bytes as f64 / (1u64 << 20) as f64
+    }
+
+    /// Prefill `ids` after the context (with the session's cancel check and test hold), the
+    /// last token's logits. The route and I/O traces see it as the prefill of `turn`.
+    pub fn prefill(&mut self, ids: &[u32], turn: u32) -> Result<Vec<f32>, engine::ForwardError> {
+        if let Some(t) = &self.trace {
+            t.start_turn(turn);
+        }
+        self.stamp(turn, 0, self.engine.n_past());
+        let pos = self.engine.n_past();
+        self.ct(&mut |c| c.begin(turn, 0, pos));
+        if let Some(c) = &self.control {
+            c.begin_prefill();
+        }
+        let r = self.engine.forward(ids, LogitsWanted::Last);
+        if let Some(c) = &self.control {
+            c.end_prefill();
+        }
+        self.ct(&mut |c| c.end());
+        r
+    }
+
+    /// Prefill the prompt's tokens after the context and generate up to `t.n_max` tokens,
+    /// streaming them (inline, or as `BMOE_*` lines), with a CSV row per token and the CSV
+    /// summary at the end. A cancel (session) stops between prefill chunks or tokens.
+    pub fn generate(&mut self, t: &Turn<'_>) -> Result<Outcome> {
+        let reuse = self.engine.n_past();
+        let new = &t.ids[reuse.min(t.ids.len())..];
+        let prefill_usage0 = Usage::now();
+        let prefill_snap0 = self.counters.snapshot();
+        let t0 = Instant::now();
+        let prefilled = self.prefill(new, t.turn);
+        let prefill = t0.elapsed().as_secs_f64();
+        let mut last_end = Instant::now();
+        let at_decode = self.counters.snapshot();
+        let usage_at_decode = Usage::now();
+        let prefill_delta = at_decode.since(&prefill_snap0);
+        let prefill_usage = usage_at_decode.since(&prefill_usage0);
+        let (mut logits, mut cancelled) = match prefilled {
+            Ok(l) => (l, false),
+            Err(engine::ForwardError::Cancelled) => (Vec::new(), true),
+            Err(e) => return Err(e.into()),
+        };
+        if !cancelled {
+            eprintln!(
+                "sluice: prompt {} tokens ({} new), prefill {prefill:.3} s ({:.2} tok/s)",
+                t.ids.len(),
+                new.len(),
+                if prefill > 0.0 {
+                    new.len() as f64 / prefill
+                } else {
+                    0.0
+                }
+            );
+        }
+        if let Some(tr) = &self.trace {
+            tr.start_decode();
+        }
+        if let Some(r) = self.replay.take() {
+            let what = self.mode.clone();
+            self.engine
+                .set_route_replay(Some(r))
+                .with_context(|| format!("--route-replay ({what})"))?;
+        }
+
+        let (special, splitter) = match (self.format, t.prompt) {
+            (Some(format), Some(prompt)) => (
+                // Reasoning tags (and harmony's headers) are special tokens in many
+                // vocabularies; the splitter needs their text.
+                !matches!(format.reasoning_syntax(), ReasoningSyntax::None),
+                Some(format.splitter(prompt)),
+            ),
+            _ => (false, None),
+        };
+        let mut decoder = StreamDecoder::continuation(special);
+        let mut out = Streamer {
+            splitter,
+            answer: String::new(),
+            reasoning: String::new(),
+            in_reasoning: false,
+            open_line: false,
+            progress: self.progress,
+            pending: Default::default(),
+        };
+        let tokenizer = self.tokenizer;
+        let eog = &tokenizer.vocab().eog;
+        let n_ctx = self.n_ctx;
+        let steps = t.n_max.min(n_ctx.saturating_sub(t.ids.len()));
+        let budget_mib = self.budget_mib();
+        let mut n_gen = 0usize;
+        let mut fed = Vec::new();
+        let mut decode = Duration::ZERO;
+        let mut loop_overhead = Duration::ZERO;
+        // With --progress: the last token's row, printed once its text is known.
+        let mut held: Option<TokenRow> = None;
+        while !cancelled && n_gen < t.n_max {
+            if self.engine.n_past() >= n_ctx {
+                eprintln!("\nsluice: the context ({n_ctx} tokens) is full; generation stopped");
+                break;
+            }
+            if self.ignore_eos {
+                // As llama.cpp does: end-of-generation tokens are never drawn.
+                for &id in eog {
+                    if let Some(l) = logits.get_mut(id as usize) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            let id = self.sampler.sample(&logits);
+            // The previous token's progress line goes out with its text now, so that the
+            // text the decoder holds back at the end can still join the last line.
+            if let Some(row) = held.take() {
+                progress_lines(&row, &mut out)?;
+            }
+            if eog.contains(&id) {
+                break;
+            }
+            out.push(&decoder.push(tokenizer, id))?;
+            n_gen += 1;
+            if let Some(c) = &self.control {
+                c.hold_decode(n_gen);
+            }
+            let pos = self.engine.n_past();
+            self.stamp(t.turn, 1, pos);
+            self.ct(&mut |c| c.begin(t.turn, 1, pos));
+            // (The per-token figures are taken only when something reports them.)
+            let before = self
+                .probe
+                .is_some()
+                .then(|| (self.counters.snapshot(), Usage::now()));
+            let t1 = Instant::now();
+            let gap = t1 - last_end;
+            let ran = self.engine.forward(&[id], LogitsWanted::Last);
+            let wall = t1.elapsed();
+            self.ct(&mut |c| c.end());
+            last_end = Instant::now();
+            logits = match ran {
+                Ok(l) => l,
+                Err(engine::ForwardError::Cancelled) => {
+                    cancelled = true;
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            fed.push(id);
+            decode += wall;
+            loop_overhead += gap;
+            if let Some((snap0, usage0)) = before {
+                let snap = self.counters.snapshot();
+                let mut row = TokenRow::new(
+                    n_gen,
+                    steps,
+                    wall.as_secs_f64(),
+                    &snap.since(&snap0),
+                    self.overlap,
+                    &Usage::now().since(&usage0),
+                    self.hit_pct(&snap),
+                    gap.as_secs_f64(),
+                );
+                if let Some(probe) = &mut self.probe {
+                    row.dense_resident_frac = probe.sample();
+                }
+                row.cache_budget_mib = budget_mib;
+                row.turn = t.turn;
+                if let Some(csv) = &mut self.csv {
+                    row.mem = MemPicture::now();
+                    csv.row(&row)?;
+                }
+                if self.progress {
+                    held = Some(row);
+                }
+            }
+        }
+        out.push(&decoder.finish())?;
+        out.finish()?;
+        if let Some(row) = held.take() {
+            progress_lines(&row, &mut out)?;
+        }
+        // The tail after the last decode belongs to the loop's overhead too.
+        loop_overhead += last_end.elapsed();
+        let decode_usage = Usage::now().since(&usage_at_decode);
+        let d = self.counters.snapshot().since(&at_decode);
+        let summary = Summary {
+            tokens: n_gen,
+            decode_s: decode.as_secs_f64(),
+            load_s: self.load_s,
+            n_prompt: new.len(),
+            prefill_s: prefill,
+            decode: d,
+            overlap: self.overlap,
+            usage: decode_usage,
+            cache_hit_pct: self.hit_pct(&self.counters.snapshot()),
+            cache_budget_mib: budget_mib,
+            experts_routed: d.routed,
+            loop_overhead_s: loop_overhead.as_secs_f64(),
+            prefill: prefill_delta,
+            prefill_usage,
+        };
+        if let Some(csv) = &mut self.csv {
+            csv.summary(&summary)?;
+        }
+        Ok(Outcome {
+            summary,
+            decode,
+            decode_usage,
+            d,
+            answer: std::mem::take(&mut out.answer),
+            reasoning: std::mem::take(&mut out.reasoning),
+            cancelled,
+            tokens: fed,
+            open_line: out.open_line,
+        })
+    }
+
+    /// Flush the traces; reports the first write error.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Some(t) = self.trace.take() {
+            t.finish()?;
+        }
+        if let Some(t) = &self.io_trace {
+            t.lock().unwrap_or_else(PoisonError::into_inner).finish()?;
+        }
+        if let Some(t) = &self.compute_trace {
+            t.lock().unwrap_or_else(PoisonError::into_inner).finish()?;
+        }
+        Ok(())
+    }
+}
+
 pub fn run(opts: &Options) -> Result<()> {
+    if opts.session && opts.route_replay.is_some() {
+        bail!(
+            "--route-replay replays the decode of one generation and cannot be used with --session"
+        );
+    }
     let name = opts.model.display().to_string();
     let t_load = Instant::now();
     let opened = crate::stream::open_for(&opts.model, &opts.stream)?;
@@ -297,10 +638,12 @@ pub fn run(opts: &Options) -> Result<()> {
     let load_s = t_load.elapsed().as_secs_f64();
     let tokenizer = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("{name}: cannot build the tokenizer"))?;
-    let (ids, chat) = prompt_ids(opts, &file, &tokenizer, &name)?;
-    if ids.is_empty() {
-        bail!("the prompt is empty (no tokens)");
-    }
+    let format = if opts.chatml {
+        let template = crate::prompt::load_template(file.metadata(), &tokenizer, None, &name)?;
+        Some(ChatFormat::new(template))
+    } else {
+        None
+    };
 
     let n_ctx_train = model.hparams.n_ctx_train as usize;
     let n_ctx = match opts.ctx {
@@ -308,17 +651,27 @@ pub fn run(opts: &Options) -> Result<()> {
         Some(0) => n_ctx_train.max(1),
         Some(c) => c,
     };
-    if ids.len() > n_ctx {
-        bail!(
-            "the prompt is {} tokens, longer than the context of {n_ctx} tokens (-c)",
-            ids.len()
-        );
-    }
     if n_ctx > n_ctx_train {
         eprintln!(
             "sluice: warning: context {n_ctx} is larger than the model's training context {n_ctx_train}"
         );
     }
+    // A one-shot prompt is checked before anything else is set up.
+    let one_shot = if opts.session || opts.ppl.is_some() {
+        None
+    } else {
+        let (ids, prompt) = prompt_ids(opts, format.as_ref(), &tokenizer)?;
+        if ids.is_empty() {
+            bail!("the prompt is empty (no tokens)");
+        }
+        if ids.len() > n_ctx {
+            bail!(
+                "the prompt is {} tokens, longer than the context of {n_ctx} tokens (-c)",
+                ids.len()
+            );
+        }
+        Some((ids, prompt))
+    };
 
     let n_threads = thread_count(opts.threads);
     let pool = ThreadPool::new(n_threads).context("cannot start the compute threads")?;
@@ -328,7 +681,7 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
-    let counters = std::sync::Arc::new(crate::stream::StreamCounters::default());
+    let counters = Arc::new(crate::stream::StreamCounters::default());
     // The routed experts' tensors (of a resident MoE run too: `dense_resident_frac` samples
     // the rest), and the cycle of one token's experts.
     let layout = match &opened.layout {
@@ -358,34 +711,27 @@ pub fn run(opts: &Options) -> Result<()> {
                 opened.decision.why.clone()
             }
         ),
-        Some(path) => Some(std::sync::Arc::new(std::sync::Mutex::new(
-            crate::telemetry::IoTrace::create(path)?,
-        ))),
+        Some(path) => Some(Arc::new(Mutex::new(crate::telemetry::IoTrace::create(
+            path,
+        )?))),
         None => None,
-    };
-    let stamp = |phase: u8, step: usize| {
-        if let Some(t) = &io_trace {
-            t.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .stamp(phase, step);
-        }
     };
     // What each layer batch found in the cache, for the route trace.
     let view = (opts.route_trace.is_some() && streaming)
-        .then(|| std::sync::Arc::new(std::sync::Mutex::new(crate::stream::BatchView::default())));
+        .then(|| Arc::new(Mutex::new(crate::stream::BatchView::default())));
     if let Some(layout) = opened.layout {
         let mut src = opts.stream.source(
             &file,
             layout,
             opened.cache_bytes,
             &name,
-            std::sync::Arc::clone(&counters),
+            Arc::clone(&counters),
         )?;
         if let Some(v) = &view {
-            src.watch(std::sync::Arc::clone(v));
+            src.watch(Arc::clone(v));
         }
         if let Some(t) = &io_trace {
-            src.trace_io(std::sync::Arc::clone(t));
+            src.trace_io(Arc::clone(t));
         }
         o_direct = src.direct();
         io_backend = src.backend().name();
@@ -400,6 +746,11 @@ pub fn run(opts: &Options) -> Result<()> {
         }
         None => None,
     };
+    let arch = file
+        .metadata()
+        .get_str("general.architecture")
+        .unwrap_or("")
+        .to_owned();
     let trace = match &opts.route_trace {
         Some(path) => {
             let hp = &model.hparams;
@@ -411,10 +762,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 path,
                 &crate::routes::TraceHeader {
                     model: &opts.model,
-                    arch: file
-                        .metadata()
-                        .get_str("general.architecture")
-                        .unwrap_or(""),
+                    arch: &arch,
                     n_layer: hp.n_layer,
                     n_expert: hp.n_expert,
                     // A replay may route more experts per token than the model does.
@@ -442,7 +790,7 @@ pub fn run(opts: &Options) -> Result<()> {
             )
         })?
     };
-    let mut sampler = Sampler::new(SamplerParams {
+    let sampler = Sampler::new(SamplerParams {
         temp: opts.temp,
         top_k: opts.top_k,
         top_p: opts.top_p,
@@ -453,11 +801,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let st = &opts.stream;
     let preamble = Preamble {
         model: opts.model.clone(),
-        arch: file
-            .metadata()
-            .get_str("general.architecture")
-            .unwrap_or("")
-            .to_owned(),
+        arch: arch.clone(),
         n_layer: hp.n_layer,
         n_expert: hp.n_expert,
         n_expert_used: hp.n_expert_used.max(),
@@ -497,23 +841,18 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let compute_trace = match &opts.compute_trace {
         Some((path, layers)) => {
-            let t = std::sync::Arc::new(std::sync::Mutex::new(
-                crate::telemetry::ComputeTrace::create(path, *layers, &preamble)?,
-            ));
-            let sink = std::sync::Arc::clone(&t);
+            let t = Arc::new(Mutex::new(crate::telemetry::ComputeTrace::create(
+                path, *layers, &preamble,
+            )?));
+            let sink = Arc::clone(&t);
             engine.set_observer(Some(Box::new(move |name, layer, _| {
                 sink.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .unwrap_or_else(PoisonError::into_inner)
                     .node(name, layer);
             })));
             Some(t)
         }
         None => None,
-    };
-    let ct = |f: &mut dyn FnMut(&mut crate::telemetry::ComputeTrace)| {
-        if let Some(t) = &compute_trace {
-            f(&mut t.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        }
     };
     let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
     eprintln!(
@@ -530,224 +869,100 @@ pub fn run(opts: &Options) -> Result<()> {
         n_threads,
         sampler.seed()
     );
-
-    let prefill_usage0 = Usage::now();
-    let prefill_snap0 = counters.snapshot();
-    stamp(0, engine.n_past());
-    ct(&mut |c| c.begin(0, 0));
-    let t = Instant::now();
-    let mut logits = engine.forward(&ids, LogitsWanted::Last)?;
-    ct(&mut |c| c.end());
-    let prefill = t.elapsed().as_secs_f64();
-    let mut last_end = Instant::now();
-    eprintln!(
-        "sluice: prompt {} tokens, prefill {prefill:.3} s ({:.2} tok/s)",
-        ids.len(),
-        if prefill > 0.0 {
-            ids.len() as f64 / prefill
-        } else {
-            0.0
-        }
-    );
-
-    if let Some(t) = &trace {
-        t.start_decode();
-    }
-    // Counters of the decode alone.
-    let at_decode = counters.snapshot();
-    let usage_at_decode = Usage::now();
-    let prefill_delta = at_decode.since(&prefill_snap0);
-    let prefill_usage = usage_at_decode.since(&prefill_usage0);
-    let replay_steps = match replay {
-        Some(r) => {
-            let n = r.len();
-            engine
-                .set_route_replay(Some(r))
-                .with_context(|| format!("--route-replay {}", display_opt(&opts.route_replay)))?;
-            Some(n)
-        }
-        None => None,
-    };
-
-    let (special, splitter) = match &chat {
-        Some((format, prompt)) => (
-            // Reasoning tags (and harmony's headers) are special tokens in many vocabularies;
-            // the splitter needs their text.
-            !matches!(format.reasoning_syntax(), ReasoningSyntax::None),
-            Some(format.splitter(prompt)),
-        ),
-        None => (false, None),
-    };
-    let mut decoder = StreamDecoder::continuation(special);
-    let mut out = Streamer {
-        splitter,
-        answer: String::new(),
-        reasoning: String::new(),
-        in_reasoning: false,
-        open_line: false,
-        progress: opts.progress,
-        pending: Default::default(),
-    };
-
-    let eog = &tokenizer.vocab().eog;
-    let n_max = usize::try_from(opts.n_predict).unwrap_or(usize::MAX);
-    let steps = n_max.min(n_ctx.saturating_sub(ids.len()));
-    let overlap = opts.stream.overlap;
-    let budget_mib = cache_bytes as f64 / (1u64 << 20) as f64;
-    // The cumulative hit rate, or -1 without a cache.
-    let hit_pct = |snap: &crate::stream::StreamSnapshot| {
-        if streaming && cache_bytes > 0 {
-            snap.hit_pct()
-        } else {
-            -1.0
-        }
-    };
-    let mut csv = match &opts.csv {
+    let csv = match &opts.csv {
         Some(path) => Some(CsvSink::create(path, &preamble)?),
         None => None,
     };
-    let mut probe = (opts.progress || csv.is_some())
-        .then(|| DenseProbe::new(dense_slices(&file, &expert_tensors)));
-    let mut n_gen = 0usize;
-    let mut decode = Duration::ZERO;
-    let mut loop_overhead = Duration::ZERO;
-    // With --progress: the last token's row, printed once its text is known.
-    let mut held: Option<TokenRow> = None;
-    while n_gen < n_max {
-        if engine.n_past() >= n_ctx {
-            eprintln!("\nsluice: the context ({n_ctx} tokens) is full; generation stopped");
-            break;
-        }
-        if opts.ignore_eos {
-            // As llama.cpp does: end-of-generation tokens are never drawn.
-            for &id in eog {
-                if let Some(l) = logits.get_mut(id as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-        }
-        let id = sampler.sample(&logits);
-        // The previous token's progress line goes out with its text now, so that the text
-        // the decoder holds back at the end can still join the last line.
-        if let Some(row) = held.take() {
-            progress_lines(&row, &mut out)?;
-        }
-        if eog.contains(&id) {
-            break;
-        }
-        out.push(&decoder.push(&tokenizer, id))?;
-        n_gen += 1;
-        stamp(1, engine.n_past());
-        let pos = engine.n_past();
-        ct(&mut |c| c.begin(1, pos));
-        // (The per-token figures are taken only when something reports them.)
-        let before = probe.is_some().then(|| (counters.snapshot(), Usage::now()));
-        let t = Instant::now();
-        let gap = t - last_end;
-        logits = engine.forward(&[id], LogitsWanted::Last)?;
-        let wall = t.elapsed();
-        ct(&mut |c| c.end());
-        last_end = Instant::now();
-        decode += wall;
-        loop_overhead += gap;
-        if let (Some(probe), Some((snap0, usage0))) = (&mut probe, before) {
-            let snap = counters.snapshot();
-            let mut row = TokenRow::new(
-                n_gen,
-                steps,
-                wall.as_secs_f64(),
-                &snap.since(&snap0),
-                overlap,
-                &Usage::now().since(&usage0),
-                hit_pct(&snap),
-                gap.as_secs_f64(),
-            );
-            row.dense_resident_frac = probe.sample();
-            row.cache_budget_mib = budget_mib;
-            if let Some(csv) = &mut csv {
-                row.mem = MemPicture::now();
-                csv.row(&row)?;
-            }
-            if opts.progress {
-                held = Some(row);
-            }
-        }
-    }
-    out.push(&decoder.finish())?;
-    out.finish()?;
-    if let Some(row) = held.take() {
-        progress_lines(&row, &mut out)?;
-    }
-    // The tail after the last decode belongs to the loop's overhead too.
-    loop_overhead += last_end.elapsed();
-    let decode_usage = Usage::now().since(&usage_at_decode);
-    let d = counters.snapshot().since(&at_decode);
-
-    let mut w = io::stdout().lock();
-    if out.open_line {
-        writeln!(w)?;
-    }
-    if opts.progress {
-        writeln!(w, "=== answer ===")?;
-        writeln!(w, "{}", out.answer)?;
-        writeln!(w, "=== perf ===")?;
-    }
-    writeln!(w, "{}", generation_line(n_gen, decode))?;
-    writeln!(
-        w,
-        "{}",
-        crate::telemetry::compute_line(&decode_usage, decode.as_secs_f64(), n_gen, n_threads)
-    )?;
-    let mode = if streaming {
+    let progress = opts.progress || opts.session;
+    let probe =
+        (progress || csv.is_some()).then(|| DenseProbe::new(dense_slices(&file, &expert_tensors)));
+    let mut mode = if streaming {
         opts.stream.mode_line(&opened.decision.why)
     } else {
         resident_mode_line(model.hparams.n_expert > 0, &opened.decision.why)
     };
-    match (replay_steps, &opts.route_replay) {
-        (Some(n), Some(path)) => writeln!(
-            w,
-            "{mode}, route replay of {} ({n} decode steps, wrapping)",
-            path.display()
-        )?,
-        _ => writeln!(w, "{mode}")?,
+    if let (Some(r), Some(path)) = (&replay, &opts.route_replay) {
+        mode.push_str(&format!(
+            ", route replay of {} ({} decode steps, wrapping)",
+            path.display(),
+            r.len()
+        ));
     }
-    if streaming {
-        for line in stream_summary(&d, n_gen, decode, overlap, cache_bytes > 0) {
+    let mut rt = Runtime {
+        engine,
+        tokenizer: &tokenizer,
+        format: format.as_ref(),
+        arch,
+        n_ctx,
+        n_threads,
+        load_s,
+        streaming,
+        cache_bytes,
+        overlap: opts.stream.overlap,
+        counters,
+        sampler,
+        progress,
+        ignore_eos: opts.ignore_eos,
+        mode,
+        control: None,
+        csv,
+        probe,
+        trace,
+        io_trace,
+        compute_trace,
+        replay,
+    };
+    if opts.session {
+        crate::session::serve(&mut rt, opts)?;
+    } else if let Some(path) = &opts.ppl {
+        crate::ppl::run(&mut rt, path, opts.ppl_step)?;
+    } else if let Some((ids, prompt)) = one_shot {
+        generate_once(&mut rt, opts, &ids, prompt.as_ref())?;
+    }
+    rt.finish()
+}
+
+/// A one-shot run: one generation, then the summary lines.
+fn generate_once(
+    rt: &mut Runtime<'_>,
+    opts: &Options,
+    ids: &[u32],
+    prompt: Option<&chat::Prompt>,
+) -> Result<()> {
+    let o = rt.generate(&Turn {
+        ids,
+        n_max: usize::try_from(opts.n_predict).unwrap_or(usize::MAX),
+        prompt,
+        turn: 0,
+    })?;
+    let n_gen = o.summary.tokens;
+    let mut w = io::stdout().lock();
+    if o.open_line {
+        writeln!(w)?;
+    }
+    if opts.progress {
+        writeln!(w, "=== answer ===")?;
+        writeln!(w, "{}", o.answer)?;
+        writeln!(w, "=== perf ===")?;
+    }
+    writeln!(w, "{}", generation_line(n_gen, o.decode))?;
+    writeln!(
+        w,
+        "{}",
+        crate::telemetry::compute_line(
+            &o.decode_usage,
+            o.decode.as_secs_f64(),
+            n_gen,
+            rt.n_threads
+        )
+    )?;
+    writeln!(w, "{}", rt.mode)?;
+    if rt.streaming {
+        for line in stream_summary(&o.d, n_gen, o.decode, rt.overlap, rt.cache_bytes > 0) {
             writeln!(w, "{line}")?;
         }
     }
     w.flush()?;
-    if let Some(csv) = csv {
-        csv.finish(&Summary {
-            tokens: n_gen,
-            decode_s: decode.as_secs_f64(),
-            load_s,
-            n_prompt: ids.len(),
-            prefill_s: prefill,
-            decode: d,
-            overlap,
-            usage: decode_usage,
-            cache_hit_pct: hit_pct(&counters.snapshot()),
-            cache_budget_mib: budget_mib,
-            experts_routed: d.routed,
-            loop_overhead_s: loop_overhead.as_secs_f64(),
-            prefill: prefill_delta,
-            prefill_usage,
-        })?;
-    }
-    if let Some(t) = trace {
-        t.finish()?;
-    }
-    if let Some(t) = &io_trace {
-        t.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .finish()?;
-    }
-    if let Some(t) = &compute_trace {
-        t.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .finish()?;
-    }
     Ok(())
 }
 
@@ -774,11 +989,6 @@ fn dense_slices<'f>(
         .filter(|t| !experts.contains(&t.name))
         .filter_map(|t| file.tensor_data(t).ok())
         .collect()
-}
-
-fn display_opt(p: &Option<PathBuf>) -> String {
-    p.as_ref()
-        .map_or_else(String::new, |p| p.display().to_string())
 }
 
 #[cfg(test)]

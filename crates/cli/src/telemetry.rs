@@ -532,9 +532,138 @@ impl Summary {
         }
         line
     }
+
+    /// The session's `BMOE_DONE {...}` line of generation `id` (the spec's keys, in its order):
+    /// the same figures as [`line`](Self::line), with the context length after the turn and
+    /// the answer's split.
+    pub fn done_line(
+        &self,
+        id: i64,
+        cancelled: bool,
+        n_past: usize,
+        reasoning: &str,
+        text: &str,
+    ) -> String {
+        let per = |x: f64| {
+            if self.tokens == 0 {
+                0.0
+            } else {
+                x / self.tokens as f64
+            }
+        };
+        let s = |ns: u64| ns as f64 / 1e9;
+        let d = &self.decode;
+        let p = &self.prefill;
+        let waited = if self.overlap { d.stall_ns } else { d.io_ns };
+        let compute = (self.decode_s - s(waited) - s(d.mgmt_ns)).max(0.0);
+        let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let mut o = JsonObject::default();
+        o.int("id", id)
+            .bool("cancelled", cancelled)
+            .int("tokens", self.tokens as i64)
+            .float("tok_s", rate(self.tokens, self.decode_s), 3)
+            .float("prefill_s", self.prefill_s, 3)
+            .float("prefill_tps", rate(self.n_prompt, self.prefill_s), 3)
+            .float("load_s", self.load_s, 3)
+            .float("cache_hit_pct", self.cache_hit_pct, 2)
+            .int("n_prompt", self.n_prompt as i64)
+            .int("n_past", n_past as i64)
+            .float("compute_s_tok", per(compute), 4)
+            .float("io_s_tok", per(s(d.io_ns)), 4)
+            .float("cache_resident_mib", d.resident_bytes as f64 / MIB, 1)
+            .float("cache_budget_mib", self.cache_budget_mib, 1)
+            .float("read_mib", d.read_bytes as f64 / MIB, 3)
+            .float("stall_s_tok", per(s(d.stall_ns)), 4)
+            .float("mgmt_s_tok", per(s(d.mgmt_ns)), 4)
+            .float("majflt_tok", per(self.usage.majflt as f64), 3)
+            .float("cpu_s_tok", per(s(self.usage.cpu_ns)), 4)
+            .float("prefill_cpu_s", s(self.prefill_usage.cpu_ns), 3)
+            .float("prefill_read_mib", p.read_bytes as f64 / MIB, 3)
+            .float("prefill_io_s", s(p.io_ns), 3)
+            .float("prefill_stall_s", s(p.stall_ns), 3)
+            .float("prefill_mgmt_s", s(p.mgmt_ns), 3)
+            .int("prefill_dev_tokens", 0)
+            .int("prefill_dev_nodes", 0)
+            .float("prefill_dev_read_mib", 0.0, 1)
+            .float("prefill_dev_stall_s", 0.0, 1)
+            .float("token_demand_mib", per(d.demand_bytes as f64 / MIB), 3)
+            .int("mtp_drafted", 0)
+            .int("mtp_accepted", 0)
+            .int("mtp_decodes", 0)
+            .float("mtp_draft_s_tok", 0.0, 1)
+            .int("drafted_steps", 0)
+            .float("loop_overhead_s_tok", per(self.loop_overhead_s), 4)
+            .str("reasoning", reasoning)
+            .str("text", text);
+        format!("BMOE_DONE {}", o.finish())
+    }
 }
 
-/// The `--csv` file: preamble once, a row per token, the summary at the end.
+/// A JSON object written key by key in the order given (the protocol lines list their keys in
+/// the spec's order). Floats are written with a fixed number of decimals, or exactly (shortest
+/// round-trip form) with [`exact`](Self::exact); a value that is not finite becomes `null`.
+#[derive(Default)]
+pub struct JsonObject {
+    s: String,
+}
+
+impl JsonObject {
+    fn key(&mut self, k: &str) -> &mut String {
+        self.s.push(if self.s.is_empty() { '{' } else { ',' });
+        self.s.push_str(&json_str(k));
+        self.s.push(':');
+        &mut self.s
+    }
+
+    pub fn int(&mut self, k: &str, v: i64) -> &mut Self {
+        let _ = write!(self.key(k), "{v}");
+        self
+    }
+
+    pub fn bool(&mut self, k: &str, v: bool) -> &mut Self {
+        let _ = write!(self.key(k), "{v}");
+        self
+    }
+
+    pub fn float(&mut self, k: &str, v: f64, decimals: usize) -> &mut Self {
+        let out = self.key(k);
+        if v.is_finite() {
+            let _ = write!(out, "{v:.decimals$}");
+        } else {
+            out.push_str("null");
+        }
+        self
+    }
+
+    pub fn str(&mut self, k: &str, v: &str) -> &mut Self {
+        let v = json_str(v);
+        self.key(k).push_str(&v);
+        self
+    }
+
+    /// A value already written as JSON.
+    pub fn raw(&mut self, k: &str, json: &str) -> &mut Self {
+        self.key(k).push_str(json);
+        self
+    }
+
+    pub fn finish(&mut self) -> String {
+        if self.s.is_empty() {
+            self.s.push('{');
+        }
+        self.s.push('}');
+        std::mem::take(&mut self.s)
+    }
+}
+
+/// `v` in JSON's shortest round-trip form (parsing it gives back the same bits), `null` when
+/// not finite.
+pub fn json_exact(v: f64) -> String {
+    serde_json::Number::from_f64(v).map_or_else(|| "null".to_owned(), |n| n.to_string())
+}
+
+/// The `--csv` file: preamble once, a row per token, a summary after each generation (one
+/// for a one-shot run, one per turn of a session).
 pub struct CsvSink {
     path: PathBuf,
     w: BufWriter<File>,
@@ -563,7 +692,8 @@ impl CsvSink {
         self.write(&line)
     }
 
-    pub fn finish(mut self, summary: &Summary) -> Result<()> {
+    /// The `# summary` line of a generation (a session writes one per turn), flushed.
+    pub fn summary(&mut self, summary: &Summary) -> Result<()> {
         let line = format!("{}\n", summary.line());
         self.write(&line)?;
         self.w
@@ -634,6 +764,7 @@ impl TraceWriter {
 /// for a speculative read.
 pub struct IoTrace {
     w: TraceWriter,
+    turn: u32,
     phase: u8,
     step: usize,
 }
@@ -645,13 +776,15 @@ impl IoTrace {
                 path,
                 "# io_trace v1\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n",
             )?,
+            turn: 0,
             phase: 0,
             step: 0,
         })
     }
 
-    /// The forward pass the next rows belong to.
-    pub fn stamp(&mut self, phase: u8, step: usize) {
+    /// The forward pass the next rows belong to (the session turn, the phase, the position).
+    pub fn stamp(&mut self, turn: u32, phase: u8, step: usize) {
+        self.turn = turn;
         self.phase = phase;
         self.step = step;
     }
@@ -669,7 +802,8 @@ impl IoTrace {
         for w in windows {
             let _ = writeln!(
                 rows,
-                "0,{},{},{layer},{expert},{},{lane},{},{},{},{},{}",
+                "{},{},{},{layer},{expert},{},{lane},{},{},{},{},{}",
+                self.turn,
                 self.phase,
                 self.step,
                 w.part,
@@ -715,6 +849,7 @@ pub fn op_of(name: &str) -> &'static str {
 pub struct ComputeTrace {
     w: TraceWriter,
     layers: bool,
+    turn: u32,
     phase: u8,
     step: usize,
     seq: usize,
@@ -739,6 +874,7 @@ impl ComputeTrace {
         Ok(ComputeTrace {
             w: TraceWriter::create(path, &head)?,
             layers,
+            turn: 0,
             phase: 0,
             step: 0,
             seq: 0,
@@ -748,8 +884,10 @@ impl ComputeTrace {
         })
     }
 
-    /// A forward pass starts (`phase` 0 = prefill, 1 = decode; `step` = its first position).
-    pub fn begin(&mut self, phase: u8, step: usize) {
+    /// A forward pass starts (of session turn `turn`; `phase` 0 = prefill, 1 = decode; `step` =
+    /// its first position).
+    pub fn begin(&mut self, turn: u32, phase: u8, step: usize) {
+        self.turn = turn;
         self.phase = phase;
         self.step = step;
         self.seq = 0;
@@ -779,7 +917,8 @@ impl ComputeTrace {
                 None => name.to_owned(),
             };
             let row = format!(
-                "0,{},{},{},{il},{},{full},{ns},{faults}\n",
+                "{},{},{},{},{il},{},{full},{ns},{faults}\n",
+                self.turn,
                 self.phase,
                 self.step,
                 self.seq,
@@ -807,8 +946,8 @@ impl ComputeTrace {
             };
             let _ = writeln!(
                 rows,
-                "0,{},{},{seq},{il},LAYER,{name},{ns},{faults}",
-                self.phase, self.step
+                "{},{},{},{seq},{il},LAYER,{name},{ns},{faults}",
+                self.turn, self.phase, self.step
             );
         }
         self.write(&rows);
