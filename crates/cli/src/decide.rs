@@ -12,7 +12,9 @@ pub enum PrefixCacheMode {
     /// Keep it where prefilling in two pieces costs what the pieces cost together — the CPU
     /// prefill this engine runs, so: keep it.
     Auto,
+    /// Keep it.
     On,
+    /// Never keep it: every decision prefills its whole prompt.
     Off,
 }
 

@@ -493,7 +493,9 @@ impl Session<'_> {
             self.conv.clone()
         };
         conv.push(("user", g.prompt.clone()));
-        let (ids, prompt) = self.render(rt, &conv, think)?;
+        let (ids, prompt) = self
+            .render(rt, &conv, think)
+            .map_err(|e| Failure::Refused(format!("{e:#}")))?;
         let n_ctx = rt.n_ctx;
         let n_predict = g.n_predict.unwrap_or(self.opts.n_predict);
         if ids.len() >= n_ctx {
@@ -560,8 +562,11 @@ impl Session<'_> {
         let firsts = decide::first_tokens(rt.tokenizer, &d.choices).map_err(Failure::Refused)?;
         let whole = format!("{}{}", d.prefix, d.suffix);
         // Always rendered with reasoning off: the answer's first token is read.
-        let (full, _) = self.render(rt, &[("user", whole)], false)?;
-        let (alone, _) = self.render(rt, &[("user", d.prefix.clone())], false)?;
+        let refuse = |e: anyhow::Error| Failure::Refused(format!("{e:#}"));
+        let (full, _) = self.render(rt, &[("user", whole)], false).map_err(refuse)?;
+        let (alone, _) = self
+            .render(rt, &[("user", d.prefix.clone())], false)
+            .map_err(refuse)?;
         let n_ctx = rt.n_ctx;
         if full.len() > n_ctx {
             return Err(Failure::Refused(format!(
