@@ -246,3 +246,115 @@ fn dump_writes_the_named_intermediates() {
     got.sort();
     assert_eq!(got, ["l_out-0.npy", "l_out-1.npy", "result_norm.npy"]);
 }
+
+/// `--last` writes the last position's logits as a generation computes them: the library's
+/// `LogitsWanted::Last` forward, bit for bit.
+#[test]
+fn last_writes_the_generation_logits_of_the_last_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("last.npy");
+    let m = demo();
+    let o = sluice(&[
+        "logits",
+        "-m",
+        m.to_str().unwrap(),
+        "--tokens",
+        "1,2,3,100,200",
+        "--last",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (shape, data) = read_npy(&out);
+    let file = GgufFile::open(&m).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let cfg = EngineConfig {
+        n_ctx: 5,
+        kv_type: KvType::F16,
+        ubatch: 512,
+    };
+    let mut e = Engine::new(&model, Kernels::detect(), &pool, cfg).unwrap();
+    let want = e.forward(&[1, 2, 3, 100, 200], LogitsWanted::Last).unwrap();
+    assert_eq!(shape, vec![1, want.len()]);
+    assert_eq!(data, want);
+}
+
+/// The perplexity line of `run --ppl`, recomputed from `sluice logits` of the same tokens:
+/// the f64 log-softmax of every position at the text's next token, summed in order, and the
+/// argmax hits. `--ppl-step` (one token per pass) equals the logits of a one-token batch
+/// (`--ubatch 1`), and a streaming run scores as the resident one.
+#[test]
+fn perplexity_is_the_log_softmax_of_the_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.txt");
+    std::fs::write(
+        &text,
+        "The quick brown fox jumps over the lazy dog, and then the dog sleeps in the sun.",
+    )
+    .unwrap();
+    let m = demo();
+    let m = m.to_str().unwrap();
+    let t = sluice(&["tokenize", "-m", m, "--file", text.to_str().unwrap()]);
+    assert!(t.status.success(), "{}", stderr(&t));
+    let ids: Vec<u32> = serde_json::from_slice(&t.stdout).unwrap();
+    assert!(ids.len() > 10);
+    let scored: Vec<String> = ids[..ids.len() - 1].iter().map(u32::to_string).collect();
+    for (step, ubatch) in [(false, "512"), (true, "1")] {
+        let out = dir.path().join(format!("l{ubatch}.npy"));
+        let o = sluice(&[
+            "logits",
+            "-m",
+            m,
+            "--tokens",
+            &scored.join(","),
+            "--ubatch",
+            ubatch,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (shape, data) = read_npy(&out);
+        let mut nll = 0f64;
+        let mut hits = 0usize;
+        for (row, &next) in data.chunks_exact(shape[1]).zip(&ids[1..]) {
+            let mx = row
+                .iter()
+                .map(|&x| f64::from(x))
+                .fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = row.iter().map(|&x| (f64::from(x) - mx).exp()).sum();
+            nll -= (f64::from(row[next as usize]) - mx) - s.ln();
+            let mut best = 0;
+            for (i, &x) in row.iter().enumerate() {
+                if x > row[best] {
+                    best = i;
+                }
+            }
+            hits += usize::from(best == next as usize);
+        }
+        let n = ids.len() - 1;
+        let want = format!(
+            "perplexity: {:.4} over {n} tokens ({:.4} nats/token), next-token hit {:.1}%",
+            (nll / n as f64).exp(),
+            nll / n as f64,
+            100.0 * hits as f64 / n as f64
+        );
+        let mut args = vec!["run", "-m", m, "--ppl", text.to_str().unwrap()];
+        if step {
+            args.push("--ppl-step");
+        }
+        for extra in [&[][..], &["--moe-stream", "on", "--cache-mb", "0"][..]] {
+            let mut a = args.clone();
+            a.extend_from_slice(extra);
+            let o = sluice(&a);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let first = String::from_utf8(o.stdout).unwrap();
+            let first = first.lines().next().unwrap_or_default().to_owned();
+            assert!(first.starts_with(&want), "{first}\nwant {want}");
+        }
+    }
+    // A text longer than the context is refused, naming the file.
+    let o = sluice(&["run", "-m", m, "--ppl", text.to_str().unwrap(), "-c", "4"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("text.txt"), "{}", stderr(&o));
+}
