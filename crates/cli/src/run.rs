@@ -530,26 +530,36 @@ impl Runtime<'_> {
             let wall = t1.elapsed();
             self.ct(&mut |c| c.end());
             last_end = Instant::now();
-            logits = match ran {
-                Ok(l) => l,
-                Err(engine::ForwardError::Cancelled) => {
-                    cancelled = true;
-                    break;
+            // A cancel stops before the token's forward pass: the token was drawn and its
+            // text delivered, so it still gets its row (with no pass: zero time and reads).
+            match ran {
+                Ok(l) => {
+                    logits = l;
+                    fed.push(id);
+                    decode += wall;
+                    loop_overhead += gap;
                 }
+                Err(engine::ForwardError::Cancelled) => cancelled = true,
                 Err(e) => return Err(e.into()),
-            };
-            fed.push(id);
-            decode += wall;
-            loop_overhead += gap;
+            }
             if let Some((snap0, usage0)) = before {
                 let snap = self.counters.snapshot();
+                let (wall_s, d, usage) = if cancelled {
+                    (0.0, Default::default(), Usage::default())
+                } else {
+                    (
+                        wall.as_secs_f64(),
+                        snap.since(&snap0),
+                        Usage::now().since(&usage0),
+                    )
+                };
                 let mut row = TokenRow::new(
                     n_gen,
                     steps,
-                    wall.as_secs_f64(),
-                    &snap.since(&snap0),
+                    wall_s,
+                    &d,
                     self.overlap,
-                    &Usage::now().since(&usage0),
+                    &usage,
                     self.hit_pct(&snap),
                     gap.as_secs_f64(),
                 );

@@ -191,9 +191,9 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refusal> {
         return Err(refuse(-1, "the request is not a JSON object".into()));
     };
     let id = match obj.get("id") {
-        None => 0,
+        None => None,
         Some(v) => match v.as_i64() {
-            Some(i) if i >= 0 => i,
+            Some(i) if i >= 0 => Some(i),
             _ => {
                 return Err(refuse(
                     -1,
@@ -202,7 +202,10 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refusal> {
             }
         },
     };
-    let refuse = |msg: String| Refusal { id, msg };
+    let refuse = |msg: String| Refusal {
+        id: id.unwrap_or(-1),
+        msg,
+    };
     let cmd = match obj.get("cmd") {
         Some(Value::String(c)) => c.as_str(),
         Some(v) => return Err(refuse(format!("\"cmd\" must be a string, got {v}"))),
@@ -221,6 +224,13 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refusal> {
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(refuse(format!("unknown key {k:?} in a {cmd:?} request")));
     }
+    // The answers name the request they answer.
+    let id = match (cmd, id) {
+        ("generate" | "decide", None) => {
+            return Err(refuse(format!("a {cmd:?} request needs an \"id\"")));
+        }
+        (_, id) => id.unwrap_or(-1),
+    };
     let string = |key: &str, required: bool| -> Result<Option<String>, Refusal> {
         match obj.get(key) {
             None if required => Err(refuse(format!("a {cmd:?} request needs \"{key}\""))),
