@@ -775,6 +775,11 @@ const CHAT_TEMPLATE: &str = "{%- for m in messages -%}\
 
 /// A copy of the demo model with [`CHAT_TEMPLATE`] as its chat template.
 fn demo_chat(dir: &Path) -> PathBuf {
+    demo_with_template(dir, CHAT_TEMPLATE, "demo-chat.gguf")
+}
+
+/// The demo model with `template` as its chat template, written to `dir/name`.
+fn demo_with_template(dir: &Path, template: &str, name: &str) -> PathBuf {
     let src = GgufFile::open(demo()).unwrap();
     let mut w = GgufWriter::new();
     for (key, value) in src.metadata().iter() {
@@ -782,7 +787,7 @@ fn demo_chat(dir: &Path) -> PathBuf {
     }
     w.add_metadata(
         "tokenizer.chat_template",
-        GgufValue::String(CHAT_TEMPLATE.to_owned()),
+        GgufValue::String(template.to_owned()),
     )
     .unwrap();
     for t in src.tensors() {
@@ -790,7 +795,7 @@ fn demo_chat(dir: &Path) -> PathBuf {
         w.add_tensor_raw(t.name.clone(), &t.dims, t.ty.id(), data)
             .unwrap();
     }
-    let path = dir.join("demo-chat.gguf");
+    let path = dir.join(name);
     w.write_to_path(&path).unwrap();
     path
 }
@@ -1904,5 +1909,37 @@ fn the_csv_spans_the_turns() {
             assert_eq!(r["read_bytes"], 0.0, "resident");
         }
         assert_eq!(t.progress.len() as u64, n);
+    }
+}
+
+/// A template that reads `enable_thinking` (as Qwen3's does: reasoning off opens the turn with
+/// an empty `<think></think>`): the session reports `think_ctl` `template`, and each request's
+/// `think` decides its prompt — the one `tokenize --chatml` renders with or without
+/// `--no-think` — whatever the process's `--no-think` says.
+#[test]
+fn each_request_thinks_as_it_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmpl = "{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+                {%- endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant\n\
+                {%- if enable_thinking is defined and enable_thinking is false -%}\
+                <think>\n\n</think>\n\n{%- endif -%}{%- endif -%}";
+    let m = demo_with_template(dir.path(), tmpl, "demo-think.gguf");
+    let mp = m.to_str().unwrap();
+    let on = token_ids(&["-m", mp, "--chatml", "Hi"]).len() as u64;
+    let off = token_ids(&["-m", mp, "--chatml", "--no-think", "Hi"]).len() as u64;
+    assert!(off > on, "{off} vs {on}");
+    for process in [&[][..], &["--no-think"][..]] {
+        let mut s = Session::start(&m, &with(&with(CHAT, &["-n", "2"]), process));
+        assert_eq!(s.ready["think_ctl"], "template");
+        for (think, want) in [(false, off), (true, on)] {
+            let t = s.generate(&json!({"cmd": "generate", "id": 1, "prompt": "Hi",
+                "think": think}));
+            assert_eq!(t.num("n_prompt"), want, "think {think}: {}", t.done);
+        }
+        // Without the key, the process's flag decides.
+        let t = s.generate(&gen_req(2, "Hi"));
+        let want = if process.is_empty() { on } else { off };
+        assert_eq!(t.num("n_prompt"), want, "{}", t.done);
+        s.close(false);
     }
 }
