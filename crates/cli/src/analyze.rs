@@ -64,9 +64,11 @@ struct ReplayArgs {
         value_name = "MIB,..."
     )]
     budget_mb: Vec<u64>,
-    /// Eviction policies, comma-separated: lru, belady.
+    /// Eviction policies, comma-separated: lru, belady (the replay's own models), and the
+    /// engine's expert cache itself under its policies: default (what `run` streams with),
+    /// forecast, engine-lru.
     #[arg(long, value_delimiter = ',', default_value = "lru,belady", value_parser = parse_policy, value_name = "POLICY,...")]
-    policy: Vec<Policy>,
+    policy: Vec<ReplayPolicy>,
     /// Also write `budget_mib,policy,hit_pct` rows (decode-only hit %) to this CSV file.
     #[arg(long, value_name = "OUT")]
     csv: Option<PathBuf>,
@@ -79,9 +81,73 @@ struct ReplayArgs {
     font: Option<PathBuf>,
 }
 
-fn parse_policy(name: &str) -> Result<Policy, String> {
-    Policy::from_name(name)
-        .ok_or_else(|| format!("unknown policy `{name}` (expected lru or belady)"))
+/// A policy to replay: one the replay models itself, or the engine's cache under one of its
+/// policies (named as asked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayPolicy {
+    Model(Policy),
+    Engine(&'static str, crate::stream::CachePolicy),
+}
+
+impl ReplayPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplayPolicy::Model(p) => p.name(),
+            ReplayPolicy::Engine(name, _) => name,
+        }
+    }
+}
+
+fn parse_policy(name: &str) -> Result<ReplayPolicy, String> {
+    use crate::stream::CachePolicy;
+    let engine = |n, p| Ok(ReplayPolicy::Engine(n, p));
+    match name.trim().to_ascii_lowercase().as_str() {
+        "default" => engine("default", CachePolicy::Forecast),
+        "forecast" => engine("forecast", CachePolicy::Forecast),
+        "engine-lru" => engine("engine-lru", CachePolicy::Lru),
+        _ => Policy::from_name(name).map(ReplayPolicy::Model).ok_or_else(|| {
+            format!(
+                "unknown policy `{name}` (expected lru, belady, default, forecast or engine-lru)"
+            )
+        }),
+    }
+}
+
+/// The engine's expert cache, driven by the replay.
+struct EngineCache(store::ExpertCache<Box<dyn store::EvictionPolicy + Send>>);
+
+impl trace::CacheModel for EngineCache {
+    fn begin_batch(&mut self, layer: u32) {
+        self.0.begin_batch(layer);
+    }
+    fn lookup(&mut self, key: (u32, u32), bytes: u64) -> bool {
+        // (Slots are charged, never allocated: the replay fills none.)
+        self.0.lookup(key, bytes as usize) == store::Lookup::Hit
+    }
+    fn touch(&mut self, key: (u32, u32)) {
+        self.0.touch(key);
+    }
+    fn end_batch(&mut self) {
+        self.0.end_batch();
+    }
+    fn resident_bytes(&self) -> u64 {
+        self.0.used_bytes()
+    }
+}
+
+/// Replays `trace` through the engine's cache of `bytes` under `policy`.
+pub fn replay_engine(
+    workload: &Workload,
+    trace: &trace::RouteTrace,
+    name: &'static str,
+    policy: crate::stream::CachePolicy,
+    bytes: u64,
+) -> ReplayStats {
+    let mut layers: Vec<u32> = trace.layers.keys().copied().collect();
+    layers.sort_unstable();
+    let p = policy.build(&layers, trace.n_expert_used, trace.n_expert);
+    let mut cache = EngineCache(store::ExpertCache::new(bytes, p));
+    workload.replay_model(name, &mut cache, bytes)
 }
 
 pub fn run(args: AnalyzeArgs) -> Result<()> {
@@ -117,11 +183,19 @@ fn replay(args: ReplayArgs) -> Result<()> {
             let bytes = mib
                 .checked_mul(MIB)
                 .with_context(|| format!("--budget-mb {mib}: too large"))?;
-            results.push((mib, workload.replay(policy, bytes)));
+            results.push((
+                mib,
+                match policy {
+                    ReplayPolicy::Model(p) => workload.replay(p, bytes),
+                    ReplayPolicy::Engine(name, p) => {
+                        replay_engine(&workload, &trace, name, p, bytes)
+                    }
+                },
+            ));
         }
     }
     // Table order: budget, then policy as given.
-    results.sort_by_key(|(mib, s)| (*mib, policies.iter().position(|p| *p == s.policy)));
+    results.sort_by_key(|(mib, s)| (*mib, policies.iter().position(|p| p.name() == s.policy)));
 
     let mut out = String::new();
     let _ = writeln!(out, "{}", trace_line(&args.trace, &trace));
@@ -136,15 +210,15 @@ fn replay(args: ReplayArgs) -> Result<()> {
     );
     let _ = writeln!(
         out,
-        "{:>10}  {:<7} {:>8} {:>8} {:>15} {:>12}",
+        "{:>10}  {:<10} {:>8} {:>8} {:>15} {:>12}",
         "budget_mib", "policy", "hit_pct", "hit_all", "read_MiB/token", "read_MiB_all"
     );
     for (mib, s) in &results {
         let _ = writeln!(
             out,
-            "{:>10}  {:<7} {:>8.3} {:>8.3} {:>15.2} {:>12.1}",
+            "{:>10}  {:<10} {:>8.3} {:>8.3} {:>15.2} {:>12.1}",
             mib,
-            s.policy.name(),
+            s.policy,
             s.decode.hit_pct(),
             s.total().hit_pct(),
             s.decode_miss_mib_per_token(),
@@ -160,7 +234,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     if let Some(path) = &args.csv {
         let mut csv = String::from("budget_mib,policy,hit_pct\n");
         for (mib, s) in &results {
-            let _ = writeln!(csv, "{mib},{},{:.3}", s.policy.name(), s.decode.hit_pct());
+            let _ = writeln!(csv, "{mib},{},{:.3}", s.policy, s.decode.hit_pct());
         }
         std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -221,7 +295,7 @@ pub(crate) fn load_font(explicit: Option<&Path>) -> Result<&'static [u8]> {
 
 fn draw_png(
     path: &Path,
-    policies: &[Policy],
+    policies: &[ReplayPolicy],
     results: &[(u64, ReplayStats)],
     font: &'static [u8],
 ) -> Result<()> {
@@ -259,7 +333,7 @@ fn draw_png(
         let color = colors[i % colors.len()];
         let points: Vec<(f64, f64)> = results
             .iter()
-            .filter(|(_, s)| s.policy == policy)
+            .filter(|(_, s)| s.policy == policy.name())
             .map(|(m, s)| (*m as f64, s.decode.hit_pct()))
             .collect();
         chart

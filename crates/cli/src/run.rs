@@ -834,6 +834,12 @@ pub fn run(opts: &Options) -> Result<()> {
         overlap: st.overlap,
         dense_weights: if streaming { st.dense().name() } else { "mmap" }.to_owned(),
         io_backend: io_backend.to_owned(),
+        cache_policy: if streaming {
+            st.cache_policy.name()
+        } else {
+            "-"
+        }
+        .to_owned(),
         route_replay: opts.route_replay.clone(),
         temp: opts.temp,
         top_k: opts.top_k,

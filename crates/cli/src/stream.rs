@@ -14,8 +14,8 @@ use anyhow::{Context, Result, bail};
 use engine::{ExpertProj, ExpertSource};
 use gguf::GgufFile;
 use store::{
-    Backend, ExpertCache, ExpertLayout, ExpertReader, IoLanes, IoMode, Lookup, Lru, PartKind,
-    ReadDone, ReadFault, ReadJob,
+    Backend, EvictionPolicy, ExpertCache, ExpertLayout, ExpertReader, Forecast, IoLanes, IoMode,
+    Lookup, Lru, PartKind, ReadDone, ReadFault, ReadJob,
 };
 
 /// Counters shared with the run loop (the source itself moves into the engine). All are
@@ -148,6 +148,37 @@ pub struct SourceConfig {
     pub fault: Option<ReadFault>,
     /// Fall back to pread lanes when the io_uring cannot be set up (`--io-backend auto`).
     pub uring_fallback: bool,
+    /// Which cached expert leaves first.
+    pub policy: CachePolicy,
+}
+
+/// `--cache-policy`: which cached expert leaves first.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachePolicy {
+    /// The one whose next use is forecast farthest away, from each expert's frequency and
+    /// whether it was routed at its layer's last visit, and the layer cycle
+    /// (store::policy::Forecast, docs/policy.md).
+    Forecast,
+    /// The least recently used.
+    Lru,
+}
+
+impl CachePolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePolicy::Forecast => "forecast",
+            CachePolicy::Lru => "lru",
+        }
+    }
+
+    /// The policy object for a model whose MoE layers are `layers`, routing `k` of
+    /// `n_expert` experts.
+    pub fn build(self, layers: &[u32], k: u32, n_expert: u32) -> Box<dyn EvictionPolicy + Send> {
+        match self {
+            CachePolicy::Forecast => Box::new(Forecast::new(layers, k, n_expert)),
+            CachePolicy::Lru => Box::new(Lru::default()),
+        }
+    }
 }
 
 /// The engine's source of routed experts: cache slots filled by the I/O lanes.
@@ -156,7 +187,7 @@ pub struct StoreSource {
     /// Finds parts inside slots (its descriptors are not used for reading).
     reader: ExpertReader,
     lanes: IoLanes,
-    cache: ExpertCache<Lru>,
+    cache: ExpertCache<Box<dyn EvictionPolicy + Send>>,
     counters: Arc<StreamCounters>,
     /// Per layer: index of gate, up and down in the layer's parts.
     proj_index: Vec<Option<[usize; 3]>>,
@@ -224,11 +255,15 @@ impl StoreSource {
             }
         }
         let budget = if cfg.load_all { 0 } else { cfg.cache_bytes };
+        let layers: Vec<u32> = layout.layers.iter().map(|l| l.layer).collect();
+        let policy = cfg
+            .policy
+            .build(&layers, layout.n_expert_used, layout.n_expert);
         Ok(StoreSource {
             layout,
             reader,
             lanes,
-            cache: ExpertCache::new(budget, Lru::default()),
+            cache: ExpertCache::new(budget, policy),
             counters,
             proj_index,
             seen: Vec::new(),
@@ -352,7 +387,7 @@ impl ExpertSource for StoreSource {
             return Err(e);
         }
         self.batch_layer = layer32;
-        self.cache.begin_batch();
+        self.cache.begin_batch(layer32);
         self.seen.clear();
         self.failed = None;
         let before = self.cache.stats();
@@ -517,6 +552,13 @@ pub struct StreamArgs {
     /// --force-cache), or 0 to keep nothing (every routed expert is read every time it is used).
     #[arg(long, value_name = "auto|MiB")]
     pub cache_mb: Option<CacheMb>,
+
+    /// When streaming: which cached expert leaves first when the cache is full: `forecast`
+    /// (the one whose next use is forecast farthest away, from the experts' routing so far and
+    /// the layer cycle; docs/policy.md) or `lru` (the least recently used). The output is the
+    /// same either way; the hit rate is not.
+    #[arg(long, value_enum, default_value_t = CachePolicy::Forecast, value_name = "POLICY")]
+    pub cache_policy: CachePolicy,
 
     /// Memory to leave to the rest of the system, in MiB: what --moe-stream auto and
     /// --cache-mb auto subtract from the available memory.
@@ -846,16 +888,20 @@ impl StreamArgs {
         let mib = |b: u64| b as f64 / MIB as f64;
         let cycle = layout.token_cycle_bytes();
         eprintln!(
-            "sluice: expert cache {:.0} MiB ({}); one token cycle is {:.1} MiB, all experts {:.1} MiB \
-             ({:.1} MiB in cache slots)",
+            "sluice: expert cache {:.0} MiB ({}, {} policy); one token cycle is {:.1} MiB, all \
+             experts {:.1} MiB ({:.1} MiB in cache slots)",
             mib(budget),
             self.cache_label(),
+            self.cache_policy.name(),
             mib(cycle),
             mib(layout.expert_bytes_total()),
             mib(layout.slot_bytes_total())
         );
         // (In slots, as the cache charges them.)
-        if budget > 0 && budget < layout.token_cycle_slot_bytes() {
+        if budget > 0
+            && budget < layout.token_cycle_slot_bytes()
+            && self.cache_policy == CachePolicy::Lru
+        {
             eprintln!(
                 "sluice: warning: the expert cache ({:.0} MiB) is smaller than one token cycle \
                  ({:.1} MiB): an LRU cache then evicts what the next token needs and hits almost \
@@ -873,6 +919,7 @@ impl StreamArgs {
             load_all: self.load_all,
             fault: self.inject_read_fault.map(|f| f.0),
             uring_fallback: self.io_backend == IoBackendArg::Auto,
+            policy: self.cache_policy,
         };
         let src = StoreSource::open(file, layout, cfg, counters)
             .with_context(|| format!("{name}: cannot stream the experts"))?;

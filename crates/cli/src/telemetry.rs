@@ -340,6 +340,8 @@ pub struct Preamble {
     pub overlap: bool,
     pub dense_weights: String,
     pub io_backend: String,
+    /// The expert cache's eviction policy (`-` without streaming).
+    pub cache_policy: String,
     pub route_replay: Option<PathBuf>,
     pub temp: f32,
     pub top_k: i32,
@@ -364,7 +366,7 @@ impl Preamble {
              cache_cycle_mb={} force_cache={} load_all={} io_threads={} o_direct={} overlap={} \
              io_two_wave=0 prefetch=0 route_ahead=0 predict_prefetch=0 predict_log=0 \
              predict_spec_max=0 prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
-             drop_prefill=0 substitute_lambda=0 io_backend={} route_replay={}\n\
+             drop_prefill=0 substitute_lambda=0 io_backend={} cache_policy={} route_replay={}\n\
              # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec=off \
              spec_draft_max=0 mtp_p_min=0 ngram_min_match=0 instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
@@ -390,6 +392,7 @@ impl Preamble {
             b(self.overlap),
             self.dense_weights,
             self.io_backend,
+            self.cache_policy,
             self.route_replay
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),

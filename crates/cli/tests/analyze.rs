@@ -138,3 +138,46 @@ fn bad_arguments_are_refused() {
     let out = sluice(&["analyze", "replay", &trace, "--budget-mb", "0"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The engine's own expert cache replayed (`engine-lru`, `default`): under LRU it hits exactly
+/// what the replay's LRU model predicts (the two are written apart), and the default policy
+/// (forecast) lies between LRU and Bélády at every budget, above 0 below one token cycle where
+/// LRU hits nothing.
+#[test]
+fn the_engine_cache_replays_between_lru_and_belady() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("out.csv");
+    let out = sluice(&[
+        "analyze",
+        "replay",
+        &real_trace(),
+        "--budget-mb",
+        "500,1000,2000,4000",
+        "--policy",
+        "lru,engine-lru,default,belady",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut hit = std::collections::BTreeMap::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let mib: u64 = f[0].parse().unwrap();
+        hit.insert((mib, f[1].to_owned()), f[2].parse::<f64>().unwrap());
+    }
+    for mib in [500, 1000, 2000, 4000] {
+        let h = |p: &str| hit[&(mib, p.to_owned())];
+        assert_eq!(h("engine-lru"), h("lru"), "{mib} MiB");
+        assert!(
+            h("default") > h("lru") && h("default") < h("belady"),
+            "{mib}: {hit:?}"
+        );
+    }
+    assert_eq!(hit[&(500, "lru".to_owned())], 0.0);
+    assert!(hit[&(500, "default".to_owned())] > 0.0);
+}

@@ -289,6 +289,21 @@ fn streamed_generation_equals_resident_for_every_combination() {
         }
     }
     assert_eq!(n, 48);
+    // The policy decides what stays, never the output: an evicting LRU cache too.
+    for overlap in [&[][..], &["--overlap"][..]] {
+        let mut a = vec![
+            "--moe-stream",
+            "on",
+            "--cache-mb",
+            "10",
+            "--force-cache",
+            "--cache-policy",
+            "lru",
+        ];
+        a.extend_from_slice(overlap);
+        assert_eq!(answer(&run(&m, &a)), answer(&resident), "{a:?}");
+        assert!(resident_logits == olmoe_logits(&m, dir.path(), &a), "{a:?}");
+    }
     // No cache: nothing hits. A budget that holds every expert: only first uses miss. The
     // lanes, the overlap, the dense placement and O_DIRECT change nothing but the time.
     assert!(hits["0"].iter().all(|&h| h == 0.0), "{hits:?}");
@@ -563,8 +578,8 @@ fn auto_streams_only_a_model_that_does_not_fit_and_sizes_the_cache_once() {
     // expert (their windows padded for aligned reads).
     assert!(
         err.contains(
-            "sluice: expert cache 250 MiB (auto); one token cycle is 31.1 MiB, all experts \
-             249.0 MiB (249.8 MiB in cache slots)"
+            "sluice: expert cache 250 MiB (auto, forecast policy); one token cycle is 31.1 MiB, \
+             all experts 249.0 MiB (249.8 MiB in cache slots)"
         ),
         "{err}"
     );
@@ -586,9 +601,17 @@ fn auto_streams_only_a_model_that_does_not_fit_and_sizes_the_cache_once() {
     let mut a = base.to_vec();
     a.extend_from_slice(&["--cache-ceil-mb", "100"]);
     let err = String::from_utf8_lossy(&sluice(&a).stderr).into_owned();
-    assert!(err.contains("sluice: expert cache 100 MiB (auto)"), "{err}");
+    assert!(
+        err.contains("sluice: expert cache 100 MiB (auto, forecast policy)"),
+        "{err}"
+    );
+    // Below one token cycle an LRU cache hits nothing: warned. (The forecast policy keeps the
+    // experts most likely reused: no warning.)
     let mut a = base.to_vec();
     a.extend_from_slice(&["--cache-mb", "5", "--force-cache"]);
+    let err = String::from_utf8_lossy(&sluice(&a).stderr).into_owned();
+    assert!(!err.contains("smaller than one token cycle"), "{err}");
+    a.extend_from_slice(&["--cache-policy", "lru"]);
     let err = String::from_utf8_lossy(&sluice(&a).stderr).into_owned();
     assert!(
         err.contains(

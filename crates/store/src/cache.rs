@@ -16,8 +16,8 @@
 //!   the budget leaves the cache over budget until the next batch ends. With a budget of 0 there is no cache:
 //!   every slot is freed (for reuse) when its batch ends — a per-layer staging area.
 //!
-//! Which untouched entry leaves first is the [`EvictionPolicy`]'s choice; [`Lru`] is the
-//! default.
+//! Which untouched entry leaves first is the [`EvictionPolicy`]'s choice: [`Lru`], or
+//! [`Forecast`](crate::policy::Forecast) (see [`policy`](crate::policy)).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -41,6 +41,26 @@ pub trait EvictionPolicy {
     fn removed(&mut self, key: Key);
     /// The entry to evict next among those `evictable` accepts; `None` when there is none.
     fn victim(&mut self, evictable: &dyn Fn(Key) -> bool) -> Option<Key>;
+    /// A layer batch of `layer` starts (before its lookups).
+    fn batch(&mut self, _layer: u32) {}
+}
+
+impl<P: EvictionPolicy + ?Sized> EvictionPolicy for Box<P> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn touched(&mut self, key: Key, tick: u64) {
+        (**self).touched(key, tick);
+    }
+    fn removed(&mut self, key: Key) {
+        (**self).removed(key);
+    }
+    fn victim(&mut self, evictable: &dyn Fn(Key) -> bool) -> Option<Key> {
+        (**self).victim(evictable)
+    }
+    fn batch(&mut self, layer: u32) {
+        (**self).batch(layer);
+    }
 }
 
 /// Least recently used first.
@@ -194,9 +214,10 @@ impl<P: EvictionPolicy> ExpertCache<P> {
         }
     }
 
-    /// Start a layer batch.
-    pub fn begin_batch(&mut self) {
+    /// Start a batch of `layer`.
+    pub fn begin_batch(&mut self, layer: u32) {
         self.batch += 1;
+        self.policy.batch(layer);
     }
 
     /// Look `key` up (once per distinct expert of the batch). On a miss a slot of `slot_bytes`

@@ -9,17 +9,19 @@
 //! (`expert_bytes` per layer).
 //!
 //! [`ExpertCache`] holds experts in slots within a byte budget, batch by batch, behind an
-//! [`EvictionPolicy`] ([`Lru`] to start). [`ExpertReader`] fills a slot from the files, with
+//! [`EvictionPolicy`] ([`Lru`], or [`Forecast`]: eviction by forecast next use). [`ExpertReader`] fills a slot from the files, with
 //! O_DIRECT where the file system allows it.
 
 pub mod cache;
 mod error;
 pub mod lanes;
 mod layout;
+pub mod policy;
 pub mod read;
 
 pub use cache::{CacheStats, EvictionPolicy, ExpertCache, Lookup, Lru};
 pub use error::StoreError;
 pub use lanes::{Backend, IoLanes, ReadDone, ReadJob, uring_available};
 pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};
+pub use policy::Forecast;
 pub use read::{ExpertReader, IoMode, ReadFault, Window, WindowRead};

@@ -9,7 +9,7 @@ use store::{ExpertCache, Lookup, Lru};
 fn hits_misses_and_eviction_after_the_batch() {
     // Budget for two 4096-byte slots.
     let mut c = ExpertCache::new(2 * 4096, Lru::default());
-    c.begin_batch();
+    c.begin_batch(0);
     assert_eq!(c.lookup((0, 1), 4096), Lookup::Miss);
     c.slot_mut((0, 1)).unwrap().fill(7);
     assert_eq!(c.lookup((0, 2), 4096), Lookup::Miss);
@@ -17,7 +17,7 @@ fn hits_misses_and_eviction_after_the_batch() {
     // Over budget, but every entry is this batch's: nothing is evicted.
     c.end_batch();
     assert_eq!((c.len(), c.used_bytes()), (3, 3 * 4096));
-    c.begin_batch();
+    c.begin_batch(0);
     assert_eq!(c.lookup((1, 9), 4096), Lookup::Miss);
     assert_eq!(c.lookup((0, 1), 4096), Lookup::Hit);
     assert!(c.slot((0, 1)).unwrap().iter().all(|&b| b == 7));
@@ -25,7 +25,7 @@ fn hits_misses_and_eviction_after_the_batch() {
     // The two least recently used untouched entries left: (0,2), (0,3).
     assert!(c.contains((0, 1)) && c.contains((1, 9)));
     assert!(!c.contains((0, 2)) && !c.contains((0, 3)));
-    c.begin_batch();
+    c.begin_batch(0);
     assert_eq!(c.lookup((0, 2), 4096), Lookup::Miss);
     c.end_batch();
     let s = c.stats();
@@ -43,7 +43,7 @@ fn hits_misses_and_eviction_after_the_batch() {
 #[test]
 fn room_is_made_before_the_misses_take_buffers() {
     let mut c = ExpertCache::new(2 * 4096, Lru::default());
-    c.begin_batch();
+    c.begin_batch(0);
     for e in [1, 2] {
         assert_eq!(c.lookup((0, e), 4096), Lookup::Miss);
     }
@@ -57,7 +57,7 @@ fn room_is_made_before_the_misses_take_buffers() {
         .map(|&e| c.slot((0, e)).unwrap().as_ptr() as usize)
         .collect();
     c.end_batch();
-    c.begin_batch();
+    c.begin_batch(0);
     assert_eq!(c.lookup((0, 1), 4096), Lookup::Hit);
     assert_eq!(c.lookup((0, 3), 4096), Lookup::Miss);
     assert_eq!(c.used_bytes(), 3 * 4096);
@@ -78,7 +78,7 @@ fn room_is_made_before_the_misses_take_buffers() {
 fn a_zero_budget_is_a_staging_area() {
     let mut c = ExpertCache::new(0, Lru::default());
     for _ in 0..3 {
-        c.begin_batch();
+        c.begin_batch(0);
         assert_eq!(c.lookup((0, 1), 8192), Lookup::Miss);
         c.touch((0, 1));
         assert!(c.slot((0, 1)).is_some());
@@ -100,7 +100,7 @@ fn cache_hit_pct(trace: &trace::RouteTrace, budget: u64) -> (f64, u64) {
         let bytes = trace.expert_bytes(b.layer);
         assert_eq!(bytes % SCALE, 0);
         let size = (bytes / SCALE) as usize;
-        c.begin_batch();
+        c.begin_batch(b.layer);
         let before = c.stats();
         let mut seen = vec![false; b.experts.len()];
         for &j in &b.uses {
@@ -147,7 +147,7 @@ fn the_cache_hits_exactly_what_the_offline_replay_predicts() {
 #[test]
 fn a_lent_slot_comes_back_filled_and_counts_all_along() {
     let mut c = ExpertCache::new(4096, Lru::default());
-    c.begin_batch();
+    c.begin_batch(0);
     assert_eq!(c.lookup((3, 4), 4096), Lookup::Miss);
     let mut buf = c.take_slot((3, 4)).unwrap();
     // Lent out: the entry still counts against the budget.
@@ -157,7 +157,7 @@ fn a_lent_slot_comes_back_filled_and_counts_all_along() {
     assert!(c.slot((3, 4)).unwrap().iter().all(|&b| b == 9));
     c.end_batch();
     // A lent slot that is dropped (its read failed) frees its bytes too.
-    c.begin_batch();
+    c.begin_batch(0);
     assert_eq!(c.lookup((3, 5), 4096), Lookup::Miss);
     let _lost = c.take_slot((3, 5)).unwrap();
     c.discard((3, 5));

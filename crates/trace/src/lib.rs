@@ -13,4 +13,4 @@ pub mod replay;
 
 pub use error::TraceError;
 pub use parse::{LayerInfo, Phase, RouteRow, RouteTrace, read_route_trace};
-pub use replay::{Batch, Policy, ReplayStats, Workload, batches, replay};
+pub use replay::{Batch, CacheModel, Policy, ReplayStats, Workload, batches, replay};

@@ -104,7 +104,8 @@ impl PhaseCounts {
 /// The outcome of one replay.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ReplayStats {
-    pub policy: Policy,
+    /// The policy's name ([`Policy::name`], or the name a [`CacheModel`] replay was given).
+    pub policy: &'static str,
     pub capacity_bytes: u64,
     pub prefill: PhaseCounts,
     pub decode: PhaseCounts,
@@ -188,7 +189,7 @@ impl Workload {
     pub fn replay(&self, policy: Policy, capacity_bytes: u64) -> ReplayStats {
         let mut cache = Cache::default();
         let mut stats = ReplayStats {
-            policy,
+            policy: policy.name(),
             capacity_bytes,
             prefill: PhaseCounts::default(),
             decode: PhaseCounts::default(),
@@ -227,6 +228,69 @@ impl Workload {
             }
             cache.evict_to(capacity_bytes, b);
             stats.peak_resident_bytes = stats.peak_resident_bytes.max(cache.used);
+        }
+        stats
+    }
+}
+
+/// A cache the replay drives batch by batch under its own policy — an engine's expert cache,
+/// so that a replay measures the shipped code. It must follow the rules of the
+/// [module docs](self) (eviction after the batch, never an entry the batch touched).
+pub trait CacheModel {
+    /// A batch of `layer` starts.
+    fn begin_batch(&mut self, layer: u32);
+    /// The lookup of a distinct expert of the batch: `true` on a hit; a miss admits it
+    /// (`bytes` big).
+    fn lookup(&mut self, key: (u32, u32), bytes: u64) -> bool;
+    /// A repeat of an expert within the batch (no lookup).
+    fn touch(&mut self, key: (u32, u32));
+    /// The batch ends (the cache evicts).
+    fn end_batch(&mut self);
+    /// Bytes resident now.
+    fn resident_bytes(&self) -> u64;
+}
+
+impl Workload {
+    /// Replays every batch through `model` (a cache of `capacity_bytes` under the policy
+    /// named `policy`), counting as [`replay`](Self::replay) does.
+    pub fn replay_model(
+        &self,
+        policy: &'static str,
+        model: &mut dyn CacheModel,
+        capacity_bytes: u64,
+    ) -> ReplayStats {
+        let mut stats = ReplayStats {
+            policy,
+            capacity_bytes,
+            prefill: PhaseCounts::default(),
+            decode: PhaseCounts::default(),
+            decode_tokens: self.decode_tokens,
+            peak_resident_bytes: 0,
+        };
+        for batch in &self.batches {
+            let size = self.layer_bytes.get(&batch.layer).copied().unwrap_or(0);
+            let counts = match batch.phase {
+                Phase::Prefill => &mut stats.prefill,
+                Phase::Decode => &mut stats.decode,
+            };
+            model.begin_batch(batch.layer);
+            let mut looked_up = vec![false; batch.experts.len()];
+            for &j in &batch.uses {
+                let key = (batch.layer, batch.experts[j]);
+                if looked_up[j] {
+                    model.touch(key);
+                    continue;
+                }
+                looked_up[j] = true;
+                counts.lookups += 1;
+                if model.lookup(key, size) {
+                    counts.hits += 1;
+                } else {
+                    counts.miss_bytes += size;
+                }
+            }
+            model.end_batch();
+            stats.peak_resident_bytes = stats.peak_resident_bytes.max(model.resident_bytes());
         }
         stats
     }
