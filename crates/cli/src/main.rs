@@ -372,6 +372,14 @@ struct RunArgs {
     #[arg(long, requires = "ppl")]
     ppl_step: bool,
 
+    /// Diagnostic: colibri's routing stream (spec/colibri-routing-telemetry.md, "The trace
+    /// stream"): one line per MoE layer call and batch row, `<call> <row> <layer>` then
+    /// ` <expert>:<gate>` per routed expert (gates as applied, 4 decimals). The environment
+    /// variable ROUTE_TRACE=PATH does the same (a file it names that cannot be created is a
+    /// warning, as in colibri).
+    #[arg(long, value_name = "PATH")]
+    route_trace_stream: Option<std::path::PathBuf>,
+
     /// Test hook of --session: the first prefill chunk K (`prefill:K`, 0-based) or the forward
     /// pass of generated token K (`decode:K`) waits there for a cancel request.
     #[arg(long, value_name = "WHERE", hide = true, requires = "session")]
@@ -626,6 +634,11 @@ fn main() -> ExitCode {
             ppl: args.ppl,
             ppl_step: args.ppl_step,
             test_hold: args.test_hold,
+            route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
+                std::env::var_os("ROUTE_TRACE")
+                    .filter(|v| !v.is_empty())
+                    .map(|v| (std::path::PathBuf::from(v), true))
+            }),
             n_predict: args.n_predict,
             threads: args.engine.threads,
             ctx: args.ctx,

@@ -186,6 +186,95 @@ impl RouteTraceFile {
     }
 }
 
+/// colibri's `ROUTE_TRACE` stream (spec/colibri-routing-telemetry.md): one line per MoE layer
+/// call and batch row, `<call> <row> <layer>` then ` <expert>:<gate>` per routed expert, the
+/// gate as applied with 4 decimals. `call` counts the layer calls from 0; `row` is the row's
+/// place in the forward batch (a prefill's last layer routes only the last row, which keeps its
+/// place).
+pub struct RouteStream {
+    path: PathBuf,
+    sink: Arc<Mutex<StreamSink>>,
+}
+
+struct StreamSink {
+    w: BufWriter<File>,
+    call: u64,
+    /// Context position of the forward batch's first row, and the first MoE layer (where a
+    /// batch starts).
+    batch_start: usize,
+    first_layer: usize,
+    error: Option<std::io::Error>,
+}
+
+impl RouteStream {
+    /// Opens `path` for writing (the model's first MoE layer is `first_layer`).
+    pub fn create(path: &Path, first_layer: usize) -> std::io::Result<RouteStream> {
+        let w = BufWriter::new(File::create(path)?);
+        Ok(RouteStream {
+            path: path.to_owned(),
+            sink: Arc::new(Mutex::new(StreamSink {
+                w,
+                call: 0,
+                batch_start: 0,
+                first_layer,
+                error: None,
+            })),
+        })
+    }
+
+    /// The engine tap that writes the lines.
+    pub fn tap<'a>(&self) -> RouteTap<'a> {
+        let sink = Arc::clone(&self.sink);
+        Box::new(move |r: &Routed<'_>| {
+            let Ok(mut s) = sink.lock() else { return };
+            if r.layer == s.first_layer {
+                s.batch_start = r.first_pos;
+            }
+            let mut text = String::new();
+            for (j, (ids, gates)) in r.ids.chunks(r.k).zip(r.weights.chunks(r.k)).enumerate() {
+                let row = (r.first_pos + j).saturating_sub(s.batch_start);
+                text += &format!("{} {row} {}", s.call, r.layer);
+                for (id, g) in ids.iter().zip(gates) {
+                    text += &format!(" {id}:{g:.4}");
+                }
+                text.push('\n');
+            }
+            s.call += 1;
+            if s.error.is_none()
+                && let Err(e) = s.w.write_all(text.as_bytes())
+            {
+                s.error = Some(e);
+            }
+        })
+    }
+
+    /// Flush; reports the first write error.
+    pub fn finish(&self) -> Result<()> {
+        let mut s = self
+            .sink
+            .lock()
+            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?;
+        if let Some(e) = s.error.take() {
+            return Err(e).with_context(|| format!("writing {}", self.path.display()));
+        }
+        s.w.flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// One tap that hands every routing to each of `taps` in turn.
+pub fn all_taps<'a>(mut taps: Vec<RouteTap<'a>>) -> Option<RouteTap<'a>> {
+    match taps.len() {
+        0 => None,
+        1 => taps.pop(),
+        _ => Some(Box::new(move |r: &Routed<'_>| {
+            for t in &mut taps {
+                t(r);
+            }
+        })),
+    }
+}
+
 /// The decode steps of a recorded trace as a replay: `steps[s][layer]`, experts in slot order.
 pub fn load_replay(path: &Path) -> Result<RouteReplay> {
     let trace = trace::read_route_trace(path)?;

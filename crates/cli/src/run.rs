@@ -42,6 +42,9 @@ pub struct Options {
     pub ppl_step: bool,
     /// A session's test hook: wait for a cancel at this point.
     pub test_hold: Option<crate::session::Hold>,
+    /// colibri's `ROUTE_TRACE` stream, and whether its path came from the environment (then
+    /// a file that cannot be opened is a warning, as colibri has it).
+    pub route_stream: Option<(PathBuf, bool)>,
     pub n_predict: i64,
     pub threads: Option<usize>,
     pub ctx: Option<usize>,
@@ -333,6 +336,7 @@ pub struct Runtime<'a> {
     csv: Option<CsvSink>,
     probe: Option<DenseProbe>,
     trace: Option<crate::routes::RouteTraceFile>,
+    route_stream: Option<crate::routes::RouteStream>,
     io_trace: Option<Arc<Mutex<crate::telemetry::IoTrace>>>,
     compute_trace: Option<Arc<Mutex<crate::telemetry::ComputeTrace>>>,
     /// Installed after the (first) prefill: decode steps replay a recorded routing.
@@ -623,6 +627,9 @@ impl Runtime<'_> {
         if let Some(t) = self.trace.take() {
             t.finish()?;
         }
+        if let Some(s) = &self.route_stream {
+            s.finish()?;
+        }
         if let Some(t) = &self.io_trace {
             t.lock().unwrap_or_else(PoisonError::into_inner).finish()?;
         }
@@ -761,6 +768,7 @@ pub fn run(opts: &Options) -> Result<()> {
         .get_str("general.architecture")
         .unwrap_or("")
         .to_owned();
+    let mut taps = Vec::new();
     let trace = match &opts.route_trace {
         Some(path) => {
             let hp = &model.hparams;
@@ -783,11 +791,36 @@ pub fn run(opts: &Options) -> Result<()> {
                     layers: &layers,
                 },
             )?;
-            engine.set_route_tap(Some(t.tap(view.clone())));
+            taps.push(t.tap(view.clone()));
             Some(t)
         }
         None => None,
     };
+    let route_stream = match &opts.route_stream {
+        Some((path, from_env)) => {
+            let first = layout
+                .as_ref()
+                .and_then(|l| l.layers.first())
+                .map_or(0, |l| l.layer as usize);
+            match crate::routes::RouteStream::create(path, first) {
+                Ok(s) => {
+                    eprintln!("[ROUTE_TRACE] logging routing to {}", path.display());
+                    taps.push(s.tap());
+                    Some(s)
+                }
+                Err(_) if *from_env => {
+                    eprintln!("[ROUTE_TRACE] cannot open {}", path.display());
+                    None
+                }
+                Err(e) => bail!(
+                    "--route-trace-stream: cannot create {}: {e}",
+                    path.display()
+                ),
+            }
+        }
+        None => None,
+    };
+    engine.set_route_tap(crate::routes::all_taps(taps));
 
     let seed = if opts.seed < 0 {
         RANDOM_SEED
@@ -924,6 +957,7 @@ pub fn run(opts: &Options) -> Result<()> {
         csv,
         probe,
         trace,
+        route_stream,
         io_trace,
         compute_trace,
         replay,

@@ -236,3 +236,83 @@ fn replay_refuses_traces_that_do_not_fit_the_model() {
     let err = run(2, &["--route-replay", path.to_str().unwrap()]).unwrap_err();
     assert!(err.contains("no decode rows (phase 1) to replay"), "{err}");
 }
+
+/// colibri's `ROUTE_TRACE` stream (`--route-trace-stream`, or the environment variable): one
+/// line per layer call and batch row in the spec's format (`<call> <row> <layer>` then
+/// ` <id>:<gate>` with 4 decimals), holding exactly the routing the `route_trace v1` file of
+/// the same run holds; a path the environment names that cannot be created is a warning.
+#[test]
+fn route_trace_stream_lines_hold_the_same_routing_as_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    let stream = dir.path().join("route.txt");
+    let out = run(
+        3,
+        &[
+            "--route-trace",
+            csv.to_str().unwrap(),
+            "--route-trace-stream",
+            stream.to_str().unwrap(),
+        ],
+    );
+    out.unwrap();
+    let t = trace::read_route_trace(&csv).unwrap();
+    let text = std::fs::read_to_string(&stream).unwrap();
+    // The trace's rows grouped as the stream has them: per layer call (a run of one phase, step
+    // span and layer), per token row, the experts in slot order.
+    let mut calls: Vec<(u32, Vec<(i64, Vec<(u32, f32)>)>)> = Vec::new();
+    let mut last: Option<(Phase, u32, bool)> = None;
+    for r in &t.rows {
+        // A decode call is one step; a prefill call is one layer's rows.
+        let decode = r.phase == Phase::Decode;
+        let key = (r.phase, r.layer, decode);
+        let new_step = decode && calls.last().is_some_and(|c| c.1[0].0 != r.step);
+        if last != Some(key) || new_step {
+            calls.push((r.layer, Vec::new()));
+            last = Some(key);
+        }
+        let rows = &mut calls.last_mut().unwrap().1;
+        if rows.last().is_none_or(|x| x.0 != r.step) {
+            rows.push((r.step, Vec::new()));
+        }
+        rows.last_mut()
+            .unwrap()
+            .1
+            .push((r.expert, r.weight.unwrap()));
+    }
+    let p = prompt_len(&t);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    for (call, (layer, rows)) in calls.iter().enumerate() {
+        // The forward batch's first position: 0 for the prompt, the step itself when decoding.
+        let start = if rows[0].0 < p { 0 } else { rows[0].0 };
+        for (step, experts) in rows {
+            let f: Vec<&str> = lines[i].split(' ').collect();
+            i += 1;
+            assert_eq!(f.len(), 3 + experts.len(), "{}", lines[i - 1]);
+            assert_eq!(f[0], call.to_string(), "{}", lines[i - 1]);
+            assert_eq!(f[1], (step - start).to_string(), "{}", lines[i - 1]);
+            assert_eq!(f[2], layer.to_string(), "{}", lines[i - 1]);
+            for (cell, (e, w)) in f[3..].iter().zip(experts) {
+                let (id, gate) = cell.split_once(':').unwrap();
+                assert_eq!(id, e.to_string());
+                // Exactly 4 decimals, the trace's weight rounded.
+                assert_eq!(gate.split_once('.').unwrap().1.len(), 4, "{cell}");
+                assert_eq!(gate, format!("{w:.4}"), "{cell}");
+            }
+        }
+    }
+    assert_eq!(i, lines.len());
+    // Through the environment: an unwritable path is reported and the run goes on.
+    let o = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "-m", demo().to_str().unwrap(), "-p", "Hi", "-n", "1"])
+        .env("ROUTE_TRACE", dir.path().join("missing/dir/route.txt"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("[ROUTE_TRACE] cannot open "),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
