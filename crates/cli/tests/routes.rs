@@ -260,7 +260,9 @@ fn route_trace_stream_lines_hold_the_same_routing_as_the_trace() {
     let text = std::fs::read_to_string(&stream).unwrap();
     // The trace's rows grouped as the stream has them: per layer call (a run of one phase, step
     // span and layer), per token row, the experts in slot order.
-    let mut calls: Vec<(u32, Vec<(i64, Vec<(u32, f32)>)>)> = Vec::new();
+    /// A token row: its step and (expert, weight) in slot order.
+    type Row = (i64, Vec<(u32, f32)>);
+    let mut calls: Vec<(u32, Vec<Row>)> = Vec::new();
     let mut last: Option<(Phase, u32, bool)> = None;
     for r in &t.rows {
         // A decode call is one step; a prefill call is one layer's rows.
