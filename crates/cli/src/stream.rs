@@ -340,6 +340,43 @@ impl StoreSource {
         }
     }
 
+    /// Give the cache's policy a usage history's counts as a prior.
+    pub fn history(&mut self, counts: impl IntoIterator<Item = ((u32, u32), u64)>) {
+        for (key, n) in counts {
+            self.cache.history(key, n);
+        }
+    }
+
+    /// Read `keys` (in that order) into pinned cache entries, never evicted; stops at the
+    /// first that does not fit `max_bytes` of pins. Returns the pinned experts and bytes. A
+    /// failed read is an error naming the expert.
+    pub fn pin(&mut self, keys: &[(u32, u32)], max_bytes: u64) -> Result<(usize, u64)> {
+        let mut n = 0;
+        for &(layer, expert) in keys {
+            let slot = self.reader.slot_bytes(layer)?;
+            if self.cache.pinned_bytes() + slot as u64 > max_bytes {
+                break;
+            }
+            if let Some(buf) = self.cache.pin((layer, expert), slot) {
+                self.lanes.submit(ReadJob {
+                    layer,
+                    expert,
+                    buf,
+                    demand: true,
+                });
+                n += 1;
+            }
+        }
+        self.batch_layer = u32::MAX;
+        while let Some(done) = self.lanes.wait() {
+            self.collect(done);
+        }
+        if let Some(e) = self.failed.take() {
+            bail!("pinning: {e}");
+        }
+        Ok((n, self.cache.pinned_bytes()))
+    }
+
     /// After a failed read: wait for the batch's other reads, then end the batch.
     fn fail(&mut self) -> String {
         while let Some(done) = self.lanes.wait() {

@@ -43,6 +43,8 @@ pub trait EvictionPolicy {
     fn victim(&mut self, evictable: &dyn Fn(Key) -> bool) -> Option<Key>;
     /// A layer batch of `layer` starts (before its lookups).
     fn batch(&mut self, _layer: u32) {}
+    /// `count` uses of `key` before this run (a usage history), for a policy that learns.
+    fn history(&mut self, _key: Key, _count: u64) {}
 }
 
 impl<P: EvictionPolicy + ?Sized> EvictionPolicy for Box<P> {
@@ -60,6 +62,9 @@ impl<P: EvictionPolicy + ?Sized> EvictionPolicy for Box<P> {
     }
     fn batch(&mut self, layer: u32) {
         (**self).batch(layer);
+    }
+    fn history(&mut self, key: Key, count: u64) {
+        (**self).history(key, count);
     }
 }
 
@@ -177,6 +182,8 @@ struct Entry {
     batch: u64,
     /// It has had a buffer (a miss gets one when first used).
     filled: bool,
+    /// Pinned: never evicted.
+    pinned: bool,
 }
 
 /// The cache; see the [module docs](self).
@@ -194,6 +201,8 @@ pub struct ExpertCache<P: EvictionPolicy = Lru> {
     pooled: u64,
     /// Bytes of entries that missed and have no buffer yet.
     unfilled: u64,
+    /// Bytes of the pinned entries.
+    pinned_bytes: u64,
 }
 
 impl<P: EvictionPolicy> ExpertCache<P> {
@@ -211,6 +220,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             stats: CacheStats::default(),
             pooled: 0,
             unfilled: 0,
+            pinned_bytes: 0,
         }
     }
 
@@ -246,6 +256,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 size: slot_bytes,
                 batch: self.batch,
                 filled: false,
+                pinned: false,
             },
         );
         Lookup::Miss
@@ -308,12 +319,45 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             let entries = &self.entries;
             let victim = self
                 .policy
-                .victim(&|k| entries.get(&k).is_some_and(|e| e.batch != batch));
+                .victim(&|k| entries.get(&k).is_some_and(|e| e.batch != batch && !e.pinned));
             match victim {
                 Some(k) => self.evict(k),
                 None => break,
             }
         }
+    }
+
+    /// Pin `key`: an entry of `slot_bytes` that is never evicted (its bytes count against the
+    /// budget, so the other entries share what is left). Returns its buffer, lent out as by
+    /// [`take_slot`](Self::take_slot), for the caller to fill and [`put_slot`](Self::put_slot)
+    /// back; `None` when `key` is already cached or there is no cache (a budget of 0).
+    pub fn pin(&mut self, key: Key, slot_bytes: usize) -> Option<AlignedBuf> {
+        if self.budget == 0 || self.entries.contains_key(&key) {
+            return None;
+        }
+        self.used += slot_bytes as u64;
+        self.pinned_bytes += slot_bytes as u64;
+        self.entries.insert(
+            key,
+            Entry {
+                buf: AlignedBuf::new(0),
+                size: slot_bytes,
+                batch: 0,
+                filled: true,
+                pinned: true,
+            },
+        );
+        Some(AlignedBuf::new(slot_bytes))
+    }
+
+    /// Tell the policy of `count` uses of `key` before this run.
+    pub fn history(&mut self, key: Key, count: u64) {
+        self.policy.history(key, count);
+    }
+
+    /// Bytes of the pinned entries.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned_bytes
     }
 
     /// Lend out the slot buffer of `key` (to be filled on another thread); the entry stays,
@@ -364,6 +408,9 @@ impl<P: EvictionPolicy> ExpertCache<P> {
     fn release(&mut self, key: Key, e: Entry) {
         self.policy.removed(key);
         self.used -= e.size as u64;
+        if e.pinned {
+            self.pinned_bytes -= e.size as u64;
+        }
         if !e.filled {
             self.unfilled -= e.size as u64;
         }

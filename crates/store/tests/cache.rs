@@ -165,3 +165,33 @@ fn a_lent_slot_comes_back_filled_and_counts_all_along() {
     assert_eq!(c.used_bytes(), 4096);
     assert!(c.contains((3, 4)) && !c.contains((3, 5)));
 }
+
+/// A pinned expert is never evicted, hits from its first lookup, and its bytes come out of the
+/// budget the other entries share; there is nothing to pin without a cache.
+#[test]
+fn pinned_entries_stay_and_share_the_budget() {
+    let mut c = ExpertCache::new(3 * 4096, Lru::default());
+    let mut buf = c.pin((0, 5), 4096).unwrap();
+    buf.as_mut_slice().fill(3);
+    c.put_slot((0, 5), buf);
+    assert!(c.pin((0, 5), 4096).is_none(), "pinned once");
+    assert_eq!((c.pinned_bytes(), c.used_bytes()), (4096, 4096));
+    // Batches of other experts: LRU would take (0,5) first, the oldest; only the two
+    // unpinned slots turn over.
+    for e in 0..4u32 {
+        c.begin_batch(0);
+        assert_eq!(c.lookup((1, e), 4096), Lookup::Miss);
+        c.end_batch();
+        assert!(c.contains((0, 5)));
+        assert!(c.used_bytes() <= 3 * 4096);
+    }
+    assert_eq!(c.len(), 3);
+    c.begin_batch(0);
+    assert_eq!(c.lookup((0, 5), 4096), Lookup::Hit);
+    c.end_batch();
+    assert!(c.slot((0, 5)).unwrap().iter().all(|&b| b == 3));
+    // A discarded pin (its read failed) frees its bytes.
+    c.discard((0, 5));
+    assert_eq!(c.pinned_bytes(), 0);
+    assert!(ExpertCache::new(0, Lru::default()).pin((0, 1), 4096).is_none());
+}

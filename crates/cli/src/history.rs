@@ -1,0 +1,307 @@
+//! The expert-use history of a run (`.coli_usage`, spec/colibri-routing-telemetry.md) and the
+//! pinning it drives.
+//!
+//! Every routing a run makes is counted per (layer, expert) and added to the history file
+//! next to the model (or `--usage-file`) after every generation, decayed by `--usage-decay`.
+//! `--pin auto` (enough history) or `--pin FILE` pins the most used experts in the expert cache
+//! at load: read once, never evicted. `--usage-prior` seeds the forecast eviction policy with
+//! the history's counts. Reading and writing follow colibri's contract exactly (store::usage).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use anyhow::{Result, bail};
+use engine::{RouteTap, Routed};
+use store::usage::{self, ReadOutcome, Usage};
+
+/// Selections a history needs before `--pin auto` pins from it (colibri's auto-pin threshold).
+pub const AUTO_PIN_MIN: u64 = 5000;
+
+/// The history file's name next to the model.
+pub const FILE_NAME: &str = ".coli_usage";
+
+/// `--pin`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PinArg {
+    Off,
+    Auto,
+    File(PathBuf),
+}
+
+impl std::str::FromStr for PinArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PinArg, String> {
+        Ok(match s {
+            "" => return Err("expected FILE, auto or off".into()),
+            "off" => PinArg::Off,
+            "auto" => PinArg::Auto,
+            p => PinArg::File(PathBuf::from(p)),
+        })
+    }
+}
+
+/// The history's flags.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct HistoryArgs {
+    /// The expert-use history to read and update [default: `.coli_usage` next to the model].
+    /// A path given here is trusted: a history another engine wrote is used anyway (its
+    /// dimensions and format version are still checked).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_usage")]
+    pub usage_file: Option<PathBuf>,
+
+    /// Neither read nor write an expert-use history.
+    #[arg(long)]
+    pub no_usage: bool,
+
+    /// Multiply the history's counts by D (0 < D ≤ 1, rounded to whole counts) at every save,
+    /// so that old use fades: 0.99 halves a count in about 69 generations; 1 keeps them all
+    /// [default: COLI_USAGE_DECAY from the environment, else 1].
+    #[arg(long, value_name = "D")]
+    pub usage_decay: Option<f64>,
+
+    /// Pin the most used experts in the expert cache at load (read once, never evicted):
+    /// `auto` from the history once it holds 5000 selections, `FILE` from that history file
+    /// (trusted), `off` [default: off; the environment's PIN=FILE|auto, or AUTOPIN=1, as in
+    /// colibri].
+    #[arg(long, value_name = "FILE|auto|off")]
+    pub pin: Option<PinArg>,
+
+    /// The pinned experts' budget, taken out of the expert cache's [default: half of what
+    /// the cache holds beyond one token cycle; PIN_GB from the environment, in GB]. `auto`
+    /// never takes the cache below one token cycle.
+    #[arg(long, value_name = "MiB")]
+    pub pin_mb: Option<u64>,
+
+    /// Seed the forecast eviction policy with the history's counts (as if this run had seen
+    /// them), instead of starting from nothing.
+    #[arg(long)]
+    pub usage_prior: bool,
+}
+
+impl HistoryArgs {
+    /// Fills what the flags leave open from colibri's environment variables.
+    pub fn with_env(mut self) -> Result<HistoryArgs> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if self.pin.is_none() {
+            self.pin = match (var("PIN"), var("AUTOPIN")) {
+                (Some(p), _) => Some(p.parse().map_err(|e: String| anyhow::anyhow!("PIN: {e}"))?),
+                (None, Some(a)) if a.trim() != "0" => Some(PinArg::Auto),
+                _ => None,
+            };
+        }
+        if self.pin_mb.is_none()
+            && let Some(g) = var("PIN_GB")
+        {
+            let gb: f64 = g
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("PIN_GB={g}: not a number of GB"))?;
+            if !(gb >= 0.0 && gb.is_finite()) {
+                bail!("PIN_GB={g}: not a number of GB");
+            }
+            self.pin_mb = Some((gb * 1024.0).round() as u64);
+        }
+        match self.usage_decay {
+            Some(d) if !(d > 0.0 && d <= 1.0) => {
+                bail!("--usage-decay {d}: expected a factor above 0 and at most 1")
+            }
+            Some(_) => {}
+            None => self.usage_decay = Some(usage::decay_from_env(var("COLI_USAGE_DECAY").as_deref())),
+        }
+        Ok(self)
+    }
+}
+
+/// A run's history: what was read, and the counts it adds.
+pub struct History {
+    path: PathBuf,
+    engine: String,
+    decay: f64,
+    usage: Arc<Mutex<Usage>>,
+    /// Whether the file may be written (not when it was refused: it is someone else's).
+    save: bool,
+}
+
+impl History {
+    /// Reads the history of a model (`arch`, `n_layer` blocks, `n_expert` experts, MoE layers
+    /// `moe_layers`); `None` with `--no-usage` or for a model without routed experts. Refusals
+    /// and notices are printed; nothing here fails the run.
+    pub fn open(
+        args: &HistoryArgs,
+        model: &Path,
+        arch: &str,
+        n_layer: u32,
+        n_expert: u32,
+        moe_layers: &[u32],
+    ) -> Option<History> {
+        if args.no_usage || moe_layers.is_empty() || n_expert == 0 {
+            return None;
+        }
+        let (path, trusted) = match &args.usage_file {
+            Some(p) => (p.clone(), true),
+            None => (
+                model
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .join(FILE_NAME),
+                false,
+            ),
+        };
+        let engine = usage::engine_name(arch);
+        let mut u = Usage::new(n_layer, n_expert, moe_layers);
+        let mut save = true;
+        match usage::read_into(&path, &mut u, &engine, &[&engine], trusted) {
+            Ok(ReadOutcome::Missing) => {}
+            Ok(ReadOutcome::Loaded { accepted, notice }) => {
+                if let Some(n) = notice {
+                    eprintln!("{n}");
+                }
+                eprintln!(
+                    "sluice: usage history {}: {} selections of {} experts ({accepted} records)",
+                    path.display(),
+                    u.selections(),
+                    u.distinct()
+                );
+            }
+            Ok(ReadOutcome::Refused(msg)) => {
+                eprintln!("{msg}");
+                eprintln!(
+                    "sluice: not updating {}: it is not this model's history (--usage-file \
+                     PATH to keep one elsewhere)",
+                    path.display()
+                );
+                save = false;
+            }
+            Err(e) => {
+                eprintln!("sluice: warning: cannot read the usage history: {e}");
+                save = false;
+            }
+        }
+        Some(History {
+            path,
+            engine,
+            decay: args.usage_decay.unwrap_or(1.0),
+            usage: Arc::new(Mutex::new(u)),
+            save,
+        })
+    }
+
+    /// The engine tap that counts every routed expert of every row.
+    pub fn tap<'a>(&self) -> RouteTap<'a> {
+        let usage = Arc::clone(&self.usage);
+        Box::new(move |r: &Routed<'_>| {
+            let mut u = usage.lock().unwrap_or_else(PoisonError::into_inner);
+            for &id in r.ids {
+                u.add(r.layer as u32, id as u32, 1);
+            }
+        })
+    }
+
+    /// The counts, most used first (ties: lowest layer, then expert).
+    pub fn ranked(&self) -> Vec<((u32, u32), u64)> {
+        let u = self.usage.lock().unwrap_or_else(PoisonError::into_inner);
+        ranked(&u)
+    }
+
+    /// Selections the history holds.
+    pub fn selections(&self) -> u64 {
+        self.usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .selections()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes the history (decayed) after a generation; a failure is a warning.
+    pub fn save(&self) {
+        if !self.save {
+            return;
+        }
+        let mut u = self.usage.lock().unwrap_or_else(PoisonError::into_inner);
+        match usage::save(&self.path, &mut u, &self.engine, self.decay) {
+            Ok(line) => eprintln!("{line}"),
+            Err(e) => eprintln!("sluice: warning: the usage history was not saved: {e}"),
+        }
+    }
+}
+
+/// `u`'s non-zero counts, most used first (ties: lowest layer, then expert).
+fn ranked(u: &Usage) -> Vec<((u32, u32), u64)> {
+    let mut v: Vec<((u32, u32), u64)> = u.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// What to pin: the experts in order and the bytes they may take.
+pub struct PinPlan {
+    pub keys: Vec<(u32, u32)>,
+    pub max_bytes: u64,
+    /// Where the ranking came from.
+    pub source: PathBuf,
+}
+
+/// The pins of a streaming run with a cache of `budget` bytes, whose token cycle takes
+/// `cycle` bytes of slots. `None`: nothing to pin (said why on standard error).
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    args: &HistoryArgs,
+    history: Option<&History>,
+    arch: &str,
+    n_layer: u32,
+    n_expert: u32,
+    moe_layers: &[u32],
+    budget: u64,
+    cycle: u64,
+) -> Result<Option<PinPlan>> {
+    let spare = budget.saturating_sub(cycle);
+    let explicit = args.pin_mb.map(|mb| mb << 20);
+    let (keys, source, max_bytes) = match args.pin.as_ref().unwrap_or(&PinArg::Off) {
+        PinArg::Off => return Ok(None),
+        PinArg::Auto => {
+            let Some(h) = history else {
+                eprintln!("sluice: --pin auto: no usage history (--no-usage): nothing pinned");
+                return Ok(None);
+            };
+            if h.selections() < AUTO_PIN_MIN {
+                eprintln!(
+                    "sluice: --pin auto: the history holds {} selections, fewer than {AUTO_PIN_MIN}: \
+                     nothing pinned yet",
+                    h.selections()
+                );
+                return Ok(None);
+            }
+            // Never below one token cycle of dynamic cache.
+            let max = explicit.unwrap_or(spare / 2).min(spare);
+            (h.ranked(), h.path().to_owned(), max)
+        }
+        PinArg::File(path) => {
+            let engine = usage::engine_name(arch);
+            let mut u = Usage::new(n_layer, n_expert, moe_layers);
+            match usage::read_into(path, &mut u, &engine, &[&engine], true)? {
+                ReadOutcome::Missing => bail!("--pin {}: no such file", path.display()),
+                ReadOutcome::Refused(msg) => bail!("--pin {}: {msg}", path.display()),
+                ReadOutcome::Loaded { notice, .. } => {
+                    if let Some(n) = notice {
+                        eprintln!("{n}");
+                    }
+                }
+            }
+            // An explicit budget is the user's (within the cache).
+            let max = explicit.unwrap_or(spare / 2).min(budget);
+            (ranked(&u), path.clone(), max)
+        }
+    };
+    if budget == 0 {
+        eprintln!("sluice: --pin: no expert cache (--cache-mb 0): nothing pinned");
+        return Ok(None);
+    }
+    Ok(Some(PinPlan {
+        keys: keys.into_iter().map(|(k, _)| k).collect(),
+        max_bytes,
+        source,
+    }))
+}
