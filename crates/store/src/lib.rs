@@ -18,6 +18,7 @@ pub mod lanes;
 mod layout;
 pub mod policy;
 pub mod read;
+pub mod usage;
 
 pub use cache::{CacheStats, EvictionPolicy, ExpertCache, Lookup, Lru};
 pub use error::StoreError;
@@ -25,3 +26,4 @@ pub use lanes::{Backend, IoLanes, ReadDone, ReadJob, uring_available};
 pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};
 pub use policy::Forecast;
 pub use read::{ExpertReader, IoMode, ReadFault, Window, WindowRead};
+pub use usage::{ReadOutcome, Usage, UsageError};
