@@ -106,7 +106,9 @@ impl HistoryArgs {
                 bail!("--usage-decay {d}: expected a factor above 0 and at most 1")
             }
             Some(_) => {}
-            None => self.usage_decay = Some(usage::decay_from_env(var("COLI_USAGE_DECAY").as_deref())),
+            None => {
+                self.usage_decay = Some(usage::decay_from_env(var("COLI_USAGE_DECAY").as_deref()))
+            }
         }
         Ok(self)
     }

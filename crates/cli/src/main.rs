@@ -9,6 +9,7 @@ mod analyze_view;
 mod bench;
 mod decide;
 mod genmodel;
+mod history;
 mod inspect;
 mod logits;
 mod npy;
@@ -87,7 +88,7 @@ enum Command {
     /// `--- end of reasoning ---` lines; the answer holds only the text outside the reasoning. Generation stops at an end-of-generation token, after -n
     /// tokens, or when the context is full. Sampling is llama.cpp's default chain (top-k,
     /// top-p, min-p, temperature, seeded draw) with its defaults; --temp 0 is greedy.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Write the logits of every prompt position to a numpy .npy file.
     ///
     /// The output is float32, C order, shape [n_tokens, n_vocab]: row i holds the logits after
@@ -497,6 +498,9 @@ struct RunArgs {
 
     #[command(flatten)]
     stream: stream::StreamArgs,
+
+    #[command(flatten)]
+    history: history::HistoryArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -624,45 +628,48 @@ fn main() -> ExitCode {
             threads: args.threads,
             quiet: args.quiet,
         }),
-        Command::Run(args) => run::run(&run::Options {
-            model: args.model,
-            prompt: args.prompt,
-            messages: args.messages,
-            session: args.session,
-            decide: args.decide,
-            prefix_cache: args.decide_prefix_cache,
-            ppl: args.ppl,
-            ppl_step: args.ppl_step,
-            test_hold: args.test_hold,
-            route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
-                std::env::var_os("ROUTE_TRACE")
-                    .filter(|v| !v.is_empty())
-                    .map(|v| (std::path::PathBuf::from(v), true))
-            }),
-            n_predict: args.n_predict,
-            threads: args.engine.threads,
-            ctx: args.ctx,
-            ubatch: args.engine.ubatch,
-            kv_type: args.engine.kv_type.engine(),
-            temp: args.temp,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            seed: args.seed,
-            ignore_eos: args.ignore_eos,
-            chatml: args.chatml,
-            system: args.system,
-            no_think: args.no_think,
-            route_trace: args.route_trace,
-            route_replay: args.route_replay,
-            stream: args.stream,
-            progress: args.progress,
-            csv: args.csv,
-            io_trace: args.io_trace,
-            compute_trace: args
-                .compute_trace
-                .map(|p| (p, false))
-                .or(args.compute_trace_layers.map(|p| (p, true))),
+        Command::Run(args) => args.history.clone().with_env().and_then(|history| {
+            run::run(&run::Options {
+                history,
+                model: args.model,
+                prompt: args.prompt,
+                messages: args.messages,
+                session: args.session,
+                decide: args.decide,
+                prefix_cache: args.decide_prefix_cache,
+                ppl: args.ppl,
+                ppl_step: args.ppl_step,
+                test_hold: args.test_hold,
+                route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
+                    std::env::var_os("ROUTE_TRACE")
+                        .filter(|v| !v.is_empty())
+                        .map(|v| (std::path::PathBuf::from(v), true))
+                }),
+                n_predict: args.n_predict,
+                threads: args.engine.threads,
+                ctx: args.ctx,
+                ubatch: args.engine.ubatch,
+                kv_type: args.engine.kv_type.engine(),
+                temp: args.temp,
+                top_k: args.top_k,
+                top_p: args.top_p,
+                min_p: args.min_p,
+                seed: args.seed,
+                ignore_eos: args.ignore_eos,
+                chatml: args.chatml,
+                system: args.system,
+                no_think: args.no_think,
+                route_trace: args.route_trace,
+                route_replay: args.route_replay,
+                stream: args.stream,
+                progress: args.progress,
+                csv: args.csv,
+                io_trace: args.io_trace,
+                compute_trace: args
+                    .compute_trace
+                    .map(|p| (p, false))
+                    .or(args.compute_trace_layers.map(|p| (p, true))),
+            })
         }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,

@@ -93,6 +93,7 @@ pub fn run(rt: &mut Runtime<'_>, path: &Path, step: bool) -> Result<()> {
     }
     let wall = t0.elapsed();
     let d = rt.counters.snapshot().since(&snap0);
+    rt.save_history();
     let mut w = std::io::stdout().lock();
     writeln!(
         w,

@@ -45,6 +45,8 @@ pub struct Options {
     /// colibri's `ROUTE_TRACE` stream, and whether its path came from the environment (then
     /// a file that cannot be opened is a warning, as colibri has it).
     pub route_stream: Option<(PathBuf, bool)>,
+    /// The expert-use history and pinning.
+    pub history: crate::history::HistoryArgs,
     pub n_predict: i64,
     pub threads: Option<usize>,
     pub ctx: Option<usize>,
@@ -337,6 +339,7 @@ pub struct Runtime<'a> {
     probe: Option<DenseProbe>,
     trace: Option<crate::routes::RouteTraceFile>,
     route_stream: Option<crate::routes::RouteStream>,
+    history: Option<crate::history::History>,
     io_trace: Option<Arc<Mutex<crate::telemetry::IoTrace>>>,
     compute_trace: Option<Arc<Mutex<crate::telemetry::ComputeTrace>>>,
     /// Installed after the (first) prefill: decode steps replay a recorded routing.
@@ -622,6 +625,13 @@ impl Runtime<'_> {
         })
     }
 
+    /// Add the routing so far to the usage history file (after each generation).
+    pub fn save_history(&self) {
+        if let Some(h) = &self.history {
+            h.save();
+        }
+    }
+
     /// Flush the traces; reports the first write error.
     pub fn finish(&mut self) -> Result<()> {
         if let Some(t) = self.trace.take() {
@@ -733,10 +743,33 @@ pub fn run(opts: &Options) -> Result<()> {
         )?))),
         None => None,
     };
+    let arch = file
+        .metadata()
+        .get_str("general.architecture")
+        .unwrap_or("")
+        .to_owned();
+    let moe_layers: Vec<u32> = layout
+        .as_ref()
+        .map(|l| l.layers.iter().map(|x| x.layer).collect())
+        .unwrap_or_default();
+    let history = crate::history::History::open(
+        &opts.history,
+        &opts.model,
+        &arch,
+        model.hparams.n_layer,
+        model.hparams.n_expert,
+        &moe_layers,
+    );
     // What each layer batch found in the cache, for the route trace.
     let view = (opts.route_trace.is_some() && streaming)
         .then(|| Arc::new(Mutex::new(crate::stream::BatchView::default())));
+    if opened.layout.is_none()
+        && !matches!(opts.history.pin, None | Some(crate::history::PinArg::Off))
+    {
+        eprintln!("sluice: --pin: this run does not stream its experts: nothing pinned");
+    }
     if let Some(layout) = opened.layout {
+        let layout_cycle_slots = layout.token_cycle_slot_bytes();
         let mut src = opts.stream.source(
             &file,
             layout,
@@ -749,6 +782,33 @@ pub fn run(opts: &Options) -> Result<()> {
         }
         if let Some(t) = &io_trace {
             src.trace_io(Arc::clone(t));
+        }
+        if let Some(h) = &history
+            && opts.history.usage_prior
+        {
+            src.history(h.ranked());
+        }
+        let hp = &model.hparams;
+        let pins = crate::history::plan(
+            &opts.history,
+            history.as_ref(),
+            &arch,
+            hp.n_layer,
+            hp.n_expert,
+            &moe_layers,
+            opened.cache_bytes,
+            layout_cycle_slots,
+        )?;
+        if let Some(p) = pins {
+            let t = Instant::now();
+            let (n, bytes) = src.pin(&p.keys, p.max_bytes)?;
+            eprintln!(
+                "sluice: pinned {n} experts ({:.1} MiB of {:.1} MiB for pins) from {} in {:.3} s",
+                bytes as f64 / (1u64 << 20) as f64,
+                p.max_bytes as f64 / (1u64 << 20) as f64,
+                p.source.display(),
+                t.elapsed().as_secs_f64()
+            );
         }
         o_direct = src.direct();
         io_backend = src.backend().name();
@@ -763,12 +823,10 @@ pub fn run(opts: &Options) -> Result<()> {
         }
         None => None,
     };
-    let arch = file
-        .metadata()
-        .get_str("general.architecture")
-        .unwrap_or("")
-        .to_owned();
     let mut taps = Vec::new();
+    if let Some(h) = &history {
+        taps.push(h.tap());
+    }
     let trace = match &opts.route_trace {
         Some(path) => {
             let hp = &model.hparams;
@@ -958,6 +1016,7 @@ pub fn run(opts: &Options) -> Result<()> {
         probe,
         trace,
         route_stream,
+        history,
         io_trace,
         compute_trace,
         replay,
@@ -1013,6 +1072,7 @@ fn generate_once(
         }
     }
     w.flush()?;
+    rt.save_history();
     Ok(())
 }
 

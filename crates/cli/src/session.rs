@@ -560,6 +560,7 @@ impl Session<'_> {
             &o.reasoning,
             &o.answer,
         ))?;
+        rt.save_history();
         Ok(())
     }
 

@@ -317,9 +317,11 @@ impl<P: EvictionPolicy> ExpertCache<P> {
         while self.used > self.budget {
             let batch = self.batch;
             let entries = &self.entries;
-            let victim = self
-                .policy
-                .victim(&|k| entries.get(&k).is_some_and(|e| e.batch != batch && !e.pinned));
+            let victim = self.policy.victim(&|k| {
+                entries
+                    .get(&k)
+                    .is_some_and(|e| e.batch != batch && !e.pinned)
+            });
             match victim {
                 Some(k) => self.evict(k),
                 None => break,

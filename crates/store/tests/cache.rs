@@ -193,5 +193,9 @@ fn pinned_entries_stay_and_share_the_budget() {
     // A discarded pin (its read failed) frees its bytes.
     c.discard((0, 5));
     assert_eq!(c.pinned_bytes(), 0);
-    assert!(ExpertCache::new(0, Lru::default()).pin((0, 1), 4096).is_none());
+    assert!(
+        ExpertCache::new(0, Lru::default())
+            .pin((0, 1), 4096)
+            .is_none()
+    );
 }
