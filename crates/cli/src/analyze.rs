@@ -3,6 +3,7 @@
 //! `analyze replay` replays a routing trace (`route_trace v1`) through a fixed-budget expert
 //! cache at several budgets and policies; the simulation itself is the `trace` crate's.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,11 @@ enum AnalyzeCommand {
     ///
     /// Decode passes by default (--phase). See docs/telemetry-readers.md.
     Compute(crate::analyze_trace::ComputeArgs),
+    /// Build the co-activation table `run --couple` reads ahead from: for each (layer, expert),
+    /// the experts of the next MoE layers that followed it in the same token, and how often,
+    /// from routing traces or ROUTE_TRACE streams; prints the recall of its predictions.
+    /// See docs/policy.md.
+    Pairs(crate::analyze_pairs::PairsArgs),
     /// Write one self-contained HTML page for a traced run's directory.
     ///
     /// DIR holds one `route_trace v1` file and optionally a `bmoe_metrics v2` CSV, an
@@ -75,6 +81,18 @@ struct ReplayArgs {
     /// Also draw decode hit % against budget, one curve per policy, as a PNG.
     #[arg(long, value_name = "OUT")]
     png: Option<PathBuf>,
+    /// Model the engine's co-activation prefetch (`run --couple FILE`) in the engine-cache
+    /// replays (default, forecast, engine-lru): after each decode batch, the K experts of the
+    /// next layers the table predicts are read into the cache. A prefetched expert's lookup is
+    /// a hit; its read is reported apart.
+    #[arg(long, value_name = "FILE")]
+    couple: Option<PathBuf>,
+    /// With --couple: experts read ahead per layer.
+    #[arg(long, default_value_t = 8, value_name = "K")]
+    couple_k: usize,
+    /// With --couple: MoE layers ahead (1 or 2).
+    #[arg(long, default_value_t = 1, value_name = "D", value_parser = clap::value_parser!(u32).range(1..=2))]
+    couple_d: u32,
     /// TrueType font for the chart's text (default: a system sans-serif font such as DejaVu
     /// Sans or Liberation Sans).
     #[arg(long, value_name = "FILE", requires = "png")]
@@ -113,41 +131,88 @@ fn parse_policy(name: &str) -> Result<ReplayPolicy, String> {
     }
 }
 
-/// The engine's expert cache, driven by the replay.
-struct EngineCache(store::ExpertCache<Box<dyn store::EvictionPolicy + Send>>);
+/// Co-activation prefetch in a replay: the table, experts per layer, layers ahead.
+pub type CoupleCfg = (store::Couple, usize, u32);
 
-impl trace::CacheModel for EngineCache {
-    fn begin_batch(&mut self, layer: u32) {
-        self.0.begin_batch(layer);
+/// The engine's expert cache, driven by the replay; with a co-activation table it reads
+/// ahead after each decode batch as the expert store does.
+struct EngineCache<'c> {
+    cache: store::ExpertCache<Box<dyn store::EvictionPolicy + Send>>,
+    couple: Option<&'c CoupleCfg>,
+    /// The MoE layers in order, and each one's expert bytes.
+    layers: Vec<u32>,
+    bytes: HashMap<u32, u64>,
+    /// The batch: its layer, whether it is a decode batch, its distinct experts.
+    layer: u32,
+    decode: bool,
+    routed: Vec<u32>,
+}
+
+impl trace::CacheModel for EngineCache<'_> {
+    fn begin_batch(&mut self, layer: u32, decode: bool) {
+        self.cache.begin_batch(layer);
+        self.layer = layer;
+        self.decode = decode;
+        self.routed.clear();
     }
     fn lookup(&mut self, key: (u32, u32), bytes: u64) -> bool {
+        self.routed.push(key.1);
         // (Slots are charged, never allocated: the replay fills none.)
-        self.0.lookup(key, bytes as usize) == store::Lookup::Hit
+        self.cache.lookup(key, bytes as usize) == store::Lookup::Hit
     }
     fn touch(&mut self, key: (u32, u32)) {
-        self.0.touch(key);
+        self.cache.touch(key);
     }
     fn end_batch(&mut self) {
-        self.0.end_batch();
+        if let (Some((table, k, depth)), true) = (self.couple, self.decode)
+            && let Some(pos) = self.layers.iter().position(|&l| l == self.layer)
+        {
+            for d in 1..=*depth {
+                let Some(&next) = self.layers.get(pos + d as usize) else {
+                    break;
+                };
+                let size = self.bytes.get(&next).copied().unwrap_or(0) as usize;
+                for e in table.predict(self.layer, &self.routed, d, *k) {
+                    // (The read is only counted: the replay fills no slot.)
+                    let _ = self.cache.prefetch((next, e), size);
+                }
+            }
+        }
+        self.cache.end_batch();
     }
     fn resident_bytes(&self) -> u64 {
-        self.0.used_bytes()
+        self.cache.used_bytes()
     }
 }
 
-/// Replays `trace` through the engine's cache of `bytes` under `policy`.
+/// Replays `trace` through the engine's cache of `bytes` under `policy` (reading ahead from
+/// `couple` when given); with the cache's own counters (prefetches).
 pub fn replay_engine(
     workload: &Workload,
     trace: &trace::RouteTrace,
     name: &'static str,
     policy: crate::stream::CachePolicy,
     bytes: u64,
-) -> ReplayStats {
+    couple: Option<&CoupleCfg>,
+) -> (ReplayStats, store::CacheStats) {
     let mut layers: Vec<u32> = trace.layers.keys().copied().collect();
     layers.sort_unstable();
     let p = policy.build(&layers, trace.n_expert_used, trace.n_expert);
-    let mut cache = EngineCache(store::ExpertCache::new(bytes, p));
-    workload.replay_model(name, &mut cache, bytes)
+    let mut cache = EngineCache {
+        cache: store::ExpertCache::new(bytes, p),
+        couple,
+        bytes: trace
+            .layers
+            .iter()
+            .map(|(&l, i)| (l, i.expert_bytes))
+            .collect(),
+        layers,
+        layer: 0,
+        decode: false,
+        routed: Vec::new(),
+    };
+    let stats = workload.replay_model(name, &mut cache, bytes);
+    (stats, cache.cache.stats())
 }
 
 pub fn run(args: AnalyzeArgs) -> Result<()> {
@@ -157,6 +222,7 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         AnalyzeCommand::Io(args) => crate::analyze_trace::run_io(args),
         AnalyzeCommand::Compute(args) => crate::analyze_trace::run_compute(args),
         AnalyzeCommand::View(args) => crate::analyze_view::run(args),
+        AnalyzeCommand::Pairs(args) => crate::analyze_pairs::run(args),
     }
 }
 
@@ -172,6 +238,11 @@ fn replay(args: ReplayArgs) -> Result<()> {
 
     let trace = read_route_trace(&args.trace)?;
     let workload = Workload::new(&trace);
+    let couple = match &args.couple {
+        Some(path) => Some((store::Couple::read(path)?, args.couple_k, args.couple_d)),
+        None => None,
+    };
+    let mut prefetched: Vec<(u64, &'static str, store::CacheStats)> = Vec::new();
     let prefill_batches = workload
         .batches()
         .iter()
@@ -188,7 +259,12 @@ fn replay(args: ReplayArgs) -> Result<()> {
                 match policy {
                     ReplayPolicy::Model(p) => workload.replay(p, bytes),
                     ReplayPolicy::Engine(name, p) => {
-                        replay_engine(&workload, &trace, name, p, bytes)
+                        let (stats, cache) =
+                            replay_engine(&workload, &trace, name, p, bytes, couple.as_ref());
+                        if couple.is_some() {
+                            prefetched.push((mib, name, cache));
+                        }
+                        stats
                     }
                 },
             ));
@@ -229,6 +305,44 @@ fn replay(args: ReplayArgs) -> Result<()> {
         out,
         "(hit_pct and read_MiB/token: decode only; hit_all and read_MiB_all: prefill too)"
     );
+    if !prefetched.is_empty() {
+        let _ = writeln!(
+            out,
+            "co-activation prefetch ({} experts, {} layer(s) ahead), engine-cache policies:",
+            args.couple_k, args.couple_d
+        );
+        let _ = writeln!(
+            out,
+            "{:>10}  {:<10} {:>14} {:>13} {:>15}",
+            "budget_mib", "policy", "prefetch/token", "prefetch_hit%", "total_MiB/token"
+        );
+        let tokens = trace.decode_tokens().max(1) as f64;
+        for (mib, name, c) in &prefetched {
+            let demand = results
+                .iter()
+                .find(|(m, s)| m == mib && s.policy == *name)
+                .map_or(0.0, |(_, s)| s.decode_miss_mib_per_token());
+            let pf = c.prefetch_bytes as f64 / MIB as f64 / tokens;
+            let _ = writeln!(
+                out,
+                "{:>10}  {:<10} {:>14.2} {:>12.1}% {:>15.2}",
+                mib,
+                name,
+                pf,
+                if c.prefetches == 0 {
+                    0.0
+                } else {
+                    100.0 * c.prefetch_hits as f64 / c.prefetches as f64
+                },
+                demand + pf
+            );
+        }
+        let _ = writeln!(
+            out,
+            "(prefetch/token: MiB read ahead per decoded token, the prompt's included; \
+             total: demand misses + reads ahead)"
+        );
+    }
     print!("{out}");
 
     if let Some(path) = &args.csv {

@@ -3,6 +3,7 @@
 //! Argument parsing and output only: the work is done by the library crates.
 
 mod analyze;
+mod analyze_pairs;
 mod analyze_route;
 mod analyze_trace;
 mod analyze_view;

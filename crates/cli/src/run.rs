@@ -925,6 +925,10 @@ pub fn run(opts: &Options) -> Result<()> {
         overlap: st.overlap,
         dense_weights: if streaming { st.dense().name() } else { "mmap" }.to_owned(),
         io_backend: io_backend.to_owned(),
+        couple: match opts.stream.couple_resolved()? {
+            Some((_, k, d)) if streaming => (k, d),
+            _ => (0, 0),
+        },
         cache_policy: if streaming {
             st.cache_policy.name()
         } else {
@@ -1069,6 +1073,20 @@ fn generate_once(
     if rt.streaming {
         for line in stream_summary(&o.d, n_gen, o.decode, rt.overlap, rt.cache_bytes > 0) {
             writeln!(w, "{line}")?;
+        }
+        let p = &o.summary.prefill;
+        let (n, bytes, hits) = (
+            o.d.prefetches + p.prefetches,
+            o.d.prefetch_bytes + p.prefetch_bytes,
+            o.d.prefetch_hits + p.prefetch_hits,
+        );
+        if n > 0 {
+            writeln!(
+                w,
+                "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%) [couple]",
+                bytes as f64 / (1u64 << 20) as f64,
+                100.0 * hits as f64 / n as f64
+            )?;
         }
     }
     w.flush()?;

@@ -6,6 +6,7 @@
 //! every one is in. `--overlap`: the layer computes each expert as soon as its bytes are in —
 //! resident ones first — and waits only when nothing ready is left; the wait is the stall.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -45,6 +46,10 @@ pub struct StreamCounters {
     pub routed: AtomicU64,
     /// Bytes held in cache slots after the last batch.
     pub resident_bytes: AtomicU64,
+    /// Experts read ahead (co-activation prefetch), their bytes, and lookups that hit them.
+    pub prefetches: AtomicU64,
+    pub prefetch_bytes: AtomicU64,
+    pub prefetch_hits: AtomicU64,
 }
 
 /// The counters at one moment.
@@ -62,6 +67,9 @@ pub struct StreamSnapshot {
     pub layer_demand_max: u64,
     pub routed: u64,
     pub resident_bytes: u64,
+    pub prefetches: u64,
+    pub prefetch_bytes: u64,
+    pub prefetch_hits: u64,
 }
 
 impl StreamSnapshot {
@@ -81,6 +89,9 @@ impl StreamSnapshot {
             layer_demand_max: self.layer_demand_max,
             routed: self.routed - earlier.routed,
             resident_bytes: self.resident_bytes,
+            prefetches: self.prefetches - earlier.prefetches,
+            prefetch_bytes: self.prefetch_bytes - earlier.prefetch_bytes,
+            prefetch_hits: self.prefetch_hits - earlier.prefetch_hits,
         }
     }
 
@@ -110,6 +121,9 @@ impl StreamCounters {
             layer_demand_max: l(&self.layer_demand_max),
             routed: l(&self.routed),
             resident_bytes: l(&self.resident_bytes),
+            prefetches: l(&self.prefetches),
+            prefetch_bytes: l(&self.prefetch_bytes),
+            prefetch_hits: l(&self.prefetch_hits),
         }
     }
 
@@ -207,6 +221,12 @@ pub struct StoreSource {
     view: Option<Arc<std::sync::Mutex<BatchView>>>,
     /// The `--io-trace` file.
     io_trace: Option<Arc<std::sync::Mutex<crate::telemetry::IoTrace>>>,
+    /// Co-activation prefetch: the table, how many experts per layer, how many layers on.
+    couple: Option<(store::Couple, usize, u32)>,
+    /// Experts whose read ahead is in flight.
+    spec: std::collections::HashSet<(u32, u32)>,
+    /// The MoE layers in order.
+    moe_layers: Vec<u32>,
 }
 
 impl StoreSource {
@@ -259,6 +279,7 @@ impl StoreSource {
         let policy = cfg
             .policy
             .build(&layers, layout.n_expert_used, layout.n_expert);
+        let layers = layers.clone();
         Ok(StoreSource {
             layout,
             reader,
@@ -275,6 +296,9 @@ impl StoreSource {
             load_all: cfg.load_all,
             view: None,
             io_trace: None,
+            couple: None,
+            spec: std::collections::HashSet::new(),
+            moe_layers: layers,
         })
     }
 
@@ -322,6 +346,7 @@ impl StoreSource {
                 );
         }
         let key = (done.layer, done.expert);
+        self.spec.remove(&key);
         self.cache.put_slot(key, done.buf);
         if done.layer == self.batch_layer {
             self.inflight.retain(|&e| e != done.expert);
@@ -336,6 +361,45 @@ impl StoreSource {
                 if self.failed.is_none() {
                     self.failed = Some(e.to_string());
                 }
+            }
+        }
+    }
+
+    /// Read ahead, after each decode layer, the `k` experts of the next `depth` MoE layers that
+    /// `couple` finds most likely to follow what the layer routed.
+    pub fn set_couple(&mut self, couple: store::Couple, k: usize, depth: u32) {
+        self.couple = Some((couple, k, depth));
+    }
+
+    /// Issue the reads ahead that follow `layer`'s routing of one token (`distinct` experts).
+    fn prefetch_next(&mut self, layer: u32, distinct: &[u32]) {
+        let Some((couple, k, depth)) = &self.couple else {
+            return;
+        };
+        let Some(pos) = self.moe_layers.iter().position(|&l| l == layer) else {
+            return;
+        };
+        let mut jobs = Vec::new();
+        for d in 1..=*depth {
+            let Some(&next) = self.moe_layers.get(pos + d as usize) else {
+                break;
+            };
+            let Ok(slot) = self.reader.slot_bytes(next) else {
+                break;
+            };
+            for e in couple.predict(layer, distinct, d, *k) {
+                jobs.push((next, e, slot));
+            }
+        }
+        for (next, e, slot) in jobs {
+            if let Some(buf) = self.cache.prefetch((next, e), slot) {
+                self.spec.insert((next, e));
+                self.lanes.submit(ReadJob {
+                    layer: next,
+                    expert: e,
+                    buf,
+                    demand: false,
+                });
             }
         }
     }
@@ -396,6 +460,12 @@ impl StoreSource {
         StreamCounters::add(&c.hits, after.hits - before.hits);
         StreamCounters::add(&c.evictions, after.evictions - before.evictions);
         StreamCounters::add(&c.rereads, after.rereads - before.rereads);
+        StreamCounters::add(&c.prefetches, after.prefetches - before.prefetches);
+        StreamCounters::add(
+            &c.prefetch_bytes,
+            after.prefetch_bytes - before.prefetch_bytes,
+        );
+        StreamCounters::add(&c.prefetch_hits, after.prefetch_hits - before.prefetch_hits);
     }
 }
 
@@ -413,7 +483,7 @@ impl ExpertSource for StoreSource {
         let expert_bytes = self.layout.layer(layer32).map_or(0, |l| l.expert_bytes);
         // A batch the engine left without `release` (it stopped on an error): its reads end
         // first.
-        if self.lanes.in_flight() > 0 {
+        if self.lanes.in_flight() > self.spec.len() {
             while let Some(done) = self.lanes.wait() {
                 self.collect(done);
             }
@@ -442,7 +512,8 @@ impl ExpertSource for StoreSource {
                 continue;
             }
             self.seen.push(e);
-            if self.cache.lookup(key, slot_bytes) == Lookup::Miss {
+            // A hit on an expert still being read ahead waits for that read.
+            if self.cache.lookup(key, slot_bytes) == Lookup::Miss || self.spec.contains(&key) {
                 self.inflight.push(key.1);
             }
         }
@@ -469,6 +540,9 @@ impl ExpertSource for StoreSource {
         self.cache.make_room();
         for &e in &self.inflight {
             let key = (layer32, e);
+            if self.spec.contains(&key) {
+                continue;
+            }
             if let Some(buf) = self.cache.take_slot(key) {
                 self.lanes.submit(ReadJob {
                     layer: layer32,
@@ -486,6 +560,11 @@ impl ExpertSource for StoreSource {
         } else {
             self.seen.len()
         } as u64;
+        // One token's routing: read ahead what the next layers will likely route.
+        if self.couple.is_some() && routed.len() <= self.layout.n_expert_used as usize {
+            let distinct: Vec<u32> = self.seen.iter().map(|&e| e as u32).collect();
+            self.prefetch_next(layer32, &distinct);
+        }
         let demand = routed_distinct * expert_bytes;
         StreamCounters::add(&self.counters.routed, routed.len() as u64);
         StreamCounters::add(&self.counters.demand_bytes, demand);
@@ -494,9 +573,13 @@ impl ExpertSource for StoreSource {
             .fetch_max(demand, Ordering::Relaxed);
         let mut io_ns = 0u64;
         if !self.overlap {
-            // Serial: the layer computes once every read is in.
+            // Serial: the layer computes once every read it needs is in (reads ahead for
+            // later layers go on).
             let t = Instant::now();
-            while let Some(done) = self.lanes.wait() {
+            while !self.inflight.is_empty() {
+                let Some(done) = self.lanes.wait() else {
+                    break;
+                };
                 self.collect(done);
             }
             io_ns = t.elapsed().as_nanos() as u64;
@@ -557,8 +640,11 @@ impl ExpertSource for StoreSource {
     fn release(&mut self, _layer: usize) {
         let t = Instant::now();
         // Reads the layer did not wait for (--load-all under --overlap) end first; their
-        // errors are reported by the next load.
-        while let Some(done) = self.lanes.wait() {
+        // errors are reported by the next load. Reads ahead go on.
+        while self.lanes.in_flight() > self.spec.len() {
+            let Some(done) = self.lanes.wait() else {
+                break;
+            };
             self.collect(done);
         }
         if let Some(e) = self.failed.take() {
@@ -596,6 +682,21 @@ pub struct StreamArgs {
     /// same either way; the hit rate is not.
     #[arg(long, value_enum, default_value_t = CachePolicy::Forecast, value_name = "POLICY")]
     pub cache_policy: CachePolicy,
+
+    /// When streaming with a cache: after each decode layer, read ahead the experts of the next
+    /// layers that this co-activation table (`sluice analyze pairs`) finds most likely to follow
+    /// what the layer routed, while it computes (docs/policy.md). The environment's COUPLE=FILE
+    /// does the same (colibri's name).
+    #[arg(long, value_name = "FILE")]
+    pub couple: Option<PathBuf>,
+
+    /// With --couple: experts read ahead per layer [default: 8, or COUPLE_K].
+    #[arg(long, value_name = "K")]
+    pub couple_k: Option<usize>,
+
+    /// With --couple: how many MoE layers ahead, 1 or 2 [default: 1, or COUPLE_D].
+    #[arg(long, value_name = "D", value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub couple_d: Option<u32>,
 
     /// Memory to leave to the rest of the system, in MiB: what --moe-stream auto and
     /// --cache-mb auto subtract from the available memory.
@@ -958,8 +1059,23 @@ impl StreamArgs {
             uring_fallback: self.io_backend == IoBackendArg::Auto,
             policy: self.cache_policy,
         };
-        let src = StoreSource::open(file, layout, cfg, counters)
+        let mut src = StoreSource::open(file, layout, cfg, counters)
             .with_context(|| format!("{name}: cannot stream the experts"))?;
+        if let Some((path, k, d)) = self.couple_resolved()? {
+            let table = store::Couple::read(&path)?;
+            eprintln!(
+                "sluice: co-activation prefetch from {}: {k} experts of the next {} layer{}",
+                path.display(),
+                d,
+                if d == 1 { "" } else { "s" }
+            );
+            if budget == 0 {
+                eprintln!(
+                    "sluice: warning: --couple reads ahead into the cache; with --cache-mb 0 nothing is read ahead"
+                );
+            }
+            src.set_couple(table, k, d);
+        }
         eprintln!(
             "sluice: expert reads: {} {} lane{}, {}{}",
             self.io_threads,
@@ -973,6 +1089,36 @@ impl StreamArgs {
             }
         );
         Ok(src)
+    }
+
+    /// `--couple` (or COUPLE) with its K and depth (or COUPLE_K, COUPLE_D).
+    pub fn couple_resolved(&self) -> Result<Option<(PathBuf, usize, u32)>> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let Some(path) = self
+            .couple
+            .clone()
+            .or_else(|| var("COUPLE").map(PathBuf::from))
+        else {
+            return Ok(None);
+        };
+        let k = match (self.couple_k, var("COUPLE_K")) {
+            (Some(k), _) => k,
+            (None, Some(v)) => v
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("COUPLE_K={v}: expected a number of experts"))?,
+            (None, None) => 8,
+        };
+        let d = match (self.couple_d, var("COUPLE_D")) {
+            (Some(d), _) => d,
+            (None, Some(v)) => match v.trim() {
+                "1" => 1,
+                "2" => 2,
+                _ => bail!("COUPLE_D={v}: expected 1 or 2"),
+            },
+            (None, None) => 1,
+        };
+        Ok(Some((path, k, d)))
     }
 
     pub fn io_mode(&self) -> IoMode {

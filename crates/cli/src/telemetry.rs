@@ -342,6 +342,8 @@ pub struct Preamble {
     pub io_backend: String,
     /// The expert cache's eviction policy (`-` without streaming).
     pub cache_policy: String,
+    /// Co-activation prefetch (`--couple`): experts per layer (0: off) and layers ahead.
+    pub couple: (usize, u32),
     pub route_replay: Option<PathBuf>,
     pub temp: f32,
     pub top_k: i32,
@@ -366,7 +368,7 @@ impl Preamble {
              cache_cycle_mb={} force_cache={} load_all={} io_threads={} o_direct={} overlap={} \
              io_two_wave=0 prefetch=0 route_ahead=0 predict_prefetch=0 predict_log=0 \
              predict_spec_max=0 prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
-             drop_prefill=0 substitute_lambda=0 io_backend={} cache_policy={} route_replay={}\n\
+             drop_prefill=0 substitute_lambda=0 io_backend={} cache_policy={} couple_k={} couple_d={} route_replay={}\n\
              # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec=off \
              spec_draft_max=0 mtp_p_min=0 ngram_min_match=0 instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
@@ -393,6 +395,8 @@ impl Preamble {
             self.dense_weights,
             self.io_backend,
             self.cache_policy,
+            self.couple.0,
+            self.couple.1,
             self.route_replay
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),

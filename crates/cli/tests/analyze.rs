@@ -181,3 +181,96 @@ fn the_engine_cache_replays_between_lru_and_belady() {
     assert_eq!(hit[&(500, "lru".to_owned())], 0.0);
     assert!(hit[&(500, "default".to_owned())] > 0.0);
 }
+
+/// `analyze pairs` on a hand-made ROUTE_TRACE stream: the counts of who followed whom, one and
+/// two MoE layers on, within each token; and the table drives a replay's reads ahead.
+#[test]
+fn pairs_count_the_followers_of_each_expert() {
+    let dir = tempfile::tempdir().unwrap();
+    let stream = dir.path().join("route.txt");
+    // Two forward batches: a 2-row prefill (layers 0, 2, 4 — the last routes only its last
+    // row) and a 1-row decode step.
+    std::fs::write(
+        &stream,
+        "0 0 0 1:0.6000 2:0.4000\n0 1 0 1:0.5000 3:0.5000\n\
+         1 0 2 5:0.7000 6:0.3000\n1 1 2 5:0.9000 7:0.1000\n\
+         2 1 4 9:1.0000 8:0.0000\n\
+         3 0 0 1:0.8000 2:0.2000\n4 0 2 6:0.5000 7:0.5000\n5 0 4 8:0.6000 9:0.4000\n",
+    )
+    .unwrap();
+    let out = dir.path().join("pairs.txt");
+    let o = sluice(&[
+        "analyze",
+        "pairs",
+        stream.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("# sluice pairs v1"));
+    let entries: Vec<&str> = lines.filter(|l| !l.starts_with('#')).collect();
+    // Tokens: A = {0:[1,2], 2:[5,6]}, B = {0:[1,3], 2:[5,7], 4:[9,8]}, C = {0:[1,2], 2:[6,7],
+    // 4:[8,9]}. Expert 1 of layer 0 is in all three; layer 2 after it: 5 twice, 6 twice, 7
+    // twice; layer 4 (two on) in B and C: 8 and 9 both times.
+    // Expert 2 of layer 0 (A, C): 6 both times, 5 and 7 once. Layer 2's experts have a layer
+    // 4 after them only in B and C (A's last row has none). Nothing is two on from layer 2.
+    assert_eq!(
+        entries,
+        [
+            "0 1 1 3 5:0.6667 6:0.6667 7:0.6667",
+            "0 1 2 2 8:1.0000 9:1.0000",
+            "0 2 1 2 6:1.0000 5:0.5000 7:0.5000",
+            "0 2 2 1 8:1.0000 9:1.0000",
+            "0 3 1 1 5:1.0000 7:1.0000",
+            "0 3 2 1 8:1.0000 9:1.0000",
+            "2 5 1 1 8:1.0000 9:1.0000",
+            "2 6 1 1 8:1.0000 9:1.0000",
+            "2 7 1 2 8:1.0000 9:1.0000",
+        ],
+        "{text}"
+    );
+}
+
+/// The real trace: the table built from the first half of the decode predicts the second
+/// half's routing from the layer before, and a replay reads ahead from it.
+#[test]
+fn pairs_from_the_real_trace_predict_and_drive_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pairs.txt");
+    let o = sluice(&[
+        "analyze",
+        "pairs",
+        &real_trace(),
+        "--out",
+        out.to_str().unwrap(),
+        "--train-tokens",
+        "64",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    assert!(stdout.contains("on 64 tokens (held out"), "{stdout}");
+    let o = sluice(&[
+        "analyze",
+        "replay",
+        &real_trace(),
+        "--budget-mb",
+        "1000",
+        "--policy",
+        "default",
+        "--couple",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    let row = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("co-activation prefetch"))
+        .nth(2)
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let f: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&f[..2], ["1000", "default"], "{row}");
+    let useful: f64 = f[3].trim_end_matches('%').parse().unwrap();
+    assert!(useful > 0.0 && useful <= 100.0, "{row}");
+}

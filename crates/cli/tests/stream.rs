@@ -732,3 +732,59 @@ fn the_cache_stays_within_its_budget() {
         with as f64 / MIB as f64
     );
 }
+
+/// Co-activation prefetch: a pairs table built by `analyze pairs` from a `ROUTE_TRACE` stream of
+/// the same model drives reads ahead (`--couple`) that change no output, serial or overlapped,
+/// one or two layers ahead, and are reported on the spec's `moe-prefetch:` line.
+#[test]
+fn reads_ahead_from_a_pairs_table_change_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe(dir.path(), 3);
+    let stream = dir.path().join("route.txt");
+    let resident = run(
+        &m,
+        &[
+            "--moe-stream",
+            "off",
+            "--route-trace-stream",
+            stream.to_str().unwrap(),
+        ],
+    );
+    let table = dir.path().join("pairs.txt");
+    let out = ok(sluice(&[
+        "analyze",
+        "pairs",
+        stream.to_str().unwrap(),
+        "--out",
+        table.to_str().unwrap(),
+    ]));
+    assert!(out.contains("recall of each layer's experts"), "{out}");
+    for (overlap, d) in [(false, "1"), (true, "1"), (true, "2")] {
+        let mut a = vec![
+            "--moe-stream",
+            "on",
+            "--cache-mb",
+            "40",
+            "--force-cache",
+            "--couple",
+            table.to_str().unwrap(),
+            "--couple-k",
+            "4",
+            "--couple-d",
+            d,
+        ];
+        if overlap {
+            a.push("--overlap");
+        }
+        let out = run(&m, &a);
+        assert_eq!(answer(&out), answer(&resident), "{a:?}");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("moe-prefetch: "))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            line.ends_with("[couple]") && line.contains(" experts useful ("),
+            "{line}"
+        );
+    }
+}

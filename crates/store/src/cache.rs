@@ -43,6 +43,10 @@ pub trait EvictionPolicy {
     fn victim(&mut self, evictable: &dyn Fn(Key) -> bool) -> Option<Key>;
     /// A layer batch of `layer` starts (before its lookups).
     fn batch(&mut self, _layer: u32) {}
+    /// `key` entered the cache without a lookup (read ahead); by default a use at `tick`.
+    fn admitted(&mut self, key: Key, tick: u64) {
+        self.touched(key, tick);
+    }
     /// `count` uses of `key` before this run (a usage history), for a policy that learns.
     fn history(&mut self, _key: Key, _count: u64) {}
 }
@@ -65,6 +69,9 @@ impl<P: EvictionPolicy + ?Sized> EvictionPolicy for Box<P> {
     }
     fn history(&mut self, key: Key, count: u64) {
         (**self).history(key, count);
+    }
+    fn admitted(&mut self, key: Key, tick: u64) {
+        (**self).admitted(key, tick);
     }
 }
 
@@ -152,6 +159,11 @@ pub struct CacheStats {
     pub rereads: u64,
     /// Most bytes held in slots at once (at the end of a batch: the eviction's result).
     pub peak_bytes: u64,
+    /// Experts read ahead of their lookup ([`ExpertCache::prefetch`]), and their bytes.
+    pub prefetches: u64,
+    pub prefetch_bytes: u64,
+    /// Lookups that hit an entry read ahead (the first lookup after its prefetch).
+    pub prefetch_hits: u64,
 }
 
 impl CacheStats {
@@ -184,6 +196,8 @@ struct Entry {
     filled: bool,
     /// Pinned: never evicted.
     pinned: bool,
+    /// Read ahead and not looked up since.
+    prefetched: bool,
 }
 
 /// The cache; see the [module docs](self).
@@ -239,6 +253,10 @@ impl<P: EvictionPolicy> ExpertCache<P> {
         if let Some(e) = self.entries.get_mut(&key) {
             e.batch = self.batch;
             self.stats.hits += 1;
+            if e.prefetched {
+                e.prefetched = false;
+                self.stats.prefetch_hits += 1;
+            }
             return Lookup::Hit;
         }
         // The buffer is taken when the slot is first used (after `make_room`).
@@ -257,6 +275,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 batch: self.batch,
                 filled: false,
                 pinned: false,
+                prefetched: false,
             },
         );
         Lookup::Miss
@@ -347,6 +366,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 batch: 0,
                 filled: true,
                 pinned: true,
+                prefetched: false,
             },
         );
         Some(AlignedBuf::new(slot_bytes))
@@ -355,6 +375,35 @@ impl<P: EvictionPolicy> ExpertCache<P> {
     /// Tell the policy of `count` uses of `key` before this run.
     pub fn history(&mut self, key: Key, count: u64) {
         self.policy.history(key, count);
+    }
+
+    /// Read `key` ahead of its lookup: an entry of `slot_bytes`, kept through the end of the
+    /// current batch (then the policy decides like for any other), not counted as a lookup.
+    /// Returns its buffer, lent out as by [`take_slot`](Self::take_slot); `None` when `key` is
+    /// already cached or there is no cache.
+    pub fn prefetch(&mut self, key: Key, slot_bytes: usize) -> Option<AlignedBuf> {
+        if self.budget == 0 || self.entries.contains_key(&key) {
+            return None;
+        }
+        self.tick += 1;
+        self.policy.admitted(key, self.tick);
+        self.used += slot_bytes as u64;
+        self.unfilled += slot_bytes as u64;
+        self.stats.prefetches += 1;
+        self.stats.prefetch_bytes += slot_bytes as u64;
+        self.entries.insert(
+            key,
+            Entry {
+                buf: AlignedBuf::new(0),
+                size: slot_bytes,
+                batch: self.batch,
+                filled: false,
+                pinned: false,
+                prefetched: true,
+            },
+        );
+        // A freed buffer of the size when there is one.
+        self.take_slot(key)
     }
 
     /// Bytes of the pinned entries.

@@ -13,6 +13,7 @@
 //! O_DIRECT where the file system allows it.
 
 pub mod cache;
+pub mod couple;
 mod error;
 pub mod lanes;
 mod layout;
@@ -21,6 +22,7 @@ pub mod read;
 pub mod usage;
 
 pub use cache::{CacheStats, EvictionPolicy, ExpertCache, Lookup, Lru};
+pub use couple::Couple;
 pub use error::StoreError;
 pub use lanes::{Backend, IoLanes, ReadDone, ReadJob, uring_available};
 pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};

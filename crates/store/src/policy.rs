@@ -167,6 +167,12 @@ impl EvictionPolicy for Forecast {
         self.ranked_at = None;
     }
 
+    fn admitted(&mut self, key: Key, _tick: u64) {
+        // Read ahead, not routed: resident, but no use to count.
+        self.resident.insert(key);
+        self.ranked_at = None;
+    }
+
     fn removed(&mut self, key: Key) {
         self.resident.remove(&key);
     }

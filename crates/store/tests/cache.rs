@@ -199,3 +199,47 @@ fn pinned_entries_stay_and_share_the_budget() {
             .is_none()
     );
 }
+
+/// An expert read ahead is no lookup; it stays through the batch it was read in, its first
+/// lookup is a hit counted as a prefetch hit, and an unused one is evicted like any other.
+#[test]
+fn prefetched_entries_hit_once_looked_up_and_count_apart() {
+    let mut c = ExpertCache::new(2 * 4096, Lru::default());
+    c.begin_batch(0);
+    assert_eq!(c.lookup((0, 1), 4096), Lookup::Miss);
+    c.slot_mut((0, 1)).unwrap().fill(1);
+    // Read ahead two experts of layer 1: over budget until the batch ends, and kept then.
+    for e in [5u32, 6] {
+        let mut buf = c.prefetch((1, e), 4096).unwrap();
+        buf.as_mut_slice().fill(e as u8);
+        c.put_slot((1, e), buf);
+    }
+    assert!(c.prefetch((1, 5), 4096).is_none(), "already cached");
+    c.end_batch();
+    assert!(c.contains((1, 5)) && c.contains((1, 6)));
+    let s = c.stats();
+    assert_eq!(
+        (s.lookups, s.prefetches, s.prefetch_bytes),
+        (1, 2, 2 * 4096)
+    );
+    c.begin_batch(1);
+    assert_eq!(c.lookup((1, 5), 4096), Lookup::Hit);
+    assert!(c.slot((1, 5)).unwrap().iter().all(|&b| b == 5));
+    c.end_batch();
+    // Over budget: the least recent untouched entry, (0,1), leaves (under LRU a read ahead
+    // is a use at the time it was read).
+    assert!(!c.contains((0, 1)) && c.contains((1, 5)) && c.contains((1, 6)));
+    assert_eq!(c.used_bytes(), 2 * 4096);
+    let s = c.stats();
+    assert_eq!((s.hits, s.prefetch_hits), (1, 1));
+    // A second lookup of a prefetched entry is a plain hit.
+    c.begin_batch(1);
+    assert_eq!(c.lookup((1, 5), 4096), Lookup::Hit);
+    c.end_batch();
+    assert_eq!(c.stats().prefetch_hits, 1);
+    assert!(
+        ExpertCache::new(0, Lru::default())
+            .prefetch((0, 1), 4096)
+            .is_none()
+    );
+}

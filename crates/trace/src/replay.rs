@@ -237,8 +237,8 @@ impl Workload {
 /// so that a replay measures the shipped code. It must follow the rules of the
 /// [module docs](self) (eviction after the batch, never an entry the batch touched).
 pub trait CacheModel {
-    /// A batch of `layer` starts.
-    fn begin_batch(&mut self, layer: u32);
+    /// A batch of `layer` starts (a decode batch: one token's routing).
+    fn begin_batch(&mut self, layer: u32, decode: bool);
     /// The lookup of a distinct expert of the batch: `true` on a hit; a miss admits it
     /// (`bytes` big).
     fn lookup(&mut self, key: (u32, u32), bytes: u64) -> bool;
@@ -273,7 +273,7 @@ impl Workload {
                 Phase::Prefill => &mut stats.prefill,
                 Phase::Decode => &mut stats.decode,
             };
-            model.begin_batch(batch.layer);
+            model.begin_batch(batch.layer, batch.phase == Phase::Decode);
             let mut looked_up = vec![false; batch.experts.len()];
             for &j in &batch.uses {
                 let key = (batch.layer, batch.experts[j]);
