@@ -339,8 +339,8 @@ fn replay(args: ReplayArgs) -> Result<()> {
         }
         let _ = writeln!(
             out,
-            "(prefetch/token: MiB read ahead per decoded token, the prompt's included; \
-             total: demand misses + reads ahead)"
+            "(prefetch/token: MiB read ahead per decoded token (decode batches read ahead); \
+             prefetch_hit%: reads ahead a lookup used; total: demand misses + reads ahead)"
         );
     }
     print!("{out}");
