@@ -70,6 +70,27 @@ struct Sink {
     error: Option<std::io::Error>,
 }
 
+impl Sink {
+    /// Writes `text`, keeping the first error for [`finish`](Self::finish).
+    fn write(&mut self, text: &str) {
+        if self.error.is_none()
+            && let Err(e) = self.w.write_all(text.as_bytes())
+        {
+            self.error = Some(e);
+        }
+    }
+
+    /// Flushes; reports the first write error, naming `path`.
+    fn finish(&mut self, path: &Path) -> Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e).with_context(|| format!("writing {}", path.display()));
+        }
+        self.w
+            .flush()
+            .with_context(|| format!("writing {}", path.display()))
+    }
+}
+
 /// A `route_trace v1` file being written.
 pub struct RouteTraceFile {
     path: PathBuf,
@@ -163,26 +184,18 @@ impl RouteTraceFile {
                 }
             }
             drop(batch);
-            let Ok(mut s) = sink.lock() else { return };
-            if s.error.is_none()
-                && let Err(e) = s.w.write_all(rows.as_bytes())
-            {
-                s.error = Some(e);
+            if let Ok(mut s) = sink.lock() {
+                s.write(&rows);
             }
         })
     }
 
     /// Flush the file; reports the first write error.
     pub fn finish(self) -> Result<()> {
-        let mut s = self
-            .sink
+        self.sink
             .lock()
-            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?;
-        if let Some(e) = s.error.take() {
-            return Err(e).with_context(|| format!("writing {}", self.path.display()));
-        }
-        s.w.flush()
-            .with_context(|| format!("writing {}", self.path.display()))
+            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?
+            .finish(&self.path)
     }
 }
 
@@ -197,13 +210,12 @@ pub struct RouteStream {
 }
 
 struct StreamSink {
-    w: BufWriter<File>,
+    out: Sink,
     call: u64,
     /// Context position of the forward batch's first row, and the first MoE layer (where a
     /// batch starts).
     batch_start: usize,
     first_layer: usize,
-    error: Option<std::io::Error>,
 }
 
 impl RouteStream {
@@ -213,11 +225,10 @@ impl RouteStream {
         Ok(RouteStream {
             path: path.to_owned(),
             sink: Arc::new(Mutex::new(StreamSink {
-                w,
+                out: Sink { w, error: None },
                 call: 0,
                 batch_start: 0,
                 first_layer,
-                error: None,
             })),
         })
     }
@@ -240,25 +251,17 @@ impl RouteStream {
                 text.push('\n');
             }
             s.call += 1;
-            if s.error.is_none()
-                && let Err(e) = s.w.write_all(text.as_bytes())
-            {
-                s.error = Some(e);
-            }
+            s.out.write(&text);
         })
     }
 
     /// Flush; reports the first write error.
     pub fn finish(&self) -> Result<()> {
-        let mut s = self
-            .sink
+        self.sink
             .lock()
-            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?;
-        if let Some(e) = s.error.take() {
-            return Err(e).with_context(|| format!("writing {}", self.path.display()));
-        }
-        s.w.flush()
-            .with_context(|| format!("writing {}", self.path.display()))
+            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?
+            .out
+            .finish(&self.path)
     }
 }
 

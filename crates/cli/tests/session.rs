@@ -27,7 +27,8 @@ use gguf::{GgufFile, GgufWriter, Value as GgufValue};
 use serde_json::{Value, json};
 
 mod common;
-use common::{ok, sluice};
+use common::spec::*;
+use common::{ok, read_npy, sluice};
 
 // ---- the spec, transcribed ----
 
@@ -112,26 +113,6 @@ const DECIDE_KEYS: &[(&str, &str)] = &[
 
 const ERROR_KEYS: &[(&str, &str)] = &[("id", "int"), ("fatal", "bool"), ("msg", "string")];
 
-/// `BMOE_PROGRESS` keys ("Per-token lines"); `reset` is optional and only ever `1`.
-const PROGRESS_KEYS: &[(&str, &str)] = &[
-    ("step", "int"),
-    ("steps", "int"),
-    ("wall_ms", "float"),
-    ("io_ms", "float"),
-    ("compute_ms", "float"),
-    ("mgmt_ms", "float"),
-    ("stall_ms", "float"),
-    ("read_mb", "float"),
-    ("cache_hit_pct", "float"),
-    ("majflt", "int"),
-    ("cpu_ms", "float"),
-    ("dense_resident_frac", "float"),
-    ("delta_reasoning", "string"),
-    ("delta_text", "string"),
-];
-
-const LOAD_KEYS: &[(&str, &str)] = &[("mb", "float"), ("ms", "float")];
-
 /// `BMOE_DONE` keys that are 0 in every run of this test: the speculation counters ("all `0`
 /// without speculation"; `drafted_steps` equals `mtp_decodes`) and the prefill-device ones
 /// ("All zero when the device is off").
@@ -162,130 +143,6 @@ const GENERATE_REQUEST: &[(&str, &str)] = &[
     ("n_predict", "int"),
     ("think", "bool"),
     ("clear_kv", "bool"),
-];
-
-/// The per-token CSV columns, in order ("CSV sink").
-const CSV_COLUMNS: &[&str] = &[
-    "step",
-    "steps",
-    "wall_ms",
-    "io_ms",
-    "compute_ms",
-    "read_bytes",
-    "cache_hit_pct",
-    "stall_ms",
-    "mgmt_ms",
-    "majflt",
-    "cpu_ms",
-    "dense_resident_frac",
-    "turn",
-    "majflt_mib",
-    "cache_budget_mib",
-    "rss_mib",
-    "rss_anon_mib",
-    "rss_file_mib",
-    "swap_mib",
-    "mem_available_mib",
-    "mem_free_mib",
-    "swap_free_mib",
-    "loop_overhead_ms",
-    "mtp_batch",
-    "mtp_draft_ms",
-    "drain_ms",
-    "adopt_ms",
-    "ra_issue_ms",
-    "ra_wd_ms",
-];
-
-/// Integer CSV columns (the rest are numbers).
-const CSV_INT_COLUMNS: &[&str] = &["step", "steps", "read_bytes", "majflt", "turn", "mtp_batch"];
-
-/// Preamble keys, on the `# model=`, `# moe_stream=` and `# temp=` lines, and `engine`.
-const PREAMBLE_KEYS: &[&str] = &[
-    "engine",
-    "model",
-    "arch",
-    "n_layer",
-    "n_expert",
-    "n_expert_used",
-    "threads",
-    "n_ctx",
-    "n_ubatch",
-    "chatml",
-    "moe_stream",
-    "cache_mb",
-    "cache_auto",
-    "cache_floor_mb",
-    "cache_ceil_mb",
-    "cache_cycle_mb",
-    "force_cache",
-    "load_all",
-    "io_threads",
-    "o_direct",
-    "overlap",
-    "io_two_wave",
-    "prefetch",
-    "route_ahead",
-    "predict_prefetch",
-    "predict_log",
-    "predict_spec_max",
-    "prefetch_sync",
-    "dense_weights",
-    "drop_cold_frac",
-    "drop_renorm",
-    "drop_prefill",
-    "substitute_lambda",
-    "temp",
-    "top_k",
-    "top_p",
-    "seed",
-    "compute_trace_layers",
-    "spec",
-    "spec_draft_max",
-    "mtp_p_min",
-    "ngram_min_match",
-];
-
-/// `# summary` keys the spec names (the `mtp_*` ones only under speculation, which sluice
-/// does not do).
-const SUMMARY_KEYS: &[&str] = &[
-    "stall_s/tok",
-    "mgmt_s/tok",
-    "majflt/tok",
-    "cpu_s/tok",
-    "token_demand_MiB",
-    "experts_routed",
-    "experts_dropped",
-    "experts_reranked",
-    "experts_substituted",
-    "row_table_MiB",
-    "row_resident_MiB",
-    "row_rows",
-    "row_reads",
-    "row_read_MiB",
-    "row_evictions",
-    "row_io_errors",
-    "layer_demand_MiB",
-    "loop_overhead_s/tok",
-    "drain_s/tok",
-    "adopt_s/tok",
-    "evictions",
-    "rereads",
-    "ra_committed",
-    "ra_passthrough",
-    "ra_agree_pct",
-    "ra_gemv_ms/tok",
-    "ra_issue_ms/tok",
-    "ra_wd_ms/tok",
-    "prefill_cpu_s",
-    "prefill_read_mib",
-    "prefill_io_s",
-    "prefill_stall_s",
-    "prefill_mgmt_s",
-    "prefill_dev_tokens",
-    "prefill_dev_nodes",
-    "prefill_dev_read_mib",
-    "prefill_dev_stall_s",
 ];
 
 // ---- the parser of the output lines ----
@@ -887,32 +744,6 @@ fn one_shot_chat(model: &Path, dir: &Path, messages: &[Value], n: u64, extra: &[
     ];
     args.extend_from_slice(extra);
     one_shot(&args)
-}
-
-/// Reads a little-endian float32 .npy file: its shape and values.
-fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
-    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
-    assert!(header.contains("'descr': '<f4'"), "{header}");
-    let shape = header
-        .split("'shape': (")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .unwrap();
-    let shape: Vec<usize> = shape
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap())
-        .collect();
-    let data: Vec<f32> = bytes[10 + hlen..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(data.len(), shape.iter().product::<usize>());
-    (shape, data)
 }
 
 /// The log-softmax of `x` at `i`, as the interface defines a decision's score: in f64,
@@ -1814,7 +1645,11 @@ fn parse_session_csv(text: &str) -> (Row, Vec<(Vec<Row>, Row)>) {
         }
         i += 1;
     }
-    for k in PREAMBLE_KEYS {
+    for k in PREAMBLE_MODEL
+        .iter()
+        .chain(PREAMBLE_STREAM)
+        .chain(PREAMBLE_SAMPLING)
+    {
         assert!(preamble.contains_key(*k), "preamble: no {k}");
     }
     let header: Vec<&str> = lines[i].split(',').collect();

@@ -2,6 +2,8 @@
 //! OLMoE-shaped models the streaming and telemetry tests run.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod spec;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -46,4 +48,31 @@ pub fn olmoe(dir: &Path, layers: u32) -> PathBuf {
     let out = dir.join(format!("olmoe-l{layers}.gguf"));
     gen_olmoe(&out, layers);
     out
+}
+
+/// Reads a little-endian float32 .npy file: its shape and values.
+pub fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let shape = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap();
+    let shape: Vec<usize> = shape
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let data: Vec<f32> = bytes[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>());
+    (shape, data)
 }
