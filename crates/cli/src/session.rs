@@ -521,11 +521,13 @@ impl Session<'_> {
                 ids.len()
             )));
         }
-        // Accepted: a new chat drops the context (the expert cache stays warm), and a
-        // generation drops the decisions' kept state.
+        // Accepted: a new chat drops the conversation and the context (the expert cache stays
+        // warm; a cancelled new chat leaves an empty one), and a generation drops the
+        // decisions' kept state.
         if g.clear_kv {
             rt.engine.reset();
             self.kv_tokens.clear();
+            self.conv.clear();
         }
         self.kept = None;
         emit(&format!("BMOE_BEGIN {{\"id\":{}}}", g.id))?;
