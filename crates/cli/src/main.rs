@@ -580,7 +580,19 @@ struct EngineArgs {
     kv_type: KvTypeArg,
 }
 
+/// Output piped into a reader that stops early (`sluice analyze ... | head`) ends the process
+/// quietly, as for other command-line tools, instead of a panic on the failed write.
+fn quiet_broken_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any other
+    // thread exists, touches no memory of ours.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&inspect::Options {

@@ -274,3 +274,25 @@ fn pairs_from_the_real_trace_predict_and_drive_a_replay() {
     let useful: f64 = f[3].trim_end_matches('%').parse().unwrap();
     assert!(useful > 0.0 && useful <= 100.0, "{row}");
 }
+
+/// A reader that stops early (`| head`) ends the command quietly, without a panic.
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pairs.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["analyze", "pairs", &real_trace(), "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nobody reads standard output.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    // The table was written before the report.
+    assert!(out.is_file());
+}
