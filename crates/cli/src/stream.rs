@@ -392,6 +392,11 @@ impl StoreSource {
             }
         }
         for (next, e, slot) in jobs {
+            // An earlier read ahead of it still in flight (its entry evicted meanwhile) will
+            // fill it again: no second read.
+            if self.spec.contains(&(next, e)) {
+                continue;
+            }
             if let Some(buf) = self.cache.prefetch((next, e), slot) {
                 self.spec.insert((next, e));
                 self.lanes.submit(ReadJob {
