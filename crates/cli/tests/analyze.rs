@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+mod common;
+use common::ok;
+
 fn sluice(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
@@ -158,11 +161,7 @@ fn the_engine_cache_replays_between_lru_and_belady() {
         "--csv",
         csv.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(out);
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut hit = std::collections::BTreeMap::new();
     for line in text.lines().skip(1) {
@@ -206,7 +205,7 @@ fn pairs_count_the_followers_of_each_expert() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(o);
     let text = std::fs::read_to_string(&out).unwrap();
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("# sluice pairs v1"));
@@ -248,8 +247,7 @@ fn pairs_from_the_real_trace_predict_and_drive_a_replay() {
         "--train-tokens",
         "64",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stdout = String::from_utf8(o.stdout).unwrap();
+    let stdout = ok(o);
     assert!(stdout.contains("on 64 tokens (held out"), "{stdout}");
     let o = sluice(&[
         "analyze",
@@ -262,8 +260,7 @@ fn pairs_from_the_real_trace_predict_and_drive_a_replay() {
         "--couple",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stdout = String::from_utf8(o.stdout).unwrap();
+    let stdout = ok(o);
     let row = stdout
         .lines()
         .skip_while(|l| !l.starts_with("co-activation prefetch"))
