@@ -10,7 +10,7 @@
 mod weights;
 
 use gguf::GgmlType;
-use model::{HParams, Model, QkNorm, RopeType};
+use model::{ExpertGating, FfnAct, HParams, Model, QkNorm, RopeType};
 use quant::{Kernels, QuantError, ThreadPool};
 use thiserror::Error;
 
@@ -355,13 +355,25 @@ fn mm(
 /// Add `bias` to every row of `x`.
 fn add_bias(x: &mut [f32], bias: Option<&Vec<f32>>) {
     if let Some(b) = bias {
-        for row in x.chunks_exact_mut(b.len()) {
-            for (v, &bb) in row.iter_mut().zip(b) {
-                *v += bb;
-            }
+        add_bias_slice(x, b);
+    }
+}
+
+/// Add `b` to every row of `x` (rows of `b.len()`).
+fn add_bias_slice(x: &mut [f32], b: &[f32]) {
+    if b.is_empty() {
+        return;
+    }
+    for row in x.chunks_exact_mut(b.len()) {
+        for (v, &bb) in row.iter_mut().zip(b) {
+            *v += bb;
         }
     }
 }
+
+/// gpt-oss's SwiGLU constants (llama.cpp's `build_moe_ffn`, `LLM_FFN_SWIGLU_OAI_MOE`).
+const SWIGLU_OAI_ALPHA: f32 = 1.702;
+const SWIGLU_OAI_LIMIT: f32 = 7.0;
 
 impl<'a> Engine<'a> {
     /// Prepare `model` for running: resolve every weight's kernels (an unsupported type is an
@@ -832,7 +844,11 @@ impl<'a> Engine<'a> {
             )?;
         }
         let aw = n_head * hd;
-        ops::attend_batch(
+        let extras = ops::AttnExtras {
+            window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
+            sinks: lw.sinks.as_deref(),
+        };
+        ops::attend_batch_with(
             pool,
             &q[..n * aw],
             cache,
@@ -841,6 +857,7 @@ impl<'a> Engine<'a> {
             n,
             n_head,
             hp.attn_scale(),
+            extras,
             &mut s.att[..n * aw],
         )?;
         if let Some(cb) = &self.observer {
@@ -922,15 +939,29 @@ impl<'a> Engine<'a> {
                     &mut s.router,
                     &mut s.qbuf,
                 )?;
+                let gating = match hp.arch.expert_gating() {
+                    ExpertGating::Softmax => Gating::Softmax,
+                    ExpertGating::SoftmaxSelected => Gating::SoftmaxSelected,
+                };
                 if let Some(cb) = &self.observer {
                     cb("ffn_moe_logits", Some(il), &s.router[..n * x_n]);
+                }
+                if let Some(b) = &m.biases {
+                    add_bias(&mut s.router[..n * x_n], Some(&b.router));
+                    if let Some(cb) = &self.observer {
+                        cb("ffn_moe_logits_biased", Some(il), &s.router[..n * x_n]);
+                    }
+                }
+                if let Some(cb) = &self.observer {
                     for t in 0..n {
-                        ops::softmax(
+                        let (src, dst) = (
                             &s.router[t * x_n..(t + 1) * x_n],
-                            1.0,
-                            x_n,
                             &mut s.probs[t * x_n..(t + 1) * x_n],
                         );
+                        match gating {
+                            Gating::SoftmaxSelected => dst.copy_from_slice(src),
+                            _ => ops::softmax(src, 1.0, x_n, dst),
+                        }
                     }
                     cb("ffn_moe_probs", Some(il), &s.probs[..n * x_n]);
                 }
@@ -955,7 +986,7 @@ impl<'a> Engine<'a> {
                                 cell,
                                 norm,
                                 scale,
-                                Gating::Softmax,
+                                gating,
                                 &mut s.route,
                                 &mut s.wts[span],
                             );
@@ -964,7 +995,7 @@ impl<'a> Engine<'a> {
                             logits,
                             norm,
                             scale,
-                            Gating::Softmax,
+                            gating,
                             &mut s.route,
                             &mut s.ids[span.clone()],
                             &mut s.wts[span],
@@ -1044,11 +1075,25 @@ impl<'a> Engine<'a> {
                         &mut s.up,
                         &mut s.qbuf,
                     )?;
-                    ops::swiglu(
-                        &s.gate[..cnt * fe],
-                        &s.up[..cnt * fe],
-                        &mut s.act[..cnt * fe],
-                    );
+                    if let Some(b) = &m.biases {
+                        let eb = ex * fe..(ex + 1) * fe;
+                        add_bias_slice(&mut s.gate[..cnt * fe], &b.gate[eb.clone()]);
+                        add_bias_slice(&mut s.up[..cnt * fe], &b.up[eb]);
+                    }
+                    match hp.arch.ffn_act() {
+                        FfnAct::Swiglu => ops::swiglu(
+                            &s.gate[..cnt * fe],
+                            &s.up[..cnt * fe],
+                            &mut s.act[..cnt * fe],
+                        ),
+                        FfnAct::SwigluOai => ops::swiglu_oai(
+                            &s.gate[..cnt * fe],
+                            &s.up[..cnt * fe],
+                            SWIGLU_OAI_ALPHA,
+                            SWIGLU_OAI_LIMIT,
+                            &mut s.act[..cnt * fe],
+                        ),
+                    }
                     mm(
                         pool,
                         &m.down,
@@ -1058,6 +1103,9 @@ impl<'a> Engine<'a> {
                         &mut s.eout,
                         &mut s.qbuf,
                     )?;
+                    if let Some(b) = &m.biases {
+                        add_bias_slice(&mut s.eout[..cnt * e], &b.down[ex * e..(ex + 1) * e]);
+                    }
                     for (j, &(t, slot)) in list.iter().enumerate() {
                         let dst = (t * k_used + slot) * e;
                         s.slots[dst..dst + e].copy_from_slice(&s.eout[j * e..(j + 1) * e]);

@@ -143,6 +143,72 @@ fn softmax_matches_f64_with_scale_and_mask() {
     }
 }
 
+/// f64 softmax with a sink logit in the normaliser.
+fn softmax64_sink(x: &[f32], scale: f32, n_vis: usize, sink: f32) -> Vec<f64> {
+    let w: Vec<f64> = x[..n_vis].iter().map(|&v| f64::from(v * scale)).collect();
+    let m = w.iter().cloned().fold(f64::from(sink), f64::max);
+    let e: Vec<f64> = w.iter().map(|v| (v - m).exp()).collect();
+    let s: f64 = e.iter().sum::<f64>() + (f64::from(sink) - m).exp();
+    let mut out: Vec<f64> = e.iter().map(|v| v / s).collect();
+    out.resize(x.len(), 0.0);
+    out
+}
+
+#[test]
+fn softmax_sink_takes_its_share_of_the_mass() {
+    for (n, n_vis, scale, sink) in [
+        (1, 1, 1.0, 0.0),
+        (8, 8, 0.125, 3.0),
+        (37, 20, 1.0, -2.0),
+        (300, 299, 0.5, 40.0),
+    ] {
+        let x = rand_vec(n as u64 + 7, n, 6.0);
+        let mut out = vec![f32::NAN; n];
+        ops::softmax_sink(&x, scale, n_vis, sink, &mut out);
+        let want = softmax64_sink(&x, scale, n_vis, sink);
+        let err = max_abs_diff(&out, &want);
+        assert!(err <= 8.0 * F32_EPS, "n={n} sink={sink}: {err:e}");
+        // the sink keeps the rest of the mass: the outputs sum to 1 - p(sink)
+        let total: f64 = out.iter().map(|&v| f64::from(v)).sum();
+        assert!(total < 1.0 - 1e-7, "a sink must take some mass");
+    }
+    // masked (-inf) elements come out as exact zeros and change nothing else
+    let mut x = rand_vec(3, 40, 4.0);
+    let mut plain = vec![0f32; 40];
+    ops::softmax_sink(&x[10..].to_vec(), 0.3, 30, 0.5, &mut plain[..30]);
+    x[..10].fill(f32::NEG_INFINITY);
+    let mut masked = vec![0f32; 40];
+    ops::softmax_sink(&x, 0.3, 40, 0.5, &mut masked);
+    assert!(masked[..10].iter().all(|&v| v == 0.0));
+    let want = softmax64_sink(&x[10..], 0.3, 30, 0.5);
+    assert!(max_abs_diff(&masked[10..], &want) <= 8.0 * F32_EPS);
+}
+
+#[test]
+fn swiglu_oai_clamps_and_matches_f64() {
+    let (alpha, limit) = (1.702f32, 7.0f32);
+    let gate = [-20.0f32, -1.0, 0.0, 0.5, 6.9, 7.0, 7.5, 100.0];
+    let up = [-9.0f32, 8.0, 1.0, -0.5, 3.0, -7.5, 0.25, 7.0];
+    let mut out = [0f32; 8];
+    ops::swiglu_oai(&gate, &up, alpha, limit, &mut out);
+    for i in 0..8 {
+        let g = f64::from(gate[i].min(limit));
+        let u = f64::from(up[i].clamp(-limit, limit));
+        let want = g / (1.0 + (-f64::from(alpha) * g).exp()) * (u + 1.0);
+        let err = (f64::from(out[i]) - want).abs();
+        assert!(
+            err <= 4.0 * F32_EPS * want.abs().max(1.0),
+            "{i}: {} vs {want}",
+            out[i]
+        );
+    }
+    // above the limit the gate saturates: 7.5 and 100 give what 7 gives, for the same up
+    let mut sat = [0f32; 3];
+    ops::swiglu_oai(&[7.0, 7.5, 100.0], &[1.0; 3], alpha, limit, &mut sat);
+    assert_eq!(sat[0], sat[1]);
+    assert_eq!(sat[0], sat[2]);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -165,6 +231,10 @@ proptest! {
         let n_vis = ((n as f64 * vis_frac) as usize).min(n).max(n.min(1));
         ops::softmax(&x, scale, n_vis, &mut a);
         ops::softmax_scalar(&x, scale, n_vis, &mut b);
+        prop_assert_eq!(bits(&a), bits(&b));
+        let sink = up.first().copied().unwrap_or(0.0) * 20.0;
+        ops::softmax_sink(&x, scale, n_vis, sink, &mut a);
+        ops::softmax_sink_scalar(&x, scale, n_vis, sink, &mut b);
         prop_assert_eq!(bits(&a), bits(&b));
     }
 }
@@ -392,6 +462,28 @@ fn route_softmax_topk_renormalized() {
 }
 
 #[test]
+fn route_softmax_over_the_selected_logits() {
+    let logits = [0.5f32, 2.0, -1.0, 1.5, 0.0, 1.9, -3.0, 0.7];
+    let (ids, w) = ops::route(&logits, 3, false, 0.0, Gating::SoftmaxSelected);
+    assert_eq!(ids, vec![1, 5, 3]);
+    let sel = [2.0f32, 1.9, 1.5];
+    let want = softmax64(&sel, 1.0, 3);
+    assert!(max_abs_diff(&w, &want) < 1e-6);
+    // the same weights when the choice is replayed
+    let mut fixed = vec![0f32; 3];
+    ops::route_fixed_into(
+        &logits,
+        &ids,
+        false,
+        0.0,
+        Gating::SoftmaxSelected,
+        &mut ops::RouteScratch::default(),
+        &mut fixed,
+    );
+    assert_eq!(bits(&fixed), bits(&w));
+}
+
+#[test]
 fn route_ties_keep_index_order() {
     let logits = [1.0f32, 3.0, 2.0, 3.0, 2.0, 3.0];
     assert_eq!(ops::top_k_desc(&logits, 4), vec![1, 3, 5, 2]);
@@ -524,6 +616,142 @@ fn attention_decode_and_prefill_match_naive_gqa() {
             );
         }
     }
+}
+
+/// Naive f64 attention of one token over cells `first..n_vis` with an optional sink per head.
+#[allow(clippy::too_many_arguments)]
+fn attn_ref_window(
+    q: &[f32],
+    ks: &[Vec<f32>],
+    vs: &[Vec<f32>],
+    n_head: usize,
+    n_kv: usize,
+    hd: usize,
+    first: usize,
+    n_vis: usize,
+    scale: f32,
+    sinks: Option<&[f32]>,
+) -> Vec<f64> {
+    let mut out = vec![0f64; n_head * hd];
+    for h in 0..n_head {
+        let kvh = h / (n_head / n_kv);
+        let qh = &q[h * hd..(h + 1) * hd];
+        let s: Vec<f64> = (first..n_vis)
+            .map(|t| {
+                (0..hd)
+                    .map(|d| f64::from(qh[d]) * f64::from(ks[t][kvh * hd + d]))
+                    .sum::<f64>()
+                    * f64::from(scale)
+            })
+            .collect();
+        let sink = sinks.map(|sk| f64::from(sk[h]));
+        let m = s
+            .iter()
+            .cloned()
+            .fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
+        let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+        let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |sv| (sv - m).exp());
+        for (j, t) in (first..n_vis).enumerate() {
+            let p = e[j] / z;
+            for d in 0..hd {
+                out[h * hd + d] += p * f64::from(vs[t][kvh * hd + d]);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_with_sliding_window_and_sinks_matches_naive() {
+    let pool = ThreadPool::new(2).unwrap();
+    let (n_head, n_kv, hd, n_ctx) = (4, 2, 64, 64);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut cache = KvCache::new(KvType::F32, 1, n_ctx, n_kv, hd).unwrap();
+    let n = 40;
+    let ks: Vec<Vec<f32>> = (0..n)
+        .map(|t| rand_vec(300 + t as u64, n_kv * hd, 2.0))
+        .collect();
+    let vs: Vec<Vec<f32>> = (0..n)
+        .map(|t| rand_vec(3000 + t as u64, n_kv * hd, 1.0))
+        .collect();
+    for t in 0..n {
+        cache.store(0, t, &ks[t], &vs[t]).unwrap();
+    }
+    let sinks = [0.5f32, -1.0, 3.0, 0.0];
+    let window = 8;
+    let p0 = 30;
+    let n_tok = 5;
+    let q = rand_vec(77, n_tok * n_head * hd, 2.0);
+    for (win, sk) in [
+        (Some(window), None),
+        (None, Some(&sinks[..])),
+        (Some(window), Some(&sinks[..])),
+    ] {
+        let extras = ops::AttnExtras {
+            window: win,
+            sinks: sk,
+        };
+        let mut batch = vec![0f32; q.len()];
+        ops::attend_batch_with(
+            &pool, &q, &cache, 0, p0, n_tok, n_head, scale, extras, &mut batch,
+        )
+        .unwrap();
+        for i in 0..n_tok {
+            let n_vis = p0 + i + 1;
+            let first = win.map_or(0, |w| n_vis - w);
+            let qi = &q[i * n_head * hd..(i + 1) * n_head * hd];
+            let want = attn_ref_window(qi, &ks, &vs, n_head, n_kv, hd, first, n_vis, scale, sk);
+            let got = &batch[i * n_head * hd..(i + 1) * n_head * hd];
+            let err = max_abs_diff(got, &want);
+            assert!(
+                err < 2e-6,
+                "window {win:?} sinks {} token {i}: {err:e}",
+                sk.is_some()
+            );
+            // one token alone (decode) gives what the batch gave for it, up to the sum order
+            let mut one = vec![0f32; n_head * hd];
+            ops::attend_batch_with(
+                &pool,
+                qi,
+                &cache,
+                0,
+                n_vis - 1,
+                1,
+                n_head,
+                scale,
+                extras,
+                &mut one,
+            )
+            .unwrap();
+            assert!(max_abs_diff(&one, &want) < 2e-6);
+        }
+    }
+    // a window that covers every cell is no window
+    let (mut a, mut b) = (vec![0f32; q.len()], vec![0f32; q.len()]);
+    let wide = ops::AttnExtras {
+        window: Some(1000),
+        sinks: None,
+    };
+    ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, wide, &mut a).unwrap();
+    ops::attend_batch(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, &mut b).unwrap();
+    assert_eq!(bits(&a), bits(&b));
+    // wrong sink count and an empty window are refused
+    let bad = ops::AttnExtras {
+        window: None,
+        sinks: Some(&sinks[..3]),
+    };
+    assert!(
+        ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, bad, &mut a)
+            .is_err()
+    );
+    let zero = ops::AttnExtras {
+        window: Some(0),
+        sinks: None,
+    };
+    assert!(
+        ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, zero, &mut a)
+            .is_err()
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use crate::error::ModelError;
 
 /// Names accepted in `general.architecture`, for messages.
-pub const SUPPORTED_ARCHS: &str = "qwen3moe, qwen2moe, olmoe, llama, qwen2, qwen3";
+pub const SUPPORTED_ARCHS: &str = "qwen3moe, qwen2moe, olmoe, gpt-oss, llama, qwen2, qwen3";
 
 /// A model architecture, from `general.architecture`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,6 +21,29 @@ pub enum Arch {
     Qwen2,
     /// Qwen3 dense: per-head QK-norm, NEOX rope.
     Qwen3,
+    /// gpt-oss (llama.cpp's `LLM_ARCH_OPENAI_MOE`): biases on q/k/v/o, the router and every
+    /// expert projection; attention sinks; sliding-window attention on alternate layers;
+    /// softmax over the selected experts' logits; the clamped SwiGLU of gpt-oss; NEOX rope
+    /// (YaRN in the released files).
+    GptOss,
+}
+
+/// How a MoE layer turns router logits into expert weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertGating {
+    /// Softmax over all experts, then the top-k probabilities.
+    Softmax,
+    /// Top-k of the raw logits, then a softmax over the k selected logits.
+    SoftmaxSelected,
+}
+
+/// The gated activation of the feed-forward blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnAct {
+    /// `silu(gate) * up`.
+    Swiglu,
+    /// gpt-oss: `g = min(gate, 7)`, `u = clamp(up, -7, 7)`, `g * sigmoid(1.702 g) * (u + 1)`.
+    SwigluOai,
 }
 
 /// How rotary embeddings pair the elements of a head.
@@ -55,10 +78,11 @@ pub enum QDim {
 
 impl Arch {
     /// Every supported architecture.
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
         Arch::Olmoe,
+        Arch::GptOss,
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -81,6 +105,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -104,21 +129,24 @@ impl Arch {
     /// Width of q / attn_output.
     pub fn q_dim(self) -> QDim {
         match self {
-            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Llama => QDim::HeadDimTimesHeads,
+            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Llama | Arch::GptOss => QDim::HeadDimTimesHeads,
             Arch::Qwen2Moe | Arch::Olmoe | Arch::Qwen2 => QDim::Embd,
         }
     }
 
     /// True when every layer's FFN is a mixture of experts (the arch has no dense form).
     pub fn requires_experts(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe)
+        matches!(
+            self,
+            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss
+        )
     }
 
     /// True when the arch can have experts at all (llama: when `expert_count` > 0).
     pub fn allows_experts(self) -> bool {
         matches!(
             self,
-            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::Llama
+            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::Llama | Arch::GptOss
         )
     }
 
@@ -130,12 +158,44 @@ impl Arch {
 
     /// True when `output.weight` must be present; otherwise it falls back to `token_embd.weight`.
     pub fn output_required(self) -> bool {
-        matches!(self, Arch::Qwen2Moe | Arch::Olmoe)
+        matches!(self, Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss)
     }
 
     /// True when the MoE layers carry one always-on shared expert with a sigmoid gate.
     pub fn has_gated_shared_expert(self) -> bool {
         matches!(self, Arch::Qwen2Moe)
+    }
+
+    /// How router logits become expert weights.
+    pub fn expert_gating(self) -> ExpertGating {
+        match self {
+            Arch::GptOss => ExpertGating::SoftmaxSelected,
+            _ => ExpertGating::Softmax,
+        }
+    }
+
+    /// The gated activation of the feed-forward blocks.
+    pub fn ffn_act(self) -> FfnAct {
+        match self {
+            Arch::GptOss => FfnAct::SwigluOai,
+            _ => FfnAct::Swiglu,
+        }
+    }
+
+    /// True when the arch carries biases on the router, the expert projections and the
+    /// attention output, and per-head attention sinks (all required).
+    pub fn is_gpt_oss(self) -> bool {
+        self == Arch::GptOss
+    }
+
+    /// llama.cpp's default sliding-window pattern when the file has none: every
+    /// `n`-th layer (the last of each group of `n`) attends fully, the others through the
+    /// window; 0 when the arch has no sliding window.
+    pub fn default_swa_pattern(self) -> u32 {
+        match self {
+            Arch::GptOss => 2,
+            _ => 0,
+        }
     }
 }
 

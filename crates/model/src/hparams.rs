@@ -159,9 +159,21 @@ pub struct HParams {
     pub n_expert_shared: u32,
     /// `leading_dense_block_count`: the first layers use a dense FFN (default 0).
     pub n_layer_dense_lead: u32,
+    /// `attention.sliding_window` (gpt-oss): a sliding-window layer's token at position `p`
+    /// sees the keys at positions `p - n_swa + 1 ..= p`. 0: no sliding window.
+    pub n_swa: u32,
+    /// Per layer: true when the layer attends through the sliding window
+    /// (`attention.sliding_window_pattern`, an array of bools or a period; llama.cpp's
+    /// per-arch default otherwise). All false when `n_swa` is 0.
+    pub swa_layers: Vec<bool>,
 }
 
 impl HParams {
+    /// True when layer `il` attends through the sliding window of `n_swa` positions.
+    pub fn is_swa_layer(&self, il: usize) -> bool {
+        self.n_swa > 0 && self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
     /// True when layer `il` has a routed-expert FFN.
     pub fn is_moe_layer(&self, il: usize) -> bool {
         self.n_expert > 0 && il >= self.n_layer_dense_lead as usize && il < self.n_layer as usize
@@ -476,7 +488,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
 
     let n_ff_exp_key = k("expert_feed_forward_length");
     let n_ff_exp_file = match arch {
-        Arch::Qwen3Moe | Arch::Qwen2Moe => kv.per_layer(&n_ff_exp_key, n_layer)?,
+        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss => kv.per_layer(&n_ff_exp_key, n_layer)?,
         _ => None,
     };
     let mut n_ff_exp = vec![0u32; nl];
@@ -493,11 +505,13 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                     n_ff.at(il) / n_expert_used.at(il).max(1)
                 }
             }
+            // llama.cpp requires the key for gpt-oss
+            Arch::GptOss => n_ff_exp_file.as_ref().map_or(0, |p| p.at(il)),
             _ => n_ff.at(il),
         };
         if w == 0 {
             let key = match arch {
-                Arch::Qwen3Moe | Arch::Qwen2Moe => n_ff_exp_key.clone(),
+                Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss => n_ff_exp_key.clone(),
                 _ => k("feed_forward_length"),
             };
             return Err(
@@ -688,6 +702,17 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             }
         }
     };
+    let (n_swa, swa_layers) = sliding_window(arch, &kv, n_layer)?;
+    if n_swa > 0
+        && let Some(base_swa) = kv.f32(&k("rope.freq_base_swa"))?
+        && base_swa != freq_base
+    {
+        return Err(ModelError::Unsupported(format!(
+            "a separate rope base for the sliding-window layers ({} = {base_swa}, {} = {freq_base})",
+            k("rope.freq_base_swa"),
+            k("rope.freq_base")
+        )));
+    }
     let rope = Rope {
         ty: arch.rope_type(),
         freq_base,
@@ -728,5 +753,49 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         expert_weights_scale,
         n_expert_shared,
         n_layer_dense_lead,
+        n_swa,
+        swa_layers,
     })
+}
+
+/// The sliding window and which layers use it, as llama.cpp reads them for `arch`
+/// (`attention.sliding_window`, required where the arch has one; the pattern from
+/// `attention.sliding_window_pattern`: an array of one bool per layer, or a period `n` where
+/// layer `il` slides when `il % n < n - 1`, 0 meaning every layer).
+fn sliding_window(arch: Arch, kv: &Kv<'_>, n_layer: u32) -> Result<(u32, Vec<bool>), ModelError> {
+    let nl = n_layer as usize;
+    let default_pattern = arch.default_swa_pattern();
+    if default_pattern == 0 {
+        return Ok((0, vec![false; nl]));
+    }
+    let window_key = kv.key("attention.sliding_window");
+    let n_swa = kv.u32_req(&window_key)?;
+    let pattern_key = kv.key("attention.sliding_window_pattern");
+    let layers = match kv.md.get(&pattern_key) {
+        Some(Value::Array(ArrayValue::Bool(b))) => {
+            if b.len() != nl {
+                return Err(ModelError::ArrayLength {
+                    key: pattern_key,
+                    expected: nl,
+                    found: b.len(),
+                });
+            }
+            b.clone()
+        }
+        Some(Value::Array(a)) => {
+            return Err(ModelError::KeyType {
+                key: pattern_key,
+                expected: "unsigned integer or array of bools",
+                found: format!("array of {}", a.elem_type()),
+            });
+        }
+        _ => {
+            let n = kv.u32(&pattern_key)?.unwrap_or(default_pattern);
+            (0..n_layer).map(|il| n == 0 || il % n < n - 1).collect()
+        }
+    };
+    if n_swa == 0 {
+        return Ok((0, vec![false; nl]));
+    }
+    Ok((n_swa, layers))
 }

@@ -52,14 +52,18 @@ pub struct LayerTensors<'a> {
     pub bk: Option<Tensor<'a>>,
     /// `attn_v.bias` `{n_embd_v_gqa}` (optional).
     pub bv: Option<Tensor<'a>>,
-    /// `attn_output.bias` `{n_embd}` (llama only, optional).
+    /// `attn_output.bias` `{n_embd}` (llama: optional; gpt-oss: required).
     pub bo: Option<Tensor<'a>>,
+    /// `attn_sinks.weight` `{n_head}` (gpt-oss, required): one extra logit per head that takes
+    /// part in the attention softmax's normalisation without a value.
+    pub attn_sinks: Option<Tensor<'a>>,
     /// `attn_q_norm.weight`: `{head_dim}` per head, or `{n_embd}` over the whole projection
     /// (see [`HParams::qk_norm`]).
     pub q_norm: Option<Tensor<'a>>,
     /// `attn_k_norm.weight`, as `q_norm`.
     pub k_norm: Option<Tensor<'a>>,
-    /// `ffn_norm.weight` `{n_embd}`.
+    /// `ffn_norm.weight` `{n_embd}` (gpt-oss: `post_attention_norm.weight`, which plays the
+    /// same part: the norm after the attention's residual, before the FFN).
     pub ffn_norm: Tensor<'a>,
     /// The feed-forward block.
     pub ffn: Ffn<'a>,
@@ -107,6 +111,24 @@ pub struct MoeFfn<'a> {
     pub n_expert: u32,
     /// The always-on shared expert, if the arch has one.
     pub shared: Option<SharedExpert<'a>>,
+    /// Biases (gpt-oss, required there): router `ffn_gate_inp.bias` `{n_expert}`, and per
+    /// expert `ffn_gate_exps.bias` / `ffn_up_exps.bias` `{n_ff_exp, n_expert}` and
+    /// `ffn_down_exps.bias` `{n_embd, n_expert}`. They are small and stay resident; the
+    /// streamed bytes of an expert are its three matrices only.
+    pub biases: Option<MoeBiases<'a>>,
+}
+
+/// The bias tensors of a gpt-oss MoE layer.
+#[derive(Debug, Clone)]
+pub struct MoeBiases<'a> {
+    /// `ffn_gate_inp.bias` `{n_expert}`.
+    pub router: Tensor<'a>,
+    /// `ffn_gate_exps.bias` `{n_ff_exp, n_expert}`.
+    pub gate: Tensor<'a>,
+    /// `ffn_up_exps.bias` `{n_ff_exp, n_expert}`.
+    pub up: Tensor<'a>,
+    /// `ffn_down_exps.bias` `{n_embd, n_expert}`.
+    pub down: Tensor<'a>,
 }
 
 /// The shared expert of a MoE layer.
@@ -303,8 +325,13 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
     let bk = ld.opt(&n("attn_k.bias"), &[n_k])?;
     let bv = ld.opt(&n("attn_v.bias"), &[n_v])?;
     let wo = ld.req(&n("attn_output.weight"), &[n_q, n_embd])?;
-    let bo = if arch == Arch::Llama {
-        ld.opt(&n("attn_output.bias"), &[n_embd])?
+    let bo = match arch {
+        Arch::Llama => ld.opt(&n("attn_output.bias"), &[n_embd])?,
+        Arch::GptOss => Some(ld.req(&n("attn_output.bias"), &[n_embd])?),
+        _ => None,
+    };
+    let attn_sinks = if arch.is_gpt_oss() {
+        Some(ld.req(&n("attn_sinks.weight"), &[u64::from(hp.n_head.at(il))])?)
     } else {
         None
     };
@@ -322,7 +349,11 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             Some(ld.req(&n("attn_k_norm.weight"), &[n_embd])?),
         ),
     };
-    let ffn_norm = ld.req(&n("ffn_norm.weight"), &[n_embd])?;
+    let ffn_norm = if arch.is_gpt_oss() {
+        ld.req(&n("post_attention_norm.weight"), &[n_embd])?
+    } else {
+        ld.req(&n("ffn_norm.weight"), &[n_embd])?
+    };
 
     let ffn = if hp.is_moe_layer(il) {
         let n_expert = u64::from(hp.n_expert);
@@ -349,6 +380,16 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
         } else {
             None
         };
+        let biases = if arch.is_gpt_oss() {
+            Some(MoeBiases {
+                router: ld.req(&n("ffn_gate_inp.bias"), &[n_expert])?,
+                gate: ld.req(&n("ffn_gate_exps.bias"), &[n_ff_exp, n_expert])?,
+                up: ld.req(&n("ffn_up_exps.bias"), &[n_ff_exp, n_expert])?,
+                down: ld.req(&n("ffn_down_exps.bias"), &[n_embd, n_expert])?,
+            })
+        } else {
+            None
+        };
         Ffn::Moe(MoeFfn {
             router,
             gate_exps,
@@ -356,6 +397,7 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             down_exps,
             n_expert: hp.n_expert,
             shared,
+            biases,
         })
     } else {
         let n_ff = u64::from(hp.n_ff.at(il));
@@ -391,6 +433,7 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
         bk,
         bv,
         bo,
+        attn_sinks,
         q_norm,
         k_norm,
         ffn_norm,

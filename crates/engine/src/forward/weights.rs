@@ -60,6 +60,16 @@ pub(crate) struct MoeW<'a> {
     pub down: Mat<'a>,
     pub n_expert: usize,
     pub shared: Option<SharedW<'a>>,
+    pub biases: Option<MoeBiasW>,
+}
+
+/// gpt-oss's MoE biases as f32: the router's `{n_expert}` and each projection's, expert after
+/// expert (`{n_ff_exp}` or `{n_embd}` per expert).
+pub(crate) struct MoeBiasW {
+    pub router: Vec<f32>,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 pub(crate) enum FfnW<'a> {
@@ -77,6 +87,7 @@ pub(crate) struct LayerW<'a> {
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
     pub bo: Option<Vec<f32>>,
+    pub sinks: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
@@ -247,6 +258,15 @@ impl<'a> Weights<'a> {
                         down: mat(model, kernels, m.down_exps, x)?,
                         n_expert: x,
                         shared,
+                        biases: match &m.biases {
+                            None => None,
+                            Some(b) => Some(MoeBiasW {
+                                router: vector(model, b.router)?,
+                                gate: vector(model, b.gate)?,
+                                up: vector(model, b.up)?,
+                                down: vector(model, b.down)?,
+                            }),
+                        },
                     }))
                 }
             };
@@ -260,6 +280,7 @@ impl<'a> Weights<'a> {
                 bk: opt_vector(model, l.bk)?,
                 bv: opt_vector(model, l.bv)?,
                 bo: opt_vector(model, l.bo)?,
+                sinks: opt_vector(model, l.attn_sinks)?,
                 q_norm: opt_vector(model, l.q_norm)?,
                 k_norm: opt_vector(model, l.k_norm)?,
                 ffn_norm: vector(model, l.ffn_norm)?,

@@ -132,6 +132,31 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     swiglu_scalar(gate, up, out);
 }
 
+/// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): with `g = min(gate, limit)` and
+/// `u = clamp(up, -limit, limit)`, `out = g / (1 + expf(-alpha g)) * (u + 1)`. ggml computes it
+/// with the C library's `expf` on every element (no vector approximation), and so does this
+/// (`f32::exp`); there is no SIMD version to keep equal to it.
+///
+/// # Panics
+/// If the three slices differ in length.
+pub fn swiglu_oai(gate: &[f32], up: &[f32], alpha: f32, limit: f32, out: &mut [f32]) {
+    assert_eq!(gate.len(), out.len(), "swiglu_oai: length mismatch");
+    assert_eq!(up.len(), out.len(), "swiglu_oai: length mismatch");
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        // std::min(g, limit) and std::clamp(u, -limit, limit), NaN handling included
+        let x = if limit < g { limit } else { g };
+        let y = if u < -limit {
+            -limit
+        } else if limit < u {
+            limit
+        } else {
+            u
+        };
+        let glu = x / (1.0 + (alpha * -x).exp());
+        *o = glu * (y + 1.0);
+    }
+}
+
 /// Logistic sigmoid `1 / (1 + expf(-x))` element-wise, as ggml's unary op (scalar `expf`,
 /// no vector approximation).
 ///
@@ -155,7 +180,7 @@ pub fn sigmoid(x: &[f32], out: &mut [f32]) {
 /// If `x` and `out` differ in length or `n_visible > x.len()`.
 pub fn softmax_scalar(x: &[f32], scale: f32, n_visible: usize, out: &mut [f32]) {
     check_softmax(x, n_visible, out);
-    softmax_rows_scalar(&x[..n_visible], scale, x.len(), &mut out[..n_visible]);
+    softmax_rows_scalar(&x[..n_visible], scale, x.len(), None, &mut out[..n_visible]);
     out[n_visible..].fill(0.0);
 }
 
@@ -165,7 +190,42 @@ pub fn softmax_scalar(x: &[f32], scale: f32, n_visible: usize, out: &mut [f32]) 
 /// If `x` and `out` differ in length or `n_visible > x.len()`.
 pub fn softmax(x: &[f32], scale: f32, n_visible: usize, out: &mut [f32]) {
     check_softmax(x, n_visible, out);
-    softmax_visible(&x[..n_visible], scale, x.len(), &mut out[..n_visible]);
+    softmax_visible(&x[..n_visible], scale, x.len(), None, &mut out[..n_visible]);
+    out[n_visible..].fill(0.0);
+}
+
+/// [`softmax_scalar`] with an attention sink: one more logit, `sink` (not scaled), that joins
+/// the maximum and the normaliser but has no output (ggml's `soft_max` with sinks: the
+/// maximum is `max(max, sink)`, and `expf(sink - max)` is added to the f64 sum after the
+/// row's own terms). Scalar reference.
+///
+/// # Panics
+/// If `x` and `out` differ in length or `n_visible > x.len()`.
+pub fn softmax_sink_scalar(x: &[f32], scale: f32, n_visible: usize, sink: f32, out: &mut [f32]) {
+    check_softmax(x, n_visible, out);
+    softmax_rows_scalar(
+        &x[..n_visible],
+        scale,
+        x.len(),
+        Some(sink),
+        &mut out[..n_visible],
+    );
+    out[n_visible..].fill(0.0);
+}
+
+/// [`softmax_sink_scalar`], AVX2 when available; identical bits.
+///
+/// # Panics
+/// If `x` and `out` differ in length or `n_visible > x.len()`.
+pub fn softmax_sink(x: &[f32], scale: f32, n_visible: usize, sink: f32, out: &mut [f32]) {
+    check_softmax(x, n_visible, out);
+    softmax_visible(
+        &x[..n_visible],
+        scale,
+        x.len(),
+        Some(sink),
+        &mut out[..n_visible],
+    );
     out[n_visible..].fill(0.0);
 }
 
@@ -175,15 +235,37 @@ fn check_softmax(x: &[f32], n_visible: usize, out: &[f32]) {
 }
 
 /// Softmax of the visible prefix `x` of a row of `row_len >= x.len()` elements whose other
-/// elements are masked out; writes `x.len()` outputs. Dispatches to AVX2 when available.
-pub(crate) fn softmax_visible(x: &[f32], scale: f32, row_len: usize, out: &mut [f32]) {
+/// elements are masked out, with an optional attention sink (see [`softmax_sink_scalar`]);
+/// writes `x.len()` outputs. Dispatches to AVX2 when available.
+pub(crate) fn softmax_visible(
+    x: &[f32],
+    scale: f32,
+    row_len: usize,
+    sink: Option<f32>,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         // SAFETY: AVX2 and FMA were detected on this CPU just above.
-        unsafe { avx2::softmax(x, scale, row_len, out) };
+        unsafe { avx2::softmax(x, scale, row_len, sink, out) };
         return;
     }
-    softmax_rows_scalar(x, scale, row_len, out);
+    softmax_rows_scalar(x, scale, row_len, sink, out);
+}
+
+/// The row maximum joined with the sink as ggml does (`max > sink ? max : sink`).
+#[inline]
+fn with_sink(max: f32, sink: Option<f32>) -> f32 {
+    match sink {
+        Some(s) if !(max > s) => s,
+        _ => max,
+    }
+}
+
+/// The sink's term of the normaliser: `expf(sink - max)` (the C library's, as in ggml).
+#[inline]
+fn sink_term(max: f32, sink: Option<f32>) -> f64 {
+    sink.map_or(0.0, |s| f64::from((s - max).exp()))
 }
 
 /// Scaled maximum as ggml takes it: `m = (m > v) ? m : v` from `-inf`.
@@ -196,12 +278,18 @@ fn scaled_max(x: &[f32], scale: f32) -> f32 {
 }
 
 /// Scalar softmax of a visible prefix (see [`softmax_visible`]).
-pub(crate) fn softmax_rows_scalar(x: &[f32], scale: f32, row_len: usize, out: &mut [f32]) {
+pub(crate) fn softmax_rows_scalar(
+    x: &[f32],
+    scale: f32,
+    row_len: usize,
+    sink: Option<f32>,
+    out: &mut [f32],
+) {
     let n = x.len();
     if n == 0 {
         return;
     }
-    let max = scaled_max(x, scale);
+    let max = with_sink(scaled_max(x, scale), sink);
     let ve = vec_end(row_len);
     let mut sum = 0f64;
     let mut i = 0;
@@ -224,6 +312,7 @@ pub(crate) fn softmax_rows_scalar(x: &[f32], scale: f32, row_len: usize, out: &m
         out[i] = v;
         i += 1;
     }
+    sum += sink_term(max, sink);
     let inv = (1.0 / sum) as f32;
     for o in out.iter_mut() {
         *o *= inv;
@@ -337,12 +426,18 @@ mod avx2 {
 
     /// Softmax of a visible prefix (see `softmax_visible`).
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn softmax(x: &[f32], scale: f32, row_len: usize, out: &mut [f32]) {
+    pub(super) fn softmax(
+        x: &[f32],
+        scale: f32,
+        row_len: usize,
+        sink: Option<f32>,
+        out: &mut [f32],
+    ) {
         let n = x.len();
         if n == 0 {
             return;
         }
-        let max = scaled_max(x, scale);
+        let max = with_sink(scaled_max(x, scale), sink);
         let ve = vec_end(row_len);
         let full = ve.min(n) - ve.min(n) % 8;
         let vmax = _mm256_set1_ps(max);
@@ -380,6 +475,7 @@ mod avx2 {
             out[i] = v;
             i += 1;
         }
+        sum += sink_term(max, sink);
         let inv = _mm256_set1_ps((1.0 / sum) as f32);
         let mut oc = out.chunks_exact_mut(8);
         for o in &mut oc {
@@ -424,9 +520,9 @@ mod tests {
             let mut full = vec![0f32; row_len];
             softmax_scalar(&x, 0.3, n_vis, &mut full);
             let mut pre = vec![0f32; n_vis];
-            softmax_visible(&x[..n_vis], 0.3, row_len, &mut pre);
+            softmax_visible(&x[..n_vis], 0.3, row_len, None, &mut pre);
             assert_eq!(pre, full[..n_vis], "n_vis {n_vis}");
-            softmax_rows_scalar(&x[..n_vis], 0.3, row_len, &mut pre);
+            softmax_rows_scalar(&x[..n_vis], 0.3, row_len, None, &mut pre);
             assert_eq!(pre, full[..n_vis], "scalar, n_vis {n_vis}");
         }
     }

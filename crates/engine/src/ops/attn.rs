@@ -415,7 +415,58 @@ pub fn attend_batch(
     scale: f32,
     out: &mut [f32],
 ) -> Result<(), EngineError> {
+    attend_batch_with(
+        pool,
+        q,
+        cache,
+        layer,
+        p0,
+        n_tok,
+        n_head,
+        scale,
+        AttnExtras::default(),
+        out,
+    )
+}
+
+/// What some architectures add to plain causal attention.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnExtras<'s> {
+    /// Sliding window: when `Some(w)`, the token at position `p` sees only the cells at
+    /// positions `p - w + 1 ..= p` (llama.cpp's standard SWA mask, `p - p_key >= w` is masked).
+    /// The masked cells stay in the softmax row as `-inf` (they come out as exact zeros), so
+    /// the sums run in the same order as llama.cpp's over its full-size cache.
+    pub window: Option<usize>,
+    /// Attention sinks, one per query head (see [`super::softmax_sink`]).
+    pub sinks: Option<&'s [f32]>,
+}
+
+/// [`attend_batch`] with a sliding window and/or attention sinks.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_batch_with(
+    pool: &ThreadPool,
+    q: &[f32],
+    cache: &KvCache,
+    layer: usize,
+    p0: usize,
+    n_tok: usize,
+    n_head: usize,
+    scale: f32,
+    extras: AttnExtras<'_>,
+    out: &mut [f32],
+) -> Result<(), EngineError> {
     let hd = cache.head_dim;
+    if let Some(sinks) = extras.sinks
+        && sinks.len() != n_head
+    {
+        return Err(EngineError::Shape(format!(
+            "{} attention sinks for {n_head} heads",
+            sinks.len()
+        )));
+    }
+    if extras.window == Some(0) {
+        return Err(EngineError::Shape("a sliding window of 0 positions".into()));
+    }
     let n_kv = cache.n_head_kv;
     if n_head == 0 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
         return Err(EngineError::Shape(format!(
@@ -441,11 +492,14 @@ pub fn attend_batch(
         let (t, h) = (task / n_head, task % n_head);
         let q_h = &q[task * hd..(task + 1) * hd];
         let mut dst = slots[task].lock().unwrap_or_else(PoisonError::into_inner);
+        let n_vis = p0 + t + 1;
         let head = HeadJob {
             kvh: h / group,
-            n_vis: p0 + t + 1,
+            first: extras.window.map_or(0, |w| n_vis.saturating_sub(w)),
+            n_vis,
             row_len,
             layout,
+            sink: extras.sinks.map(|s| s[h]),
         };
         attend_head(cache, layer, &head, q_h, scale, &mut dst);
     });
@@ -468,14 +522,18 @@ enum Layout {
 struct HeadJob {
     /// KV head it reads.
     kvh: usize,
-    /// Cells it sees (`0..n_vis`).
+    /// First cell it sees (the sliding window's start; 0 without one).
+    first: usize,
+    /// Cells up to which it sees (`first..n_vis`).
     n_vis: usize,
     /// llama.cpp's softmax row length (KV length of the batch, padded).
     row_len: usize,
     layout: Layout,
+    /// The head's attention sink.
+    sink: Option<f32>,
 }
 
-/// One query head over cells `0..n_vis` of KV head `kvh`.
+/// One query head over cells `first..n_vis` of KV head `kvh`.
 fn attend_head(
     cache: &KvCache,
     layer: usize,
@@ -486,9 +544,11 @@ fn attend_head(
 ) {
     let HeadJob {
         kvh,
+        first,
         n_vis,
         row_len,
         layout,
+        sink,
     } = *job;
     let hd = cache.head_dim;
     let f16_cache = cache.ty == KvType::F16;
@@ -499,9 +559,9 @@ fn attend_head(
     };
     let tiny_k = layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8);
     let mut buf = Vec::new();
-    let mut scores = vec![0f32; n_vis];
+    let mut scores = vec![f32::NEG_INFINITY; n_vis];
     let kw = cache.n_head_kv * hd;
-    for (t, s) in scores.iter_mut().enumerate() {
+    for (t, s) in scores.iter_mut().enumerate().skip(first) {
         let krow = cache.k[layer].row(t * kw + kvh * hd, hd, &mut buf);
         *s = if tiny_k {
             dot_tinyblas(krow, &qv)
@@ -510,7 +570,7 @@ fn attend_head(
         };
     }
     let mut probs = vec![0f32; n_vis];
-    softmax_visible(&scores, scale, row_len, &mut probs);
+    softmax_visible(&scores, scale, row_len, sink, &mut probs);
     if f16_cache {
         for p in &mut probs {
             *p = f16::from_f32(*p).to_f32();

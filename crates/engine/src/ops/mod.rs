@@ -12,11 +12,12 @@ mod rope;
 mod route;
 
 pub use act::{
-    EXP_LANES, exp_ggml, sigmoid, silu, silu_scalar, softmax, softmax_scalar, swiglu, swiglu_scalar,
+    EXP_LANES, exp_ggml, sigmoid, silu, silu_scalar, softmax, softmax_scalar, softmax_sink,
+    softmax_sink_scalar, swiglu, swiglu_oai, swiglu_scalar,
 };
 pub use attn::{
-    KvCache, KvPrefix, KvType, attend, attend_batch, dot_ggml, dot_ggml_scalar, dot_tinyblas,
-    dot_tinyblas_scalar,
+    AttnExtras, KvCache, KvPrefix, KvType, attend, attend_batch, attend_batch_with, dot_ggml,
+    dot_ggml_scalar, dot_tinyblas, dot_tinyblas_scalar,
 };
 pub use norm::{rms_norm, rms_norm_inplace};
 pub use rope::{Rope, RopeConfig, RopeMode};

@@ -9,6 +9,9 @@ pub enum Gating {
     Softmax,
     /// Element-wise logistic sigmoid (`1/(1+expf(-x))`).
     Sigmoid,
+    /// gpt-oss: the top-k are chosen on the logits themselves, and the weights are a softmax
+    /// over the k chosen logits (ggml `soft_max` of a row of k).
+    SoftmaxSelected,
 }
 
 /// Smallest normal f16, 2^-14: the floor llama.cpp clamps the routing weight sum to.
@@ -277,7 +280,17 @@ pub fn route_into(
         ids[slot] = e;
         w[slot] = probs[e];
     }
+    selected_softmax(&mut w[..k], gating, &mut scratch.probs);
     finish_weights(&mut w[..k], norm, scale);
+}
+
+/// For [`Gating::SoftmaxSelected`], replace the selected logits by their softmax.
+fn selected_softmax(w: &mut [f32], gating: Gating, buf: &mut Vec<f32>) {
+    if gating == Gating::SoftmaxSelected {
+        buf.clear();
+        buf.extend_from_slice(w);
+        softmax(buf, 1.0, buf.len(), w);
+    }
 }
 
 /// The weights of experts chosen elsewhere (a replayed routing): the gating probabilities of
@@ -296,6 +309,7 @@ pub fn route_fixed_into(
     for (wv, &e) in w.iter_mut().zip(ids) {
         *wv = probs[e];
     }
+    selected_softmax(w, gating, &mut scratch.probs);
     finish_weights(w, norm, scale);
 }
 
@@ -306,6 +320,7 @@ fn gate_probs<'p>(logits: &[f32], gating: Gating, probs: &'p mut Vec<f32>) -> &'
     match gating {
         Gating::Softmax => softmax(logits, 1.0, logits.len(), probs),
         Gating::Sigmoid => sigmoid(logits, probs),
+        Gating::SoftmaxSelected => probs.copy_from_slice(logits),
     }
     probs
 }
