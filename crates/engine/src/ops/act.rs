@@ -257,8 +257,15 @@ pub(crate) fn softmax_visible(
 #[inline]
 fn with_sink(max: f32, sink: Option<f32>) -> f32 {
     match sink {
-        Some(s) if !(max > s) => s,
-        _ => max,
+        // ggml's MAX(max, sink): `max > sink ? max : sink`
+        Some(s) => {
+            if max > s {
+                max
+            } else {
+                s
+            }
+        }
+        None => max,
     }
 }
 
