@@ -56,6 +56,15 @@ pub enum Like {
     /// 4096, 32 query / 8 KV heads of 128, vocabulary 32000 (llama SentencePiece).
     #[value(name = "mixtral-8x7b")]
     Mixtral8x7b,
+    /// gpt-oss-20b: gpt-oss, 24 layers, 32 experts (top-4) of width 2880, n_embd 2880, 64 query
+    /// / 8 KV heads of 64, sliding window 128 on every other layer, attention sinks, biases,
+    /// YaRN (factor 32 over 4096); MXFP4 experts (vocabulary 201088, o200k_harmony: the
+    /// default fills it from the Qwen2.5 tokenizer, padded).
+    #[value(name = "gpt-oss-20b")]
+    GptOss20b,
+    /// gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts (about 61 GB at MXFP4).
+    #[value(name = "gpt-oss-120b")]
+    GptOss120b,
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -95,6 +104,10 @@ struct Shape {
     rope_dims_key: bool,
     /// The file in the fixture cache's `text/vocab/` with the model family's tokenizer.
     vocab_fixture: &'static str,
+    /// gpt-oss's extras: biases, sinks, `post_attention_norm`, the sliding window and YaRN.
+    gpt_oss: bool,
+    /// The mix the released files use when `--quant` is not given.
+    default_quant: FileType,
 }
 
 impl Like {
@@ -120,6 +133,8 @@ impl Like {
                 expert_ff_key: true,
                 rope_dims_key: false,
                 vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                default_quant: FileType::Q4_K_M,
             },
             Like::Olmoe1b7b => Shape {
                 arch: "olmoe",
@@ -141,6 +156,8 @@ impl Like {
                 expert_ff_key: false,
                 rope_dims_key: true,
                 vocab_fixture: "ggml-vocab-gpt-neox.gguf",
+                gpt_oss: false,
+                default_quant: FileType::Q4_K_M,
             },
             Like::Mixtral8x7b => Shape {
                 arch: "llama",
@@ -162,10 +179,43 @@ impl Like {
                 expert_ff_key: false,
                 rope_dims_key: true,
                 vocab_fixture: "ggml-vocab-llama-spm.gguf",
+                gpt_oss: false,
+                default_quant: FileType::Q4_K_M,
             },
+            Like::GptOss20b | Like::GptOss120b => {
+                let big = self == Like::GptOss120b;
+                Shape {
+                    arch: "gpt-oss",
+                    title: if big { "gpt-oss-120b" } else { "gpt-oss-20b" },
+                    n_layer: if big { 36 } else { 24 },
+                    n_embd: 2880,
+                    n_head: 64,
+                    n_head_kv: 8,
+                    head_dim: 64,
+                    n_expert: if big { 128 } else { 32 },
+                    n_expert_used: 4,
+                    n_ff_exp: 2880,
+                    n_ff: 2880,
+                    n_vocab: 201_088,
+                    ctx_train: 131_072,
+                    rope_base: 150_000.0,
+                    rms_eps: 1e-5,
+                    qk_norm: QkNorm::None,
+                    expert_ff_key: true,
+                    rope_dims_key: false,
+                    vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                    gpt_oss: true,
+                    default_quant: FileType::Mxfp4Moe,
+                }
+            }
         }
     }
 }
+
+/// gpt-oss's sliding window (every other layer, starting with layer 0).
+const GPT_OSS_SWA: u32 = 128;
+/// gpt-oss's YaRN: factor 32 over an original context of 4096.
+const GPT_OSS_YARN: (f32, u32) = (32.0, 4096);
 
 #[derive(clap::Args, Debug)]
 pub struct GenModelArgs {
@@ -173,16 +223,12 @@ pub struct GenModelArgs {
     #[arg(long, value_enum, value_name = "NAME")]
     like: Like,
 
-    /// The file type (llama.cpp's mixes, as `sluice quantize --type`): Q4_K_M gives Q4_K with
-    /// Q6_K on half of attn_v and ffn_down and on output.weight, as the published files have.
-    #[arg(
-        long,
-        value_enum,
-        ignore_case = true,
-        value_name = "MIX",
-        default_value = "Q4_K_M"
-    )]
-    quant: FileType,
+    /// The file type (llama.cpp's mixes, as `sluice quantize --type`) [default: the one the
+    /// published files use: Q4_K_M (Q4_K with Q6_K on half of attn_v and ffn_down and on
+    /// output.weight) for the qwen3, olmoe and mixtral presets, MXFP4_MOE (MXFP4 experts, Q8_0
+    /// elsewhere) for gpt-oss].
+    #[arg(long, value_enum, ignore_case = true, value_name = "MIX")]
+    quant: Option<FileType>,
 
     /// Where to write the model (via OUT.part, renamed when complete and synced).
     #[arg(long, value_name = "OUT.gguf", required_unless_present = "plan")]
@@ -240,7 +286,7 @@ pub struct GenModelArgs {
 }
 
 /// What a tensor holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Role {
     /// A norm weight: all ones.
     Norm,
@@ -248,7 +294,16 @@ enum Role {
     Router,
     /// A weight matrix (or a stack of expert matrices).
     Weight,
+    /// A small F32 tensor (bias, attention sink) of normal values with this standard
+    /// deviation.
+    Small(f32),
 }
+
+/// Standard deviation of gpt-oss's synthetic biases.
+const BIAS_STD: f32 = 0.02;
+/// Standard deviation of gpt-oss's synthetic attention sinks (trained ones are logits of a
+/// few units).
+const SINK_STD: f32 = 1.0;
 
 #[derive(Clone, Debug)]
 struct Planned {
@@ -291,9 +346,24 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
                 v.push(t(p("attn_k_norm"), &[nkv], Role::Norm));
             }
         }
-        v.push(t(p("ffn_norm"), &[e], Role::Norm));
-        v.push(t(p("ffn_gate_inp"), &[e, s.n_expert], Role::Router));
         let (f, x) = (s.n_ff_exp, s.n_expert);
+        if s.gpt_oss {
+            let b = |n: &str| format!("blk.{il}.{n}.bias");
+            let bias = Role::Small(BIAS_STD);
+            v.push(t(b("attn_q"), &[nq], bias));
+            v.push(t(b("attn_k"), &[nkv], bias));
+            v.push(t(b("attn_v"), &[nkv], bias));
+            v.push(t(b("attn_output"), &[e], bias));
+            v.push(t(p("attn_sinks"), &[s.n_head], Role::Small(SINK_STD)));
+            v.push(t(p("post_attention_norm"), &[e], Role::Norm));
+            v.push(t(b("ffn_gate_inp"), &[x], bias));
+            v.push(t(b("ffn_gate_exps"), &[f, x], bias));
+            v.push(t(b("ffn_up_exps"), &[f, x], bias));
+            v.push(t(b("ffn_down_exps"), &[e, x], bias));
+        } else {
+            v.push(t(p("ffn_norm"), &[e], Role::Norm));
+        }
+        v.push(t(p("ffn_gate_inp"), &[e, s.n_expert], Role::Router));
         v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
         v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
         v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
@@ -386,6 +456,9 @@ fn block_profile(ty: GgmlType) -> Option<BlockProfile> {
         GgmlType::Q6_K => p(208, None, 1367.0),
         // d·kvalues[q], the 16 non-linear levels (spread about 66)
         GgmlType::IQ4_NL => p(0, None, 66.0),
+        // 2^(e-128)·kvalues[q], the 16 doubled e2m1 levels (spread 5.85); the scale is the
+        // one E8M0 byte at 0 (see `write_blocks`)
+        GgmlType::MXFP4 => p(0, None, 5.85),
         _ => None,
     }
 }
@@ -432,6 +505,9 @@ fn write_blocks(
             (f16::from_f32(d).to_le_bytes(), m)
         })
         .collect();
+    // MXFP4's scale is 2^(e - 128) (ggml's e8m0 "half" convention): e below and above d0.
+    let e_lo = (f64::from(d0).log2().floor() + 128.0).clamp(1.0, 254.0) as u8;
+    let mxfp4_e = [e_lo, e_lo + 1];
     let per_chunk = (CHUNK / block).max(1) * block;
     // One thread generates while this one writes (the write's copy into the page cache costs
     // more than the generation): chunks go over a channel of two, and come back for reuse.
@@ -449,6 +525,17 @@ fn write_blocks(
                 let len = per_chunk.min(usize::try_from(left).unwrap_or(per_chunk));
                 buf.truncate(len);
                 rng.fill(&mut buf);
+                if ty == GgmlType::MXFP4 {
+                    // one E8M0 exponent byte: the two powers of two around the target scale
+                    for b in buf.chunks_exact_mut(block) {
+                        b[0] = mxfp4_e[(b[0] & 1) as usize];
+                    }
+                    left -= len as u64;
+                    if full_tx.send(buf).is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 for b in buf.chunks_exact_mut(block) {
                     let pick = b[prof.d_at];
                     let (mut d, m) = table[(pick & 63) as usize];
@@ -710,7 +797,7 @@ fn print_plan(typed: &[(Planned, GgmlType)], s: &Shape) -> Result<()> {
         let (mut expert, mut dense) = (0u64, 0u64);
         for (t, ty) in typed.iter().filter(|(t, _)| t.name.starts_with(&prefix)) {
             let bytes = gguf::tensor_bytes(&t.name, &t.dims, *ty)?;
-            if t.name.contains("_exps.") {
+            if t.name.contains("_exps.weight") {
                 expert += bytes / s.n_expert;
             } else {
                 dense += bytes;
@@ -787,6 +874,7 @@ pub fn run(args: GenModelArgs) -> Result<()> {
 
     let s = &shape;
     let arch = s.arch;
+    let quant = args.quant.unwrap_or(s.default_quant);
     let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
         ("general.type".into(), Value::String("model".into())),
@@ -795,10 +883,10 @@ pub fn run(args: GenModelArgs) -> Result<()> {
             Value::String(format!(
                 "sluice gen-model {} {} (random weights)",
                 s.title,
-                args.quant.name()
+                quant.name()
             )),
         ),
-        ("general.file_type".into(), Value::U32(args.quant.id())),
+        ("general.file_type".into(), Value::U32(quant.id())),
         ("general.quantization_version".into(), Value::U32(2)),
     ];
     let a = |k: &str| format!("{arch}.{k}");
@@ -824,6 +912,15 @@ pub fn run(args: GenModelArgs) -> Result<()> {
         meta.push((
             a("expert_feed_forward_length"),
             Value::U32(s.n_ff_exp as u32),
+        ));
+    }
+    if s.gpt_oss {
+        meta.push((a("attention.sliding_window"), Value::U32(GPT_OSS_SWA)));
+        meta.push((a("rope.scaling.type"), Value::String("yarn".into())));
+        meta.push((a("rope.scaling.factor"), Value::F32(GPT_OSS_YARN.0)));
+        meta.push((
+            a("rope.scaling.original_context_length"),
+            Value::U32(GPT_OSS_YARN.1),
         ));
     }
     let like = clap::ValueEnum::to_possible_value(&args.like)
@@ -852,7 +949,7 @@ pub fn run(args: GenModelArgs) -> Result<()> {
     };
     let mut planner = Planner::new(
         &facts,
-        args.quant,
+        quant,
         false,
         tensors.iter().map(|t| t.name.as_str()),
     );
@@ -866,7 +963,7 @@ pub fn run(args: GenModelArgs) -> Result<()> {
             bail!(
                 "tensor {}: the {} mix gives it type {}, which gen-model cannot fill",
                 t.name,
-                args.quant.name(),
+                quant.name(),
                 ty.name()
             );
         }
@@ -916,6 +1013,14 @@ pub fn run(args: GenModelArgs) -> Result<()> {
                 }
                 w.add_tensor(t.name.clone(), &t.dims, *ty, f32_bytes(vals.into_iter()))?;
             }
+            Role::Small(sd) => {
+                let n: u64 = t.dims.iter().product();
+                let mut rng = Rng::new(seed);
+                let vals: Vec<f32> = (0..n)
+                    .map(|_| (rng.normal() * f64::from(sd)) as f32)
+                    .collect();
+                w.add_tensor(t.name.clone(), &t.dims, *ty, f32_bytes(vals.into_iter()))?;
+            }
             Role::Weight => {
                 let n_bytes = gguf::tensor_bytes(&t.name, &t.dims, *ty)?;
                 let (ty, p) = (*ty, Rc::clone(&progress));
@@ -936,7 +1041,7 @@ pub fn run(args: GenModelArgs) -> Result<()> {
             "sluice: gen-model: writing {} ({} {}, {} layers, {:.2} GB of tensors)",
             out.display(),
             s.title,
-            args.quant.name(),
+            quant.name(),
             s.n_layer,
             total as f64 / 1e9
         );

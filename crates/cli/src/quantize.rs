@@ -82,6 +82,10 @@ pub enum FileType {
     /// Mostly Q6_K.
     #[value(name = "Q6_K")]
     Q6_K = 18,
+    /// Expert tensors (3-D stacks) MXFP4, every other quantized tensor Q8_0: the layout of the
+    /// released gpt-oss files.
+    #[value(name = "MXFP4_MOE")]
+    Mxfp4Moe = 38,
 }
 
 impl FileType {
@@ -108,6 +112,7 @@ impl FileType {
             F::Q5_K_S => "Q5_K_S",
             F::Q5_K_M => "Q5_K_M",
             F::Q6_K => "Q6_K",
+            F::Mxfp4Moe => "MXFP4_MOE",
         }
     }
 
@@ -125,6 +130,7 @@ impl FileType {
             F::Q4_K_S | F::Q4_K_M => GgmlType::Q4_K,
             F::Q5_K_S | F::Q5_K_M => GgmlType::Q5_K,
             F::Q6_K => GgmlType::Q6_K,
+            F::Mxfp4Moe => GgmlType::MXFP4,
         }
     }
 }
@@ -405,7 +411,20 @@ impl<'f> Planner<'f> {
         let ncols = dims[0];
         let mut ty = self.ftype.default_type();
         if !self.pure {
-            ty = self.mix(name, Category::of(name), ncols, ty)?;
+            ty = if self.ftype == FileType::Mxfp4Moe {
+                // llama.cpp: the output (and tied embeddings) and every tensor that is no
+                // stack of experts get Q8_0, the stacks MXFP4
+                let c = Category::of(name);
+                let head =
+                    c == Category::Output || (self.tied_embeddings && c == Category::TokenEmbd);
+                if !head && dims.get(2).is_some_and(|&n| n > 1) {
+                    GgmlType::MXFP4
+                } else {
+                    GgmlType::Q8_0
+                }
+            } else {
+                self.mix(name, Category::of(name), ncols, ty)?
+            };
         }
         let (ty, warning) = fallback(name, ncols, ty)?;
         Ok(Decision {

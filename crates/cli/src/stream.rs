@@ -264,12 +264,14 @@ impl StoreSource {
                 find(PartKind::Up),
                 find(PartKind::Down),
             ) {
-                (Some(g), Some(u), Some(d)) if l.parts.len() == 3 => {
+                // Bias parts (gpt-oss) ride along in the slot; the engine adds its resident
+                // copies of them.
+                (Some(g), Some(u), Some(d)) => {
                     proj_index[l.layer as usize] = Some([g, u, d]);
                 }
                 _ => bail!(
-                    "layer {}: only separate gate, up and down expert tensors without biases \
-                     can be streamed yet",
+                    "layer {}: only separate gate, up and down expert tensors can be streamed \
+                     yet (a fused gate_up is not supported)",
                     l.layer
                 ),
             }
