@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use gguf::{ArrayValue, GgmlType, GgufFile, GgufWriter, Value};
 use model::{
-    Arch, Ffn, HParams, Model, ModelError, QkNorm, RopeScalingType, RopeType, SUPPORTED_ARCHS,
+    Arch, ExpertGating, Ffn, FfnAct, HParams, Model, ModelError, QkNorm, RopeScalingType, RopeType,
+    SUPPORTED_ARCHS,
 };
 
 /// A tiny model description that writes a GGUF with the tensors llama.cpp expects.
@@ -35,7 +36,7 @@ struct Spec {
 }
 
 fn spec(arch: &'static str) -> Spec {
-    let moe = matches!(arch, "qwen3moe" | "qwen2moe" | "olmoe");
+    let moe = matches!(arch, "qwen3moe" | "qwen2moe" | "olmoe" | "gpt-oss");
     let (n_head, n_head_kv) = if arch == "olmoe" { (4, 4) } else { (4, 2) };
     Spec {
         arch,
@@ -43,7 +44,7 @@ fn spec(arch: &'static str) -> Spec {
         n_layer: 2,
         n_head,
         n_head_kv,
-        head_dim: matches!(arch, "qwen3moe" | "qwen3").then_some(16),
+        head_dim: matches!(arch, "qwen3moe" | "qwen3" | "gpt-oss").then_some(16),
         n_vocab: 40,
         n_ff: 48,
         n_ff_exp: 32,
@@ -98,7 +99,10 @@ impl Spec {
                 k("expert_used_count"),
                 Value::U32(self.n_expert_used as u32),
             ));
-            if matches!(a, "qwen3moe" | "qwen2moe") {
+            if a == "gpt-oss" {
+                v.push((k("attention.sliding_window"), Value::U32(4)));
+            }
+            if matches!(a, "qwen3moe" | "qwen2moe" | "gpt-oss") {
                 v.push((
                     k("expert_feed_forward_length"),
                     Value::U32(self.n_ff_exp as u32),
@@ -158,7 +162,13 @@ impl Spec {
                 }
                 _ => {}
             }
-            t.push((n("ffn_norm.weight"), vec![e]));
+            if self.arch == "gpt-oss" {
+                t.push((n("attn_output.bias"), vec![e]));
+                t.push((n("attn_sinks.weight"), vec![self.n_head]));
+                t.push((n("post_attention_norm.weight"), vec![e]));
+            } else {
+                t.push((n("ffn_norm.weight"), vec![e]));
+            }
             if self.n_expert > 0 {
                 let ne = self.n_expert;
                 let f = match self.arch {
@@ -169,6 +179,12 @@ impl Spec {
                 t.push((n("ffn_gate_exps.weight"), vec![e, f, ne]));
                 t.push((n("ffn_up_exps.weight"), vec![e, f, ne]));
                 t.push((n("ffn_down_exps.weight"), vec![f, e, ne]));
+                if self.arch == "gpt-oss" {
+                    t.push((n("ffn_gate_inp.bias"), vec![ne]));
+                    t.push((n("ffn_gate_exps.bias"), vec![f, ne]));
+                    t.push((n("ffn_up_exps.bias"), vec![f, ne]));
+                    t.push((n("ffn_down_exps.bias"), vec![e, ne]));
+                }
                 if self.arch == "qwen2moe" {
                     let s = self.n_ff_shexp;
                     t.push((n("ffn_gate_inp_shexp.weight"), vec![e]));
@@ -201,7 +217,7 @@ impl Spec {
             w.add_metadata(k, v).unwrap();
         }
         for (name, dims) in self.tensors() {
-            let ty = if name.contains("_exps.") {
+            let ty = if name.contains("_exps.weight") {
                 self.exps_type
             } else {
                 GgmlType::F32
@@ -379,6 +395,82 @@ fn olmoe_requires_output_and_equal_kv_heads() {
         ModelError::InvalidValue { key, .. } => assert_eq!(key, "olmoe.attention.head_count_kv"),
         e => panic!("{e}"),
     }
+}
+
+#[test]
+fn gpt_oss_has_sinks_biases_and_alternating_windows() {
+    let s = spec("gpt-oss");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(m.arch(), Arch::GptOss);
+    assert_eq!(hp.rope.ty, RopeType::Neox);
+    assert_eq!(hp.qk_norm, QkNorm::None);
+    assert_eq!(hp.n_embd_q(0), 64, "q is n_head x head_dim, not n_embd");
+    assert_eq!(
+        hp.n_ff_exp.at(1),
+        32,
+        "experts take expert_feed_forward_length"
+    );
+    assert_eq!(m.arch().expert_gating(), ExpertGating::SoftmaxSelected);
+    assert_eq!(m.arch().ffn_act(), FfnAct::SwigluOai);
+    assert!(!hp.expert_weights_norm);
+    // llama.cpp's default pattern: even layers slide, odd layers attend fully
+    assert_eq!(hp.n_swa, 4);
+    assert!(hp.is_swa_layer(0));
+    assert!(!hp.is_swa_layer(1));
+    for l in &m.tensors.layers {
+        assert!(l.bo.is_some() && l.attn_sinks.is_some());
+        assert!(l.ffn_norm.name.ends_with("post_attention_norm.weight"));
+        let b = moe(l).biases.as_ref().expect("gpt-oss MoE biases");
+        assert_eq!(b.gate.dims, vec![32, 4]);
+        assert_eq!(b.down.dims, vec![32, 4]);
+        assert_eq!(b.router.dims, vec![4]);
+    }
+    // the pattern as a period or as one bool per layer; the window is required
+    let hp = spec("gpt-oss")
+        .with_kv("gpt-oss.attention.sliding_window_pattern", Value::U32(1))
+        .hparams()
+        .unwrap();
+    assert!(
+        !hp.is_swa_layer(0) && !hp.is_swa_layer(1),
+        "period 1: every layer full"
+    );
+    let hp = spec("gpt-oss")
+        .with_kv(
+            "gpt-oss.attention.sliding_window_pattern",
+            Value::Array(ArrayValue::Bool(vec![false, true])),
+        )
+        .hparams()
+        .unwrap();
+    assert!(!hp.is_swa_layer(0) && hp.is_swa_layer(1));
+    let e = spec("gpt-oss")
+        .without_kv("gpt-oss.attention.sliding_window")
+        .hparams()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ModelError::MissingKey("gpt-oss.attention.sliding_window".into())
+    );
+    // a separate rope base for the window layers is not supported
+    let e = spec("gpt-oss")
+        .with_kv("gpt-oss.rope.freq_base_swa", Value::F32(10000.0))
+        .hparams()
+        .unwrap_err();
+    assert!(matches!(e, ModelError::Unsupported(_)), "{e}");
+    // sinks and the expert biases are required
+    let mut no_sinks = spec("gpt-oss");
+    no_sinks.skip_tensors.push("blk.1.attn_sinks.weight".into());
+    assert_eq!(
+        no_sinks.load_err(),
+        ModelError::MissingTensor("blk.1.attn_sinks.weight".into())
+    );
+    let mut no_bias = spec("gpt-oss");
+    no_bias.skip_tensors.push("blk.0.ffn_down_exps.bias".into());
+    assert_eq!(
+        no_bias.load_err(),
+        ModelError::MissingTensor("blk.0.ffn_down_exps.bias".into())
+    );
 }
 
 #[test]
