@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Writes the tiny mixture-of-experts test models (scripts/gen_moe_fixtures.py: qwen3moe,
 # qwen2moe, olmoe and Mixtral-layout llama, each in F32, BF16, Q8_0, Q4_0 and Q4_1, then
-# Q4_K_M quantized from the F32 model by `sluice quantize`) into $SLUICE_FIXTURES/moe (default
-# ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe), where the tests look for them. The models
-# are not committed: they are regenerated here, byte for byte, from fixed seeds and the real
-# vocabularies that scripts/fetch_text_fixtures.sh fetches (run first). The reference logits in
+# Q4_K_M quantized from the F32 model by `sluice quantize`; gptoss in F32, BF16, Q8_0 and
+# MXFP4) into $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe),
+# where the tests look for them. The models are not committed: they are regenerated here, byte
+# for byte, from fixed seeds and the real vocabularies and chat templates that
+# scripts/fetch_text_fixtures.sh fetches (run first). The reference logits in
 # crates/engine/tests/fixtures/moe/refs record each model's SHA-256, so a generator that wrote
 # different bytes is caught by the tests; the Q4_K_M models are checked against them here.
 #
@@ -26,6 +27,7 @@ GEN=$root/scripts/gen_moe_fixtures.py
 GGUF_VERSION=0.19.0
 NUMPY_VERSION=2.4.6
 REFS=$root/crates/engine/tests/fixtures/moe/refs
+# The models that also get a Q4_K_M version (not gptoss).
 ARCHS="qwen3moe qwen2moe olmoe mixtral"
 STAMP_VERSION="moe-fixtures v2 $(sha256sum "$GEN" | cut -d' ' -f1)"
 
@@ -56,7 +58,7 @@ fi
 
 mkdir -p "$OUT"
 rm -f "$OUT/STAMP"
-"$PY" "$GEN" "$FIX/text/vocab" "$OUT"
+"$PY" "$GEN" "$FIX/text/vocab" "$FIX/text/templates" "$OUT"
 
 # Q4_K_M: sluice's quantizer, which writes what llama.cpp v0.4.0's llama_model_quantize writes
 # (docs/quantize.md). The result must have the SHA-256 its reference records.

@@ -8,6 +8,9 @@ weight types:
     qwen2moe   8 experts, top-4, sigmoid-gated shared expert, qkv bias  vocabulary: qwen2.5
     olmoe      8 experts, top-2, q/k RMSNorm over the projection        vocabulary: smollm2
     llama      8 experts, top-2 (the Mixtral layout)                    vocabulary: llama SPM
+    gpt-oss    8 experts, top-4, biased router, clamped SwiGLU with      vocabulary: qwen2.5 +
+               expert biases, attention sinks, sliding window (8) on      harmony specials
+               every other layer, YaRN RoPE
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -17,17 +20,23 @@ of ggml's activation quantization in some weight type (checked with an independe
 forward pass), the next seed was taken, since every prompt of that model would carry the outlier.
 
 Weight types written here: F32, BF16, Q8_0, Q4_0, Q4_1 (gguf-py's own quantizers, which are
-byte-identical to llama.cpp's). The router (ffn_gate_inp), the shared-expert gate and every 1-D
-tensor stay F32, as llama.cpp's quantizer leaves them.
+byte-identical to llama.cpp's). The router (ffn_gate_inp), the shared-expert gate, every bias
+and every 1-D tensor stay F32, as llama.cpp's quantizer leaves them. gpt-oss is written in F32,
+BF16, Q8_0 and MXFP4 instead: MXFP4 is the type mix of llama.cpp's MOSTLY_MXFP4_MOE (expert
+tensors MXFP4, every other quantizable 2-D weight Q8_0), which the released gpt-oss files use.
 
 Vocabularies are real ones, trimmed so that the logits of the references stay small: the first
 N tokens of the source vocabulary (for the SentencePiece one: <unk>, <s>, </s>, the 256 byte
 tokens and then the best-scored pieces, which is its id order), the BPE merges whose two parts and
-result are all kept, and the special tokens the model needs appended after them.
+result are all kept, and the special tokens the model needs appended after them. The gpt-oss
+vocabulary is the trimmed qwen2.5 one with the harmony format's special tokens added after it
+as new control tokens (the source vocabulary has none of them), <|return|> as end of sequence,
+and llama.cpp's copy of the gpt-oss chat template (models/templates/openai-gpt-oss-120b.jinja,
+from the text fixtures' template directory).
 
 The output is byte-for-byte deterministic for a given gguf (0.19.0) and numpy (2.x) version.
 
-    python3 scripts/gen_moe_fixtures.py VOCAB_DIR OUT_DIR
+    python3 scripts/gen_moe_fixtures.py VOCAB_DIR TEMPLATE_DIR OUT_DIR
 """
 
 import os
@@ -46,7 +55,10 @@ WTYPES = {
     "q8_0": (QT.Q8_0, FT.MOSTLY_Q8_0),
     "q4_0": (QT.Q4_0, FT.MOSTLY_Q4_0),
     "q4_1": (QT.Q4_1, FT.MOSTLY_Q4_1),
+    # expert tensors MXFP4, every other quantized weight Q8_0 (llama.cpp's MOSTLY_MXFP4_MOE)
+    "mxfp4": (QT.MXFP4, FT.MOSTLY_MXFP4_MOE),
 }
+DEFAULT_WTYPES = ("f32", "bf16", "q8_0", "q4_0", "q4_1")
 
 # Trimmed vocabularies: source file (in the text fixture vocab directory), number of leading
 # tokens kept, and the special tokens appended after them (looked up by text in the source).
@@ -65,6 +77,20 @@ VOCABS = {
         "file": "ggml-vocab-llama-spm.gguf",
         "keep": 1024,
         "extra": [],
+    },
+    # qwen2.5's trimmed vocabulary plus the harmony format's special tokens, which are new
+    # tokens ("new", written as CONTROL tokens after the kept ones); end of sequence <|return|>
+    # (as in the released gpt-oss files); the chat template is llama.cpp's gpt-oss one.
+    "qwen2.5-harmony": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "new": [
+            "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+            "<|return|>", "<|call|>",
+        ],
+        "eos": "<|return|>",
+        "template": "openai-gpt-oss-120b.jinja",
     },
 }
 
@@ -90,10 +116,26 @@ MODELS = {
         n_head_kv=2, head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256, tied=False,
         rope_base=1_000_000.0, rms_eps=1e-5,
     ),
+    # n_head * head_dim (512) differs from n_embd, as in the released models (64 x 64 vs 2880).
+    # Layer 0 attends through a sliding window of 8 tokens, layer 1 to everything (llama.cpp's
+    # default pattern for gpt-oss: every second layer full).
+    "gptoss": dict(
+        arch="gpt-oss", vocab="qwen2.5-harmony", seed=1007, n_layer=2, n_embd=256, n_head=8,
+        n_head_kv=2, head_dim=64, n_expert=8, n_expert_used=4, n_ff_exp=256, tied=False,
+        rope_base=150_000.0, rms_eps=1e-5, ctx=131_072, sliding_window=8,
+        yarn_factor=32.0, yarn_orig_ctx=4096, wtypes=("f32", "bf16", "q8_0", "mxfp4"),
+    ),
 }
 
 CTX = 4096
 ROUTER_SCALE = 1.5
+# gpt-oss: spread of the router bias (comparable to the router logits', so that it changes the
+# choice), and the scales of the expert projections: gate and up values reach past the clamp
+# limit 7 of the SwiGLU now and then, and down is scaled so the expert output stays near unit
+# size.
+GPTOSS_ROUTER_BIAS = 1.0
+GPTOSS_GATE_UP_SCALE = 3.0
+GPTOSS_DOWN_SCALE = 0.15
 
 
 def field(reader, key):
@@ -101,7 +143,7 @@ def field(reader, key):
     return None if f is None else f.contents()
 
 
-def trimmed_vocab(vocab_dir, name):
+def trimmed_vocab(vocab_dir, template_dir, name):
     """Returns a dict with the trimmed vocabulary's tokenizer metadata."""
     spec = VOCABS[name]
     r = gguf.GGUFReader(os.path.join(vocab_dir, spec["file"]))
@@ -123,8 +165,13 @@ def trimmed_vocab(vocab_dir, name):
         "source": spec["file"],
         "keep": n,
     }
+    for t in spec.get("new", []):
+        if t in index:
+            sys.exit(f"{t} is already in {spec['file']}")
+        out["tokens"].append(t)
+        out["token_type"].append(int(gguf.TokenType.CONTROL))
     if scores is not None:
-        out["scores"] = [float(scores[i]) for i in ids]
+        out["scores"] = [float(scores[i]) for i in ids] + [0.0] * len(spec.get("new", []))
     if merges is not None:
         kept = set(out["tokens"])
         out["merges"] = []
@@ -143,6 +190,11 @@ def trimmed_vocab(vocab_dir, name):
     tmpl = field(r, "tokenizer.chat_template")
     if tmpl is not None:
         out["chat_template"] = tmpl
+    if "eos" in spec:
+        out["eos"] = out["tokens"].index(spec["eos"])
+    if "template" in spec:
+        with open(os.path.join(template_dir, spec["template"]), encoding="utf-8") as f:
+            out["chat_template"] = f.read()
     return out
 
 
@@ -200,16 +252,78 @@ def make_weights(cfg, n_vocab):
     return w
 
 
+def make_weights_gptoss(cfg, n_vocab):
+    """The gpt-oss layout (llama.cpp's LLM_ARCH_OPENAI_MOE), in a fixed order like make_weights."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
+
+    def lin(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(shape, scale=0.1):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        w[p + "attn_q.weight"] = lin(nq, e)
+        w[p + "attn_q.bias"] = bias(nq)
+        w[p + "attn_k.weight"] = lin(nkv, e)
+        w[p + "attn_k.bias"] = bias(nkv)
+        w[p + "attn_v.weight"] = lin(nkv, e)
+        w[p + "attn_v.bias"] = bias(nkv)
+        w[p + "attn_output.weight"] = lin(e, nq)
+        w[p + "attn_output.bias"] = bias(e)
+        # One sink logit per query head, in the range of the attention scores.
+        w[p + "attn_sinks.weight"] = rng.uniform(-1.0, 2.0, cfg["n_head"]).astype(np.float32)
+        w[p + "post_attention_norm.weight"] = norm(e)
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        w[p + "ffn_gate_inp.bias"] = bias(ne, GPTOSS_ROUTER_BIAS)
+        w[p + "ffn_gate_exps.weight"] = np.stack(
+            [lin(ff, e, GPTOSS_GATE_UP_SCALE) for _ in range(ne)]
+        )
+        w[p + "ffn_gate_exps.bias"] = bias((ne, ff))
+        w[p + "ffn_up_exps.weight"] = np.stack(
+            [lin(ff, e, GPTOSS_GATE_UP_SCALE) for _ in range(ne)]
+        )
+        w[p + "ffn_up_exps.bias"] = bias((ne, ff))
+        w[p + "ffn_down_exps.weight"] = np.stack(
+            [lin(e, ff, GPTOSS_DOWN_SCALE) for _ in range(ne)]
+        )
+        w[p + "ffn_down_exps.bias"] = bias((ne, e))
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
 def keep_f32(name, arr):
     return (
         arr.ndim < 2
         or name.endswith("ffn_gate_inp.weight")
         or name.endswith("ffn_gate_inp_shexp.weight")
+        or name.endswith(".bias")
     )
 
 
+def tensor_type(name, arr, wtype):
+    """The type a weight is written in for the weight type wtype."""
+    qt = WTYPES[wtype][0]
+    if qt == QT.F32 or keep_f32(name, arr):
+        return QT.F32
+    if qt == QT.MXFP4:
+        return QT.MXFP4 if name.endswith("_exps.weight") else QT.Q8_0
+    return qt
+
+
 def write_model(path, key, cfg, vocab, weights, wtype):
-    qt, ftype = WTYPES[wtype]
+    ftype = WTYPES[wtype][1]
     arch = cfg["arch"]
     w = gguf.GGUFWriter(path, arch)
     w.add_type("model")
@@ -218,13 +332,13 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     n_vocab = len(vocab["tokens"])
     w.add_vocab_size(n_vocab)
-    w.add_context_length(CTX)
+    w.add_context_length(cfg.get("ctx", CTX))
     w.add_embedding_length(cfg["n_embd"])
     w.add_block_count(cfg["n_layer"])
     w.add_feed_forward_length(cfg["n_ff_exp"])
     w.add_head_count(cfg["n_head"])
     w.add_head_count_kv(cfg["n_head_kv"])
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "gpt-oss"):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
@@ -232,10 +346,15 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_rope_dimension_count(cfg["head_dim"])
     w.add_expert_count(cfg["n_expert"])
     w.add_expert_used_count(cfg["n_expert_used"])
-    if arch in ("qwen3moe", "qwen2moe"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss"):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     if arch == "qwen2moe":
         w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
+    if arch == "gpt-oss":
+        w.add_sliding_window(cfg["sliding_window"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(cfg["yarn_factor"])
+        w.add_rope_scaling_orig_ctx_len(cfg["yarn_orig_ctx"])
 
     w.add_tokenizer_model(vocab["model"])
     w.add_tokenizer_pre(vocab["pre"])
@@ -264,7 +383,8 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_chat_template(vocab["chat_template"])
 
     for name, arr in weights.items():
-        if qt == QT.F32 or keep_f32(name, arr):
+        qt = tensor_type(name, arr, wtype)
+        if qt == QT.F32:
             w.add_tensor(name, arr)
         else:
             w.add_tensor(name, gguf.quants.quantize(arr, qt), raw_dtype=qt)
@@ -275,17 +395,18 @@ def write_model(path, key, cfg, vocab, weights, wtype):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 4:
         sys.exit(__doc__)
-    vocab_dir, out_dir = sys.argv[1], sys.argv[2]
+    vocab_dir, template_dir, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(out_dir, exist_ok=True)
     vocabs = {}
     for key, cfg in MODELS.items():
         if cfg["vocab"] not in vocabs:
-            vocabs[cfg["vocab"]] = trimmed_vocab(vocab_dir, cfg["vocab"])
+            vocabs[cfg["vocab"]] = trimmed_vocab(vocab_dir, template_dir, cfg["vocab"])
         vocab = vocabs[cfg["vocab"]]
-        weights = make_weights(cfg, len(vocab["tokens"]))
-        for wtype in WTYPES:
+        make = make_weights_gptoss if cfg["arch"] == "gpt-oss" else make_weights
+        weights = make(cfg, len(vocab["tokens"]))
+        for wtype in cfg.get("wtypes", DEFAULT_WTYPES):
             path = os.path.join(out_dir, f"{key}-{wtype}.gguf")
             tmp = path + ".tmp"
             write_model(tmp, key, cfg, vocab, weights, wtype)

@@ -13,10 +13,12 @@
 //       (argmax, lowest id on ties; decoding continues past end-of-generation tokens), the gap
 //       between the two largest logits at each greedy step, and the routing margin: the
 //       smallest difference between the k-th and (k+1)-th largest router probability over
-//       every layer and token (softmax of the ffn_moe_logits graph nodes in a second, separate
-//       run of the same tokens so that the callback cannot touch the reference numbers), for
-//       the prompt and for each decode call that produced a greedy token (the first one is the
-//       prompt's).
+//       every layer and token (softmax of the router logits the top-k choice is made on: the
+//       ffn_moe_logits graph node, or, where the router has a bias as gpt-oss's, the node that
+//       adds the bias to it, whose name the graph overwrites with ffn_moe_probs; in a second,
+//       separate run of the same tokens so that the callback cannot touch the reference
+//       numbers), for the prompt and for each decode call that produced a greedy token (the
+//       first one is the prompt's).
 //
 // Settings: KV cache F32, flash attention off, one thread, context and batch sized to fit.
 // The environment variable GGML_BACKEND_DIR names the directory of the CPU backend libraries.
@@ -30,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,10 +52,52 @@ struct RouteStats {
     float min_margin = INFINITY;  // over everything seen
     std::vector<float> per_decode;  // the smallest margin of each llama_decode call
     std::vector<float> buf;
+    // The current llama_decode call's smallest margin per layer, and whether it was measured on
+    // the biased router logits (which then replace the unbiased ones of that layer).
+    std::map<int, std::pair<bool, float>> layers;
+
+    // Folds the finished llama_decode call's layers into the totals.
+    void end_decode() {
+        for (const auto & [il, v] : layers) {
+            min_margin = std::min(min_margin, v.second);
+            if (!per_decode.empty()) {
+                per_decode.back() = std::min(per_decode.back(), v.second);
+            }
+        }
+        layers.clear();
+    }
 };
 
+// The layer of a node named exactly "ffn_moe_logits-<il>" (not a view such as
+// "... (reshaped)"); -1 otherwise.
+int logits_layer(const char * name) {
+    int il = -1;
+    int end = 0;
+    if (sscanf(name, "ffn_moe_logits-%d%n", &il, &end) == 1 && name[end] == '\0') {
+        return il;
+    }
+    return -1;
+}
+
+// The layer of a router-logits node: the router's product "ffn_moe_logits-<il>", or the sum of
+// it and the router bias (biased), which the top-k choice then ranks; -1 otherwise.
+int router_layer(const struct ggml_tensor * t, bool * biased) {
+    int il = logits_layer(t->name);
+    if (il >= 0) {
+        *biased = false;
+        return il;
+    }
+    if (t->op == GGML_OP_ADD && t->src[0] != nullptr && (il = logits_layer(t->src[0]->name)) >= 0) {
+        *biased = true;
+        return il;
+    }
+    return -1;
+}
+
 bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
-    const bool wanted = strncmp(t->name, "ffn_moe_logits", 14) == 0;
+    bool biased = false;
+    const int il = router_layer(t, &biased);
+    const bool wanted = il >= 0;
     if (ask) {
         return wanted;
     }
@@ -69,6 +114,7 @@ bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
     st->buf.resize(ggml_nelements(t));
     ggml_backend_tensor_get(t, st->buf.data(), 0, ggml_nbytes(t));
     std::vector<double> row(n_exp);
+    float layer_min = INFINITY;
     for (int64_t i = 0; i < n_tok; i++) {
         // softmax in double precision, then the gap between the k-th and (k+1)-th probability
         const float * x = st->buf.data() + i * n_exp;
@@ -83,10 +129,11 @@ bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
         }
         std::sort(row.begin(), row.end(), std::greater<double>());
         const float m = (float) (row[st->k - 1] - row[st->k]);
-        st->min_margin = std::min(st->min_margin, m);
-        if (!st->per_decode.empty()) {
-            st->per_decode.back() = std::min(st->per_decode.back(), m);
-        }
+        layer_min = std::min(layer_min, m);
+    }
+    auto it = st->layers.find(il);
+    if (it == st->layers.end() || biased || !it->second.first) {
+        st->layers[il] = {biased, layer_min};
     }
     return true;
 }
@@ -222,14 +269,17 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
         if (k_used > 0) {
             ctx = make_ctx(model, n_ctx, route_cb, &prompt_st);
             decode(ctx, b, toks.data(), nt, 0);
+            prompt_st.end_decode();
             llama_free(ctx);
             ctx = make_ctx(model, n_ctx, route_cb, &all_st);
             all_st.per_decode.push_back(INFINITY);
             decode(ctx, b, toks.data(), nt, 0);
+            all_st.end_decode();
             for (int g = 0; g + 1 < n_gen; g++) {
                 llama_token t = greedy[g];
                 all_st.per_decode.push_back(INFINITY);
                 decode(ctx, b, &t, 1, nt + g);
+                all_st.end_decode();
             }
             llama_free(ctx);
         } else {

@@ -2,17 +2,21 @@
 # Regenerates the llama.cpp reference data of the MoE forward-pass fixtures
 # (crates/engine/tests/fixtures/moe/refs/*.gguf).
 #
-#  1. scripts/fetch_moe_fixtures.sh writes the F32/BF16/Q8_0/Q4_0/Q4_1 models into the fixture
-#     cache ($SLUICE_FIXTURES/moe), and the Q4_K_M models quantized from the F32 ones by
-#     `sluice quantize` (not checked against the references there, since these are remade here).
+#  1. scripts/fetch_moe_fixtures.sh writes the F32/BF16/Q8_0/Q4_0/Q4_1 models (gptoss:
+#     F32/BF16/Q8_0/MXFP4) into the fixture cache ($SLUICE_FIXTURES/moe), and the Q4_K_M models
+#     quantized from the F32 ones by `sluice quantize` (not checked against the references
+#     there, since these are remade here).
 #  2. scripts/gen_moe_refs.cpp is compiled against the prebuilt llama.cpp of node-llama-cpp
-#     3.21.1 (llama.cpp release v0.4.0; see scripts/llamacpp-npm.sh). Cross-check: llama.cpp's
-#     llama_model_quantize quantizes each F32 model to Q4_K_M too, and the script fails unless
-#     the SHA-256 equals that of sluice's file. With QUANT_CROSSCHECK=all, every file type
-#     `sluice quantize` supports is cross-checked that way, on the F32 and BF16 models.
-#  3. Prompt choice: every candidate prompt below runs through all six models of an architecture;
-#     among those of at least 4 tokens and not in EXCLUDE, the three whose smallest routing
-#     margin over the six models is largest are kept (ties: earlier candidate first).
+#     3.21.1 (llama.cpp release v0.4.0; see scripts/llamacpp-npm.sh). Cross-check (the archs of
+#     KQUANT_ARCHS): llama.cpp's llama_model_quantize quantizes each F32 model to Q4_K_M too,
+#     and the script fails unless the SHA-256 equals that of sluice's file. With
+#     QUANT_CROSSCHECK=all, every file type `sluice quantize` supports is cross-checked that
+#     way, on the F32 and BF16 models.
+#  3. Prompt choice: every candidate prompt below runs through all models of an architecture
+#     (every weight type of TYPES); among those of at least 4 tokens and not in EXCLUDE, the
+#     three whose smallest routing margin over those models is largest are kept (ties: earlier
+#     candidate first). Where LONG names a length, one of the three must have at least that
+#     many tokens: if none has, the third is replaced by the best candidate that long.
 #  4. For every model: the logits of every prompt position, 32 greedy tokens and the margins,
 #     packed with gguf-py into refs/<model>.gguf (see crates/engine/tests/fixtures/moe/README.md).
 #
@@ -26,8 +30,21 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen2moe olmoe mixtral"
-TYPES="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
+ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss"
+# The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
+KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral"
+# Weight types per architecture.
+declare -A TYPES=(
+    [qwen3moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
+    [qwen2moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
+    [olmoe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
+    [mixtral]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
+    [gptoss]="f32 bf16 q8_0 mxfp4"
+)
+# Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
+# attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose
+# window leaves earlier tokens out, so the prompt logits themselves cross the window.
+declare -A LONG=([gptoss]=10)
 N_GEN=32
 
 CANDIDATES=(
@@ -96,11 +113,13 @@ CANDIDATES=(
 # that llama.cpp's f32 arithmetic lands on one side and an exact one on the other: an outlier
 # of 1e-3 to 2e-1 that no engine can be asked to reproduce. qwen2moe was not checked (no
 # independent forward pass for it); qwen3moe's chosen prompts were checked and are clean.
+# gptoss: every candidate checked in F32, BF16, Q8_0 and MXFP4; 41 of 56 left out (38 for BF16).
 declare -A EXCLUDE=(
     [qwen3moe]=""
     [qwen2moe]=""
     [olmoe]="Hello world! The quick brown fox|Once upon a time|for i in range(10):|I like green tea.|What is 2 + 2?|Good morning, everyone.|print(x)|She said hello.|the end|Water boils at 100 degrees.|x = y * 3|My name is Sam.|Open the door, please.|Blue sky, green grass|It was late.|One, two, three, four|The sun is hot.|Dogs like to run.|Let me think about it.|We went home early.|The tree is tall.|What time is it?|print('hi')|This is a test.|List of items:|while True: pass|Red, green and blue|Time to go home.|Add salt and pepper.|Numbers: 1, 2, 3|Thank you very much.|Write a short poem."
     [mixtral]="Hello world! The quick brown fox|The capital of France is|I like green tea.|Good morning, everyone.|A cat sat on the mat.|import numpy as np|int main() {|She said hello.|Water boils at 100 degrees.|Rain again today|My name is Sam.|Open the door, please.|Blue sky, green grass|It was late.|The sun is hot.|if (a > b) return a;|Tea or coffee?|The tree is tall.|What time is it?|This is a test.|Please sit down.|He reads books.|Snow fell all night.|Call me tomorrow.|The box is empty.|Red, green and blue|A new day begins.|Keep it simple.|Read the manual first.|Numbers: 1, 2, 3|Thank you very much.|Fish swim in water.|Write a short poem."
+    [gptoss]="Hello world! The quick brown fox|def add(a, b):|for i in range(10):|I like green tea.|Good morning, everyone.|print(x)|A cat sat on the mat.|import numpy as np|int main() {|She said hello.|Water boils at 100 degrees.|Rain again today|x = y * 3|My name is Sam.|Blue sky, green grass|It was late.|One, two, three, four|The sun is hot.|Dogs like to run.|if (a > b) return a;|Tea or coffee?|Let me think about it.|We went home early.|The tree is tall.|See you soon!|print('hi')|This is a test.|Birds can fly.|Please sit down.|Snow fell all night.|while True: pass|Red, green and blue|Time to go home.|A new day begins.|Add salt and pepper.|Read the manual first.|Numbers: 1, 2, 3|Thank you very much.|The train is late.|Fish swim in water.|Write a short poem."
 )
 
 SLUICE_MOE_NO_REF_CHECK=1 bash "$root/scripts/fetch_moe_fixtures.sh"
@@ -138,12 +157,12 @@ same_sha() {  # name, llama.cpp's file, sluice's file
     fi
     echo "# $1: llama.cpp and sluice quantize agree ($l)" >&2
 }
-for a in $ARCHS; do
+for a in $KQUANT_ARCHS; do
     run quantize "$MODELS/$a-f32.gguf" "$work/$a-q4_k_m.llama.gguf" 15 > "$work/log/quantize-$a.log" 2>&1
     same_sha "$a-q4_k_m" "$work/$a-q4_k_m.llama.gguf" "$MODELS/$a-q4_k_m.gguf"
 done
 if [ "${QUANT_CROSSCHECK:-}" = all ]; then
-    for a in $ARCHS; do
+    for a in $KQUANT_ARCHS; do
         for src in f32 bf16; do
             for t in "${!FTYPE[@]}"; do
                 run quantize "$MODELS/$a-$src.gguf" "$work/x.llama.gguf" "${FTYPE[$t]}" > "$work/log/x.log" 2>&1
@@ -158,29 +177,35 @@ fi
 cand_args=()
 for p in "${CANDIDATES[@]}"; do cand_args+=(-p "$p"); done
 for a in $ARCHS; do
-    for t in $TYPES; do
+    for t in ${TYPES[$a]}; do
         run ref "$MODELS/$a-$t.gguf" "$work/cand-$a-$t.json" -n "$N_GEN" "${cand_args[@]}" \
             > "$work/log/cand-$a-$t.log" 2>&1
     done
-    mapfile -t chosen < <("$PY" - "$work" "$a" "$TYPES" "${EXCLUDE[$a]}" "${CANDIDATES[@]}" <<'PY'
+    mapfile -t chosen < <("$PY" - "$work" "$a" "${TYPES[$a]}" "${EXCLUDE[$a]:-}" "${LONG[$a]:-0}" "${CANDIDATES[@]}" <<'PY'
 import json, sys
-work, arch, types, cands = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[5:]
+work, arch, types, cands = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[6:]
 excluded = set(x for x in sys.argv[4].split("|") if x)
+long_len = int(sys.argv[5])
 worst = [float("inf")] * len(cands)
 short = [False] * len(cands)
+n_tok = [0] * len(cands)
 for t in types:
     with open(f"{work}/cand-{arch}-{t}.json") as f:
         for i, p in enumerate(json.load(f)["prompts"]):
             worst[i] = min(worst[i], p["route_margin_prompt"])
             short[i] = len(p["tokens"]) < 4 or cands[i] in excluded
-order = sorted(range(len(cands)), key=lambda i: (short[i], -worst[i], i))[:3]
+            n_tok[i] = len(p["tokens"])
+ranked = sorted(range(len(cands)), key=lambda i: (short[i], -worst[i], i))
+order = ranked[:3]
+if long_len and not any(n_tok[i] >= long_len for i in order):
+    order = order[:2] + [next(i for i in ranked if not short[i] and n_tok[i] >= long_len)]
 for i in sorted(order):
     print(cands[i])
 PY
 )
     args=()
     for p in "${chosen[@]}"; do args+=(-p "$p"); done
-    for t in $TYPES; do
+    for t in ${TYPES[$a]}; do
         m=$a-$t
         run ref "$MODELS/$m.gguf" "$work/$m.json" -n "$N_GEN" "${args[@]}" > "$work/log/ref-$m.log" 2>&1
         "$PY" - "$MODELS/$m.gguf" "$work/$m.json" "$REFS/$m.gguf" "$N_GEN" "${chosen[@]}" <<'PY'
@@ -233,8 +258,12 @@ for i, p in enumerate(ref["prompts"]):
 PY
     done
 done | tee "$work/summary.tsv"
-# llama.cpp's loading log of one model per architecture, for the record.
+# llama.cpp's loading log of one model per architecture, for the record (gptoss: MXFP4).
 for a in $ARCHS; do
-    echo "== $a-f32.gguf"; grep -iE "warn|error|print_info: (arch|n_vocab|n_expert|vocab type|model type)" "$work/log/ref-$a-f32.log" || true
+    m=$a-f32
+    [ "$a" = gptoss ] && m=$a-mxfp4
+    echo "== $m.gguf"
+    grep -iE "warn|error|special_eog_ids|setting token|SWA cache|is_swa =|print_info: (arch|file type|n_vocab|n_expert|vocab type|model type|n_swa|is_swa_any|rope|freq_|n_ctx_orig_yarn|n_ctx_train|[A-Z]+ token)" \
+        "$work/log/ref-$m.log" | awk '!seen[$0]++' || true
 done
 echo "wrote $REFS"
