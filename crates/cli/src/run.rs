@@ -713,7 +713,10 @@ pub fn run(opts: &Options) -> Result<()> {
     // the rest), and the cycle of one token's experts.
     let layout = match &opened.layout {
         Some(l) => Some(l.clone()),
-        None => store::ExpertLayout::from_gguf(&file).ok().flatten(),
+        None => store::ExpertLayout::from_gguf(&file)
+            .ok()
+            .flatten()
+            .map(store::ExpertLayout::without_biases),
     };
     let expert_tensors: std::collections::HashSet<String> = layout
         .iter()

@@ -1242,6 +1242,8 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
             None
         }),
     };
+    // The engine keeps the experts' biases resident (gpt-oss): only the matrices stream.
+    let layout = layout.map(ExpertLayout::without_biases);
     let mut decision = args.decide(&file, layout.as_ref());
     if let Some(why) = why_not {
         decision.why = why;

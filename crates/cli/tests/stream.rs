@@ -46,11 +46,14 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "qwen2moe-q8_0.gguf",
         "olmoe-q4_0.gguf",
         "mixtral-bf16.gguf",
+        "gptoss-mxfp4.gguf",
     ] {
         let m = moe_fixture(f);
         let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);
         let mut combos = vec![
             vec!["--moe-stream", "on", "--cache-mb", "0", "--overlap"],
+            // a cache that holds part of the experts (every fixture's experts exceed 1 MiB)
+            vec!["--moe-stream", "on", "--cache-mb", "1", "--force-cache"],
             vec![
                 "--moe-stream",
                 "on",

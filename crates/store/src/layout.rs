@@ -62,7 +62,8 @@ impl PartKind {
             .map_or("", |(_, n)| n)
     }
 
-    fn is_bias(self) -> bool {
+    /// True for the bias parts.
+    pub fn is_bias(self) -> bool {
         matches!(
             self,
             PartKind::GateBias | PartKind::UpBias | PartKind::GateUpBias | PartKind::DownBias
@@ -280,6 +281,25 @@ impl ExpertLayout {
             layers,
             dense_bytes,
         }))
+    }
+
+    /// The layout with the experts' bias tensors moved to the dense side: an engine that keeps
+    /// the (small) biases resident streams only the weight matrices, so the slots, the token
+    /// cycle and the reads count only those, and the biases are loaded with the dense weights.
+    pub fn without_biases(mut self) -> ExpertLayout {
+        for l in &mut self.layers {
+            let moved: u64 = l
+                .parts
+                .iter()
+                .filter(|p| p.kind.is_bias())
+                .map(|p| p.stride * u64::from(self.n_expert))
+                .sum();
+            l.parts.retain(|p| !p.kind.is_bias());
+            l.expert_bytes = l.parts.iter().map(|p| p.stride).sum();
+            l.dense_bytes += moved;
+            self.dense_bytes += moved;
+        }
+        self
     }
 
     /// The experts of `layer`, if it is a MoE layer.

@@ -146,6 +146,20 @@ fn fused_layout_with_biases() {
             );
         }
     }
+    // Without the biases (an engine that keeps them resident): only the matrices stream, and
+    // the biases' bytes count as dense.
+    let dense_before = l.dense_bytes;
+    let w = l.clone().without_biases();
+    let layer = &w.layers[0];
+    let kinds: Vec<PartKind> = layer.parts.iter().map(|p| p.kind).collect();
+    assert_eq!(kinds, [PartKind::GateUp, PartKind::Down]);
+    assert_eq!(layer.expert_bytes, (96 + 48) * 4);
+    assert_eq!(w.dense_bytes, dense_before + (12 + 8) * 4 * 3);
+    assert_eq!(
+        layer.dense_bytes,
+        l.layers[0].dense_bytes + (12 + 8) * 4 * 3
+    );
+    assert_eq!(w.token_cycle_bytes(), 2 * (96 + 48) * 4);
 }
 
 #[test]
