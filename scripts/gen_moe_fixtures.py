@@ -18,6 +18,7 @@ versions of the F32 file (K-quants need rows of a multiple of 256).
 Seeds: where a seed's model put an activation of the first (BOS) position on a rounding boundary
 of ggml's activation quantization in some weight type (checked with an independent float64
 forward pass), the next seed was taken, since every prompt of that model would carry the outlier.
+gpt-oss adds no BOS, so the rule has no shared position to check: it has the next unused seed.
 
 Weight types written here: F32, BF16, Q8_0, Q4_0, Q4_1 (gguf-py's own quantizers, which are
 byte-identical to llama.cpp's). The router (ffn_gate_inp), the shared-expert gate, every bias
@@ -94,7 +95,7 @@ VOCABS = {
     },
 }
 
-# Model shapes. head_dim * n_head is 256 for every model.
+# Model shapes. head_dim * n_head is 256 for every model but gptoss (512).
 MODELS = {
     "qwen3moe": dict(
         arch="qwen3moe", vocab="qwen2.5", seed=1001, n_layer=2, n_embd=256, n_head=4,
