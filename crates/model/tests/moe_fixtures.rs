@@ -275,3 +275,60 @@ fn every_reference_was_computed_from_the_generated_model() {
     }
     assert_eq!(checked, 24);
 }
+
+/// The gpt-oss model and its four weight types (the experts' type; the other matrices are
+/// Q8_0 in the MXFP4 file, as llama.cpp's MXFP4_MOE mix makes them).
+const GPTOSS_TYPES: [(&str, GgmlType); 4] = [
+    ("f32", GgmlType::F32),
+    ("bf16", GgmlType::BF16),
+    ("q8_0", GgmlType::Q8_0),
+    ("mxfp4", GgmlType::MXFP4),
+];
+
+#[test]
+fn the_gpt_oss_model_has_its_window_sinks_biases_and_yarn() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in GPTOSS_TYPES {
+        let path = model_path(&dir, &format!("gptoss-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch(), Arch::GptOss, "{what}");
+        assert_eq!(
+            (hp.n_vocab, hp.n_embd, hp.n_layer),
+            (1034, 256, 2),
+            "{what}"
+        );
+        assert_eq!(hp.n_head.uniform(), Some(8), "{what}");
+        assert_eq!(hp.n_head_kv.uniform(), Some(2), "{what}");
+        assert_eq!(hp.n_embd_q(0), 512, "{what}: q wider than n_embd");
+        assert_eq!(
+            (hp.n_expert, hp.n_expert_used.uniform()),
+            (8, Some(4)),
+            "{what}"
+        );
+        assert_eq!(hp.n_ff_exp.uniform(), Some(256), "{what}");
+        assert_eq!(hp.n_swa, 8, "{what}");
+        assert_eq!(hp.swa_layers, vec![true, false], "{what}");
+        assert_eq!(hp.rope.scaling, model::RopeScalingType::Yarn, "{what}");
+        assert_eq!(hp.rope.freq_scale, 1.0 / 32.0, "{what}");
+        assert_eq!(hp.rope.n_ctx_orig, 4096, "{what}");
+        assert_eq!(hp.rope.freq_base, 150_000.0, "{what}");
+        assert!(!m.tensors.output_tied, "{what}");
+        for layer in &m.tensors.layers {
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: a dense layer");
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert!(moe.biases.is_some(), "{what}: expert biases");
+            assert!(layer.attn_sinks.is_some() && layer.bo.is_some(), "{what}");
+        }
+        let r = refs_dir().join(format!("gptoss-{wtype}.gguf"));
+        assert!(
+            check_ref(&r, &dir),
+            "{HINT} (model of {} not found)",
+            r.display()
+        );
+    }
+}
