@@ -1778,3 +1778,29 @@ fn each_request_thinks_as_it_asks() {
         s.close(false);
     }
 }
+
+/// gpt-oss's own template (the harmony format, llama.cpp's copy of it in the gpt-oss fixture)
+/// has no switch for reasoning: the session reports `think_ctl` `prefill`, and a request with
+/// `think: false` gets the prompt `tokenize --chatml --no-think` renders — the analysis channel
+/// opened and closed, the final channel opened — while `think: true` gets the plain one.
+#[test]
+fn gpt_oss_skips_reasoning_by_prefilling_the_harmony_channels() {
+    let m = testdata::fixtures_root().join("moe/gptoss-mxfp4.gguf");
+    let mp = m.to_str().unwrap();
+    let on = token_ids(&["-m", mp, "--chatml", "Hi"]);
+    let off = token_ids(&["-m", mp, "--chatml", "--no-think", "Hi"]);
+    // the prefill is appended, in harmony tokens: <|channel|> (1030), <|message|> (1029),
+    // <|end|> (1028), <|start|> (1027)
+    assert_eq!(off[..on.len()], on[..]);
+    for special in [1027, 1028, 1029, 1030] {
+        assert!(off[on.len()..].contains(&special), "{off:?}");
+    }
+    let mut s = Session::start(&m, &with(CHAT, &["-n", "2"]));
+    assert_eq!(s.ready["think_ctl"], "prefill");
+    assert_eq!(s.ready["arch"], "gpt-oss");
+    for (think, want) in [(false, off.len()), (true, on.len())] {
+        let t = s.generate(&json!({"cmd": "generate", "id": 1, "prompt": "Hi", "think": think}));
+        assert_eq!(t.num("n_prompt"), want as u64, "think {think}: {}", t.done);
+    }
+    s.close(false);
+}
