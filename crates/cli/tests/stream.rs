@@ -88,6 +88,21 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         for extra in combos {
             assert!(resident == logits(&m, dir.path(), &extra), "{f} {extra:?}");
         }
+        // Greedy decoding too (16 positions: past gpt-oss's sliding window of 8), through an
+        // evicting cache with the reads overlapped.
+        let resident = run(&m, &["--moe-stream", "off"]);
+        let streamed = run(
+            &m,
+            &[
+                "--moe-stream",
+                "on",
+                "--cache-mb",
+                "1",
+                "--force-cache",
+                "--overlap",
+            ],
+        );
+        assert_eq!(answer(&streamed), answer(&resident), "{f}");
     }
 }
 
