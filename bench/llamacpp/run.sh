@@ -29,6 +29,8 @@
 #   OURS_PREFETCH  on and/or off: our software prefetch of weight rows (default: on,off)
 #   OURS_MULTI_ROW on and/or off: our multi-row kernels where the kernel table has them
 #                  (default: on; off computes every row with the single-row kernel)
+#   OURS_ORDER     summation order of our kernels: vecdot, repacked or tinyblas
+#                  (matvec_bench --order; default: vecdot)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -45,6 +47,7 @@ ALT_MODES="${ALT_MODES:-plain,repack,plain-cold,repack-cold}"
 OURS_MODES="${OURS_MODES:-hot,cold}"
 OURS_PREFETCH="${OURS_PREFETCH:-on,off}"
 OURS_MULTI_ROW="${OURS_MULTI_ROW:-on}"
+OURS_ORDER="${OURS_ORDER:-vecdot}"
 
 # shellcheck source=../../scripts/llamacpp-npm.sh
 . "$repo/scripts/llamacpp-npm.sh"
@@ -71,7 +74,8 @@ for round in $(seq 1 "$ROUNDS"); do
             rows="${s%x*}"
             cols="${s#*x}"
             "$ours" --types "$t" --shapes "$s" --threads "$THREADS" --min-time "$MIN_TIME" \
-                --modes "$OURS_MODES" --prefetch "$OURS_PREFETCH" --multi-row "$OURS_MULTI_ROW" | tee -a raw.tsv ||
+                --modes "$OURS_MODES" --prefetch "$OURS_PREFETCH" --multi-row "$OURS_MULTI_ROW" \
+                --order "$OURS_ORDER" | tee -a raw.tsv ||
                 echo "# ours: no result for $t $s" | tee -a raw.tsv >&2
             for v in $VARIANTS; do
                 vopt=(--modes "$MODES")
