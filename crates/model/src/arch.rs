@@ -158,7 +158,7 @@ impl Arch {
 
     /// True when `output.weight` must be present; otherwise it falls back to `token_embd.weight`.
     pub fn output_required(self) -> bool {
-        matches!(self, Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss)
+        matches!(self, Arch::Qwen2Moe | Arch::Olmoe)
     }
 
     /// True when the MoE layers carry one always-on shared expert with a sigmoid gate.

@@ -458,6 +458,11 @@ fn gpt_oss_has_sinks_biases_and_alternating_windows() {
         .hparams()
         .unwrap_err();
     assert!(matches!(e, ModelError::Unsupported(_)), "{e}");
+    // without output.weight the head is tied to the embedding, as the file says
+    let mut tied = spec("gpt-oss");
+    tied.tied = true;
+    let (_d, f) = tied.open();
+    assert!(Model::from_gguf(&f).unwrap().tensors.output_tied);
     // sinks and the expert biases are required
     let mut no_sinks = spec("gpt-oss");
     no_sinks.skip_tensors.push("blk.1.attn_sinks.weight".into());
