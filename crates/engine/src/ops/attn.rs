@@ -559,9 +559,15 @@ fn attend_head(
     };
     let tiny_k = layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8);
     let mut buf = Vec::new();
-    let mut scores = vec![f32::NEG_INFINITY; n_vis];
+    // Cells before a sliding window are masked: their probabilities are exact zeros, which
+    // add nothing to any sum. Whole groups of SKIP_ALIGN of them are left out of the work;
+    // the ones after `skip` keep their positions modulo SKIP_ALIGN, and so their lanes and
+    // accumulators in every sum, which are periodic in 8 (softmax, tinyBLAS) and 32 (vec_dot).
+    let skip = first - first % SKIP_ALIGN;
+    let mut scores = vec![f32::NEG_INFINITY; n_vis - skip];
     let kw = cache.n_head_kv * hd;
-    for (t, s) in scores.iter_mut().enumerate().skip(first) {
+    for (j, s) in scores.iter_mut().enumerate().skip(first - skip) {
+        let t = skip + j;
         let krow = cache.k[layer].row(t * kw + kvh * hd, hd, &mut buf);
         *s = if tiny_k {
             dot_tinyblas(krow, &qv)
@@ -569,8 +575,8 @@ fn attend_head(
             dot_ggml(krow, &qv)
         };
     }
-    let mut probs = vec![0f32; n_vis];
-    softmax_visible(&scores, scale, row_len, sink, &mut probs);
+    let mut probs = vec![0f32; n_vis - skip];
+    softmax_visible(&scores, scale, row_len - skip, sink, &mut probs);
     if f16_cache {
         for p in &mut probs {
             *p = f16::from_f32(*p).to_f32();
@@ -578,7 +584,8 @@ fn attend_head(
     }
     let tiny_v = layout == Layout::Gemm && row_len.is_multiple_of(8);
     for (d, o) in out.iter_mut().enumerate() {
-        let vrow = cache.v[layer].row((kvh * hd + d) * cache.n_ctx, n_vis, &mut buf);
+        let start = (kvh * hd + d) * cache.n_ctx + skip;
+        let vrow = cache.v[layer].row(start, n_vis - skip, &mut buf);
         *o = if tiny_v {
             dot_tinyblas(vrow, &probs)
         } else {
@@ -586,6 +593,10 @@ fn attend_head(
         };
     }
 }
+
+/// Masked cells before a sliding window are skipped in whole groups of this many: the period
+/// of every summation layout the attention uses.
+const SKIP_ALIGN: usize = 32;
 
 /// Dot product with the accumulation layout of ggml's AVX2 `vec_dot_f32`/`vec_dot_f16`:
 /// four 8-lane f32 accumulators, element `i` fused-multiply-added into accumulator
@@ -771,6 +782,84 @@ mod tests {
         assert_eq!(c.row_len(257), 300); // capped at the cache size
         let small = KvCache::new(KvType::F32, 1, 20, 1, 8).unwrap();
         assert_eq!(small.row_len(3), 20);
+    }
+
+    /// The masked cells before a sliding window left out of the work give the bits of the
+    /// whole row with the masked cells in it (as llama.cpp computes it).
+    #[test]
+    fn skipping_the_masked_cells_changes_no_bit() {
+        let (n_kv, hd, n_ctx) = (2, 64, 600);
+        let mut seed = 0x9e37_79b9_u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        };
+        for ty in [KvType::F32, KvType::F16] {
+            let mut c = KvCache::new(ty, 1, n_ctx, n_kv, hd).unwrap();
+            for t in 0..n_ctx {
+                let k: Vec<f32> = (0..n_kv * hd).map(|_| rnd()).collect();
+                let v: Vec<f32> = (0..n_kv * hd).map(|_| rnd()).collect();
+                c.store(0, t, &k, &v).unwrap();
+            }
+            let q: Vec<f32> = (0..hd).map(|_| rnd()).collect();
+            for (n_vis, first) in [(300, 172), (300, 160), (300, 1), (555, 427), (40, 33)] {
+                for layout in [Layout::Gemv, Layout::Gemm] {
+                    for sink in [None, Some(0.7f32)] {
+                        let job = HeadJob {
+                            kvh: 1,
+                            first,
+                            n_vis,
+                            row_len: c.row_len(n_vis),
+                            layout,
+                            sink,
+                        };
+                        let mut got = vec![0f32; hd];
+                        attend_head(&c, 0, &job, &q, 0.125, &mut got);
+                        // the whole row, masked cells included
+                        let f16c = ty == KvType::F16;
+                        let qv: Vec<f32> = if f16c {
+                            q.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
+                        } else {
+                            q.clone()
+                        };
+                        let tiny_k = layout == Layout::Gemm && f16c;
+                        let mut buf = Vec::new();
+                        let mut scores = vec![f32::NEG_INFINITY; n_vis];
+                        for (t, sc) in scores.iter_mut().enumerate().skip(first) {
+                            let krow = c.k[0].row(t * n_kv * hd + hd, hd, &mut buf);
+                            *sc = if tiny_k {
+                                dot_tinyblas(krow, &qv)
+                            } else {
+                                dot_ggml(krow, &qv)
+                            };
+                        }
+                        let mut probs = vec![0f32; n_vis];
+                        softmax_visible(&scores, 0.125, job.row_len, sink, &mut probs);
+                        if f16c {
+                            for p in &mut probs {
+                                *p = f16::from_f32(*p).to_f32();
+                            }
+                        }
+                        let tiny_v = layout == Layout::Gemm && job.row_len.is_multiple_of(8);
+                        for (d, &g) in got.iter().enumerate() {
+                            let vrow = c.v[0].row((hd + d) * n_ctx, n_vis, &mut buf);
+                            let want = if tiny_v {
+                                dot_tinyblas(vrow, &probs)
+                            } else {
+                                dot_ggml(vrow, &probs)
+                            };
+                            assert_eq!(
+                                g.to_bits(),
+                                want.to_bits(),
+                                "{ty:?} {layout:?} n_vis {n_vis} first {first} dim {d}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
