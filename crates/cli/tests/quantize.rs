@@ -240,3 +240,37 @@ fn help_explains_every_flag() {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
 }
+
+/// `--type MXFP4_MOE` of the gpt-oss fixture's F32 model gives every tensor the type and the
+/// bytes of the MXFP4 fixture (written by gguf-py 0.19.0's quantizer; the fixtures README
+/// records that llama.cpp v0.4.0's `llama_model_quantize` to this file type gives the same):
+/// the experts MXFP4, every other matrix Q8_0, the router and the 1-D tensors F32.
+#[test]
+fn mxfp4_moe_of_the_gpt_oss_fixture_equals_the_mxfp4_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gptoss-mxfp4.gguf");
+    let o = quantize(
+        &moe_model("gptoss-f32.gguf"),
+        &out,
+        &["--type", "MXFP4_MOE"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = GgufFile::open(&out).unwrap();
+    let want = GgufFile::open(moe_model("gptoss-mxfp4.gguf")).unwrap();
+    assert_eq!(got.metadata().get_u32("general.file_type"), Some(38));
+    assert_eq!(got.tensors().len(), want.tensors().len());
+    let mut mxfp4 = 0;
+    for w in want.tensors() {
+        let g = got
+            .tensor(&w.name)
+            .unwrap_or_else(|| panic!("{} missing", w.name));
+        assert_eq!(g.ty, w.ty, "{}", w.name);
+        assert!(
+            got.tensor_data(g).unwrap() == want.tensor_data(w).unwrap(),
+            "{}: bytes differ",
+            w.name
+        );
+        mxfp4 += usize::from(w.ty == TensorType::Known(GgmlType::MXFP4));
+    }
+    assert_eq!(mxfp4, 6, "three expert stacks per layer");
+}
