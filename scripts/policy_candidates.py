@@ -10,7 +10,15 @@ most 0.013 points, docs/replay.md), and `forecast` reproduces the policy the eng
 
     python3 scripts/policy_candidates.py crates/trace/tests/data/qwen3-30b-a3b.route.csv
 
-Needs numpy. Prints one row per candidate: decode hit % at each budget.
+Needs numpy. Prints one row per candidate: decode hit % at each budget, then two bounds that
+peek at the future (not policies: no online policy has their information), which tell how far
+eviction can get on what a routing history can know:
+
+- `oracle-freq`: every expert's true frequency over the rest of the trace, ranked as forecast
+  ranks its estimate (expected layer visits to the next use); `+recency` also keeps forecast's
+  floor for an expert used at its layer's last visit.
+- `oracle-next-token`: the exact set each layer routes at its next visit (a perfect predictor of
+  the next token's routing); beyond that, forecast's estimate. `both-oracles` combines the two.
 """
 import sys
 import numpy as np
@@ -175,6 +183,60 @@ CANDIDATES = [
     ('forecast+coact', r_coact, None),
 ]
 
+class Oracle:
+    """What the bounds peek at: each expert's total count and each layer's total visits, and
+    for every batch the set each layer routes at its next visit after it."""
+
+    def __init__(self, batches, nl, ne):
+        self.total = np.zeros((nl, ne))
+        self.tvis = np.zeros(nl)
+        for (_, layer, ex) in batches:
+            self.tvis[layer] += 1
+            self.total[layer, ex] += 1
+        self.next_sets = [None] * len(batches)
+        last = [None] * nl
+        for bi in range(len(batches) - 1, -1, -1):
+            self.next_sets[bi] = list(last)
+            last[batches[bi][1]] = set(batches[bi][2])
+        self.bi = 0
+
+    def learn(self, st, layer, experts, phase):
+        self.bi += 1
+
+    def p_future(self, st, ls, es):
+        rem = self.total[ls, es] - st.count[ls, es]
+        return np.clip(rem / np.maximum(self.tvis[ls] - st.visits[ls], 1), 1e-9, 1.0)
+
+    def in_next(self, ls, es):
+        sets = self.next_sets[self.bi - 1]
+        return np.array([sets[l] is not None and e in sets[l] for l, e in zip(ls, es)], bool)
+
+
+def oracle_bounds(o):
+    def freq_(st, ls, es, d, nl, ne, k, layer, ex):
+        return -wait(o.p_future(st, ls, es), d, nl)
+
+    def freq_rec(st, ls, es, d, nl, ne, k, layer, ex):
+        p = o.p_future(st, ls, es)
+        p = np.where(st.lastv[ls, es] == st.visits[ls], np.maximum(p, 0.5), p)
+        return -wait(p, d, nl)
+
+    def next_tok(st, ls, es, d, nl, ne, k, layer, ex):
+        f = freq(st, ls, es, k, ne)
+        p = np.where(st.lastv[ls, es] == st.visits[ls], np.maximum(f, 0.5), f)
+        return -np.where(o.in_next(ls, es), d, d + nl / np.clip(p, 1e-9, 1.0))
+
+    def both(st, ls, es, d, nl, ne, k, layer, ex):
+        return -np.where(o.in_next(ls, es), d, d + nl / o.p_future(st, ls, es))
+
+    return [
+        ('oracle-freq', freq_),
+        ('oracle-freq+recency', freq_rec),
+        ('oracle-next-token', next_tok),
+        ('both-oracles', both),
+    ]
+
+
 if __name__ == '__main__':
     path = sys.argv[1]
     budgets = [int(b) for b in (sys.argv[2] if len(sys.argv) > 2 else '500,1000,2000,4000').split(',')]
@@ -187,3 +249,11 @@ if __name__ == '__main__':
             TABLE.clear()
             row.append(replay(batches, lb, nl, ne, k, b, rank, learn))
         print(f'{name:<15} ' + ' '.join(f'{h:8.3f}' for h in row), flush=True)
+    print('# bounds that peek at the future (not policies)')
+    o = Oracle(batches, nl, ne)
+    for name, rank in oracle_bounds(o):
+        row = []
+        for b in budgets:
+            o.bi = 0
+            row.append(replay(batches, lb, nl, ne, k, b, rank, o.learn))
+        print(f'{name:<19} ' + ' '.join(f'{h:8.3f}' for h in row), flush=True)
