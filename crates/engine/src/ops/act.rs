@@ -179,9 +179,7 @@ pub fn sigmoid(x: &[f32], out: &mut [f32]) {
 /// # Panics
 /// If `x` and `out` differ in length or `n_visible > x.len()`.
 pub fn softmax_scalar(x: &[f32], scale: f32, n_visible: usize, out: &mut [f32]) {
-    check_softmax(x, n_visible, out);
-    softmax_rows_scalar(&x[..n_visible], scale, x.len(), None, &mut out[..n_visible]);
-    out[n_visible..].fill(0.0);
+    softmax_row(x, scale, n_visible, None, false, out);
 }
 
 /// [`softmax_scalar`], AVX2 when available; identical bits.
@@ -189,9 +187,7 @@ pub fn softmax_scalar(x: &[f32], scale: f32, n_visible: usize, out: &mut [f32]) 
 /// # Panics
 /// If `x` and `out` differ in length or `n_visible > x.len()`.
 pub fn softmax(x: &[f32], scale: f32, n_visible: usize, out: &mut [f32]) {
-    check_softmax(x, n_visible, out);
-    softmax_visible(&x[..n_visible], scale, x.len(), None, &mut out[..n_visible]);
-    out[n_visible..].fill(0.0);
+    softmax_row(x, scale, n_visible, None, true, out);
 }
 
 /// [`softmax_scalar`] with an attention sink: one more logit, `sink` (not scaled), that joins
@@ -202,15 +198,7 @@ pub fn softmax(x: &[f32], scale: f32, n_visible: usize, out: &mut [f32]) {
 /// # Panics
 /// If `x` and `out` differ in length or `n_visible > x.len()`.
 pub fn softmax_sink_scalar(x: &[f32], scale: f32, n_visible: usize, sink: f32, out: &mut [f32]) {
-    check_softmax(x, n_visible, out);
-    softmax_rows_scalar(
-        &x[..n_visible],
-        scale,
-        x.len(),
-        Some(sink),
-        &mut out[..n_visible],
-    );
-    out[n_visible..].fill(0.0);
+    softmax_row(x, scale, n_visible, Some(sink), false, out);
 }
 
 /// [`softmax_sink_scalar`], AVX2 when available; identical bits.
@@ -218,14 +206,26 @@ pub fn softmax_sink_scalar(x: &[f32], scale: f32, n_visible: usize, sink: f32, o
 /// # Panics
 /// If `x` and `out` differ in length or `n_visible > x.len()`.
 pub fn softmax_sink(x: &[f32], scale: f32, n_visible: usize, sink: f32, out: &mut [f32]) {
+    softmax_row(x, scale, n_visible, Some(sink), true, out);
+}
+
+/// A whole row: the visible prefix through the scalar reference or the dispatched kernel, the
+/// masked rest zero.
+fn softmax_row(
+    x: &[f32],
+    scale: f32,
+    n_visible: usize,
+    sink: Option<f32>,
+    dispatch: bool,
+    out: &mut [f32],
+) {
     check_softmax(x, n_visible, out);
-    softmax_visible(
-        &x[..n_visible],
-        scale,
-        x.len(),
-        Some(sink),
-        &mut out[..n_visible],
-    );
+    let (vis, vout) = (&x[..n_visible], &mut out[..n_visible]);
+    if dispatch {
+        softmax_visible(vis, scale, x.len(), sink, vout);
+    } else {
+        softmax_rows_scalar(vis, scale, x.len(), sink, vout);
+    }
     out[n_visible..].fill(0.0);
 }
 
