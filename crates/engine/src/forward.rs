@@ -10,7 +10,7 @@
 mod weights;
 
 use gguf::GgmlType;
-use model::{ExpertGating, FfnAct, HParams, Model, QkNorm, RopeType};
+use model::{FfnAct, HParams, Model, QkNorm, RopeType};
 use quant::{Kernels, QuantError, ThreadPool};
 use thiserror::Error;
 
@@ -939,10 +939,7 @@ impl<'a> Engine<'a> {
                     &mut s.router,
                     &mut s.qbuf,
                 )?;
-                let gating = match hp.arch.expert_gating() {
-                    ExpertGating::Softmax => Gating::Softmax,
-                    ExpertGating::SoftmaxSelected => Gating::SoftmaxSelected,
-                };
+                let gating = Gating::from(hp.arch.expert_gating());
                 if let Some(cb) = &self.observer {
                     cb("ffn_moe_logits", Some(il), &s.router[..n * x_n]);
                 }

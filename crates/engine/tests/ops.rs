@@ -493,7 +493,8 @@ fn route_ties_keep_index_order() {
 
 // ---------- attention ----------
 
-/// Naive f64 attention on the given (already rounded, if needed) values.
+/// Naive f64 attention on the given (already rounded, if needed) values: every cell visible,
+/// no sinks; the probabilities rounded to f16 when `round_p` (an F16 cache's).
 #[allow(clippy::too_many_arguments)]
 fn attn_ref(
     q: &[f32],
@@ -506,32 +507,12 @@ fn attn_ref(
     scale: f32,
     round_p: bool,
 ) -> Vec<f64> {
-    let mut out = vec![0f64; n_head * hd];
-    for h in 0..n_head {
-        let kvh = h / (n_head / n_kv);
-        let qh = &q[h * hd..(h + 1) * hd];
-        let s: Vec<f64> = (0..n_vis)
-            .map(|t| {
-                (0..hd)
-                    .map(|d| f64::from(qh[d]) * f64::from(ks[t][kvh * hd + d]))
-                    .sum::<f64>()
-                    * f64::from(scale)
-            })
-            .collect();
-        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
-        let z: f64 = e.iter().sum();
-        for t in 0..n_vis {
-            let mut p = e[t] / z;
-            if round_p {
-                p = f64::from(f16::from_f64(p).to_f32());
-            }
-            for d in 0..hd {
-                out[h * hd + d] += p * f64::from(vs[t][kvh * hd + d]);
-            }
-        }
-    }
-    out
+    let window = Window {
+        first: 0,
+        sinks: None,
+        round_p,
+    };
+    attn_ref_window(q, ks, vs, n_head, n_kv, hd, n_vis, scale, window)
 }
 
 fn round16(v: &[f32]) -> Vec<f32> {
@@ -616,6 +597,17 @@ fn attention_decode_and_prefill_match_naive_gqa() {
     }
 }
 
+/// What [`attn_ref_window`] adds to plain attention.
+#[derive(Clone, Copy)]
+struct Window<'s> {
+    /// First visible cell.
+    first: usize,
+    /// One sink per head.
+    sinks: Option<&'s [f32]>,
+    /// Round the probabilities to f16.
+    round_p: bool,
+}
+
 /// Naive f64 attention of one token over cells `first..n_vis` with an optional sink per head.
 #[allow(clippy::too_many_arguments)]
 fn attn_ref_window(
@@ -625,16 +617,15 @@ fn attn_ref_window(
     n_head: usize,
     n_kv: usize,
     hd: usize,
-    first: usize,
     n_vis: usize,
     scale: f32,
-    sinks: Option<&[f32]>,
+    w: Window<'_>,
 ) -> Vec<f64> {
     let mut out = vec![0f64; n_head * hd];
     for h in 0..n_head {
         let kvh = h / (n_head / n_kv);
         let qh = &q[h * hd..(h + 1) * hd];
-        let s: Vec<f64> = (first..n_vis)
+        let s: Vec<f64> = (w.first..n_vis)
             .map(|t| {
                 (0..hd)
                     .map(|d| f64::from(qh[d]) * f64::from(ks[t][kvh * hd + d]))
@@ -642,15 +633,18 @@ fn attn_ref_window(
                     * f64::from(scale)
             })
             .collect();
-        let sink = sinks.map(|sk| f64::from(sk[h]));
+        let sink = w.sinks.map(|sk| f64::from(sk[h]));
         let m = s
             .iter()
             .cloned()
             .fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
         let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
         let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |sv| (sv - m).exp());
-        for (j, t) in (first..n_vis).enumerate() {
-            let p = e[j] / z;
+        for (j, t) in (w.first..n_vis).enumerate() {
+            let mut p = e[j] / z;
+            if w.round_p {
+                p = f64::from(f16::from_f64(p).to_f32());
+            }
             for d in 0..hd {
                 out[h * hd + d] += p * f64::from(vs[t][kvh * hd + d]);
             }
@@ -698,7 +692,12 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
             let n_vis = p0 + i + 1;
             let first = win.map_or(0, |w| n_vis - w);
             let qi = &q[i * n_head * hd..(i + 1) * n_head * hd];
-            let want = attn_ref_window(qi, &ks, &vs, n_head, n_kv, hd, first, n_vis, scale, sk);
+            let window = Window {
+                first,
+                sinks: sk,
+                round_p: false,
+            };
+            let want = attn_ref_window(qi, &ks, &vs, n_head, n_kv, hd, n_vis, scale, window);
             let got = &batch[i * n_head * hd..(i + 1) * n_head * hd];
             let err = max_abs_diff(got, &want);
             assert!(

@@ -14,6 +14,16 @@ pub enum Gating {
     SoftmaxSelected,
 }
 
+impl From<model::ExpertGating> for Gating {
+    /// The gating an architecture's MoE layers use.
+    fn from(g: model::ExpertGating) -> Gating {
+        match g {
+            model::ExpertGating::Softmax => Gating::Softmax,
+            model::ExpertGating::SoftmaxSelected => Gating::SoftmaxSelected,
+        }
+    }
+}
+
 /// Smallest normal f16, 2^-14: the floor llama.cpp clamps the routing weight sum to.
 const MIN_WEIGHT_SUM: f32 = 1.0 / 16384.0;
 
