@@ -525,18 +525,12 @@ fn write_blocks(
                 let len = per_chunk.min(usize::try_from(left).unwrap_or(per_chunk));
                 buf.truncate(len);
                 rng.fill(&mut buf);
-                if ty == GgmlType::MXFP4 {
-                    // one E8M0 exponent byte: the two powers of two around the target scale
-                    for b in buf.chunks_exact_mut(block) {
-                        b[0] = mxfp4_e[(b[0] & 1) as usize];
-                    }
-                    left -= len as u64;
-                    if full_tx.send(buf).is_err() {
-                        return;
-                    }
-                    continue;
-                }
                 for b in buf.chunks_exact_mut(block) {
+                    if ty == GgmlType::MXFP4 {
+                        // one E8M0 exponent byte: the two powers of two around the target scale
+                        b[0] = mxfp4_e[(b[0] & 1) as usize];
+                        continue;
+                    }
                     let pick = b[prof.d_at];
                     let (mut d, m) = table[(pick & 63) as usize];
                     if let (Some((at, _)), Some(m)) = (prof.min, m) {
