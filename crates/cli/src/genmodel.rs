@@ -505,9 +505,13 @@ fn write_blocks(
             (f16::from_f32(d).to_le_bytes(), m)
         })
         .collect();
-    // MXFP4's scale is 2^(e - 128) (ggml's e8m0 "half" convention): e below and above d0.
-    let e_lo = (f64::from(d0).log2().floor() + 128.0).clamp(1.0, 254.0) as u8;
-    let mxfp4_e = [e_lo, e_lo + 1];
+    // MXFP4's scale is 2^(e - 128) (ggml's e8m0 "half" convention): the exponents just below
+    // and above d0, the upper one taken by a share of the blocks (out of 256) that makes the
+    // mixture's variance d0's.
+    let lo = f64::from(d0).log2().floor();
+    let e_lo = (lo + 128.0).clamp(2.0, 253.0) as u8;
+    let (v_lo, v_hi) = ((2f64).powf(2.0 * lo), (2f64).powf(2.0 * (lo + 1.0)));
+    let hi_share = ((f64::from(d0).powi(2) - v_lo) / (v_hi - v_lo) * 256.0).round() as u16;
     let per_chunk = (CHUNK / block).max(1) * block;
     // One thread generates while this one writes (the write's copy into the page cache costs
     // more than the generation): chunks go over a channel of two, and come back for reuse.
@@ -528,7 +532,11 @@ fn write_blocks(
                 for b in buf.chunks_exact_mut(block) {
                     if ty == GgmlType::MXFP4 {
                         // one E8M0 exponent byte: the two powers of two around the target scale
-                        b[0] = mxfp4_e[(b[0] & 1) as usize];
+                        b[0] = if u16::from(b[0]) < hi_share {
+                            e_lo + 1
+                        } else {
+                            e_lo
+                        };
                         continue;
                     }
                     let pick = b[prof.d_at];
@@ -1102,6 +1110,7 @@ mod tests {
             GgmlType::Q5_K,
             GgmlType::Q6_K,
             GgmlType::IQ4_NL,
+            GgmlType::MXFP4,
         ] {
             let n_bytes = (ty.type_size() * 2048) as u64;
             let mut buf = Vec::new();
