@@ -1,4 +1,5 @@
-//! `sluice bench`: sluice and llama.cpp side by side on the same model, prompt, token count and
+//! `sluice bench`: sluice and a peer engine — llama.cpp's `llama-completion`, or BigMoeOnEdge's
+//! `bmoe-cli` (`--peer bmoe`) — side by side on the same model, prompt, token count and
 //! threads, alternating A B A B, each run starting with the model evicted from the page cache,
 //! optionally under a cgroup v1 memory cap, next to a disk and a DRAM calibration taken in the
 //! same invocation. Writes a markdown report (appended to a file such as docs/benchmarks.md)
@@ -6,7 +7,11 @@
 //!
 //! What each figure is:
 //! * prefill / decode tok/s: each engine's own timing lines (sluice: `prompt ... prefill` on
-//!   standard error and `generation:`; llama.cpp: `prompt eval time` and `eval time`);
+//!   standard error and `generation:`; llama.cpp: `prompt eval time` and `eval time`;
+//!   bmoe-cli: `generation:` and `prefill:`);
+//! * load s and time to first token: sluice's `loaded ... in S s` (TTFT = load + prefill),
+//!   bmoe-cli's `prefill: ... | model load S s | TTFT S s` (the same definition);
+//! * engine MiB/token and hit %: the streaming engines' own `moe-stream:` / `moe-cache:` lines;
 //! * read MiB/token: the block-layer reads of the whole process (`getrusage` of the child:
 //!   load, prefill and decode) divided by the generated tokens;
 //! * peak RSS: the child's maximum resident set; under a cap also the cgroup's peak usage,
@@ -32,6 +37,25 @@ pub struct BenchArgs {
     /// The model both engines run (GGUF).
     #[arg(short, long, value_name = "MODEL")]
     model: PathBuf,
+
+    /// The engine sluice is measured against: `llama` (llama.cpp's `llama-completion`) or
+    /// `bmoe` (BigMoeOnEdge's `bmoe-cli`, built by scripts/build_bmoe.sh).
+    #[arg(long, value_enum, default_value_t = Peer::Llama)]
+    peer: Peer,
+
+    /// The `bmoe-cli` executable for `--peer bmoe` [default: the one scripts/build_bmoe.sh
+    /// builds, `$SLUICE_BMOE/src/build/cli/bmoe-cli`, else
+    /// `~/.cache/sluice/bmoe-2d4f2b1/src/build/cli/bmoe-cli`].
+    #[arg(long, value_name = "FILE")]
+    bmoe_bin: Option<PathBuf>,
+
+    /// A labelled peer configuration, `LABEL=ARGS` (ARGS added after --llama-args, split at
+    /// white space); repeat for several, e.g. `--peer-variant 'overlap=--moe-stream --overlap
+    /// --cache-mb 4000'`. Each round runs every sluice variant, then every peer variant; each
+    /// sluice run's ratio is against the round's first peer run, and the report gives the
+    /// median ratio of every sluice variant to every peer variant. Without it: one peer run.
+    #[arg(long, value_name = "LABEL=ARGS", allow_hyphen_values = true)]
+    peer_variant: Vec<String>,
 
     /// Directory holding llama.cpp's `llama-completion` [default: the one
     /// scripts/build_llamacpp.sh builds, `$SLUICE_LLAMACPP/build/bin`, else
@@ -81,8 +105,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "LABEL=ARGS", allow_hyphen_values = true)]
     variant: Vec<String>,
 
-    /// Extra arguments for `llama-completion`, split at white space (e.g. "--no-repack").
-    #[arg(long, allow_hyphen_values = true, value_name = "ARGS")]
+    /// Extra arguments for the peer (`llama-completion` or `bmoe-cli`), split at white space
+    /// (e.g. "--no-repack").
+    #[arg(
+        long,
+        visible_alias = "peer-args",
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
     llama_args: Option<String>,
 
     /// Seconds of each calibration (disk, DRAM).
@@ -106,6 +136,25 @@ pub struct BenchArgs {
     label: Option<String>,
 }
 
+/// The engine sluice is compared with.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// llama.cpp's `llama-completion` (plain mmap with `--no-repack`).
+    Llama,
+    /// BigMoeOnEdge's `bmoe-cli` (its plain mode is llama.cpp v0.4.0 on mmap, no repacking;
+    /// `--moe-stream` streams the experts).
+    Bmoe,
+}
+
+impl Peer {
+    fn engine(self) -> &'static str {
+        match self {
+            Peer::Llama => "llama.cpp",
+            Peer::Bmoe => "bmoe-cli",
+        }
+    }
+}
+
 /// One engine run's figures.
 #[derive(Clone, Debug, Default)]
 struct RunResult {
@@ -122,6 +171,11 @@ struct RunResult {
     /// last `n_gen / decode_tps` seconds of the run).
     decode_read_bytes: Option<u64>,
     hit_pct: Option<f64>,
+    /// Model load seconds and time to first token (load + prefill), from the engine's lines.
+    load_s: Option<f64>,
+    ttft_s: Option<f64>,
+    /// Expert bytes read per generated token, from the engine's `moe-stream:` line.
+    stream_mib_tok: Option<f64>,
     max_rss_kib: u64,
     major_faults: u64,
     cgroup_peak: Option<u64>,
@@ -456,19 +510,62 @@ fn run_engine(
         ..RunResult::default()
     };
     let text = format!("{stdout}\n{stderr}");
+    parse_lines(&mut r, &text, n_predict);
+    let Some(tps) = r.decode_tps.filter(|&t| t > 0.0) else {
+        bail!("{engine}: no decode timing in its output:\n{stderr}");
+    };
+    r.decode_read_bytes = decode_window_reads(&samples, r.n_gen as f64 / tps);
+    Ok(r)
+}
+
+/// Reads an engine's figures from its output lines into `r` (by `r.engine`).
+fn parse_lines(r: &mut RunResult, text: &str, n_predict: usize) {
+    let gen_tokens = |rest: &str| {
+        rest.split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(n_predict)
+    };
+    let mut prefill_s = None;
     for line in text.lines() {
-        if engine == "sluice" {
+        if let Some(rest) = line.strip_prefix("moe-stream: read ") {
+            r.stream_mib_tok = number_before(rest, " MiB/token)");
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("moe-cache: ") {
+            r.hit_pct = r.hit_pct.or(number_before(rest, "% hit"));
+            continue;
+        }
+        if r.engine == "bmoe-cli" {
             if let Some(rest) = line.strip_prefix("generation: ") {
                 r.decode_tps = number_before(line, " tok/s)");
-                r.n_gen = rest
-                    .split(' ')
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(n_predict);
+                r.n_gen = gen_tokens(rest);
+            } else if let Some(rest) = line.strip_prefix("prefill: ") {
+                r.prefill_tps = number_before(rest, " tok/s)");
+                r.load_s = number_before(rest, " s | TTFT");
+                r.ttft_s = rest
+                    .split("TTFT ")
+                    .nth(1)
+                    .and_then(|t| t.trim().trim_end_matches(" s").parse().ok());
+            }
+            continue;
+        }
+        if r.engine == "sluice" {
+            if let Some(rest) = line.strip_prefix("generation: ") {
+                r.decode_tps = number_before(line, " tok/s)");
+                r.n_gen = gen_tokens(rest);
             } else if line.contains(", prefill ") {
                 r.prefill_tps = number_before(line, " tok/s)");
-            } else if let Some(rest) = line.strip_prefix("moe-cache: ") {
-                r.hit_pct = number_before(rest, "% hit");
+                prefill_s = line
+                    .split(", prefill ")
+                    .nth(1)
+                    .and_then(|t| t.split(' ').next())
+                    .and_then(|t| t.parse::<f64>().ok());
+            } else if line.starts_with("sluice: loaded ") {
+                r.load_s = line
+                    .rsplit(" in ")
+                    .next()
+                    .and_then(|t| number_before(t, " s"));
             }
         } else if line.contains("prompt eval time") {
             r.prefill_tps = number_before(line, " tokens per second");
@@ -477,11 +574,9 @@ fn run_engine(
             r.n_gen = number_before(line, " runs").map_or(n_predict, |n| n as usize + 1);
         }
     }
-    let Some(tps) = r.decode_tps.filter(|&t| t > 0.0) else {
-        bail!("{engine}: no decode timing in its output:\n{stderr}");
-    };
-    r.decode_read_bytes = decode_window_reads(&samples, r.n_gen as f64 / tps);
-    Ok(r)
+    if let (Some(l), Some(p)) = (r.load_s, prefill_s) {
+        r.ttft_s = Some(l + p);
+    }
 }
 
 impl RunResult {
@@ -495,16 +590,50 @@ impl RunResult {
     }
 }
 
+/// The CPU as /proc/cpuinfo names it: model name, family/model/stepping and the vector
+/// features a kernel choice depends on.
+pub(crate) fn cpu_line(cpuinfo: &str) -> String {
+    let field = |name: &str| {
+        cpuinfo
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let name = field("model name").unwrap_or_else(|| "unknown CPU".into());
+    let ids = match (field("cpu family"), field("model"), field("stepping")) {
+        (Some(f), Some(m), Some(st)) => format!(" (family {f}, model {m}, stepping {st})"),
+        (Some(f), Some(m), None) => format!(" (family {f}, model {m})"),
+        _ => String::new(),
+    };
+    let flags = field("flags").unwrap_or_default();
+    let have: Vec<&str> = flags.split_whitespace().collect();
+    let shown: Vec<&str> = [
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx_vnni",
+        "amx_int8",
+    ]
+    .into_iter()
+    .filter(|f| have.contains(f))
+    .collect();
+    let flags = if shown.is_empty() {
+        String::new()
+    } else {
+        format!(", flags {}", shown.join(" "))
+    };
+    format!("{name}{ids}{flags}")
+}
+
 fn machine_line() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
+    let cpu = cpu_line(&std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -568,24 +697,47 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let threads = crate::run::thread_count(args.threads);
     let model = std::fs::canonicalize(&args.model)
         .with_context(|| format!("cannot find {}", args.model.display()))?;
-    let llama_dir = match &args.llama_bin {
-        Some(d) => d.clone(),
-        None => std::env::var_os("SLUICE_LLAMACPP")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                    .join(".cache/sluice/llama.cpp-0.3.36")
-            })
-            .join("build/bin"),
+    let home = || PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    let peer_exe = match args.peer {
+        Peer::Llama => {
+            let dir = match &args.llama_bin {
+                Some(d) => d.clone(),
+                None => std::env::var_os("SLUICE_LLAMACPP")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| home().join(".cache/sluice/llama.cpp-0.3.36"))
+                    .join("build/bin"),
+            };
+            let exe = dir.join("llama-completion");
+            if !exe.is_file() {
+                bail!(
+                    "{} not found: build it with `bash scripts/build_llamacpp.sh` or pass \
+                     --llama-bin DIR",
+                    exe.display()
+                );
+            }
+            exe
+        }
+        Peer::Bmoe => {
+            let exe = match &args.bmoe_bin {
+                Some(f) => f.clone(),
+                None => std::env::var_os("SLUICE_BMOE")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| home().join(".cache/sluice/bmoe-2d4f2b1"))
+                    .join("src/build/cli/bmoe-cli"),
+            };
+            if !exe.is_file() {
+                bail!(
+                    "{} not found: build it with `bash scripts/build_bmoe.sh` or pass \
+                     --bmoe-bin FILE",
+                    exe.display()
+                );
+            }
+            exe
+        }
     };
-    let llama = llama_dir.join("llama-completion");
-    if !llama.is_file() {
-        bail!(
-            "{} not found: build it with `bash scripts/build_llamacpp.sh` or pass --llama-bin DIR",
-            llama.display()
-        );
-    }
+    let peer = args.peer.engine();
     if args.rounds == 0 || args.n_predict == 0 {
         bail!("--rounds and -n must be at least 1");
     }
@@ -602,46 +754,33 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .context("cannot find the sluice executable")?
         .display()
         .to_string();
-    // The same flags for both: model, prompt, tokens, greedy, no early stop, threads, context.
-    let common: Vec<String> = [
-        "-m",
-        &m,
-        "-p",
-        &args.prompt,
-        "-n",
-        &n,
-        "--temp",
-        "0",
-        "--ignore-eos",
-        "-t",
-        &t,
-        "-c",
-        &c,
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    // The same flags for all: model, prompt, tokens, greedy, threads, context; no early stop
+    // (bmoe-cli has no such flag: it runs to -n unless the model ends the text).
+    let mut common: Vec<String> = ["-m", &m, "-p", &args.prompt, "-n", &n, "--temp", "0"]
+        .map(str::to_owned)
+        .to_vec();
+    let tail: Vec<String> = ["-t", &t, "-c", &c].map(str::to_owned).to_vec();
     let mut sluice_argv = vec![me, "run".to_owned()];
     sluice_argv.extend(common.iter().cloned());
+    sluice_argv.push("--ignore-eos".to_owned());
+    sluice_argv.extend(tail.iter().cloned());
     sluice_argv.extend(split_args(&args.sluice_args));
-    let mut variants: Vec<(String, Vec<String>)> = Vec::new();
-    for v in &args.variant {
-        let Some((label, extra)) = v.split_once('=') else {
-            bail!("--variant {v:?}: expected LABEL=ARGS");
-        };
-        if label.is_empty() {
-            bail!("--variant {v:?}: the label is empty");
+    let variants = labelled("--variant", &args.variant, &sluice_argv)?;
+    let mut peer_argv = vec![peer_exe.display().to_string()];
+    match args.peer {
+        Peer::Llama => {
+            common.push("--ignore-eos".to_owned());
+            peer_argv.extend(common);
+            peer_argv.extend(tail);
+            peer_argv.extend(["-no-cnv", "--no-warmup"].map(str::to_owned));
         }
-        let mut argv = sluice_argv.clone();
-        argv.extend(split_args(&Some(extra.to_owned())));
-        variants.push((label.to_owned(), argv));
+        Peer::Bmoe => {
+            peer_argv.extend(common);
+            peer_argv.extend(tail);
+        }
     }
-    if variants.is_empty() {
-        variants.push((String::new(), sluice_argv));
-    }
-    let mut llama_argv = vec![llama.display().to_string()];
-    llama_argv.extend(common);
-    llama_argv.extend(["-no-cnv", "--no-warmup"].map(str::to_owned));
-    llama_argv.extend(split_args(&args.llama_args));
+    peer_argv.extend(split_args(&args.llama_args));
+    let peer_variants = labelled("--peer-variant", &args.peer_variant, &peer_argv)?;
 
     eprintln!(
         "sluice bench: calibrating direct-I/O reads of the model file ({} s)",
@@ -662,7 +801,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let runs = variants
             .iter()
             .map(|(label, argv)| ("sluice", label.as_str(), argv))
-            .chain([("llama.cpp", "", &llama_argv)]);
+            .chain(
+                peer_variants
+                    .iter()
+                    .map(|(label, argv)| (peer, label.as_str(), argv)),
+            );
         for (engine, label, argv) in runs {
             let left = evict(&model)?;
             eprintln!(
@@ -678,9 +821,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let mut r = run_engine(engine, round, argv, cg.as_ref(), args.n_predict)?;
             r.label = label.to_owned();
             eprintln!(
-                "sluice bench:   decode {} tok/s, prefill {} tok/s, read {:.0} MiB, peak RSS {:.0} MiB, {:.1} s",
+                "sluice bench:   decode {} tok/s, prefill {} tok/s, TTFT {} s, read {:.0} MiB, peak RSS {:.0} MiB, {:.1} s",
                 fmt_opt(r.decode_tps, 2),
                 fmt_opt(r.prefill_tps, 2),
+                fmt_opt(r.ttft_s, 1),
                 r.read_bytes as f64 / (1 << 20) as f64,
                 r.max_rss_kib as f64 / 1024.0,
                 r.wall_s
@@ -711,9 +855,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .collect();
     md += &format!("Command: `sluice {}`\n\n", argv.join(" "));
     md += &format!(
-        "- Version: sluice {} vs llama.cpp `llama-completion` ({}).\n",
+        "- Version: sluice {} vs {} (`{}`).\n",
         env!("CARGO_PKG_VERSION"),
-        home_relative(&llama_dir.display().to_string())
+        match args.peer {
+            Peer::Llama => "llama.cpp `llama-completion`",
+            Peer::Bmoe => "BigMoeOnEdge `bmoe-cli` (0.19.0 on llama.cpp v0.4.0)",
+        },
+        home_relative(&peer_exe.display().to_string())
     );
     md += &format!("- Machine: {}.\n", machine_line());
     md += &format!(
@@ -727,7 +875,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     );
     md += &format!(
         "- Memory cap: {}. Each run starts with the model file evicted from the page cache \
-         (posix_fadvise DONTNEED); order: every sluice variant, then llama.cpp, in every round.\n",
+         (posix_fadvise DONTNEED); order: every sluice variant, then every {peer} variant, in every \
+         round.\n",
         args.mem_cap_mb.map_or_else(
             || "none".to_owned(),
             |c| format!("{c} MiB (cgroup v1 memory.limit_in_bytes, page cache included)")
@@ -748,22 +897,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
             )
         }
     }
-    md += "\n| round | engine | prefill tok/s | decode tok/s | decode ratio sluice / llama.cpp | \
-           decode read MiB / token | run read MiB | major faults | hit % | peak RSS MiB | bound tok/s | of bound |\n";
-    md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
-    let mut ratios: Vec<(String, Vec<f64>)> = Vec::new();
+    md += &format!(
+        "\n| round | engine | prefill tok/s | decode tok/s | decode ratio sluice / {peer} | \
+         load s | TTFT s | engine MiB / token | decode read MiB / token | run read MiB | major \
+         faults | hit % | peak RSS MiB | bound tok/s | of bound |\n"
+    );
+    md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for r in &results {
         let other = results
             .iter()
-            .find(|o| o.round == r.round && o.engine == "llama.cpp");
+            .find(|o| o.round == r.round && o.engine == peer);
         let ratio = match (r.engine, r.decode_tps, other.and_then(|o| o.decode_tps)) {
-            ("sluice", Some(a), Some(b)) if b > 0.0 => {
-                match ratios.iter_mut().find(|(l, _)| *l == r.label) {
-                    Some((_, v)) => v.push(a / b),
-                    None => ratios.push((r.label.clone(), vec![a / b])),
-                }
-                Some(a / b)
-            }
+            ("sluice", Some(a), Some(b)) if b > 0.0 => Some(a / b),
             _ => None,
         };
         let per_token = r
@@ -783,12 +928,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
             None => format!("{:.0}", r.max_rss_kib as f64 / 1024.0),
         };
         md += &format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} |\n",
             r.round,
             r.name(),
             fmt_opt(r.prefill_tps, 2),
             fmt_opt(r.decode_tps, 2),
             fmt_opt(ratio, 2),
+            fmt_opt(r.load_s, 2),
+            fmt_opt(r.ttft_s, 2),
+            fmt_opt(r.stream_mib_tok, 1),
             fmt_opt(per_token.map(mib), 1),
             mib(r.read_bytes as f64),
             r.major_faults,
@@ -799,25 +947,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 .map_or_else(|| "–".into(), |d| format!("{:.0}%", 100.0 * d / bound)),
         );
     }
-    let medians: Vec<String> = ratios
-        .into_iter()
-        .map(|(label, v)| {
-            let name = if label.is_empty() {
-                "sluice".to_owned()
-            } else {
-                format!("sluice [{label}]")
-            };
-            format!("{name} **{}**", fmt_opt(median(v), 2))
-        })
-        .collect();
+    let medians = median_ratios(&results, peer);
     md += &format!(
-        "\nMedian decode ratio / llama.cpp over {} rounds: {}. Decode read MiB / \
+        "\nMedian decode ratio over {} rounds: {}. Load s and TTFT s (load + prefill): \
+         the engines' own lines; engine MiB / token: expert bytes read per generated token \
+         by the streaming engine's count (its `moe-stream:` line). Decode read MiB / \
          token: the block-layer reads (`/proc/PID/io`, sampled every 20 ms) of the run's last \
          n ÷ decode-tok/s seconds, over the n generated tokens; run read MiB: the whole run's \
          (load and prefill included). Bound: min(disk ÷ decode read bytes per token, DRAM ÷ \
          bytes touched per token); \"of bound\" is the decode rate's share of it.\n",
         args.rounds,
-        medians.join(", ")
+        medians.join("; ")
     );
     if let Some(png) = &args.png {
         let font = crate::analyze::load_font(args.font.as_deref())?;
@@ -842,6 +982,72 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// `LABEL=ARGS` configurations of `flag` appended to `base`; one unlabelled one when none is
+/// given.
+fn labelled(flag: &str, specs: &[String], base: &[String]) -> Result<Vec<(String, Vec<String>)>> {
+    let mut out = Vec::new();
+    for v in specs {
+        let Some((label, extra)) = v.split_once('=') else {
+            bail!("{flag} {v:?}: expected LABEL=ARGS");
+        };
+        if label.is_empty() {
+            bail!("{flag} {v:?}: the label is empty");
+        }
+        let mut argv = base.to_vec();
+        argv.extend(split_args(&Some(extra.to_owned())));
+        out.push((label.to_owned(), argv));
+    }
+    if out.is_empty() {
+        out.push((String::new(), base.to_vec()));
+    }
+    Ok(out)
+}
+
+/// For every sluice variant and every peer variant, the median over the rounds of the
+/// decode ratio of the two runs of the same round, as report text.
+fn median_ratios(results: &[RunResult], peer: &str) -> Vec<String> {
+    let labels = |engine: &str| {
+        let mut v: Vec<&str> = Vec::new();
+        for r in results.iter().filter(|r| r.engine == engine) {
+            if !v.contains(&r.label.as_str()) {
+                v.push(&r.label);
+            }
+        }
+        v
+    };
+    let (ours, theirs) = (labels("sluice"), labels(peer));
+    let name = |engine: &str, label: &str| {
+        if label.is_empty() {
+            engine.to_owned()
+        } else {
+            format!("{engine} [{label}]")
+        }
+    };
+    let mut out = Vec::new();
+    for a in &ours {
+        for b in &theirs {
+            let v: Vec<f64> = results
+                .iter()
+                .filter(|r| r.engine == "sluice" && r.label == *a)
+                .filter_map(|r| {
+                    let o = results
+                        .iter()
+                        .find(|o| o.engine == peer && o.label == *b && o.round == r.round)?;
+                    let (x, y) = (r.decode_tps?, o.decode_tps?);
+                    (y > 0.0).then_some(x / y)
+                })
+                .collect();
+            out.push(format!(
+                "{} / {} **{}**",
+                name("sluice", a),
+                name(peer, b),
+                fmt_opt(median(v), 2)
+            ));
+        }
+    }
+    out
 }
 
 fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<()> {
@@ -927,6 +1133,88 @@ mod tests {
         let p = "sluice: prompt 9 tokens, prefill 1.100 s (8.18 tok/s)";
         assert_eq!(number_before(p, " tok/s)"), Some(8.18));
         assert_eq!(number_before("no numbers", "x"), None);
+    }
+
+    /// The lines the two streaming engines print, copied from runs on the 18.56 GB
+    /// Qwen3-30B-A3B-shaped file (`sluice gen-model --like qwen3-30b-a3b --quant Q4_K_M`):
+    /// bmoe-cli 0.19.0 `--moe-stream --cache-mb 4000`, and `sluice run --moe-stream on
+    /// --cache-mb 1500` (its path shortened).
+    #[test]
+    fn figures_are_read_from_bmoe_and_sluice_summaries() {
+        let bmoe = "generation: 16 tokens, 1.305 s/token (0.766 tok/s)\n\
+            prefill: 9 tokens, 12.313 s (0.7 tok/s) | model load 6.752 s | TTFT 19.066 s\n\
+            moe-stream: read 1049.6 MiB (65.60 MiB/token), decode 1.305 s/token (compute 1.180 + cache mgmt 0.001 + flash I/O 0.125 s/token, 525 MiB/s)\n\
+            moe-cache: 79.3% hit, resident 3999.6 MiB\n\
+            moe-cache: 33 evictions, 0 re-reads (0.0/token) — bytes the cache had already paid for once\n";
+        let mut r = RunResult {
+            engine: "bmoe-cli",
+            ..RunResult::default()
+        };
+        parse_lines(&mut r, bmoe, 64);
+        assert_eq!(r.decode_tps, Some(0.766));
+        assert_eq!(r.n_gen, 16);
+        assert_eq!(r.prefill_tps, Some(0.7));
+        assert_eq!(r.load_s, Some(6.752));
+        assert_eq!(r.ttft_s, Some(19.066));
+        assert_eq!(r.stream_mib_tok, Some(65.60));
+        assert_eq!(r.hit_pct, Some(79.3));
+
+        let ours = "sluice: loaded /m.gguf (17.28 GiB, experts streamed) in 1.114 s\n\
+            sluice: prompt 1 tokens (1 new), prefill 1.715 s (0.58 tok/s)\n\
+            generation: 2 tokens, 0.646 s/token (1.55 tok/s)\n\
+            moe-stream: read 842.6 MiB (421.3 MiB/token), decode 0.646 s/token (compute 0.206 + cache mgmt 0.041 + flash I/O 0.399 s/token, 1057 MiB/s)\n\
+            moe-cache: 60.0% hit, resident 1498.7 MiB\n";
+        let mut r = RunResult {
+            engine: "sluice",
+            ..RunResult::default()
+        };
+        parse_lines(&mut r, ours, 32);
+        assert_eq!(r.decode_tps, Some(1.55));
+        assert_eq!(r.n_gen, 2);
+        assert_eq!(r.prefill_tps, Some(0.58));
+        assert_eq!(r.load_s, Some(1.114));
+        let ttft = r.ttft_s.unwrap_or(0.0);
+        assert!((ttft - 2.829).abs() < 1e-9, "{ttft}");
+        assert_eq!(r.stream_mib_tok, Some(421.3));
+        assert_eq!(r.hit_pct, Some(60.0));
+    }
+
+    #[test]
+    fn the_cpu_line_names_model_family_and_vector_features() {
+        let info = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\n\
+            model\t\t: 1\nmodel name\t: AMD EPYC 7551 32-Core Processor\nstepping\t: 2\n\
+            flags\t\t: fpu sse2 avx f16c fma avx2 bmi2\n\nprocessor\t: 1\nmodel\t\t: 9\n";
+        assert_eq!(
+            cpu_line(info),
+            "AMD EPYC 7551 32-Core Processor (family 23, model 1, stepping 2), flags avx2 fma f16c"
+        );
+        assert_eq!(cpu_line(""), "unknown CPU");
+    }
+
+    #[test]
+    fn ratios_pair_every_sluice_variant_with_every_peer_variant_per_round() {
+        let run = |engine: &'static str, label: &str, round: usize, tps: f64| RunResult {
+            engine,
+            label: label.to_owned(),
+            round,
+            decode_tps: Some(tps),
+            ..RunResult::default()
+        };
+        let results = [
+            run("sluice", "", 1, 6.0),
+            run("bmoe-cli", "serial", 1, 3.0),
+            run("bmoe-cli", "overlap", 1, 4.0),
+            run("sluice", "", 2, 8.0),
+            run("bmoe-cli", "serial", 2, 2.0),
+            run("bmoe-cli", "overlap", 2, 4.0),
+        ];
+        assert_eq!(
+            median_ratios(&results, "bmoe-cli"),
+            [
+                "sluice / bmoe-cli [serial] **3.00**",
+                "sluice / bmoe-cli [overlap] **1.75**"
+            ]
+        );
     }
 
     #[test]

@@ -635,6 +635,28 @@ impl ExpertSource for StoreSource {
         result
     }
 
+    fn ready_now(
+        &mut self,
+        _layer: usize,
+        pending: &[usize],
+        ready: &mut Vec<usize>,
+    ) -> Result<(), String> {
+        let t0 = Instant::now();
+        while let Some(done) = self.lanes.poll() {
+            self.collect(done);
+        }
+        if self.failed.is_some() {
+            return Err(self.fail());
+        }
+        ready.extend(
+            pending
+                .iter()
+                .filter(|&&e| !self.inflight.contains(&(e as u32))),
+        );
+        StreamCounters::add(&self.counters.mgmt_ns, t0.elapsed().as_nanos() as u64);
+        Ok(())
+    }
+
     fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8] {
         let key = (layer as u32, expert as u32);
         let (Some(i), Some(slot)) = (self.index(layer, proj), self.cache.slot(key)) else {

@@ -11,12 +11,12 @@ mod weights;
 
 use gguf::GgmlType;
 use model::{FfnAct, HParams, Model, QkNorm, RopeType};
-use quant::{Kernels, QuantError, ThreadPool};
+use quant::{Kernels, MatvecJob, QuantError, ThreadPool};
 use thiserror::Error;
 
 use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
-use weights::{FfnW, LayerW, Mat, Weights};
+use weights::{FfnW, LayerW, Mat, MoeW, Weights};
 
 /// Errors of building or running an [`Engine`].
 #[derive(Debug, Error)]
@@ -227,6 +227,20 @@ pub trait ExpertSource: Send {
             .copied()
             .ok_or_else(|| "no expert is pending".to_owned())
     }
+    /// The experts of `pending` whose bytes are in now, added to `ready` without waiting (a
+    /// one-token pass computes them together; when none is, it waits through
+    /// [`next_ready`](Self::next_ready)). The default: all of them (every expert is in once
+    /// [`load`](Self::load) returned).
+    fn ready_now(
+        &mut self,
+        layer: usize,
+        pending: &[usize],
+        ready: &mut Vec<usize>,
+    ) -> Result<(), String> {
+        let _ = layer;
+        ready.extend_from_slice(pending);
+        Ok(())
+    }
     /// The bytes of `proj` of expert `expert` of `layer`, loaded by the last [`load`](Self::load).
     fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8];
     /// The layer's batch is done: its experts may be evicted.
@@ -257,6 +271,16 @@ struct Scratch {
     shg: Vec<f32>,
     by_expert: Vec<Vec<(usize, usize)>>,
     pending: Vec<usize>,
+    /// The experts computed together in one step of a one-token pass.
+    ready: Vec<usize>,
+    /// A one-token pass's expert group: gate, up and activation outputs (expert after
+    /// expert), the quantized FFN input (for gate and for up) and activations.
+    grp_gate: Vec<f32>,
+    grp_up: Vec<f32>,
+    grp_act: Vec<f32>,
+    grp_qx: Vec<u8>,
+    grp_qx_up: Vec<u8>,
+    grp_qa: Vec<u8>,
     route: ops::RouteScratch,
     rope: Vec<f32>,
     qbuf: Vec<u8>,
@@ -350,6 +374,143 @@ fn mm(
     } else {
         quant::matmul_with(pool, &m.kernel, data, m.rows, m.cols, x, n, out, qbuf)
     }
+}
+
+/// The routed experts `s.ready` of a one-token pass (each chosen once, at its slot of
+/// `s.by_expert`), computed as llama.cpp's `MUL_MAT_ID` does them — every gate and up
+/// projection in one pool run, the activations, then every down projection in a second run —
+/// into their slots of `s.slots`. Each output element comes from the same kernel call on the
+/// same bytes as the expert-by-expert path, so the bits are the same.
+#[allow(clippy::too_many_arguments)]
+fn experts_one_token<'a>(
+    pool: &ThreadPool,
+    m: &MoeW<'a>,
+    act: FfnAct,
+    il: usize,
+    e: usize,
+    k_used: usize,
+    source: Option<&(dyn ExpertSource + 'a)>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
+        match source {
+            Some(src) => src.part(il, ex, proj),
+            None => mat.expert(ex),
+        }
+    };
+    let g = s.ready.len();
+    let fe = m.gate.rows;
+    for v in [&mut s.grp_gate, &mut s.grp_up, &mut s.grp_act] {
+        if v.len() < g * fe {
+            v.resize(g * fe, 0.0);
+        }
+    }
+    let x = &s.cur[..e];
+    let (kg, ku, kd) = (&m.gate.kernel_one, &m.up.kernel_one, &m.down.kernel_one);
+    quant::quantize_activation(kg, e, x, &mut s.grp_qx)?;
+    let same_act = (ku.order, ku.act_type) == (kg.order, kg.act_type);
+    if !same_act {
+        quant::quantize_activation(ku, e, x, &mut s.grp_qx_up)?;
+    }
+    {
+        let qx_up: &[u8] = if same_act { &s.grp_qx } else { &s.grp_qx_up };
+        let mut jobs: Vec<MatvecJob<'_>> = Vec::with_capacity(2 * g);
+        for ((&ex, go), uo) in s
+            .ready
+            .iter()
+            .zip(s.grp_gate.chunks_exact_mut(fe))
+            .zip(s.grp_up.chunks_exact_mut(fe))
+        {
+            jobs.push(MatvecJob {
+                kernel: kg,
+                w: bytes(&m.gate, ex, ExpertProj::Gate),
+                rows: fe,
+                cols: e,
+                xq: &s.grp_qx,
+                out: go,
+            });
+            jobs.push(MatvecJob {
+                kernel: ku,
+                w: bytes(&m.up, ex, ExpertProj::Up),
+                rows: fe,
+                cols: e,
+                xq: qx_up,
+                out: uo,
+            });
+        }
+        quant::matvec_many(pool, &mut jobs)?;
+    }
+    let arb = kd
+        .act_type
+        .row_bytes(fe as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| {
+            ForwardError::Experts(format!("layer {il}: expert width {fe} cannot be quantized"))
+        })?;
+    s.grp_qa.clear();
+    s.grp_qa.resize(g * arb, 0);
+    for (i, &ex) in s.ready.iter().enumerate() {
+        let r = i * fe..(i + 1) * fe;
+        if let Some(b) = &m.biases {
+            let eb = ex * fe..(ex + 1) * fe;
+            add_bias_slice(&mut s.grp_gate[r.clone()], &b.gate[eb.clone()]);
+            add_bias_slice(&mut s.grp_up[r.clone()], &b.up[eb]);
+        }
+        match act {
+            FfnAct::Swiglu => ops::swiglu(
+                &s.grp_gate[r.clone()],
+                &s.grp_up[r.clone()],
+                &mut s.grp_act[r.clone()],
+            ),
+            FfnAct::SwigluOai => ops::swiglu_oai(
+                &s.grp_gate[r.clone()],
+                &s.grp_up[r.clone()],
+                SWIGLU_OAI_ALPHA,
+                SWIGLU_OAI_LIMIT,
+                &mut s.grp_act[r.clone()],
+            ),
+        }
+        (kd.quantize)(&s.grp_act[r], &mut s.grp_qa[i * arb..(i + 1) * arb]);
+    }
+    // Each expert's down projection straight into its slot (one token: slot `k` at `k · e`).
+    let mut outs: Vec<Option<&mut [f32]>> = s.slots[..k_used * e]
+        .chunks_exact_mut(e)
+        .map(Some)
+        .collect();
+    let mut jobs: Vec<MatvecJob<'_>> = Vec::with_capacity(g);
+    for (i, &ex) in s.ready.iter().enumerate() {
+        let [(_, slot)] = s.by_expert[ex][..] else {
+            return Err(ForwardError::Experts(format!(
+                "layer {il}: expert {ex} is routed {} times for one token",
+                s.by_expert[ex].len()
+            )));
+        };
+        let Some(out) = outs.get_mut(slot).and_then(Option::take) else {
+            return Err(ForwardError::Experts(format!(
+                "layer {il}: slot {slot} of expert {ex} is taken or out of range"
+            )));
+        };
+        jobs.push(MatvecJob {
+            kernel: kd,
+            w: bytes(&m.down, ex, ExpertProj::Down),
+            rows: e,
+            cols: fe,
+            xq: &s.grp_qa[i * arb..(i + 1) * arb],
+            out,
+        });
+    }
+    quant::matvec_many(pool, &mut jobs)?;
+    drop(jobs);
+    if let Some(b) = &m.biases {
+        for &ex in &s.ready {
+            let slot = s.by_expert[ex][0].1;
+            add_bias_slice(
+                &mut s.slots[slot * e..(slot + 1) * e],
+                &b.down[ex * e..(ex + 1) * e],
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Add `bias` to every row of `x`.
@@ -476,6 +637,13 @@ impl<'a> Engine<'a> {
             shg: vec![0.0; ub],
             by_expert: (0..x_n).map(|_| Vec::with_capacity(ub)).collect(),
             pending: Vec::with_capacity(x_n),
+            ready: Vec::with_capacity(x_n),
+            grp_gate: Vec::new(),
+            grp_up: Vec::new(),
+            grp_act: Vec::new(),
+            grp_qx: Vec::new(),
+            grp_qx_up: Vec::new(),
+            grp_qa: Vec::new(),
             route: ops::RouteScratch::default(),
             rope: vec![0.0; ub * hp.rope.n_rot as usize],
             qbuf: Vec::new(),
@@ -1029,6 +1197,35 @@ impl<'a> Engine<'a> {
                 s.pending
                     .extend((0..x_n).filter(|&ex| !s.by_expert[ex].is_empty()));
                 while !s.pending.is_empty() {
+                    if n == 1 {
+                        // One token: every expert that is ready now, in two pool runs.
+                        s.ready.clear();
+                        match &mut self.source {
+                            Some(src) => {
+                                src.ready_now(il, &s.pending, &mut s.ready)
+                                    .map_err(ForwardError::Experts)?;
+                                if s.ready.is_empty() {
+                                    let ex = src
+                                        .next_ready(il, &s.pending)
+                                        .map_err(ForwardError::Experts)?;
+                                    s.ready.push(ex);
+                                }
+                            }
+                            None => s.ready.extend_from_slice(&s.pending),
+                        }
+                        for &ex in &s.ready {
+                            let Some(at) = s.pending.iter().position(|&p| p == ex) else {
+                                return Err(ForwardError::Experts(format!(
+                                    "layer {il}: the expert source offered expert {ex}, which \
+                                     is not pending"
+                                )));
+                            };
+                            s.pending.remove(at);
+                        }
+                        let source = self.source.as_deref();
+                        experts_one_token(pool, m, hp.arch.ffn_act(), il, e, k_used, source, s)?;
+                        continue;
+                    }
                     let ex = match &mut self.source {
                         Some(src) => src
                             .next_ready(il, &s.pending)

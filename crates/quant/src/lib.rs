@@ -20,5 +20,8 @@ pub use kernels::{DotFn, DotRows, DotRowsFn, Isa, Kernels, QuantizeFn, SumOrder,
 
 pub mod matvec;
 pub mod pool;
-pub use matvec::{RowKernel, matmul, matmul_with, matvec, matvec_with};
+pub use matvec::{
+    MatvecJob, RowKernel, matmul, matmul_with, matvec, matvec_many, matvec_with,
+    quantize_activation,
+};
 pub use pool::ThreadPool;

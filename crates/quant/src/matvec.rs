@@ -193,6 +193,150 @@ pub fn matvec_with(
     Ok(())
 }
 
+/// Quantize one activation row `x` (of `cols` elements) into `out` (resized to fit) as
+/// `kernel`'s products take it, for [`MatvecJob::xq`].
+pub fn quantize_activation(
+    kernel: &RowKernel,
+    cols: usize,
+    x: &[f32],
+    out: &mut Vec<u8>,
+) -> Result<(), QuantError> {
+    let overflow = QuantError::ShapeOverflow {
+        ty: kernel.act_type,
+        rows: 1,
+        cols,
+    };
+    let arb = kernel
+        .act_type
+        .row_bytes(cols as u64)
+        .ok_or(QuantError::NotBlockMultiple {
+            ty: kernel.act_type,
+            n: cols,
+            block: kernel.act_type.block_size(),
+        })?;
+    let arb = usize::try_from(arb).map_err(|_| overflow)?;
+    check_len(kernel.wtype, "activation", cols, x.len())?;
+    out.clear();
+    out.resize(arb, 0);
+    (kernel.quantize)(x, out);
+    Ok(())
+}
+
+/// One product of a [`matvec_many`] batch: `out[r] = dot(row r of w, xq)`.
+#[derive(Debug)]
+pub struct MatvecJob<'a> {
+    /// The kernels (those of a one-row product).
+    pub kernel: &'a RowKernel,
+    /// `rows` weight rows of `cols` elements of `kernel.wtype`.
+    pub w: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+    /// The activation row quantized by [`quantize_activation`] with this `kernel`.
+    pub xq: &'a [u8],
+    /// `rows` outputs.
+    pub out: &'a mut [f32],
+}
+
+/// Several matrix × vector products in one run of the pool: every job's rows are cut into
+/// chunks and all chunks of all jobs are shared out together, so the threads meet once for the
+/// whole batch instead of once per product (the routed experts of one token: every gate and
+/// up projection in one run, every down projection in another). Each output element is
+/// computed by the same kernel call on the same bytes as [`matvec_with`] makes for it, so the
+/// results are bit-identical to running the jobs one by one.
+pub fn matvec_many(pool: &ThreadPool, jobs: &mut [MatvecJob<'_>]) -> Result<(), QuantError> {
+    let mut total_rows = 0usize;
+    for j in jobs.iter() {
+        let k = j.kernel;
+        let overflow = QuantError::ShapeOverflow {
+            ty: k.wtype,
+            rows: j.rows,
+            cols: j.cols,
+        };
+        let row_bytes = |ty: GgmlType| -> Result<usize, QuantError> {
+            let b = ty
+                .row_bytes(j.cols as u64)
+                .ok_or(QuantError::NotBlockMultiple {
+                    ty,
+                    n: j.cols,
+                    block: ty.block_size(),
+                })?;
+            usize::try_from(b).map_err(|_| overflow.clone())
+        };
+        let rb = row_bytes(k.wtype)?;
+        let w_bytes = j.rows.checked_mul(rb).ok_or(overflow.clone())?;
+        check_len(k.wtype, "weight", w_bytes, j.w.len())?;
+        check_len(k.wtype, "activation", row_bytes(k.act_type)?, j.xq.len())?;
+        check_len(k.wtype, "output", j.rows, j.out.len())?;
+        total_rows = total_rows.checked_add(j.rows).ok_or(overflow)?;
+    }
+    let ch = chunk_rows(total_rows, pool.n_threads());
+    // Every chunk of every job, in job order: (job, first row, outputs).
+    struct Chunk<'a> {
+        job: usize,
+        row0: usize,
+        dst: &'a mut [f32],
+    }
+    let mut chunks: Vec<Chunk<'_>> = Vec::with_capacity(total_rows.div_ceil(ch) + jobs.len());
+    // Per job: kernels, weights, row bytes, quantized activation, columns.
+    struct Plan<'a> {
+        kernel: &'a RowKernel,
+        w: &'a [u8],
+        rb: usize,
+        xq: &'a [u8],
+        cols: usize,
+    }
+    let mut plan: Vec<Plan<'_>> = Vec::with_capacity(jobs.len());
+    for (i, j) in jobs.iter_mut().enumerate() {
+        if j.cols == 0 {
+            j.out.fill(0.0);
+            plan.push(Plan {
+                kernel: j.kernel,
+                w: j.w,
+                rb: 0,
+                xq: j.xq,
+                cols: 0,
+            });
+            continue;
+        }
+        plan.push(Plan {
+            kernel: j.kernel,
+            w: j.w,
+            rb: j.w.len() / j.rows.max(1),
+            xq: j.xq,
+            cols: j.cols,
+        });
+        for (c, dst) in j.out.chunks_mut(ch).enumerate() {
+            chunks.push(Chunk {
+                job: i,
+                row0: c * ch,
+                dst,
+            });
+        }
+    }
+    let n_chunks = chunks.len();
+    // Hands out each chunk once; the lock is taken once per chunk of rows.
+    let queue = Mutex::new(chunks.into_iter());
+    pool.run(n_chunks, |_| {
+        let Some(Chunk { job, row0, dst }) =
+            queue.lock().unwrap_or_else(PoisonError::into_inner).next()
+        else {
+            return;
+        };
+        let Plan {
+            kernel,
+            w,
+            rb,
+            xq,
+            cols,
+        } = plan[job];
+        let w_chunk = &w[row0 * rb..(row0 + dst.len()) * rb];
+        let mut ahead = RowPrefetcher::new(kernel.prefetch, w_chunk, rb);
+        let dots = (kernel.dot, kernel.dot_rows);
+        rows_times_vector(dots, cols, w_chunk, rb, xq, dst, &mut ahead);
+    });
+    Ok(())
+}
+
 /// Batched product for a few activation rows (prompt processing):
 /// `out[t][r] = Σ_c W[r][c] · x[t][c]` for `t` in `0..n_tok`, with `x` `n_tok × cols` and
 /// `out` `n_tok × rows`, both row-major.

@@ -614,3 +614,108 @@ fn table_kernels_threaded_results_are_bit_identical() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// matvec_many: a batch of products in one pool run
+// ---------------------------------------------------------------------------------------
+
+/// Every job of a batch equals the same product run alone through `matvec_with`, bit for bit,
+/// for the table's real kernels of the types a MoE decode multiplies (the routed experts'
+/// orders: the repacked 8-row kernels of Q4_K and MXFP4, the vec_dot ones of Q6_K and Q8_0),
+/// with jobs of several shapes and types mixed in one batch, on 1-3 threads.
+#[test]
+fn a_batch_of_products_equals_each_product_alone() {
+    use quant::{Kernels, MatvecJob, matvec_many, quantize_activation};
+    let mut rng = Rng(0x51ce_0001);
+    let tables: Vec<&Kernels> = vec![Kernels::scalar(), Kernels::detect()];
+    let pools: Vec<ThreadPool> = [1, 2, 3].map(|n| ThreadPool::new(n).unwrap()).into();
+    // (type, rows, cols) of each job; rows not a multiple of the chunk or of 8 included.
+    let specs: &[(GgmlType, usize, usize)] = &[
+        (GgmlType::Q4_K, 96, 512),
+        (GgmlType::Q4_K, 96, 512),
+        (GgmlType::Q6_K, 40, 256),
+        (GgmlType::Q8_0, 19, 64),
+        (GgmlType::MXFP4, 64, 128),
+        (GgmlType::Q4_K, 200, 256),
+        (GgmlType::F16, 33, 64),
+    ];
+    for table in tables {
+        let kernels: Vec<RowKernel> = specs
+            .iter()
+            .map(|&(ty, rows, cols)| RowKernel::for_weight(table, ty, rows, cols, true).unwrap())
+            .collect();
+        let weights: Vec<Vec<u8>> = specs
+            .iter()
+            .map(|&(ty, rows, cols)| quant::quantize_to_vec(ty, &rng.vec(rows * cols)).unwrap())
+            .collect();
+        let xs: Vec<Vec<f32>> = specs.iter().map(|&(_, _, cols)| rng.vec(cols)).collect();
+        let mut qx: Vec<Vec<u8>> = vec![Vec::new(); specs.len()];
+        for (i, &(_, _, cols)) in specs.iter().enumerate() {
+            quantize_activation(&kernels[i], cols, &xs[i], &mut qx[i]).unwrap();
+        }
+        for pool in &pools {
+            let mut want: Vec<Vec<f32>> = Vec::new();
+            for (i, &(_, rows, cols)) in specs.iter().enumerate() {
+                let mut o = vec![f32::NAN; rows];
+                matvec_with(
+                    pool,
+                    &kernels[i],
+                    &weights[i],
+                    rows,
+                    cols,
+                    &xs[i],
+                    &mut o,
+                    &mut Vec::new(),
+                )
+                .unwrap();
+                want.push(o);
+            }
+            let mut got: Vec<Vec<f32>> = specs.iter().map(|s| vec![f32::NAN; s.1]).collect();
+            let mut jobs: Vec<MatvecJob<'_>> = got
+                .iter_mut()
+                .enumerate()
+                .map(|(i, out)| MatvecJob {
+                    kernel: &kernels[i],
+                    w: &weights[i],
+                    rows: specs[i].1,
+                    cols: specs[i].2,
+                    xq: &qx[i],
+                    out,
+                })
+                .collect();
+            matvec_many(pool, &mut jobs).unwrap();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    bits(g),
+                    bits(w),
+                    "job {i} ({:?}), {} threads",
+                    specs[i],
+                    pool.n_threads()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_batch_with_a_wrong_length_is_refused() {
+    use quant::{Kernels, MatvecJob, matvec_many};
+    let pool = ThreadPool::new(2).unwrap();
+    let k = RowKernel::lookup(Kernels::scalar(), GgmlType::Q8_0).unwrap();
+    let w = vec![0u8; 4 * 34 * 2];
+    let xq = vec![0u8; 34 * 2];
+    let mut out = vec![0f32; 3];
+    let mut jobs = [MatvecJob {
+        kernel: &k,
+        w: &w,
+        rows: 4,
+        cols: 64,
+        xq: &xq,
+        out: &mut out,
+    }];
+    let err = matvec_many(&pool, &mut jobs).unwrap_err();
+    assert!(
+        matches!(err, QuantError::LengthMismatch { what: "output", .. }),
+        "{err}"
+    );
+}

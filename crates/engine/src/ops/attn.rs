@@ -144,7 +144,7 @@ impl Store {
 
     /// The `n` values starting at `start` as f32: borrowed from an F32 store, converted into
     /// `buf` (resized to `n`) from an F16 one.
-    #[inline]
+    #[cfg(test)]
     fn row<'a>(&'a self, start: usize, n: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
         match self {
             Store::F32(s) => &s[start..start + n],
@@ -487,21 +487,30 @@ pub fn attend_batch_with(
     } else {
         Layout::Gemv
     };
-    let slots: Vec<Mutex<&mut [f32]>> = out.chunks_mut(hd.max(1)).map(Mutex::new).collect();
-    pool.run(n_tok * n_head, |task| {
-        let (t, h) = (task / n_head, task % n_head);
-        let q_h = &q[task * hd..(task + 1) * hd];
+    // One task per token and KV head: the cells it sees are read (converted from f16) once
+    // and serve every query head of its group.
+    let slots: Vec<Mutex<&mut [f32]>> = out
+        .chunks_mut((group * hd).max(1))
+        .map(Mutex::new)
+        .collect();
+    pool.run(n_tok * n_kv, |task| {
+        let (t, kvh) = (task / n_kv, task % n_kv);
         let mut dst = slots[task].lock().unwrap_or_else(PoisonError::into_inner);
         let n_vis = p0 + t + 1;
-        let head = HeadJob {
-            kvh: h / group,
-            first: extras.window.map_or(0, |w| n_vis.saturating_sub(w)),
-            n_vis,
-            row_len,
-            layout,
-            sink: extras.sinks.map(|s| s[h]),
-        };
-        attend_head(cache, layer, &head, q_h, scale, &mut dst);
+        let first = extras.window.map_or(0, |w| n_vis.saturating_sub(w));
+        let rows = KvRows::read(cache, layer, kvh, first, n_vis);
+        for (g, o) in dst.chunks_exact_mut(hd).enumerate() {
+            let h = kvh * group + g;
+            let head = HeadJob {
+                first,
+                n_vis,
+                row_len,
+                layout,
+                sink: extras.sinks.map(|s| s[h]),
+            };
+            let q_h = &q[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
+            attend_head_rows(cache, &rows, &head, q_h, scale, o);
+        }
     });
     Ok(())
 }
@@ -520,8 +529,6 @@ enum Layout {
 
 /// One query head of one token.
 struct HeadJob {
-    /// KV head it reads.
-    kvh: usize,
     /// First cell it sees (the sliding window's start; 0 without one).
     first: usize,
     /// Cells up to which it sees (`first..n_vis`).
@@ -533,22 +540,71 @@ struct HeadJob {
     sink: Option<f32>,
 }
 
+/// The keys and values of one KV head over the cells one token sees, as f32: key of cell
+/// `skip + j` at `k[j · hd..]`, value dimension `d` of the cells at `v[d · n..]` (`n` cells
+/// from `skip`, the first cell kept, see [`SKIP_ALIGN`]).
+struct KvRows {
+    skip: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl KvRows {
+    fn read(cache: &KvCache, layer: usize, kvh: usize, first: usize, n_vis: usize) -> KvRows {
+        let hd = cache.head_dim;
+        // Cells before a sliding window are masked: their probabilities are exact zeros, which
+        // add nothing to any sum. Whole groups of SKIP_ALIGN of them are left out of the
+        // work; the ones after `skip` keep their positions modulo SKIP_ALIGN, and so their
+        // lanes and accumulators in every sum, which are periodic in 8 (softmax, tinyBLAS)
+        // and 32 (vec_dot).
+        let skip = first - first % SKIP_ALIGN;
+        let n = n_vis - skip;
+        let kw = cache.n_head_kv * hd;
+        let mut k = vec![0f32; n * hd];
+        for (j, row) in k.chunks_exact_mut(hd.max(1)).enumerate() {
+            if skip + j >= first {
+                cache.k[layer].read((skip + j) * kw + kvh * hd, row);
+            }
+        }
+        let mut v = vec![0f32; hd * n];
+        for (d, row) in v.chunks_exact_mut(n.max(1)).enumerate() {
+            cache.v[layer].read((kvh * hd + d) * cache.n_ctx + skip, row);
+        }
+        KvRows { skip, k, v }
+    }
+}
+
 /// One query head over cells `first..n_vis` of KV head `kvh`.
+#[cfg(test)]
 fn attend_head(
     cache: &KvCache,
     layer: usize,
+    kvh: usize,
+    job: &HeadJob,
+    q: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let rows = KvRows::read(cache, layer, kvh, job.first, job.n_vis);
+    attend_head_rows(cache, &rows, job, q, scale, out);
+}
+
+/// One query head over cells `first..n_vis`, whose keys and values `rows` holds.
+fn attend_head_rows(
+    cache: &KvCache,
+    rows: &KvRows,
     job: &HeadJob,
     q: &[f32],
     scale: f32,
     out: &mut [f32],
 ) {
     let HeadJob {
-        kvh,
         first,
         n_vis,
         row_len,
         layout,
         sink,
+        ..
     } = *job;
     let hd = cache.head_dim;
     let f16_cache = cache.ty == KvType::F16;
@@ -558,24 +614,18 @@ fn attend_head(
         q.to_vec()
     };
     let tiny_k = layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8);
-    let mut buf = Vec::new();
-    // Cells before a sliding window are masked: their probabilities are exact zeros, which
-    // add nothing to any sum. Whole groups of SKIP_ALIGN of them are left out of the work;
-    // the ones after `skip` keep their positions modulo SKIP_ALIGN, and so their lanes and
-    // accumulators in every sum, which are periodic in 8 (softmax, tinyBLAS) and 32 (vec_dot).
-    let skip = first - first % SKIP_ALIGN;
-    let mut scores = vec![f32::NEG_INFINITY; n_vis - skip];
-    let kw = cache.n_head_kv * hd;
+    let skip = rows.skip;
+    let n = n_vis - skip;
+    let mut scores = vec![f32::NEG_INFINITY; n];
     for (j, s) in scores.iter_mut().enumerate().skip(first - skip) {
-        let t = skip + j;
-        let krow = cache.k[layer].row(t * kw + kvh * hd, hd, &mut buf);
+        let krow = &rows.k[j * hd..(j + 1) * hd];
         *s = if tiny_k {
             dot_tinyblas(krow, &qv)
         } else {
             dot_ggml(krow, &qv)
         };
     }
-    let mut probs = vec![0f32; n_vis - skip];
+    let mut probs = vec![0f32; n];
     softmax_visible(&scores, scale, row_len - skip, sink, &mut probs);
     if f16_cache {
         for p in &mut probs {
@@ -583,9 +633,7 @@ fn attend_head(
         }
     }
     let tiny_v = layout == Layout::Gemm && row_len.is_multiple_of(8);
-    for (d, o) in out.iter_mut().enumerate() {
-        let start = (kvh * hd + d) * cache.n_ctx + skip;
-        let vrow = cache.v[layer].row(start, n_vis - skip, &mut buf);
+    for (o, vrow) in out.iter_mut().zip(rows.v.chunks_exact(n.max(1))) {
         *o = if tiny_v {
             dot_tinyblas(vrow, &probs)
         } else {
@@ -808,7 +856,6 @@ mod tests {
                 for layout in [Layout::Gemv, Layout::Gemm] {
                     for sink in [None, Some(0.7f32)] {
                         let job = HeadJob {
-                            kvh: 1,
                             first,
                             n_vis,
                             row_len: c.row_len(n_vis),
@@ -816,7 +863,7 @@ mod tests {
                             sink,
                         };
                         let mut got = vec![0f32; hd];
-                        attend_head(&c, 0, &job, &q, 0.125, &mut got);
+                        attend_head(&c, 0, 1, &job, &q, 0.125, &mut got);
                         // the whole row, masked cells included
                         let f16c = ty == KvType::F16;
                         let qv: Vec<f32> = if f16c {
