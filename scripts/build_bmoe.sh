@@ -47,13 +47,9 @@ if [ ! -f "$DIR/src/third_party/llama.cpp/CMakeLists.txt" ]; then
         "$DIR/src/third_party/llama.cpp"
     git -C "$DIR/src/third_party/llama.cpp" apply "$patch"
 fi
-CMAKE=$(command -v cmake || true)
-if [ -z "$CMAKE" ]; then
-    echo "# cmake not found: installing it from PyPI into $DIR/cmake" >&2
-    python3 -m pip install --quiet --only-binary :all: --target "$DIR/cmake" cmake >&2
-    CMAKE="$DIR/cmake/bin/cmake"
-    export PYTHONPATH="$DIR/cmake${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# shellcheck source=cmake-pypi.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cmake-pypi.sh"
+cmake_find "$DIR"
 echo "# building bmoe-cli on llama.cpp v0.4.0 (about 13 min on 2 cores)" >&2
 "$CMAKE" -S "$DIR/src" -B "$DIR/src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DBMOE_BUILD_TESTS=OFF -DBMOE_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \

@@ -44,13 +44,9 @@ PY
     mv "$DIR/sdist/llama_cpp_python-$VERSION/vendor/llama.cpp" "$DIR/src"
     rm -rf "$DIR/sdist"
 fi
-CMAKE=$(command -v cmake || true)
-if [ -z "$CMAKE" ]; then
-    echo "# cmake not found: installing it from PyPI into $DIR/cmake" >&2
-    python3 -m pip install --quiet --only-binary :all: --target "$DIR/cmake" cmake >&2
-    CMAKE="$DIR/cmake/bin/cmake"
-    export PYTHONPATH="$DIR/cmake${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# shellcheck source=cmake-pypi.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cmake-pypi.sh"
+cmake_find "$DIR"
 echo "# building llama-bench and llama-completion (about 15 min on 2 cores)" >&2
 "$CMAKE" -S "$DIR/src" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2

@@ -24,6 +24,8 @@ pub struct Options {
     pub threads: Option<usize>,
     pub ctx: Option<usize>,
     pub ubatch: usize,
+    /// `--row-prefetch`: `None` keeps the kernel table's choice.
+    pub row_prefetch: Option<bool>,
     /// Directory for the named intermediates, if wanted.
     pub dump: Option<PathBuf>,
     /// Only these names (all when `None`).
@@ -76,6 +78,9 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
+    if let Some(on) = opts.row_prefetch {
+        engine.set_row_prefetch(on);
+    }
     if let Some(layout) = opened.layout {
         let src = opts
             .stream

@@ -578,6 +578,32 @@ struct EngineArgs {
     /// KV cache storage type (f32 for comparisons against a float32 reference).
     #[arg(long, value_enum, default_value_t = KvTypeArg::F16)]
     kv_type: KvTypeArg,
+
+    /// Software prefetch of weight rows ahead of the matrix kernels: `auto` as the kernel
+    /// table chose for each weight (on, except for kernels that prefetch their own rows),
+    /// `on` or `off` for every matrix. The output is the same bit for bit; only the speed
+    /// changes, so this is a knob for measuring a CPU the defaults were not tuned on
+    /// (docs/performance.md).
+    #[arg(long, value_enum, default_value_t = RowPrefetchArg::Auto)]
+    row_prefetch: RowPrefetchArg,
+}
+
+/// `--row-prefetch`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum RowPrefetchArg {
+    Auto,
+    On,
+    Off,
+}
+
+impl RowPrefetchArg {
+    fn setting(self) -> Option<bool> {
+        match self {
+            RowPrefetchArg::Auto => None,
+            RowPrefetchArg::On => Some(true),
+            RowPrefetchArg::Off => Some(false),
+        }
+    }
 }
 
 /// Output piped into a reader that stops early (`sluice analyze ... | head`) ends the process
@@ -662,6 +688,7 @@ fn main() -> ExitCode {
                 threads: args.engine.threads,
                 ctx: args.ctx,
                 ubatch: args.engine.ubatch,
+                row_prefetch: args.engine.row_prefetch.setting(),
                 kv_type: args.engine.kv_type.engine(),
                 temp: args.temp,
                 top_k: args.top_k,
@@ -693,6 +720,7 @@ fn main() -> ExitCode {
             threads: args.engine.threads,
             ctx: args.ctx,
             ubatch: args.engine.ubatch,
+            row_prefetch: args.engine.row_prefetch.setting(),
             dump: args.dump,
             dump_names: args.dump_names,
             stream: args.stream,

@@ -51,6 +51,8 @@ pub struct Options {
     pub threads: Option<usize>,
     pub ctx: Option<usize>,
     pub ubatch: usize,
+    /// `--row-prefetch`: `None` keeps the kernel table's choice.
+    pub row_prefetch: Option<bool>,
     pub kv_type: KvType,
     pub temp: f32,
     pub top_k: i32,
@@ -708,6 +710,9 @@ pub fn run(opts: &Options) -> Result<()> {
         ubatch: opts.ubatch,
     };
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
+    if let Some(on) = opts.row_prefetch {
+        engine.set_row_prefetch(on);
+    }
     let counters = Arc::new(crate::stream::StreamCounters::default());
     // The routed experts' tensors (of a resident MoE run too: `dense_resident_frac` samples
     // the rest), and the cycle of one token's experts.

@@ -806,3 +806,33 @@ fn reads_ahead_from_a_pairs_table_change_no_output() {
         );
     }
 }
+
+/// `--row-prefetch on|off` changes no bit: the same greedy tokens as the default, resident and
+/// streamed with overlap (the one-token path that computes a token's experts together), and
+/// the same prompt logits, on the repacked-order MXFP4 and Q4_K fixtures.
+#[test]
+fn the_row_prefetch_knob_changes_no_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["qwen3moe-q4_k_m.gguf", "gptoss-mxfp4.gguf"] {
+        let m = moe_fixture(f);
+        for mode in [
+            &["--moe-stream", "off"][..],
+            &["--moe-stream", "on", "--overlap"],
+        ] {
+            let base = run(&m, mode);
+            let base_logits = logits(&m, dir.path(), mode);
+            for knob in ["on", "off"] {
+                let extra: Vec<&str> = mode
+                    .iter()
+                    .copied()
+                    .chain(["--row-prefetch", knob])
+                    .collect();
+                assert_eq!(answer(&run(&m, &extra)), answer(&base), "{f} {extra:?}");
+                assert!(
+                    logits(&m, dir.path(), &extra) == base_logits,
+                    "{f} {extra:?}"
+                );
+            }
+        }
+    }
+}

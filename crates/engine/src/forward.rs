@@ -671,6 +671,17 @@ impl<'a> Engine<'a> {
         self.observer = observer;
     }
 
+    /// Turn the software prefetch of weight rows ahead of the dot kernels on or off for
+    /// every matrix ([`quant::RowKernel::prefetch`]; by default as the kernel table chose).
+    /// Results do not depend on it, only the speed: it is a knob for measuring CPUs the
+    /// defaults were not tuned on.
+    pub fn set_row_prefetch(&mut self, on: bool) {
+        for m in self.w.mats_mut() {
+            m.kernel.prefetch = on;
+            m.kernel_one.prefetch = on;
+        }
+    }
+
     /// Install (or remove, with `None`) the source of routed experts' bytes. Its expert sizes
     /// must match the model's for every MoE layer.
     pub fn set_expert_source(

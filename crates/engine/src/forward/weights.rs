@@ -111,6 +111,30 @@ pub(crate) struct Weights<'a> {
     pub layers: Vec<LayerW<'a>>,
 }
 
+impl<'a> Weights<'a> {
+    /// Every matrix of the model.
+    pub fn mats_mut(&mut self) -> Vec<&mut Mat<'a>> {
+        let mut v: Vec<&mut Mat<'a>> = vec![&mut self.output];
+        for l in &mut self.layers {
+            v.extend([&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo]);
+            match &mut l.ffn {
+                FfnW::Dense(d) => v.extend([&mut d.gate, &mut d.up, &mut d.down]),
+                FfnW::Moe(m) => {
+                    let m = &mut **m;
+                    v.extend([&mut m.router, &mut m.gate, &mut m.up, &mut m.down]);
+                    if let Some(sh) = &mut m.shared {
+                        v.extend([&mut sh.gate, &mut sh.up, &mut sh.down]);
+                        if let Some(g) = &mut sh.gate_inp {
+                            v.push(g);
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
 fn bad(t: &TensorInfo, msg: impl Into<String>) -> ForwardError {
     ForwardError::BadTensor {
         tensor: t.name.clone(),
