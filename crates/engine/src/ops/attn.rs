@@ -499,6 +499,7 @@ pub fn attend_batch_with(
         let n_vis = p0 + t + 1;
         let first = extras.window.map_or(0, |w| n_vis.saturating_sub(w));
         let rows = KvRows::read(cache, layer, kvh, first, n_vis);
+        let mut scratch = HeadScratch::default();
         for (g, o) in dst.chunks_exact_mut(hd).enumerate() {
             let h = kvh * group + g;
             let head = HeadJob {
@@ -509,7 +510,7 @@ pub fn attend_batch_with(
                 sink: extras.sinks.map(|s| s[h]),
             };
             let q_h = &q[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
-            attend_head_rows(cache, &rows, &head, q_h, scale, o);
+            attend_head_rows(cache, &rows, &head, q_h, scale, o, &mut scratch);
         }
     });
     Ok(())
@@ -541,12 +542,22 @@ struct HeadJob {
 }
 
 /// The keys and values of one KV head over the cells one token sees, as f32: key of cell
-/// `skip + j` at `k[j · hd..]`, value dimension `d` of the cells at `v[d · n..]` (`n` cells
-/// from `skip`, the first cell kept, see [`SKIP_ALIGN`]).
+/// `skip + j` at `k[j · hd..]`, value dimension `d` of the cells at `v[d · n8..]` (`n` cells
+/// from `skip`, the first cell kept, see [`SKIP_ALIGN`]; each value row zero-padded to `n8`,
+/// a whole number of 8-lane groups, which every dot product here pads to anyway).
 struct KvRows {
     skip: usize,
+    n8: usize,
     k: Vec<f32>,
     v: Vec<f32>,
+}
+
+/// Buffers one task reuses for the query heads of its group.
+#[derive(Default)]
+struct HeadScratch {
+    qv: Vec<f32>,
+    scores: Vec<f32>,
+    probs: Vec<f32>,
 }
 
 impl KvRows {
@@ -566,11 +577,12 @@ impl KvRows {
                 cache.k[layer].read((skip + j) * kw + kvh * hd, row);
             }
         }
-        let mut v = vec![0f32; hd * n];
-        for (d, row) in v.chunks_exact_mut(n.max(1)).enumerate() {
-            cache.v[layer].read((kvh * hd + d) * cache.n_ctx + skip, row);
+        let n8 = n.next_multiple_of(8).max(8);
+        let mut v = vec![0f32; hd * n8];
+        for (d, row) in v.chunks_exact_mut(n8).enumerate() {
+            cache.v[layer].read((kvh * hd + d) * cache.n_ctx + skip, &mut row[..n]);
         }
-        KvRows { skip, k, v }
+        KvRows { skip, n8, k, v }
     }
 }
 
@@ -586,7 +598,15 @@ fn attend_head(
     out: &mut [f32],
 ) {
     let rows = KvRows::read(cache, layer, kvh, job.first, job.n_vis);
-    attend_head_rows(cache, &rows, job, q, scale, out);
+    attend_head_rows(
+        cache,
+        &rows,
+        job,
+        q,
+        scale,
+        out,
+        &mut HeadScratch::default(),
+    );
 }
 
 /// One query head over cells `first..n_vis`, whose keys and values `rows` holds.
@@ -597,6 +617,7 @@ fn attend_head_rows(
     q: &[f32],
     scale: f32,
     out: &mut [f32],
+    scratch: &mut HeadScratch,
 ) {
     let HeadJob {
         first,
@@ -604,40 +625,45 @@ fn attend_head_rows(
         row_len,
         layout,
         sink,
-        ..
     } = *job;
     let hd = cache.head_dim;
     let f16_cache = cache.ty == KvType::F16;
-    let qv: Vec<f32> = if f16_cache {
-        q.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
+    let HeadScratch { qv, scores, probs } = scratch;
+    qv.clear();
+    if f16_cache {
+        qv.extend(q.iter().map(|&x| f16::from_f32(x).to_f32()));
     } else {
-        q.to_vec()
-    };
+        qv.extend_from_slice(q);
+    }
     let tiny_k = layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8);
     let skip = rows.skip;
     let n = n_vis - skip;
-    let mut scores = vec![f32::NEG_INFINITY; n];
+    scores.clear();
+    scores.resize(n, f32::NEG_INFINITY);
     for (j, s) in scores.iter_mut().enumerate().skip(first - skip) {
         let krow = &rows.k[j * hd..(j + 1) * hd];
         *s = if tiny_k {
-            dot_tinyblas(krow, &qv)
+            dot_tinyblas(krow, qv)
         } else {
-            dot_ggml(krow, &qv)
+            dot_ggml(krow, qv)
         };
     }
-    let mut probs = vec![0f32; n];
-    softmax_visible(&scores, scale, row_len - skip, sink, &mut probs);
+    // The probabilities, zero-padded as the value rows are: a padded lane adds 0 · 0 to a
+    // sum, as the dot products' own zero-filled tails do, so no bit changes.
+    probs.clear();
+    probs.resize(rows.n8, 0.0);
+    softmax_visible(scores, scale, row_len - skip, sink, &mut probs[..n]);
     if f16_cache {
-        for p in &mut probs {
+        for p in probs.iter_mut() {
             *p = f16::from_f32(*p).to_f32();
         }
     }
     let tiny_v = layout == Layout::Gemm && row_len.is_multiple_of(8);
-    for (o, vrow) in out.iter_mut().zip(rows.v.chunks_exact(n.max(1))) {
+    for (o, vrow) in out.iter_mut().zip(rows.v.chunks_exact(rows.n8)) {
         *o = if tiny_v {
-            dot_tinyblas(vrow, &probs)
+            dot_tinyblas(vrow, probs)
         } else {
-            dot_ggml(vrow, &probs)
+            dot_ggml(vrow, probs)
         };
     }
 }
