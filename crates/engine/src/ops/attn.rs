@@ -487,21 +487,27 @@ pub fn attend_batch_with(
     } else {
         Layout::Gemv
     };
-    // One task per token and KV head: the cells it sees are read (converted from f16) once
-    // and serve every query head of its group.
-    let slots: Vec<Mutex<&mut [f32]>> = out
-        .chunks_mut((group * hd).max(1))
-        .map(Mutex::new)
-        .collect();
-    pool.run(n_tok * n_kv, |task| {
-        let (t, kvh) = (task / n_kv, task % n_kv);
+    // One task per token, KV head and share of its query-head group: the cells it sees are
+    // read (converted from f16) once per task and serve every query head of the share. The
+    // group is split (into a number of shares that divides it) only as far as it takes to
+    // give every thread two tasks: a model with one KV head still decodes on every thread.
+    let want = 2 * pool.n_threads();
+    let shares = (1..=group)
+        .filter(|d| group.is_multiple_of(*d))
+        .find(|&d| n_tok * n_kv * d >= want)
+        .unwrap_or(group);
+    let per = group / shares;
+    let slots: Vec<Mutex<&mut [f32]>> = out.chunks_mut((per * hd).max(1)).map(Mutex::new).collect();
+    pool.run(n_tok * n_kv * shares, |task| {
+        let (t, rest) = (task / (n_kv * shares), task % (n_kv * shares));
+        let (kvh, share) = (rest / shares, rest % shares);
         let mut dst = slots[task].lock().unwrap_or_else(PoisonError::into_inner);
         let n_vis = p0 + t + 1;
         let first = extras.window.map_or(0, |w| n_vis.saturating_sub(w));
         let rows = KvRows::read(cache, layer, kvh, first, n_vis);
         let mut scratch = HeadScratch::default();
         for (g, o) in dst.chunks_exact_mut(hd).enumerate() {
-            let h = kvh * group + g;
+            let h = kvh * group + share * per + g;
             let head = HeadJob {
                 first,
                 n_vis,
@@ -856,6 +862,78 @@ mod tests {
         assert_eq!(c.row_len(257), 300); // capped at the cache size
         let small = KvCache::new(KvType::F32, 1, 20, 1, 8).unwrap();
         assert_eq!(small.row_len(3), 20);
+    }
+
+    /// However the query heads of a KV head are shared out between tasks (one KV head and
+    /// eight query heads; four KV heads of two; 1-4 threads, one and three tokens, a window
+    /// and sinks), every head's output has the bits of that head computed alone.
+    #[test]
+    fn splitting_a_group_between_tasks_changes_no_bit() {
+        let mut seed = 0x2545_f491_u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        };
+        let (hd, n_ctx, p0) = (64, 64, 37);
+        for (n_head, n_kv) in [(8, 1), (8, 4)] {
+            for ty in [KvType::F32, KvType::F16] {
+                let mut c = KvCache::new(ty, 1, n_ctx, n_kv, hd).unwrap();
+                for t in 0..p0 + 3 {
+                    let k: Vec<f32> = (0..n_kv * hd).map(|_| rnd()).collect();
+                    let v: Vec<f32> = (0..n_kv * hd).map(|_| rnd()).collect();
+                    c.store(0, t, &k, &v).unwrap();
+                }
+                let sinks: Vec<f32> = (0..n_head).map(|_| rnd()).collect();
+                for n_tok in [1, 3] {
+                    let q: Vec<f32> = (0..n_tok * n_head * hd).map(|_| rnd()).collect();
+                    for extras in [
+                        AttnExtras::default(),
+                        AttnExtras {
+                            window: Some(5),
+                            sinks: Some(&sinks),
+                        },
+                    ] {
+                        let layout = if n_tok >= 2 {
+                            Layout::Gemm
+                        } else {
+                            Layout::Gemv
+                        };
+                        let row_len = c.row_len(p0 + n_tok);
+                        let mut want = vec![0f32; n_tok * n_head * hd];
+                        for (task, o) in want.chunks_exact_mut(hd).enumerate() {
+                            let (t, h) = (task / n_head, task % n_head);
+                            let n_vis = p0 + t + 1;
+                            let job = HeadJob {
+                                first: extras.window.map_or(0, |w| n_vis.saturating_sub(w)),
+                                n_vis,
+                                row_len,
+                                layout,
+                                sink: extras.sinks.map(|s| s[h]),
+                            };
+                            let q_h = &q[task * hd..(task + 1) * hd];
+                            attend_head(&c, 0, h / (n_head / n_kv), &job, q_h, 0.125, o);
+                        }
+                        for threads in 1..=4 {
+                            let pool = ThreadPool::new(threads).unwrap();
+                            let mut got = vec![f32::NAN; n_tok * n_head * hd];
+                            attend_batch_with(
+                                &pool, &q, &c, 0, p0, n_tok, n_head, 0.125, extras, &mut got,
+                            )
+                            .unwrap();
+                            let bits =
+                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&got),
+                                bits(&want),
+                                "{n_head}/{n_kv} heads, {ty:?}, {n_tok} tokens, {threads} threads"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The masked cells before a sliding window left out of the work give the bits of the
