@@ -864,18 +864,22 @@ mod tests {
         assert_eq!(small.row_len(3), 20);
     }
 
+    /// Values uniform in [-2, 2) from an xorshift stream seeded with `seed`.
+    fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        }
+    }
+
     /// However the query heads of a KV head are shared out between tasks (one KV head and
     /// eight query heads; four KV heads of two; 1-4 threads, one and three tokens, a window
     /// and sinks), every head's output has the bits of that head computed alone.
     #[test]
     fn splitting_a_group_between_tasks_changes_no_bit() {
-        let mut seed = 0x2545_f491_u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-        };
+        let mut rnd = uniform(0x2545_f491_u64);
         let (hd, n_ctx, p0) = (64, 64, 37);
         for (n_head, n_kv) in [(8, 1), (8, 4)] {
             for ty in [KvType::F32, KvType::F16] {
@@ -941,13 +945,7 @@ mod tests {
     #[test]
     fn skipping_the_masked_cells_changes_no_bit() {
         let (n_kv, hd, n_ctx) = (2, 64, 600);
-        let mut seed = 0x9e37_79b9_u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-        };
+        let mut rnd = uniform(0x9e37_79b9_u64);
         for ty in [KvType::F32, KvType::F16] {
             let mut c = KvCache::new(ty, 1, n_ctx, n_kv, hd).unwrap();
             for t in 0..n_ctx {
