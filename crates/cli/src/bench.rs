@@ -717,7 +717,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let threads = crate::run::thread_count(args.threads);
+    let threads = runtime::load::thread_count(args.threads);
     let model = std::fs::canonicalize(&args.model)
         .with_context(|| format!("cannot find {}", args.model.display()))?;
     let home = || PathBuf::from(std::env::var_os("HOME").unwrap_or_default());

@@ -13,7 +13,7 @@ use quant::ThreadPool;
 use text::Tokenizer;
 
 use crate::npy;
-use crate::run::{build_engine, load_model, thread_count};
+use runtime::load::{build_engine, load_model, thread_count};
 
 pub struct Options {
     pub model: PathBuf,
@@ -30,7 +30,7 @@ pub struct Options {
     pub dump: Option<PathBuf>,
     /// Only these names (all when `None`).
     pub dump_names: Option<Vec<String>>,
-    pub stream: crate::stream::StreamArgs,
+    pub stream: crate::stream::StreamConfig,
     /// Only the last position's logits, computed as a generation computes them.
     pub last: bool,
 }
@@ -41,7 +41,8 @@ type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
-    let opened = crate::stream::open_for(&opts.model, &opts.stream)?;
+    let notices = crate::stderr_notices();
+    let opened = crate::stream::open_for(&opts.model, &opts.stream, &notices)?;
     let file = opened.file;
     let model = load_model(&file, &opts.model)?;
     let ids = match (&opts.prompt, &opts.tokens) {
@@ -82,9 +83,14 @@ pub fn run(opts: &Options) -> Result<()> {
         engine.set_row_prefetch(on);
     }
     if let Some(layout) = opened.layout {
-        let src = opts
-            .stream
-            .source(&file, layout, opened.cache_bytes, &name, Arc::default())?;
+        let src = opts.stream.source(
+            &file,
+            layout,
+            opened.cache_bytes,
+            &name,
+            Arc::default(),
+            &notices,
+        )?;
         engine.set_expert_source(Some(Box::new(src)))?;
     }
     let dumps: Dumps = Arc::default();

@@ -7,25 +7,22 @@ mod analyze_pairs;
 mod analyze_route;
 mod analyze_trace;
 mod analyze_view;
+mod args;
 mod bench;
-mod decide;
 mod genmodel;
-mod history;
 mod inspect;
 mod logits;
 mod npy;
 mod ppl;
-mod prompt;
 mod quantize;
-mod routes;
 mod run;
 mod session;
-mod stream;
-mod telemetry;
 mod template;
 mod tokenize;
 mod upcycle;
 
+// The runtime's modules under the names the binary's modules use.
+use runtime::{decide, history, prompt, routes, stream, telemetry};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -359,7 +356,7 @@ struct RunArgs {
 
     /// With --decide: keep the context's state after a decision's prefix, and restore it when
     /// the next decision's prefix is the same or extends it (auto: on, as for any CPU prefill).
-    #[arg(long, value_enum, default_value_t = decide::PrefixCacheMode::Auto, value_name = "MODE")]
+    #[arg(long, value_parser = args::choice::<decide::PrefixCacheMode>(), default_value_t = decide::PrefixCacheMode::Auto, value_name = "MODE")]
     decide_prefix_cache: decide::PrefixCacheMode,
 
     /// Score a text instead of generating: the perplexity of FILE's text (BOS, no template)
@@ -498,10 +495,10 @@ struct RunArgs {
     compute_trace_layers: Option<PathBuf>,
 
     #[command(flatten)]
-    stream: stream::StreamArgs,
+    stream: args::StreamArgs,
 
     #[command(flatten)]
-    history: history::HistoryArgs,
+    history: args::HistoryArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -556,7 +553,7 @@ struct LogitsArgs {
     engine: EngineArgs,
 
     #[command(flatten)]
-    stream: stream::StreamArgs,
+    stream: args::StreamArgs,
 }
 
 /// How the forward pass runs (shared by `run` and `logits`).
@@ -667,50 +664,56 @@ fn main() -> ExitCode {
             threads: args.threads,
             quiet: args.quiet,
         }),
-        Command::Run(args) => args.history.clone().with_env().and_then(|history| {
-            run::run(&run::Options {
-                history,
-                model: args.model,
-                prompt: args.prompt,
-                messages: args.messages,
-                session: args.session,
-                decide: args.decide,
-                prefix_cache: args.decide_prefix_cache,
-                ppl: args.ppl,
-                ppl_step: args.ppl_step,
-                test_hold: args.test_hold,
-                route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
-                    std::env::var_os("ROUTE_TRACE")
-                        .filter(|v| !v.is_empty())
-                        .map(|v| (std::path::PathBuf::from(v), true))
-                }),
-                n_predict: args.n_predict,
-                threads: args.engine.threads,
-                ctx: args.ctx,
-                ubatch: args.engine.ubatch,
-                row_prefetch: args.engine.row_prefetch.setting(),
-                kv_type: args.engine.kv_type.engine(),
-                temp: args.temp,
-                top_k: args.top_k,
-                top_p: args.top_p,
-                min_p: args.min_p,
-                seed: args.seed,
-                ignore_eos: args.ignore_eos,
-                chatml: args.chatml,
-                system: args.system,
-                no_think: args.no_think,
-                route_trace: args.route_trace,
-                route_replay: args.route_replay,
-                stream: args.stream,
-                progress: args.progress,
-                csv: args.csv,
-                io_trace: args.io_trace,
-                compute_trace: args
-                    .compute_trace
-                    .map(|p| (p, false))
-                    .or(args.compute_trace_layers.map(|p| (p, true))),
-            })
-        }),
+        Command::Run(args) => args
+            .history
+            .clone()
+            .config()
+            .with_env()
+            .map_err(anyhow::Error::from)
+            .and_then(|history| {
+                run::run(&run::Options {
+                    history,
+                    model: args.model,
+                    prompt: args.prompt,
+                    messages: args.messages,
+                    session: args.session,
+                    decide: args.decide,
+                    prefix_cache: args.decide_prefix_cache,
+                    ppl: args.ppl,
+                    ppl_step: args.ppl_step,
+                    test_hold: args.test_hold,
+                    route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
+                        std::env::var_os("ROUTE_TRACE")
+                            .filter(|v| !v.is_empty())
+                            .map(|v| (std::path::PathBuf::from(v), true))
+                    }),
+                    n_predict: args.n_predict,
+                    threads: args.engine.threads,
+                    ctx: args.ctx,
+                    ubatch: args.engine.ubatch,
+                    row_prefetch: args.engine.row_prefetch.setting(),
+                    kv_type: args.engine.kv_type.engine(),
+                    temp: args.temp,
+                    top_k: args.top_k,
+                    top_p: args.top_p,
+                    min_p: args.min_p,
+                    seed: args.seed,
+                    ignore_eos: args.ignore_eos,
+                    chatml: args.chatml,
+                    system: args.system,
+                    no_think: args.no_think,
+                    route_trace: args.route_trace,
+                    route_replay: args.route_replay,
+                    stream: args.stream.config(),
+                    progress: args.progress,
+                    csv: args.csv,
+                    io_trace: args.io_trace,
+                    compute_trace: args
+                        .compute_trace
+                        .map(|p| (p, false))
+                        .or(args.compute_trace_layers.map(|p| (p, true))),
+                })
+            }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,
             prompt: args.prompt,
@@ -723,7 +726,7 @@ fn main() -> ExitCode {
             row_prefetch: args.engine.row_prefetch.setting(),
             dump: args.dump,
             dump_names: args.dump_names,
-            stream: args.stream,
+            stream: args.stream.config(),
             last: args.last,
         }),
         Command::Analyze(args) => analyze::run(args),
@@ -740,6 +743,11 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The runtime's notices, each a line on standard error.
+pub fn stderr_notices() -> runtime::Notices {
+    runtime::Notices::new(|n| eprintln!("{}", n.text))
 }
 
 /// Output piped into `head` is not an error.

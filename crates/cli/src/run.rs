@@ -5,7 +5,7 @@
 //! size and prefill time, the reasoning of a reasoning model) go to standard error.
 
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -14,10 +14,12 @@ use chat::{ChatFormat, ReasoningSyntax};
 use engine::ops::KvType;
 use engine::{Engine, EngineConfig, LogitsWanted};
 use gguf::GgufFile;
-use model::Model;
-use quant::{Kernels, ThreadPool};
+use quant::ThreadPool;
+use runtime::Choice as _;
 use sampler::{RANDOM_SEED, Sampler, SamplerParams};
 use text::{StreamDecoder, Tokenizer};
+
+use runtime::load::{build_engine, load_model, thread_count};
 
 use crate::telemetry::{CsvSink, DenseProbe, MemPicture, Preamble, Summary, TokenRow, Usage};
 
@@ -46,7 +48,7 @@ pub struct Options {
     /// a file that cannot be opened is a warning, as colibri has it).
     pub route_stream: Option<(PathBuf, bool)>,
     /// The expert-use history and pinning.
-    pub history: crate::history::HistoryArgs,
+    pub history: crate::history::HistoryConfig,
     pub n_predict: i64,
     pub threads: Option<usize>,
     pub ctx: Option<usize>,
@@ -65,7 +67,7 @@ pub struct Options {
     pub no_think: bool,
     pub route_trace: Option<PathBuf>,
     pub route_replay: Option<PathBuf>,
-    pub stream: crate::stream::StreamArgs,
+    pub stream: crate::stream::StreamConfig,
     /// `BMOE_LOAD` / `BMOE_PROGRESS` lines per token and the banner block at the end.
     pub progress: bool,
     /// The `bmoe_metrics v2` CSV sink.
@@ -74,38 +76,6 @@ pub struct Options {
     pub io_trace: Option<PathBuf>,
     /// The `compute_trace v1` file, and whether by layer.
     pub compute_trace: Option<(PathBuf, bool)>,
-}
-
-/// Threads to use: the given count, or every core the process may use.
-pub fn thread_count(threads: Option<usize>) -> usize {
-    threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1)
-}
-
-/// Opens a model file (memory-mapped) for running.
-/// Opens a model that runs fully resident: its pages are read and mapped at once (as
-/// llama.cpp's loader does), so that the first forward pass does not pay a page fault at each
-/// first touch of a weight.
-pub fn open_model(path: &Path) -> Result<GgufFile> {
-    // The reader's errors name the file themselves.
-    Ok(GgufFile::open_resident(path)?)
-}
-
-/// The model's graph description, with errors naming the file.
-pub fn load_model<'a>(file: &'a GgufFile, path: &Path) -> Result<Model<'a>> {
-    Model::from_gguf(file).with_context(|| format!("{}: cannot load the model", path.display()))
-}
-
-/// The engine for `model`, with errors naming the file.
-pub fn build_engine<'a>(
-    model: &Model<'a>,
-    pool: &'a ThreadPool,
-    cfg: EngineConfig,
-    path: &Path,
-) -> Result<Engine<'a>> {
-    Engine::new(model, Kernels::detect(), pool, cfg)
-        .with_context(|| format!("{}: cannot prepare the model", path.display()))
 }
 
 /// Where generated text goes: the answer to standard output as it arrives, reasoning (of a
@@ -659,8 +629,9 @@ pub fn run(opts: &Options) -> Result<()> {
         );
     }
     let name = opts.model.display().to_string();
+    let notices = crate::stderr_notices();
     let t_load = Instant::now();
-    let opened = crate::stream::open_for(&opts.model, &opts.stream)?;
+    let opened = crate::stream::open_for(&opts.model, &opts.stream, &notices)?;
     let streaming = opened.decision.stream;
     let file = opened.file;
     let model = load_model(&file, &opts.model)?;
@@ -767,6 +738,7 @@ pub fn run(opts: &Options) -> Result<()> {
         model.hparams.n_layer,
         model.hparams.n_expert,
         &moe_layers,
+        &notices,
     );
     // What each layer batch found in the cache, for the route trace.
     let view = (opts.route_trace.is_some() && streaming)
@@ -784,6 +756,7 @@ pub fn run(opts: &Options) -> Result<()> {
             opened.cache_bytes,
             &name,
             Arc::clone(&counters),
+            &notices,
         )?;
         if let Some(v) = &view {
             src.watch(Arc::clone(v));
@@ -806,6 +779,7 @@ pub fn run(opts: &Options) -> Result<()> {
             &moe_layers,
             opened.cache_bytes,
             layout_cycle_slots,
+            &notices,
         )?;
         if let Some(p) = pins {
             let t = Instant::now();

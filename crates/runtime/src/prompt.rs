@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chat::{ChatFormat, ChatTemplate, Data, Prompt, RenderRequest, select_template};
 use gguf::Metadata;
 use text::Tokenizer;

@@ -12,7 +12,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 use crate::stream::StreamSnapshot;
 

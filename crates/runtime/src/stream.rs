@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use crate::Choice as _;
+use crate::error::{Context, Error, Result, fail, reject};
+use crate::notice::Notices;
 use engine::{ExpertProj, ExpertSource};
 use gguf::GgufFile;
 use store::{
@@ -166,25 +168,19 @@ pub struct SourceConfig {
     pub policy: CachePolicy,
 }
 
-/// `--cache-policy`: which cached expert leaves first.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+/// Which cached expert leaves first (`--cache-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CachePolicy {
-    /// The one whose next use is forecast farthest away, from each expert's frequency and
-    /// whether it was routed at its layer's last visit, and the layer cycle
-    /// (store::policy::Forecast, docs/policy.md).
     Forecast,
-    /// The least recently used.
     Lru,
 }
 
-impl CachePolicy {
-    pub fn name(self) -> &'static str {
-        match self {
-            CachePolicy::Forecast => "forecast",
-            CachePolicy::Lru => "lru",
-        }
-    }
+crate::choice!(CachePolicy {
+    Forecast => "forecast", "The one whose next use is forecast farthest away, from each expert's frequency and whether it was routed at its layer's last visit, and the layer cycle (store::policy::Forecast, docs/policy.md)",
+    Lru => "lru", "The least recently used",
+});
 
+impl CachePolicy {
     /// The policy object for a model whose MoE layers are `layers`, routing `k` of
     /// `n_expert` experts.
     pub fn build(self, layers: &[u32], k: u32, n_expert: u32) -> Box<dyn EvictionPolicy + Send> {
@@ -236,13 +232,16 @@ impl StoreSource {
         layout: ExpertLayout,
         cfg: SourceConfig,
         counters: Arc<StreamCounters>,
+        notices: &Notices,
     ) -> Result<StoreSource> {
         let paths: Vec<_> = file.shards().iter().map(|s| s.path().to_owned()).collect();
         let lanes = match IoLanes::start(&paths, &layout, cfg.io, cfg.lanes, cfg.backend, cfg.fault)
         {
             // `--io-backend auto`: a ring the kernel refuses at this size falls back to pread.
             Err(e) if cfg.uring_fallback && cfg.backend == Backend::Uring => {
-                eprintln!("sluice: io_uring refused ({e}); reading with pread lanes");
+                notices.warn(format!(
+                    "sluice: io_uring refused ({e}); reading with pread lanes"
+                ));
                 IoLanes::start(
                     &paths,
                     &layout,
@@ -269,7 +268,7 @@ impl StoreSource {
                 (Some(g), Some(u), Some(d)) => {
                     proj_index[l.layer as usize] = Some([g, u, d]);
                 }
-                _ => bail!(
+                _ => fail!(
                     "layer {}: only separate gate, up and down expert tensors can be streamed \
                      yet (a fused gate_up is not supported)",
                     l.layer
@@ -443,7 +442,7 @@ impl StoreSource {
             self.collect(done);
         }
         if let Some(e) = self.failed.take() {
-            bail!("pinning: {e}");
+            fail!("pinning: {e}");
         }
         Ok((n, self.cache.pinned_bytes()))
     }
@@ -689,93 +688,50 @@ impl ExpertSource for StoreSource {
     }
 }
 
-/// Expert streaming flags shared by `run` and `logits`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct StreamArgs {
-    /// Stream routed experts from the model file into a bounded cache (`on`) instead of
-    /// reading the whole model into memory (`off`); `auto` streams when the model does not fit
-    /// in the available memory minus --cache-floor-mb. The output is the same bit for bit.
-    #[arg(long, value_enum, default_value_t = StreamMode::Auto, value_name = "MODE")]
+/// How a run streams its experts (the front end's expert-streaming settings; each field's
+/// meaning is the flag of the same name in `sluice run --help`).
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
     pub moe_stream: StreamMode,
-
-    /// When streaming: the expert cache's budget: `auto` (decided once at load: available
-    /// memory minus --cache-floor-mb minus the dense weights, at least 1500 MiB, at most the
-    /// slots of every expert, and at most --cache-ceil-mb), a number of MiB (1 to 1499 only with
-    /// --force-cache), or 0 to keep nothing (every routed expert is read every time it is used).
-    #[arg(long, value_name = "auto|MiB")]
     pub cache_mb: Option<CacheMb>,
-
-    /// When streaming: which cached expert leaves first when the cache is full: `forecast`
-    /// (the one whose next use is forecast farthest away, from the experts' routing so far and
-    /// the layer cycle; docs/policy.md) or `lru` (the least recently used). The output is the
-    /// same either way; the hit rate is not.
-    #[arg(long, value_enum, default_value_t = CachePolicy::Forecast, value_name = "POLICY")]
     pub cache_policy: CachePolicy,
-
-    /// When streaming with a cache: after each decode layer, read ahead the experts of the next
-    /// layers that this co-activation table (`sluice analyze pairs`) finds most likely to follow
-    /// what the layer routed, while it computes (docs/policy.md). The environment's COUPLE=FILE
-    /// does the same (colibri's name).
-    #[arg(long, value_name = "FILE")]
     pub couple: Option<PathBuf>,
-
-    /// With --couple: experts read ahead per layer [default: 8, or COUPLE_K].
-    #[arg(long, value_name = "K")]
     pub couple_k: Option<usize>,
-
-    /// With --couple: how many MoE layers ahead, 1 or 2 [default: 1, or COUPLE_D].
-    #[arg(long, value_name = "D", value_parser = clap::value_parser!(u32).range(1..=2))]
     pub couple_d: Option<u32>,
-
-    /// Memory to leave to the rest of the system, in MiB: what --moe-stream auto and
-    /// --cache-mb auto subtract from the available memory.
-    #[arg(long, default_value_t = 1536, value_name = "MiB")]
     pub cache_floor_mb: u64,
-
-    /// With --cache-mb auto: the most the cache may take, in MiB (0: no cap).
-    #[arg(long, default_value_t = 0, value_name = "MiB")]
     pub cache_ceil_mb: u64,
-
-    /// Accept a --cache-mb below 1500 MiB (which is usually below one token cycle of a large
-    /// model, where an LRU cache hits nothing).
-    #[arg(long)]
     pub force_cache: bool,
-
-    /// When streaming: read experts (and the dense weights) through the page cache instead of
-    /// with O_DIRECT.
-    #[arg(long)]
     pub no_odirect: bool,
-
-    /// When streaming: I/O lanes, i.e. expert reads in flight at once (each pread lane is a
-    /// thread with its own descriptors; io_uring keeps this many reads queued).
-    #[arg(long, default_value_t = 4, value_name = "N")]
     pub io_threads: usize,
-
-    /// When streaming: how the lanes read: `pread` (a thread per lane; works everywhere),
-    /// `uring` (one io_uring; an error where the kernel refuses it), `auto` (io_uring where
-    /// a probe at start succeeds, else pread).
-    #[arg(long, value_enum, default_value_t = IoBackendArg::Pread, value_name = "BACKEND")]
-    pub io_backend: IoBackendArg,
-
-    /// When streaming: compute each expert of a layer as soon as its bytes are in (cached ones
-    /// first) while the others are still being read, instead of after every read of the layer.
-    #[arg(long)]
+    pub io_backend: ReadBackend,
     pub overlap: bool,
-
-    /// When streaming: where the dense (non-expert) weights live: `anon` (read into this
-    /// process's own memory with O_DIRECT; the file's map is released), `mmap` (the file's map,
-    /// faulted in on first use), `warm` (the map, faulted in at load) [default: anon].
-    #[arg(long, value_enum, value_name = "MODE")]
     pub dense_weights: Option<DenseWeights>,
-
-    /// Debug baseline: read every expert of every MoE layer at every forward pass (no cache).
-    #[arg(long)]
     pub load_all: bool,
+    pub inject_read_fault: Option<ReadFault>,
+}
 
-    /// Testing aid: make the reads of one expert fail, as `LAYER:EXPERT` (an I/O error) or
-    /// `LAYER:EXPERT:short` (the file ending inside it).
-    #[arg(long, value_name = "LAYER:EXPERT[:short]", hide = true)]
-    pub inject_read_fault: Option<FaultArg>,
+impl Default for StreamConfig {
+    /// What `sluice run` does without streaming flags.
+    fn default() -> StreamConfig {
+        StreamConfig {
+            moe_stream: StreamMode::Auto,
+            cache_mb: None,
+            cache_policy: CachePolicy::Forecast,
+            couple: None,
+            couple_k: None,
+            couple_d: None,
+            cache_floor_mb: 1536,
+            cache_ceil_mb: 0,
+            force_cache: false,
+            no_odirect: false,
+            io_threads: 4,
+            io_backend: ReadBackend::Pread,
+            overlap: false,
+            dense_weights: None,
+            load_all: false,
+            inject_read_fault: None,
+        }
+    }
 }
 
 /// `--cache-mb`: `auto` or MiB.
@@ -798,67 +754,72 @@ impl std::str::FromStr for CacheMb {
     }
 }
 
-/// `--inject-read-fault`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FaultArg(pub ReadFault);
-
-impl std::str::FromStr for FaultArg {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<FaultArg, String> {
-        let bad = || format!("`{s}` is not LAYER:EXPERT or LAYER:EXPERT:short");
-        let mut it = s.split(':');
-        let layer = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-        let expert = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-        let short = match it.next() {
-            None => false,
-            Some("short") => true,
-            Some(_) => return Err(bad()),
-        };
-        if it.next().is_some() {
-            return Err(bad());
-        }
-        Ok(FaultArg(ReadFault {
-            layer,
-            expert,
-            short,
-        }))
+/// A read fault from its spelling, `LAYER:EXPERT` (an I/O error) or `LAYER:EXPERT:short` (the
+/// file ending inside the expert): `--inject-read-fault`.
+pub fn parse_read_fault(s: &str) -> Result<ReadFault, String> {
+    let bad = || format!("`{s}` is not LAYER:EXPERT or LAYER:EXPERT:short");
+    let mut it = s.split(':');
+    let layer = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let expert = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let short = match it.next() {
+        None => false,
+        Some("short") => true,
+        Some(_) => return Err(bad()),
+    };
+    if it.next().is_some() {
+        return Err(bad());
     }
+    Ok(ReadFault {
+        layer,
+        expert,
+        short,
+    })
 }
 
 /// Below this, a fixed budget needs --force-cache (BigMoeOnEdge's `cache_min_mb`).
 pub const CACHE_MIN_MB: u64 = 1500;
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+/// Whether the experts stream (`--moe-stream`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamMode {
     Auto,
     On,
     Off,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoBackendArg {
+crate::choice!(StreamMode {
+    Auto => "auto", "",
+    On => "on", "",
+    Off => "off", "",
+});
+
+/// How the I/O lanes read (`--io-backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadBackend {
     Pread,
     Uring,
     Auto,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+crate::choice!(ReadBackend {
+    Pread => "pread", "",
+    Uring => "uring", "",
+    Auto => "auto", "",
+});
+
+/// Where the dense weights live when streaming (`--dense-weights`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DenseWeights {
     Anon,
     Mmap,
     Warm,
 }
 
-impl DenseWeights {
-    pub fn name(self) -> &'static str {
-        match self {
-            DenseWeights::Anon => "anon",
-            DenseWeights::Mmap => "mmap",
-            DenseWeights::Warm => "warm",
-        }
-    }
-}
+crate::choice!(DenseWeights {
+    Anon => "anon", "",
+    Mmap => "mmap", "",
+    Warm => "warm", "",
+});
 
 /// Whether a run streams, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -874,7 +835,7 @@ fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
 
-impl StreamArgs {
+impl StreamConfig {
     /// Refuses flags that conflict, and budgets in the refused band (before anything is
     /// opened).
     pub fn validate(&self) -> Result<()> {
@@ -887,7 +848,7 @@ impl StreamArgs {
                 (self.overlap, "--overlap"),
                 (self.dense_weights.is_some(), "--dense-weights"),
                 (self.load_all, "--load-all"),
-                (self.io_backend != IoBackendArg::Pread, "--io-backend"),
+                (self.io_backend != ReadBackend::Pread, "--io-backend"),
                 (self.inject_read_fault.is_some(), "--inject-read-fault"),
             ];
             for (set, flag) in flags {
@@ -896,17 +857,17 @@ impl StreamArgs {
                 }
             }
             if !only_streaming.is_empty() {
-                bail!(
+                reject!(
                     "{} only apply when streaming: they conflict with --moe-stream off",
                     only_streaming.join(", ")
                 );
             }
         }
         if self.io_threads == 0 || self.io_threads > 256 {
-            bail!("--io-threads must be 1 to 256");
+            reject!("--io-threads must be 1 to 256");
         }
         if self.load_all && !matches!(self.cache_mb, None | Some(CacheMb::Mib(0))) {
-            bail!(
+            reject!(
                 "--load-all reads every expert every time and keeps none: it conflicts with --cache-mb (other than 0)"
             );
         }
@@ -915,14 +876,14 @@ impl StreamArgs {
             && mb < CACHE_MIN_MB
             && !self.force_cache
         {
-            bail!(
+            reject!(
                 "--cache-mb {mb} is below {CACHE_MIN_MB} MiB, where an LRU expert cache is usually \
                  smaller than one token's experts and hits nothing: use 0 (no cache), a larger \
                  budget, auto, or --force-cache"
             );
         }
-        if self.io_backend == IoBackendArg::Uring && !store::uring_available() {
-            bail!("--io-backend uring: io_uring is not available here (use pread or auto)");
+        if self.io_backend == ReadBackend::Uring && !store::uring_available() {
+            reject!("--io-backend uring: io_uring is not available here (use pread or auto)");
         }
         Ok(())
     }
@@ -978,7 +939,7 @@ impl StreamArgs {
         match self.cache_mb.unwrap_or(CacheMb::Auto) {
             CacheMb::Mib(mb) => mb
                 .checked_mul(MIB)
-                .with_context(|| format!("--cache-mb {mb} is too large")),
+                .ok_or_else(|| Error::Rejected(format!("--cache-mb {mb} is too large"))),
             CacheMb::Auto => {
                 let min = CACHE_MIN_MB * MIB;
                 let want = match available_memory() {
@@ -1034,10 +995,10 @@ impl StreamArgs {
 
     fn backend(&self) -> Backend {
         match self.io_backend {
-            IoBackendArg::Pread => Backend::Pread,
-            IoBackendArg::Uring => Backend::Uring,
-            IoBackendArg::Auto if store::uring_available() => Backend::Uring,
-            IoBackendArg::Auto => Backend::Pread,
+            ReadBackend::Pread => Backend::Pread,
+            ReadBackend::Uring => Backend::Uring,
+            ReadBackend::Auto if store::uring_available() => Backend::Uring,
+            ReadBackend::Auto => Backend::Pread,
         }
     }
 
@@ -1051,10 +1012,11 @@ impl StreamArgs {
         budget: u64,
         name: &str,
         counters: Arc<StreamCounters>,
+        notices: &Notices,
     ) -> Result<StoreSource> {
         let mib = |b: u64| b as f64 / MIB as f64;
         let cycle = layout.token_cycle_bytes();
-        eprintln!(
+        notices.info(format!(
             "sluice: expert cache {:.0} MiB ({}, {} policy); one token cycle is {:.1} MiB, all \
              experts {:.1} MiB ({:.1} MiB in cache slots)",
             mib(budget),
@@ -1063,19 +1025,19 @@ impl StreamArgs {
             mib(cycle),
             mib(layout.expert_bytes_total()),
             mib(layout.slot_bytes_total())
-        );
+        ));
         // (In slots, as the cache charges them.)
         if budget > 0
             && budget < layout.token_cycle_slot_bytes()
             && self.cache_policy == CachePolicy::Lru
         {
-            eprintln!(
+            notices.warn(format!(
                 "sluice: warning: the expert cache ({:.0} MiB) is smaller than one token cycle \
                  ({:.1} MiB): an LRU cache then evicts what the next token needs and hits almost \
                  nothing; --cache-mb 0 reads the same without holding the memory",
                 mib(budget),
                 mib(cycle)
-            );
+            ));
         }
         let cfg = SourceConfig {
             cache_bytes: budget,
@@ -1084,28 +1046,28 @@ impl StreamArgs {
             backend: self.backend(),
             overlap: self.overlap,
             load_all: self.load_all,
-            fault: self.inject_read_fault.map(|f| f.0),
-            uring_fallback: self.io_backend == IoBackendArg::Auto,
+            fault: self.inject_read_fault,
+            uring_fallback: self.io_backend == ReadBackend::Auto,
             policy: self.cache_policy,
         };
-        let mut src = StoreSource::open(file, layout, cfg, counters)
+        let mut src = StoreSource::open(file, layout, cfg, counters, notices)
             .with_context(|| format!("{name}: cannot stream the experts"))?;
         if let Some((path, k, d)) = self.couple_resolved()? {
             let table = store::Couple::read(&path)?;
-            eprintln!(
+            notices.info(format!(
                 "sluice: co-activation prefetch from {}: {k} experts of the next {} layer{}",
                 path.display(),
                 d,
                 if d == 1 { "" } else { "s" }
-            );
+            ));
             if budget == 0 {
-                eprintln!(
+                notices.warn(
                     "sluice: warning: --couple reads ahead into the cache; with --cache-mb 0 nothing is read ahead"
                 );
             }
             src.set_couple(table, k, d);
         }
-        eprintln!(
+        notices.info(format!(
             "sluice: expert reads: {} {} lane{}, {}{}",
             self.io_threads,
             src.backend().name(),
@@ -1116,7 +1078,7 @@ impl StreamArgs {
             } else {
                 ""
             }
-        );
+        ));
         Ok(src)
     }
 
@@ -1132,10 +1094,9 @@ impl StreamArgs {
         };
         let k = match (self.couple_k, var("COUPLE_K")) {
             (Some(k), _) => k,
-            (None, Some(v)) => v
-                .trim()
-                .parse()
-                .map_err(|_| anyhow::anyhow!("COUPLE_K={v}: expected a number of experts"))?,
+            (None, Some(v)) => v.trim().parse().map_err(|_| {
+                Error::Rejected(format!("COUPLE_K={v}: expected a number of experts"))
+            })?,
             (None, None) => 8,
         };
         let d = match (self.couple_d, var("COUPLE_D")) {
@@ -1143,7 +1104,7 @@ impl StreamArgs {
             (None, Some(v)) => match v.trim() {
                 "1" => 1,
                 "2" => 2,
-                _ => bail!("COUPLE_D={v}: expected 1 or 2"),
+                _ => reject!("COUPLE_D={v}: expected 1 or 2"),
             },
             (None, None) => 1,
         };
@@ -1248,7 +1209,7 @@ pub struct Opened {
 /// Open `path` for running with `args`: decide whether to stream; when streaming, place the
 /// dense weights as --dense-weights says (experts are read by the store, never through the
 /// map); otherwise read the whole file into memory.
-pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
+pub fn open_for(path: &std::path::Path, args: &StreamConfig, notices: &Notices) -> Result<Opened> {
     args.validate()?;
     let name = path.display().to_string();
     let file = GgufFile::open(path)?;
@@ -1273,14 +1234,14 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
     if !decision.stream {
         drop(file);
         return Ok(Opened {
-            file: crate::run::open_model(path)?,
+            file: crate::load::open_model(path)?,
             layout: None,
             cache_bytes: 0,
             decision,
         });
     }
     let Some(layout) = layout else {
-        bail!("{name}: the model has no routed experts to stream");
+        fail!("{name}: the model has no routed experts to stream");
     };
     // Every expert byte must lie inside the files: a file cut short is refused here.
     for l in &layout.layers {
@@ -1288,7 +1249,7 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
             let end = p.expert_offset(layout.n_expert.saturating_sub(1)) + p.stride;
             let len = file.shards().get(p.shard).map_or(0, |s| s.file_len());
             if end > len {
-                bail!(
+                fail!(
                     "{name}: {} ends at byte {end}, past the end of its file ({len} bytes): the \
                      file is truncated",
                     p.tensor
@@ -1310,11 +1271,11 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
         DenseWeights::Warm => {
             let t = Instant::now();
             let n = file.warm(&dense);
-            eprintln!(
+            notices.info(format!(
                 "sluice: dense weights warmed: {:.1} MiB in {:.2} s",
                 n as f64 / MIB as f64,
                 t.elapsed().as_secs_f64()
-            );
+            ));
             file
         }
         DenseWeights::Anon => {
@@ -1323,22 +1284,22 @@ pub fn open_for(path: &std::path::Path, args: &StreamArgs) -> Result<Opened> {
             let mut last = Instant::now();
             let mut progress = |done: u64, all: u64| {
                 if last.elapsed().as_secs_f64() >= 1.0 && done < all {
-                    eprintln!(
+                    notices.progress(format!(
                         "sluice: reading dense weights: {:.0} of {:.0} MiB",
                         done as f64 / MIB as f64,
                         all as f64 / MIB as f64
-                    );
+                    ));
                     last = Instant::now();
                 }
             };
             let file = file
                 .into_anon(&dense, !args.no_odirect, &mut progress)
                 .with_context(|| format!("{name}: cannot read the dense weights"))?;
-            eprintln!(
+            notices.info(format!(
                 "sluice: dense weights read into memory: {:.1} MiB in {:.2} s",
                 total as f64 / MIB as f64,
                 t.elapsed().as_secs_f64()
-            );
+            ));
             file
         }
     };

@@ -6,17 +6,19 @@
 use engine::KvState;
 use text::Tokenizer;
 
-/// `--decide-prefix-cache`: whether the state after a decision's prefix is kept for the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Whether the state after a decision's prefix is kept for the next (`--decide-prefix-cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefixCacheMode {
-    /// Keep it where prefilling in two pieces costs what the pieces cost together — the CPU
-    /// prefill this engine runs, so: keep it.
     Auto,
-    /// Keep it.
     On,
-    /// Never keep it: every decision prefills its whole prompt.
     Off,
 }
+
+crate::choice!(PrefixCacheMode {
+    Auto => "auto", "Keep it where prefilling in two pieces costs what the pieces cost together — the CPU prefill this engine runs, so: keep it",
+    On => "on", "Keep it",
+    Off => "off", "Never keep it: every decision prefills its whole prompt",
+});
 
 impl PrefixCacheMode {
     /// Whether the state is kept.

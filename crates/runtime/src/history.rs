@@ -10,7 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use anyhow::{Result, bail};
+use crate::error::{Error, Result, reject};
+use crate::notice::Notices;
 use engine::{RouteTap, Routed};
 use store::usage::{self, ReadOutcome, Usage};
 
@@ -40,51 +41,27 @@ impl std::str::FromStr for PinArg {
     }
 }
 
-/// The history's flags.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct HistoryArgs {
-    /// The expert-use history to read and update [default: `.coli_usage` next to the model].
-    /// A path given here is trusted: a history another engine wrote is used anyway (its
-    /// dimensions and format version are still checked).
-    #[arg(long, value_name = "PATH", conflicts_with = "no_usage")]
+/// The history's settings (each field is the `sluice run` flag of the same name).
+#[derive(Debug, Clone, Default)]
+pub struct HistoryConfig {
     pub usage_file: Option<PathBuf>,
-
-    /// Neither read nor write an expert-use history.
-    #[arg(long)]
     pub no_usage: bool,
-
-    /// Multiply the history's counts by D (0 < D ≤ 1, rounded to whole counts) at every save,
-    /// so that old use fades: 0.99 halves a count in about 69 generations; 1 keeps them all
-    /// [default: COLI_USAGE_DECAY from the environment, else 1].
-    #[arg(long, value_name = "D")]
     pub usage_decay: Option<f64>,
-
-    /// Pin the most used experts in the expert cache at load (read once, never evicted):
-    /// `auto` from the history once it holds 5000 selections, `FILE` from that history file
-    /// (trusted), `off` [default: off; the environment's PIN=FILE|auto, or AUTOPIN=1, as in
-    /// colibri].
-    #[arg(long, value_name = "FILE|auto|off")]
     pub pin: Option<PinArg>,
-
-    /// The pinned experts' budget, taken out of the expert cache's [default: half of what
-    /// the cache holds beyond one token cycle; PIN_GB from the environment, in GB]. `auto`
-    /// never takes the cache below one token cycle.
-    #[arg(long, value_name = "MiB")]
     pub pin_mb: Option<u64>,
-
-    /// Seed the forecast eviction policy with the history's counts (as if this run had seen
-    /// them), instead of starting from nothing.
-    #[arg(long)]
     pub usage_prior: bool,
 }
 
-impl HistoryArgs {
+impl HistoryConfig {
     /// Fills what the flags leave open from colibri's environment variables.
-    pub fn with_env(mut self) -> Result<HistoryArgs> {
+    pub fn with_env(mut self) -> Result<HistoryConfig> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if self.pin.is_none() {
             self.pin = match (var("PIN"), var("AUTOPIN")) {
-                (Some(p), _) => Some(p.parse().map_err(|e: String| anyhow::anyhow!("PIN: {e}"))?),
+                (Some(p), _) => Some(
+                    p.parse()
+                        .map_err(|e: String| Error::Rejected(format!("PIN: {e}")))?,
+                ),
                 (None, Some(a)) if a.trim() != "0" => Some(PinArg::Auto),
                 _ => None,
             };
@@ -95,15 +72,15 @@ impl HistoryArgs {
             let gb: f64 = g
                 .trim()
                 .parse()
-                .map_err(|_| anyhow::anyhow!("PIN_GB={g}: not a number of GB"))?;
+                .map_err(|_| Error::Rejected(format!("PIN_GB={g}: not a number of GB")))?;
             if !(gb >= 0.0 && gb.is_finite()) {
-                bail!("PIN_GB={g}: not a number of GB");
+                reject!("PIN_GB={g}: not a number of GB");
             }
             self.pin_mb = Some((gb * 1024.0).round() as u64);
         }
         match self.usage_decay {
             Some(d) if !(d > 0.0 && d <= 1.0) => {
-                bail!("--usage-decay {d}: expected a factor above 0 and at most 1")
+                reject!("--usage-decay {d}: expected a factor above 0 and at most 1")
             }
             Some(_) => {}
             None => {
@@ -122,19 +99,21 @@ pub struct History {
     usage: Arc<Mutex<Usage>>,
     /// Whether the file may be written (not when it was refused: it is someone else's).
     save: bool,
+    notices: Notices,
 }
 
 impl History {
     /// Reads the history of a model (`arch`, `n_layer` blocks, `n_expert` experts, MoE layers
     /// `moe_layers`); `None` with `--no-usage` or for a model without routed experts. Refusals
-    /// and notices are printed; nothing here fails the run.
+    /// and notices go to `notices`; nothing here fails the run.
     pub fn open(
-        args: &HistoryArgs,
+        args: &HistoryConfig,
         model: &Path,
         arch: &str,
         n_layer: u32,
         n_expert: u32,
         moe_layers: &[u32],
+        notices: &Notices,
     ) -> Option<History> {
         if args.no_usage || moe_layers.is_empty() || n_expert == 0 {
             return None;
@@ -157,26 +136,28 @@ impl History {
             Ok(ReadOutcome::Missing) => {}
             Ok(ReadOutcome::Loaded { accepted, notice }) => {
                 if let Some(n) = notice {
-                    eprintln!("{n}");
+                    notices.info(n);
                 }
-                eprintln!(
+                notices.info(format!(
                     "sluice: usage history {}: {} selections of {} experts ({accepted} records)",
                     path.display(),
                     u.selections(),
                     u.distinct()
-                );
+                ));
             }
             Ok(ReadOutcome::Refused(msg)) => {
-                eprintln!("{msg}");
-                eprintln!(
+                notices.warn(msg);
+                notices.info(format!(
                     "sluice: not updating {}: it is not this model's history (--usage-file \
                      PATH to keep one elsewhere)",
                     path.display()
-                );
+                ));
                 save = false;
             }
             Err(e) => {
-                eprintln!("sluice: warning: cannot read the usage history: {e}");
+                notices.warn(format!(
+                    "sluice: warning: cannot read the usage history: {e}"
+                ));
                 save = false;
             }
         }
@@ -186,6 +167,7 @@ impl History {
             decay: args.usage_decay.unwrap_or(1.0),
             usage: Arc::new(Mutex::new(u)),
             save,
+            notices: notices.clone(),
         })
     }
 
@@ -225,8 +207,10 @@ impl History {
         }
         let mut u = self.usage.lock().unwrap_or_else(PoisonError::into_inner);
         match usage::save(&self.path, &mut u, &self.engine, self.decay) {
-            Ok(line) => eprintln!("{line}"),
-            Err(e) => eprintln!("sluice: warning: the usage history was not saved: {e}"),
+            Ok(line) => self.notices.info(line),
+            Err(e) => self.notices.warn(format!(
+                "sluice: warning: the usage history was not saved: {e}"
+            )),
         }
     }
 }
@@ -247,10 +231,10 @@ pub struct PinPlan {
 }
 
 /// The pins of a streaming run with a cache of `budget` bytes, whose token cycle takes
-/// `cycle` bytes of slots. `None`: nothing to pin (said why on standard error).
+/// `cycle` bytes of slots. `None`: nothing to pin (said why in a notice).
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
-    args: &HistoryArgs,
+    args: &HistoryConfig,
     history: Option<&History>,
     arch: &str,
     n_layer: u32,
@@ -258,6 +242,7 @@ pub fn plan(
     moe_layers: &[u32],
     budget: u64,
     cycle: u64,
+    notices: &Notices,
 ) -> Result<Option<PinPlan>> {
     let spare = budget.saturating_sub(cycle);
     let explicit = args.pin_mb.map(|mb| mb << 20);
@@ -265,15 +250,15 @@ pub fn plan(
         PinArg::Off => return Ok(None),
         PinArg::Auto => {
             let Some(h) = history else {
-                eprintln!("sluice: --pin auto: no usage history (--no-usage): nothing pinned");
+                notices.info("sluice: --pin auto: no usage history (--no-usage): nothing pinned");
                 return Ok(None);
             };
             if h.selections() < AUTO_PIN_MIN {
-                eprintln!(
+                notices.info(format!(
                     "sluice: --pin auto: the history holds {} selections, fewer than {AUTO_PIN_MIN}: \
                      nothing pinned yet",
                     h.selections()
-                );
+                ));
                 return Ok(None);
             }
             // Never below one token cycle of dynamic cache.
@@ -284,11 +269,11 @@ pub fn plan(
             let engine = usage::engine_name(arch);
             let mut u = Usage::new(n_layer, n_expert, moe_layers);
             match usage::read_into(path, &mut u, &engine, &[&engine], true)? {
-                ReadOutcome::Missing => bail!("--pin {}: no such file", path.display()),
-                ReadOutcome::Refused(msg) => bail!("--pin {}: {msg}", path.display()),
+                ReadOutcome::Missing => reject!("--pin {}: no such file", path.display()),
+                ReadOutcome::Refused(msg) => reject!("--pin {}: {msg}", path.display()),
                 ReadOutcome::Loaded { notice, .. } => {
                     if let Some(n) = notice {
-                        eprintln!("{n}");
+                        notices.info(n);
                     }
                 }
             }
@@ -298,7 +283,7 @@ pub fn plan(
         }
     };
     if budget == 0 {
-        eprintln!("sluice: --pin: no expert cache (--cache-mb 0): nothing pinned");
+        notices.info("sluice: --pin: no expert cache (--cache-mb 0): nothing pinned");
         return Ok(None);
     }
     Ok(Some(PinPlan {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result, anyhow, bail};
+use crate::error::{Context, Error, Result, fail};
 use engine::{RouteReplay, RouteTap, Routed};
 use gguf::GgufFile;
 
@@ -194,7 +194,7 @@ impl RouteTraceFile {
     pub fn finish(self) -> Result<()> {
         self.sink
             .lock()
-            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?
+            .map_err(|_| Error::failed(format!("{}: a writer panicked", self.path.display())))?
             .finish(&self.path)
     }
 }
@@ -259,7 +259,7 @@ impl RouteStream {
     pub fn finish(&self) -> Result<()> {
         self.sink
             .lock()
-            .map_err(|_| anyhow!("{}: a writer panicked", self.path.display()))?
+            .map_err(|_| Error::failed(format!("{}: a writer panicked", self.path.display())))?
             .out
             .finish(&self.path)
     }
@@ -283,7 +283,7 @@ pub fn load_replay(path: &Path) -> Result<RouteReplay> {
     let trace = trace::read_route_trace(path)?;
     let steps = trace.decode_steps();
     if steps.is_empty() {
-        bail!("{}: no decode rows (phase 1) to replay", path.display());
+        fail!("{}: no decode rows (phase 1) to replay", path.display());
     }
     let steps = steps
         .into_iter()

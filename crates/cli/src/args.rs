@@ -1,0 +1,191 @@
+//! The flag groups several commands share, and how clap offers the runtime's named settings.
+//! Each group turns into the runtime's plain settings with `config()`.
+
+use std::path::PathBuf;
+
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use runtime::Choice;
+use runtime::history::{HistoryConfig, PinArg};
+use runtime::stream::{
+    CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode, parse_read_fault,
+};
+use store::ReadFault;
+
+/// The value parser of a runtime setting with named values: its names (with their help) are
+/// the flag's possible values.
+pub fn choice<T: Choice + Send + Sync + Clone>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::ALL.iter().map(|c| {
+        let v = PossibleValue::new(c.name());
+        if c.help().is_empty() {
+            v
+        } else {
+            v.help(c.help())
+        }
+    }))
+    .try_map(|name: String| T::from_name(&name).ok_or_else(|| format!("`{name}` is not a value")))
+}
+
+/// Expert streaming flags shared by `run` and `logits`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StreamArgs {
+    /// Stream routed experts from the model file into a bounded cache (`on`) instead of
+    /// reading the whole model into memory (`off`); `auto` streams when the model does not fit
+    /// in the available memory minus --cache-floor-mb. The output is the same bit for bit.
+    #[arg(long, value_parser = choice::<StreamMode>(), default_value_t = StreamMode::Auto, value_name = "MODE")]
+    pub moe_stream: StreamMode,
+
+    /// When streaming: the expert cache's budget: `auto` (decided once at load: available
+    /// memory minus --cache-floor-mb minus the dense weights, at least 1500 MiB, at most the
+    /// slots of every expert, and at most --cache-ceil-mb), a number of MiB (1 to 1499 only with
+    /// --force-cache), or 0 to keep nothing (every routed expert is read every time it is used).
+    #[arg(long, value_name = "auto|MiB")]
+    pub cache_mb: Option<CacheMb>,
+
+    /// When streaming: which cached expert leaves first when the cache is full: `forecast`
+    /// (the one whose next use is forecast farthest away, from the experts' routing so far and
+    /// the layer cycle; docs/policy.md) or `lru` (the least recently used). The output is the
+    /// same either way; the hit rate is not.
+    #[arg(long, value_parser = choice::<CachePolicy>(), default_value_t = CachePolicy::Forecast, value_name = "POLICY")]
+    pub cache_policy: CachePolicy,
+
+    /// When streaming with a cache: after each decode layer, read ahead the experts of the next
+    /// layers that this co-activation table (`sluice analyze pairs`) finds most likely to follow
+    /// what the layer routed, while it computes (docs/policy.md). The environment's COUPLE=FILE
+    /// does the same (colibri's name).
+    #[arg(long, value_name = "FILE")]
+    pub couple: Option<PathBuf>,
+
+    /// With --couple: experts read ahead per layer [default: 8, or COUPLE_K].
+    #[arg(long, value_name = "K")]
+    pub couple_k: Option<usize>,
+
+    /// With --couple: how many MoE layers ahead, 1 or 2 [default: 1, or COUPLE_D].
+    #[arg(long, value_name = "D", value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub couple_d: Option<u32>,
+
+    /// Memory to leave to the rest of the system, in MiB: what --moe-stream auto and
+    /// --cache-mb auto subtract from the available memory.
+    #[arg(long, default_value_t = 1536, value_name = "MiB")]
+    pub cache_floor_mb: u64,
+
+    /// With --cache-mb auto: the most the cache may take, in MiB (0: no cap).
+    #[arg(long, default_value_t = 0, value_name = "MiB")]
+    pub cache_ceil_mb: u64,
+
+    /// Accept a --cache-mb below 1500 MiB (which is usually below one token cycle of a large
+    /// model, where an LRU cache hits nothing).
+    #[arg(long)]
+    pub force_cache: bool,
+
+    /// When streaming: read experts (and the dense weights) through the page cache instead of
+    /// with O_DIRECT.
+    #[arg(long)]
+    pub no_odirect: bool,
+
+    /// When streaming: I/O lanes, i.e. expert reads in flight at once (each pread lane is a
+    /// thread with its own descriptors; io_uring keeps this many reads queued).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub io_threads: usize,
+
+    /// When streaming: how the lanes read: `pread` (a thread per lane; works everywhere),
+    /// `uring` (one io_uring; an error where the kernel refuses it), `auto` (io_uring where
+    /// a probe at start succeeds, else pread).
+    #[arg(long, value_parser = choice::<ReadBackend>(), default_value_t = ReadBackend::Pread, value_name = "BACKEND")]
+    pub io_backend: ReadBackend,
+
+    /// When streaming: compute each expert of a layer as soon as its bytes are in (cached ones
+    /// first) while the others are still being read, instead of after every read of the layer.
+    #[arg(long)]
+    pub overlap: bool,
+
+    /// When streaming: where the dense (non-expert) weights live: `anon` (read into this
+    /// process's own memory with O_DIRECT; the file's map is released), `mmap` (the file's map,
+    /// faulted in on first use), `warm` (the map, faulted in at load) [default: anon].
+    #[arg(long, value_parser = choice::<DenseWeights>(), value_name = "MODE")]
+    pub dense_weights: Option<DenseWeights>,
+
+    /// Debug baseline: read every expert of every MoE layer at every forward pass (no cache).
+    #[arg(long)]
+    pub load_all: bool,
+
+    /// Testing aid: make the reads of one expert fail, as `LAYER:EXPERT` (an I/O error) or
+    /// `LAYER:EXPERT:short` (the file ending inside it).
+    #[arg(long, value_name = "LAYER:EXPERT[:short]", value_parser = parse_read_fault, hide = true)]
+    pub inject_read_fault: Option<ReadFault>,
+}
+
+impl StreamArgs {
+    /// The runtime's settings these flags make.
+    pub fn config(self) -> StreamConfig {
+        StreamConfig {
+            moe_stream: self.moe_stream,
+            cache_mb: self.cache_mb,
+            cache_policy: self.cache_policy,
+            couple: self.couple,
+            couple_k: self.couple_k,
+            couple_d: self.couple_d,
+            cache_floor_mb: self.cache_floor_mb,
+            cache_ceil_mb: self.cache_ceil_mb,
+            force_cache: self.force_cache,
+            no_odirect: self.no_odirect,
+            io_threads: self.io_threads,
+            io_backend: self.io_backend,
+            overlap: self.overlap,
+            dense_weights: self.dense_weights,
+            load_all: self.load_all,
+            inject_read_fault: self.inject_read_fault,
+        }
+    }
+}
+
+/// The history's flags.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct HistoryArgs {
+    /// The expert-use history to read and update [default: `.coli_usage` next to the model].
+    /// A path given here is trusted: a history another engine wrote is used anyway (its
+    /// dimensions and format version are still checked).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_usage")]
+    pub usage_file: Option<PathBuf>,
+
+    /// Neither read nor write an expert-use history.
+    #[arg(long)]
+    pub no_usage: bool,
+
+    /// Multiply the history's counts by D (0 < D ≤ 1, rounded to whole counts) at every save,
+    /// so that old use fades: 0.99 halves a count in about 69 generations; 1 keeps them all
+    /// [default: COLI_USAGE_DECAY from the environment, else 1].
+    #[arg(long, value_name = "D")]
+    pub usage_decay: Option<f64>,
+
+    /// Pin the most used experts in the expert cache at load (read once, never evicted):
+    /// `auto` from the history once it holds 5000 selections, `FILE` from that history file
+    /// (trusted), `off` [default: off; the environment's PIN=FILE|auto, or AUTOPIN=1, as in
+    /// colibri].
+    #[arg(long, value_name = "FILE|auto|off")]
+    pub pin: Option<PinArg>,
+
+    /// The pinned experts' budget, taken out of the expert cache's [default: half of what
+    /// the cache holds beyond one token cycle; PIN_GB from the environment, in GB]. `auto`
+    /// never takes the cache below one token cycle.
+    #[arg(long, value_name = "MiB")]
+    pub pin_mb: Option<u64>,
+
+    /// Seed the forecast eviction policy with the history's counts (as if this run had seen
+    /// them), instead of starting from nothing.
+    #[arg(long)]
+    pub usage_prior: bool,
+}
+
+impl HistoryArgs {
+    /// The runtime's settings these flags make.
+    pub fn config(self) -> HistoryConfig {
+        HistoryConfig {
+            usage_file: self.usage_file,
+            no_usage: self.no_usage,
+            usage_decay: self.usage_decay,
+            pin: self.pin,
+            pin_mb: self.pin_mb,
+            usage_prior: self.usage_prior,
+        }
+    }
+}

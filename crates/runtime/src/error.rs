@@ -1,0 +1,148 @@
+//! The runtime's errors: a request or configuration it refuses before doing anything is a
+//! [`Error::Rejected`]; anything that went wrong while doing it is a [`Error::Failed`] (with
+//! the error that caused it as its source) or the engine's own [`Error::Forward`].
+
+use std::fmt::Display;
+
+/// What a runtime call returns on failure.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request or configuration is refused (conflicting settings, a value out of range, a
+    /// prompt that does not fit): nothing was started, the caller may correct it and retry.
+    #[error("{0}")]
+    Rejected(String),
+    /// The forward pass failed (or was cancelled).
+    #[error(transparent)]
+    Forward(#[from] engine::ForwardError),
+    /// A library below failed (its own message, with its own causes).
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    #[error(transparent)]
+    Model(#[from] model::ModelError),
+    #[error(transparent)]
+    Engine(#[from] engine::EngineError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Couple(#[from] store::couple::CoupleError),
+    #[error(transparent)]
+    Usage(#[from] store::UsageError),
+    #[error(transparent)]
+    Text(#[from] text::TextError),
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
+    #[error(transparent)]
+    Chat(#[from] chat::ChatError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Something failed while it was being done: the message says what, the source why.
+    #[error("{msg}")]
+    Failed {
+        msg: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+}
+
+impl Error {
+    /// A failure with no further cause.
+    pub fn failed(msg: impl Into<String>) -> Error {
+        Error::Failed {
+            msg: msg.into(),
+            source: None,
+        }
+    }
+
+    /// Whether this is a refusal of the request (as opposed to a failure while running it).
+    pub fn is_rejected(&self) -> bool {
+        matches!(self, Error::Rejected(_))
+    }
+}
+
+/// The runtime's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Says what was being done when an error happened: the error becomes the source of a
+/// [`Error::Failed`] with the given message (printed as `message: cause` by a caller that
+/// shows the chain).
+pub trait Context<T> {
+    fn context(self, msg: impl Display) -> Result<T>;
+    fn with_context<M: Display>(self, f: impl FnOnce() -> M) -> Result<T>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for std::result::Result<T, E> {
+    fn context(self, msg: impl Display) -> Result<T> {
+        self.map_err(|e| Error::Failed {
+            msg: msg.to_string(),
+            source: Some(Box::new(e)),
+        })
+    }
+
+    fn with_context<M: Display>(self, f: impl FnOnce() -> M) -> Result<T> {
+        self.map_err(|e| Error::Failed {
+            msg: f().to_string(),
+            source: Some(Box::new(e)),
+        })
+    }
+}
+
+/// Returns early with an [`Error::Failed`] made from a format string.
+macro_rules! fail {
+    ($($arg:tt)*) => {
+        return Err($crate::error::Error::failed(format!($($arg)*)))
+    };
+}
+
+/// Returns early with an [`Error::Rejected`] made from a format string.
+macro_rules! reject {
+    ($($arg:tt)*) => {
+        return Err($crate::error::Error::Rejected(format!($($arg)*)))
+    };
+}
+
+pub(crate) use {fail, reject};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chain a caller prints with `{:#}` (what anyhow does): each message, then its cause.
+    fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+        let mut s = e.to_string();
+        let mut cur = e.source();
+        while let Some(c) = cur {
+            s.push_str(": ");
+            s.push_str(&c.to_string());
+            cur = c.source();
+        }
+        s
+    }
+
+    #[test]
+    fn a_context_puts_its_message_before_the_cause() {
+        let r: std::result::Result<(), std::io::Error> =
+            Err(std::io::Error::new(std::io::ErrorKind::NotFound, "gone"));
+        let e = r.context("cannot read x").unwrap_err();
+        assert!(!e.is_rejected());
+        assert_eq!(chain(&e), "cannot read x: gone");
+        let nested: Result<()> = Err(e);
+        let e = nested.with_context(|| "opening the model").unwrap_err();
+        assert_eq!(chain(&e), "opening the model: cannot read x: gone");
+    }
+
+    #[test]
+    fn a_refusal_is_told_apart_from_a_failure() {
+        fn refuse() -> Result<()> {
+            reject!("--io-threads must be 1 to {}", 256)
+        }
+        fn break_down() -> Result<()> {
+            fail!("lane {} died", 3)
+        }
+        let r = refuse().unwrap_err();
+        assert!(r.is_rejected());
+        assert_eq!(r.to_string(), "--io-threads must be 1 to 256");
+        let f = break_down().unwrap_err();
+        assert!(!f.is_rejected());
+        assert_eq!(chain(&f), "lane 3 died");
+    }
+}

@@ -1,0 +1,41 @@
+//! Opening a model and building its engine, with errors that name the file.
+
+use std::path::Path;
+
+use engine::{Engine, EngineConfig};
+use gguf::GgufFile;
+use model::Model;
+use quant::{Kernels, ThreadPool};
+
+use crate::error::{Context, Result};
+
+/// Threads to use: the given count, or every core the process may use.
+pub fn thread_count(threads: Option<usize>) -> usize {
+    threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+/// Opens a model that runs fully resident: its pages are read and mapped at once (as
+/// llama.cpp's loader does), so that the first forward pass does not pay a page fault at each
+/// first touch of a weight.
+pub fn open_model(path: &Path) -> Result<GgufFile> {
+    // The reader's errors name the file themselves.
+    Ok(GgufFile::open_resident(path)?)
+}
+
+/// The model's graph description, with errors naming the file.
+pub fn load_model<'a>(file: &'a GgufFile, path: &Path) -> Result<Model<'a>> {
+    Model::from_gguf(file).with_context(|| format!("{}: cannot load the model", path.display()))
+}
+
+/// The engine for `model`, with errors naming the file.
+pub fn build_engine<'a>(
+    model: &Model<'a>,
+    pool: &'a ThreadPool,
+    cfg: EngineConfig,
+    path: &Path,
+) -> Result<Engine<'a>> {
+    Engine::new(model, Kernels::detect(), pool, cfg)
+        .with_context(|| format!("{}: cannot prepare the model", path.display()))
+}
