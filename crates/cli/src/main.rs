@@ -382,7 +382,7 @@ struct RunArgs {
     /// Test hook of --session: the first prefill chunk K (`prefill:K`, 0-based) or the forward
     /// pass of generated token K (`decode:K`) waits there for a cancel request.
     #[arg(long, value_name = "WHERE", hide = true, requires = "session")]
-    test_hold: Option<session::Hold>,
+    test_hold: Option<runtime::cancel::Hold>,
 
     /// Most tokens to generate; -1 means until an end-of-generation token or a full context.
     #[arg(

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use engine::LogitsWanted;
 
 use crate::decide::log_softmax_at;
-use crate::run::Runtime;
+use runtime::generate::Runtime;
 
 /// Negative log-likelihood sum and hits over the positions scored.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -111,7 +111,9 @@ pub fn run(rt: &mut Runtime<'_>, path: &Path, step: bool) -> Result<()> {
     )?;
     writeln!(w, "{}", rt.mode)?;
     if rt.streaming {
-        for line in crate::run::stream_summary(&d, score.n, wall, rt.overlap, rt.cache_bytes > 0) {
+        for line in
+            runtime::telemetry::stream_summary(&d, score.n, wall, rt.overlap, rt.cache_bytes > 0)
+        {
             writeln!(w, "{line}")?;
         }
     }

@@ -8,141 +8,25 @@
 //! nothing; an engine failure answers `fatal:true` and ends the process.
 
 use std::io::{self, BufRead, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 use chat::Data;
 use serde_json::Value;
 
-use crate::decide::{self, Kept, Plan};
-use crate::run::{Options, Runtime, Turn, chat_ids};
-use crate::telemetry::{JsonObject, json_exact};
+use runtime::cancel::Control;
+use runtime::decide::{self, Kept, Plan};
+use runtime::generate::{Runtime, Turn};
+use runtime::prompt::chat_ids;
+use runtime::sink::Both;
+use runtime::telemetry::{CsvSink, JsonObject, json_exact};
+
+use crate::run::{Options, ProgressOut};
 
 /// Longest request line read; a longer one is refused (and skipped to its end).
 pub const MAX_LINE: usize = 16 << 20;
-
-/// Where the test hook `--test-hold` waits for a cancel request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hold {
-    /// Before prefill chunk K (0-based) of a generation or decision.
-    Prefill(usize),
-    /// Before the forward pass of generated token K (1-based).
-    Decode(usize),
-}
-
-impl std::str::FromStr for Hold {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Hold, String> {
-        let bad = || format!("{s:?}: expected prefill:K or decode:K");
-        let (what, k) = s.split_once(':').ok_or_else(bad)?;
-        let k: usize = k.parse().map_err(|_| bad())?;
-        match what {
-            "prefill" => Ok(Hold::Prefill(k)),
-            "decode" if k >= 1 => Ok(Hold::Decode(k)),
-            _ => Err(bad()),
-        }
-    }
-}
-
-/// Cancel requests and the generation's checks, shared by the reader thread and the engine.
-///
-/// Work requests are numbered as they are read; a cancel applies to every request read before
-/// it, so one that arrives before its request started still stops it, and one that arrives
-/// when nothing is in flight stops nothing later.
-pub struct Control {
-    cancel_upto: AtomicU64,
-    current: AtomicU64,
-    closing: AtomicBool,
-    in_prefill: AtomicBool,
-    chunks: AtomicUsize,
-    hold: Mutex<Option<Hold>>,
-    wake: Condvar,
-}
-
-impl Control {
-    pub fn new(hold: Option<Hold>) -> Control {
-        Control {
-            cancel_upto: AtomicU64::new(0),
-            current: AtomicU64::new(0),
-            closing: AtomicBool::new(false),
-            in_prefill: AtomicBool::new(false),
-            chunks: AtomicUsize::new(0),
-            hold: Mutex::new(hold),
-            wake: Condvar::new(),
-        }
-    }
-
-    /// The request in flight was cancelled.
-    pub fn cancelled(&self) -> bool {
-        let c = self.current.load(Ordering::SeqCst);
-        c != 0 && self.cancel_upto.load(Ordering::SeqCst) >= c
-    }
-
-    fn start(&self, seq: u64) {
-        self.chunks.store(0, Ordering::SeqCst);
-        self.current.store(seq, Ordering::SeqCst);
-    }
-
-    fn done(&self) {
-        self.current.store(0, Ordering::SeqCst);
-    }
-
-    /// Cancel every request numbered up to `upto`.
-    fn cancel(&self, upto: u64) {
-        self.cancel_upto.fetch_max(upto, Ordering::SeqCst);
-        let _g = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
-        self.wake.notify_all();
-    }
-
-    /// The input ended: nothing will cancel a held request any more.
-    fn close(&self) {
-        self.closing.store(true, Ordering::SeqCst);
-        let _g = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
-        self.wake.notify_all();
-    }
-
-    pub fn begin_prefill(&self) {
-        self.in_prefill.store(true, Ordering::SeqCst);
-    }
-
-    pub fn end_prefill(&self) {
-        self.in_prefill.store(false, Ordering::SeqCst);
-    }
-
-    /// The engine's check before each chunk: counts prefill chunks (for the test hold) and
-    /// answers whether to stop.
-    fn check(&self) -> bool {
-        if self.in_prefill.load(Ordering::SeqCst) {
-            let k = self.chunks.fetch_add(1, Ordering::SeqCst);
-            self.hold_at(Hold::Prefill(k));
-        }
-        self.cancelled()
-    }
-
-    /// Before the forward pass of generated token `n`.
-    pub fn hold_decode(&self, n: usize) {
-        self.hold_at(Hold::Decode(n));
-    }
-
-    fn hold_at(&self, at: Hold) {
-        let mut g = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
-        if *g != Some(at) {
-            return;
-        }
-        *g = None;
-        let what = match at {
-            Hold::Prefill(k) => format!("prefill chunk {k}"),
-            Hold::Decode(k) => format!("decode step {k}"),
-        };
-        eprintln!("sluice: test hold at {what}: waiting for a cancel request");
-        while !self.cancelled() && !self.closing.load(Ordering::SeqCst) {
-            g = self.wake.wait(g).unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-}
 
 /// A `generate` request.
 #[derive(Debug, Clone, PartialEq)]
@@ -442,6 +326,12 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
+impl From<runtime::Error> for Failure {
+    fn from(e: runtime::Error) -> Failure {
+        Failure::Fatal(e.into())
+    }
+}
+
 impl From<engine::ForwardError> for Failure {
     fn from(e: engine::ForwardError) -> Failure {
         Failure::Fatal(e.into())
@@ -451,6 +341,8 @@ impl From<engine::ForwardError> for Failure {
 /// The conversation and the context's bookkeeping.
 struct Session<'o> {
     opts: &'o Options,
+    /// The `--csv` file, which every turn adds to.
+    csv: &'o mut Option<CsvSink>,
     /// The chat so far: (role, content).
     conv: Vec<(&'static str, String)>,
     /// The tokens in the engine's context, in order.
@@ -538,12 +430,15 @@ impl Session<'_> {
         }
         rt.engine.truncate(reuse);
         self.kv_tokens.truncate(reuse);
-        let o = rt.generate(&Turn {
-            ids: &ids,
-            n_max: usize::try_from(n_predict).unwrap_or(usize::MAX),
-            prompt: prompt.as_ref(),
-            turn: self.turn,
-        })?;
+        let o = rt.generate(
+            &Turn {
+                ids: &ids,
+                n_max: usize::try_from(n_predict).unwrap_or(usize::MAX),
+                prompt: prompt.as_ref(),
+                turn: self.turn,
+            },
+            &mut Both(ProgressOut::default(), &mut *self.csv),
+        )?;
         self.turn += 1;
         if o.cancelled {
             // Rolled back: the conversation without this turn, the context as it was reused.
@@ -598,7 +493,7 @@ impl Session<'_> {
             &full,
             split,
         );
-        let usage0 = crate::telemetry::Usage::now();
+        let usage0 = runtime::telemetry::Usage::now();
         let snap0 = rt.counters.snapshot();
         let mut restore_s = 0.0;
         let mut store_s = 0.0;
@@ -641,7 +536,7 @@ impl Session<'_> {
             prefill_s += t.elapsed().as_secs_f64();
             Ok(logits)
         })();
-        let usage = crate::telemetry::Usage::now().since(&usage0);
+        let usage = runtime::telemetry::Usage::now().since(&usage0);
         let p = rt.counters.snapshot().since(&snap0);
         // Back to the conversation.
         match &saved {
@@ -697,8 +592,8 @@ impl Session<'_> {
 }
 
 /// Serves requests until `close` or the end of the input.
-pub fn serve(rt: &mut Runtime<'_>, opts: &Options) -> Result<()> {
-    let ctl = Arc::new(Control::new(opts.test_hold));
+pub fn serve(rt: &mut Runtime<'_>, opts: &Options, csv: &mut Option<CsvSink>) -> Result<()> {
+    let ctl = Arc::new(Control::new(opts.test_hold, rt.notices.clone()));
     rt.control = Some(Arc::clone(&ctl));
     let check = Arc::clone(&ctl);
     rt.engine.set_abort(Some(Box::new(move || check.check())));
@@ -725,6 +620,7 @@ pub fn serve(rt: &mut Runtime<'_>, opts: &Options) -> Result<()> {
 
     let mut s = Session {
         opts,
+        csv,
         conv: Vec::new(),
         kv_tokens: Vec::new(),
         kept: None,
@@ -863,27 +759,5 @@ mod tests {
         );
         assert_eq!(read_line(&mut r, 50).unwrap(), Some(Ok(b"last".to_vec())));
         assert_eq!(read_line(&mut r, 50).unwrap(), None);
-    }
-
-    #[test]
-    fn a_cancel_stops_the_requests_read_before_it() {
-        let c = Control::new(None);
-        c.start(1);
-        assert!(!c.cancelled());
-        c.cancel(1);
-        assert!(c.cancelled());
-        c.done();
-        // A later request is not stopped by an earlier cancel.
-        c.start(2);
-        assert!(!c.cancelled());
-        assert!(!c.check());
-    }
-
-    #[test]
-    fn holds_parse() {
-        assert_eq!("prefill:0".parse::<Hold>(), Ok(Hold::Prefill(0)));
-        assert_eq!("decode:2".parse::<Hold>(), Ok(Hold::Decode(2)));
-        assert!("decode:0".parse::<Hold>().is_err());
-        assert!("later:1".parse::<Hold>().is_err());
     }
 }

@@ -8,13 +8,16 @@
 //! plain values, what the runtime has to say arrives as [`Notice`]s through the caller's
 //! [`Notices`], and failures are typed ([`Error`], a refusal told apart from a failure).
 
+pub mod cancel;
 pub mod decide;
 pub mod error;
+pub mod generate;
 pub mod history;
 pub mod load;
 pub mod notice;
 pub mod prompt;
 pub mod routes;
+pub mod sink;
 pub mod stream;
 pub mod telemetry;
 

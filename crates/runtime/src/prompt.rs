@@ -91,3 +91,14 @@ pub fn render_plain(
     req.enable_thinking = Some(think);
     Ok(template.render(&req)?)
 }
+
+/// The token ids of a rendered chat prompt: special tokens parsed, and a BOS the template
+/// wrote itself dropped where the tokenizer adds one (as llama.cpp).
+pub fn chat_ids(format: &ChatFormat, tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
+    let rendered = if tokenizer.vocab().add_bos {
+        format.template().strip_leading_bos(text)
+    } else {
+        text
+    };
+    tokenizer.encode(rendered, true, true)
+}

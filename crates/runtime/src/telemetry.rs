@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{Context, Result};
 
@@ -709,6 +709,24 @@ impl CsvSink {
     }
 }
 
+/// The CSV as a generation's sink: a row per token (with the memory picture at that moment),
+/// the summary when the generation ends.
+impl crate::sink::Sink for CsvSink {
+    fn delta(&mut self, _d: &chat::SplitDelta) -> Result<()> {
+        Ok(())
+    }
+
+    fn token(&mut self, row: &TokenRow) -> Result<()> {
+        let mut row = row.clone();
+        row.mem = MemPicture::now();
+        self.row(&row)
+    }
+
+    fn finished(&mut self, o: &crate::generate::Outcome) -> Result<()> {
+        self.summary(&o.summary)
+    }
+}
+
 /// The `compute:` line: CPU occupancy over the compute threads and major faults, per token.
 pub fn compute_line(usage: &Usage, decode_s: f64, tokens: usize, threads: usize) -> String {
     let n = tokens.max(1) as f64;
@@ -764,6 +782,23 @@ impl TraceWriter {
     }
 }
 
+/// Which pass of a turn a trace row belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Prefill,
+    Decode,
+}
+
+impl Phase {
+    /// The `phase` column of the traces (0 prefill, 1 decode).
+    pub fn code(self) -> u8 {
+        match self {
+            Phase::Prefill => 0,
+            Phase::Decode => 1,
+        }
+    }
+}
+
 /// The `--io-trace` file (`# io_trace v1`): one row per window the expert store read, stamped
 /// with the forward pass it was collected in (`phase` 0 = prefill, 1 = decode; `step` = the
 /// context position of the pass's first token). `proj` is the part's index in the layer's
@@ -772,7 +807,7 @@ impl TraceWriter {
 pub struct IoTrace {
     w: TraceWriter,
     turn: u32,
-    phase: u8,
+    phase: Phase,
     step: usize,
 }
 
@@ -784,13 +819,13 @@ impl IoTrace {
                 "# io_trace v1\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n",
             )?,
             turn: 0,
-            phase: 0,
+            phase: Phase::Prefill,
             step: 0,
         })
     }
 
     /// The forward pass the next rows belong to (the session turn, the phase, the position).
-    pub fn stamp(&mut self, turn: u32, phase: u8, step: usize) {
+    pub fn stamp(&mut self, turn: u32, phase: Phase, step: usize) {
         self.turn = turn;
         self.phase = phase;
         self.step = step;
@@ -811,7 +846,7 @@ impl IoTrace {
                 rows,
                 "{},{},{},{layer},{expert},{},{lane},{},{},{},{},{}",
                 self.turn,
-                self.phase,
+                self.phase.code(),
                 self.step,
                 w.part,
                 u8::from(spec),
@@ -857,7 +892,7 @@ pub struct ComputeTrace {
     w: TraceWriter,
     layers: bool,
     turn: u32,
-    phase: u8,
+    phase: Phase,
     step: usize,
     seq: usize,
     last: Instant,
@@ -882,7 +917,7 @@ impl ComputeTrace {
             w: TraceWriter::create(path, &head)?,
             layers,
             turn: 0,
-            phase: 0,
+            phase: Phase::Prefill,
             step: 0,
             seq: 0,
             last: Instant::now(),
@@ -893,7 +928,7 @@ impl ComputeTrace {
 
     /// A forward pass starts (of session turn `turn`; `phase` 0 = prefill, 1 = decode; `step` =
     /// its first position).
-    pub fn begin(&mut self, turn: u32, phase: u8, step: usize) {
+    pub fn begin(&mut self, turn: u32, phase: Phase, step: usize) {
         self.turn = turn;
         self.phase = phase;
         self.step = step;
@@ -926,7 +961,7 @@ impl ComputeTrace {
             let row = format!(
                 "{},{},{},{},{il},{},{full},{ns},{faults}\n",
                 self.turn,
-                self.phase,
+                self.phase.code(),
                 self.step,
                 self.seq,
                 op_of(name)
@@ -954,7 +989,9 @@ impl ComputeTrace {
             let _ = writeln!(
                 rows,
                 "{},{},{},{seq},{il},LAYER,{name},{ns},{faults}",
-                self.turn, self.phase, self.step
+                self.turn,
+                self.phase.code(),
+                self.step
             );
         }
         self.write(&rows);
@@ -968,6 +1005,85 @@ impl ComputeTrace {
     pub fn finish(&mut self) -> Result<()> {
         self.w.finish()
     }
+}
+
+/// The `generation:` line of the summary: decode time only.
+pub fn generation_line(n_tokens: usize, decode: Duration) -> String {
+    if n_tokens == 0 {
+        return "generation: 0 tokens, 0.000 s/token (0.00 tok/s)".to_owned();
+    }
+    let secs = decode.as_secs_f64();
+    let per_token = secs / n_tokens as f64;
+    let rate = if secs > 0.0 {
+        n_tokens as f64 / secs
+    } else {
+        0.0
+    };
+    format!("generation: {n_tokens} tokens, {per_token:.3} s/token ({rate:.2} tok/s)")
+}
+
+/// The `mode:` line of a run that does not stream. The spec prints the line on every run and has
+/// a run that could stream but does not name the flag; a model without routed experts says so.
+/// `why` is the automatic decision's reason (empty when a flag decided).
+pub fn resident_mode_line(moe: bool, why: &str) -> String {
+    let mut line = if moe {
+        "mode: resident, experts not streamed (--moe-stream on streams them), dense mmap"
+    } else {
+        "mode: resident, no routed experts to stream, dense mmap"
+    }
+    .to_owned();
+    if moe && !why.is_empty() {
+        line.push_str(&format!(" ({why})"));
+    }
+    line
+}
+
+/// The `moe-stream:` and `moe-cache:` lines for the decode's counters `d` over `n_gen` tokens
+/// that took `decode`.
+pub fn stream_summary(
+    d: &StreamSnapshot,
+    n_gen: usize,
+    decode: Duration,
+    overlap: bool,
+    cache: bool,
+) -> Vec<String> {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let per_tok = |x: f64| if n_gen > 0 { x / n_gen as f64 } else { 0.0 };
+    let io_s = d.io_ns as f64 / 1e9;
+    let stall_s = d.stall_ns as f64 / 1e9;
+    let mgmt_s = d.mgmt_ns as f64 / 1e9;
+    let wall = decode.as_secs_f64();
+    // The residual: serial runs lose the read wait, overlapped runs the stall.
+    let waited = if overlap { stall_s } else { io_s };
+    let compute = (wall - waited - mgmt_s).max(0.0);
+    let mut stream = format!(
+        "moe-stream: read {:.1} MiB ({:.1} MiB/token), decode {:.3} s/token (compute {:.3} + \
+         cache mgmt {:.3} + flash I/O {:.3} s/token, {:.0} MiB/s)",
+        mib(d.read_bytes),
+        per_tok(mib(d.read_bytes)),
+        per_tok(wall),
+        per_tok(compute),
+        per_tok(mgmt_s),
+        per_tok(io_s),
+        if io_s > 0.0 {
+            mib(d.read_bytes) / io_s
+        } else {
+            0.0
+        }
+    );
+    if overlap {
+        stream.push_str(&format!(", stall_s/tok={:.3}", per_tok(stall_s)));
+    }
+    let mut lines = vec![stream];
+    // Present only when a cache is active.
+    if cache {
+        lines.push(format!(
+            "moe-cache: {:.1}% hit, resident {:.1} MiB",
+            d.hit_pct(),
+            mib(d.resident_bytes)
+        ));
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -1013,5 +1129,17 @@ mod tests {
         let f = p.sample();
         assert!(f > 0.9 && f <= 1.0, "{f}");
         assert_eq!(DenseProbe::new([]).sample(), -1.0);
+    }
+
+    #[test]
+    fn generation_line_follows_the_spec_pattern() {
+        assert_eq!(
+            generation_line(16, Duration::from_millis(6208)),
+            "generation: 16 tokens, 0.388 s/token (2.58 tok/s)"
+        );
+        assert_eq!(
+            generation_line(0, Duration::ZERO),
+            "generation: 0 tokens, 0.000 s/token (0.00 tok/s)"
+        );
     }
 }

@@ -1,0 +1,418 @@
+//! Generation: the [`Runtime`] that holds everything a generation needs once it is set up, and
+//! its loop — prefill the prompt after what the context already holds, then sample, decode and
+//! run one token at a time, reporting to a [`Sink`] and stopping at an end-of-generation token,
+//! the token limit, a full context or a cancel.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chat::{ChatFormat, ReasoningSyntax};
+use engine::{Engine, LogitsWanted};
+use sampler::Sampler;
+use text::{StreamDecoder, Tokenizer};
+
+use crate::cancel::Control;
+use crate::error::{Context, Result};
+use crate::notice::Notices;
+use crate::sink::{Prefilled, Sink};
+use crate::stream::{StreamCounters, StreamSnapshot};
+use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Phase, Summary, TokenRow, Usage};
+
+/// The recorders a run may have (each optional): they see every forward pass of every
+/// generation.
+#[derive(Default)]
+pub struct Recorders {
+    /// Samples how much of the dense weights is resident, for the per-token figures; with it
+    /// the runtime takes a [`TokenRow`] per token (for a sink's `token`), without it none.
+    pub probe: Option<DenseProbe>,
+    /// The `route_trace v1` file.
+    pub route_trace: Option<crate::routes::RouteTraceFile>,
+    /// colibri's `ROUTE_TRACE` stream.
+    pub route_stream: Option<crate::routes::RouteStream>,
+    /// The expert-use history, saved after each generation.
+    pub history: Option<crate::history::History>,
+    /// The `io_trace v1` file (the expert source writes to it too).
+    pub io_trace: Option<Arc<Mutex<IoTrace>>>,
+    /// The `compute_trace v1` file (the engine's observer writes to it too).
+    pub compute_trace: Option<Arc<Mutex<ComputeTrace>>>,
+}
+
+/// Everything a generation needs, set up once: the engine over the loaded model, the
+/// tokenizer and chat format, the sampler, the expert source's counters and the recorders. A
+/// one-shot run makes one [`generate`](Runtime::generate) call; a session one per turn.
+pub struct Runtime<'a> {
+    pub engine: Engine<'a>,
+    pub tokenizer: &'a Tokenizer,
+    /// The model's chat format (when prompts are rendered with the template).
+    pub format: Option<&'a ChatFormat>,
+    pub arch: String,
+    pub n_ctx: usize,
+    pub n_threads: usize,
+    /// Seconds the load took.
+    pub load_s: f64,
+    pub streaming: bool,
+    pub cache_bytes: u64,
+    pub overlap: bool,
+    pub counters: Arc<StreamCounters>,
+    pub sampler: Sampler,
+    /// As llama.cpp's `--ignore-eos`: end-of-generation tokens are never drawn.
+    pub ignore_eos: bool,
+    /// The `mode:` line (and the route replay's note).
+    pub mode: String,
+    /// Cancels work in flight (a session installs it).
+    pub control: Option<Arc<Control>>,
+    /// Where the runtime's notices go.
+    pub notices: Notices,
+    pub recorders: Recorders,
+    /// Installed after the (first) prefill: decode steps replay a recorded routing.
+    pub replay: Option<engine::RouteReplay>,
+}
+
+/// One generation: the whole prompt's tokens (those already in the context, the engine's
+/// `n_past` first ones, are not run again), how many tokens at most, the rendered chat prompt
+/// (for the reasoning split) and the session turn.
+pub struct Turn<'c> {
+    pub ids: &'c [u32],
+    pub n_max: usize,
+    pub prompt: Option<&'c chat::Prompt>,
+    pub turn: u32,
+}
+
+/// What a generation did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The figures of the `# summary` line / `BMOE_DONE`.
+    pub summary: Summary,
+    pub decode: Duration,
+    pub decode_usage: Usage,
+    /// The expert source's counters over the decode.
+    pub d: StreamSnapshot,
+    pub answer: String,
+    pub reasoning: String,
+    /// Stopped by a cancel request (the context then holds part of the turn).
+    pub cancelled: bool,
+    /// The generated tokens run into the context, in order.
+    pub tokens: Vec<u32>,
+}
+
+/// The text of a generation as it is decoded: split into answer and reasoning (with a chat
+/// prompt of a reasoning model), accumulated for the outcome, handed to the sink.
+struct Text {
+    splitter: Option<chat::ReasoningSplitter>,
+    answer: String,
+    reasoning: String,
+}
+
+impl Text {
+    fn push(&mut self, delta: &str, sink: &mut dyn Sink) -> Result<()> {
+        let d = match &mut self.splitter {
+            None => chat::SplitDelta {
+                text: delta.to_owned(),
+                ..Default::default()
+            },
+            Some(s) => s.push(delta),
+        };
+        self.emit(&d, sink)
+    }
+
+    fn finish(&mut self, sink: &mut dyn Sink) -> Result<()> {
+        if let Some(s) = &mut self.splitter {
+            let d = s.finish();
+            self.emit(&d, sink)?;
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, d: &chat::SplitDelta, sink: &mut dyn Sink) -> Result<()> {
+        if d.reset || !d.text.is_empty() || !d.reasoning.is_empty() {
+            d.apply(&mut self.answer, &mut self.reasoning);
+            sink.delta(d)?;
+        }
+        Ok(())
+    }
+}
+
+impl Runtime<'_> {
+    /// The cumulative hit rate, or -1 without a cache.
+    fn hit_pct(&self, snap: &StreamSnapshot) -> f64 {
+        if self.streaming && self.cache_bytes > 0 {
+            snap.hit_pct()
+        } else {
+            -1.0
+        }
+    }
+
+    fn stamp(&self, turn: u32, phase: Phase, step: usize) {
+        if let Some(t) = &self.recorders.io_trace {
+            t.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stamp(turn, phase, step);
+        }
+    }
+
+    fn ct(&self, f: &mut dyn FnMut(&mut ComputeTrace)) {
+        if let Some(t) = &self.recorders.compute_trace {
+            f(&mut t.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+    }
+
+    /// The expert cache's budget in MiB (0 without one).
+    pub fn budget_mib(&self) -> f64 {
+        self.cache_bytes as f64 / (1u64 << 20) as f64
+    }
+
+    /// Prefill `ids` after the context (with the session's cancel check and test hold), the
+    /// last token's logits. The route and I/O traces see it as the prefill of `turn`.
+    pub fn prefill(&mut self, ids: &[u32], turn: u32) -> Result<Vec<f32>, engine::ForwardError> {
+        if let Some(t) = &self.recorders.route_trace {
+            t.start_turn(turn);
+        }
+        self.stamp(turn, Phase::Prefill, self.engine.n_past());
+        let pos = self.engine.n_past();
+        self.ct(&mut |c| c.begin(turn, Phase::Prefill, pos));
+        if let Some(c) = &self.control {
+            c.begin_prefill();
+        }
+        let r = self.engine.forward(ids, LogitsWanted::Last);
+        if let Some(c) = &self.control {
+            c.end_prefill();
+        }
+        self.ct(&mut |c| c.end());
+        r
+    }
+
+    /// Prefill the prompt's tokens after the context and generate up to `t.n_max` tokens,
+    /// reporting to `sink`. A cancel stops between prefill chunks or tokens (the outcome
+    /// says so; the context then holds what was run).
+    pub fn generate(&mut self, t: &Turn<'_>, sink: &mut dyn Sink) -> Result<Outcome> {
+        let reuse = self.engine.n_past();
+        let new = &t.ids[reuse.min(t.ids.len())..];
+        let prefill_usage0 = Usage::now();
+        let prefill_snap0 = self.counters.snapshot();
+        let t0 = Instant::now();
+        let prefilled = self.prefill(new, t.turn);
+        let prefill = t0.elapsed().as_secs_f64();
+        let mut last_end = Instant::now();
+        let at_decode = self.counters.snapshot();
+        let usage_at_decode = Usage::now();
+        let prefill_delta = at_decode.since(&prefill_snap0);
+        let prefill_usage = usage_at_decode.since(&prefill_usage0);
+        let (mut logits, mut cancelled) = match prefilled {
+            Ok(l) => (l, false),
+            Err(engine::ForwardError::Cancelled) => (Vec::new(), true),
+            Err(e) => return Err(e.into()),
+        };
+        if !cancelled {
+            self.notices.info(format!(
+                "sluice: prompt {} tokens ({} new), prefill {prefill:.3} s ({:.2} tok/s)",
+                t.ids.len(),
+                new.len(),
+                if prefill > 0.0 {
+                    new.len() as f64 / prefill
+                } else {
+                    0.0
+                }
+            ));
+            sink.prefilled(&Prefilled {
+                n_prompt: t.ids.len(),
+                n_new: new.len(),
+                secs: prefill,
+            })?;
+        }
+        if let Some(tr) = &self.recorders.route_trace {
+            tr.start_decode();
+        }
+        if let Some(r) = self.replay.take() {
+            let what = self.mode.clone();
+            self.engine
+                .set_route_replay(Some(r))
+                .with_context(|| format!("--route-replay ({what})"))?;
+        }
+
+        let (special, splitter) = match (self.format, t.prompt) {
+            (Some(format), Some(prompt)) => (
+                // Reasoning tags (and harmony's headers) are special tokens in many
+                // vocabularies; the splitter needs their text.
+                !matches!(format.reasoning_syntax(), ReasoningSyntax::None),
+                Some(format.splitter(prompt)),
+            ),
+            _ => (false, None),
+        };
+        let mut decoder = StreamDecoder::continuation(special);
+        let mut text = Text {
+            splitter,
+            answer: String::new(),
+            reasoning: String::new(),
+        };
+        let tokenizer = self.tokenizer;
+        let eog = &tokenizer.vocab().eog;
+        let n_ctx = self.n_ctx;
+        let steps = t.n_max.min(n_ctx.saturating_sub(t.ids.len()));
+        let budget_mib = self.budget_mib();
+        let mut n_gen = 0usize;
+        let mut fed = Vec::new();
+        let mut decode = Duration::ZERO;
+        let mut loop_overhead = Duration::ZERO;
+        // The last token's row, reported once its text is known.
+        let mut held: Option<TokenRow> = None;
+        while !cancelled && n_gen < t.n_max {
+            if self.engine.n_past() >= n_ctx {
+                self.notices.info(format!(
+                    "\nsluice: the context ({n_ctx} tokens) is full; generation stopped"
+                ));
+                break;
+            }
+            if self.ignore_eos {
+                // As llama.cpp does: end-of-generation tokens are never drawn.
+                for &id in eog {
+                    if let Some(l) = logits.get_mut(id as usize) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            let id = self.sampler.sample(&logits);
+            // The previous token's row goes out now, so that the text the decoder holds back
+            // at the end can still join the last one.
+            if let Some(row) = held.take() {
+                sink.token(&row)?;
+            }
+            if eog.contains(&id) {
+                break;
+            }
+            text.push(&decoder.push(tokenizer, id), sink)?;
+            n_gen += 1;
+            if let Some(c) = &self.control {
+                c.hold_decode(n_gen);
+            }
+            let pos = self.engine.n_past();
+            self.stamp(t.turn, Phase::Decode, pos);
+            self.ct(&mut |c| c.begin(t.turn, Phase::Decode, pos));
+            // (The per-token figures are taken only when something reports them.)
+            let before = self
+                .recorders
+                .probe
+                .is_some()
+                .then(|| (self.counters.snapshot(), Usage::now()));
+            let t1 = Instant::now();
+            let gap = t1 - last_end;
+            let ran = self.engine.forward(&[id], LogitsWanted::Last);
+            let wall = t1.elapsed();
+            self.ct(&mut |c| c.end());
+            last_end = Instant::now();
+            // A cancel stops before the token's forward pass: the token was drawn and its
+            // text delivered, so it still gets its row (with no pass: zero time and reads).
+            match ran {
+                Ok(l) => {
+                    logits = l;
+                    fed.push(id);
+                    decode += wall;
+                    loop_overhead += gap;
+                }
+                Err(engine::ForwardError::Cancelled) => cancelled = true,
+                Err(e) => return Err(e.into()),
+            }
+            if let Some((snap0, usage0)) = before {
+                let snap = self.counters.snapshot();
+                let (wall_s, d, usage) = if cancelled {
+                    (0.0, Default::default(), Usage::default())
+                } else {
+                    (
+                        wall.as_secs_f64(),
+                        snap.since(&snap0),
+                        Usage::now().since(&usage0),
+                    )
+                };
+                let mut row = TokenRow::new(
+                    n_gen,
+                    steps,
+                    wall_s,
+                    &d,
+                    self.overlap,
+                    &usage,
+                    self.hit_pct(&snap),
+                    gap.as_secs_f64(),
+                );
+                if let Some(probe) = &mut self.recorders.probe {
+                    row.dense_resident_frac = probe.sample();
+                }
+                row.cache_budget_mib = budget_mib;
+                row.turn = t.turn;
+                held = Some(row);
+            }
+        }
+        text.push(&decoder.finish(), sink)?;
+        text.finish(sink)?;
+        if let Some(row) = held.take() {
+            sink.token(&row)?;
+        }
+        // The tail after the last decode belongs to the loop's overhead too.
+        loop_overhead += last_end.elapsed();
+        let decode_usage = Usage::now().since(&usage_at_decode);
+        let d = self.counters.snapshot().since(&at_decode);
+        let summary = Summary {
+            tokens: n_gen,
+            decode_s: decode.as_secs_f64(),
+            load_s: self.load_s,
+            n_prompt: new.len(),
+            prefill_s: prefill,
+            decode: d,
+            overlap: self.overlap,
+            usage: decode_usage,
+            cache_hit_pct: self.hit_pct(&self.counters.snapshot()),
+            cache_budget_mib: budget_mib,
+            experts_routed: d.routed,
+            loop_overhead_s: loop_overhead.as_secs_f64(),
+            prefill: prefill_delta,
+            prefill_usage,
+        };
+        let outcome = Outcome {
+            summary,
+            decode,
+            decode_usage,
+            d,
+            answer: text.answer,
+            reasoning: text.reasoning,
+            cancelled,
+            tokens: fed,
+        };
+        sink.finished(&outcome)?;
+        Ok(outcome)
+    }
+
+    /// Add the routing so far to the usage history file (after each generation).
+    pub fn save_history(&self) {
+        if let Some(h) = &self.recorders.history {
+            h.save();
+        }
+    }
+
+    /// Flush the traces; reports the first write error.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Some(t) = self.recorders.route_trace.take() {
+            t.finish()?;
+        }
+        if let Some(s) = &self.recorders.route_stream {
+            s.finish()?;
+        }
+        if let Some(t) = &self.recorders.io_trace {
+            t.lock().unwrap_or_else(PoisonError::into_inner).finish()?;
+        }
+        if let Some(t) = &self.recorders.compute_trace {
+            t.lock().unwrap_or_else(PoisonError::into_inner).finish()?;
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of every tensor of `file` that is not a routed expert (what the dense probe
+/// samples).
+pub fn dense_slices<'f>(
+    file: &'f gguf::GgufFile,
+    experts: &std::collections::HashSet<String>,
+) -> Vec<&'f [u8]> {
+    file.tensors()
+        .iter()
+        .filter(|t| !experts.contains(&t.name))
+        .filter_map(|t| file.tensor_data(t).ok())
+        .collect()
+}
