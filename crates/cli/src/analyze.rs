@@ -104,7 +104,7 @@ struct ReplayArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplayPolicy {
     Model(Policy),
-    Engine(&'static str, crate::stream::CachePolicy),
+    Engine(&'static str, runtime::stream::CachePolicy),
 }
 
 impl ReplayPolicy {
@@ -117,7 +117,7 @@ impl ReplayPolicy {
 }
 
 fn parse_policy(name: &str) -> Result<ReplayPolicy, String> {
-    use crate::stream::CachePolicy;
+    use runtime::stream::CachePolicy;
     let engine = |n, p| Ok(ReplayPolicy::Engine(n, p));
     match name.trim().to_ascii_lowercase().as_str() {
         "default" => engine("default", CachePolicy::Forecast),
@@ -191,7 +191,7 @@ pub fn replay_engine(
     workload: &Workload,
     trace: &trace::RouteTrace,
     name: &'static str,
-    policy: crate::stream::CachePolicy,
+    policy: runtime::stream::CachePolicy,
     bytes: u64,
     couple: Option<&CoupleCfg>,
 ) -> (ReplayStats, store::CacheStats) {

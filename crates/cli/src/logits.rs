@@ -30,7 +30,7 @@ pub struct Options {
     pub dump: Option<PathBuf>,
     /// Only these names (all when `None`).
     pub dump_names: Option<Vec<String>>,
-    pub stream: crate::stream::StreamConfig,
+    pub stream: runtime::stream::StreamConfig,
     /// Only the last position's logits, computed as a generation computes them.
     pub last: bool,
 }
@@ -42,7 +42,7 @@ type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
     let notices = crate::stderr_notices();
-    let opened = crate::stream::open_for(&opts.model, &opts.stream, &notices)?;
+    let opened = runtime::stream::open_for(&opts.model, &opts.stream, &notices)?;
     let file = opened.file;
     let model = load_model(&file, &opts.model)?;
     let ids = match (&opts.prompt, &opts.tokens) {

@@ -21,8 +21,6 @@ mod template;
 mod tokenize;
 mod upcycle;
 
-// The runtime's modules under the names the binary's modules use.
-use runtime::{decide, history, prompt, routes, stream, telemetry};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -356,8 +354,8 @@ struct RunArgs {
 
     /// With --decide: keep the context's state after a decision's prefix, and restore it when
     /// the next decision's prefix is the same or extends it (auto: on, as for any CPU prefill).
-    #[arg(long, value_parser = args::choice::<decide::PrefixCacheMode>(), default_value_t = decide::PrefixCacheMode::Auto, value_name = "MODE")]
-    decide_prefix_cache: decide::PrefixCacheMode,
+    #[arg(long, value_parser = args::choice::<runtime::decide::PrefixCacheMode>(), default_value_t = runtime::decide::PrefixCacheMode::Auto, value_name = "MODE")]
+    decide_prefix_cache: runtime::decide::PrefixCacheMode,
 
     /// Score a text instead of generating: the perplexity of FILE's text (BOS, no template)
     /// under the model, teacher-forced, and the next-token hit rate (how often the most likely
@@ -671,9 +669,40 @@ fn main() -> ExitCode {
             .with_env()
             .map_err(anyhow::Error::from)
             .and_then(|history| {
+                let token_figures = args.progress || args.session || args.csv.is_some();
                 run::run(&run::Options {
-                    history,
-                    model: args.model,
+                    run: runtime::open::RunConfig {
+                        model: args.model,
+                        stream: args.stream.config(),
+                        history,
+                        threads: args.engine.threads,
+                        ctx: args.ctx,
+                        ubatch: args.engine.ubatch,
+                        row_prefetch: args.engine.row_prefetch.setting(),
+                        kv_type: args.engine.kv_type.engine(),
+                        sampling: runtime::open::Sampling {
+                            temp: args.temp,
+                            top_k: args.top_k,
+                            top_p: args.top_p,
+                            min_p: args.min_p,
+                            seed: args.seed,
+                        },
+                        ignore_eos: args.ignore_eos,
+                        chatml: args.chatml,
+                        route_trace: args.route_trace,
+                        route_replay: args.route_replay,
+                        route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
+                            std::env::var_os("ROUTE_TRACE")
+                                .filter(|v| !v.is_empty())
+                                .map(|v| (std::path::PathBuf::from(v), true))
+                        }),
+                        io_trace: args.io_trace,
+                        compute_trace: args
+                            .compute_trace
+                            .map(|p| (p, false))
+                            .or(args.compute_trace_layers.map(|p| (p, true))),
+                        token_figures,
+                    },
                     prompt: args.prompt,
                     messages: args.messages,
                     session: args.session,
@@ -682,36 +711,11 @@ fn main() -> ExitCode {
                     ppl: args.ppl,
                     ppl_step: args.ppl_step,
                     test_hold: args.test_hold,
-                    route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
-                        std::env::var_os("ROUTE_TRACE")
-                            .filter(|v| !v.is_empty())
-                            .map(|v| (std::path::PathBuf::from(v), true))
-                    }),
                     n_predict: args.n_predict,
-                    threads: args.engine.threads,
-                    ctx: args.ctx,
-                    ubatch: args.engine.ubatch,
-                    row_prefetch: args.engine.row_prefetch.setting(),
-                    kv_type: args.engine.kv_type.engine(),
-                    temp: args.temp,
-                    top_k: args.top_k,
-                    top_p: args.top_p,
-                    min_p: args.min_p,
-                    seed: args.seed,
-                    ignore_eos: args.ignore_eos,
-                    chatml: args.chatml,
                     system: args.system,
                     no_think: args.no_think,
-                    route_trace: args.route_trace,
-                    route_replay: args.route_replay,
-                    stream: args.stream.config(),
                     progress: args.progress,
                     csv: args.csv,
-                    io_trace: args.io_trace,
-                    compute_trace: args
-                        .compute_trace
-                        .map(|p| (p, false))
-                        .or(args.compute_trace_layers.map(|p| (p, true))),
                 })
             }),
         Command::Logits(args) => logits::run(&logits::Options {

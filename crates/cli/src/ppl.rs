@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use engine::LogitsWanted;
 
-use crate::decide::log_softmax_at;
+use runtime::decide::log_softmax_at;
 use runtime::generate::Runtime;
 
 /// Negative log-likelihood sum and hits over the positions scored.

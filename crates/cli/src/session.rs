@@ -377,7 +377,7 @@ impl Session<'_> {
                     messages.push(message(role, content));
                 }
                 let prompt =
-                    crate::prompt::render_prompt(format, &Data::array(messages), None, think)?;
+                    runtime::prompt::render_prompt(format, &Data::array(messages), None, think)?;
                 Ok((chat_ids(format, rt.tokenizer, &prompt.text), Some(prompt)))
             }
             None => {

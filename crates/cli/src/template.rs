@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use chat::{ChatFormat, ReasoningSyntax};
 
-use crate::prompt;
 use crate::tokenize::ModelMeta;
+use runtime::prompt;
 
 pub struct Options {
     pub model: Option<PathBuf>,

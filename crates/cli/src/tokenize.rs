@@ -96,10 +96,10 @@ pub fn run(opts: &Options) -> Result<()> {
         // holds special-token text, so it is always parsed, and a BOS the template wrote itself
         // is dropped where the tokenizer adds one (as llama.cpp does).
         let template =
-            crate::prompt::load_template(model.metadata(), &tokenizer, None, model.name())?;
+            runtime::prompt::load_template(model.metadata(), &tokenizer, None, model.name())?;
         let format = chat::ChatFormat::new(template);
-        let messages = crate::prompt::single_turn(opts.system.as_deref(), &text);
-        let prompt = crate::prompt::render_prompt(&format, &messages, None, !opts.no_think)?;
+        let messages = runtime::prompt::single_turn(opts.system.as_deref(), &text);
+        let prompt = runtime::prompt::render_prompt(&format, &messages, None, !opts.no_think)?;
         let add_special = !opts.no_bos;
         let rendered = if add_special && tokenizer.vocab().add_bos {
             format.template().strip_leading_bos(&prompt.text)

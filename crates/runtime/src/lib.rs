@@ -15,6 +15,7 @@ pub mod generate;
 pub mod history;
 pub mod load;
 pub mod notice;
+pub mod open;
 pub mod prompt;
 pub mod routes;
 pub mod sink;

@@ -1,0 +1,532 @@
+//! Opening a model to generate: the file with its resolved configuration (whether the experts
+//! stream, the cache budget, where the dense weights live), its tokenizer and chat format and
+//! the context size ([`Loaded::open`]); then the [`Runtime`] over it ([`Loaded::runtime`]): the
+//! engine, the expert source over the store with its pins, the sampler and the recorders.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use chat::ChatFormat;
+use engine::EngineConfig;
+use engine::ops::KvType;
+use gguf::GgufFile;
+use model::HParams;
+use quant::ThreadPool;
+use sampler::{RANDOM_SEED, Sampler, SamplerParams};
+use text::Tokenizer;
+
+use crate::Choice as _;
+use crate::error::{Context, Error, Result, reject};
+use crate::generate::{Recorders, Runtime, dense_slices};
+use crate::history::{self, HistoryConfig};
+use crate::load::{build_engine, load_model, thread_count};
+use crate::notice::Notices;
+use crate::routes;
+use crate::stream::{BatchView, CacheMb, Decision, StreamConfig, StreamCounters, open_for};
+use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Preamble, resident_mode_line};
+
+/// Context size when none is given (capped at the model's training context).
+pub const DEFAULT_CTX: usize = 4096;
+
+/// The sampling settings (llama.cpp's chain and defaults, see `sampler`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    pub temp: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// The seed; negative for a random one.
+    pub seed: i64,
+}
+
+impl Default for Sampling {
+    fn default() -> Sampling {
+        Sampling {
+            temp: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            seed: -1,
+        }
+    }
+}
+
+/// Everything that decides how a model is opened and run (each field is the `sluice run` flag
+/// of the same name).
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub model: PathBuf,
+    pub stream: StreamConfig,
+    pub history: HistoryConfig,
+    /// Compute threads (every core the process may use when `None`).
+    pub threads: Option<usize>,
+    /// Context size: `None` the default, `Some(0)` the model's training context.
+    pub ctx: Option<usize>,
+    pub ubatch: usize,
+    /// The row prefetch of the weight kernels: `None` keeps the kernel table's choice.
+    pub row_prefetch: Option<bool>,
+    pub kv_type: KvType,
+    pub sampling: Sampling,
+    pub ignore_eos: bool,
+    /// Render prompts with the model's chat template.
+    pub chatml: bool,
+    pub route_trace: Option<PathBuf>,
+    pub route_replay: Option<PathBuf>,
+    /// colibri's `ROUTE_TRACE` stream, and whether its path came from the environment (then a
+    /// file that cannot be opened is a warning, as colibri has it).
+    pub route_stream: Option<(PathBuf, bool)>,
+    pub io_trace: Option<PathBuf>,
+    /// The `compute_trace v1` file, and whether by layer.
+    pub compute_trace: Option<(PathBuf, bool)>,
+    /// Take the per-token figures (a [`crate::telemetry::TokenRow`] per token for the sink).
+    pub token_figures: bool,
+}
+
+impl RunConfig {
+    /// A model with the defaults of `sluice run`.
+    pub fn new(model: impl Into<PathBuf>) -> RunConfig {
+        RunConfig {
+            model: model.into(),
+            stream: StreamConfig::default(),
+            history: HistoryConfig::default(),
+            threads: None,
+            ctx: None,
+            ubatch: 512,
+            row_prefetch: None,
+            kv_type: KvType::F16,
+            sampling: Sampling::default(),
+            ignore_eos: false,
+            chatml: false,
+            route_trace: None,
+            route_replay: None,
+            route_stream: None,
+            io_trace: None,
+            compute_trace: None,
+            token_figures: false,
+        }
+    }
+}
+
+/// A model file opened to run: the file (its experts to stream, or read whole), its tokenizer
+/// and chat format, the context size and the compute threads.
+pub struct Loaded {
+    pub file: GgufFile,
+    pub name: String,
+    pub tokenizer: Tokenizer,
+    /// With [`RunConfig::chatml`]: the model's chat format.
+    pub format: Option<ChatFormat>,
+    pub hparams: HParams,
+    pub n_ctx: usize,
+    pub n_threads: usize,
+    /// Seconds from opening the file to the model's description.
+    pub load_s: f64,
+    /// Whether the experts stream, and why.
+    pub decision: Decision,
+    /// The experts' layout when they stream.
+    pub layout: Option<store::ExpertLayout>,
+    /// The expert cache's budget (0 when not streaming).
+    pub cache_bytes: u64,
+    pool: ThreadPool,
+    notices: Notices,
+}
+
+impl Loaded {
+    /// Opens `cfg.model` as `cfg` says; what it decides is said in `notices`.
+    pub fn open(cfg: &RunConfig, notices: &Notices) -> Result<Loaded> {
+        let name = cfg.model.display().to_string();
+        let t_load = Instant::now();
+        let opened = open_for(&cfg.model, &cfg.stream, notices)?;
+        let file = opened.file;
+        let hparams = load_model(&file, &cfg.model)?.hparams;
+        let load_s = t_load.elapsed().as_secs_f64();
+        let tokenizer = Tokenizer::from_metadata(file.metadata())
+            .with_context(|| format!("{name}: cannot build the tokenizer"))?;
+        let format = if cfg.chatml {
+            let template = crate::prompt::load_template(file.metadata(), &tokenizer, None, &name)?;
+            Some(ChatFormat::new(template))
+        } else {
+            None
+        };
+        let n_ctx_train = hparams.n_ctx_train as usize;
+        let n_ctx = match cfg.ctx {
+            None => DEFAULT_CTX.min(n_ctx_train.max(1)),
+            Some(0) => n_ctx_train.max(1),
+            Some(c) => c,
+        };
+        if n_ctx > n_ctx_train {
+            notices.warn(format!(
+                "sluice: warning: context {n_ctx} is larger than the model's training context {n_ctx_train}"
+            ));
+        }
+        let n_threads = thread_count(cfg.threads);
+        let pool = ThreadPool::new(n_threads).context("cannot start the compute threads")?;
+        let cache_bytes = if opened.decision.stream {
+            opened.cache_bytes
+        } else {
+            0
+        };
+        Ok(Loaded {
+            file,
+            name,
+            tokenizer,
+            format,
+            hparams,
+            n_ctx,
+            n_threads,
+            load_s,
+            decision: opened.decision,
+            layout: opened.layout,
+            cache_bytes,
+            pool,
+            notices: notices.clone(),
+        })
+    }
+
+    /// Whether the experts stream.
+    pub fn streaming(&self) -> bool {
+        self.decision.stream
+    }
+
+    /// The runtime over this model: the engine, the expert source (with its pins), the
+    /// sampler and the recorders `cfg` asks for; with the preamble of its CSV and trace files.
+    pub fn runtime(&self, cfg: &RunConfig) -> Result<(Runtime<'_>, Preamble)> {
+        let notices = &self.notices;
+        let file = &self.file;
+        let name = &self.name;
+        let streaming = self.decision.stream;
+        let n_ctx = self.n_ctx;
+        let n_threads = self.n_threads;
+        let load_s = self.load_s;
+        let model = load_model(file, &cfg.model)?;
+        let opened = self;
+        let engine_cfg = EngineConfig {
+            n_ctx,
+            kv_type: cfg.kv_type,
+            ubatch: cfg.ubatch,
+        };
+        let mut engine = build_engine(&model, &self.pool, engine_cfg, &cfg.model)?;
+        if let Some(on) = cfg.row_prefetch {
+            engine.set_row_prefetch(on);
+        }
+        let counters = Arc::new(StreamCounters::default());
+        // The routed experts' tensors (of a resident MoE run too: `dense_resident_frac` samples
+        // the rest), and the cycle of one token's experts.
+        let layout = match &opened.layout {
+            Some(l) => Some(l.clone()),
+            None => store::ExpertLayout::from_gguf(file)
+                .ok()
+                .flatten()
+                .map(store::ExpertLayout::without_biases),
+        };
+        let expert_tensors: std::collections::HashSet<String> = layout
+            .iter()
+            .flat_map(|l| {
+                l.layers
+                    .iter()
+                    .flat_map(|x| x.parts.iter().map(|p| p.tensor.clone()))
+            })
+            .collect();
+        let cycle_mb = layout
+            .as_ref()
+            .map_or(0, |l| l.token_cycle_bytes().div_ceil(1 << 20));
+        let cache_bytes = if streaming { opened.cache_bytes } else { 0 };
+        let (mut o_direct, mut io_backend) = (false, "-");
+        let io_trace = match &cfg.io_trace {
+            Some(_) if !streaming => reject!(
+                "--io-trace records the expert store's reads, and this run does not stream ({}): \
+                 add --moe-stream on",
+                if opened.decision.why.is_empty() {
+                    "--moe-stream off".to_owned()
+                } else {
+                    opened.decision.why.clone()
+                }
+            ),
+            Some(path) => Some(Arc::new(Mutex::new(IoTrace::create(path)?))),
+            None => None,
+        };
+        let arch = file
+            .metadata()
+            .get_str("general.architecture")
+            .unwrap_or("")
+            .to_owned();
+        let moe_layers: Vec<u32> = layout
+            .as_ref()
+            .map(|l| l.layers.iter().map(|x| x.layer).collect())
+            .unwrap_or_default();
+        let history = history::History::open(
+            &cfg.history,
+            &cfg.model,
+            &arch,
+            model.hparams.n_layer,
+            model.hparams.n_expert,
+            &moe_layers,
+            notices,
+        );
+        // What each layer batch found in the cache, for the route trace.
+        let view = (cfg.route_trace.is_some() && streaming)
+            .then(|| Arc::new(Mutex::new(BatchView::default())));
+        if opened.layout.is_none() && !matches!(cfg.history.pin, None | Some(history::PinArg::Off))
+        {
+            notices.info("sluice: --pin: this run does not stream its experts: nothing pinned");
+        }
+        if let Some(layout) = opened.layout.clone() {
+            let layout_cycle_slots = layout.token_cycle_slot_bytes();
+            let mut src = cfg.stream.source(
+                file,
+                layout,
+                opened.cache_bytes,
+                name,
+                Arc::clone(&counters),
+                notices,
+            )?;
+            if let Some(v) = &view {
+                src.watch(Arc::clone(v));
+            }
+            if let Some(t) = &io_trace {
+                src.trace_io(Arc::clone(t));
+            }
+            if let Some(h) = &history
+                && cfg.history.usage_prior
+            {
+                src.history(h.ranked());
+            }
+            let hp = &model.hparams;
+            let pins = history::plan(
+                &cfg.history,
+                history.as_ref(),
+                &arch,
+                hp.n_layer,
+                hp.n_expert,
+                &moe_layers,
+                opened.cache_bytes,
+                layout_cycle_slots,
+                notices,
+            )?;
+            if let Some(p) = pins {
+                let t = Instant::now();
+                let (n, bytes) = src.pin(&p.keys, p.max_bytes)?;
+                notices.info(format!(
+                    "sluice: pinned {n} experts ({:.1} MiB of {:.1} MiB for pins) from {} in {:.3} s",
+                    bytes as f64 / (1u64 << 20) as f64,
+                    p.max_bytes as f64 / (1u64 << 20) as f64,
+                    p.source.display(),
+                    t.elapsed().as_secs_f64()
+                ));
+            }
+            o_direct = src.direct();
+            io_backend = src.backend().name();
+            engine.set_expert_source(Some(Box::new(src)))?;
+        }
+        let replay = match &cfg.route_replay {
+            Some(path) => {
+                if model.hparams.n_expert == 0 {
+                    reject!("--route-replay: {name} is not a mixture-of-experts model");
+                }
+                Some(routes::load_replay(path)?)
+            }
+            None => None,
+        };
+        let mut taps = Vec::new();
+        if let Some(h) = &history {
+            taps.push(h.tap());
+        }
+        let trace = match &cfg.route_trace {
+            Some(path) => {
+                let hp = &model.hparams;
+                if hp.n_expert == 0 {
+                    reject!("--route-trace: {name} is not a mixture-of-experts model");
+                }
+                let layers = routes::layer_bytes(file, u64::from(hp.n_expert));
+                let t = routes::RouteTraceFile::create(
+                    path,
+                    &routes::TraceHeader {
+                        model: &cfg.model,
+                        arch: &arch,
+                        n_layer: hp.n_layer,
+                        n_expert: hp.n_expert,
+                        // A replay may route more experts per token than the model does.
+                        n_expert_used: replay
+                            .as_ref()
+                            .map_or(0, |r| r.max_experts() as u32)
+                            .max(hp.n_expert_used.max()),
+                        layers: &layers,
+                    },
+                )?;
+                taps.push(t.tap(view.clone()));
+                Some(t)
+            }
+            None => None,
+        };
+        let route_stream = match &cfg.route_stream {
+            Some((path, from_env)) => {
+                let first = layout
+                    .as_ref()
+                    .and_then(|l| l.layers.first())
+                    .map_or(0, |l| l.layer as usize);
+                match routes::RouteStream::create(path, first) {
+                    Ok(s) => {
+                        notices.info(format!(
+                            "[ROUTE_TRACE] logging routing to {}",
+                            path.display()
+                        ));
+                        taps.push(s.tap());
+                        Some(s)
+                    }
+                    Err(_) if *from_env => {
+                        notices.info(format!("[ROUTE_TRACE] cannot open {}", path.display()));
+                        None
+                    }
+                    Err(e) => reject!(
+                        "--route-trace-stream: cannot create {}: {e}",
+                        path.display()
+                    ),
+                }
+            }
+            None => None,
+        };
+        engine.set_route_tap(routes::all_taps(taps));
+
+        let seed = if cfg.sampling.seed < 0 {
+            RANDOM_SEED
+        } else {
+            u32::try_from(cfg.sampling.seed).map_err(|_| {
+                Error::Rejected(format!(
+                    "--seed {} is too large (0 to {}, or -1 for a random seed)",
+                    cfg.sampling.seed,
+                    u32::MAX
+                ))
+            })?
+        };
+        let sampler = Sampler::new(SamplerParams {
+            temp: cfg.sampling.temp,
+            top_k: cfg.sampling.top_k,
+            top_p: cfg.sampling.top_p,
+            min_p: cfg.sampling.min_p,
+            seed,
+        });
+        let hp = &model.hparams;
+        let st = &cfg.stream;
+        let preamble = Preamble {
+            model: cfg.model.clone(),
+            arch: arch.clone(),
+            n_layer: hp.n_layer,
+            n_expert: hp.n_expert,
+            n_expert_used: hp.n_expert_used.max(),
+            threads: n_threads,
+            n_ctx,
+            n_ubatch: cfg.ubatch,
+            chatml: cfg.chatml,
+            moe_stream: streaming,
+            cache_mb: cache_bytes >> 20,
+            cache_auto: streaming
+                && matches!(st.cache_mb, None | Some(CacheMb::Auto))
+                && !st.load_all,
+            cache_floor_mb: st.cache_floor_mb,
+            cache_ceil_mb: st.cache_ceil_mb,
+            cache_cycle_mb: cycle_mb,
+            force_cache: st.force_cache,
+            load_all: st.load_all,
+            io_threads: st.io_threads,
+            o_direct,
+            overlap: st.overlap,
+            dense_weights: if streaming { st.dense().name() } else { "mmap" }.to_owned(),
+            io_backend: io_backend.to_owned(),
+            couple: match cfg.stream.couple_resolved()? {
+                Some((_, k, d)) if streaming => (k, d),
+                _ => (0, 0),
+            },
+            cache_policy: if streaming {
+                st.cache_policy.name()
+            } else {
+                "-"
+            }
+            .to_owned(),
+            route_replay: cfg.route_replay.clone(),
+            temp: cfg.sampling.temp,
+            top_k: cfg.sampling.top_k,
+            top_p: cfg.sampling.top_p,
+            seed: sampler.seed(),
+            compute_trace_layers: cfg.compute_trace.as_ref().is_some_and(|c| c.1),
+            traces: [
+                (cfg.route_trace.is_some(), "route"),
+                (cfg.io_trace.is_some(), "io"),
+                (cfg.compute_trace.is_some(), "compute"),
+            ]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect(),
+        };
+        let compute_trace = match &cfg.compute_trace {
+            Some((path, layers)) => {
+                let t = Arc::new(Mutex::new(ComputeTrace::create(path, *layers, &preamble)?));
+                let sink = Arc::clone(&t);
+                engine.set_observer(Some(Box::new(move |name, layer, _| {
+                    sink.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .node(name, layer);
+                })));
+                Some(t)
+            }
+            None => None,
+        };
+        let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
+        notices.info(format!(
+            "sluice: loaded {name} ({:.2} GiB, {}) in {load_s:.3} s",
+            size as f64 / (1u64 << 30) as f64,
+            if streaming {
+                "experts streamed"
+            } else {
+                "read into memory"
+            }
+        ));
+        notices.info(format!(
+            "sluice: {} threads, context {n_ctx}, seed {}",
+            n_threads,
+            sampler.seed()
+        ));
+        let probe = cfg
+            .token_figures
+            .then(|| DenseProbe::new(dense_slices(file, &expert_tensors)));
+        let mut mode = if streaming {
+            cfg.stream.mode_line(&opened.decision.why)
+        } else {
+            resident_mode_line(model.hparams.n_expert > 0, &opened.decision.why)
+        };
+        if let (Some(r), Some(path)) = (&replay, &cfg.route_replay) {
+            mode.push_str(&format!(
+                ", route replay of {} ({} decode steps, wrapping)",
+                path.display(),
+                r.len()
+            ));
+        }
+        let rt = Runtime {
+            engine,
+            tokenizer: &self.tokenizer,
+            format: self.format.as_ref(),
+            arch,
+            n_ctx,
+            n_threads,
+            load_s,
+            streaming,
+            cache_bytes,
+            overlap: cfg.stream.overlap,
+            counters,
+            sampler,
+            ignore_eos: cfg.ignore_eos,
+            mode,
+            control: None,
+            notices: notices.clone(),
+            recorders: Recorders {
+                probe,
+                route_trace: trace,
+                route_stream,
+                history,
+                io_trace,
+                compute_trace,
+            },
+            replay,
+        };
+        Ok((rt, preamble))
+    }
+}
