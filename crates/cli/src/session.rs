@@ -594,9 +594,7 @@ impl Session<'_> {
 /// Serves requests until `close` or the end of the input.
 pub fn serve(rt: &mut Runtime<'_>, opts: &Options, csv: &mut Option<CsvSink>) -> Result<()> {
     let ctl = Arc::new(Control::new(opts.test_hold, rt.notices.clone()));
-    rt.control = Some(Arc::clone(&ctl));
-    let check = Arc::clone(&ctl);
-    rt.engine.set_abort(Some(Box::new(move || check.check())));
+    rt.install_control(Arc::clone(&ctl));
     let (tx, rx) = channel();
     let reading = Arc::clone(&ctl);
     std::thread::Builder::new()

@@ -156,6 +156,14 @@ impl Runtime<'_> {
         }
     }
 
+    /// Lets `control` cancel this runtime's work: the engine checks it between prefill chunks,
+    /// the generation loop between tokens.
+    pub fn install_control(&mut self, control: Arc<Control>) {
+        let check = Arc::clone(&control);
+        self.engine.set_abort(Some(Box::new(move || check.check())));
+        self.control = Some(control);
+    }
+
     /// The expert cache's budget in MiB (0 without one).
     pub fn budget_mib(&self) -> f64 {
         self.cache_bytes as f64 / (1u64 << 20) as f64
