@@ -131,5 +131,25 @@ for which in old new; do
 done
 check "session" "$tmp/session.old" "$tmp/session.new"
 check "session csv" "$tmp/session.old.csv" "$tmp/session.new.csv"
+# Decisions: a fresh prefix, the same prefix again (restored), a chat turn between, a refusal.
+requests='{"cmd":"decide","id":1,"prefix":"Pick one: ","suffix":"A or B?","choices":["A","B"]}
+{"cmd":"decide","id":2,"prefix":"Pick one: ","suffix":"yes or no?","choices":["yes","no"]}
+{"cmd":"generate","id":3,"prompt":"Hello","n_predict":3}
+{"cmd":"decide","id":4,"prefix":"Pick one: ","suffix":"A or B?","choices":["A","A"]}
+{"cmd":"decide","id":5,"prefix":"Pick one: ","suffix":"A or B?","choices":["A","B"],"reuse_prefix":false}
+{"cmd":"close"}'
+for which in old new; do
+    bin=$old
+    [ "$which" = new ] && bin=$new
+    printf '%s\n' "$requests" | "$bin" run -m "$f" --session --decide --chatml "${common[@]}" \
+        >"$tmp/decide.$which" 2>/dev/null
+done
+check "decide" "$tmp/decide.old" "$tmp/decide.new"
+
+# Perplexity, as one prefill and one token per pass, streamed.
+printf 'The experts of a mixture are chosen per token by a router.\n' >"$tmp/ppl.txt"
+ppl=(-m "$f" --ppl "$tmp/ppl.txt" --moe-stream on --cache-mb 2 --force-cache --no-usage --seed 1)
+run_case "ppl prefill" "${ppl[@]}"
+run_case "ppl step" "${ppl[@]}" --ppl-step
 [ "$status" = 0 ] && echo "every output matches"
 exit "$status"

@@ -10,42 +10,33 @@
 use std::io::{self, BufRead, Write};
 use std::sync::Arc;
 use std::sync::mpsc::{Sender, channel};
-use std::time::Instant;
 
 use anyhow::{Result, anyhow};
-use chat::Data;
 use serde_json::Value;
 
 use runtime::cancel::Control;
-use runtime::decide::{self, Kept, Plan};
-use runtime::generate::{Runtime, Turn};
-use runtime::prompt::chat_ids;
+use runtime::generate::Runtime;
+use runtime::session::{ChatRequest, DecideRequest, Session, SessionConfig};
 use runtime::sink::Both;
-use runtime::telemetry::{CsvSink, JsonObject, json_exact};
+use runtime::telemetry::{CsvSink, JsonObject};
 
 use crate::run::{Options, ProgressOut};
 
 /// Longest request line read; a longer one is refused (and skipped to its end).
 pub const MAX_LINE: usize = 16 << 20;
 
-/// A `generate` request.
+/// A `generate` request: its id and the chat turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generate {
     pub id: i64,
-    pub prompt: String,
-    pub n_predict: Option<i64>,
-    pub think: Option<bool>,
-    pub clear_kv: bool,
+    pub req: ChatRequest,
 }
 
-/// A `decide` request.
+/// A `decide` request: its id and the decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decide {
     pub id: i64,
-    pub prefix: String,
-    pub suffix: String,
-    pub choices: Vec<String>,
-    pub reuse_prefix: bool,
+    pub req: DecideRequest,
 }
 
 /// One request line.
@@ -154,10 +145,12 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refusal> {
             };
             Ok(Request::Generate(Generate {
                 id,
-                prompt: string("prompt", true)?.unwrap_or_default(),
-                n_predict,
-                think: boolean("think")?,
-                clear_kv: boolean("clear_kv")?.unwrap_or(true),
+                req: ChatRequest {
+                    prompt: string("prompt", true)?.unwrap_or_default(),
+                    n_predict,
+                    think: boolean("think")?,
+                    clear_kv: boolean("clear_kv")?.unwrap_or(true),
+                },
             }))
         }
         "decide" => {
@@ -186,10 +179,12 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refusal> {
             };
             Ok(Request::Decide(Decide {
                 id,
-                prefix: string("prefix", false)?.unwrap_or_default(),
-                suffix: string("suffix", false)?.unwrap_or_default(),
-                choices,
-                reuse_prefix: boolean("reuse_prefix")?.unwrap_or(true),
+                req: DecideRequest {
+                    prefix: string("prefix", false)?.unwrap_or_default(),
+                    suffix: string("suffix", false)?.unwrap_or_default(),
+                    choices,
+                    reuse_prefix: boolean("reuse_prefix")?.unwrap_or(true),
+                },
             }))
         }
         "cancel" => Ok(Request::Cancel),
@@ -328,267 +323,42 @@ impl From<anyhow::Error> for Failure {
 
 impl From<runtime::Error> for Failure {
     fn from(e: runtime::Error) -> Failure {
-        Failure::Fatal(e.into())
-    }
-}
-
-impl From<engine::ForwardError> for Failure {
-    fn from(e: engine::ForwardError) -> Failure {
-        Failure::Fatal(e.into())
-    }
-}
-
-/// The conversation and the context's bookkeeping.
-struct Session<'o> {
-    opts: &'o Options,
-    /// The `--csv` file, which every turn adds to.
-    csv: &'o mut Option<CsvSink>,
-    /// The chat so far: (role, content).
-    conv: Vec<(&'static str, String)>,
-    /// The tokens in the engine's context, in order.
-    kv_tokens: Vec<u32>,
-    /// The state kept after the last decision's prefix.
-    kept: Option<Kept>,
-    turn: u32,
-}
-
-impl Session<'_> {
-    /// The conversation as the model sees it: rendered with the chat template (opening the
-    /// assistant's turn), or without one the texts one after the other.
-    fn render(
-        &self,
-        rt: &Runtime<'_>,
-        conv: &[(&str, String)],
-        think: bool,
-    ) -> Result<(Vec<u32>, Option<chat::Prompt>)> {
-        match rt.format {
-            Some(format) => {
-                let mut messages = Vec::new();
-                let message = |role: &str, content: &str| {
-                    Data::object([
-                        ("role", Data::string(role)),
-                        ("content", Data::string(content)),
-                    ])
-                };
-                if let Some(s) = &self.opts.system {
-                    messages.push(message("system", s));
-                }
-                for (role, content) in conv {
-                    messages.push(message(role, content));
-                }
-                let prompt =
-                    runtime::prompt::render_prompt(format, &Data::array(messages), None, think)?;
-                Ok((chat_ids(format, rt.tokenizer, &prompt.text), Some(prompt)))
-            }
-            None => {
-                let text: String = conv.iter().map(|(_, c)| c.as_str()).collect();
-                Ok((rt.tokenizer.encode(&text, true, false), None))
-            }
-        }
-    }
-
-    fn generate(&mut self, rt: &mut Runtime<'_>, g: &Generate) -> Result<(), Failure> {
-        let think = g.think.unwrap_or(!self.opts.no_think);
-        let mut conv = if g.clear_kv {
-            Vec::new()
+        if e.is_rejected() {
+            Failure::Refused(runtime::error::chain(&e))
         } else {
-            self.conv.clone()
-        };
-        conv.push(("user", g.prompt.clone()));
-        let (ids, prompt) = self
-            .render(rt, &conv, think)
-            .map_err(|e| Failure::Refused(format!("{e:#}")))?;
-        let n_ctx = rt.n_ctx;
-        let n_predict = g.n_predict.unwrap_or(self.opts.n_predict);
-        if ids.len() >= n_ctx {
-            return Err(Failure::Refused(format!(
-                "the prompt is {} tokens and the context holds {n_ctx} (-c): no room to generate",
-                ids.len()
-            )));
+            Failure::Fatal(e.into())
         }
-        if n_predict >= 0 && ids.len() as u128 + n_predict as u128 > n_ctx as u128 {
-            return Err(Failure::Refused(format!(
-                "the prompt ({} tokens) plus n_predict ({n_predict}) exceeds the context of \
-                 {n_ctx} tokens (-c)",
-                ids.len()
-            )));
-        }
-        // Accepted: a new chat drops the conversation and the context (the expert cache stays
-        // warm; a cancelled new chat leaves an empty one), and a generation drops the
-        // decisions' kept state.
-        if g.clear_kv {
-            rt.engine.reset();
-            self.kv_tokens.clear();
-            self.conv.clear();
-        }
-        self.kept = None;
-        emit(&format!("BMOE_BEGIN {{\"id\":{}}}", g.id))?;
-        // The context keeps the tokens the new rendering starts with; at least one is run.
-        let mut reuse = decide::common_prefix(&self.kv_tokens, &ids);
-        if reuse == ids.len() {
-            reuse -= 1;
-        }
-        rt.engine.truncate(reuse);
-        self.kv_tokens.truncate(reuse);
-        let o = rt.generate(
-            &Turn {
-                ids: &ids,
-                n_max: usize::try_from(n_predict).unwrap_or(usize::MAX),
-                prompt: prompt.as_ref(),
-                turn: self.turn,
-            },
-            &mut Both(ProgressOut::default(), &mut *self.csv),
-        )?;
-        self.turn += 1;
-        if o.cancelled {
-            // Rolled back: the conversation without this turn, the context as it was reused.
-            rt.engine.truncate(reuse);
-        } else {
-            self.kv_tokens = ids;
-            self.kv_tokens.extend_from_slice(&o.tokens);
-            conv.push(("assistant", o.answer.clone()));
-            self.conv = conv;
-        }
-        self.kv_tokens.truncate(rt.engine.n_past());
-        emit(&o.summary.done_line(
-            g.id,
-            o.cancelled,
-            rt.engine.n_past(),
-            &o.reasoning,
-            &o.answer,
-        ))?;
-        rt.save_history();
-        Ok(())
     }
+}
 
-    fn decide(&mut self, rt: &mut Runtime<'_>, d: &Decide) -> Result<(), Failure> {
-        if !self.opts.decide {
-            return Err(Failure::Refused(
-                "decide requests need a session started with --decide".into(),
-            ));
-        }
-        let firsts = decide::first_tokens(rt.tokenizer, &d.choices).map_err(Failure::Refused)?;
-        let whole = format!("{}{}", d.prefix, d.suffix);
-        // Always rendered with reasoning off: the answer's first token is read.
-        let refuse = |e: anyhow::Error| Failure::Refused(format!("{e:#}"));
-        let (full, _) = self.render(rt, &[("user", whole)], false).map_err(refuse)?;
-        let (alone, _) = self
-            .render(rt, &[("user", d.prefix.clone())], false)
-            .map_err(refuse)?;
-        let n_ctx = rt.n_ctx;
-        if full.len() > n_ctx {
-            return Err(Failure::Refused(format!(
-                "the decision's prompt is {} tokens, longer than the context of {n_ctx} (-c)",
-                full.len()
-            )));
-        }
-        emit(&format!("BMOE_BEGIN {{\"id\":{}}}", d.id))?;
-        // The conversation's context is put back afterwards: a decision leaves no trace in it.
-        let saved = (rt.engine.n_past() > 0).then(|| rt.engine.save_state());
-        let split = decide::split_at(&full, &alone);
-        let plan = decide::plan(
-            self.opts.prefix_cache.keeps(),
-            d.reuse_prefix,
-            self.kept.as_ref().map(|k| k.tokens.as_slice()),
-            &full,
-            split,
-        );
-        let usage0 = runtime::telemetry::Usage::now();
-        let snap0 = rt.counters.snapshot();
-        let mut restore_s = 0.0;
-        let mut store_s = 0.0;
-        let mut prefill_s = 0.0;
-        let mut n_reused = 0;
-        let ran = (|| -> Result<Vec<f32>, engine::ForwardError> {
-            rt.engine.reset();
-            let mut from = 0;
-            let mut keep_at = None;
-            match plan {
-                Plan::Whole => {}
-                Plan::Fresh { split } => keep_at = Some(split),
-                Plan::Restore { from: kept, split } => {
-                    let t = Instant::now();
-                    if let Some(k) = &self.kept {
-                        rt.engine.restore_state(&k.state)?;
-                    }
-                    restore_s = t.elapsed().as_secs_f64();
-                    from = kept;
-                    n_reused = kept;
-                    if split > kept {
-                        keep_at = Some(split);
-                    }
-                }
-            }
-            if let Some(split) = keep_at {
-                let t = Instant::now();
-                rt.prefill(&full[from..split], self.turn)?;
-                prefill_s += t.elapsed().as_secs_f64();
-                let t = Instant::now();
-                self.kept = Some(Kept {
-                    tokens: full[..split].to_vec(),
-                    state: rt.engine.save_state(),
-                });
-                store_s = t.elapsed().as_secs_f64();
-                from = split;
-            }
-            let t = Instant::now();
-            let logits = rt.prefill(&full[from..], self.turn)?;
-            prefill_s += t.elapsed().as_secs_f64();
-            Ok(logits)
-        })();
-        let usage = runtime::telemetry::Usage::now().since(&usage0);
-        let p = rt.counters.snapshot().since(&snap0);
-        // Back to the conversation.
-        match &saved {
-            Some(s) => rt.engine.restore_state(s)?,
-            None => rt.engine.reset(),
-        }
-        let (cancelled, logp) = match ran {
-            Ok(logits) => (false, decide::log_softmax_at(&logits, &firsts)),
-            Err(engine::ForwardError::Cancelled) => (true, Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        let secs = |ns: u64| ns as f64 / 1e9;
-        let logp_json: Vec<String> = logp.iter().map(|&v| json_exact(v)).collect();
-        let mut o = JsonObject::default();
-        o.int("id", d.id)
-            .bool("cancelled", cancelled)
-            .int(
-                "best",
-                if cancelled {
-                    -1
-                } else {
-                    decide::best(&logp) as i64
-                },
-            )
-            .raw("choice_logp", &format!("[{}]", logp_json.join(",")))
-            .int("n_tokens", full.len() as i64)
-            .int("n_reused", n_reused as i64)
-            .int("n_prefilled", (full.len() - n_reused) as i64)
-            .float("restore_s", restore_s, 6)
-            .float("store_s", store_s, 6)
-            .float("prefill_s", prefill_s, 6)
-            .float("prefill_cpu_s", secs(usage.cpu_ns), 3)
-            .float("prefill_read_mib", mib(p.read_bytes), 3)
-            .float("prefill_io_s", secs(p.io_ns), 3)
-            .float("prefill_stall_s", secs(p.stall_ns), 3)
-            .float("prefill_mgmt_s", secs(p.mgmt_ns), 3)
-            .int("prefill_dev_tokens", 0)
-            .float("prefill_dev_read_mib", 0.0, 1)
-            .float("prefill_dev_stall_s", 0.0, 1)
-            .int("prefill_dev_routed", 0)
-            .int("prefill_dev_demand", 0)
-            .float(
-                "prefix_state_mib",
-                self.kept
-                    .as_ref()
-                    .map_or(0.0, |k| mib(k.state.bytes() as u64)),
-                3,
-            );
-        emit(&format!("BMOE_DECIDE {}", o.finish()))?;
-        Ok(())
-    }
+/// A `generate` request: accepted, `BMOE_BEGIN`, the turn's `BMOE_PROGRESS` lines (and CSV
+/// rows), `BMOE_DONE`.
+fn generate(
+    rt: &mut Runtime<'_>,
+    s: &mut Session,
+    csv: &mut Option<CsvSink>,
+    g: &Generate,
+) -> Result<(), Failure> {
+    let accepted = s.accept_chat(rt, &g.req)?;
+    emit(&format!("BMOE_BEGIN {{\"id\":{}}}", g.id))?;
+    let o = s.chat(rt, accepted, &mut Both(ProgressOut::default(), csv))?;
+    emit(&o.summary.done_line(
+        g.id,
+        o.cancelled,
+        rt.engine.n_past(),
+        &o.reasoning,
+        &o.answer,
+    ))?;
+    Ok(())
+}
+
+/// A `decide` request: accepted, `BMOE_BEGIN`, `BMOE_DECIDE`.
+fn decide(rt: &mut Runtime<'_>, s: &mut Session, d: &Decide) -> Result<(), Failure> {
+    let accepted = s.accept_decide(rt, &d.req)?;
+    emit(&format!("BMOE_BEGIN {{\"id\":{}}}", d.id))?;
+    let decision = s.decide(rt, accepted)?;
+    emit(&decision.line(d.id))?;
+    Ok(())
 }
 
 /// Serves requests until `close` or the end of the input.
@@ -616,14 +386,13 @@ pub fn serve(rt: &mut Runtime<'_>, opts: &Options, csv: &mut Option<CsvSink>) ->
         .int("n_expert_used", i64::from(hp.n_expert_used.max()));
     emit(&format!("BMOE_READY {}", ready.finish()))?;
 
-    let mut s = Session {
-        opts,
-        csv,
-        conv: Vec::new(),
-        kv_tokens: Vec::new(),
-        kept: None,
-        turn: 0,
-    };
+    let mut s = Session::new(SessionConfig {
+        system: opts.system.clone(),
+        think: !opts.no_think,
+        n_predict: opts.n_predict,
+        decide: opts.decide,
+        prefix_cache: opts.prefix_cache,
+    });
     for msg in rx {
         let (seq, req) = match msg {
             Msg::Work(seq, req) => (seq, req),
@@ -639,8 +408,8 @@ pub fn serve(rt: &mut Runtime<'_>, opts: &Options, csv: &mut Option<CsvSink>) ->
         };
         ctl.start(seq);
         let (id, done) = match &req {
-            Request::Generate(g) => (g.id, s.generate(rt, g)),
-            Request::Decide(d) => (d.id, s.decide(rt, d)),
+            Request::Generate(g) => (g.id, generate(rt, &mut s, csv, g)),
+            Request::Decide(d) => (d.id, decide(rt, &mut s, d)),
             Request::Cancel | Request::Close => (0, Ok(())),
         };
         ctl.done();
@@ -670,20 +439,24 @@ mod tests {
             parse_request(br#"{"cmd":"generate","id":3,"prompt":"hi"}"#).unwrap(),
             Request::Generate(Generate {
                 id: 3,
-                prompt: "hi".into(),
-                n_predict: None,
-                think: None,
-                clear_kv: true,
+                req: ChatRequest {
+                    prompt: "hi".into(),
+                    n_predict: None,
+                    think: None,
+                    clear_kv: true,
+                },
             })
         );
         assert_eq!(
             parse_request(br#"{"cmd":"decide","id":1,"prefix":"a","choices":["A","B"]}"#).unwrap(),
             Request::Decide(Decide {
                 id: 1,
-                prefix: "a".into(),
-                suffix: String::new(),
-                choices: vec!["A".into(), "B".into()],
-                reuse_prefix: true,
+                req: DecideRequest {
+                    prefix: "a".into(),
+                    suffix: String::new(),
+                    choices: vec!["A".into(), "B".into()],
+                    reuse_prefix: true,
+                },
             })
         );
         assert_eq!(

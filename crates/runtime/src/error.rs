@@ -59,6 +59,19 @@ impl Error {
     }
 }
 
+/// An error's message followed by those of its causes, `: `-separated (what a caller shows
+/// as one line).
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// The runtime's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -105,18 +118,6 @@ pub(crate) use {fail, reject};
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The chain a caller prints with `{:#}` (what anyhow does): each message, then its cause.
-    fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-        let mut s = e.to_string();
-        let mut cur = e.source();
-        while let Some(c) = cur {
-            s.push_str(": ");
-            s.push_str(&c.to_string());
-            cur = c.source();
-        }
-        s
-    }
 
     #[test]
     fn a_context_puts_its_message_before_the_cause() {

@@ -18,6 +18,8 @@ pub mod notice;
 pub mod open;
 pub mod prompt;
 pub mod routes;
+pub mod score;
+pub mod session;
 pub mod sink;
 pub mod stream;
 pub mod telemetry;

@@ -2,39 +2,19 @@
 //! (`scripts/fetch_moe_fixtures.sh`): streamed experts give the resident run's tokens, a sink
 //! sees the events in their documented order, a cancel stops the generation and says so.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use runtime::cancel::Control;
 use runtime::generate::{Outcome, Turn};
-use runtime::open::{Loaded, RunConfig, Sampling};
+use runtime::open::{Loaded, RunConfig};
 use runtime::sink::{Collect, Prefilled, Sink};
 use runtime::stream::{CacheMb, StreamMode};
 use runtime::telemetry::TokenRow;
 use runtime::{Notices, Result};
 
-fn moe(name: &str) -> PathBuf {
-    let p = testdata::fixtures_root().join("moe").join(name);
-    assert!(
-        p.is_file(),
-        "{} missing: run `bash scripts/fetch_moe_fixtures.sh`",
-        p.display()
-    );
-    p
-}
-
-/// Greedy, two threads, no usage history (the tests must not write next to the fixtures).
-fn config(model: PathBuf) -> RunConfig {
-    let mut cfg = RunConfig::new(model);
-    cfg.threads = Some(2);
-    cfg.sampling = Sampling {
-        temp: 0.0,
-        seed: 1,
-        ..Sampling::default()
-    };
-    cfg.history.no_usage = true;
-    cfg
-}
+use common::{config, moe};
 
 /// The tokens and text of one generation of `n` tokens from `prompt`.
 fn generate(cfg: &RunConfig, prompt: &str, n: usize) -> (Outcome, Collect) {
@@ -227,4 +207,27 @@ fn a_cancel_stops_the_generation_before_the_next_pass_and_says_so() {
         .generate(&turn, &mut Collect::default())
         .expect("generate");
     assert!(!o.cancelled);
+}
+
+#[test]
+fn a_text_is_scored_alike_in_one_prefill_and_one_token_at_a_time() {
+    let cfg = config(moe("qwen3moe-q4_k_m.gguf"));
+    let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
+    let (mut rt, _) = loaded.runtime(&cfg).expect("runtime");
+    let text = "The experts of a mixture are chosen per token by a router.";
+    let whole = runtime::score::score_text(&mut rt, text, false).expect("prefill");
+    let step = runtime::score::score_text(&mut rt, text, true).expect("stepped");
+    let n = loaded_len(&rt, text) - 1;
+    assert_eq!((whole.score.n, step.score.n), (n, n));
+    // One prefill and single-token passes sum in different orders: close, not equal.
+    let (a, b) = (whole.score.perplexity(), step.score.perplexity());
+    assert!((a - b).abs() < 1e-3 * a, "{a} vs {b}");
+    assert!(a > 1.0);
+    // Too short to score: refused, not failed.
+    let e = runtime::score::score_text(&mut rt, "", false).unwrap_err();
+    assert!(e.is_rejected(), "{e}");
+}
+
+fn loaded_len(rt: &runtime::generate::Runtime<'_>, text: &str) -> usize {
+    rt.tokenizer.encode(text, true, false).len()
 }

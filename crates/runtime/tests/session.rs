@@ -1,0 +1,256 @@
+//! Sessions through the library, on the generated MoE test models: a continued chat re-uses
+//! its context and answers as a fresh prefill of the same conversation would, a cancelled turn
+//! is rolled back, a refused request changes nothing, a restored decision prefix scores as a
+//! whole prefill does and leaves the conversation's context as it was.
+
+mod common;
+
+use std::sync::Arc;
+
+use runtime::cancel::Control;
+use runtime::decide::PrefixCacheMode;
+use runtime::generate::{Runtime, Turn};
+use runtime::open::{Loaded, RunConfig};
+use runtime::session::{ChatRequest, DecideRequest, Session, SessionConfig};
+use runtime::sink::{Collect, Prefilled, Sink};
+use runtime::{Notices, Result};
+
+use common::{config, moe};
+
+fn chat_config() -> RunConfig {
+    let mut cfg = config(moe("qwen3moe-q4_k_m.gguf"));
+    cfg.chatml = true;
+    cfg
+}
+
+fn session() -> Session {
+    Session::new(SessionConfig {
+        n_predict: 4,
+        decide: true,
+        ..SessionConfig::default()
+    })
+}
+
+fn say(prompt: &str, clear_kv: bool) -> ChatRequest {
+    ChatRequest {
+        prompt: prompt.into(),
+        clear_kv,
+        ..ChatRequest::default()
+    }
+}
+
+/// Remembers what the prefill ran.
+#[derive(Default)]
+struct Prefill(Option<(usize, usize)>, Collect);
+
+impl Sink for Prefill {
+    fn prefilled(&mut self, p: &Prefilled) -> Result<()> {
+        self.0 = Some((p.n_prompt, p.n_new));
+        Ok(())
+    }
+
+    fn delta(&mut self, d: &chat::SplitDelta) -> Result<()> {
+        self.1.delta(d)
+    }
+}
+
+/// The tokens a fresh runtime generates from `ids`.
+fn fresh(cfg: &RunConfig, ids: &[u32], n: usize) -> Vec<u32> {
+    let loaded = Loaded::open(cfg, &Notices::silent()).expect("open");
+    let (mut rt, _) = loaded.runtime(cfg).expect("runtime");
+    let turn = Turn {
+        ids,
+        n_max: n,
+        prompt: None,
+        turn: 0,
+    };
+    rt.generate(&turn, &mut Collect::default())
+        .expect("generate")
+        .tokens
+}
+
+fn with_runtime(cfg: &RunConfig, f: impl FnOnce(&mut Runtime<'_>)) {
+    let loaded = Loaded::open(cfg, &Notices::silent()).expect("open");
+    let (mut rt, _) = loaded.runtime(cfg).expect("runtime");
+    f(&mut rt);
+}
+
+#[test]
+fn a_continued_chat_reuses_its_context_and_answers_as_a_fresh_prefill() {
+    let cfg = chat_config();
+    with_runtime(&cfg, |rt| {
+        let mut s = session();
+        let a = s.accept_chat(rt, &say("Hello", true)).expect("accept");
+        s.chat(rt, a, &mut Collect::default()).expect("turn 1");
+        assert_eq!(s.conversation().len(), 2);
+        assert_eq!(s.conversation()[0], ("user", "Hello".to_string()));
+        let held = s.context_tokens().to_vec();
+        assert_eq!(held.len(), rt.engine.n_past());
+
+        let a = s.accept_chat(rt, &say("More", false)).expect("accept");
+        let ids = a.prompt_tokens().to_vec();
+        assert_eq!(ids[..held.len() - 1], held[..held.len() - 1]);
+        let mut sink = Prefill::default();
+        let o = s.chat(rt, a, &mut sink).expect("turn 2");
+        // Only what the context did not hold was run.
+        let (n_prompt, n_new) = sink.0.expect("prefilled");
+        assert_eq!(n_prompt, ids.len());
+        let reused = ids.len() - n_new;
+        assert!(
+            reused > 0 && reused <= held.len(),
+            "{reused} of {}",
+            held.len()
+        );
+        assert_eq!(s.conversation().len(), 4);
+        assert_eq!(s.context_tokens().len(), rt.engine.n_past());
+        assert_eq!(s.turns(), 2);
+        // The same conversation prefilled whole from an empty context answers the same.
+        assert_eq!(fresh(&cfg, &ids, 4), o.tokens);
+    });
+}
+
+/// Cancels at the first piece of text.
+struct CancelAtOnce(Arc<Control>);
+
+impl Sink for CancelAtOnce {
+    fn delta(&mut self, _d: &chat::SplitDelta) -> Result<()> {
+        self.0.cancel(2);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_cancelled_turn_is_rolled_back_and_a_retry_answers_as_without_it() {
+    let cfg = chat_config();
+    let mut want = Vec::new();
+    with_runtime(&cfg, |rt| {
+        let mut s = session();
+        for (p, clear) in [("Hello", true), ("More", false)] {
+            let a = s.accept_chat(rt, &say(p, clear)).expect("accept");
+            want.push(s.chat(rt, a, &mut Collect::default()).expect("turn").tokens);
+        }
+    });
+    with_runtime(&cfg, |rt| {
+        let control = Arc::new(Control::new(None, Notices::silent()));
+        rt.install_control(Arc::clone(&control));
+        let mut s = session();
+        control.start(1);
+        let a = s.accept_chat(rt, &say("Hello", true)).expect("accept");
+        s.chat(rt, a, &mut Collect::default()).expect("turn 1");
+        control.done();
+        let conv = s.conversation().to_vec();
+        let held = s.context_tokens().to_vec();
+
+        control.start(2);
+        let a = s.accept_chat(rt, &say("More", false)).expect("accept");
+        let o = s
+            .chat(rt, a, &mut CancelAtOnce(Arc::clone(&control)))
+            .expect("cancelled turn");
+        control.done();
+        assert!(o.cancelled);
+        // The conversation is as before the turn; the context holds no more than it did.
+        assert_eq!(s.conversation(), conv.as_slice());
+        assert!(held.starts_with(s.context_tokens()));
+        assert_eq!(s.context_tokens().len(), rt.engine.n_past());
+
+        control.start(3);
+        let a = s.accept_chat(rt, &say("More", false)).expect("accept");
+        let o = s.chat(rt, a, &mut Collect::default()).expect("retry");
+        control.done();
+        assert!(!o.cancelled);
+        assert_eq!(o.tokens, want[1]);
+    });
+}
+
+#[test]
+fn a_refused_request_changes_nothing() {
+    let mut cfg = chat_config();
+    cfg.ctx = Some(64);
+    with_runtime(&cfg, |rt| {
+        let mut s = session();
+        let a = s.accept_chat(rt, &say("Hello", true)).expect("accept");
+        s.chat(rt, a, &mut Collect::default()).expect("turn 1");
+        let (conv, held, n_past) = (
+            s.conversation().to_vec(),
+            s.context_tokens().to_vec(),
+            rt.engine.n_past(),
+        );
+        let long = "word ".repeat(100);
+        let Err(e) = s.accept_chat(rt, &say(&long, false)) else {
+            panic!("a prompt past the context was accepted");
+        };
+        assert!(e.is_rejected(), "{e}");
+        assert!(e.to_string().contains("context"), "{e}");
+        let mut too_many = say("Hi", false);
+        too_many.n_predict = Some(1000);
+        let Err(e) = s.accept_chat(rt, &too_many) else {
+            panic!("n_predict past the context was accepted");
+        };
+        assert!(e.is_rejected(), "{e}");
+        let Err(e) = s.accept_decide(
+            rt,
+            &DecideRequest {
+                prefix: "Pick: ".into(),
+                suffix: "A or B?".into(),
+                choices: vec!["A".into(), "A".into()],
+                reuse_prefix: true,
+            },
+        ) else {
+            panic!("choices sharing their first token were accepted");
+        };
+        assert!(e.is_rejected(), "{e}");
+        assert_eq!(s.conversation(), conv.as_slice());
+        assert_eq!(s.context_tokens(), held.as_slice());
+        assert_eq!(rt.engine.n_past(), n_past);
+        // Without decisions switched on, a decision is refused.
+        let off = Session::new(SessionConfig::default());
+        let Err(e) = off.accept_decide(rt, &DecideRequest::default()) else {
+            panic!("a decision was accepted by a session without them");
+        };
+        assert!(e.is_rejected(), "{e}");
+    });
+}
+
+#[test]
+fn a_restored_decision_prefix_scores_as_a_whole_prefill_and_leaves_the_chat_alone() {
+    let cfg = chat_config();
+    with_runtime(&cfg, |rt| {
+        let mut s = Session::new(SessionConfig {
+            n_predict: 3,
+            decide: true,
+            prefix_cache: PrefixCacheMode::On,
+            ..SessionConfig::default()
+        });
+        let a = s.accept_chat(rt, &say("Hello", true)).expect("accept");
+        s.chat(rt, a, &mut Collect::default()).expect("turn");
+        let n_past = rt.engine.n_past();
+        let ask = |suffix: &str, reuse_prefix: bool| DecideRequest {
+            prefix: "Pick one of the two letters, please: ".into(),
+            suffix: suffix.into(),
+            choices: vec!["A".into(), "B".into()],
+            reuse_prefix,
+        };
+        let mut run = |req: &DecideRequest| {
+            let a = s.accept_decide(rt, req).expect("accept");
+            s.decide(rt, a).expect("decide")
+        };
+        let first = run(&ask("A or B?", true));
+        assert_eq!(first.n_reused, 0);
+        assert!(first.prefix_state_bytes > 0);
+        let other = run(&ask("B or A?", true));
+        assert!(other.n_reused > 0, "the kept prefix was not restored");
+        let whole = run(&ask("B or A?", false));
+        assert_eq!(whole.n_reused, 0);
+        assert_eq!(other.choice_logp, whole.choice_logp);
+        assert_eq!(other.best(), whole.best());
+        assert_eq!(whole.choice_logp.len(), 2);
+        // The conversation's context is as it was.
+        assert_eq!(rt.engine.n_past(), n_past);
+        assert_eq!(s.context_tokens().len(), n_past);
+        assert!(
+            whole
+                .line(7)
+                .starts_with("BMOE_DECIDE {\"id\":7,\"cancelled\":false,")
+        );
+    });
+}
