@@ -31,6 +31,11 @@ impl std::str::FromStr for Hold {
     }
 }
 
+/// A cancel handle a front end keeps on any thread (`Send + Sync + Clone`): the same
+/// [`Control`] the runtime checks, installed with
+/// [`Runtime::install_control`](crate::generate::Runtime::install_control).
+pub type CancelHandle = std::sync::Arc<Control>;
+
 /// Cancel requests and the generation's checks, shared by the reader thread and the engine.
 ///
 /// Work requests are numbered as they are read; a cancel applies to every request read before
@@ -137,6 +142,19 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancel_handle_crosses_threads() {
+        fn shareable<T: Send + Sync + Clone + 'static>() {}
+        shareable::<CancelHandle>();
+        let h: CancelHandle = std::sync::Arc::new(Control::new(None, Notices::silent()));
+        h.start(1);
+        let other = h.clone();
+        std::thread::spawn(move || other.cancel(1))
+            .join()
+            .expect("thread");
+        assert!(h.cancelled());
+    }
 
     #[test]
     fn a_cancel_stops_the_requests_read_before_it() {
