@@ -1,6 +1,6 @@
 //! `sluice analyze io` and `sluice analyze compute`: readers of the decode traces that
 //! `sluice run --io-trace` (`# io_trace v1`) and `--compute-trace` / `--compute-trace-layers`
-//! (`# compute_trace v1`) write, as `spec/bmoe-telemetry.md` ("Decode traces") defines them.
+//! (`# compute_trace v1`) write, as BigMoeOnEdge's telemetry contract defines them (docs/telemetry.md, "Traces").
 //!
 //! Parsing and the figures are pure functions of the files' text; columns are found by name in
 //! the column line, `#` lines are skipped, and every error names the file and the line. The

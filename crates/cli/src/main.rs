@@ -78,7 +78,7 @@ enum Command {
     /// `=== perf ===`), then the summary: `generation: <n> tokens, <s> s/token (<t> tok/s)`
     /// (decode time only: the forward passes of the generated tokens), `compute:` (CPU
     /// occupancy, major faults), `mode:`, and when streaming `moe-stream:` and `moe-cache:`
-    /// (spec/bmoe-telemetry.md). Diagnostics (the
+    /// (BigMoeOnEdge's telemetry contract, docs/telemetry.md). Diagnostics (the
     /// seed, prompt size and prefill time) go to standard error, and so does the reasoning of a
     /// reasoning model run with --chatml, between `--- reasoning ---` and
     /// `--- end of reasoning ---` lines; the answer holds only the text outside the reasoning. Generation stops at an end-of-generation token, after -n
@@ -340,7 +340,7 @@ struct RunArgs {
     /// (`{"cmd":"generate","id":1,"prompt":"...","n_predict":64,"think":false,"clear_kv":true}`,
     /// `decide`, `cancel`, `close`; the end of the input closes), answered with `BMOE_READY`,
     /// `BMOE_BEGIN`, per-token `BMOE_LOAD`/`BMOE_PROGRESS`, `BMOE_DONE`, `BMOE_DECIDE` and
-    /// `BMOE_ERROR` lines on standard output (spec/bmoe-telemetry.md, docs/session.md). The
+    /// `BMOE_ERROR` lines on standard output (BigMoeOnEdge's session protocol, docs/session.md). The
     /// expert cache stays warm across requests; `clear_kv:false` continues the chat, re-using
     /// the context's tokens that the re-rendered history still starts with; `cancel` stops the
     /// generation in flight and rolls its turn back.
@@ -369,8 +369,8 @@ struct RunArgs {
     #[arg(long, requires = "ppl")]
     ppl_step: bool,
 
-    /// Diagnostic: colibri's routing stream (spec/colibri-routing-telemetry.md, "The trace
-    /// stream"): one line per MoE layer call and batch row, `<call> <row> <layer>` then
+    /// Diagnostic: colibri's routing stream (its routing telemetry contract, docs/history.md,
+    /// "The routing stream"): one line per MoE layer call and batch row, `<call> <row> <layer>` then
     /// ` <expert>:<gate>` per routed expert (gates as applied, 4 decimals). The environment
     /// variable ROUTE_TRACE=PATH does the same (a file it names that cannot be created is a
     /// warning, as in colibri).
@@ -448,7 +448,7 @@ struct RunArgs {
 
     /// Diagnostic (a traced run is not a benchmark run): write the routing of every MoE layer
     /// (prompt and generated tokens) to PATH as a `route_trace v1` file
-    /// (spec/bmoe-telemetry.md): one row per routed expert with its weight, whether the expert
+    /// (docs/telemetry.md): one row per routed expert with its weight, whether the expert
     /// cache had it and the bytes its read took (a resident run: every row a hit of 0 bytes).
     #[arg(long, value_name = "PATH")]
     route_trace: Option<PathBuf>,
@@ -461,7 +461,7 @@ struct RunArgs {
     #[arg(long, value_name = "TRACE.csv")]
     route_replay: Option<PathBuf>,
 
-    /// Machine-readable progress (spec/bmoe-telemetry.md): for every generated token a
+    /// Machine-readable progress (docs/telemetry.md): for every generated token a
     /// `BMOE_LOAD {...}` line when experts were read and a `BMOE_PROGRESS {...}` line (time
     /// split, reads, cache hit rate, faults, CPU, dense residency, the token's text), instead
     /// of the text streamed inline; then `=== answer ===`, the whole answer, `=== perf ===` and

@@ -1,6 +1,6 @@
 //! `sluice run --session`: the model stays loaded (and the expert cache warm) while requests
 //! arrive as JSON lines on standard input; responses are `BMOE_*` lines on standard output
-//! (spec/bmoe-telemetry.md, "Session mode"). Diagnostics go to standard error.
+//! (BigMoeOnEdge's session protocol, docs/session.md). Diagnostics go to standard error.
 //!
 //! A reader thread parses the requests and applies `cancel` at once (the generation checks
 //! between prefill chunks and between tokens); every other request is handled in order by the

@@ -1,4 +1,4 @@
-//! The expert-use history of a run (`.coli_usage`, spec/colibri-routing-telemetry.md) and the
+//! The expert-use history of a run (`.coli_usage`, colibri's format, docs/history.md) and the
 //! pinning it drives.
 //!
 //! Every routing a run makes is counted per (layer, expert) and added to the history file

@@ -1,5 +1,5 @@
 //! Routing diagnostics of `sluice run`: `--route-trace` (the `route_trace v1` file of
-//! spec/bmoe-telemetry.md, written from the engine's routing tap) and `--route-replay` (decode
+//! docs/telemetry.md, written from the engine's routing tap) and `--route-replay` (decode
 //! steps routed as a recorded trace routes them).
 
 use std::collections::BTreeMap;
@@ -199,7 +199,7 @@ impl RouteTraceFile {
     }
 }
 
-/// colibri's `ROUTE_TRACE` stream (spec/colibri-routing-telemetry.md): one line per MoE layer
+/// colibri's `ROUTE_TRACE` stream (docs/history.md): one line per MoE layer
 /// call and batch row, `<call> <row> <layer>` then ` <expert>:<gate>` per routed expert, the
 /// gate as applied with 4 decimals. `call` counts the layer calls from 0; `row` is the row's
 /// place in the forward batch (a prefill's last layer routes only the last row, which keeps its

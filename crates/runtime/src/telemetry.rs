@@ -1,4 +1,4 @@
-//! Run telemetry as `spec/bmoe-telemetry.md` defines it: one sample per decoded token (time,
+//! Run telemetry as BigMoeOnEdge's telemetry contract defines it (docs/telemetry.md): one sample per decoded token (time,
 //! reads, cache, faults, CPU, memory), the `BMOE_LOAD` / `BMOE_PROGRESS` lines of `--progress`,
 //! and the `--csv` sink (`# bmoe_metrics v2` preamble, the per-token rows, the `# summary`
 //! trailer).
