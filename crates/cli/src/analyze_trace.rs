@@ -9,10 +9,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
+
+pub use runtime::read::{
+    IoRead, MetricsWall, Node, parse_compute_trace, parse_io_trace, parse_metrics_wall,
+};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -45,115 +48,6 @@ impl PhaseSel {
     }
 }
 
-// ---- the CSV reader ----
-
-/// A trace file's column line and data rows, each row with its 1-based line number.
-struct Table<'a> {
-    file: &'a str,
-    header_line: usize,
-    columns: Vec<&'a str>,
-    rows: Vec<(usize, Vec<&'a str>)>,
-}
-
-/// A column of a [`Table`], found by name.
-#[derive(Clone, Copy)]
-struct Col<'n> {
-    idx: usize,
-    name: &'n str,
-}
-
-/// Splits `text` (the file `file`) into its column line and rows. The first line must be
-/// `# <kind> v<version>`; other `#` lines and blank lines are skipped wherever they are, as is a
-/// repeated column line.
-fn parse_table<'a>(file: &'a str, text: &'a str, kind: &str, version: &str) -> Result<Table<'a>> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')));
-    let want = format!("# {kind} {version}");
-    match lines.next() {
-        Some((_, l)) if l.trim_end() == want => {}
-        Some((_, l)) if l.starts_with(&format!("# {kind} ")) => {
-            bail!("{file}:1: `{l}`: only {kind} {version} is understood")
-        }
-        Some((_, l)) => bail!("{file}:1: expected `{want}`, found `{l}`"),
-        None => bail!("{file}: empty file, expected `{want}`"),
-    }
-    let mut header: Option<(usize, &str)> = None;
-    let mut columns: Vec<&str> = Vec::new();
-    let mut rows = Vec::new();
-    for (n, l) in lines {
-        if l.starts_with('#') || l.trim().is_empty() {
-            continue;
-        }
-        match header {
-            None => {
-                header = Some((n, l));
-                columns = l.split(',').map(str::trim).collect();
-            }
-            Some((_, h)) if l == h => {}
-            Some(_) => {
-                let fields: Vec<&str> = l.split(',').map(str::trim).collect();
-                if fields.len() != columns.len() {
-                    bail!(
-                        "{file}:{n}: {} fields, but the column line has {}",
-                        fields.len(),
-                        columns.len()
-                    );
-                }
-                rows.push((n, fields));
-            }
-        }
-    }
-    let Some((header_line, _)) = header else {
-        bail!("{file}: no column line after the `#` lines");
-    };
-    Ok(Table {
-        file,
-        header_line,
-        columns,
-        rows,
-    })
-}
-
-impl Table<'_> {
-    fn col<'n>(&self, name: &'n str) -> Result<Col<'n>> {
-        let idx = self
-            .columns
-            .iter()
-            .position(|c| *c == name)
-            .with_context(|| {
-                format!(
-                    "{}:{}: the column line has no `{name}` column",
-                    self.file, self.header_line
-                )
-            })?;
-        Ok(Col { idx, name })
-    }
-
-    fn get<T: FromStr>(&self, row: &(usize, Vec<&str>), col: Col<'_>) -> Result<T> {
-        let v = row.1[col.idx];
-        v.parse().ok().with_context(|| {
-            format!(
-                "{}:{}: column `{}`: `{v}` is not a valid value",
-                self.file, row.0, col.name
-            )
-        })
-    }
-
-    fn phase(&self, row: &(usize, Vec<&str>), col: Col<'_>) -> Result<u8> {
-        let p: u8 = self.get(row, col)?;
-        if p > 1 {
-            bail!(
-                "{}:{}: phase {p}: expected 0 (prefill) or 1 (decode)",
-                self.file,
-                row.0
-            );
-        }
-        Ok(p)
-    }
-}
-
 /// Nearest-rank percentile (`p` in 1..=100) of ascending `sorted`; 0 when empty.
 fn percentile(sorted: &[u64], p: usize) -> u64 {
     if sorted.is_empty() {
@@ -169,81 +63,6 @@ fn pct(part: f64, whole: f64) -> f64 {
     } else {
         0.0
     }
-}
-
-// ---- io_trace ----
-
-/// One row of an `io_trace v1` file (the columns the analysis uses).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IoRead {
-    pub turn: u64,
-    pub phase: u8,
-    pub step: u64,
-    pub lane: u32,
-    pub spec: bool,
-    pub req_bytes: u64,
-    pub read_bytes: u64,
-    pub latency_ns: u64,
-}
-
-/// The rows of an `io_trace v1` file; `file` names it in errors.
-pub fn parse_io_trace(file: &str, text: &str) -> Result<Vec<IoRead>> {
-    let t = parse_table(file, text, "io_trace", "v1")?;
-    let [turn, phase, step, lane, spec, req, read, lat] = [
-        "turn",
-        "phase",
-        "step",
-        "lane",
-        "spec",
-        "req_bytes",
-        "read_bytes",
-        "latency_ns",
-    ]
-    .map(|c| t.col(c));
-    let (turn, phase, step, lane, spec, req, read, lat) =
-        (turn?, phase?, step?, lane?, spec?, req?, read?, lat?);
-    t.rows
-        .iter()
-        .map(|r| {
-            let s: u8 = t.get(r, spec)?;
-            if s > 1 {
-                bail!("{file}:{}: spec {s}: expected 0 or 1", r.0);
-            }
-            Ok(IoRead {
-                turn: t.get(r, turn)?,
-                phase: t.phase(r, phase)?,
-                step: t.get(r, step)?,
-                lane: t.get(r, lane)?,
-                spec: s == 1,
-                req_bytes: t.get(r, req)?,
-                read_bytes: t.get(r, read)?,
-                latency_ns: t.get(r, lat)?,
-            })
-        })
-        .collect()
-}
-
-/// The decode rows of a `bmoe_metrics v2` CSV (`--csv`): their count, wall time and reads.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct MetricsWall {
-    pub rows: u64,
-    pub wall_ms: f64,
-    pub read_bytes: u64,
-}
-
-/// Sums `wall_ms` and `read_bytes` over the rows of a `bmoe_metrics v2` CSV (every row is a
-/// decoded token; the preamble and `# summary` lines are skipped).
-pub fn parse_metrics_wall(file: &str, text: &str) -> Result<MetricsWall> {
-    let t = parse_table(file, text, "bmoe_metrics", "v2")?;
-    let (wall, read) = (t.col("wall_ms")?, t.col("read_bytes")?);
-    let mut m = MetricsWall::default();
-    for r in &t.rows {
-        let w: f64 = t.get(r, wall)?;
-        m.wall_ms += w;
-        m.read_bytes += t.get::<u64>(r, read)?;
-        m.rows += 1;
-    }
-    Ok(m)
 }
 
 /// Upper bounds (inclusive) of the read-size buckets; the last bucket is everything larger.
@@ -498,47 +317,6 @@ impl IoReport {
         }
         o
     }
-}
-
-// ---- compute_trace ----
-
-/// One row of a `compute_trace v1` file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Node {
-    pub turn: u64,
-    pub phase: u8,
-    pub step: u64,
-    pub layer: i64,
-    pub op: String,
-    pub name: String,
-    pub wall_ns: u64,
-    pub majflt: u64,
-}
-
-/// The rows of a `compute_trace v1` file; `file` names it in errors.
-pub fn parse_compute_trace(file: &str, text: &str) -> Result<Vec<Node>> {
-    let t = parse_table(file, text, "compute_trace", "v1")?;
-    let [turn, phase, step, layer, op, name, wall, flt] = [
-        "turn", "phase", "step", "layer", "op", "name", "wall_ns", "majflt",
-    ]
-    .map(|c| t.col(c));
-    let (turn, phase, step, layer, op, name, wall, flt) =
-        (turn?, phase?, step?, layer?, op?, name?, wall?, flt?);
-    t.rows
-        .iter()
-        .map(|r| {
-            Ok(Node {
-                turn: t.get(r, turn)?,
-                phase: t.phase(r, phase)?,
-                step: t.get(r, step)?,
-                layer: t.get(r, layer)?,
-                op: r.1[op.idx].to_owned(),
-                name: r.1[name.idx].to_owned(),
-                wall_ns: t.get(r, wall)?,
-                majflt: t.get(r, flt)?,
-            })
-        })
-        .collect()
 }
 
 /// A group's share of the wall time.
@@ -1141,58 +919,6 @@ step,wall_ms,read_bytes
         // 70 ns max: target 3 ns -> 5 ns buckets.
         assert_eq!(latency_histogram(&[70]).width_ns, 5);
         assert_eq!(latency_histogram(&[]).counts, vec![0]);
-    }
-
-    #[test]
-    fn columns_are_found_by_name() {
-        // Reordered columns and an extra one are fine.
-        let text = "# io_trace v1
-latency_ns,read_bytes,extra,req_bytes,spec,lane,step,phase,turn
-5,4096,x,10,0,3,7,1,2
-";
-        let r = parse_io_trace("t", text).unwrap();
-        assert_eq!(
-            r,
-            vec![IoRead {
-                turn: 2,
-                phase: 1,
-                step: 7,
-                lane: 3,
-                spec: false,
-                req_bytes: 10,
-                read_bytes: 4096,
-                latency_ns: 5
-            }]
-        );
-    }
-
-    #[test]
-    fn errors_name_the_file_and_line() {
-        let err = |text: &str| format!("{:#}", parse_io_trace("io.csv", text).unwrap_err());
-        let head = "# io_trace v1\n# note\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n";
-        let e = err(&format!("{head}0,1,2,0,0,0,0,0,0,10,4096,abc\n"));
-        assert!(e.starts_with("io.csv:4: column `latency_ns`"), "{e}");
-        let e = err(&format!("{head}0,1,2,0,0\n"));
-        assert!(e.starts_with("io.csv:4: 5 fields"), "{e}");
-        let e = err(&format!("{head}0,2,2,0,0,0,0,0,0,10,4096,1\n"));
-        assert!(e.starts_with("io.csv:4: phase 2"), "{e}");
-        let e = err("# io_trace v1\nturn,phase,step\n");
-        assert!(
-            e.starts_with("io.csv:2: the column line has no `lane`"),
-            "{e}"
-        );
-        let e = err("# io_trace v2\n");
-        assert!(
-            e.contains("io.csv:1:") && e.contains("only io_trace v1"),
-            "{e}"
-        );
-        let e = err("# compute_trace v1\n");
-        assert!(e.contains("expected `# io_trace v1`"), "{e}");
-        let e = format!(
-            "{:#}",
-            parse_compute_trace("ct.csv", "# compute_trace v1\n").unwrap_err()
-        );
-        assert!(e.starts_with("ct.csv: no column line"), "{e}");
     }
 
     const CT: &str = "# compute_trace v1

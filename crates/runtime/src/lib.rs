@@ -17,6 +17,7 @@ pub mod load;
 pub mod notice;
 pub mod open;
 pub mod prompt;
+pub mod read;
 pub mod routes;
 pub mod score;
 pub mod session;

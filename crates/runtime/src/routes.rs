@@ -298,3 +298,98 @@ pub fn load_replay(path: &Path) -> Result<RouteReplay> {
         .collect();
     Ok(RouteReplay::new(steps)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_trace_reads_back_as_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("route.csv");
+        let layers = BTreeMap::from([
+            (
+                0,
+                LayerBytes {
+                    expert_bytes: 4096,
+                    dense_bytes: 100,
+                },
+            ),
+            (
+                1,
+                LayerBytes {
+                    expert_bytes: 8192,
+                    dense_bytes: 200,
+                },
+            ),
+        ]);
+        let model = Path::new("dir with space/m.gguf");
+        let h = TraceHeader {
+            model,
+            arch: "olmoe",
+            n_layer: 2,
+            n_expert: 8,
+            n_expert_used: 2,
+            layers: &layers,
+        };
+        let f = RouteTraceFile::create(&path, &h).expect("create");
+        let mut tap = f.tap(None);
+        // Two prompt rows of layer 0, then a decode step of layer 1 in turn 1.
+        tap(&Routed {
+            layer: 0,
+            first_pos: 0,
+            k: 2,
+            ids: &[3, 5, 1, 3],
+            weights: &[0.75, 0.25, 0.5, 0.5],
+            replayed: false,
+        });
+        f.start_turn(1);
+        f.start_decode();
+        tap(&Routed {
+            layer: 1,
+            first_pos: 2,
+            k: 2,
+            ids: &[7, 0],
+            weights: &[0.625, 0.375],
+            replayed: false,
+        });
+        drop(tap);
+        f.finish().expect("finish");
+        let t = trace::read_route_trace(&path).expect("read");
+        assert_eq!(t.model, "dir with space/m.gguf");
+        assert_eq!(
+            (t.arch.as_str(), t.n_layer, t.n_expert, t.n_expert_used),
+            ("olmoe", 2, 8, 2)
+        );
+        assert_eq!(t.layers[&1].expert_bytes, 8192);
+        assert_eq!(t.layers[&0].dense_bytes, 100);
+        let rows: Vec<_> = t
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.turn,
+                    r.phase,
+                    r.step,
+                    r.layer,
+                    r.slot,
+                    r.expert,
+                    r.weight,
+                    r.residency,
+                )
+            })
+            .collect();
+        use trace::Phase::{Decode, Prefill};
+        assert_eq!(
+            rows,
+            vec![
+                (0, Prefill, 0, 0, 0, 3, Some(0.75), Some(1)),
+                (0, Prefill, 0, 0, 1, 5, Some(0.25), Some(1)),
+                (0, Prefill, 1, 0, 0, 1, Some(0.5), Some(1)),
+                (0, Prefill, 1, 0, 1, 3, Some(0.5), Some(1)),
+                (1, Decode, 2, 1, 0, 7, Some(0.625), Some(1)),
+                (1, Decode, 2, 1, 1, 0, Some(0.375), Some(1)),
+            ]
+        );
+    }
+}
