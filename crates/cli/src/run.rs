@@ -245,19 +245,8 @@ fn generate_once(
         for line in stream_summary(&o.d, n_gen, o.decode, rt.overlap, rt.cache_bytes > 0) {
             writeln!(w, "{line}")?;
         }
-        let p = &o.summary.prefill;
-        let (n, bytes, hits) = (
-            o.d.prefetches + p.prefetches,
-            o.d.prefetch_bytes + p.prefetch_bytes,
-            o.d.prefetch_hits + p.prefetch_hits,
-        );
-        if n > 0 {
-            writeln!(
-                w,
-                "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%) [couple]",
-                bytes as f64 / (1u64 << 20) as f64,
-                100.0 * hits as f64 / n as f64
-            )?;
+        if let Some(line) = runtime::telemetry::prefetch_line(&o.d, &o.summary.prefill) {
+            writeln!(w, "{line}")?;
         }
     }
     w.flush()?;

@@ -438,20 +438,42 @@ impl StoreSource {
             }
         }
         self.batch_layer = u32::MAX;
-        while let Some(done) = self.lanes.wait() {
-            self.collect(done);
-        }
+        self.drain_all();
         if let Some(e) = self.failed.take() {
             fail!("pinning: {e}");
         }
         Ok((n, self.cache.pinned_bytes()))
     }
 
-    /// After a failed read: wait for the batch's other reads, then end the batch.
-    fn fail(&mut self) -> String {
+    /// Waits for every read in flight (reads ahead included), collecting each.
+    fn drain_all(&mut self) {
         while let Some(done) = self.lanes.wait() {
             self.collect(done);
         }
+    }
+
+    /// Waits for reads, collecting each, while `more` holds (or none is left in flight).
+    #[inline]
+    fn drain_while(&mut self, more: impl Fn(&Self) -> bool) {
+        while more(self) {
+            let Some(done) = self.lanes.wait() else {
+                break;
+            };
+            self.collect(done);
+        }
+    }
+
+    /// Collects the reads already finished, without waiting.
+    #[inline]
+    fn collect_ready(&mut self) {
+        while let Some(done) = self.lanes.poll() {
+            self.collect(done);
+        }
+    }
+
+    /// After a failed read: wait for the batch's other reads, then end the batch.
+    fn fail(&mut self) -> String {
+        self.drain_all();
         self.cache.end_batch();
         self.failed
             .take()
@@ -490,9 +512,7 @@ impl ExpertSource for StoreSource {
         // A batch the engine left without `release` (it stopped on an error): its reads end
         // first.
         if self.lanes.in_flight() > self.spec.len() {
-            while let Some(done) = self.lanes.wait() {
-                self.collect(done);
-            }
+            self.drain_all();
             self.cache.end_batch();
         }
         self.inflight.clear();
@@ -582,12 +602,7 @@ impl ExpertSource for StoreSource {
             // Serial: the layer computes once every read it needs is in (reads ahead for
             // later layers go on).
             let t = Instant::now();
-            while !self.inflight.is_empty() {
-                let Some(done) = self.lanes.wait() else {
-                    break;
-                };
-                self.collect(done);
-            }
+            self.drain_while(|s| !s.inflight.is_empty());
             io_ns = t.elapsed().as_nanos() as u64;
             StreamCounters::add(&self.counters.io_ns, io_ns);
         }
@@ -605,9 +620,7 @@ impl ExpertSource for StoreSource {
         let t0 = Instant::now();
         let mut stall = 0u64;
         let result = loop {
-            while let Some(done) = self.lanes.poll() {
-                self.collect(done);
-            }
+            self.collect_ready();
             if self.failed.is_some() {
                 break Err(self.fail());
             }
@@ -641,9 +654,7 @@ impl ExpertSource for StoreSource {
         ready: &mut Vec<usize>,
     ) -> Result<(), String> {
         let t0 = Instant::now();
-        while let Some(done) = self.lanes.poll() {
-            self.collect(done);
-        }
+        self.collect_ready();
         if self.failed.is_some() {
             return Err(self.fail());
         }
@@ -669,12 +680,7 @@ impl ExpertSource for StoreSource {
         let t = Instant::now();
         // Reads the layer did not wait for (--load-all under --overlap) end first; their
         // errors are reported by the next load. Reads ahead go on.
-        while self.lanes.in_flight() > self.spec.len() {
-            let Some(done) = self.lanes.wait() else {
-                break;
-            };
-            self.collect(done);
-        }
+        self.drain_while(|s| s.lanes.in_flight() > s.spec.len());
         if let Some(e) = self.failed.take() {
             self.deferred = Some(e);
         }

@@ -194,6 +194,43 @@ pub struct TokenRow {
     pub loop_overhead_ms: f64,
 }
 
+/// The compute share of a wall time (any one unit for all four): what is left after the wait
+/// for reads — the read time itself when serial, the stall when the reads overlap compute —
+/// and the cache management; never negative.
+pub fn compute_residual(wall: f64, io: f64, stall: f64, mgmt: f64, overlap: bool) -> f64 {
+    let waited = if overlap { stall } else { io };
+    (wall - waited - mgmt).max(0.0)
+}
+
+impl StreamSnapshot {
+    /// [`compute_residual`] of `wall_s` seconds with these counters.
+    pub fn compute_s(&self, wall_s: f64, overlap: bool) -> f64 {
+        let s = |ns: u64| ns as f64 / 1e9;
+        compute_residual(
+            wall_s,
+            s(self.io_ns),
+            s(self.stall_ns),
+            s(self.mgmt_ns),
+            overlap,
+        )
+    }
+}
+
+/// The `moe-prefetch:` line of a run whose co-activation read-ahead read anything (decode and
+/// prefill counters pooled): how much it read and how many of its experts were then used.
+pub fn prefetch_line(decode: &StreamSnapshot, prefill: &StreamSnapshot) -> Option<String> {
+    let n = decode.prefetches + prefill.prefetches;
+    let bytes = decode.prefetch_bytes + prefill.prefetch_bytes;
+    let hits = decode.prefetch_hits + prefill.prefetch_hits;
+    (n > 0).then(|| {
+        format!(
+            "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%) [couple]",
+            bytes as f64 / MIB,
+            100.0 * hits as f64 / n as f64
+        )
+    })
+}
+
 /// The page size `majflt_mib` counts in.
 const FAULT_PAGE: f64 = 4096.0;
 
@@ -213,13 +250,12 @@ impl TokenRow {
         let ms = |ns: u64| ns as f64 / 1e6;
         let wall_ms = wall_s * 1e3;
         let (io_ms, stall_ms, mgmt_ms) = (ms(d.io_ns), ms(d.stall_ns), ms(d.mgmt_ns));
-        let waited = if overlap { stall_ms } else { io_ms };
         TokenRow {
             step,
             steps,
             wall_ms,
             io_ms,
-            compute_ms: (wall_ms - waited - mgmt_ms).max(0.0),
+            compute_ms: compute_residual(wall_ms, io_ms, stall_ms, mgmt_ms, overlap),
             read_bytes: d.read_bytes,
             cache_hit_pct: hit_pct,
             stall_ms,
@@ -442,8 +478,7 @@ impl Summary {
         let per = |x: f64| if self.tokens == 0 { 0.0 } else { x / n };
         let s = |ns: u64| ns as f64 / 1e9;
         let d = &self.decode;
-        let waited = if self.overlap { d.stall_ns } else { d.io_ns };
-        let compute = (self.decode_s - s(waited) - s(d.mgmt_ns)).max(0.0);
+        let compute = d.compute_s(self.decode_s, self.overlap);
         let rate = if self.decode_s > 0.0 {
             self.tokens as f64 / self.decode_s
         } else {
@@ -561,8 +596,7 @@ impl Summary {
         let s = |ns: u64| ns as f64 / 1e9;
         let d = &self.decode;
         let p = &self.prefill;
-        let waited = if self.overlap { d.stall_ns } else { d.io_ns };
-        let compute = (self.decode_s - s(waited) - s(d.mgmt_ns)).max(0.0);
+        let compute = d.compute_s(self.decode_s, self.overlap);
         let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
         let mut o = JsonObject::default();
         o.int("id", id)
@@ -1053,9 +1087,7 @@ pub fn stream_summary(
     let stall_s = d.stall_ns as f64 / 1e9;
     let mgmt_s = d.mgmt_ns as f64 / 1e9;
     let wall = decode.as_secs_f64();
-    // The residual: serial runs lose the read wait, overlapped runs the stall.
-    let waited = if overlap { stall_s } else { io_s };
-    let compute = (wall - waited - mgmt_s).max(0.0);
+    let compute = compute_residual(wall, io_s, stall_s, mgmt_s, overlap);
     let mut stream = format!(
         "moe-stream: read {:.1} MiB ({:.1} MiB/token), decode {:.3} s/token (compute {:.3} + \
          cache mgmt {:.3} + flash I/O {:.3} s/token, {:.0} MiB/s)",
@@ -1089,6 +1121,44 @@ pub fn stream_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compute_is_what_the_wait_and_the_management_leave() {
+        // Serial: the reads' own time is waited; overlapped: only the stall.
+        assert_eq!(compute_residual(10.0, 3.0, 1.0, 2.0, false), 5.0);
+        assert_eq!(compute_residual(10.0, 3.0, 1.0, 2.0, true), 7.0);
+        assert_eq!(compute_residual(1.0, 3.0, 1.0, 2.0, false), 0.0);
+        let d = StreamSnapshot {
+            io_ns: 2_000_000_000,
+            stall_ns: 500_000_000,
+            mgmt_ns: 250_000_000,
+            ..StreamSnapshot::default()
+        };
+        assert_eq!(d.compute_s(4.0, false), 1.75);
+        assert_eq!(d.compute_s(4.0, true), 3.25);
+    }
+
+    #[test]
+    fn a_prefetch_line_only_when_something_was_read_ahead() {
+        let none = StreamSnapshot::default();
+        assert_eq!(prefetch_line(&none, &none), None);
+        let d = StreamSnapshot {
+            prefetches: 3,
+            prefetch_bytes: 3 << 20,
+            prefetch_hits: 1,
+            ..StreamSnapshot::default()
+        };
+        let p = StreamSnapshot {
+            prefetches: 1,
+            prefetch_bytes: 1 << 19,
+            prefetch_hits: 1,
+            ..StreamSnapshot::default()
+        };
+        assert_eq!(
+            prefetch_line(&d, &p).as_deref(),
+            Some("moe-prefetch: 3.5 MiB speculative, 2/4 experts useful (50.0%) [couple]")
+        );
+    }
 
     #[test]
     fn status_fields_are_read_in_bytes() {
