@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use chat::ChatFormat;
-use engine::EngineConfig;
+use std::collections::HashSet;
+
 use engine::ops::KvType;
+use engine::{Engine, EngineConfig};
 use gguf::GgufFile;
 use model::HParams;
 use quant::ThreadPool;
@@ -191,17 +193,10 @@ impl Loaded {
     /// The runtime over this model: the engine, the expert source (with its pins), the
     /// sampler and the recorders `cfg` asks for; with the preamble of its CSV and trace files.
     pub fn runtime(&self, cfg: &RunConfig) -> Result<(Runtime<'_>, Preamble)> {
-        let notices = &self.notices;
-        let file = &self.file;
-        let name = &self.name;
-        let streaming = self.decision.stream;
-        let n_ctx = self.n_ctx;
-        let n_threads = self.n_threads;
-        let load_s = self.load_s;
-        let model = load_model(file, &cfg.model)?;
-        let opened = self;
+        let model = load_model(&self.file, &cfg.model)?;
+        let hp = &model.hparams;
         let engine_cfg = EngineConfig {
-            n_ctx,
+            n_ctx: self.n_ctx,
             kv_type: cfg.kv_type,
             ubatch: cfg.ubatch,
         };
@@ -210,42 +205,9 @@ impl Loaded {
             engine.set_row_prefetch(on);
         }
         let counters = Arc::new(StreamCounters::default());
-        // The routed experts' tensors (of a resident MoE run too: `dense_resident_frac` samples
-        // the rest), and the cycle of one token's experts.
-        let layout = match &opened.layout {
-            Some(l) => Some(l.clone()),
-            None => store::ExpertLayout::from_gguf(file)
-                .ok()
-                .flatten()
-                .map(store::ExpertLayout::without_biases),
-        };
-        let expert_tensors: std::collections::HashSet<String> = layout
-            .iter()
-            .flat_map(|l| {
-                l.layers
-                    .iter()
-                    .flat_map(|x| x.parts.iter().map(|p| p.tensor.clone()))
-            })
-            .collect();
-        let cycle_mb = layout
-            .as_ref()
-            .map_or(0, |l| l.token_cycle_bytes().div_ceil(1 << 20));
-        let cache_bytes = if streaming { opened.cache_bytes } else { 0 };
-        let (mut o_direct, mut io_backend) = (false, "-");
-        let io_trace = match &cfg.io_trace {
-            Some(_) if !streaming => reject!(
-                "--io-trace records the expert store's reads, and this run does not stream ({}): \
-                 add --moe-stream on",
-                if opened.decision.why.is_empty() {
-                    "--moe-stream off".to_owned()
-                } else {
-                    opened.decision.why.clone()
-                }
-            ),
-            Some(path) => Some(Arc::new(Mutex::new(IoTrace::create(path)?))),
-            None => None,
-        };
-        let arch = file
+        let layout = self.expert_layout();
+        let arch = self
+            .file
             .metadata()
             .get_str("general.architecture")
             .unwrap_or("")
@@ -254,119 +216,255 @@ impl Loaded {
             .as_ref()
             .map(|l| l.layers.iter().map(|x| x.layer).collect())
             .unwrap_or_default();
+        let io_trace = self.io_trace(cfg)?;
         let history = history::History::open(
             &cfg.history,
             &cfg.model,
             &arch,
-            model.hparams.n_layer,
-            model.hparams.n_expert,
+            hp.n_layer,
+            hp.n_expert,
             &moe_layers,
-            notices,
+            &self.notices,
         );
         // What each layer batch found in the cache, for the route trace.
-        let view = (cfg.route_trace.is_some() && streaming)
+        let view = (cfg.route_trace.is_some() && self.streaming())
             .then(|| Arc::new(Mutex::new(BatchView::default())));
-        if opened.layout.is_none() && !matches!(cfg.history.pin, None | Some(history::PinArg::Off))
-        {
-            notices.info("sluice: --pin: this run does not stream its experts: nothing pinned");
-        }
-        if let Some(layout) = opened.layout.clone() {
-            let layout_cycle_slots = layout.token_cycle_slot_bytes();
-            let mut src = cfg.stream.source(
-                file,
-                layout,
-                opened.cache_bytes,
-                name,
-                Arc::clone(&counters),
-                notices,
-            )?;
-            if let Some(v) = &view {
-                src.watch(Arc::clone(v));
-            }
-            if let Some(t) = &io_trace {
-                src.trace_io(Arc::clone(t));
-            }
-            if let Some(h) = &history
-                && cfg.history.usage_prior
-            {
-                src.history(h.ranked());
-            }
-            let hp = &model.hparams;
-            let pins = history::plan(
-                &cfg.history,
-                history.as_ref(),
-                &arch,
-                hp.n_layer,
-                hp.n_expert,
-                &moe_layers,
-                opened.cache_bytes,
-                layout_cycle_slots,
-                notices,
-            )?;
-            if let Some(p) = pins {
-                let t = Instant::now();
-                let (n, bytes) = src.pin(&p.keys, p.max_bytes)?;
-                notices.info(format!(
-                    "sluice: pinned {n} experts ({:.1} MiB of {:.1} MiB for pins) from {} in {:.3} s",
-                    bytes as f64 / (1u64 << 20) as f64,
-                    p.max_bytes as f64 / (1u64 << 20) as f64,
-                    p.source.display(),
-                    t.elapsed().as_secs_f64()
-                ));
-            }
-            o_direct = src.direct();
-            io_backend = src.backend().name();
-            engine.set_expert_source(Some(Box::new(src)))?;
-        }
+        let reads = self.attach_source(
+            cfg,
+            &mut engine,
+            &Wiring {
+                hparams: hp,
+                arch: &arch,
+                moe_layers: &moe_layers,
+                counters: &counters,
+                history: history.as_ref(),
+                view: view.as_ref(),
+                io_trace: io_trace.as_ref(),
+            },
+        )?;
         let replay = match &cfg.route_replay {
             Some(path) => {
-                if model.hparams.n_expert == 0 {
-                    reject!("--route-replay: {name} is not a mixture-of-experts model");
+                if hp.n_expert == 0 {
+                    reject!(
+                        "--route-replay: {} is not a mixture-of-experts model",
+                        self.name
+                    );
                 }
                 Some(routes::load_replay(path)?)
             }
             None => None,
         };
+        let (route_trace, route_stream) = self.route_taps(
+            cfg,
+            &mut engine,
+            &RouteWiring {
+                hparams: hp,
+                arch: &arch,
+                history: history.as_ref(),
+                view,
+                replay: replay.as_ref(),
+                layout: layout.as_ref(),
+            },
+        )?;
+        let sampler = sampler(&cfg.sampling)?;
+        let cycle_mb = layout
+            .as_ref()
+            .map_or(0, |l| l.token_cycle_bytes().div_ceil(1 << 20));
+        let preamble = self.preamble(cfg, hp, &arch, &sampler, cycle_mb, reads)?;
+        let compute_trace = compute_trace(cfg, &mut engine, &preamble)?;
+        self.say_loaded(&sampler);
+        let probe = cfg.token_figures.then(|| {
+            let expert_tensors: HashSet<String> = layout
+                .iter()
+                .flat_map(|l| {
+                    l.layers
+                        .iter()
+                        .flat_map(|x| x.parts.iter().map(|p| p.tensor.clone()))
+                })
+                .collect();
+            DenseProbe::new(dense_slices(&self.file, &expert_tensors))
+        });
+        let mode = self.mode_line(cfg, hp.n_expert > 0, replay.as_ref());
+        let rt = Runtime {
+            engine,
+            tokenizer: &self.tokenizer,
+            format: self.format.as_ref(),
+            arch,
+            n_ctx: self.n_ctx,
+            n_threads: self.n_threads,
+            load_s: self.load_s,
+            streaming: self.streaming(),
+            cache_bytes: self.cache_bytes,
+            overlap: cfg.stream.overlap,
+            counters,
+            sampler,
+            ignore_eos: cfg.ignore_eos,
+            mode,
+            control: None,
+            notices: self.notices.clone(),
+            recorders: Recorders {
+                probe,
+                route_trace,
+                route_stream,
+                history,
+                io_trace,
+                compute_trace,
+            },
+            replay,
+        };
+        Ok((rt, preamble))
+    }
+
+    /// The routed experts' tensors: the streamed layout, or (a resident MoE run) the file's,
+    /// so that `dense_resident_frac` samples the rest and the cycle of one token's experts is
+    /// known.
+    fn expert_layout(&self) -> Option<store::ExpertLayout> {
+        match &self.layout {
+            Some(l) => Some(l.clone()),
+            None => store::ExpertLayout::from_gguf(&self.file)
+                .ok()
+                .flatten()
+                .map(store::ExpertLayout::without_biases),
+        }
+    }
+
+    /// The `--io-trace` file; refused when the experts do not stream (nothing would be read).
+    fn io_trace(&self, cfg: &RunConfig) -> Result<Option<Arc<Mutex<IoTrace>>>> {
+        match &cfg.io_trace {
+            Some(_) if !self.streaming() => reject!(
+                "--io-trace records the expert store's reads, and this run does not stream ({}): \
+                 add --moe-stream on",
+                if self.decision.why.is_empty() {
+                    "--moe-stream off".to_owned()
+                } else {
+                    self.decision.why.clone()
+                }
+            ),
+            Some(path) => Ok(Some(Arc::new(Mutex::new(IoTrace::create(path)?)))),
+            None => Ok(None),
+        }
+    }
+
+    /// When the experts stream: the expert source over the store, with the recorders that
+    /// watch it, the history's ranking and the pins, plugged into the engine. Says how it
+    /// reads (direct I/O, the backend).
+    fn attach_source(
+        &self,
+        cfg: &RunConfig,
+        engine: &mut Engine<'_>,
+        w: &Wiring<'_>,
+    ) -> Result<Reads> {
+        let Some(layout) = self.layout.clone() else {
+            if !matches!(cfg.history.pin, None | Some(history::PinArg::Off)) {
+                self.notices
+                    .info("sluice: --pin: this run does not stream its experts: nothing pinned");
+            }
+            return Ok(Reads {
+                o_direct: false,
+                io_backend: "-",
+            });
+        };
+        let layout_cycle_slots = layout.token_cycle_slot_bytes();
+        let mut src = cfg.stream.source(
+            &self.file,
+            layout,
+            self.cache_bytes,
+            &self.name,
+            Arc::clone(w.counters),
+            &self.notices,
+        )?;
+        if let Some(v) = w.view {
+            src.watch(Arc::clone(v));
+        }
+        if let Some(t) = w.io_trace {
+            src.trace_io(Arc::clone(t));
+        }
+        if let Some(h) = w.history
+            && cfg.history.usage_prior
+        {
+            src.history(h.ranked());
+        }
+        let pins = history::plan(
+            &cfg.history,
+            w.history,
+            w.arch,
+            w.hparams.n_layer,
+            w.hparams.n_expert,
+            w.moe_layers,
+            self.cache_bytes,
+            layout_cycle_slots,
+            &self.notices,
+        )?;
+        if let Some(p) = pins {
+            let t = Instant::now();
+            let (n, bytes) = src.pin(&p.keys, p.max_bytes)?;
+            self.notices.info(format!(
+                "sluice: pinned {n} experts ({:.1} MiB of {:.1} MiB for pins) from {} in {:.3} s",
+                bytes as f64 / (1u64 << 20) as f64,
+                p.max_bytes as f64 / (1u64 << 20) as f64,
+                p.source.display(),
+                t.elapsed().as_secs_f64()
+            ));
+        }
+        let reads = Reads {
+            o_direct: src.direct(),
+            io_backend: src.backend().name(),
+        };
+        engine.set_expert_source(Some(Box::new(src)))?;
+        Ok(reads)
+    }
+
+    /// The engine's routing taps: the history's counts, the `route_trace v1` file and
+    /// colibri's `ROUTE_TRACE` stream, as `cfg` asks.
+    fn route_taps(
+        &self,
+        cfg: &RunConfig,
+        engine: &mut Engine<'_>,
+        w: &RouteWiring<'_>,
+    ) -> Result<(Option<routes::RouteTraceFile>, Option<routes::RouteStream>)> {
         let mut taps = Vec::new();
-        if let Some(h) = &history {
+        if let Some(h) = w.history {
             taps.push(h.tap());
         }
         let trace = match &cfg.route_trace {
             Some(path) => {
-                let hp = &model.hparams;
+                let hp = w.hparams;
                 if hp.n_expert == 0 {
-                    reject!("--route-trace: {name} is not a mixture-of-experts model");
+                    reject!(
+                        "--route-trace: {} is not a mixture-of-experts model",
+                        self.name
+                    );
                 }
-                let layers = routes::layer_bytes(file, u64::from(hp.n_expert));
+                let layers = routes::layer_bytes(&self.file, u64::from(hp.n_expert));
                 let t = routes::RouteTraceFile::create(
                     path,
                     &routes::TraceHeader {
                         model: &cfg.model,
-                        arch: &arch,
+                        arch: w.arch,
                         n_layer: hp.n_layer,
                         n_expert: hp.n_expert,
                         // A replay may route more experts per token than the model does.
-                        n_expert_used: replay
-                            .as_ref()
+                        n_expert_used: w
+                            .replay
                             .map_or(0, |r| r.max_experts() as u32)
                             .max(hp.n_expert_used.max()),
                         layers: &layers,
                     },
                 )?;
-                taps.push(t.tap(view.clone()));
+                taps.push(t.tap(w.view.clone()));
                 Some(t)
             }
             None => None,
         };
         let route_stream = match &cfg.route_stream {
             Some((path, from_env)) => {
-                let first = layout
-                    .as_ref()
+                let first = w
+                    .layout
                     .and_then(|l| l.layers.first())
                     .map_or(0, |l| l.layer as usize);
                 match routes::RouteStream::create(path, first) {
                     Ok(s) => {
-                        notices.info(format!(
+                        self.notices.info(format!(
                             "[ROUTE_TRACE] logging routing to {}",
                             path.display()
                         ));
@@ -374,7 +472,8 @@ impl Loaded {
                         Some(s)
                     }
                     Err(_) if *from_env => {
-                        notices.info(format!("[ROUTE_TRACE] cannot open {}", path.display()));
+                        self.notices
+                            .info(format!("[ROUTE_TRACE] cannot open {}", path.display()));
                         None
                     }
                     Err(e) => reject!(
@@ -386,39 +485,33 @@ impl Loaded {
             None => None,
         };
         engine.set_route_tap(routes::all_taps(taps));
+        Ok((trace, route_stream))
+    }
 
-        let seed = if cfg.sampling.seed < 0 {
-            RANDOM_SEED
-        } else {
-            u32::try_from(cfg.sampling.seed).map_err(|_| {
-                Error::Rejected(format!(
-                    "--seed {} is too large (0 to {}, or -1 for a random seed)",
-                    cfg.sampling.seed,
-                    u32::MAX
-                ))
-            })?
-        };
-        let sampler = Sampler::new(SamplerParams {
-            temp: cfg.sampling.temp,
-            top_k: cfg.sampling.top_k,
-            top_p: cfg.sampling.top_p,
-            min_p: cfg.sampling.min_p,
-            seed,
-        });
-        let hp = &model.hparams;
+    /// The `# bmoe_metrics v2` preamble: the run's resolved settings.
+    fn preamble(
+        &self,
+        cfg: &RunConfig,
+        hp: &HParams,
+        arch: &str,
+        sampler: &Sampler,
+        cycle_mb: u64,
+        reads: Reads,
+    ) -> Result<Preamble> {
+        let streaming = self.streaming();
         let st = &cfg.stream;
-        let preamble = Preamble {
+        Ok(Preamble {
             model: cfg.model.clone(),
-            arch: arch.clone(),
+            arch: arch.to_owned(),
             n_layer: hp.n_layer,
             n_expert: hp.n_expert,
             n_expert_used: hp.n_expert_used.max(),
-            threads: n_threads,
-            n_ctx,
+            threads: self.n_threads,
+            n_ctx: self.n_ctx,
             n_ubatch: cfg.ubatch,
             chatml: cfg.chatml,
             moe_stream: streaming,
-            cache_mb: cache_bytes >> 20,
+            cache_mb: self.cache_bytes >> 20,
             cache_auto: streaming
                 && matches!(st.cache_mb, None | Some(CacheMb::Auto))
                 && !st.load_all,
@@ -428,11 +521,11 @@ impl Loaded {
             force_cache: st.force_cache,
             load_all: st.load_all,
             io_threads: st.io_threads,
-            o_direct,
+            o_direct: reads.o_direct,
             overlap: st.overlap,
             dense_weights: if streaming { st.dense().name() } else { "mmap" }.to_owned(),
-            io_backend: io_backend.to_owned(),
-            couple: match cfg.stream.couple_resolved()? {
+            io_backend: reads.io_backend.to_owned(),
+            couple: match st.couple_resolved()? {
                 Some((_, k, d)) if streaming => (k, d),
                 _ => (0, 0),
             },
@@ -456,77 +549,124 @@ impl Loaded {
             .into_iter()
             .filter_map(|(on, name)| on.then_some(name))
             .collect(),
-        };
-        let compute_trace = match &cfg.compute_trace {
-            Some((path, layers)) => {
-                let t = Arc::new(Mutex::new(ComputeTrace::create(path, *layers, &preamble)?));
-                let sink = Arc::clone(&t);
-                engine.set_observer(Some(Box::new(move |name, layer, _| {
-                    sink.lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .node(name, layer);
-                })));
-                Some(t)
-            }
-            None => None,
-        };
-        let size: u64 = file.shards().iter().map(|s| s.bytes().len() as u64).sum();
-        notices.info(format!(
-            "sluice: loaded {name} ({:.2} GiB, {}) in {load_s:.3} s",
+        })
+    }
+
+    /// What was loaded and how it will run.
+    fn say_loaded(&self, sampler: &Sampler) {
+        let size: u64 = self
+            .file
+            .shards()
+            .iter()
+            .map(|s| s.bytes().len() as u64)
+            .sum();
+        self.notices.info(format!(
+            "sluice: loaded {} ({:.2} GiB, {}) in {:.3} s",
+            self.name,
             size as f64 / (1u64 << 30) as f64,
-            if streaming {
+            if self.streaming() {
                 "experts streamed"
             } else {
                 "read into memory"
-            }
+            },
+            self.load_s
         ));
-        notices.info(format!(
-            "sluice: {} threads, context {n_ctx}, seed {}",
-            n_threads,
+        self.notices.info(format!(
+            "sluice: {} threads, context {}, seed {}",
+            self.n_threads,
+            self.n_ctx,
             sampler.seed()
         ));
-        let probe = cfg
-            .token_figures
-            .then(|| DenseProbe::new(dense_slices(file, &expert_tensors)));
-        let mut mode = if streaming {
-            cfg.stream.mode_line(&opened.decision.why)
+    }
+
+    /// The `mode:` line (with the route replay's note).
+    fn mode_line(
+        &self,
+        cfg: &RunConfig,
+        moe: bool,
+        replay: Option<&engine::RouteReplay>,
+    ) -> String {
+        let mut mode = if self.streaming() {
+            cfg.stream.mode_line(&self.decision.why)
         } else {
-            resident_mode_line(model.hparams.n_expert > 0, &opened.decision.why)
+            resident_mode_line(moe, &self.decision.why)
         };
-        if let (Some(r), Some(path)) = (&replay, &cfg.route_replay) {
+        if let (Some(r), Some(path)) = (replay, &cfg.route_replay) {
             mode.push_str(&format!(
                 ", route replay of {} ({} decode steps, wrapping)",
                 path.display(),
                 r.len()
             ));
         }
-        let rt = Runtime {
-            engine,
-            tokenizer: &self.tokenizer,
-            format: self.format.as_ref(),
-            arch,
-            n_ctx,
-            n_threads,
-            load_s,
-            streaming,
-            cache_bytes,
-            overlap: cfg.stream.overlap,
-            counters,
-            sampler,
-            ignore_eos: cfg.ignore_eos,
-            mode,
-            control: None,
-            notices: notices.clone(),
-            recorders: Recorders {
-                probe,
-                route_trace: trace,
-                route_stream,
-                history,
-                io_trace,
-                compute_trace,
-            },
-            replay,
-        };
-        Ok((rt, preamble))
+        mode
     }
+}
+
+/// What the expert source is wired to.
+struct Wiring<'w> {
+    hparams: &'w HParams,
+    arch: &'w str,
+    moe_layers: &'w [u32],
+    counters: &'w Arc<StreamCounters>,
+    history: Option<&'w history::History>,
+    view: Option<&'w Arc<Mutex<BatchView>>>,
+    io_trace: Option<&'w Arc<Mutex<IoTrace>>>,
+}
+
+/// What the routing taps need.
+struct RouteWiring<'w> {
+    hparams: &'w HParams,
+    arch: &'w str,
+    history: Option<&'w history::History>,
+    view: Option<Arc<Mutex<BatchView>>>,
+    replay: Option<&'w engine::RouteReplay>,
+    layout: Option<&'w store::ExpertLayout>,
+}
+
+/// How the expert source reads (for the preamble).
+#[derive(Clone, Copy)]
+struct Reads {
+    o_direct: bool,
+    io_backend: &'static str,
+}
+
+/// The sampler `sampling` asks for; a seed past u32 is refused.
+fn sampler(sampling: &Sampling) -> Result<Sampler> {
+    let seed = if sampling.seed < 0 {
+        RANDOM_SEED
+    } else {
+        u32::try_from(sampling.seed).map_err(|_| {
+            Error::Rejected(format!(
+                "--seed {} is too large (0 to {}, or -1 for a random seed)",
+                sampling.seed,
+                u32::MAX
+            ))
+        })?
+    };
+    Ok(Sampler::new(SamplerParams {
+        temp: sampling.temp,
+        top_k: sampling.top_k,
+        top_p: sampling.top_p,
+        min_p: sampling.min_p,
+        seed,
+    }))
+}
+
+/// The `--compute-trace` file, fed by the engine's observer.
+fn compute_trace(
+    cfg: &RunConfig,
+    engine: &mut Engine<'_>,
+    preamble: &Preamble,
+) -> Result<Option<Arc<Mutex<ComputeTrace>>>> {
+    let Some((path, layers)) = &cfg.compute_trace else {
+        return Ok(None);
+    };
+    let t = Arc::new(Mutex::new(ComputeTrace::create(path, *layers, preamble)?));
+    let sink = Arc::clone(&t);
+    engine.set_observer(Some(Box::new(move |name, layer, _| {
+        sink.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .node(name, layer);
+    })));
+    Ok(Some(t))
 }
