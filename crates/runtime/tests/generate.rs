@@ -10,7 +10,7 @@ use runtime::cancel::Control;
 use runtime::generate::{Outcome, Turn};
 use runtime::open::{Loaded, RunConfig};
 use runtime::sink::{Collect, Prefilled, Sink};
-use runtime::stream::{CacheMb, StreamMode};
+use runtime::stream::{CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode};
 use runtime::telemetry::TokenRow;
 use runtime::{Notices, Result};
 
@@ -50,15 +50,48 @@ fn streamed_experts_generate_the_resident_tokens() {
         assert!(!want.tokens.is_empty(), "{model}: nothing generated");
         assert_eq!(want.answer, want_text.answer, "{model}: sink and outcome");
 
-        let mut serial = config(moe(model));
-        serial.stream.moe_stream = StreamMode::On;
-        serial.stream.cache_mb = Some(CacheMb::Mib(0));
-        let mut overlap = config(moe(model));
-        overlap.stream.moe_stream = StreamMode::On;
-        overlap.stream.overlap = true;
-        overlap.stream.cache_mb = Some(CacheMb::Mib(2));
-        overlap.stream.force_cache = true;
-        for (what, cfg) in [("serial", serial), ("overlap", overlap)] {
+        let streamed = |f: &dyn Fn(&mut StreamConfig)| {
+            let mut cfg = config(moe(model));
+            cfg.stream.moe_stream = StreamMode::On;
+            cfg.stream.cache_mb = Some(CacheMb::Mib(2));
+            cfg.stream.force_cache = true;
+            f(&mut cfg.stream);
+            cfg
+        };
+        let cases = [
+            (
+                "serial, no cache",
+                streamed(&|s| s.cache_mb = Some(CacheMb::Mib(0))),
+            ),
+            ("serial, forecast cache", streamed(&|_| {})),
+            ("overlap", streamed(&|s| s.overlap = true)),
+            (
+                "overlap, lru cache",
+                streamed(&|s| {
+                    s.overlap = true;
+                    s.cache_policy = CachePolicy::Lru;
+                }),
+            ),
+            (
+                "one lane, page cache, mapped dense",
+                streamed(&|s| {
+                    s.io_threads = 1;
+                    s.no_odirect = true;
+                    s.dense_weights = Some(DenseWeights::Mmap);
+                }),
+            ),
+            (
+                "every expert read, auto backend",
+                streamed(&|s| {
+                    s.load_all = true;
+                    s.cache_mb = Some(CacheMb::Mib(0));
+                    s.force_cache = false;
+                    s.overlap = true;
+                    s.io_backend = ReadBackend::Auto;
+                }),
+            ),
+        ];
+        for (what, cfg) in cases {
             let (got, text) = generate(&cfg, "The experts", 12);
             assert_eq!(got.tokens, want.tokens, "{model} {what}: tokens");
             assert_eq!(text.answer, want_text.answer, "{model} {what}: text");
