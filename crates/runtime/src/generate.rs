@@ -95,6 +95,34 @@ pub struct Outcome {
     pub tokens: Vec<u32>,
 }
 
+/// What a turn's prefill left: the last logits (empty when cancelled), what it ran and cost,
+/// and the counters where the decode starts.
+struct PrefillDone {
+    logits: Vec<f32>,
+    cancelled: bool,
+    n_new: usize,
+    secs: f64,
+    delta: StreamSnapshot,
+    usage: Usage,
+    at_decode: StreamSnapshot,
+    usage_at_decode: Usage,
+}
+
+/// A decode pass's wall time, and the time since the previous pass ended.
+#[derive(Clone, Copy)]
+struct Pass {
+    wall: Duration,
+    gap: Duration,
+}
+
+/// Which generated token a row is for: `n` of at most `of`, in session turn `turn`.
+#[derive(Clone, Copy)]
+struct Step {
+    n: usize,
+    of: usize,
+    turn: u32,
+}
+
 /// The text of a generation as it is decoded: split into answer and reasoning (with a chat
 /// prompt of a reasoning model), accumulated for the outcome, handed to the sink.
 struct Text {
@@ -193,70 +221,16 @@ impl Runtime<'_> {
     /// reporting to `sink`. A cancel stops between prefill chunks or tokens (the outcome
     /// says so; the context then holds what was run).
     pub fn generate(&mut self, t: &Turn<'_>, sink: &mut dyn Sink) -> Result<Outcome> {
-        let reuse = self.engine.n_past();
-        let new = &t.ids[reuse.min(t.ids.len())..];
-        let prefill_usage0 = Usage::now();
-        let prefill_snap0 = self.counters.snapshot();
-        let t0 = Instant::now();
-        let prefilled = self.prefill(new, t.turn);
-        let prefill = t0.elapsed().as_secs_f64();
+        let p = self.prefill_turn(t, sink)?;
+        let mut cancelled = p.cancelled;
+        let mut logits = p.logits;
         let mut last_end = Instant::now();
-        let at_decode = self.counters.snapshot();
-        let usage_at_decode = Usage::now();
-        let prefill_delta = at_decode.since(&prefill_snap0);
-        let prefill_usage = usage_at_decode.since(&prefill_usage0);
-        let (mut logits, mut cancelled) = match prefilled {
-            Ok(l) => (l, false),
-            Err(engine::ForwardError::Cancelled) => (Vec::new(), true),
-            Err(e) => return Err(e.into()),
-        };
-        if !cancelled {
-            self.notices.info(format!(
-                "sluice: prompt {} tokens ({} new), prefill {prefill:.3} s ({:.2} tok/s)",
-                t.ids.len(),
-                new.len(),
-                if prefill > 0.0 {
-                    new.len() as f64 / prefill
-                } else {
-                    0.0
-                }
-            ));
-            sink.prefilled(&Prefilled {
-                n_prompt: t.ids.len(),
-                n_new: new.len(),
-                secs: prefill,
-            })?;
-        }
-        if let Some(tr) = &self.recorders.route_trace {
-            tr.start_decode();
-        }
-        if let Some(r) = self.replay.take() {
-            let what = self.mode.clone();
-            self.engine
-                .set_route_replay(Some(r))
-                .with_context(|| format!("--route-replay ({what})"))?;
-        }
-
-        let (special, splitter) = match (self.format, t.prompt) {
-            (Some(format), Some(prompt)) => (
-                // Reasoning tags (and harmony's headers) are special tokens in many
-                // vocabularies; the splitter needs their text.
-                !matches!(format.reasoning_syntax(), ReasoningSyntax::None),
-                Some(format.splitter(prompt)),
-            ),
-            _ => (false, None),
-        };
-        let mut decoder = StreamDecoder::continuation(special);
-        let mut text = Text {
-            splitter,
-            answer: String::new(),
-            reasoning: String::new(),
-        };
+        self.begin_decode()?;
+        let (mut decoder, mut text) = self.text_for(t);
         let tokenizer = self.tokenizer;
         let eog = &tokenizer.vocab().eog;
         let n_ctx = self.n_ctx;
         let steps = t.n_max.min(n_ctx.saturating_sub(t.ids.len()));
-        let budget_mib = self.budget_mib();
         let mut n_gen = 0usize;
         let mut fed = Vec::new();
         let mut decode = Duration::ZERO;
@@ -292,20 +266,13 @@ impl Runtime<'_> {
             if let Some(c) = &self.control {
                 c.hold_decode(n_gen);
             }
-            let pos = self.engine.n_past();
-            self.stamp(t.turn, Phase::Decode, pos);
-            self.ct(&mut |c| c.begin(t.turn, Phase::Decode, pos));
             // (The per-token figures are taken only when something reports them.)
             let before = self
                 .recorders
                 .probe
                 .is_some()
                 .then(|| (self.counters.snapshot(), Usage::now()));
-            let t1 = Instant::now();
-            let gap = t1 - last_end;
-            let ran = self.engine.forward(&[id], LogitsWanted::Last);
-            let wall = t1.elapsed();
-            self.ct(&mut |c| c.end());
+            let (ran, pass) = self.decode_pass(id, t.turn, last_end);
             last_end = Instant::now();
             // A cancel stops before the token's forward pass: the token was drawn and its
             // text delivered, so it still gets its row (with no pass: zero time and reads).
@@ -313,39 +280,19 @@ impl Runtime<'_> {
                 Ok(l) => {
                     logits = l;
                     fed.push(id);
-                    decode += wall;
-                    loop_overhead += gap;
+                    decode += pass.wall;
+                    loop_overhead += pass.gap;
                 }
                 Err(engine::ForwardError::Cancelled) => cancelled = true,
                 Err(e) => return Err(e.into()),
             }
-            if let Some((snap0, usage0)) = before {
-                let snap = self.counters.snapshot();
-                let (wall_s, d, usage) = if cancelled {
-                    (0.0, Default::default(), Usage::default())
-                } else {
-                    (
-                        wall.as_secs_f64(),
-                        snap.since(&snap0),
-                        Usage::now().since(&usage0),
-                    )
+            if let Some(before) = before {
+                let step = Step {
+                    n: n_gen,
+                    of: steps,
+                    turn: t.turn,
                 };
-                let mut row = TokenRow::new(
-                    n_gen,
-                    steps,
-                    wall_s,
-                    &d,
-                    self.overlap,
-                    &usage,
-                    self.hit_pct(&snap),
-                    gap.as_secs_f64(),
-                );
-                if let Some(probe) = &mut self.recorders.probe {
-                    row.dense_resident_frac = probe.sample();
-                }
-                row.cache_budget_mib = budget_mib;
-                row.turn = t.turn;
-                held = Some(row);
+                held = Some(self.token_row(step, pass, cancelled, before));
             }
         }
         text.push(&decoder.finish(), sink)?;
@@ -355,23 +302,23 @@ impl Runtime<'_> {
         }
         // The tail after the last decode belongs to the loop's overhead too.
         loop_overhead += last_end.elapsed();
-        let decode_usage = Usage::now().since(&usage_at_decode);
-        let d = self.counters.snapshot().since(&at_decode);
+        let decode_usage = Usage::now().since(&p.usage_at_decode);
+        let d = self.counters.snapshot().since(&p.at_decode);
         let summary = Summary {
             tokens: n_gen,
             decode_s: decode.as_secs_f64(),
             load_s: self.load_s,
-            n_prompt: new.len(),
-            prefill_s: prefill,
+            n_prompt: p.n_new,
+            prefill_s: p.secs,
             decode: d,
             overlap: self.overlap,
             usage: decode_usage,
             cache_hit_pct: self.hit_pct(&self.counters.snapshot()),
-            cache_budget_mib: budget_mib,
+            cache_budget_mib: self.budget_mib(),
             experts_routed: d.routed,
             loop_overhead_s: loop_overhead.as_secs_f64(),
-            prefill: prefill_delta,
-            prefill_usage,
+            prefill: p.delta,
+            prefill_usage: p.usage,
         };
         let outcome = Outcome {
             summary,
@@ -385,6 +332,142 @@ impl Runtime<'_> {
         };
         sink.finished(&outcome)?;
         Ok(outcome)
+    }
+
+    /// The turn's prefill: the prompt's tokens after those the context holds, with what it
+    /// cost; said in a notice and to the sink unless it was cancelled.
+    fn prefill_turn(&mut self, t: &Turn<'_>, sink: &mut dyn Sink) -> Result<PrefillDone> {
+        let reuse = self.engine.n_past();
+        let new = &t.ids[reuse.min(t.ids.len())..];
+        let usage0 = Usage::now();
+        let snap0 = self.counters.snapshot();
+        let t0 = Instant::now();
+        let prefilled = self.prefill(new, t.turn);
+        let secs = t0.elapsed().as_secs_f64();
+        let at_decode = self.counters.snapshot();
+        let usage_at_decode = Usage::now();
+        let (logits, cancelled) = match prefilled {
+            Ok(l) => (l, false),
+            Err(engine::ForwardError::Cancelled) => (Vec::new(), true),
+            Err(e) => return Err(e.into()),
+        };
+        if !cancelled {
+            self.notices.info(format!(
+                "sluice: prompt {} tokens ({} new), prefill {secs:.3} s ({:.2} tok/s)",
+                t.ids.len(),
+                new.len(),
+                if secs > 0.0 {
+                    new.len() as f64 / secs
+                } else {
+                    0.0
+                }
+            ));
+            sink.prefilled(&Prefilled {
+                n_prompt: t.ids.len(),
+                n_new: new.len(),
+                secs,
+            })?;
+        }
+        Ok(PrefillDone {
+            logits,
+            cancelled,
+            n_new: new.len(),
+            secs,
+            delta: at_decode.since(&snap0),
+            usage: usage_at_decode.since(&usage0),
+            at_decode,
+            usage_at_decode,
+        })
+    }
+
+    /// From here on the passes are decode steps: the route trace says so, and a route
+    /// replay (installed after the first prefill) takes over the routing.
+    fn begin_decode(&mut self) -> Result<()> {
+        if let Some(tr) = &self.recorders.route_trace {
+            tr.start_decode();
+        }
+        if let Some(r) = self.replay.take() {
+            let what = self.mode.clone();
+            self.engine
+                .set_route_replay(Some(r))
+                .with_context(|| format!("--route-replay ({what})"))?;
+        }
+        Ok(())
+    }
+
+    /// The decoder of the generated tokens and the text they make, split into answer and
+    /// reasoning for a chat prompt of a reasoning model.
+    fn text_for(&self, t: &Turn<'_>) -> (StreamDecoder, Text) {
+        let (special, splitter) = match (self.format, t.prompt) {
+            (Some(format), Some(prompt)) => (
+                // Reasoning tags (and harmony's headers) are special tokens in many
+                // vocabularies; the splitter needs their text.
+                !matches!(format.reasoning_syntax(), ReasoningSyntax::None),
+                Some(format.splitter(prompt)),
+            ),
+            _ => (false, None),
+        };
+        let text = Text {
+            splitter,
+            answer: String::new(),
+            reasoning: String::new(),
+        };
+        (StreamDecoder::continuation(special), text)
+    }
+
+    /// One decode step's forward pass of token `id`, stamped in the traces: its logits (or
+    /// why there are none) and its timing.
+    fn decode_pass(
+        &mut self,
+        id: u32,
+        turn: u32,
+        last_end: Instant,
+    ) -> (Result<Vec<f32>, engine::ForwardError>, Pass) {
+        let pos = self.engine.n_past();
+        self.stamp(turn, Phase::Decode, pos);
+        self.ct(&mut |c| c.begin(turn, Phase::Decode, pos));
+        let t1 = Instant::now();
+        let gap = t1 - last_end;
+        let ran = self.engine.forward(&[id], LogitsWanted::Last);
+        let wall = t1.elapsed();
+        self.ct(&mut |c| c.end());
+        (ran, Pass { wall, gap })
+    }
+
+    /// A generated token's figures (zero time and reads when its pass was cancelled).
+    fn token_row(
+        &mut self,
+        step: Step,
+        pass: Pass,
+        cancelled: bool,
+        (snap0, usage0): (StreamSnapshot, Usage),
+    ) -> TokenRow {
+        let snap = self.counters.snapshot();
+        let (wall_s, d, usage) = if cancelled {
+            (0.0, Default::default(), Usage::default())
+        } else {
+            (
+                pass.wall.as_secs_f64(),
+                snap.since(&snap0),
+                Usage::now().since(&usage0),
+            )
+        };
+        let mut row = TokenRow::new(
+            step.n,
+            step.of,
+            wall_s,
+            &d,
+            self.overlap,
+            &usage,
+            self.hit_pct(&snap),
+            pass.gap.as_secs_f64(),
+        );
+        if let Some(probe) = &mut self.recorders.probe {
+            row.dense_resident_frac = probe.sample();
+        }
+        row.cache_budget_mib = self.budget_mib();
+        row.turn = step.turn;
+        row
     }
 
     /// Add the routing so far to the usage history file (after each generation).
