@@ -480,6 +480,93 @@ impl StoreSource {
             .unwrap_or_else(|| "an expert read failed".to_owned())
     }
 
+    /// A new layer batch: the reads of a batch the engine left without `release` (it stopped
+    /// on an error) end first, and a read error deferred from the last `release` is reported.
+    fn begin_load(&mut self, layer: u32) -> Result<(), String> {
+        if self.lanes.in_flight() > self.spec.len() {
+            self.drain_all();
+            self.cache.end_batch();
+        }
+        self.inflight.clear();
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        self.batch_layer = layer;
+        self.cache.begin_batch(layer);
+        self.seen.clear();
+        self.failed = None;
+        Ok(())
+    }
+
+    /// Looks every distinct routed expert up (every expert with `--load-all`): `seen` gets
+    /// them in order, `inflight` the misses and the hits still being read ahead.
+    fn look_up(&mut self, layer: u32, routed: &[usize], slot_bytes: usize) {
+        let all = 0..if self.load_all {
+            self.layout.n_expert as usize
+        } else {
+            0
+        };
+        for e in routed.iter().copied().chain(all) {
+            let key = (layer, e as u32);
+            // A repeat within the batch only refreshes recency.
+            if self.seen.contains(&e) {
+                self.cache.touch(key);
+                continue;
+            }
+            self.seen.push(e);
+            // A hit on an expert still being read ahead waits for that read.
+            if self.cache.lookup(key, slot_bytes) == Lookup::Miss || self.spec.contains(&key) {
+                self.inflight.push(key.1);
+            }
+        }
+    }
+
+    /// What the batch found, for the route trace's watcher: each expert, whether it was a
+    /// hit, and the bytes a miss reads.
+    fn show_batch(&self, layer: u32) {
+        let Some(view) = &self.view else {
+            return;
+        };
+        let mut v = view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        v.layer = layer;
+        v.entries.clear();
+        for &e in &self.seen {
+            let e = e as u32;
+            let miss = self.inflight.contains(&e);
+            let bytes = if miss {
+                self.reader
+                    .windows(layer, e)
+                    .map_or(0, |w| w.iter().map(|w| w.len as u64).sum())
+            } else {
+                0
+            };
+            v.entries.push((e, !miss, bytes));
+        }
+    }
+
+    /// Evicts for the misses before they take buffers (so that memory stays in the budget),
+    /// then hands each miss's slot to the lanes to be filled; an expert being read ahead is
+    /// already on its way.
+    fn submit_misses(&mut self, layer: u32) {
+        self.cache.make_room();
+        for &e in &self.inflight {
+            let key = (layer, e);
+            if self.spec.contains(&key) {
+                continue;
+            }
+            if let Some(buf) = self.cache.take_slot(key) {
+                self.lanes.submit(ReadJob {
+                    layer,
+                    expert: e,
+                    buf,
+                    demand: true,
+                });
+            }
+        }
+    }
+
     /// Cache statistics into the shared counters (after a batch).
     fn publish(&self, before: store::CacheStats) {
         let after = self.cache.stats();
@@ -509,75 +596,11 @@ impl ExpertSource for StoreSource {
         let layer32 = layer as u32;
         let slot_bytes = self.reader.slot_bytes(layer32).map_err(|e| e.to_string())?;
         let expert_bytes = self.layout.layer(layer32).map_or(0, |l| l.expert_bytes);
-        // A batch the engine left without `release` (it stopped on an error): its reads end
-        // first.
-        if self.lanes.in_flight() > self.spec.len() {
-            self.drain_all();
-            self.cache.end_batch();
-        }
-        self.inflight.clear();
-        if let Some(e) = self.deferred.take() {
-            return Err(e);
-        }
-        self.batch_layer = layer32;
-        self.cache.begin_batch(layer32);
-        self.seen.clear();
-        self.failed = None;
+        self.begin_load(layer32)?;
         let before = self.cache.stats();
-        // Look every distinct expert up; each miss's slot goes to the lanes to be filled.
-        let all = 0..if self.load_all {
-            self.layout.n_expert as usize
-        } else {
-            0
-        };
-        for e in routed.iter().copied().chain(all) {
-            let key = (layer32, e as u32);
-            // A repeat within the batch only refreshes recency.
-            if self.seen.contains(&e) {
-                self.cache.touch(key);
-                continue;
-            }
-            self.seen.push(e);
-            // A hit on an expert still being read ahead waits for that read.
-            if self.cache.lookup(key, slot_bytes) == Lookup::Miss || self.spec.contains(&key) {
-                self.inflight.push(key.1);
-            }
-        }
-        if let Some(view) = &self.view {
-            let mut v = view
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            v.layer = layer32;
-            v.entries.clear();
-            for &e in &self.seen {
-                let e = e as u32;
-                let miss = self.inflight.contains(&e);
-                let bytes = if miss {
-                    self.reader
-                        .windows(layer32, e)
-                        .map_or(0, |w| w.iter().map(|w| w.len as u64).sum())
-                } else {
-                    0
-                };
-                v.entries.push((e, !miss, bytes));
-            }
-        }
-        // Evict for the misses before they take buffers, so that memory stays in the budget.
-        self.cache.make_room();
-        for &e in &self.inflight {
-            let key = (layer32, e);
-            if self.spec.contains(&key) {
-                continue;
-            }
-            if let Some(buf) = self.cache.take_slot(key) {
-                self.lanes.submit(ReadJob {
-                    layer: layer32,
-                    expert: e,
-                    buf,
-                    demand: true,
-                });
-            }
-        }
+        self.look_up(layer32, routed, slot_bytes);
+        self.show_batch(layer32);
+        self.submit_misses(layer32);
         let routed_distinct = if self.load_all {
             let mut r: Vec<usize> = routed.to_vec();
             r.sort_unstable();
