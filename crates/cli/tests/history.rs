@@ -1,4 +1,4 @@
-//! The expert-use history of `sluice run` (`.coli_usage`, spec/colibri-routing-telemetry.md)
+//! The expert-use history of `sluice run` (`.coli_usage`, colibri's format: docs/history.md)
 //! end to end: where it is written, what it counts, decay, another engine's history, a folder
 //! that cannot be written, and pinning (same output, pinned experts read at load).
 

@@ -1,4 +1,4 @@
-//! The telemetry contract, checked by a parser written from `spec/bmoe-telemetry.md` (the key
+//! The telemetry contract, checked by a parser written from BigMoeOnEdge's contract (the key
 //! lists, types, column names and order below are the spec's, not read from our writer): the
 //! `BMOE_LOAD` / `BMOE_PROGRESS` lines, the end-of-run lines, and the `--csv` file (preamble,
 //! rows, `# summary` trailer), on resident, streaming and overlapped runs; and the consistency
