@@ -1,4 +1,4 @@
-//! `sluice run --session`: the session protocol of BigMoeOnEdge's telemetry contract ("Session mode"),
+//! `sluice run --session`: BigMoeOnEdge's session protocol ("Session mode"),
 //! driven through pipes like a real caller (requests written to standard input, a reader
 //! thread on each output stream). Every standard output line of every session goes through a
 //! parser written from the spec (the key lists and JSON types below are transcribed from it,
