@@ -1,4 +1,5 @@
-//! The flag groups several commands share, and how clap offers the runtime's named settings.
+//! The flag groups several commands share, and how clap offers the runtime's and the
+//! transforms' named settings.
 //! Each group turns into the runtime's plain settings with `config()`.
 
 use std::path::PathBuf;
@@ -10,19 +11,57 @@ use runtime::stream::{
     CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode, parse_read_fault,
 };
 use store::ReadFault;
+use transform::genmodel::Like;
+use transform::quantize::FileType;
+
+/// A value parser over named values: `values` are the flag's possible values (with their
+/// help), `find` turns the spelling given into the value.
+fn named<T: Clone + Send + Sync + 'static>(
+    values: impl Iterator<Item = PossibleValue>,
+    find: fn(&str) -> Option<T>,
+) -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(values)
+        .try_map(move |name: String| find(&name).ok_or_else(|| format!("`{name}` is not a value")))
+}
 
 /// The value parser of a runtime setting with named values: its names (with their help) are
 /// the flag's possible values.
 pub fn choice<T: Choice + Send + Sync + Clone>() -> impl TypedValueParser<Value = T> {
-    PossibleValuesParser::new(T::ALL.iter().map(|c| {
-        let v = PossibleValue::new(c.name());
-        if c.help().is_empty() {
-            v
-        } else {
-            v.help(c.help())
-        }
-    }))
-    .try_map(|name: String| T::from_name(&name).ok_or_else(|| format!("`{name}` is not a value")))
+    named(
+        T::ALL.iter().map(|c| {
+            let v = PossibleValue::new(c.name());
+            if c.help().is_empty() {
+                v
+            } else {
+                v.help(c.help())
+            }
+        }),
+        T::from_name,
+    )
+}
+
+/// The value parser of a quantization file type (`quantize --type`, `gen-model --quant`).
+pub fn file_type() -> impl TypedValueParser<Value = FileType> {
+    named(
+        FileType::ALL.iter().map(|t| {
+            let v = PossibleValue::new(t.name()).help(t.about());
+            match t.alias() {
+                Some(a) => v.alias(a),
+                None => v,
+            }
+        }),
+        FileType::from_name,
+    )
+}
+
+/// The value parser of gen-model's presets.
+pub fn like() -> impl TypedValueParser<Value = Like> {
+    named(
+        Like::ALL
+            .iter()
+            .map(|l| PossibleValue::new(l.name()).help(l.about())),
+        Like::from_name,
+    )
 }
 
 /// Expert streaming flags shared by `run` and `logits`.

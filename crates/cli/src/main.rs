@@ -282,8 +282,8 @@ struct QuantizeArgs {
     /// The file type: the default tensor type and its mix of more-bits tensors (names as in
     /// llama.cpp, any case; Q4_K, Q5_K and Q3_K mean the _M variants). In every type but
     /// Q8_0, output.weight gets Q6_K; models with exactly 8 experts get Q8_0 attn_v and attn_k.
-    #[arg(long = "type", value_enum, ignore_case = true, value_name = "TYPE")]
-    ftype: quantize::FileType,
+    #[arg(long = "type", value_parser = args::file_type(), ignore_case = true, value_name = "TYPE")]
+    ftype: transform::quantize::FileType,
 
     /// Allow converting tensors that are already quantized (they are dequantized first, which
     /// compounds the rounding errors). Without it such a model is refused, unless every
@@ -645,7 +645,7 @@ fn main() -> ExitCode {
             no_generation_prompt: args.no_generation_prompt,
             info: args.info,
         }),
-        Command::Upcycle(args) => upcycle::run(&upcycle::Options {
+        Command::Upcycle(args) => upcycle::run(&transform::upcycle::Options {
             input: args.input,
             out: args.out,
             experts: args.experts,
@@ -653,15 +653,17 @@ fn main() -> ExitCode {
             router_scale: args.router_scale,
             seed: args.seed,
         }),
-        Command::Quantize(args) => quantize::run(&quantize::Options {
-            input: args.input,
-            out: args.out,
-            ftype: args.ftype,
-            allow_requantize: args.allow_requantize,
-            pure: args.pure,
-            threads: args.threads,
-            quiet: args.quiet,
-        }),
+        Command::Quantize(args) => quantize::run(
+            &transform::quantize::Options {
+                input: args.input,
+                out: args.out,
+                ftype: args.ftype,
+                allow_requantize: args.allow_requantize,
+                pure: args.pure,
+                threads: args.threads,
+            },
+            args.quiet,
+        ),
         Command::Run(args) => args
             .history
             .clone()

@@ -1,0 +1,1162 @@
+//! `sluice gen-model`: a synthetic model with a real model's architecture, tensor names, shapes
+//! and per-tensor quantization types, filled with random but valid blocks, for benchmarks of
+//! models that cannot be downloaded.
+//!
+//! * **Layout.** The tensor list is the real model's (names, ggml shapes), written in the order
+//!   llama.cpp's quantizer writes (tensors outside `blk.N.` first, then layer by layer, by
+//!   name), with the types llama.cpp's `llama_tensor_get_type` gives for the chosen file type
+//!   (the same [`Planner`] `sluice quantize` uses). For Qwen3-30B-A3B at Q4_K_M that is the
+//!   published file to the byte count of every tensor (docs/benchmarks.md).
+//! * **Blocks.** Every quantized block is random bytes with its scale fields set: a scale from
+//!   a small per-block spread around the value that gives weights of standard deviation 0.02
+//!   (the order of trained transformer weights; the attention output projection's is
+//!   `--attn-out-std`, see below), and for the types with a minimum, the minimum that makes the
+//!   weights zero-mean (a weight mean would push every residual stream onto one direction and
+//!   make every token route alike). Norm weights are 1.
+//! * **Router.** `ffn_gate_inp` rows are normal noise of standard deviation 1/sqrt(n_embd)
+//!   (logits of unit spread), expert e's row multiplied by exp(skew · z_e) with z_e standard
+//!   normal per layer and expert: `--router-skew 0` makes every expert equally likely, larger
+//!   values make some experts much more popular than others, as trained routers are.
+//! * **Routing locality.** With random weights the attention output is an average over the
+//!   context that changes little from token to token; its share of the residual stream decides
+//!   how alike consecutive tokens route. `--attn-out-std` sets it; the default was chosen so
+//!   that the hit-rate curves of a replayed cache match a real Qwen3-30B-A3B trace's
+//!   (docs/benchmarks.md has the measurements).
+//! * **Vocabulary.** Copied from a GGUF that holds one (`--vocab`, or the preset's tokenizer in
+//!   the fixture cache), padded with `[PAD<i>]` tokens to the model's vocabulary size.
+//! * **Streaming.** Bytes are generated while they are written (memory stays bounded), to
+//!   `OUT.part`, synced to disk and renamed: an interrupted run never leaves a file that looks
+//!   complete. The rate printed includes the sync, so it is the disk's.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use gguf::{ArrayValue, GgmlType, GgufFile, GgufWriter, TensorType, Value};
+use half::f16;
+
+use crate::error::{Context, Result, fail, reject};
+use crate::quantize::{FileType, ModelFacts, Planner, tensor_order};
+use crate::rng::{WyRand, f32_bytes};
+
+/// The real models gen-model can imitate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Like {
+    /// Qwen3-30B-A3B: qwen3moe, 48 layers, 128 experts (top-8) of width 768, n_embd 2048,
+    /// 32 query / 4 KV heads of 128, vocabulary 151936 (Qwen2.5 tokenizer).
+    Qwen3_30bA3b,
+    /// OLMoE-1B-7B: olmoe, 16 layers, 64 experts (top-8) of width 1024, n_embd 2048, 16 heads
+    /// of 128, q/k norms over the whole projection, GPT-NeoX tokenizer.
+    Olmoe1b7b,
+    /// Mixtral-8x7B: llama with experts, 32 layers, 8 experts (top-2) of width 14336, n_embd
+    /// 4096, 32 query / 8 KV heads of 128, vocabulary 32000 (llama SentencePiece).
+    Mixtral8x7b,
+    /// gpt-oss-20b: gpt-oss, 24 layers, 32 experts (top-4) of width 2880, n_embd 2880, 64 query
+    /// / 8 KV heads of 64, sliding window 128 on every other layer, attention sinks, biases,
+    /// YaRN (factor 32 over 4096); MXFP4 experts (vocabulary 201088, o200k_harmony: the
+    /// default fills it from the Qwen2.5 tokenizer, padded).
+    GptOss20b,
+    /// gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts (about 61 GB at MXFP4).
+    GptOss120b,
+}
+
+/// How a model normalizes queries and keys before RoPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QkNorm {
+    None,
+    /// One RMSNorm weight of `head_dim` per projection, applied per head (qwen3moe).
+    PerHead,
+    /// One RMSNorm weight over the whole projection (olmoe).
+    Full,
+}
+
+/// A real model's shape.
+#[derive(Clone, Debug)]
+struct Shape {
+    arch: &'static str,
+    title: &'static str,
+    n_layer: u32,
+    n_embd: u64,
+    n_head: u64,
+    n_head_kv: u64,
+    head_dim: u64,
+    n_expert: u64,
+    n_expert_used: u32,
+    /// Width of one expert's FFN.
+    n_ff_exp: u64,
+    /// `<arch>.feed_forward_length` as the real file records it.
+    n_ff: u64,
+    n_vocab: u64,
+    ctx_train: u32,
+    rope_base: f32,
+    rms_eps: f32,
+    qk_norm: QkNorm,
+    /// The real file records `<arch>.expert_feed_forward_length`.
+    expert_ff_key: bool,
+    /// The real file records `<arch>.rope.dimension_count`.
+    rope_dims_key: bool,
+    /// The file in the fixture cache's `text/vocab/` with the model family's tokenizer.
+    vocab_fixture: &'static str,
+    /// gpt-oss's extras: biases, sinks, `post_attention_norm`, the sliding window and YaRN.
+    gpt_oss: bool,
+    /// The mix the released files use when `--quant` is not given.
+    default_quant: FileType,
+}
+
+impl Like {
+    /// Every preset, in the order `--help` lists them.
+    pub const ALL: [Like; 5] = [
+        Like::Qwen3_30bA3b,
+        Like::Olmoe1b7b,
+        Like::Mixtral8x7b,
+        Like::GptOss20b,
+        Like::GptOss120b,
+    ];
+
+    /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Like::Qwen3_30bA3b => "qwen3-30b-a3b",
+            Like::Olmoe1b7b => "olmoe-1b-7b",
+            Like::Mixtral8x7b => "mixtral-8x7b",
+            Like::GptOss20b => "gpt-oss-20b",
+            Like::GptOss120b => "gpt-oss-120b",
+        }
+    }
+
+    /// The preset called `name`.
+    pub fn from_name(name: &str) -> Option<Like> {
+        Like::ALL.into_iter().find(|l| l.name() == name)
+    }
+
+    /// The real model's shape, in a line (the `--help` text).
+    pub fn about(self) -> &'static str {
+        match self {
+            Like::Qwen3_30bA3b => {
+                "Qwen3-30B-A3B: qwen3moe, 48 layers, 128 experts (top-8) of width 768, n_embd \
+                 2048, 32 query / 4 KV heads of 128, vocabulary 151936 (Qwen2.5 tokenizer)"
+            }
+            Like::Olmoe1b7b => {
+                "OLMoE-1B-7B: olmoe, 16 layers, 64 experts (top-8) of width 1024, n_embd 2048, 16 \
+                 heads of 128, q/k norms over the whole projection, GPT-NeoX tokenizer"
+            }
+            Like::Mixtral8x7b => {
+                "Mixtral-8x7B: llama with experts, 32 layers, 8 experts (top-2) of width 14336, \
+                 n_embd 4096, 32 query / 8 KV heads of 128, vocabulary 32000 (llama SentencePiece)"
+            }
+            Like::GptOss20b => {
+                "gpt-oss-20b: gpt-oss, 24 layers, 32 experts (top-4) of width 2880, n_embd 2880, \
+                 64 query / 8 KV heads of 64, sliding window 128 on every other layer, attention \
+                 sinks, biases, YaRN (factor 32 over 4096); MXFP4 experts (vocabulary 201088, \
+                 o200k_harmony: the default fills it from the Qwen2.5 tokenizer, padded)"
+            }
+            Like::GptOss120b => {
+                "gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts (about 61 GB at MXFP4)"
+            }
+        }
+    }
+
+    /// The real model's name (`Qwen3-30B-A3B`, ...).
+    pub fn title(self) -> &'static str {
+        self.shape().title
+    }
+
+    /// The file in the fixture cache's `text/vocab/` that holds the model family's tokenizer.
+    pub fn vocab_fixture(self) -> &'static str {
+        self.shape().vocab_fixture
+    }
+
+    fn shape(self) -> Shape {
+        match self {
+            Like::Qwen3_30bA3b => Shape {
+                arch: "qwen3moe",
+                title: "Qwen3-30B-A3B",
+                n_layer: 48,
+                n_embd: 2048,
+                n_head: 32,
+                n_head_kv: 4,
+                head_dim: 128,
+                n_expert: 128,
+                n_expert_used: 8,
+                n_ff_exp: 768,
+                n_ff: 6144,
+                n_vocab: 151_936,
+                ctx_train: 40960,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::PerHead,
+                expert_ff_key: true,
+                rope_dims_key: false,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::Olmoe1b7b => Shape {
+                arch: "olmoe",
+                title: "OLMoE-1B-7B",
+                n_layer: 16,
+                n_embd: 2048,
+                n_head: 16,
+                n_head_kv: 16,
+                head_dim: 128,
+                n_expert: 64,
+                n_expert_used: 8,
+                n_ff_exp: 1024,
+                n_ff: 1024,
+                n_vocab: 50_304,
+                ctx_train: 4096,
+                rope_base: 10_000.0,
+                rms_eps: 1e-5,
+                qk_norm: QkNorm::Full,
+                expert_ff_key: false,
+                rope_dims_key: true,
+                vocab_fixture: "ggml-vocab-gpt-neox.gguf",
+                gpt_oss: false,
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::Mixtral8x7b => Shape {
+                arch: "llama",
+                title: "Mixtral-8x7B",
+                n_layer: 32,
+                n_embd: 4096,
+                n_head: 32,
+                n_head_kv: 8,
+                head_dim: 128,
+                n_expert: 8,
+                n_expert_used: 2,
+                n_ff_exp: 14336,
+                n_ff: 14336,
+                n_vocab: 32_000,
+                ctx_train: 32768,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-5,
+                qk_norm: QkNorm::None,
+                expert_ff_key: false,
+                rope_dims_key: true,
+                vocab_fixture: "ggml-vocab-llama-spm.gguf",
+                gpt_oss: false,
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::GptOss20b | Like::GptOss120b => {
+                let big = self == Like::GptOss120b;
+                Shape {
+                    arch: "gpt-oss",
+                    title: if big { "gpt-oss-120b" } else { "gpt-oss-20b" },
+                    n_layer: if big { 36 } else { 24 },
+                    n_embd: 2880,
+                    n_head: 64,
+                    n_head_kv: 8,
+                    head_dim: 64,
+                    n_expert: if big { 128 } else { 32 },
+                    n_expert_used: 4,
+                    n_ff_exp: 2880,
+                    n_ff: 2880,
+                    n_vocab: 201_088,
+                    ctx_train: 131_072,
+                    rope_base: 150_000.0,
+                    rms_eps: 1e-5,
+                    qk_norm: QkNorm::None,
+                    expert_ff_key: true,
+                    rope_dims_key: false,
+                    vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                    gpt_oss: true,
+                    default_quant: FileType::Mxfp4Moe,
+                }
+            }
+        }
+    }
+}
+
+/// gpt-oss's sliding window (every other layer, starting with layer 0).
+const GPT_OSS_SWA: u32 = 128;
+/// gpt-oss's YaRN: factor 32 over an original context of 4096.
+const GPT_OSS_YARN: (f32, u32) = (32.0, 4096);
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The real model whose architecture, tensor names, shapes and types to reproduce.
+    pub like: Like,
+    /// The file type [default: the one the published files use].
+    pub quant: Option<FileType>,
+    /// Keep only the first N layers.
+    pub layers: Option<u32>,
+    /// A GGUF to copy the tokenizer (`tokenizer.*` metadata) from. Without one the plan has
+    /// the preset's vocabulary size and cannot be written.
+    pub vocab: Option<PathBuf>,
+    /// How unequal the experts' popularity is (0 to 8; 0 routes uniformly at random).
+    pub router_skew: f32,
+    /// Experts used per token instead of the real model's.
+    pub experts_used: Option<u32>,
+    /// Standard deviation of the attention output projection's weights (0 to 1).
+    pub attn_out_std: f32,
+    /// Seed of every random byte.
+    pub seed: u64,
+    /// A chat template (a Jinja text file) for `tokenizer.chat_template`.
+    pub chat_template: Option<PathBuf>,
+}
+
+/// What [`plan`] and [`write`] report while they work.
+#[derive(Debug, Clone, Copy)]
+pub enum Event {
+    /// The vocabulary's token count differs from the real model's: the embedding and output
+    /// matrices get `tokens` rows.
+    VocabSize { tokens: u64, real: u64 },
+    /// Tensor data written so far (after every chunk of a few MiB).
+    Progress { done: u64, total: u64 },
+}
+
+/// What a tensor holds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Role {
+    /// A norm weight: all ones.
+    Norm,
+    /// The router of a layer.
+    Router,
+    /// A weight matrix (or a stack of expert matrices).
+    Weight,
+    /// A small F32 tensor (bias, attention sink) of normal values with this standard
+    /// deviation.
+    Small(f32),
+}
+
+/// Standard deviation of gpt-oss's synthetic biases.
+const BIAS_STD: f32 = 0.02;
+/// Standard deviation of gpt-oss's synthetic attention sinks (trained ones are logits of a
+/// few units).
+const SINK_STD: f32 = 1.0;
+
+#[derive(Clone, Debug)]
+struct Planned {
+    name: String,
+    /// ggml order: ne0 (the row length) first.
+    dims: Vec<u64>,
+    role: Role,
+}
+
+/// The real model's tensors, in any order.
+fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
+    let t = |name: String, dims: &[u64], role| Planned {
+        name,
+        dims: dims.to_vec(),
+        role,
+    };
+    let e = s.n_embd;
+    let nq = s.n_head * s.head_dim;
+    let nkv = s.n_head_kv * s.head_dim;
+    let mut v = vec![
+        t("token_embd.weight".into(), &[e, s.n_vocab], Role::Weight),
+        t("output_norm.weight".into(), &[e], Role::Norm),
+        t("output.weight".into(), &[e, s.n_vocab], Role::Weight),
+    ];
+    for il in 0..n_layer {
+        let p = |n: &str| format!("blk.{il}.{n}.weight");
+        v.push(t(p("attn_norm"), &[e], Role::Norm));
+        v.push(t(p("attn_q"), &[e, nq], Role::Weight));
+        v.push(t(p("attn_k"), &[e, nkv], Role::Weight));
+        v.push(t(p("attn_v"), &[e, nkv], Role::Weight));
+        v.push(t(p("attn_output"), &[nq, e], Role::Weight));
+        match s.qk_norm {
+            QkNorm::None => {}
+            QkNorm::PerHead => {
+                v.push(t(p("attn_q_norm"), &[s.head_dim], Role::Norm));
+                v.push(t(p("attn_k_norm"), &[s.head_dim], Role::Norm));
+            }
+            QkNorm::Full => {
+                v.push(t(p("attn_q_norm"), &[nq], Role::Norm));
+                v.push(t(p("attn_k_norm"), &[nkv], Role::Norm));
+            }
+        }
+        let (f, x) = (s.n_ff_exp, s.n_expert);
+        if s.gpt_oss {
+            let b = |n: &str| format!("blk.{il}.{n}.bias");
+            let bias = Role::Small(BIAS_STD);
+            v.push(t(b("attn_q"), &[nq], bias));
+            v.push(t(b("attn_k"), &[nkv], bias));
+            v.push(t(b("attn_v"), &[nkv], bias));
+            v.push(t(b("attn_output"), &[e], bias));
+            v.push(t(p("attn_sinks"), &[s.n_head], Role::Small(SINK_STD)));
+            v.push(t(p("post_attention_norm"), &[e], Role::Norm));
+            v.push(t(b("ffn_gate_inp"), &[x], bias));
+            v.push(t(b("ffn_gate_exps"), &[f, x], bias));
+            v.push(t(b("ffn_up_exps"), &[f, x], bias));
+            v.push(t(b("ffn_down_exps"), &[e, x], bias));
+        } else {
+            v.push(t(p("ffn_norm"), &[e], Role::Norm));
+        }
+        v.push(t(p("ffn_gate_inp"), &[e, s.n_expert], Role::Router));
+        v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
+        v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
+        v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
+    }
+    v
+}
+
+/// FNV-1a of a tensor name, to give every tensor its own random stream.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Where a block type keeps its f16 scale fields, and how the weights scale with them.
+#[derive(Clone, Copy, Debug)]
+struct BlockProfile {
+    /// Byte offset of the f16 scale `d`.
+    d_at: usize,
+    /// Byte offset of the f16 minimum and the minimum in units of `d` that makes random
+    /// blocks zero-mean.
+    min: Option<(usize, f32)>,
+    /// Standard deviation of the weights of a random block, in units of `d`.
+    spread: f32,
+}
+
+/// The scale layout of the block types gen-model fills; `None` for the others.
+fn block_profile(ty: GgmlType) -> Option<BlockProfile> {
+    let p = |d_at, min, spread| Some(BlockProfile { d_at, min, spread });
+    // Spreads of the random quants (uniform over their range, and for the k-quants with
+    // sub-block scales, uniform scale bits too); minimums cancel the quants' mean.
+    match ty {
+        // d·(q − 8), q in 0..16
+        GgmlType::Q4_0 => p(0, None, 4.61),
+        // d·q + m, q in 0..16
+        GgmlType::Q4_1 => p(0, Some((2, -7.5)), 4.61),
+        // d·(q − 16), q in 0..32
+        GgmlType::Q5_0 => p(0, None, 9.23),
+        GgmlType::Q5_1 => p(0, Some((2, -15.5)), 9.23),
+        // d·q, q any i8
+        GgmlType::Q8_0 => p(0, None, 73.9),
+        // d·sc·q − dmin·m, 4-bit sc and m, q in 0..4
+        GgmlType::Q2_K => p(80, Some((82, 1.5)), 13.9),
+        // d·(sc − 32)·(q − 4), 6-bit sc, q in 0..8
+        GgmlType::Q3_K => p(108, None, 42.5),
+        // d·sc·q − dmin·m, 6-bit sc and m, q in 0..16
+        GgmlType::Q4_K => p(0, Some((2, 7.5)), 258.0),
+        // the same with q in 0..32
+        GgmlType::Q5_K => p(0, Some((2, 15.5)), 527.0),
+        // d·sc·(q − 32), sc any i8, q in 0..64
+        GgmlType::Q6_K => p(208, None, 1367.0),
+        // d·kvalues[q], the 16 non-linear levels (spread about 66)
+        GgmlType::IQ4_NL => p(0, None, 66.0),
+        // 2^(e-128)·kvalues[q], the 16 doubled e2m1 levels (spread 5.85); the scale is the
+        // one E8M0 byte at 0 (see `write_blocks`)
+        GgmlType::MXFP4 => p(0, None, 5.85),
+        _ => None,
+    }
+}
+
+/// Standard deviation of the synthetic weights.
+const WEIGHT_STD: f32 = 0.02;
+
+/// Standard deviation of a weight matrix's values: `attn_out_std` for the attention output
+/// projection, [`WEIGHT_STD`] for every other.
+fn weight_std(name: &str, attn_out_std: f32) -> f32 {
+    if name.contains("attn_output.") {
+        attn_out_std
+    } else {
+        WEIGHT_STD
+    }
+}
+
+/// Bytes generated per write.
+const CHUNK: usize = 4 << 20;
+
+/// Streams one quantized tensor of `n_bytes` random blocks, weights of standard deviation
+/// `weight_sd`, into `out`.
+fn write_blocks(
+    out: &mut dyn Write,
+    ty: GgmlType,
+    weight_sd: f32,
+    n_bytes: u64,
+    seed: u64,
+    progress: &dyn Fn(u64),
+) -> io::Result<()> {
+    let Some(prof) = block_profile(ty) else {
+        return Err(io::Error::other(format!(
+            "no random-block generator for type {}",
+            ty.name()
+        )));
+    };
+    let block = ty.type_size();
+    // 64 scales evenly spread over ±10% around the target, picked per block.
+    let d0 = weight_sd / prof.spread;
+    let table: Vec<([u8; 2], Option<[u8; 2]>)> = (0..64)
+        .map(|i| {
+            let d = d0 * (0.9 + 0.2 * i as f32 / 63.0);
+            let m = prof.min.map(|(_, k)| f16::from_f32(k * d).to_le_bytes());
+            (f16::from_f32(d).to_le_bytes(), m)
+        })
+        .collect();
+    // MXFP4's scale is 2^(e - 128) (ggml's e8m0 "half" convention): the exponents just below
+    // and above d0, the upper one taken by a share of the blocks (out of 256) that makes the
+    // mixture's variance d0's.
+    let lo = f64::from(d0).log2().floor();
+    let e_lo = (lo + 128.0).clamp(2.0, 253.0) as u8;
+    let (v_lo, v_hi) = ((2f64).powf(2.0 * lo), (2f64).powf(2.0 * (lo + 1.0)));
+    let hi_share = ((f64::from(d0).powi(2) - v_lo) / (v_hi - v_lo) * 256.0).round() as u16;
+    let per_chunk = (CHUNK / block).max(1) * block;
+    // One thread generates while this one writes (the write's copy into the page cache costs
+    // more than the generation): chunks go over a channel of two, and come back for reuse.
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    for _ in 0..3 {
+        let _ = empty_tx.send(vec![0u8; per_chunk]);
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut rng = WyRand::new(seed);
+            let mut left = n_bytes;
+            while left > 0 {
+                let Ok(mut buf) = empty_rx.recv() else { return };
+                let len = per_chunk.min(usize::try_from(left).unwrap_or(per_chunk));
+                buf.truncate(len);
+                rng.fill(&mut buf);
+                for b in buf.chunks_exact_mut(block) {
+                    if ty == GgmlType::MXFP4 {
+                        // one E8M0 exponent byte: the two powers of two around the target scale
+                        b[0] = if u16::from(b[0]) < hi_share {
+                            e_lo + 1
+                        } else {
+                            e_lo
+                        };
+                        continue;
+                    }
+                    let pick = b[prof.d_at];
+                    let (mut d, m) = table[(pick & 63) as usize];
+                    if let (Some((at, _)), Some(m)) = (prof.min, m) {
+                        b[at..at + 2].copy_from_slice(&m);
+                    } else if pick & 64 != 0 {
+                        // Without a minimum, a random sign of the scale (as quantizers give:
+                        // d is the signed extreme over a level) cancels the levels' own
+                        // mean, e.g. the -0.5 of Q4_0's q - 8.
+                        d[1] ^= 0x80;
+                    }
+                    b[prof.d_at..prof.d_at + 2].copy_from_slice(&d);
+                }
+                left -= len as u64;
+                if full_tx.send(buf).is_err() {
+                    return;
+                }
+            }
+        });
+        // Owned here, so that an early return drops it and ends a generator blocked on a full
+        // channel before the scope joins it.
+        let full_rx = full_rx;
+        let mut left = n_bytes;
+        while left > 0 {
+            let mut buf = full_rx
+                .recv()
+                .map_err(|_| io::Error::other("the block generator stopped"))?;
+            out.write_all(&buf)?;
+            left -= buf.len() as u64;
+            progress(buf.len() as u64);
+            buf.resize(per_chunk, 0);
+            // The generator may be done already.
+            let _ = empty_tx.send(buf);
+        }
+        Ok(())
+    })
+}
+
+/// Writes a file with O_DIRECT: bytes are gathered in a 4 KiB-aligned buffer and written in
+/// whole aligned blocks straight to the device (no copy into the page cache, whose kernel-side
+/// copy otherwise costs more CPU than generating the blocks); the tail is padded to a block
+/// and the file cut back to its length by [`DirectWriter::finish`].
+struct DirectWriter {
+    file: File,
+    raw: Vec<u8>,
+    /// Start of the aligned window in `raw`.
+    at: usize,
+    /// Bytes gathered in the window.
+    len: usize,
+    /// Bytes written to the file so far (whole windows).
+    written: u64,
+}
+
+/// Alignment of O_DIRECT offsets, lengths and buffers (covers 512- and 4096-byte sectors).
+const DIRECT_ALIGN: usize = 4096;
+/// Bytes per direct write.
+const DIRECT_WINDOW: usize = 8 << 20;
+
+impl DirectWriter {
+    fn create(path: &Path) -> io::Result<DirectWriter> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
+        let raw = vec![0u8; DIRECT_WINDOW + DIRECT_ALIGN];
+        let at = raw.as_ptr().align_offset(DIRECT_ALIGN);
+        if at >= DIRECT_ALIGN {
+            return Err(io::Error::other("cannot align the write buffer"));
+        }
+        Ok(DirectWriter {
+            file,
+            raw,
+            at,
+            len: 0,
+            written: 0,
+        })
+    }
+
+    /// Write the first `n` bytes of the window (a multiple of the alignment).
+    fn write_window(&mut self, n: usize) -> io::Result<()> {
+        let mut done = 0;
+        while done < n {
+            let k = self.file.write(&self.raw[self.at + done..self.at + n])?;
+            if k == 0 || k % DIRECT_ALIGN != 0 {
+                return Err(io::Error::other(format!(
+                    "a direct write of {} bytes wrote {k}",
+                    n - done
+                )));
+            }
+            done += k;
+        }
+        self.written += n as u64;
+        Ok(())
+    }
+
+    /// Write what is left (padded to a block), cut the file to its length, return it.
+    fn finish(mut self) -> io::Result<File> {
+        let tail = self.len;
+        if tail > 0 {
+            let padded = tail.next_multiple_of(DIRECT_ALIGN);
+            self.raw[self.at + tail..self.at + padded].fill(0);
+            self.write_window(padded)?;
+        }
+        let real = self.written - (tail.next_multiple_of(DIRECT_ALIGN) - tail) as u64;
+        self.file.set_len(real)?;
+        Ok(self.file)
+    }
+}
+
+impl Write for DirectWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(DIRECT_WINDOW - self.len);
+        self.raw[self.at + self.len..self.at + self.len + n].copy_from_slice(&data[..n]);
+        self.len += n;
+        if self.len == DIRECT_WINDOW {
+            self.write_window(DIRECT_WINDOW)?;
+            self.len = 0;
+        }
+        Ok(n)
+    }
+
+    /// Whole windows only; the tail waits for [`DirectWriter::finish`].
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The tokenizer metadata of `path` resized to `n_vocab` tokens (padded with `[PAD<i>]`
+/// tokens as converters pad vocabularies, or with trailing `[PAD<i>]` tokens dropped); returns
+/// it with the token count. A vocabulary longer than `n_vocab` whose tail is not padding is kept
+/// whole (the embedding then grows).
+fn vocabulary(path: &Path, n_vocab: u64) -> Result<(Vec<(String, Value)>, u64)> {
+    let file = GgufFile::open(path)
+        .with_context(|| format!("{}: cannot read the vocabulary", path.display()))?;
+    let meta = file.metadata();
+    let tokens = meta
+        .get_array("tokenizer.ggml.tokens")
+        .and_then(|a| a.as_strings())
+        .with_context(|| format!("{}: no tokenizer.ggml.tokens", path.display()))?;
+    let n_tok = tokens.len() as u64;
+    let is_pad = |i: usize, t: &String| *t == format!("[PAD{i}]");
+    let n = if n_tok > n_vocab
+        && tokens
+            .iter()
+            .enumerate()
+            .skip(n_vocab as usize)
+            .all(|(i, t)| is_pad(i, t))
+    {
+        n_vocab
+    } else {
+        n_vocab.max(n_tok)
+    };
+    let len = n as usize;
+    let mut out = Vec::new();
+    for (key, value) in meta.iter() {
+        if !key.starts_with("tokenizer.") {
+            continue;
+        }
+        let value = match (key, value) {
+            ("tokenizer.ggml.tokens", _) => {
+                let mut all: Vec<String> = tokens.iter().take(len).cloned().collect();
+                all.extend((n_tok..n).map(|i| format!("[PAD{i}]")));
+                Value::Array(ArrayValue::String(all))
+            }
+            ("tokenizer.ggml.token_type", Value::Array(ArrayValue::I32(t))) => {
+                // llama.cpp's LLAMA_TOKEN_TYPE_USER_DEFINED, as its converter marks padding.
+                let mut t = t.clone();
+                t.resize(len, 4);
+                Value::Array(ArrayValue::I32(t))
+            }
+            ("tokenizer.ggml.scores", Value::Array(ArrayValue::F32(s))) => {
+                let mut s = s.clone();
+                s.resize(len, -1000.0);
+                Value::Array(ArrayValue::F32(s))
+            }
+            (k, Value::Array(a)) if a.len() as u64 == n_tok && n != n_tok => {
+                reject!(
+                    "{}: cannot resize the per-token array {k} to {n} tokens",
+                    path.display()
+                )
+            }
+            _ => value.clone(),
+        };
+        out.push((key.to_owned(), value));
+    }
+    Ok((out, n))
+}
+
+/// One tensor of the plan.
+#[derive(Clone, Debug)]
+pub struct PlannedTensor {
+    pub name: String,
+    /// ggml order: ne0 (the row length) first.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    /// Offset in the data section (32-byte aligned, as written) and size.
+    pub offset: u64,
+    pub bytes: u64,
+    role: Role,
+}
+
+/// A layer's bytes: one expert's (of every stacked expert tensor) and the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerBytes {
+    pub expert: u64,
+    pub dense: u64,
+}
+
+/// Everything about the file but its random bytes: the metadata, and the tensors in the order
+/// and with the types llama.cpp's quantizer gives them.
+#[derive(Debug)]
+pub struct Plan {
+    pub title: &'static str,
+    pub quant: FileType,
+    pub n_layer: u32,
+    pub n_expert: u64,
+    /// Tensors in file order.
+    pub tensors: Vec<PlannedTensor>,
+    /// The size of the tensor data section.
+    pub data_bytes: u64,
+    /// The tokenizer was copied in (a plan without one cannot be written).
+    pub has_vocab: bool,
+    meta: Vec<(String, Value)>,
+    seed: u64,
+    router_skew: f32,
+    attn_out_std: f32,
+}
+
+impl Plan {
+    /// Bytes of tensor data (without the alignment padding).
+    pub fn tensor_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.bytes).sum()
+    }
+
+    /// Each layer's expert and dense bytes.
+    pub fn layer_bytes(&self) -> Vec<LayerBytes> {
+        (0..self.n_layer)
+            .map(|il| {
+                let prefix = format!("blk.{il}.");
+                let mut l = LayerBytes {
+                    expert: 0,
+                    dense: 0,
+                };
+                for t in self.tensors.iter().filter(|t| t.name.starts_with(&prefix)) {
+                    if t.name.contains("_exps.weight") {
+                        l.expert += t.bytes / self.n_expert;
+                    } else {
+                        l.dense += t.bytes;
+                    }
+                }
+                l
+            })
+            .collect()
+    }
+}
+
+/// What [`write`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// Written with O_DIRECT (else through the page cache: the file system refused it).
+    pub direct: bool,
+}
+
+/// The plan for `opts`: its options checked, the vocabulary read (when given), the tensors
+/// typed. Tells `on` when the vocabulary changes the model's size.
+pub fn plan(opts: &Options, on: &mut dyn FnMut(Event)) -> Result<Plan> {
+    let mut shape = opts.like.shape();
+    if let Some(n) = opts.layers {
+        if n == 0 || n > shape.n_layer {
+            reject!(
+                "--layers must be between 1 and {} for {} (got {n})",
+                shape.n_layer,
+                shape.title
+            );
+        }
+        shape.n_layer = n;
+    }
+    if let Some(k) = opts.experts_used {
+        if k == 0 || u64::from(k) > shape.n_expert {
+            reject!(
+                "--experts-used must be between 1 and {} for {} (got {k})",
+                shape.n_expert,
+                shape.title
+            );
+        }
+        shape.n_expert_used = k;
+    }
+    if !opts.attn_out_std.is_finite() || !(0.0..=1.0).contains(&opts.attn_out_std) {
+        reject!(
+            "--attn-out-std must be between 0 and 1 (got {})",
+            opts.attn_out_std
+        );
+    }
+    if !opts.router_skew.is_finite() || !(0.0..=8.0).contains(&opts.router_skew) {
+        reject!(
+            "--router-skew must be between 0 and 8 (got {})",
+            opts.router_skew
+        );
+    }
+    // Without a vocabulary the preset's size stands.
+    let mut vocab = Vec::new();
+    if let Some(path) = &opts.vocab {
+        let (v, n_vocab) = vocabulary(path, shape.n_vocab)?;
+        if n_vocab != shape.n_vocab {
+            on(Event::VocabSize {
+                tokens: n_vocab,
+                real: shape.n_vocab,
+            });
+        }
+        shape.n_vocab = n_vocab;
+        vocab = v;
+    }
+    let has_vocab = opts.vocab.is_some();
+    if let Some(path) = &opts.chat_template {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--chat-template: cannot read {}", path.display()))?;
+        vocab.retain(|(k, _)| k != "tokenizer.chat_template");
+        vocab.push(("tokenizer.chat_template".into(), Value::String(text)));
+    }
+
+    let s = &shape;
+    let quant = opts.quant.unwrap_or(s.default_quant);
+    let mut meta = metadata(s, opts.like, quant, opts);
+    meta.extend(vocab);
+
+    // Types: llama.cpp's rules, asked in llama.cpp's order (its counters depend on it).
+    let mut tensors = tensor_list(s, s.n_layer);
+    tensors.sort_by(|x, y| tensor_order(&x.name, &y.name));
+    let facts = ModelFacts {
+        arch: s.arch.into(),
+        n_expert: s.n_expert,
+        n_layer_all: u64::from(s.n_layer),
+        n_gqa: s.n_head / s.n_head_kv,
+        is_70b: false,
+    };
+    let mut planner = Planner::new(
+        &facts,
+        quant,
+        false,
+        tensors.iter().map(|t| t.name.as_str()),
+    );
+    let mut typed = Vec::with_capacity(tensors.len());
+    let mut offset = 0u64;
+    for t in tensors {
+        let d = planner.decide(&t.name, &t.dims, TensorType::Known(GgmlType::F32))?;
+        let TensorType::Known(ty) = d.ty else {
+            fail!("tensor {}: no known type chosen", t.name);
+        };
+        if t.role == Role::Weight && block_profile(ty).is_none() {
+            reject!(
+                "tensor {}: the {} mix gives it type {}, which gen-model cannot fill",
+                t.name,
+                quant.name(),
+                ty.name()
+            );
+        }
+        let bytes = gguf::tensor_bytes(&t.name, &t.dims, ty)?;
+        typed.push(PlannedTensor {
+            name: t.name,
+            dims: t.dims,
+            ty,
+            offset,
+            bytes,
+            role: t.role,
+        });
+        offset = (offset + bytes).next_multiple_of(32);
+    }
+    Ok(Plan {
+        title: s.title,
+        quant,
+        n_layer: s.n_layer,
+        n_expert: s.n_expert,
+        tensors: typed,
+        data_bytes: offset,
+        has_vocab,
+        meta,
+        seed: opts.seed,
+        router_skew: opts.router_skew,
+        attn_out_std: opts.attn_out_std,
+    })
+}
+
+/// The model's metadata, tokenizer aside.
+fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(String, Value)> {
+    let arch = s.arch;
+    let mut meta: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        ("general.type".into(), Value::String("model".into())),
+        (
+            "general.name".into(),
+            Value::String(format!(
+                "sluice gen-model {} {} (random weights)",
+                s.title,
+                quant.name()
+            )),
+        ),
+        ("general.file_type".into(), Value::U32(quant.id())),
+        ("general.quantization_version".into(), Value::U32(2)),
+    ];
+    let a = |k: &str| format!("{arch}.{k}");
+    meta.push((a("vocab_size"), Value::U32(s.n_vocab as u32)));
+    meta.push((a("context_length"), Value::U32(s.ctx_train)));
+    meta.push((a("embedding_length"), Value::U32(s.n_embd as u32)));
+    meta.push((a("block_count"), Value::U32(s.n_layer)));
+    meta.push((a("feed_forward_length"), Value::U32(s.n_ff as u32)));
+    meta.push((a("attention.head_count"), Value::U32(s.n_head as u32)));
+    meta.push((a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32)));
+    if s.head_dim * s.n_head != s.n_embd {
+        meta.push((a("attention.key_length"), Value::U32(s.head_dim as u32)));
+        meta.push((a("attention.value_length"), Value::U32(s.head_dim as u32)));
+    }
+    meta.push((a("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)));
+    meta.push((a("rope.freq_base"), Value::F32(s.rope_base)));
+    if s.rope_dims_key {
+        meta.push((a("rope.dimension_count"), Value::U32(s.head_dim as u32)));
+    }
+    meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
+    meta.push((a("expert_used_count"), Value::U32(s.n_expert_used)));
+    if s.expert_ff_key {
+        meta.push((
+            a("expert_feed_forward_length"),
+            Value::U32(s.n_ff_exp as u32),
+        ));
+    }
+    if s.gpt_oss {
+        meta.push((a("attention.sliding_window"), Value::U32(GPT_OSS_SWA)));
+        meta.push((a("rope.scaling.type"), Value::String("yarn".into())));
+        meta.push((a("rope.scaling.factor"), Value::F32(GPT_OSS_YARN.0)));
+        meta.push((
+            a("rope.scaling.original_context_length"),
+            Value::U32(GPT_OSS_YARN.1),
+        ));
+    }
+    meta.push((
+        "sluice.gen_model.like".into(),
+        Value::String(like.name().into()),
+    ));
+    meta.push(("sluice.gen_model.seed".into(), Value::U64(opts.seed)));
+    meta.push((
+        "sluice.gen_model.router_skew".into(),
+        Value::F32(opts.router_skew),
+    ));
+    meta.push((
+        "sluice.gen_model.attn_out_std".into(),
+        Value::F32(opts.attn_out_std),
+    ));
+    meta
+}
+
+/// Write the planned model to `out`: bytes generated while they are written, to `OUT.part`,
+/// synced and renamed. Tells `on` of the progress after every chunk of a few MiB.
+pub fn write(plan: Plan, out: &Path, on: &mut dyn FnMut(Event)) -> Result<Written> {
+    if !plan.has_vocab {
+        reject!("the plan has no vocabulary: give one to write the model");
+    }
+    let total = plan.tensor_bytes();
+    let done = Rc::new(Cell::new(0u64));
+    let on = Rc::new(std::cell::RefCell::new(on));
+    let mut w = GgufWriter::new();
+    for (k, v) in plan.meta {
+        w.add_metadata(k, v)?;
+    }
+    // The experts' popularity gains, one stream for the whole model.
+    let mut gain_rng = WyRand::new(plan.seed ^ 0x5EED_0F5E_ED00);
+    for t in &plan.tensors {
+        let seed = plan.seed ^ name_hash(&t.name);
+        let ty = t.ty;
+        match t.role {
+            Role::Norm => {
+                let n: u64 = t.dims.iter().product();
+                w.add_tensor(t.name.clone(), &t.dims, ty, f32_bytes((0..n).map(|_| 1.0)))?;
+            }
+            Role::Router => {
+                let (cols, rows) = (t.dims[0], t.dims[1]);
+                let sd = 1.0 / (cols as f64).sqrt();
+                let mut rng = WyRand::new(seed);
+                let mut vals = Vec::with_capacity((rows * cols) as usize);
+                for _ in 0..rows {
+                    let gain = (f64::from(plan.router_skew) * gain_rng.normal()).exp();
+                    vals.extend((0..cols).map(|_| (rng.normal() * sd * gain) as f32));
+                }
+                w.add_tensor(t.name.clone(), &t.dims, ty, f32_bytes(vals))?;
+            }
+            Role::Small(sd) => {
+                let n: u64 = t.dims.iter().product();
+                let mut rng = WyRand::new(seed);
+                let vals: Vec<f32> = (0..n)
+                    .map(|_| (rng.normal() * f64::from(sd)) as f32)
+                    .collect();
+                w.add_tensor(t.name.clone(), &t.dims, ty, f32_bytes(vals))?;
+            }
+            Role::Weight => {
+                let n_bytes = t.bytes;
+                let sd = weight_std(&t.name, plan.attn_out_std);
+                let (done, on) = (Rc::clone(&done), Rc::clone(&on));
+                w.add_tensor_with(t.name.clone(), &t.dims, ty, move |out| {
+                    let progress = |n: u64| {
+                        done.set(done.get() + n);
+                        let mut on = on.borrow_mut();
+                        on(Event::Progress {
+                            done: done.get(),
+                            total,
+                        });
+                    };
+                    write_blocks(out, ty, sd, n_bytes, seed, &progress)
+                })?;
+            }
+        }
+    }
+
+    let part = PathBuf::from(format!("{}.part", out.display()));
+    let (bytes, file, direct) = match DirectWriter::create(&part) {
+        Ok(mut dw) => {
+            let n = w
+                .write_to(&mut dw)
+                .with_context(|| format!("writing {}", part.display()))?;
+            let file = dw
+                .finish()
+                .with_context(|| format!("writing {}", part.display()))?;
+            (n, file, true)
+        }
+        // O_DIRECT refused (tmpfs, some network file systems): through the page cache.
+        Err(_) => {
+            let file =
+                File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
+            let mut bw = BufWriter::with_capacity(1 << 20, file);
+            let n = w
+                .write_to(&mut bw)
+                .with_context(|| format!("writing {}", part.display()))?;
+            let file = bw
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .with_context(|| format!("writing {}", part.display()))?;
+            (n, file, false)
+        }
+    };
+    file.sync_all()
+        .with_context(|| format!("syncing {}", part.display()))?;
+    drop(file);
+    std::fs::rename(&part, out)
+        .with_context(|| format!("renaming {} to {}", part.display(), out.display()))?;
+    Ok(Written { bytes, direct })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_blocks_have_the_intended_spread_and_zero_mean() {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::IQ4_NL,
+            GgmlType::MXFP4,
+        ] {
+            let n_bytes = (ty.type_size() * 2048) as u64;
+            let mut buf = Vec::new();
+            let done = Cell::new(0);
+            let progress = |n| done.set(done.get() + n);
+            write_blocks(&mut buf, ty, WEIGHT_STD, n_bytes, 7, &progress).expect("write");
+            assert_eq!(buf.len() as u64, n_bytes);
+            assert_eq!(done.get(), n_bytes);
+            let w = quant::dequantize_to_vec(ty, &buf).expect("dequantize");
+            let n = w.len() as f64;
+            let mean = w.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let sd = (w
+                .iter()
+                .map(|&v| (f64::from(v) - mean).powi(2))
+                .sum::<f64>()
+                / n)
+                .sqrt();
+            assert!(w.iter().all(|v| v.is_finite()), "{ty:?}");
+            // Within 12% of the target spread, and a mean far below it.
+            assert!((sd / 0.02 - 1.0).abs() < 0.12, "{ty:?}: sd {sd}");
+            assert!(mean.abs() < 0.05 * sd, "{ty:?}: mean {mean} sd {sd}");
+        }
+    }
+
+    #[test]
+    fn presets_are_found_by_name_and_plan_without_a_vocabulary() {
+        for l in Like::ALL {
+            assert_eq!(Like::from_name(l.name()), Some(l));
+        }
+        let opts = Options {
+            like: Like::Olmoe1b7b,
+            quant: None,
+            layers: Some(2),
+            vocab: None,
+            router_skew: 0.0,
+            experts_used: None,
+            attn_out_std: 0.0045,
+            seed: 0,
+            chat_template: None,
+        };
+        let plan = plan(&opts, &mut |_| panic!("no vocabulary, no event")).expect("plan");
+        assert_eq!(plan.quant, FileType::Q4_K_M);
+        assert_eq!(plan.layer_bytes().len(), 2);
+        // offsets are 32-aligned and the tensors do not overlap
+        for w in plan.tensors.windows(2) {
+            assert_eq!(w[1].offset, (w[0].offset + w[0].bytes).next_multiple_of(32));
+        }
+        let dir = std::env::temp_dir().join(format!("transform-plan-{}", std::process::id()));
+        let err = write(plan, &dir, &mut |_| {}).expect_err("no vocabulary");
+        assert!(err.is_rejected(), "{err}");
+        assert!(!dir.exists());
+        let bad = Options {
+            layers: Some(17),
+            ..opts
+        };
+        assert!(plan_err(&bad).contains("--layers must be between 1 and 16"));
+    }
+
+    fn plan_err(opts: &Options) -> String {
+        plan(opts, &mut |_| {}).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn types_without_a_generator_are_refused() {
+        let mut buf = Vec::new();
+        let err = write_blocks(&mut buf, GgmlType::IQ2_XXS, WEIGHT_STD, 66, 1, &|_| {})
+            .expect_err("refused");
+        assert!(err.to_string().contains("iq2_xxs"), "{err}");
+    }
+}
