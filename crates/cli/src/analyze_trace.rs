@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use runtime::telemetry::Phase;
 use serde_json::{Value, json};
 
 pub use runtime::read::{
@@ -39,10 +40,10 @@ impl PhaseSel {
         }
     }
 
-    fn keeps(self, phase: u8) -> bool {
+    fn keeps(self, phase: Phase) -> bool {
         match self {
-            PhaseSel::Decode => phase == 1,
-            PhaseSel::Prefill => phase == 0,
+            PhaseSel::Decode => phase == Phase::Decode,
+            PhaseSel::Prefill => phase == Phase::Prefill,
             PhaseSel::All => true,
         }
     }
@@ -185,7 +186,7 @@ pub fn io_report(reads: &[IoRead], phase: PhaseSel, metrics: Option<MetricsWall>
     let bandwidth = metrics.map(|csv| {
         let trace_read_bytes: u64 = reads
             .iter()
-            .filter(|r| r.phase == 1)
+            .filter(|r| r.phase == Phase::Decode)
             .map(|r| r.read_bytes)
             .sum();
         let mib_per_s = if csv.wall_ms > 0.0 {
@@ -391,7 +392,7 @@ pub fn compute_report(nodes: &[Node], phase: PhaseSel) -> ComputeReport {
     // Layer -1 (and anything negative) sorts after the layers as "other".
     let mut layers: BTreeMap<(bool, i64), (u64, u64, u64)> = BTreeMap::new();
     // By name: op, layer, the passes it ran in, wall, faults.
-    type ByName = (String, i64, BTreeSet<(u64, u8, u64)>, u64, u64);
+    type ByName = (String, i64, BTreeSet<(u64, Phase, u64)>, u64, u64);
     let mut names: BTreeMap<&str, ByName> = BTreeMap::new();
     for n in &sel {
         let pass = (n.turn, n.phase, n.step);

@@ -5,6 +5,8 @@
 
 use std::str::FromStr;
 
+use crate::telemetry::Phase;
+
 /// A malformed telemetry file: which file, which line (when one is to blame), what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}{}: {msg}", line.map(|l| format!(":{l}")).unwrap_or_default())]
@@ -144,16 +146,17 @@ impl Table<'_> {
     }
 
     /// A row's `phase` field: 0 (prefill) or 1 (decode).
-    pub fn phase(&self, row: &(usize, Vec<&str>), col: Col<'_>) -> Result<u8> {
+    pub fn phase(&self, row: &(usize, Vec<&str>), col: Col<'_>) -> Result<Phase> {
         let p: u8 = self.get(row, col)?;
-        if p > 1 {
-            return Err(at(
+        match p {
+            0 => Ok(Phase::Prefill),
+            1 => Ok(Phase::Decode),
+            _ => Err(at(
                 self.file,
                 row.0,
                 format!("phase {p}: expected 0 (prefill) or 1 (decode)"),
-            ));
+            )),
         }
-        Ok(p)
     }
 }
 
@@ -161,7 +164,7 @@ impl Table<'_> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IoRead {
     pub turn: u64,
-    pub phase: u8,
+    pub phase: Phase,
     pub step: u64,
     pub lane: u32,
     pub spec: bool,
@@ -234,7 +237,7 @@ pub fn parse_metrics_wall(file: &str, text: &str) -> Result<MetricsWall> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
     pub turn: u64,
-    pub phase: u8,
+    pub phase: Phase,
     pub step: u64,
     pub layer: i64,
     pub op: String,
@@ -286,7 +289,7 @@ latency_ns,read_bytes,extra,req_bytes,spec,lane,step,phase,turn
             r,
             vec![IoRead {
                 turn: 2,
-                phase: 1,
+                phase: Phase::Decode,
                 step: 7,
                 lane: 3,
                 spec: false,
@@ -356,7 +359,7 @@ latency_ns,read_bytes,extra,req_bytes,spec,lane,step,phase,turn
             .map(|r| {
                 (
                     r.turn,
-                    r.phase,
+                    r.phase.code(),
                     r.step,
                     r.lane,
                     r.spec,
@@ -401,7 +404,7 @@ latency_ns,read_bytes,extra,req_bytes,spec,lane,step,phase,turn
                 .map(|n| {
                     (
                         n.turn,
-                        n.phase,
+                        n.phase.code(),
                         n.step,
                         n.layer,
                         n.op.as_str(),

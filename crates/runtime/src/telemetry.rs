@@ -817,7 +817,7 @@ impl TraceWriter {
 }
 
 /// Which pass of a turn a trace row belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     Prefill,
     Decode,
