@@ -823,23 +823,12 @@ fn check_convertible(t: &TensorInfo, allow_requantize: bool) -> Result<()> {
     }
 }
 
-/// Keep the first error whole in `slot`; the writer gets an io::Error with its message.
+/// Keep the first error whole in `slot` (it is what `quantize` returns); the writer only
+/// needs an io::Error to stop on.
 fn stash(slot: &RefCell<Option<Error>>, e: Error) -> io::Error {
-    let msg = chain(&e);
+    let msg = e.to_string();
     slot.borrow_mut().get_or_insert(e);
     io::Error::other(msg)
-}
-
-/// An error's message followed by those of its causes, `: `-separated.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// `OUT.tmp` next to `OUT`.
