@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use gguf::{ArrayValue, Gguf, GgufFile, Metadata, TensorInfo, TensorType, Value};
+use model::human_bytes;
 use serde_json::json;
 use store::{ExpertLayout, Fusion};
 
@@ -146,21 +147,6 @@ fn shape_str(dims: &[u64]) -> String {
     )
 }
 
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 /// One array element, formatted once for both the text and the JSON report.
 enum Elem<'a> {
     /// A number in Rust's shortest round-trip decimal form (`{:?}`).
@@ -282,7 +268,7 @@ fn text_report(w: &mut impl Write, model: &Model, n: usize) -> Result<()> {
         writeln!(
             w,
             "{label}: {path} ({}, tensor data at byte {data})",
-            human_bytes(*len)
+            human_bytes(*len, 1)
         )?;
     }
     writeln!(
@@ -317,7 +303,7 @@ fn text_report(w: &mut impl Write, model: &Model, n: usize) -> Result<()> {
         w,
         "tensors: {} ({} of tensor data; shapes in ggml order, ne0 first)",
         model.tensors().len(),
-        human_bytes(total)
+        human_bytes(total, 1)
     )?;
     let rows: Vec<[String; 5]> = model
         .tensors()
@@ -400,9 +386,9 @@ fn experts_text(w: &mut impl Write, model: &Model) -> Result<()> {
         layout.layers.len(),
         layout.n_expert,
         layout.n_expert_used,
-        human_bytes(layout.expert_bytes_total()),
-        human_bytes(layout.dense_bytes),
-        human_bytes(layout.token_cycle_bytes())
+        human_bytes(layout.expert_bytes_total(), 1),
+        human_bytes(layout.dense_bytes, 1),
+        human_bytes(layout.token_cycle_bytes(), 1)
     )?;
     writeln!(
         w,

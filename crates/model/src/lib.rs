@@ -21,7 +21,7 @@ pub use error::ModelError;
 pub use hparams::{
     HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, PerLayer, Rope, RopeScalingType,
 };
-pub use model::{Model, arch_of};
+pub use model::{Model, arch_of, human_bytes};
 pub use tensors::{
     DenseFfn, ExpertSlice, Ffn, LayerTensors, ModelTensors, MoeBiases, MoeFfn, SharedExpert, Tensor,
 };

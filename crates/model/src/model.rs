@@ -37,7 +37,9 @@ pub fn arch_of(file: &GgufFile) -> Result<Arch, ModelError> {
     }
 }
 
-fn human_bytes(n: u64) -> String {
+/// `n` bytes in the largest binary unit (B to TiB) that keeps the number at least 1, with
+/// `decimals` decimals (whole bytes have none): `human_bytes(1536, 1)` is `1.5 KiB`.
+pub fn human_bytes(n: u64, decimals: usize) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -48,7 +50,7 @@ fn human_bytes(n: u64) -> String {
     if u == 0 {
         format!("{n} B")
     } else {
-        format!("{v:.2} {}", UNITS[u])
+        format!("{v:.decimals$} {}", UNITS[u])
     }
 }
 
@@ -211,17 +213,17 @@ impl<'a> Model<'a> {
         let _ = writeln!(
             s,
             "weights: {} resident (non-expert), {} routed experts",
-            human_bytes(self.dense_bytes()),
-            human_bytes(expert_total)
+            human_bytes(self.dense_bytes(), 2),
+            human_bytes(expert_total, 2)
         );
         for (il, l) in self.tensors.layers.iter().enumerate() {
             if let Ffn::Moe(m) = &l.ffn {
                 let _ = writeln!(
                     s,
                     "  layer {il}: experts {} ({} bytes; {} per expert; gate {}, up {}, down {})",
-                    human_bytes(m.expert_bytes().unwrap_or(0)),
+                    human_bytes(m.expert_bytes().unwrap_or(0), 2),
                     m.expert_bytes().unwrap_or(0),
-                    human_bytes(m.bytes_per_expert().unwrap_or(0)),
+                    human_bytes(m.bytes_per_expert().unwrap_or(0), 2),
                     m.gate_exps.ty,
                     m.up_exps.ty,
                     m.down_exps.ty
@@ -229,5 +231,21 @@ impl<'a> Model<'a> {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn byte_counts_take_the_largest_unit_that_keeps_them_above_one() {
+        assert_eq!(human_bytes(0, 2), "0 B");
+        assert_eq!(human_bytes(1023, 2), "1023 B");
+        assert_eq!(human_bytes(1024, 2), "1.00 KiB");
+        assert_eq!(human_bytes(1536, 1), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30, 1), "3.0 GiB");
+        assert_eq!(human_bytes(5 << 40, 2), "5.00 TiB");
+        assert_eq!(human_bytes(u64::MAX, 0), "16777216 TiB");
     }
 }
