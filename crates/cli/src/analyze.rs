@@ -353,29 +353,13 @@ fn replay(args: ReplayArgs) -> Result<()> {
         std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.png {
-        let font = load_font(args.font.as_deref())?;
+        let font = crate::plot::load_font(args.font.as_deref())?;
         draw_png(path, &policies, &results, font)
             .with_context(|| format!("drawing {}", path.display()))?;
     }
     Ok(())
 }
 
-/// Where common systems keep a sans-serif TrueType font.
-const SYSTEM_FONTS: &[&str] = &[
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
-    "/System/Library/Fonts/Supplemental/Arial.ttf",
-    "/Library/Fonts/Arial.ttf",
-    "C:\\Windows\\Fonts\\arial.ttf",
-];
-
-/// Reads the chart font. The bytes live as long as the process (the plotting library keeps a
-/// registry of `'static` fonts); one font per run.
 /// The first line of a report on a routing trace: the file and the model it describes.
 pub(crate) fn trace_line(path: &Path, trace: &trace::RouteTrace) -> String {
     format!(
@@ -389,24 +373,6 @@ pub(crate) fn trace_line(path: &Path, trace: &trace::RouteTrace) -> String {
     )
 }
 
-pub(crate) fn load_font(explicit: Option<&Path>) -> Result<&'static [u8]> {
-    let path = match explicit {
-        Some(p) => p.to_path_buf(),
-        None => SYSTEM_FONTS
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .with_context(|| {
-                format!(
-                    "--png: no TrueType font for the chart's text (looked for {}); pass --font FILE.ttf",
-                    SYSTEM_FONTS.join(", ")
-                )
-            })?,
-    };
-    let bytes = std::fs::read(&path).with_context(|| format!("reading font {}", path.display()))?;
-    Ok(Box::leak(bytes.into_boxed_slice()))
-}
-
 fn draw_png(
     path: &Path,
     policies: &[ReplayPolicy],
@@ -415,11 +381,8 @@ fn draw_png(
 ) -> Result<()> {
     use plotters::prelude::*;
 
-    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| anyhow::anyhow!("the font file is not a TrueType/OpenType font"))?;
     let max_mib = results.iter().map(|(m, _)| *m).max().unwrap_or(1) as f64;
-    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = crate::plot::canvas(path, (960, 600), font)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Expert-cache replay: decode hit % vs budget",
@@ -438,11 +401,7 @@ fn draw_png(
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
         .draw()?;
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-    ];
+    let colors = crate::plot::COLORS;
     for (i, &policy) in policies.iter().enumerate() {
         let color = colors[i % colors.len()];
         let points: Vec<(f64, f64)> = results

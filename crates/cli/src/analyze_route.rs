@@ -63,7 +63,7 @@ pub fn run(args: RouteArgs) -> Result<()> {
         print!("{}", report(&args.trace, &trace, &a));
     }
     if let Some(path) = &args.png {
-        let font = crate::analyze::load_font(args.font.as_deref())?;
+        let font = crate::plot::load_font(args.font.as_deref())?;
         draw_png(path, &a, font).with_context(|| format!("drawing {}", path.display()))?;
     }
     Ok(())
@@ -264,12 +264,9 @@ fn to_json(path: &Path, trace: &trace::RouteTrace, a: &RouteAnalysis) -> Value {
 fn draw_png(path: &Path, a: &RouteAnalysis, font: &'static [u8]) -> Result<()> {
     use plotters::prelude::*;
 
-    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| anyhow::anyhow!("the font file is not a TrueType/OpenType font"))?;
-    let root = BitMapBackend::new(path, (1280, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = crate::plot::canvas(path, (1280, 560), font)?;
     let panels = root.split_evenly((1, 2));
-    let blue = RGBColor(31, 119, 180);
+    let blue = crate::plot::COLORS[0];
 
     let max_share = (0..REUSE_BUCKETS.len())
         .map(|i| a.reuse.share_pct(i))

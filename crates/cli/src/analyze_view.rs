@@ -14,6 +14,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use runtime::read::LooseTable as Table;
 use trace::{Phase, RouteRow, RouteTrace, read_route_trace};
 
 #[derive(clap::Args, Debug)]
@@ -151,127 +152,18 @@ fn esc(text: &str) -> String {
     out
 }
 
-/// Splits `key=value key=value` into pairs; a token without `=` continues the previous value
-/// (after one space), so that a path containing spaces survives.
-fn key_values(text: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for token in text.split_whitespace() {
-        match token.split_once('=') {
-            Some((key, value)) if !key.is_empty() => out.push((key.to_string(), value.to_string())),
-            _ => {
-                if let Some((_, value)) = out.last_mut() {
-                    value.push(' ');
-                    value.push_str(token);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// A `#`-preambled CSV read by column name: the `#` lines before the header (without the
-/// first, magic line), the header, the data rows, and the `#` lines after the header.
-#[derive(Debug)]
-struct Table {
-    name: String,
-    preamble: Vec<(String, String)>,
-    header: Vec<String>,
-    /// (1-based line number, fields).
-    rows: Vec<(usize, Vec<String>)>,
-    trailer: Vec<String>,
-}
-
-impl Table {
-    fn parse(text: &str, name: &str) -> Result<Table> {
-        let mut t = Table {
-            name: name.to_string(),
-            preamble: Vec::new(),
-            header: Vec::new(),
-            rows: Vec::new(),
-            trailer: Vec::new(),
-        };
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim_end_matches('\r');
-            if i == 0 || line.trim().is_empty() {
-                continue;
-            }
-            if let Some(rest) = line.strip_prefix('#') {
-                if t.header.is_empty() {
-                    t.preamble.extend(key_values(rest));
-                } else {
-                    t.trailer.push(rest.trim().to_string());
-                }
-            } else if t.header.is_empty() {
-                t.header = line.split(',').map(|s| s.trim().to_string()).collect();
-            } else {
-                t.rows.push((
-                    i + 1,
-                    line.split(',').map(|s| s.trim().to_string()).collect(),
-                ));
-            }
-        }
-        if t.header.is_empty() {
-            bail!("{name}: no column header line");
-        }
-        Ok(t)
-    }
-
-    fn read(path: &Path) -> Result<Table> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Table::parse(&text, &path.display().to_string())
-    }
-
-    fn col(&self, name: &str) -> Option<usize> {
-        self.header.iter().position(|h| h == name)
-    }
-
-    fn need(&self, name: &str) -> Result<usize> {
-        self.col(name).with_context(|| {
-            format!(
-                "{}: the column header has no `{name}` column (columns are read by name)",
-                self.name
-            )
-        })
-    }
-
-    fn pre(&self, key: &str) -> Option<&str> {
-        self.preamble
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Field `col` of a row as a number; `None` for an absent column. A field that is not a
-    /// number is an error naming the file and line.
-    fn num(&self, row: &(usize, Vec<String>), col: Option<usize>) -> Result<Option<f64>> {
-        let Some(c) = col else { return Ok(None) };
-        let (line, fields) = row;
-        let text = fields.get(c).map(String::as_str).unwrap_or("");
-        let v = text.parse::<f64>().map_err(|_| {
-            anyhow::anyhow!(
-                "{}:{line}: `{}`: expected a number, found `{}`",
-                self.name,
-                self.header[c],
-                text.chars().take(40).collect::<String>()
-            )
-        })?;
-        Ok(Some(v))
-    }
-
-    fn text<'a>(&self, row: &'a (usize, Vec<String>), col: Option<usize>) -> &'a str {
-        col.and_then(|c| row.1.get(c))
-            .map(String::as_str)
-            .unwrap_or("")
-    }
+fn read_table(path: &Path) -> Result<Table> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Table::parse(&text, &path.display().to_string())?)
 }
 
 pub fn run(args: ViewArgs) -> Result<()> {
     let files = find_files(&args.dir)?;
     let route = read_route_trace(&files.route)?;
-    let metrics = files.metrics.as_deref().map(Table::read).transpose()?;
-    let io = files.io.as_deref().map(Table::read).transpose()?;
-    let compute = files.compute.as_deref().map(Table::read).transpose()?;
+    let metrics = files.metrics.as_deref().map(read_table).transpose()?;
+    let io = files.io.as_deref().map(read_table).transpose()?;
+    let compute = files.compute.as_deref().map(read_table).transpose()?;
     let page = render(&Inputs {
         files: &files,
         route: &route,
@@ -496,7 +388,12 @@ fn summary_pairs(t: &Table) -> Vec<(String, String)> {
         .iter()
         .rev()
         .find_map(|l| l.strip_prefix("summary"))
-        .map(key_values)
+        .map(|l| {
+            trace::parse::key_values(l)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -1035,24 +932,6 @@ mod tests {
         );
         assert_eq!(esc("a\nb"), "a&#10;b");
         assert_eq!(esc("plain 12.5 µs"), "plain 12.5 µs");
-    }
-
-    #[test]
-    fn tables_are_read_by_column_name() {
-        let text = "# io_trace v1\n# a=1 model=/x y/z.gguf b=2\nlane,read_bytes,latency_ns\n\
-                    0,4096,1000\n1,8192,3000\n# summary k=v\n";
-        let t = Table::parse(text, "io.csv").unwrap();
-        assert_eq!(t.pre("model"), Some("/x y/z.gguf"));
-        assert_eq!(t.pre("b"), Some("2"));
-        assert_eq!(t.header, ["lane", "read_bytes", "latency_ns"]);
-        assert_eq!(t.rows.len(), 2);
-        let c = t.col("latency_ns");
-        assert_eq!(t.num(&t.rows[1], c).unwrap(), Some(3000.0));
-        assert_eq!(t.num(&t.rows[1], t.col("nope")).unwrap(), None);
-        assert_eq!(t.trailer, ["summary k=v"]);
-        let bad = Table::parse("# io_trace v1\nx\nzz\n", "f.csv").unwrap();
-        let err = bad.num(&bad.rows[0], Some(0)).unwrap_err().to_string();
-        assert!(err.contains("f.csv:3") && err.contains("zz"), "{err}");
     }
 
     const ROUTE: &str = "# route_trace v1\n\

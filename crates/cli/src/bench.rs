@@ -991,7 +991,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         medians.join("; ")
     );
     if let Some(png) = &args.png {
-        let font = crate::analyze::load_font(args.font.as_deref())?;
+        let font = crate::plot::load_font(args.font.as_deref())?;
         draw_png(png, &results, font)?;
         let rel = match (&args.append, png.parent()) {
             (Some(a), Some(_)) => a
@@ -1083,15 +1083,12 @@ fn median_ratios(results: &[RunResult], peer: &str) -> Vec<String> {
 
 fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<()> {
     use plotters::prelude::*;
-    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| anyhow!("the font file is not a TrueType/OpenType font"))?;
     let max = results
         .iter()
         .filter_map(|r| r.decode_tps)
         .fold(0f64, f64::max)
         .max(1e-3);
-    let root = BitMapBackend::new(path, (960, 540)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = crate::plot::canvas(path, (960, 540), font)?;
     let n = results.len();
     let mut chart = ChartBuilder::on(&root)
         .caption("Decode tok/s per run (A B A B)", ("sans-serif", 24))
@@ -1107,13 +1104,7 @@ fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<(
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
         .draw()?;
-    let color = |e: &str| {
-        if e == "sluice" {
-            RGBColor(31, 119, 180)
-        } else {
-            RGBColor(214, 39, 40)
-        }
-    };
+    let color = |e: &str| crate::plot::COLORS[usize::from(e != "sluice")];
     chart.draw_series(results.iter().enumerate().filter_map(|(i, r)| {
         let v = r.decode_tps?;
         Some(Rectangle::new(

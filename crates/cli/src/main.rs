@@ -13,6 +13,7 @@ mod genmodel;
 mod inspect;
 mod logits;
 mod npy;
+mod plot;
 mod ppl;
 mod quantize;
 mod run;

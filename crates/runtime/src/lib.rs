@@ -18,6 +18,7 @@ pub mod notice;
 pub mod open;
 pub mod prompt;
 pub mod read;
+pub mod report;
 pub mod routes;
 pub mod score;
 pub mod session;

@@ -163,7 +163,7 @@ fn truncate(text: &str) -> String {
 
 /// Splits `key=value key=value` into pairs. A token without `=` continues the previous value
 /// (after one space), so that a model path containing spaces survives.
-fn key_values(text: &str) -> Vec<(&str, String)> {
+pub fn key_values(text: &str) -> Vec<(&str, String)> {
     let mut out: Vec<(&str, String)> = Vec::new();
     for token in text.split_whitespace() {
         match token.split_once('=') {
