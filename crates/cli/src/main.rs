@@ -694,16 +694,27 @@ fn main() -> ExitCode {
                         chatml: args.chatml,
                         route_trace: args.route_trace,
                         route_replay: args.route_replay,
-                        route_stream: args.route_trace_stream.map(|p| (p, false)).or_else(|| {
-                            std::env::var_os("ROUTE_TRACE")
-                                .filter(|v| !v.is_empty())
-                                .map(|v| (std::path::PathBuf::from(v), true))
-                        }),
+                        route_stream: args
+                            .route_trace_stream
+                            .map(|path| (path, false))
+                            .or_else(|| {
+                                std::env::var_os("ROUTE_TRACE")
+                                    .filter(|v| !v.is_empty())
+                                    .map(|v| (std::path::PathBuf::from(v), true))
+                            })
+                            .map(|(path, from_env)| runtime::open::RouteStreamFile {
+                                path,
+                                from_env,
+                            }),
                         io_trace: args.io_trace,
                         compute_trace: args
                             .compute_trace
                             .map(|p| (p, false))
-                            .or(args.compute_trace_layers.map(|p| (p, true))),
+                            .or(args.compute_trace_layers.map(|p| (p, true)))
+                            .map(|(path, by_layer)| runtime::open::ComputeTraceFile {
+                                path,
+                                by_layer,
+                            }),
                         token_figures,
                     },
                     prompt: args.prompt,

@@ -25,7 +25,9 @@ use crate::history::{self, HistoryConfig};
 use crate::load::{build_engine, load_model, thread_count};
 use crate::notice::Notices;
 use crate::routes;
-use crate::stream::{BatchView, CacheMb, Decision, StreamConfig, StreamCounters, open_for};
+use crate::stream::{
+    BatchView, CacheMb, Decision, ReadAhead, StreamConfig, StreamCounters, open_for,
+};
 use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Preamble, resident_mode_line};
 
 /// Context size when none is given (capped at the model's training context).
@@ -75,14 +77,29 @@ pub struct RunConfig {
     pub chatml: bool,
     pub route_trace: Option<PathBuf>,
     pub route_replay: Option<PathBuf>,
-    /// colibri's `ROUTE_TRACE` stream, and whether its path came from the environment (then a
-    /// file that cannot be opened is a warning, as colibri has it).
-    pub route_stream: Option<(PathBuf, bool)>,
+    /// colibri's `ROUTE_TRACE` stream.
+    pub route_stream: Option<RouteStreamFile>,
     pub io_trace: Option<PathBuf>,
-    /// The `compute_trace v1` file, and whether by layer.
-    pub compute_trace: Option<(PathBuf, bool)>,
+    /// The `compute_trace v1` file.
+    pub compute_trace: Option<ComputeTraceFile>,
     /// Take the per-token figures (a [`crate::telemetry::TokenRow`] per token for the sink).
     pub token_figures: bool,
+}
+
+/// Where colibri's `ROUTE_TRACE` stream goes, and whether the path came from the environment
+/// (then a file that cannot be opened is a warning, as colibri has it).
+#[derive(Clone, Debug)]
+pub struct RouteStreamFile {
+    pub path: PathBuf,
+    pub from_env: bool,
+}
+
+/// Where the `compute_trace v1` file goes, and whether it times layer segments
+/// (`--compute-trace-layers`) instead of every named node.
+#[derive(Clone, Debug)]
+pub struct ComputeTraceFile {
+    pub path: PathBuf,
+    pub by_layer: bool,
 }
 
 impl RunConfig {
@@ -457,7 +474,7 @@ impl Loaded {
             None => None,
         };
         let route_stream = match &cfg.route_stream {
-            Some((path, from_env)) => {
+            Some(RouteStreamFile { path, from_env }) => {
                 let first = w
                     .layout
                     .and_then(|l| l.layers.first())
@@ -526,8 +543,8 @@ impl Loaded {
             dense_weights: if streaming { st.dense().name() } else { "mmap" }.to_owned(),
             io_backend: reads.io_backend.to_owned(),
             couple: match st.couple_resolved()? {
-                Some((_, k, d)) if streaming => (k, d),
-                _ => (0, 0),
+                Some((_, ahead)) if streaming => ahead,
+                _ => ReadAhead::default(),
             },
             cache_policy: if streaming {
                 st.cache_policy.name()
@@ -540,7 +557,7 @@ impl Loaded {
             top_k: cfg.sampling.top_k,
             top_p: cfg.sampling.top_p,
             seed: sampler.seed(),
-            compute_trace_layers: cfg.compute_trace.as_ref().is_some_and(|c| c.1),
+            compute_trace_layers: cfg.compute_trace.as_ref().is_some_and(|c| c.by_layer),
             traces: [
                 (cfg.route_trace.is_some(), "route"),
                 (cfg.io_trace.is_some(), "io"),
@@ -658,10 +675,14 @@ fn compute_trace(
     engine: &mut Engine<'_>,
     preamble: &Preamble,
 ) -> Result<Option<Arc<Mutex<ComputeTrace>>>> {
-    let Some((path, layers)) = &cfg.compute_trace else {
+    let Some(file) = &cfg.compute_trace else {
         return Ok(None);
     };
-    let t = Arc::new(Mutex::new(ComputeTrace::create(path, *layers, preamble)?));
+    let t = Arc::new(Mutex::new(ComputeTrace::create(
+        &file.path,
+        file.by_layer,
+        preamble,
+    )?));
     let sink = Arc::clone(&t);
     engine.set_observer(Some(Box::new(move |name, layer, _| {
         sink.lock()

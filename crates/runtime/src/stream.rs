@@ -218,7 +218,7 @@ pub struct StoreSource {
     /// The `--io-trace` file.
     io_trace: Option<Arc<std::sync::Mutex<crate::telemetry::IoTrace>>>,
     /// Co-activation prefetch: the table, how many experts per layer, how many layers on.
-    couple: Option<(store::Couple, usize, u32)>,
+    couple: Option<(store::Couple, ReadAhead)>,
     /// Experts whose read ahead is in flight.
     spec: std::collections::HashSet<(u32, u32)>,
     /// The MoE layers in order.
@@ -366,15 +366,15 @@ impl StoreSource {
         }
     }
 
-    /// Read ahead, after each decode layer, the `k` experts of the next `depth` MoE layers that
-    /// `couple` finds most likely to follow what the layer routed.
-    pub fn set_couple(&mut self, couple: store::Couple, k: usize, depth: u32) {
-        self.couple = Some((couple, k, depth));
+    /// Read ahead, after each decode layer, the `ahead.k` experts of the next `ahead.depth` MoE
+    /// layers that `couple` finds most likely to follow what the layer routed.
+    pub fn set_couple(&mut self, couple: store::Couple, ahead: ReadAhead) {
+        self.couple = Some((couple, ahead));
     }
 
     /// Issue the reads ahead that follow `layer`'s routing of one token (`distinct` experts).
     fn prefetch_next(&mut self, layer: u32, distinct: &[u32]) {
-        let Some((couple, k, depth)) = &self.couple else {
+        let Some((couple, ReadAhead { k, depth })) = &self.couple else {
             return;
         };
         let Some(pos) = self.moe_layers.iter().position(|&l| l == layer) else {
@@ -715,6 +715,14 @@ impl ExpertSource for StoreSource {
         c.resident_bytes
             .store(self.cache.used_bytes(), Ordering::Relaxed);
     }
+}
+
+/// How far the co-activation read-ahead (`--couple`) reaches: experts per layer and MoE
+/// layers ahead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadAhead {
+    pub k: usize,
+    pub depth: u32,
 }
 
 /// How a run streams its experts (the front end's expert-streaming settings; each field's
@@ -1081,7 +1089,8 @@ impl StreamConfig {
         };
         let mut src = StoreSource::open(file, layout, cfg, counters, notices)
             .with_context(|| format!("{name}: cannot stream the experts"))?;
-        if let Some((path, k, d)) = self.couple_resolved()? {
+        if let Some((path, ahead)) = self.couple_resolved()? {
+            let (k, d) = (ahead.k, ahead.depth);
             let table = store::Couple::read(&path)?;
             notices.info(format!(
                 "sluice: co-activation prefetch from {}: {k} experts of the next {} layer{}",
@@ -1094,7 +1103,7 @@ impl StreamConfig {
                     "sluice: warning: --couple reads ahead into the cache; with --cache-mb 0 nothing is read ahead"
                 );
             }
-            src.set_couple(table, k, d);
+            src.set_couple(table, ahead);
         }
         notices.info(format!(
             "sluice: expert reads: {} {} lane{}, {}{}",
@@ -1112,7 +1121,7 @@ impl StreamConfig {
     }
 
     /// `--couple` (or COUPLE) with its K and depth (or COUPLE_K, COUPLE_D).
-    pub fn couple_resolved(&self) -> Result<Option<(PathBuf, usize, u32)>> {
+    pub fn couple_resolved(&self) -> Result<Option<(PathBuf, ReadAhead)>> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let Some(path) = self
             .couple
@@ -1137,7 +1146,7 @@ impl StreamConfig {
             },
             (None, None) => 1,
         };
-        Ok(Some((path, k, d)))
+        Ok(Some((path, ReadAhead { k, depth: d })))
     }
 
     pub fn io_mode(&self) -> IoMode {

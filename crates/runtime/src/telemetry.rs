@@ -379,7 +379,7 @@ pub struct Preamble {
     /// The expert cache's eviction policy (`-` without streaming).
     pub cache_policy: String,
     /// Co-activation prefetch (`--couple`): experts per layer (0: off) and layers ahead.
-    pub couple: (usize, u32),
+    pub couple: crate::stream::ReadAhead,
     pub route_replay: Option<PathBuf>,
     pub temp: f32,
     pub top_k: i32,
@@ -431,8 +431,8 @@ impl Preamble {
             self.dense_weights,
             self.io_backend,
             self.cache_policy,
-            self.couple.0,
-            self.couple.1,
+            self.couple.k,
+            self.couple.depth,
             self.route_replay
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
