@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
-use weights::{FfnW, LayerW, Mat, MoeW, Weights};
+use weights::{DenseW, FfnW, LayerW, Mat, MoeW, SharedW, Weights};
 
 /// Errors of building or running an [`Engine`].
 #[derive(Debug, Error)]
@@ -536,6 +536,484 @@ fn add_bias_slice(x: &mut [f32], b: &[f32]) {
 const SWIGLU_OAI_ALPHA: f32 = 1.702;
 const SWIGLU_OAI_LIMIT: f32 = 7.0;
 
+/// What every stage of a layer reads besides its weights and the scratch: the pool, the
+/// hyperparameters, the layer, the rows of the chunk and the observer.
+#[derive(Clone, Copy)]
+struct Stage<'x, 'a> {
+    pool: &'x ThreadPool,
+    hp: &'x HParams,
+    il: usize,
+    n: usize,
+    obs: Option<&'x Observer<'a>>,
+}
+
+impl Stage<'_, '_> {
+    /// Shows the observer the intermediate `name` of this layer.
+    fn emit(&self, name: &str, data: &[f32]) {
+        if let Some(cb) = self.obs {
+            cb(name, Some(self.il), data);
+        }
+    }
+
+    /// The width of the residual stream.
+    fn e(&self) -> usize {
+        self.hp.n_embd as usize
+    }
+}
+
+/// The attention block of layer `st.il` over the chunk's rows at positions `p0..`: norm, q/k/v
+/// (with their biases and QK-norm), RoPE, the KV store, attention, the output projection, and
+/// the residual added into `s.x`.
+fn attention(
+    st: Stage<'_, '_>,
+    lw: &LayerW<'_>,
+    cache: &mut KvCache,
+    rope: &Rope,
+    p0: usize,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let e = st.e();
+    let hd = hp.head_dim_k as usize;
+    let n_head = hp.n_head.at(il) as usize;
+    let qw = hp.n_embd_q(il) as usize;
+    let kw = hp.n_embd_k_gqa(il) as usize;
+    let eps = hp.rms_eps;
+
+    ops::rms_norm(&s.x[..n * e], &lw.attn_norm, eps, &mut s.cur[..n * e]);
+    st.emit("attn_norm", &s.cur[..n * e]);
+    // q, k, v
+    mm(pool, &lw.wq, lw.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
+    mm(pool, &lw.wk, lw.wk.data, &s.cur, n, &mut s.k, &mut s.qbuf)?;
+    mm(pool, &lw.wv, lw.wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?;
+    let q = &mut s.q[..n * qw];
+    let k = &mut s.k[..n * kw];
+    let v = &mut s.v[..n * kw];
+    add_bias(q, lw.bq.as_ref());
+    add_bias(k, lw.bk.as_ref());
+    add_bias(v, lw.bv.as_ref());
+    // QK-norm (row length = the weight length: one head, or the whole projection)
+    if hp.qk_norm != QkNorm::None {
+        if let Some(qn) = &lw.q_norm {
+            ops::rms_norm_inplace(q, qn, eps);
+        }
+        if let Some(kn) = &lw.k_norm {
+            ops::rms_norm_inplace(k, kn, eps);
+        }
+    }
+    // RoPE
+    let nr = hp.rope.n_rot as usize;
+    for t in 0..n {
+        let cache = &s.rope[t * nr..(t + 1) * nr];
+        rope.apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
+        rope.apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
+    }
+    st.emit("Qcur", q);
+    st.emit("Kcur", k);
+    st.emit("Vcur", v);
+    // KV store and attention
+    for t in 0..n {
+        cache.store(
+            0,
+            p0 + t,
+            &k[t * kw..(t + 1) * kw],
+            &v[t * kw..(t + 1) * kw],
+        )?;
+    }
+    let aw = n_head * hd;
+    let extras = ops::AttnExtras {
+        window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
+        sinks: lw.sinks.as_deref(),
+    };
+    ops::attend_batch_with(
+        pool,
+        &q[..n * aw],
+        cache,
+        0,
+        p0,
+        n,
+        n_head,
+        hp.attn_scale(),
+        extras,
+        &mut s.att[..n * aw],
+    )?;
+    st.emit("kqv_out", &s.att[..n * aw]);
+    mm(
+        pool,
+        &lw.wo,
+        lw.wo.data,
+        &s.att,
+        n,
+        &mut s.proj,
+        &mut s.qbuf,
+    )?;
+    add_bias(&mut s.proj[..n * e], lw.bo.as_ref());
+    st.emit("attn_out", &s.proj[..n * e]);
+    // residual
+    for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
+        *xv += a;
+    }
+    Ok(())
+}
+
+/// A dense FFN on the normed rows `s.cur`, into `s.proj`.
+fn dense_ffn(st: Stage<'_, '_>, d: &DenseW<'_>, s: &mut Scratch) -> Result<(), ForwardError> {
+    let (n, pool, e) = (st.n, st.pool, st.e());
+    let f = d.gate.rows;
+    mm(
+        pool,
+        &d.gate,
+        d.gate.data,
+        &s.cur,
+        n,
+        &mut s.gate,
+        &mut s.qbuf,
+    )?;
+    add_bias(&mut s.gate[..n * f], d.gate_b.as_ref());
+    mm(pool, &d.up, d.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
+    add_bias(&mut s.up[..n * f], d.up_b.as_ref());
+    ops::swiglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
+    mm(
+        pool,
+        &d.down,
+        d.down.data,
+        &s.act,
+        n,
+        &mut s.proj,
+        &mut s.qbuf,
+    )?;
+    add_bias(&mut s.proj[..n * e], d.down_b.as_ref());
+    Ok(())
+}
+
+/// The MoE FFN on the normed rows `s.cur`, into `s.proj`: routing, the source's load and the
+/// route tap, the routed experts, their weighted sum, and the shared expert.
+fn moe_ffn<'a>(
+    st: Stage<'_, 'a>,
+    m: &MoeW<'a>,
+    replayed: Option<&[usize]>,
+    first_pos: usize,
+    source: &mut Option<Box<dyn ExpertSource + 'a>>,
+    route_tap: &mut Option<RouteTap<'a>>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (il, n, e) = (st.il, st.n, st.e());
+    let k_used = route(st, m, replayed, s)?;
+    if let Some(src) = source {
+        src.load(il, &s.ids[..n * k_used])
+            .map_err(ForwardError::Experts)?;
+    }
+    // (after the load, so that a tap can ask the source what each routing found)
+    if let Some(tap) = route_tap {
+        tap(&Routed {
+            layer: il,
+            first_pos,
+            k: k_used,
+            ids: &s.ids[..n * k_used],
+            weights: &s.wts[..n * k_used],
+            replayed: replayed.is_some(),
+        });
+    }
+    routed_experts(st, m, k_used, source, s)?;
+    if let Some(src) = source {
+        src.release(il);
+    }
+    // weighted sum in selection order (each product rounded, then added)
+    for t in 0..n {
+        let out = &mut s.moe[t * e..(t + 1) * e];
+        for slot in 0..k_used {
+            let wt = s.wts[t * k_used + slot];
+            let src = &s.slots[(t * k_used + slot) * e..(t * k_used + slot + 1) * e];
+            if slot == 0 {
+                for (o, &v) in out.iter_mut().zip(src) {
+                    *o = v * wt;
+                }
+            } else {
+                for (o, &v) in out.iter_mut().zip(src) {
+                    *o += v * wt;
+                }
+            }
+        }
+    }
+    st.emit("ffn_moe_out", &s.moe[..n * e]);
+    if let Some(sh) = &m.shared {
+        shared_expert(st, sh, s)?;
+    }
+    s.proj[..n * e].copy_from_slice(&s.moe[..n * e]);
+    Ok(())
+}
+
+/// The router of layer `st.il` on `s.cur`: each row's experts into `s.ids` and their weights
+/// into `s.wts` (`k_used` a row, or a replayed cell's), and each expert's `(row, slot)` uses
+/// into `s.by_expert`. Returns `k_used`.
+fn route(
+    st: Stage<'_, '_>,
+    m: &MoeW<'_>,
+    replayed: Option<&[usize]>,
+    s: &mut Scratch,
+) -> Result<usize, ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let x_n = m.n_expert;
+    let k_used = replayed.map_or(hp.n_expert_used.at(il) as usize, <[usize]>::len);
+    mm(
+        pool,
+        &m.router,
+        m.router.data,
+        &s.cur,
+        n,
+        &mut s.router,
+        &mut s.qbuf,
+    )?;
+    let gating = Gating::from(hp.arch.expert_gating());
+    st.emit("ffn_moe_logits", &s.router[..n * x_n]);
+    if let Some(b) = &m.biases {
+        add_bias(&mut s.router[..n * x_n], Some(&b.router));
+        st.emit("ffn_moe_logits_biased", &s.router[..n * x_n]);
+    }
+    if let Some(cb) = st.obs {
+        for t in 0..n {
+            let (src, dst) = (
+                &s.router[t * x_n..(t + 1) * x_n],
+                &mut s.probs[t * x_n..(t + 1) * x_n],
+            );
+            match gating {
+                Gating::SoftmaxSelected => dst.copy_from_slice(src),
+                _ => ops::softmax(src, 1.0, x_n, dst),
+            }
+        }
+        cb("ffn_moe_probs", Some(il), &s.probs[..n * x_n]);
+    }
+    for list in &mut s.by_expert {
+        list.clear();
+    }
+    if k_used > x_n {
+        return Err(ForwardError::BadTensor {
+            tensor: m.router.name.to_owned(),
+            msg: format!("top-{k_used} routing over {x_n} experts"),
+        });
+    }
+    for t in 0..n {
+        let span = t * k_used..(t + 1) * k_used;
+        let logits = &s.router[t * x_n..(t + 1) * x_n];
+        let (norm, scale) = (hp.expert_weights_norm, hp.expert_weights_scale);
+        match replayed {
+            Some(cell) => {
+                s.ids[span.clone()].copy_from_slice(cell);
+                ops::route_fixed_into(
+                    logits,
+                    cell,
+                    norm,
+                    scale,
+                    gating,
+                    &mut s.route,
+                    &mut s.wts[span],
+                );
+            }
+            None => ops::route_into(
+                logits,
+                norm,
+                scale,
+                gating,
+                &mut s.route,
+                &mut s.ids[span.clone()],
+                &mut s.wts[span],
+            ),
+        }
+        for slot in 0..k_used {
+            s.by_expert[s.ids[t * k_used + slot]].push((t, slot));
+        }
+    }
+    if let Some(cb) = st.obs {
+        let ids: Vec<f32> = s.ids[..n * k_used].iter().map(|&i| i as f32).collect();
+        cb("ffn_moe_topk", Some(il), &ids);
+        cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
+    }
+    Ok(k_used)
+}
+
+/// Removes `ex` from `s.pending`; an expert the source offers that is not pending is its error.
+fn take_pending(s: &mut Scratch, il: usize, ex: usize) -> Result<(), ForwardError> {
+    let Some(at) = s.pending.iter().position(|&p| p == ex) else {
+        return Err(ForwardError::Experts(format!(
+            "layer {il}: the expert source offered expert {ex}, which is not pending"
+        )));
+    };
+    s.pending.remove(at);
+    Ok(())
+}
+
+/// Each routed expert on the rows that chose it, in the order the source has them ready (each
+/// writes its own slots of `s.slots`, so the order changes no bit).
+fn routed_experts<'a>(
+    st: Stage<'_, 'a>,
+    m: &MoeW<'a>,
+    k_used: usize,
+    source: &mut Option<Box<dyn ExpertSource + 'a>>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, n, e) = (st.hp, st.il, st.n, st.e());
+    s.pending.clear();
+    s.pending
+        .extend((0..m.n_expert).filter(|&ex| !s.by_expert[ex].is_empty()));
+    while !s.pending.is_empty() {
+        if n == 1 {
+            // One token: every expert that is ready now, in two pool runs.
+            s.ready.clear();
+            match source {
+                Some(src) => {
+                    src.ready_now(il, &s.pending, &mut s.ready)
+                        .map_err(ForwardError::Experts)?;
+                    if s.ready.is_empty() {
+                        let ex = src
+                            .next_ready(il, &s.pending)
+                            .map_err(ForwardError::Experts)?;
+                        s.ready.push(ex);
+                    }
+                }
+                None => s.ready.extend_from_slice(&s.pending),
+            }
+            for i in 0..s.ready.len() {
+                take_pending(s, il, s.ready[i])?;
+            }
+            let act = hp.arch.ffn_act();
+            experts_one_token(st.pool, m, act, il, e, k_used, source.as_deref(), s)?;
+            continue;
+        }
+        let ex = match source {
+            Some(src) => src
+                .next_ready(il, &s.pending)
+                .map_err(ForwardError::Experts)?,
+            None => s.pending[0],
+        };
+        take_pending(s, il, ex)?;
+        expert_rows(st, m, ex, k_used, source.as_deref(), s)?;
+    }
+    Ok(())
+}
+
+/// Expert `ex` on the rows that chose it (gathered from `s.cur`), into their slots.
+fn expert_rows<'a>(
+    st: Stage<'_, '_>,
+    m: &MoeW<'a>,
+    ex: usize,
+    k_used: usize,
+    source: Option<&(dyn ExpertSource + 'a)>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, pool, e) = (st.hp, st.il, st.pool, st.e());
+    let fe = m.gate.rows;
+    let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
+        match source {
+            Some(src) => src.part(il, ex, proj),
+            None => mat.expert(ex),
+        }
+    };
+    let list = &s.by_expert[ex];
+    let cnt = list.len();
+    for (j, &(t, _)) in list.iter().enumerate() {
+        s.gath[j * e..(j + 1) * e].copy_from_slice(&s.cur[t * e..(t + 1) * e]);
+    }
+    mm(
+        pool,
+        &m.gate,
+        bytes(&m.gate, ex, ExpertProj::Gate),
+        &s.gath,
+        cnt,
+        &mut s.gate,
+        &mut s.qbuf,
+    )?;
+    mm(
+        pool,
+        &m.up,
+        bytes(&m.up, ex, ExpertProj::Up),
+        &s.gath,
+        cnt,
+        &mut s.up,
+        &mut s.qbuf,
+    )?;
+    if let Some(b) = &m.biases {
+        let eb = ex * fe..(ex + 1) * fe;
+        add_bias_slice(&mut s.gate[..cnt * fe], &b.gate[eb.clone()]);
+        add_bias_slice(&mut s.up[..cnt * fe], &b.up[eb]);
+    }
+    match hp.arch.ffn_act() {
+        FfnAct::Swiglu => ops::swiglu(
+            &s.gate[..cnt * fe],
+            &s.up[..cnt * fe],
+            &mut s.act[..cnt * fe],
+        ),
+        FfnAct::SwigluOai => ops::swiglu_oai(
+            &s.gate[..cnt * fe],
+            &s.up[..cnt * fe],
+            SWIGLU_OAI_ALPHA,
+            SWIGLU_OAI_LIMIT,
+            &mut s.act[..cnt * fe],
+        ),
+    }
+    mm(
+        pool,
+        &m.down,
+        bytes(&m.down, ex, ExpertProj::Down),
+        &s.act,
+        cnt,
+        &mut s.eout,
+        &mut s.qbuf,
+    )?;
+    if let Some(b) = &m.biases {
+        add_bias_slice(&mut s.eout[..cnt * e], &b.down[ex * e..(ex + 1) * e]);
+    }
+    for (j, &(t, slot)) in list.iter().enumerate() {
+        let dst = (t * k_used + slot) * e;
+        s.slots[dst..dst + e].copy_from_slice(&s.eout[j * e..(j + 1) * e]);
+    }
+    Ok(())
+}
+
+/// The shared expert on `s.cur` (gated by its sigmoid where the model has one), added into
+/// `s.moe`.
+fn shared_expert(st: Stage<'_, '_>, sh: &SharedW<'_>, s: &mut Scratch) -> Result<(), ForwardError> {
+    let (n, pool, e) = (st.n, st.pool, st.e());
+    let fs = sh.gate.rows;
+    mm(
+        pool,
+        &sh.gate,
+        sh.gate.data,
+        &s.cur,
+        n,
+        &mut s.gate,
+        &mut s.qbuf,
+    )?;
+    mm(pool, &sh.up, sh.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
+    ops::swiglu(&s.gate[..n * fs], &s.up[..n * fs], &mut s.act[..n * fs]);
+    mm(
+        pool,
+        &sh.down,
+        sh.down.data,
+        &s.act,
+        n,
+        &mut s.proj,
+        &mut s.qbuf,
+    )?;
+    if let Some(g) = &sh.gate_inp {
+        mm(pool, g, g.data, &s.cur, n, &mut s.shg, &mut s.qbuf)?;
+        for t in 0..n {
+            // llama.cpp builds this sigmoid as silu(x) / x
+            let gx = s.shg[t];
+            let mut si = [0f32];
+            ops::silu(&[gx], &mut si);
+            let gate = si[0] / gx;
+            for v in &mut s.proj[t * e..(t + 1) * e] {
+                *v *= gate;
+            }
+        }
+    }
+    st.emit("ffn_shexp_out", &s.proj[..n * e]);
+    for (o, &v) in s.moe[..n * e].iter_mut().zip(&s.proj[..n * e]) {
+        *o += v;
+    }
+    Ok(())
+}
+
 impl<'a> Engine<'a> {
     /// Prepare `model` for running: resolve every weight's kernels (an unsupported type is an
     /// error naming the tensor), convert norm weights and biases to f32, and allocate the KV
@@ -963,436 +1441,60 @@ impl<'a> Engine<'a> {
         p0: usize,
         keep: std::ops::Range<usize>,
     ) -> Result<(), ForwardError> {
-        let hp = &self.hp;
-        let e = hp.n_embd as usize;
-        let hd = hp.head_dim_k as usize;
-        let n_head = hp.n_head.at(il) as usize;
-        let qw = hp.n_embd_q(il) as usize;
-        let kw = hp.n_embd_k_gqa(il) as usize;
-        let eps = hp.rms_eps;
-        let lw: &LayerW<'a> = &self.w.layers[il];
-        let pool = self.pool;
-        let s = &mut self.s;
-
-        // attention norm
-        ops::rms_norm(&s.x[..n * e], &lw.attn_norm, eps, &mut s.cur[..n * e]);
-        if let Some(cb) = &self.observer {
-            cb("attn_norm", Some(il), &s.cur[..n * e]);
-        }
-        // q, k, v
-        mm(pool, &lw.wq, lw.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
-        mm(pool, &lw.wk, lw.wk.data, &s.cur, n, &mut s.k, &mut s.qbuf)?;
-        mm(pool, &lw.wv, lw.wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?;
-        let q = &mut s.q[..n * qw];
-        let k = &mut s.k[..n * kw];
-        let v = &mut s.v[..n * kw];
-        add_bias(q, lw.bq.as_ref());
-        add_bias(k, lw.bk.as_ref());
-        add_bias(v, lw.bv.as_ref());
-        // QK-norm (row length = the weight length: one head, or the whole projection)
-        if hp.qk_norm != QkNorm::None {
-            if let Some(qn) = &lw.q_norm {
-                ops::rms_norm_inplace(q, qn, eps);
-            }
-            if let Some(kn) = &lw.k_norm {
-                ops::rms_norm_inplace(k, kn, eps);
-            }
-        }
-        // RoPE
-        let nr = hp.rope.n_rot as usize;
-        for t in 0..n {
-            let cache = &s.rope[t * nr..(t + 1) * nr];
-            self.rope
-                .apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
-            self.rope
-                .apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
-        }
-        if let Some(cb) = &self.observer {
-            cb("Qcur", Some(il), q);
-            cb("Kcur", Some(il), k);
-            cb("Vcur", Some(il), v);
-        }
-        // KV store and attention
-        let cache = &mut self.kv[il];
-        for t in 0..n {
-            cache.store(
-                0,
-                p0 + t,
-                &k[t * kw..(t + 1) * kw],
-                &v[t * kw..(t + 1) * kw],
-            )?;
-        }
-        let aw = n_head * hd;
-        let extras = ops::AttnExtras {
-            window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
-            sinks: lw.sinks.as_deref(),
+        let Engine {
+            hp,
+            w,
+            pool,
+            kv,
+            rope,
+            s,
+            observer,
+            route_tap,
+            replay,
+            replaying,
+            source,
+            ..
+        } = self;
+        let lw = &w.layers[il];
+        let st = Stage {
+            pool,
+            hp,
+            il,
+            n,
+            obs: observer.as_ref(),
         };
-        ops::attend_batch_with(
-            pool,
-            &q[..n * aw],
-            cache,
-            0,
-            p0,
-            n,
-            n_head,
-            hp.attn_scale(),
-            extras,
-            &mut s.att[..n * aw],
-        )?;
-        if let Some(cb) = &self.observer {
-            cb("kqv_out", Some(il), &s.att[..n * aw]);
-        }
-        mm(
-            pool,
-            &lw.wo,
-            lw.wo.data,
-            &s.att,
-            n,
-            &mut s.proj,
-            &mut s.qbuf,
-        )?;
-        add_bias(&mut s.proj[..n * e], lw.bo.as_ref());
-        if let Some(cb) = &self.observer {
-            cb("attn_out", Some(il), &s.proj[..n * e]);
-        }
-        // residual
-        for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
-            *xv += a;
-        }
+        attention(st, lw, &mut kv[il], rope, p0, s)?;
+        let e = st.e();
         // only the rows that go on
         if keep != (0..n) {
             s.x.copy_within(keep.start * e..keep.end * e, 0);
         }
-        let n = keep.len();
+        let st = Stage {
+            n: keep.len(),
+            ..st
+        };
+        let n = st.n;
         if n == 0 {
             return Ok(());
         }
-        let first_pos = p0 + keep.start;
-        if let Some(cb) = &self.observer {
-            cb("ffn_inp", Some(il), &s.x[..n * e]);
-        }
-        ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, eps, &mut s.cur[..n * e]);
-        if let Some(cb) = &self.observer {
-            cb("ffn_norm", Some(il), &s.cur[..n * e]);
-        }
+        st.emit("ffn_inp", &s.x[..n * e]);
+        ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, hp.rms_eps, &mut s.cur[..n * e]);
+        st.emit("ffn_norm", &s.cur[..n * e]);
         match &lw.ffn {
-            FfnW::Dense(d) => {
-                let f = d.gate.rows;
-                mm(
-                    pool,
-                    &d.gate,
-                    d.gate.data,
-                    &s.cur,
-                    n,
-                    &mut s.gate,
-                    &mut s.qbuf,
-                )?;
-                add_bias(&mut s.gate[..n * f], d.gate_b.as_ref());
-                mm(pool, &d.up, d.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
-                add_bias(&mut s.up[..n * f], d.up_b.as_ref());
-                ops::swiglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
-                mm(
-                    pool,
-                    &d.down,
-                    d.down.data,
-                    &s.act,
-                    n,
-                    &mut s.proj,
-                    &mut s.qbuf,
-                )?;
-                add_bias(&mut s.proj[..n * e], d.down_b.as_ref());
-            }
+            FfnW::Dense(d) => dense_ffn(st, d, s)?,
             FfnW::Moe(m) => {
-                let x_n = m.n_expert;
-                let replayed = match &self.replay {
-                    Some(r) if self.replaying => Some(r.steps[r.next][il].as_slice()),
+                let replayed = match replay {
+                    Some(r) if *replaying => Some(r.steps[r.next][il].as_slice()),
                     _ => None,
                 };
-                let k_used = replayed.map_or(hp.n_expert_used.at(il) as usize, <[usize]>::len);
-                mm(
-                    pool,
-                    &m.router,
-                    m.router.data,
-                    &s.cur,
-                    n,
-                    &mut s.router,
-                    &mut s.qbuf,
-                )?;
-                let gating = Gating::from(hp.arch.expert_gating());
-                if let Some(cb) = &self.observer {
-                    cb("ffn_moe_logits", Some(il), &s.router[..n * x_n]);
-                }
-                if let Some(b) = &m.biases {
-                    add_bias(&mut s.router[..n * x_n], Some(&b.router));
-                    if let Some(cb) = &self.observer {
-                        cb("ffn_moe_logits_biased", Some(il), &s.router[..n * x_n]);
-                    }
-                }
-                if let Some(cb) = &self.observer {
-                    for t in 0..n {
-                        let (src, dst) = (
-                            &s.router[t * x_n..(t + 1) * x_n],
-                            &mut s.probs[t * x_n..(t + 1) * x_n],
-                        );
-                        match gating {
-                            Gating::SoftmaxSelected => dst.copy_from_slice(src),
-                            _ => ops::softmax(src, 1.0, x_n, dst),
-                        }
-                    }
-                    cb("ffn_moe_probs", Some(il), &s.probs[..n * x_n]);
-                }
-                for list in &mut s.by_expert {
-                    list.clear();
-                }
-                if k_used > x_n {
-                    return Err(ForwardError::BadTensor {
-                        tensor: m.router.name.to_owned(),
-                        msg: format!("top-{k_used} routing over {x_n} experts"),
-                    });
-                }
-                for t in 0..n {
-                    let span = t * k_used..(t + 1) * k_used;
-                    let logits = &s.router[t * x_n..(t + 1) * x_n];
-                    let (norm, scale) = (hp.expert_weights_norm, hp.expert_weights_scale);
-                    match replayed {
-                        Some(cell) => {
-                            s.ids[span.clone()].copy_from_slice(cell);
-                            ops::route_fixed_into(
-                                logits,
-                                cell,
-                                norm,
-                                scale,
-                                gating,
-                                &mut s.route,
-                                &mut s.wts[span],
-                            );
-                        }
-                        None => ops::route_into(
-                            logits,
-                            norm,
-                            scale,
-                            gating,
-                            &mut s.route,
-                            &mut s.ids[span.clone()],
-                            &mut s.wts[span],
-                        ),
-                    }
-                    for slot in 0..k_used {
-                        s.by_expert[s.ids[t * k_used + slot]].push((t, slot));
-                    }
-                }
-                if let Some(cb) = &self.observer {
-                    let ids: Vec<f32> = s.ids[..n * k_used].iter().map(|&i| i as f32).collect();
-                    cb("ffn_moe_topk", Some(il), &ids);
-                    cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
-                }
-                if let Some(src) = &mut self.source {
-                    src.load(il, &s.ids[..n * k_used])
-                        .map_err(ForwardError::Experts)?;
-                }
-                // (after the load, so that a tap can ask the source what each routing found)
-                if let Some(tap) = &mut self.route_tap {
-                    tap(&Routed {
-                        layer: il,
-                        first_pos,
-                        k: k_used,
-                        ids: &s.ids[..n * k_used],
-                        weights: &s.wts[..n * k_used],
-                        replayed: replayed.is_some(),
-                    });
-                }
-                // each expert on the tokens that chose it, in the order the source has them
-                // ready (each writes its own slots, so the order changes no bit)
-                let fe = m.gate.rows;
-                s.pending.clear();
-                s.pending
-                    .extend((0..x_n).filter(|&ex| !s.by_expert[ex].is_empty()));
-                while !s.pending.is_empty() {
-                    if n == 1 {
-                        // One token: every expert that is ready now, in two pool runs.
-                        s.ready.clear();
-                        match &mut self.source {
-                            Some(src) => {
-                                src.ready_now(il, &s.pending, &mut s.ready)
-                                    .map_err(ForwardError::Experts)?;
-                                if s.ready.is_empty() {
-                                    let ex = src
-                                        .next_ready(il, &s.pending)
-                                        .map_err(ForwardError::Experts)?;
-                                    s.ready.push(ex);
-                                }
-                            }
-                            None => s.ready.extend_from_slice(&s.pending),
-                        }
-                        for &ex in &s.ready {
-                            let Some(at) = s.pending.iter().position(|&p| p == ex) else {
-                                return Err(ForwardError::Experts(format!(
-                                    "layer {il}: the expert source offered expert {ex}, which \
-                                     is not pending"
-                                )));
-                            };
-                            s.pending.remove(at);
-                        }
-                        let source = self.source.as_deref();
-                        experts_one_token(pool, m, hp.arch.ffn_act(), il, e, k_used, source, s)?;
-                        continue;
-                    }
-                    let ex = match &mut self.source {
-                        Some(src) => src
-                            .next_ready(il, &s.pending)
-                            .map_err(ForwardError::Experts)?,
-                        None => s.pending[0],
-                    };
-                    let Some(at) = s.pending.iter().position(|&p| p == ex) else {
-                        return Err(ForwardError::Experts(format!(
-                            "layer {il}: the expert source offered expert {ex}, which is not \
-                             pending"
-                        )));
-                    };
-                    s.pending.remove(at);
-                    let source = self.source.as_deref();
-                    let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
-                        match source {
-                            Some(src) => src.part(il, ex, proj),
-                            None => mat.expert(ex),
-                        }
-                    };
-                    let list = &s.by_expert[ex];
-                    let cnt = list.len();
-                    for (j, &(t, _)) in list.iter().enumerate() {
-                        s.gath[j * e..(j + 1) * e].copy_from_slice(&s.cur[t * e..(t + 1) * e]);
-                    }
-                    mm(
-                        pool,
-                        &m.gate,
-                        bytes(&m.gate, ex, ExpertProj::Gate),
-                        &s.gath,
-                        cnt,
-                        &mut s.gate,
-                        &mut s.qbuf,
-                    )?;
-                    mm(
-                        pool,
-                        &m.up,
-                        bytes(&m.up, ex, ExpertProj::Up),
-                        &s.gath,
-                        cnt,
-                        &mut s.up,
-                        &mut s.qbuf,
-                    )?;
-                    if let Some(b) = &m.biases {
-                        let eb = ex * fe..(ex + 1) * fe;
-                        add_bias_slice(&mut s.gate[..cnt * fe], &b.gate[eb.clone()]);
-                        add_bias_slice(&mut s.up[..cnt * fe], &b.up[eb]);
-                    }
-                    match hp.arch.ffn_act() {
-                        FfnAct::Swiglu => ops::swiglu(
-                            &s.gate[..cnt * fe],
-                            &s.up[..cnt * fe],
-                            &mut s.act[..cnt * fe],
-                        ),
-                        FfnAct::SwigluOai => ops::swiglu_oai(
-                            &s.gate[..cnt * fe],
-                            &s.up[..cnt * fe],
-                            SWIGLU_OAI_ALPHA,
-                            SWIGLU_OAI_LIMIT,
-                            &mut s.act[..cnt * fe],
-                        ),
-                    }
-                    mm(
-                        pool,
-                        &m.down,
-                        bytes(&m.down, ex, ExpertProj::Down),
-                        &s.act,
-                        cnt,
-                        &mut s.eout,
-                        &mut s.qbuf,
-                    )?;
-                    if let Some(b) = &m.biases {
-                        add_bias_slice(&mut s.eout[..cnt * e], &b.down[ex * e..(ex + 1) * e]);
-                    }
-                    for (j, &(t, slot)) in list.iter().enumerate() {
-                        let dst = (t * k_used + slot) * e;
-                        s.slots[dst..dst + e].copy_from_slice(&s.eout[j * e..(j + 1) * e]);
-                    }
-                }
-                if let Some(src) = &mut self.source {
-                    src.release(il);
-                }
-                // weighted sum in selection order (each product rounded, then added)
-                for t in 0..n {
-                    let out = &mut s.moe[t * e..(t + 1) * e];
-                    for slot in 0..k_used {
-                        let wt = s.wts[t * k_used + slot];
-                        let src = &s.slots[(t * k_used + slot) * e..(t * k_used + slot + 1) * e];
-                        if slot == 0 {
-                            for (o, &v) in out.iter_mut().zip(src) {
-                                *o = v * wt;
-                            }
-                        } else {
-                            for (o, &v) in out.iter_mut().zip(src) {
-                                *o += v * wt;
-                            }
-                        }
-                    }
-                }
-                if let Some(cb) = &self.observer {
-                    cb("ffn_moe_out", Some(il), &s.moe[..n * e]);
-                }
-                if let Some(sh) = &m.shared {
-                    let fs = sh.gate.rows;
-                    mm(
-                        pool,
-                        &sh.gate,
-                        sh.gate.data,
-                        &s.cur,
-                        n,
-                        &mut s.gate,
-                        &mut s.qbuf,
-                    )?;
-                    mm(pool, &sh.up, sh.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
-                    ops::swiglu(&s.gate[..n * fs], &s.up[..n * fs], &mut s.act[..n * fs]);
-                    mm(
-                        pool,
-                        &sh.down,
-                        sh.down.data,
-                        &s.act,
-                        n,
-                        &mut s.proj,
-                        &mut s.qbuf,
-                    )?;
-                    if let Some(g) = &sh.gate_inp {
-                        mm(pool, g, g.data, &s.cur, n, &mut s.shg, &mut s.qbuf)?;
-                        for t in 0..n {
-                            // llama.cpp builds this sigmoid as silu(x) / x
-                            let gx = s.shg[t];
-                            let mut si = [0f32];
-                            ops::silu(&[gx], &mut si);
-                            let gate = si[0] / gx;
-                            for v in &mut s.proj[t * e..(t + 1) * e] {
-                                *v *= gate;
-                            }
-                        }
-                    }
-                    if let Some(cb) = &self.observer {
-                        cb("ffn_shexp_out", Some(il), &s.proj[..n * e]);
-                    }
-                    for (o, &v) in s.moe[..n * e].iter_mut().zip(&s.proj[..n * e]) {
-                        *o += v;
-                    }
-                }
-                s.proj[..n * e].copy_from_slice(&s.moe[..n * e]);
+                moe_ffn(st, m, replayed, p0 + keep.start, source, route_tap, s)?;
             }
         }
-        if let Some(cb) = &self.observer {
-            cb("ffn_out", Some(il), &s.proj[..n * e]);
-        }
+        st.emit("ffn_out", &s.proj[..n * e]);
         for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
             *xv += a;
         }
-        if let Some(cb) = &self.observer {
-            cb("l_out", Some(il), &s.x[..n * e]);
-        }
+        st.emit("l_out", &s.x[..n * e]);
         Ok(())
     }
 
