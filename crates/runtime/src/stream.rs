@@ -99,11 +99,7 @@ impl StreamSnapshot {
 
     /// Hits per lookup in percent (0 without lookups).
     pub fn hit_pct(&self) -> f64 {
-        if self.lookups == 0 {
-            0.0
-        } else {
-            100.0 * self.hits as f64 / self.lookups as f64
-        }
+        store::cache::hit_pct(self.hits, self.lookups)
     }
 }
 

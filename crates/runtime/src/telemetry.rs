@@ -226,7 +226,7 @@ pub fn prefetch_line(decode: &StreamSnapshot, prefill: &StreamSnapshot) -> Optio
         format!(
             "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%) [couple]",
             bytes as f64 / MIB,
-            100.0 * hits as f64 / n as f64
+            store::cache::hit_pct(hits, n)
         )
     })
 }

@@ -166,14 +166,20 @@ pub struct CacheStats {
     pub prefetch_hits: u64,
 }
 
+/// `hits` per `lookups`, in percent (0 without lookups): the hit rate every report of a cache
+/// prints.
+pub fn hit_pct(hits: u64, lookups: u64) -> f64 {
+    if lookups == 0 {
+        0.0
+    } else {
+        100.0 * hits as f64 / lookups as f64
+    }
+}
+
 impl CacheStats {
     /// Hits per lookup, in percent (0 without lookups).
     pub fn hit_pct(&self) -> f64 {
-        if self.lookups == 0 {
-            0.0
-        } else {
-            100.0 * self.hits as f64 / self.lookups as f64
-        }
+        hit_pct(self.hits, self.lookups)
     }
 }
 
@@ -513,5 +519,18 @@ impl<P: EvictionPolicy> ExpertCache<P> {
     /// The policy's name.
     pub fn policy_name(&self) -> &'static str {
         self.policy.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hit_pct;
+
+    #[test]
+    fn the_hit_rate_is_a_percentage_and_zero_without_lookups() {
+        assert_eq!(hit_pct(0, 0), 0.0);
+        assert_eq!(hit_pct(3, 4), 75.0);
+        assert_eq!(hit_pct(7, 7), 100.0);
+        assert_eq!(hit_pct(1, 3), 100.0 / 3.0);
     }
 }
