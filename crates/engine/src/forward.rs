@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
-use weights::{DenseW, FfnW, LayerW, Mat, MoeW, SharedW, Weights};
+use weights::{FfnW, LayerW, Mat, MoeW, SharedW, Weights};
 
 /// Errors of building or running an [`Engine`].
 #[derive(Debug, Error)]
@@ -656,33 +656,23 @@ fn attention(
     Ok(())
 }
 
-/// A dense FFN on the normed rows `s.cur`, into `s.proj`.
-fn dense_ffn(st: Stage<'_, '_>, d: &DenseW<'_>, s: &mut Scratch) -> Result<(), ForwardError> {
+/// A SwiGLU FFN (a dense layer's, or the shared expert's without biases) on the normed rows
+/// `s.cur`, into `s.proj`: `down · (silu(gate · x + gate_b) * (up · x + up_b)) + down_b`.
+fn swiglu_ffn(
+    st: Stage<'_, '_>,
+    [gate, up, down]: [&Mat<'_>; 3],
+    [gate_b, up_b, down_b]: [Option<&Vec<f32>>; 3],
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
     let (n, pool, e) = (st.n, st.pool, st.e());
-    let f = d.gate.rows;
-    mm(
-        pool,
-        &d.gate,
-        d.gate.data,
-        &s.cur,
-        n,
-        &mut s.gate,
-        &mut s.qbuf,
-    )?;
-    add_bias(&mut s.gate[..n * f], d.gate_b.as_ref());
-    mm(pool, &d.up, d.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
-    add_bias(&mut s.up[..n * f], d.up_b.as_ref());
+    let f = gate.rows;
+    mm(pool, gate, gate.data, &s.cur, n, &mut s.gate, &mut s.qbuf)?;
+    add_bias(&mut s.gate[..n * f], gate_b);
+    mm(pool, up, up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
+    add_bias(&mut s.up[..n * f], up_b);
     ops::swiglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
-    mm(
-        pool,
-        &d.down,
-        d.down.data,
-        &s.act,
-        n,
-        &mut s.proj,
-        &mut s.qbuf,
-    )?;
-    add_bias(&mut s.proj[..n * e], d.down_b.as_ref());
+    mm(pool, down, down.data, &s.act, n, &mut s.proj, &mut s.qbuf)?;
+    add_bias(&mut s.proj[..n * e], down_b);
     Ok(())
 }
 
@@ -973,27 +963,7 @@ fn expert_rows<'a>(
 /// `s.moe`.
 fn shared_expert(st: Stage<'_, '_>, sh: &SharedW<'_>, s: &mut Scratch) -> Result<(), ForwardError> {
     let (n, pool, e) = (st.n, st.pool, st.e());
-    let fs = sh.gate.rows;
-    mm(
-        pool,
-        &sh.gate,
-        sh.gate.data,
-        &s.cur,
-        n,
-        &mut s.gate,
-        &mut s.qbuf,
-    )?;
-    mm(pool, &sh.up, sh.up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
-    ops::swiglu(&s.gate[..n * fs], &s.up[..n * fs], &mut s.act[..n * fs]);
-    mm(
-        pool,
-        &sh.down,
-        sh.down.data,
-        &s.act,
-        n,
-        &mut s.proj,
-        &mut s.qbuf,
-    )?;
+    swiglu_ffn(st, [&sh.gate, &sh.up, &sh.down], [None; 3], s)?;
     if let Some(g) = &sh.gate_inp {
         mm(pool, g, g.data, &s.cur, n, &mut s.shg, &mut s.qbuf)?;
         for t in 0..n {
@@ -1481,7 +1451,12 @@ impl<'a> Engine<'a> {
         ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, hp.rms_eps, &mut s.cur[..n * e]);
         st.emit("ffn_norm", &s.cur[..n * e]);
         match &lw.ffn {
-            FfnW::Dense(d) => dense_ffn(st, d, s)?,
+            FfnW::Dense(d) => swiglu_ffn(
+                st,
+                [&d.gate, &d.up, &d.down],
+                [d.gate_b.as_ref(), d.up_b.as_ref(), d.down_b.as_ref()],
+                s,
+            )?,
             FfnW::Moe(m) => {
                 let replayed = match replay {
                     Some(r) if *replaying => Some(r.steps[r.next][il].as_slice()),
