@@ -12,6 +12,7 @@ mod bench;
 mod genmodel;
 mod inspect;
 mod logits;
+mod moefy;
 mod npy;
 mod plot;
 mod ppl;
@@ -64,6 +65,18 @@ enum Command {
     /// shared expert behind a zero gate (half routed, half shared). Weights are copied as they
     /// are (any quantization); the output is written streaming.
     Upcycle(UpcycleArgs),
+    /// Split a dense model's feed-forward networks into experts with a router fitted on
+    /// calibration text (MoEfication), so that real text routes through real weights.
+    ///
+    /// Runs the model over the calibration text with sluice's forward pass, recording each
+    /// layer's FFN input and activation; groups each FFN's neurons into E experts of equal size
+    /// (balanced k-means on the gate rows or on the activations); fits each layer's router by
+    /// least squares from the FFN input to each group's share of the output; and writes `llama`
+    /// with experts (from llama), `qwen2moe` (from qwen2) or `qwen3moe` (from qwen3). The
+    /// gating keeps the dense output: at --top-k = --experts the model computes the dense FFN
+    /// (up to the order of sums and F16 `down` weights), below it only the left-out groups are
+    /// lost. See docs/moefy.md.
+    Moefy(MoefyArgs),
     /// Quantize a float model (F32, F16 or BF16 weights) to a llama.cpp file type such as Q4_K_M.
     ///
     /// The output is byte for byte the file llama.cpp's quantizer (release v0.4.0, default
@@ -269,6 +282,83 @@ struct UpcycleArgs {
     /// Seed of the router weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct MoefyArgs {
+    /// The dense GGUF model (`llama`, `qwen2` or `qwen3`; SwiGLU FFNs).
+    input: PathBuf,
+
+    /// Where to write the MoE model (via OUT.tmp, renamed when complete).
+    #[arg(long, value_name = "MOE.gguf")]
+    out: PathBuf,
+
+    /// Experts per layer: each FFN's neurons are split into E groups of equal size (E must
+    /// divide the FFN width).
+    #[arg(long, default_value_t = 16, value_name = "E")]
+    experts: u32,
+
+    /// Experts used per token (the file's expert_used_count; the experts' down matrices are
+    /// scaled for it, so run the file with this K).
+    #[arg(long, default_value_t = 4, value_name = "K")]
+    top_k: u32,
+
+    /// Calibration text [default: Moby-Dick chapters 1-2, built in].
+    #[arg(long, value_name = "FILE")]
+    calib: Option<PathBuf>,
+
+    /// Calibration as token ids (whitespace-separated) instead of a text, for models without a
+    /// tokenizer.
+    #[arg(long, value_name = "FILE", conflicts_with = "calib")]
+    calib_ids: Option<PathBuf>,
+
+    /// Calibration tokens at most (memory: 4 × tokens × (n_embd + n_ff) bytes per layer).
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    calib_tokens: usize,
+
+    /// Tokens per calibration forward pass (each starts a fresh context with the BOS).
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    chunk: usize,
+
+    /// How neurons are grouped: `gate` (balanced k-means on the gate rows) or `activation`
+    /// (on their activation magnitudes over the calibration tokens).
+    #[arg(long, default_value = "activation", value_parser = parse_grouping)]
+    grouping: transform::moefy::Grouping,
+
+    /// Spread (standard deviation within a token) of the router logits: small, so that the
+    /// routing weights stay near uniform while the ranking is the fitted one.
+    #[arg(long, default_value_t = 1e-3, value_name = "S")]
+    router_scale: f32,
+
+    /// Type of the experts' down matrices (f32, f16, q8_0, ...) [default: F32 for an F32
+    /// model, else F16: down is split along its rows, which no block format allows without
+    /// requantizing].
+    #[arg(long, value_name = "TYPE", value_parser = parse_ggml_type)]
+    down_type: Option<gguf::GgmlType>,
+
+    /// Seed of the k-means start (and of qwen2moe's shared-expert gate).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+
+    /// Compute threads for the calibration [default: every core available to the process].
+    #[arg(short, long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// Only the final line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parse_grouping(s: &str) -> Result<transform::moefy::Grouping, String> {
+    transform::moefy::Grouping::from_name(s)
+        .ok_or_else(|| format!("`{s}` is not a grouping (gate, activation)"))
+}
+
+fn parse_ggml_type(s: &str) -> Result<gguf::GgmlType, String> {
+    (0..64)
+        .filter_map(gguf::GgmlType::from_id)
+        .find(|t| t.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("`{s}` is not a ggml type name (f32, f16, q8_0, ...)"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -653,6 +743,24 @@ fn main() -> ExitCode {
             top_k: args.top_k,
             router_scale: args.router_scale,
             seed: args.seed,
+        }),
+        Command::Moefy(args) => moefy::run(&moefy::Options {
+            moefy: transform::moefy::Options {
+                input: args.input,
+                out: args.out,
+                experts: args.experts,
+                top_k: args.top_k,
+                grouping: args.grouping,
+                router_scale: args.router_scale,
+                down_type: args.down_type,
+                seed: args.seed,
+            },
+            calib: args.calib,
+            calib_ids: args.calib_ids,
+            calib_tokens: args.calib_tokens,
+            chunk: args.chunk,
+            threads: args.threads,
+            quiet: args.quiet,
         }),
         Command::Quantize(args) => quantize::run(
             &transform::quantize::Options {

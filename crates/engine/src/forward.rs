@@ -116,6 +116,7 @@ pub enum LogitsWanted {
 
 /// Observer of named intermediate tensors: `(name, layer, data)`, with llama.cpp's tensor
 /// names (`attn_norm`, `Qcur`, `Kcur`, `Vcur`, `kqv_out`, `attn_out`, `ffn_inp`, `ffn_norm`,
+/// `ffn_swiglu` (a dense FFN's activation `silu(gate)·up`, its down projection's input),
 /// `ffn_moe_logits`, `ffn_moe_probs`, `ffn_moe_topk` (expert ids as f32), `ffn_moe_weights`
 /// (after renormalization and scaling), `ffn_shexp_out`, `ffn_moe_out`, `ffn_out`, `l_out`,
 /// `result_norm`, `result_output`). `data` holds the values of every token of the current
@@ -1451,12 +1452,15 @@ impl<'a> Engine<'a> {
         ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, hp.rms_eps, &mut s.cur[..n * e]);
         st.emit("ffn_norm", &s.cur[..n * e]);
         match &lw.ffn {
-            FfnW::Dense(d) => swiglu_ffn(
-                st,
-                [&d.gate, &d.up, &d.down],
-                [d.gate_b.as_ref(), d.up_b.as_ref(), d.down_b.as_ref()],
-                s,
-            )?,
+            FfnW::Dense(d) => {
+                swiglu_ffn(
+                    st,
+                    [&d.gate, &d.up, &d.down],
+                    [d.gate_b.as_ref(), d.up_b.as_ref(), d.down_b.as_ref()],
+                    s,
+                )?;
+                st.emit("ffn_swiglu", &s.act[..n * d.gate.rows]);
+            }
             FfnW::Moe(m) => {
                 let replayed = match replay {
                     Some(r) if *replaying => Some(r.steps[r.next][il].as_slice()),

@@ -4,6 +4,8 @@
 //!   llama.cpp's quantizer writes, with its per-tensor type rules ([`quantize::Planner`]).
 //! * [`upcycle`]: a dense model turned into a Mixture-of-Experts model whose experts are
 //!   copies of the dense FFN (its output is the dense model's): an oracle for the MoE paths.
+//! * [`moefy`]: a dense model's SwiGLU FFNs split into experts behind a router fitted on
+//!   calibration text (MoEfication): an MoE model whose routing depends on real text.
 //! * [`genmodel`]: a synthetic model with a real model's architecture, tensor names, shapes and
 //!   types, filled with random but valid blocks, for benchmarks of models that cannot be
 //!   downloaded.
@@ -13,6 +15,7 @@
 
 mod error;
 pub mod genmodel;
+pub mod moefy;
 pub mod quantize;
 mod rng;
 pub mod upcycle;

@@ -57,7 +57,7 @@ enum Target {
 }
 
 /// `blk.N.ffn_{gate,up,down}.weight` → (N, "gate"|"up"|"down").
-fn dense_ffn_part(name: &str) -> Option<(&str, &str)> {
+pub(crate) fn dense_ffn_part(name: &str) -> Option<(&str, &str)> {
     let rest = name.strip_prefix("blk.")?;
     let (layer, tail) = rest.split_once('.')?;
     let part = tail.strip_prefix("ffn_")?.strip_suffix(".weight")?;
@@ -222,7 +222,7 @@ pub fn upcycle(opts: &Options) -> Result<Upcycled> {
     })
 }
 
-fn known_type(t: &TensorInfo, input: &str) -> Result<GgmlType> {
+pub(crate) fn known_type(t: &TensorInfo, input: &str) -> Result<GgmlType> {
     match t.ty {
         TensorType::Known(ty) => Ok(ty),
         TensorType::Unknown(id) => reject!("{input}: tensor {} has unknown type id {id}", t.name),

@@ -2,6 +2,7 @@
 //! OLMoE-shaped models the streaming and telemetry tests run.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod dense;
 pub mod spec;
 
 use std::path::{Path, PathBuf};
