@@ -313,7 +313,7 @@ struct MoefyArgs {
     calib_ids: Option<PathBuf>,
 
     /// Calibration tokens at most (memory: 4 × tokens × (n_embd + n_ff) bytes per layer).
-    #[arg(long, default_value_t = 4096, value_name = "N")]
+    #[arg(long, default_value_t = 2048, value_name = "N")]
     calib_tokens: usize,
 
     /// Tokens per calibration forward pass (each starts a fresh context with the BOS).
@@ -340,7 +340,8 @@ struct MoefyArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
 
-    /// Compute threads for the calibration [default: every core available to the process].
+    /// Threads for the calibration and the fitting [default: every core available to the
+    /// process]; the file written does not depend on it.
     #[arg(short, long, value_name = "N")]
     threads: Option<usize>,
 
@@ -754,6 +755,7 @@ fn main() -> ExitCode {
                 router_scale: args.router_scale,
                 down_type: args.down_type,
                 seed: args.seed,
+                threads: runtime::load::thread_count(args.threads),
             },
             calib: args.calib,
             calib_ids: args.calib_ids,

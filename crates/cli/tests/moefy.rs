@@ -31,8 +31,6 @@ fn moefy(dense: &Path, out: &Path, calib: &Path, extra: &[&str]) -> Output {
         calib.to_str().expect("path"),
         "--chunk",
         "64",
-        "-t",
-        "1",
         "--quiet",
     ];
     args.extend_from_slice(extra);
@@ -157,6 +155,43 @@ fn below_k_equal_e_the_left_out_groups_are_lost_and_f16_downs_stay_close() {
     };
     assert!(router(&half));
     assert!(!router(&full));
+}
+
+#[test]
+fn the_file_is_a_function_of_the_inputs_not_of_the_threads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let calib = calib_ids(dir.path());
+    let dense = dir.path().join("llama.gguf");
+    write_dense("llama", GgmlType::Q8_0, &dense);
+    let files: Vec<Vec<u8>> = ["1", "2", "3"]
+        .iter()
+        .map(|t| {
+            let out = dir.path().join(format!("t{t}.gguf"));
+            let o = moefy(
+                &dense,
+                &out,
+                &calib,
+                &["--experts", "8", "--top-k", "2", "-t", t],
+            );
+            assert!(o.status.success(), "{}", stderr(&o));
+            std::fs::read(&out).expect("read")
+        })
+        .collect();
+    assert_eq!(files[0], files[1]);
+    assert_eq!(files[0], files[2]);
+    let other = dir.path().join("seed.gguf");
+    let o = moefy(
+        &dense,
+        &other,
+        &calib,
+        &["--experts", "8", "--top-k", "2", "--seed", "9"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ne!(
+        std::fs::read(&other).expect("read"),
+        files[0],
+        "the seed matters"
+    );
 }
 
 #[test]

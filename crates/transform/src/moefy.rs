@@ -85,6 +85,8 @@ pub struct Options {
     pub down_type: Option<GgmlType>,
     /// Seed of the k-means start and of qwen2moe's shared-expert gate.
     pub seed: u64,
+    /// Threads fitting layers side by side (the file does not depend on it).
+    pub threads: usize,
 }
 
 /// What the dense architecture becomes.
@@ -294,7 +296,8 @@ struct LayerPlan {
 
 /// Splits every FFN of `dense` (from [`inspect`]) into experts routed by a router fitted on
 /// `calib`, and writes the MoE model to `opts.out` (through a temporary file next to it, so a
-/// failure leaves nothing half-written). `on` sees each layer's report as it is done.
+/// failure leaves nothing half-written). `on` sees each layer's report as it is done (layers
+/// finish out of order when [`Options::threads`] > 1).
 pub fn moefy(
     opts: &Options,
     dense: &Dense,
@@ -341,9 +344,10 @@ pub fn moefy(
             .with_context(|| format!("{input}: cannot dequantize {name}"))
     };
 
-    let mut plans = Vec::with_capacity(dense.n_layer);
-    let mut downs = Vec::with_capacity(dense.n_layer);
-    for (il, l) in calib.layers.iter().enumerate() {
+    // One layer's plan (and its dequantized down) from the calibration alone: the layers are
+    // independent, so they are spread over the threads, each result the same as in order.
+    let plan = |il: usize| -> Result<(LayerPlan, Vec<f32>)> {
+        let l = &calib.layers[il];
         // down is n_embd rows of n_ff; its transpose holds each neuron's output direction.
         let down = tensor_f32(il, "down")?;
         let features = match opts.grouping {
@@ -366,14 +370,63 @@ pub fn moefy(
             rounds,
             ..report
         };
-        on(&report);
-        plans.push(LayerPlan {
-            groups,
-            router,
-            report,
-        });
-        downs.push(down);
+        Ok((
+            LayerPlan {
+                groups,
+                router,
+                report,
+            },
+            down,
+        ))
+    };
+    let mut done: Vec<Option<(LayerPlan, Vec<f32>)>> = (0..dense.n_layer).map(|_| None).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let failed = std::thread::scope(|scope| {
+        for _ in 0..opts.threads.clamp(1, dense.n_layer.max(1)) {
+            let tx = tx.clone();
+            let (next, plan) = (&next, &plan);
+            scope.spawn(move || {
+                loop {
+                    let il = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if il >= dense.n_layer {
+                        break;
+                    }
+                    let r = plan(il);
+                    let stop = r.is_err();
+                    if tx.send((il, r)).is_err() || stop {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut failed = None;
+        for (il, r) in rx {
+            match r {
+                Ok(p) => {
+                    on(&p.0.report);
+                    done[il] = Some(p);
+                }
+                Err(err) => {
+                    // the others stop at their next layer
+                    next.store(dense.n_layer, std::sync::atomic::Ordering::Relaxed);
+                    failed.get_or_insert(err);
+                }
+            }
+        }
+        failed
+    });
+    if let Some(err) = failed {
+        return Err(err);
     }
+    let (plans, downs): (Vec<LayerPlan>, Vec<Vec<f32>>) = done
+        .into_iter()
+        .enumerate()
+        .map(|(il, p)| p.with_context(|| format!("layer {il} was not fitted")))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
 
     let down_type =
         opts.down_type
