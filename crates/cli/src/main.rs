@@ -74,8 +74,8 @@ enum Command {
     /// least squares from the FFN input to each group's share of the output; and writes `llama`
     /// with experts (from llama), `qwen2moe` (from qwen2) or `qwen3moe` (from qwen3). The
     /// gating keeps the dense output: at --top-k = --experts the model computes the dense FFN
-    /// (up to the order of sums and F16 `down` weights), below it only the left-out groups are
-    /// lost. See docs/moefy.md.
+    /// (up to the order of sums, F16 `down` weights and the 8-bit activation rounding of a
+    /// quantized model), below it only the left-out groups are lost. See docs/moefy.md.
     Moefy(MoefyArgs),
     /// Quantize a float model (F32, F16 or BF16 weights) to a llama.cpp file type such as Q4_K_M.
     ///
@@ -299,8 +299,9 @@ struct MoefyArgs {
     experts: u32,
 
     /// Experts used per token (the file's expert_used_count; the experts' down matrices are
-    /// scaled for it, so run the file with this K).
-    #[arg(long, default_value_t = 4, value_name = "K")]
+    /// scaled for it, so run the file with this K). Quality falls fast below E: see the
+    /// table in docs/moefy.md.
+    #[arg(long, default_value_t = 12, value_name = "K")]
     top_k: u32,
 
     /// Calibration text [default: Moby-Dick chapters 1-2, built in].
