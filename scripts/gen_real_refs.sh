@@ -4,7 +4,8 @@
 # scripts/fetch_real_models.sh. NAME (default: all):
 #   smollm2        SmolLM2-135M-Instruct Q4_1 (llama)
 #   qwen2.5-coder  Qwen2.5-Coder-1.5B-Instruct Q4_K_M (qwen2)
-#   smollm2-moefied-16x12  SmolLM2 moefied into 16 experts, top-12 (scripts/make_moefied_models.sh;
+#   smollm2-moefied-16x12, smollm2-moefied-16x16
+#                  SmolLM2 moefied into 16 experts, top-12 and top-16 (scripts/make_moefied_models.sh;
 #                  the reference pins the file's SHA-256, so a change to moefy's output means
 #                  running this again)
 # llama.cpp release v0.4.0, the prebuilt libllama of npm's
@@ -18,19 +19,19 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 PROMPTS=("The capital of France is" "def fibonacci(n):" "Once upon a time, a small robot")
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(smollm2 qwen2.5-coder smollm2-moefied-16x12)
+[ ${#names[@]} -gt 0 ] || names=(smollm2 qwen2.5-coder smollm2-moefied-16x12 smollm2-moefied-16x16)
 for name in "${names[@]}"; do
     case $name in
         smollm2) ;;
         qwen2.5-coder) ;;
-        smollm2-moefied-16x12) ;;
-        *) echo "unknown model name '$name' (smollm2, qwen2.5-coder, smollm2-moefied-16x12)" >&2; exit 2 ;;
+        smollm2-moefied-16x12|smollm2-moefied-16x16) ;;
+        *) echo "unknown model name '$name' (smollm2, qwen2.5-coder, smollm2-moefied-16x12, smollm2-moefied-16x16)" >&2; exit 2 ;;
     esac
 done
 
 bash "$root/scripts/fetch_real_models.sh"
 for name in "${names[@]}"; do
-    [ "$name" = smollm2-moefied-16x12 ] && bash "$root/scripts/make_moefied_models.sh" smollm2
+    case $name in smollm2-moefied-*) bash "$root/scripts/make_moefied_models.sh" smollm2 ;; esac
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -52,6 +53,7 @@ model_file() {
         smollm2) echo "$FIX/models/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
         qwen2.5-coder) echo "$FIX/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" ;;
         smollm2-moefied-16x12) echo "$FIX/models/SmolLM2-135M-Instruct-moefied-16x12.gguf" ;;
+        smollm2-moefied-16x16) echo "$FIX/models/SmolLM2-135M-Instruct-moefied-16x16.gguf" ;;
     esac
 }
 

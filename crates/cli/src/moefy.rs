@@ -112,7 +112,6 @@ pub fn run(o: &Options) -> Result<()> {
         })));
     }
     let started = Instant::now();
-    let mut done = 0usize;
     let mut calibrated = 0usize;
     for piece in ids.chunks(per_pass) {
         let mut pass: Vec<u32> = bos.into_iter().collect();
@@ -132,15 +131,16 @@ pub fn run(o: &Options) -> Result<()> {
             let mut layers = layers.lock().unwrap_or_else(PoisonError::into_inner);
             for (l, &(x0, a0)) in layers.iter_mut().zip(&before) {
                 let aw = (l.act.len() - a0) / pass.len();
-                l.x.drain(x0..x0 + n_embd);
+                if l.x.len() >= x0 + n_embd {
+                    l.x.drain(x0..x0 + n_embd);
+                }
                 l.act.drain(a0..a0 + aw);
             }
         }
-        done += piece.len();
         calibrated += piece.len();
         if !o.quiet {
             eprintln!(
-                "sluice: moefy: calibrated on {done}/{} tokens of {what} ({:.1} s)",
+                "sluice: moefy: calibrated on {calibrated}/{} tokens of {what} ({:.1} s)",
                 ids.len(),
                 started.elapsed().as_secs_f64()
             );

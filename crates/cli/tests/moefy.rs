@@ -207,7 +207,11 @@ fn refusals_name_the_reason_and_write_nothing() {
         assert!(stderr(&o).contains(why), "want `{why}` in: {}", stderr(&o));
         assert!(!out.exists(), "nothing is written on refusal");
     };
-    refused(&dense, &["--experts", "5"], "not a multiple of --experts 5");
+    refused(
+        &dense,
+        &["--experts", "5", "--top-k", "2"],
+        "not a multiple of --experts 5",
+    );
     refused(
         &dense,
         &["--experts", "4", "--top-k", "5"],

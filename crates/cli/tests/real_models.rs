@@ -171,11 +171,16 @@ fn answer(stdout: &str) -> &str {
 }
 
 #[test]
-fn smollm2_moefied_greedy_tokens_equal_llama_cpp() {
+fn smollm2_moefied_greedy_tokens_equal_llama_cpp_at_k_below_and_equal_e() {
     let path = model_path(MOEFIED);
     let reference = reference("smollm2-moefied-16x12");
     check_model_and_prompt_tokens(&path, &reference);
     assert_eq!(check_greedy(&path, &reference, "moefied 16x12"), 96);
+    // and the K = E file (a zero router: all 16 experts with weight 1/16)
+    let full = model_path("SmolLM2-135M-Instruct-moefied-16x16.gguf");
+    let full_ref = self::reference("smollm2-moefied-16x16");
+    check_model_and_prompt_tokens(&full, &full_ref);
+    assert_eq!(check_greedy(&full, &full_ref, "moefied 16x16"), 96);
 }
 
 #[test]
