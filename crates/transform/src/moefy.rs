@@ -31,12 +31,13 @@
 //!   that sigmoid as `silu(x)/x`).
 //! * `qwen3` → `qwen3moe`.
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Context, Result, fail, reject};
 use crate::rng::{SplitMix64, f32_bytes};
-use crate::upcycle::{dense_ffn_part, known_type};
+use crate::upcycle::{
+    add_shared_expert_gate, copy_metadata, dense_ffn_part, known_type, source_arch,
+};
 use gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use half::f16;
 
@@ -181,9 +182,7 @@ pub fn inspect(opts: &Options) -> Result<Dense> {
     let src = GgufFile::open(&opts.input)?;
     let input = opts.input.display().to_string();
     let meta = src.metadata();
-    let arch = meta
-        .get_str("general.architecture")
-        .with_context(|| format!("{input}: no general.architecture"))?;
+    let arch = source_arch(&src, &input)?;
     let target = match arch {
         "llama" => Target::Mixtral,
         "qwen2" => Target::Qwen2Moe,
@@ -466,33 +465,22 @@ fn write(
     let width = n_ff / e;
     let target = dense.target;
     let out_arch = target.arch();
-    let src_prefix = format!("{}.", dense.arch);
-    let meta = src.metadata();
     let mut w = GgufWriter::new();
     w.set_alignment(src.alignment())?;
-    for (key, value) in meta.iter() {
-        let key: Cow<str> = match key.strip_prefix(&src_prefix) {
-            Some(rest) => format!("{out_arch}.{rest}").into(),
-            None => key.into(),
-        };
-        let value = match key.as_ref() {
-            "general.architecture" => Value::String(out_arch.into()),
-            "general.alignment" => continue,
-            "general.name" => Value::String(format!(
-                "{} (moefied: {e} experts of {width} neurons, top-{k}, {} grouping)",
-                value.as_str().unwrap_or("model"),
+    // llama reads the experts' width from feed_forward_length
+    let ff_key = format!("{out_arch}.feed_forward_length");
+    copy_metadata(
+        &mut w,
+        src,
+        [dense.arch.as_str(), out_arch],
+        |name| {
+            format!(
+                "{name} (moefied: {e} experts of {width} neurons, top-{k}, {} grouping)",
                 opts.grouping.name()
-            )),
-            // llama reads the experts' width from feed_forward_length
-            name if target == Target::Mixtral
-                && name == format!("{out_arch}.feed_forward_length") =>
-            {
-                Value::U32(width as u32)
-            }
-            _ => value.clone(),
-        };
-        w.add_metadata(key.into_owned(), value)?;
-    }
+            )
+        },
+        |key| (target == Target::Mixtral && key == ff_key).then_some(Value::U32(width as u32)),
+    )?;
     w.add_metadata(format!("{out_arch}.expert_count"), Value::U32(e as u32))?;
     w.add_metadata(format!("{out_arch}.expert_used_count"), Value::U32(k))?;
     if target != Target::Mixtral {
@@ -582,15 +570,7 @@ fn write(
                     bytes,
                 )?;
                 if target == Target::Qwen2Moe {
-                    let gate: Vec<f32> = (0..n_embd)
-                        .map(|_| rng.symmetric() / (n_embd as f32).sqrt())
-                        .collect();
-                    w.add_tensor(
-                        format!("blk.{layer}.ffn_gate_inp_shexp.weight"),
-                        &[n_embd as u64],
-                        GgmlType::F32,
-                        f32_bytes(gate),
-                    )?;
+                    add_shared_expert_gate(&mut w, &mut rng, layer, n_embd)?;
                     for (p, dims) in [
                         ("gate", [n_embd, SHARED_WIDTH]),
                         ("up", [n_embd, SHARED_WIDTH]),

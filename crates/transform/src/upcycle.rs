@@ -64,14 +64,67 @@ pub(crate) fn dense_ffn_part(name: &str) -> Option<(&str, &str)> {
     matches!(part, "gate" | "up" | "down").then_some((layer, part))
 }
 
+/// The architecture a transform's input declares (`general.architecture`), or a refusal naming
+/// the file.
+pub(crate) fn source_arch<'f>(src: &'f GgufFile, input: &str) -> Result<&'f str> {
+    src.metadata()
+        .get_str("general.architecture")
+        .with_context(|| format!("{input}: no general.architecture"))
+}
+
+/// Copies `src`'s metadata into `w` for the architecture `to`: keys of `from` renamed to `to`,
+/// `general.architecture` set, `general.alignment` left to the writer, `general.name` made by
+/// `name` from the old one, and any key `replace` returns a value for replaced.
+pub(crate) fn copy_metadata(
+    w: &mut GgufWriter<'_>,
+    src: &GgufFile,
+    [from, to]: [&str; 2],
+    name: impl Fn(&str) -> String,
+    replace: impl Fn(&str) -> Option<Value>,
+) -> Result<()> {
+    let prefix = format!("{from}.");
+    for (key, value) in src.metadata().iter() {
+        let key: Cow<str> = match key.strip_prefix(&prefix) {
+            Some(rest) => format!("{to}.{rest}").into(),
+            None => key.into(),
+        };
+        let value = match key.as_ref() {
+            "general.architecture" => Value::String(to.into()),
+            "general.alignment" => continue,
+            "general.name" => Value::String(name(value.as_str().unwrap_or("model"))),
+            other => replace(other).unwrap_or_else(|| value.clone()),
+        };
+        w.add_metadata(key.into_owned(), value)?;
+    }
+    Ok(())
+}
+
+/// qwen2moe's shared-expert gate for an all-zero shared expert: small random weights (a zero
+/// gate would be NaN in llama.cpp, which computes that sigmoid as `silu(x)/x`).
+pub(crate) fn add_shared_expert_gate(
+    w: &mut GgufWriter<'_>,
+    rng: &mut SplitMix64,
+    layer: &str,
+    n_embd: usize,
+) -> Result<()> {
+    let gate: Vec<f32> = (0..n_embd)
+        .map(|_| rng.symmetric() / (n_embd as f32).sqrt())
+        .collect();
+    w.add_tensor(
+        format!("blk.{layer}.ffn_gate_inp_shexp.weight"),
+        &[n_embd as u64],
+        GgmlType::F32,
+        f32_bytes(gate),
+    )?;
+    Ok(())
+}
+
 /// Write `opts.input` with each dense FFN turned into `opts.experts` copies behind a router.
 pub fn upcycle(opts: &Options) -> Result<Upcycled> {
     let src = GgufFile::open(&opts.input)?;
     let input = opts.input.display().to_string();
     let meta = src.metadata();
-    let arch = meta
-        .get_str("general.architecture")
-        .with_context(|| format!("{input}: no general.architecture"))?;
+    let arch = source_arch(&src, &input)?;
     let target = match arch {
         "llama" => Target::Mixtral,
         "qwen2" => Target::Qwen2Moe,
@@ -111,22 +164,13 @@ pub fn upcycle(opts: &Options) -> Result<Upcycled> {
     };
     let mut w = GgufWriter::new();
     w.set_alignment(src.alignment())?;
-    for (key, value) in meta.iter() {
-        let key: Cow<str> = match key.strip_prefix("qwen2.") {
-            Some(rest) if target == Target::Qwen2Moe => format!("qwen2moe.{rest}").into(),
-            _ => key.into(),
-        };
-        let value = match key.as_ref() {
-            "general.architecture" => Value::String(out_arch.into()),
-            "general.alignment" => continue,
-            "general.name" => Value::String(format!(
-                "{} (upcycled: {e} copies of the FFN, top-{k})",
-                value.as_str().unwrap_or("model")
-            )),
-            _ => value.clone(),
-        };
-        w.add_metadata(key.into_owned(), value)?;
-    }
+    copy_metadata(
+        &mut w,
+        &src,
+        [arch, out_arch],
+        |name| format!("{name} (upcycled: {e} copies of the FFN, top-{k})"),
+        |_| None,
+    )?;
     w.add_metadata(format!("{out_arch}.expert_count"), Value::U32(e))?;
     w.add_metadata(format!("{out_arch}.expert_used_count"), Value::U32(k))?;
     if target == Target::Qwen2Moe {
@@ -167,15 +211,7 @@ pub fn upcycle(opts: &Options) -> Result<Upcycled> {
                 f32_bytes(router),
             )?;
             if target == Target::Qwen2Moe {
-                let gate: Vec<f32> = (0..n_embd)
-                    .map(|_| rng.symmetric() / (n_embd as f32).sqrt())
-                    .collect();
-                w.add_tensor(
-                    format!("blk.{layer}.ffn_gate_inp_shexp.weight"),
-                    &[u64::from(n_embd)],
-                    GgmlType::F32,
-                    f32_bytes(gate),
-                )?;
+                add_shared_expert_gate(&mut w, &mut rng, layer, n_embd as usize)?;
             }
         }
         // qwen2moe: the routed sum is half the experts' output (see the module comment).
