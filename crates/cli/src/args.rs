@@ -102,6 +102,26 @@ pub struct StreamArgs {
     #[arg(long, value_name = "D", value_parser = clap::value_parser!(u32).range(1..=2))]
     pub couple_d: Option<u32>,
 
+    /// When streaming with a cache: after each decode layer, read ahead the experts the
+    /// previous token routed at the next K MoE layers (the previous-token bet), on lanes that
+    /// demand reads leave idle and within the lane time they leave spare (docs/predict.md).
+    /// The output is the same bit for bit.
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub prefetch: usize,
+
+    /// When streaming with a cache: rank the next MoE layer's router on each decode layer's
+    /// FFN input (the stale gate) and read its predicted misses ahead while the layer computes
+    /// (at most --predict-spec-max a layer, within the lane time demand reads leave spare);
+    /// predicted experts already cached are kept for it. The output is the same bit for bit
+    /// (docs/predict.md).
+    #[arg(long)]
+    pub predict_prefetch: bool,
+
+    /// With --predict-prefetch: predicted misses read ahead per layer, in rank order; 0 reads
+    /// nothing and only keeps the predicted experts that are cached [default: 2].
+    #[arg(long, value_name = "N")]
+    pub predict_spec_max: Option<usize>,
+
     /// Memory to leave to the rest of the system, in MiB: what --moe-stream auto and
     /// --cache-mb auto subtract from the available memory.
     #[arg(long, default_value_t = 1536, value_name = "MiB")]
@@ -173,6 +193,9 @@ impl StreamArgs {
             dense_weights: self.dense_weights,
             load_all: self.load_all,
             inject_read_fault: self.inject_read_fault,
+            prefetch: self.prefetch,
+            predict_prefetch: self.predict_prefetch,
+            predict_spec_max: self.predict_spec_max,
         }
     }
 }

@@ -585,6 +585,23 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     compute_trace_layers: Option<PathBuf>,
 
+    /// Diagnostic (an instrumented run, not a benchmark run): on every decode routing, score
+    /// how much of it three predictors named before the layer ran — the stale gate (the layer's
+    /// router applied to the previous MoE layer's FFN input), the previous token's routing, and
+    /// a control (the layer's own router through the same ranking path, which must read 100%)
+    /// — and print two `moe-predict:` lines and a per-layer table (docs/predict.md). Changes
+    /// nothing that is computed or read.
+    #[arg(long)]
+    predict_log: bool,
+
+    /// LOSSY: commit each decode layer's expert selection to its router's ranking on the FFN
+    /// input N MoE layers earlier (the experts weighted by the layer's own router), so that the
+    /// experts are known, and read, N layers before they are needed. The output differs from
+    /// the model's: the `moe-route-ahead:` line says on how many slots the committed selection
+    /// agreed with the router. 0 is off (docs/predict.md).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    route_ahead: usize,
+
     #[command(flatten)]
     stream: args::StreamArgs,
 
@@ -827,6 +844,8 @@ fn main() -> ExitCode {
                                 by_layer,
                             }),
                         token_figures,
+                        predict_log: args.predict_log,
+                        route_ahead: args.route_ahead,
                     },
                     prompt: args.prompt,
                     messages: args.messages,

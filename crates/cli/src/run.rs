@@ -245,7 +245,17 @@ fn generate_once(
         for line in stream_summary(&o.d, n_gen, o.decode, rt.overlap, rt.cache_bytes > 0) {
             writeln!(w, "{line}")?;
         }
-        if let Some(line) = runtime::telemetry::prefetch_line(&o.d, &o.summary.prefill) {
+        if let Some(line) =
+            runtime::telemetry::prefetch_line(&o.d, &o.summary.prefill, rt.prefetch_tag)
+        {
+            writeln!(w, "{line}")?;
+        }
+    }
+    if rt.route_ahead > 0 {
+        writeln!(w, "{}", o.summary.ahead.route_ahead_line(rt.route_ahead))?;
+    }
+    if opts.run.predict_log {
+        for line in o.summary.ahead.predict_lines() {
             writeln!(w, "{line}")?;
         }
     }

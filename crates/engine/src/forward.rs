@@ -7,7 +7,10 @@
 //! products. The KV cache and every scratch buffer are allocated once, when the engine is
 //! built.
 
+mod ahead;
 mod weights;
+
+pub use ahead::{Foresight, ForesightTap, Lookahead};
 
 use gguf::GgmlType;
 use model::{FfnAct, HParams, Model, QkNorm, RopeType};
@@ -16,6 +19,7 @@ use thiserror::Error;
 
 use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
+use ahead::{Ahead, AheadState};
 use weights::{FfnW, LayerW, Mat, MoeW, SharedW, Weights};
 
 /// Errors of building or running an [`Engine`].
@@ -246,6 +250,15 @@ pub trait ExpertSource: Send {
     fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8];
     /// The layer's batch is done: its experts may be evicted.
     fn release(&mut self, layer: usize);
+    /// What MoE layer `layer` is ranked to route, known before its router runs (one-token
+    /// passes with a [`Lookahead`] that hints): `ranked`, its top-k in rank order, and `probs`,
+    /// each one's softmax probability over every expert (a confidence). `committed`: the
+    /// layer will route exactly these (route-ahead), else it is a prediction. Called after the
+    /// current layer's [`load`](Self::load), before its experts are computed. The default
+    /// ignores it.
+    fn foresee(&mut self, layer: usize, ranked: &[usize], probs: &[f32], committed: bool) {
+        let _ = (layer, ranked, probs, committed);
+    }
 }
 
 /// Per-chunk scratch buffers, sized for `ubatch` tokens.
@@ -304,6 +317,12 @@ pub struct Engine<'a> {
     replaying: bool,
     source: Option<Box<dyn ExpertSource + 'a>>,
     abort: Option<AbortCheck<'a>>,
+    /// What is ranked ahead of the router, its rankings in the current pass, and their tap.
+    lookahead: Lookahead,
+    ahead: AheadState,
+    foresight_tap: Option<ForesightTap<'a>>,
+    /// The MoE layers, in order.
+    moe_layers: Vec<usize>,
 }
 
 /// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
@@ -679,17 +698,36 @@ fn swiglu_ffn(
 
 /// The MoE FFN on the normed rows `s.cur`, into `s.proj`: routing, the source's load and the
 /// route tap, the routed experts, their weighted sum, and the shared expert.
+/// Where a MoE layer's routing comes from: a replayed step's experts (else the router), and
+/// the context position of the chunk's first row that reaches the FFN.
+struct Routing<'r> {
+    replayed: Option<&'r [usize]>,
+    first_pos: usize,
+}
+
 fn moe_ffn<'a>(
     st: Stage<'_, 'a>,
     m: &MoeW<'a>,
-    replayed: Option<&[usize]>,
-    first_pos: usize,
+    routing: Routing<'_>,
     source: &mut Option<Box<dyn ExpertSource + 'a>>,
     route_tap: &mut Option<RouteTap<'a>>,
+    ahead: &mut Ahead<'_, 'a>,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
     let (il, n, e) = (st.il, st.n, st.e());
-    let k_used = route(st, m, replayed, s)?;
+    let Routing {
+        replayed,
+        first_pos,
+    } = routing;
+    // A one-token pass ranks ahead; route-ahead's committed selection (never over a replay)
+    // routes like a replayed one.
+    let ranking = n == 1 && ahead.state.one_token && ahead.cfg.any();
+    let committed = if ranking && replayed.is_none() {
+        ahead.state.take_committed(il)
+    } else {
+        None
+    };
+    let k_used = route(st, m, replayed.or(committed.as_deref()), s)?;
     if let Some(src) = source {
         src.load(il, &s.ids[..n * k_used])
             .map_err(ForwardError::Experts)?;
@@ -704,6 +742,18 @@ fn moe_ffn<'a>(
             weights: &s.wts[..n * k_used],
             replayed: replayed.is_some(),
         });
+    }
+    if ranking {
+        ahead.after_load(
+            st,
+            m,
+            &s.cur,
+            &s.router,
+            &s.ids[..k_used],
+            committed.is_some(),
+            replayed.is_some(),
+            source,
+        )?;
     }
     routed_experts(st, m, k_used, source, s)?;
     if let Some(src) = source {
@@ -1008,6 +1058,10 @@ impl<'a> Engine<'a> {
             ));
         }
         let w = Weights::load(model, kernels)?;
+        let moe_layers: Vec<usize> = (w.layers.iter().enumerate())
+            .filter(|(_, lw)| matches!(lw.ffn, FfnW::Moe(_)))
+            .map(|(il, _)| il)
+            .collect();
         let e = hp.n_embd as usize;
         let hd = hp.head_dim_k as usize;
         for il in 0..hp.n_layer as usize {
@@ -1112,6 +1166,10 @@ impl<'a> Engine<'a> {
             replaying: false,
             source: None,
             abort: None,
+            lookahead: Lookahead::default(),
+            ahead: AheadState::default(),
+            foresight_tap: None,
+            moe_layers,
         })
     }
 
@@ -1158,6 +1216,31 @@ impl<'a> Engine<'a> {
         }
         self.source = source;
         Ok(())
+    }
+
+    /// Rank routers ahead of their layers on one-token passes as `lookahead` says (see
+    /// [`Lookahead`]), reporting each MoE layer's routing with those rankings to `tap`.
+    /// `route_ahead` must leave at least one MoE layer to commit.
+    pub fn set_lookahead(
+        &mut self,
+        lookahead: Lookahead,
+        tap: Option<ForesightTap<'a>>,
+    ) -> Result<(), ForwardError> {
+        let n = self.moe_layers.len();
+        if lookahead.route_ahead > 0 && lookahead.route_ahead >= n {
+            return Err(ForwardError::Config(format!(
+                "route-ahead {} needs more than {} MoE layers (the model has {n})",
+                lookahead.route_ahead, lookahead.route_ahead
+            )));
+        }
+        self.lookahead = lookahead;
+        self.foresight_tap = tap;
+        Ok(())
+    }
+
+    /// What is ranked ahead of the router.
+    pub fn lookahead(&self) -> Lookahead {
+        self.lookahead
     }
 
     /// Install (or remove) the observer of every MoE layer's routing.
@@ -1392,6 +1475,9 @@ impl<'a> Engine<'a> {
                 .fill_cache((p0 + t) as i64, &mut self.s.rope[t * nr..(t + 1) * nr]);
         }
         let n_layer = self.hp.n_layer as usize;
+        if self.lookahead.any() {
+            self.ahead.reset(n_layer, n == 1);
+        }
         for il in 0..n_layer {
             let keep = if il + 1 == n_layer {
                 out_rows.clone()
@@ -1424,6 +1510,10 @@ impl<'a> Engine<'a> {
             replay,
             replaying,
             source,
+            lookahead,
+            ahead,
+            foresight_tap,
+            moe_layers,
             ..
         } = self;
         let lw = &w.layers[il];
@@ -1466,7 +1556,18 @@ impl<'a> Engine<'a> {
                     Some(r) if *replaying => Some(r.steps[r.next][il].as_slice()),
                     _ => None,
                 };
-                moe_ffn(st, m, replayed, p0 + keep.start, source, route_tap, s)?;
+                let mut ahead = Ahead {
+                    cfg: *lookahead,
+                    layers: &w.layers,
+                    moe_layers,
+                    state: ahead,
+                    tap: foresight_tap,
+                };
+                let routing = Routing {
+                    replayed,
+                    first_pos: p0 + keep.start,
+                };
+                moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }
         }
         st.emit("ffn_out", &s.proj[..n * e]);

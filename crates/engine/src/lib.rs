@@ -11,6 +11,6 @@ pub mod ops;
 
 pub use error::EngineError;
 pub use forward::{
-    AbortCheck, Engine, EngineConfig, ExpertProj, ExpertSource, ForwardError, KvState,
-    LogitsWanted, Observer, RouteReplay, RouteTap, Routed,
+    AbortCheck, Engine, EngineConfig, ExpertProj, ExpertSource, Foresight, ForesightTap,
+    ForwardError, KvState, LogitsWanted, Lookahead, Observer, RouteReplay, RouteTap, Routed,
 };

@@ -35,6 +35,8 @@ pub struct Recorders {
     pub io_trace: Option<Arc<Mutex<IoTrace>>>,
     /// The `compute_trace v1` file (the engine's observer writes to it too).
     pub compute_trace: Option<Arc<Mutex<ComputeTrace>>>,
+    /// What the engine ranked ahead of the router, scored (`--predict-log`, `--route-ahead`).
+    pub predict: Option<crate::predict::PredictLog>,
 }
 
 /// Everything a generation needs, set up once: the engine over the loaded model, the
@@ -66,6 +68,10 @@ pub struct Runtime<'a> {
     pub recorders: Recorders,
     /// Installed after the (first) prefill: decode steps replay a recorded routing.
     pub replay: Option<engine::RouteReplay>,
+    /// `--route-ahead`'s depth (0: off).
+    pub route_ahead: usize,
+    /// The `moe-prefetch:` line's tag for the reads ahead this run makes.
+    pub prefetch_tag: &'static str,
 }
 
 /// One generation: the whole prompt's tokens (those already in the context, the engine's
@@ -221,6 +227,7 @@ impl Runtime<'_> {
     /// reporting to `sink`. A cancel stops between prefill chunks or tokens (the outcome
     /// says so; the context then holds what was run).
     pub fn generate(&mut self, t: &Turn<'_>, sink: &mut dyn Sink) -> Result<Outcome> {
+        let ahead_at = self.recorders.predict.as_ref().map(|p| p.figures());
         let p = self.prefill_turn(t, sink)?;
         let mut cancelled = p.cancelled;
         let mut logits = p.logits;
@@ -319,6 +326,10 @@ impl Runtime<'_> {
             loop_overhead_s: loop_overhead.as_secs_f64(),
             prefill: p.delta,
             prefill_usage: p.usage,
+            ahead: match (&self.recorders.predict, &ahead_at) {
+                (Some(log), Some(at)) => log.figures().since(at),
+                _ => Default::default(),
+            },
         };
         let outcome = Outcome {
             summary,

@@ -16,6 +16,7 @@ pub mod history;
 pub mod load;
 pub mod notice;
 pub mod open;
+pub mod predict;
 pub mod prompt;
 pub mod read;
 pub mod report;

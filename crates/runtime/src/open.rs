@@ -84,6 +84,11 @@ pub struct RunConfig {
     pub compute_trace: Option<ComputeTraceFile>,
     /// Take the per-token figures (a [`crate::telemetry::TokenRow`] per token for the sink).
     pub token_figures: bool,
+    /// `--predict-log`: score the stale gate, the previous-token bet and the control on every
+    /// decode routing (an instrumented run).
+    pub predict_log: bool,
+    /// `--route-ahead N` (lossy): commit each decode layer's routing N MoE layers early.
+    pub route_ahead: usize,
 }
 
 /// Where colibri's `ROUTE_TRACE` stream goes, and whether the path came from the environment
@@ -123,6 +128,8 @@ impl RunConfig {
             io_trace: None,
             compute_trace: None,
             token_figures: false,
+            predict_log: false,
+            route_ahead: 0,
         }
     }
 }
@@ -221,6 +228,7 @@ impl Loaded {
         if let Some(on) = cfg.row_prefetch {
             engine.set_row_prefetch(on);
         }
+        let predict = self.lookahead(cfg, hp, &mut engine)?;
         let counters = Arc::new(StreamCounters::default());
         let layout = self.expert_layout();
         let arch = self
@@ -326,10 +334,72 @@ impl Loaded {
                 history,
                 io_trace,
                 compute_trace,
+                predict,
             },
             replay,
+            route_ahead: cfg.route_ahead,
+            prefetch_tag: crate::stream::StoreSource::speculation_of(&cfg.stream, cfg.route_ahead)
+                .tag(),
         };
         Ok((rt, preamble))
+    }
+
+    /// What the engine ranks ahead of the router (`--predict-log`, `--predict-prefetch`,
+    /// `--route-ahead`), with the scorer of what it ranked when something reports it. Refuses
+    /// the combinations that measure or read ahead on a routing another flag rewrote.
+    fn lookahead(
+        &self,
+        cfg: &RunConfig,
+        hp: &HParams,
+        engine: &mut Engine<'_>,
+    ) -> Result<Option<crate::predict::PredictLog>> {
+        let st = &cfg.stream;
+        let ra = cfg.route_ahead;
+        if (cfg.predict_log || ra > 0 || st.predict_prefetch) && hp.n_expert == 0 {
+            reject!(
+                "{}: {} is not a mixture-of-experts model: there is no routing to rank ahead",
+                if cfg.predict_log {
+                    "--predict-log"
+                } else if ra > 0 {
+                    "--route-ahead"
+                } else {
+                    "--predict-prefetch"
+                },
+                self.name
+            );
+        }
+        if ra > 0 {
+            let mut with = Vec::new();
+            for (set, flag) in [
+                (cfg.predict_log, "--predict-log"),
+                (st.prefetch > 0, "--prefetch"),
+                (st.predict_prefetch, "--predict-prefetch"),
+                (st.couple.is_some(), "--couple"),
+                (cfg.route_replay.is_some(), "--route-replay"),
+            ] {
+                if set {
+                    with.push(flag);
+                }
+            }
+            if !with.is_empty() {
+                reject!(
+                    "--route-ahead commits the routing to its own early ranking: {} would \
+                     measure or read ahead on the routing it rewrites",
+                    with.join(", ")
+                );
+            }
+        }
+        let lookahead = engine::Lookahead {
+            stale_gate: cfg.predict_log,
+            control: cfg.predict_log,
+            hint: st.predict_prefetch && self.streaming(),
+            route_ahead: ra,
+        };
+        let log = (cfg.predict_log || ra > 0).then(crate::predict::PredictLog::default);
+        engine
+            .set_lookahead(lookahead, log.as_ref().map(crate::predict::PredictLog::tap))
+            .map_err(|e| Error::Rejected(format!("--route-ahead {ra}: {e}")))?;
+        Ok(log)
     }
 
     /// The routed experts' tensors: the streamed layout, or (a resident MoE run) the file's,
@@ -390,6 +460,10 @@ impl Loaded {
             Arc::clone(w.counters),
             &self.notices,
         )?;
+        src.set_speculation(crate::stream::StoreSource::speculation_of(
+            &cfg.stream,
+            cfg.route_ahead,
+        ));
         if let Some(v) = w.view {
             src.watch(Arc::clone(v));
         }
@@ -558,6 +632,16 @@ impl Loaded {
             top_p: cfg.sampling.top_p,
             seed: sampler.seed(),
             compute_trace_layers: cfg.compute_trace.as_ref().is_some_and(|c| c.by_layer),
+            prefetch: if streaming { st.prefetch } else { 0 },
+            predict_prefetch: streaming && st.predict_prefetch,
+            predict_spec_max: if streaming && st.predict_prefetch {
+                st.predict_spec_max
+                    .unwrap_or(crate::stream::PREDICT_SPEC_MAX)
+            } else {
+                0
+            },
+            predict_log: cfg.predict_log,
+            route_ahead: cfg.route_ahead,
             traces: [
                 (cfg.route_trace.is_some(), "route"),
                 (cfg.io_trace.is_some(), "io"),
@@ -608,6 +692,14 @@ impl Loaded {
         } else {
             resident_mode_line(moe, &self.decision.why)
         };
+        if cfg.route_ahead > 0 {
+            mode.push_str(&format!(
+                ", route-ahead {} (lossy: routing committed {} MoE layer{} early)",
+                cfg.route_ahead,
+                cfg.route_ahead,
+                if cfg.route_ahead == 1 { "" } else { "s" }
+            ));
+        }
         if let (Some(r), Some(path)) = (replay, &cfg.route_replay) {
             mode.push_str(&format!(
                 ", route replay of {} ({} decode steps, wrapping)",

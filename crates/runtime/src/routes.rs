@@ -166,8 +166,8 @@ impl RouteTraceFile {
                             .flatten()
                     }) {
                         None => (1, 0),
-                        Some((true, _)) => (1, 0),
-                        Some((false, bytes)) => {
+                        Some((r @ (1 | 2), _)) => (r, 0),
+                        Some((_, bytes)) => {
                             if charged.contains(&id) {
                                 (0, 0)
                             } else {

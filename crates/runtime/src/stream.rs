@@ -130,21 +130,22 @@ impl StreamCounters {
     }
 }
 
-/// What the last layer batch found: per distinct routed expert, whether it was in the cache,
-/// and the bytes its read pulls (0 for a hit). Shared with a route trace.
+/// What the last layer batch found: per distinct routed expert, its residency (the route
+/// trace's: 0 a miss, 1 a hit, 2 a hit on an expert read ahead, at its first lookup since), and
+/// the bytes its read pulls (0 for a hit). Shared with a route trace.
 #[derive(Debug, Default)]
 pub struct BatchView {
     pub layer: u32,
-    pub entries: Vec<(u32, bool, u64)>,
+    pub entries: Vec<(u32, u8, u64)>,
 }
 
 impl BatchView {
-    /// (hit, bytes read) of `expert` in the batch.
-    pub fn get(&self, expert: u32) -> Option<(bool, u64)> {
+    /// (residency, bytes read) of `expert` in the batch.
+    pub fn get(&self, expert: u32) -> Option<(u8, u64)> {
         self.entries
             .iter()
             .find(|e| e.0 == expert)
-            .map(|&(_, hit, bytes)| (hit, bytes))
+            .map(|&(_, residency, bytes)| (residency, bytes))
     }
 }
 
@@ -219,6 +220,95 @@ pub struct StoreSource {
     spec: std::collections::HashSet<(u32, u32)>,
     /// The MoE layers in order.
     moe_layers: Vec<u32>,
+    /// Hits of the batch on experts read ahead (their first lookup since).
+    ahead_hits: Vec<u32>,
+    /// Which reads ahead the source makes besides `couple`'s.
+    speculation: Speculation,
+    /// `--prefetch`: each layer's distinct experts at its last one-token batch (or the last
+    /// token of a prefill batch), by layer.
+    prev: Vec<Vec<u32>>,
+    /// The budget of speculative reads: lane time the demand reads left idle.
+    spare: SpareLanes,
+}
+
+/// Which speculative reads a source makes (each its own `moe-prefetch:` tag).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Speculation {
+    /// None (or only `--couple`'s table).
+    #[default]
+    Off,
+    /// `--prefetch K`: after each one-token layer, the previous token's experts of the next
+    /// `K` MoE layers.
+    Temporal(usize),
+    /// `--predict-prefetch`: the stale gate's predicted misses of the next layer, at most
+    /// this many a layer (0: only keep the predicted residents).
+    StaleGate(usize),
+    /// `--route-ahead`: every committed expert not cached, read as soon as it is committed.
+    RouteAhead,
+}
+
+impl Speculation {
+    /// The `moe-prefetch:` line's tag.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Speculation::Off => "couple",
+            Speculation::Temporal(_) => "",
+            Speculation::StaleGate(_) => "stale-gate",
+            Speculation::RouteAhead => "route-ahead",
+        }
+    }
+}
+
+/// The speculative reads' budget, measured: at each token boundary (the first MoE layer of a
+/// one-token pass) the lane time of the token just done that demand reads left idle
+/// (`lanes × wall − demand busy`) becomes the credit of the next, and each speculative read
+/// is charged the lane time a read of its size has been taking (lane busy time per byte over
+/// every read so far). A disk that is busy with demand reads leaves no credit, and a disk
+/// that slows down under load charges more per read; nothing is assumed about its speed.
+#[derive(Debug, Default)]
+struct SpareLanes {
+    lanes: u64,
+    /// The last token boundary, with the demand busy time then.
+    mark: Option<(Instant, u64)>,
+    demand_busy_ns: u64,
+    busy_ns: u64,
+    bytes: u64,
+    credit_ns: i128,
+}
+
+impl SpareLanes {
+    fn read_done(&mut self, demand: bool, busy_ns: u64, bytes: u64) {
+        if demand {
+            self.demand_busy_ns += busy_ns;
+        }
+        self.busy_ns += busy_ns;
+        self.bytes += bytes;
+    }
+
+    /// A token boundary: the token just done's idle lane time is the next one's credit.
+    fn token(&mut self) {
+        let now = Instant::now();
+        if let Some((at, busy)) = self.mark {
+            let wall = now.duration_since(at).as_nanos() as i128;
+            let demand = i128::from(self.demand_busy_ns - busy);
+            self.credit_ns = (i128::from(self.lanes) * wall - demand).max(0);
+        }
+        self.mark = Some((now, self.demand_busy_ns));
+    }
+
+    /// Charge a speculative read of `bytes`; `false` (nothing charged) when the credit does not
+    /// cover it, or before anything has been measured.
+    fn take(&mut self, bytes: u64) -> bool {
+        if self.bytes == 0 {
+            return false;
+        }
+        let cost = i128::from(bytes) * i128::from(self.busy_ns) / i128::from(self.bytes);
+        if cost > self.credit_ns {
+            return false;
+        }
+        self.credit_ns -= cost;
+        true
+    }
 }
 
 impl StoreSource {
@@ -296,6 +386,13 @@ impl StoreSource {
             couple: None,
             spec: std::collections::HashSet::new(),
             moe_layers: layers,
+            ahead_hits: Vec::new(),
+            speculation: Speculation::Off,
+            prev: vec![Vec::new(); n_layer],
+            spare: SpareLanes {
+                lanes: cfg.lanes as u64,
+                ..SpareLanes::default()
+            },
         })
     }
 
@@ -352,7 +449,11 @@ impl StoreSource {
             StreamCounters::add(&self.counters.io_ns, done.busy.as_nanos() as u64);
         }
         match done.result {
-            Ok(bytes) => StreamCounters::add(&self.counters.read_bytes, bytes),
+            Ok(bytes) => {
+                StreamCounters::add(&self.counters.read_bytes, bytes);
+                self.spare
+                    .read_done(done.demand, done.busy.as_nanos() as u64, bytes);
+            }
             Err(e) => {
                 self.cache.discard(key);
                 if self.failed.is_none() {
@@ -403,6 +504,96 @@ impl StoreSource {
                     demand: false,
                 });
             }
+        }
+    }
+
+    /// Make the speculative reads of `speculation` (see [`Speculation`]).
+    pub fn set_speculation(&mut self, speculation: Speculation) {
+        self.speculation = speculation;
+    }
+
+    /// The speculative reads this source makes.
+    pub fn speculation(&self) -> Speculation {
+        self.speculation
+    }
+
+    /// The speculative reads `cfg` asks for (route-ahead `route_ahead` layers early first).
+    pub fn speculation_of(cfg: &StreamConfig, route_ahead: usize) -> Speculation {
+        if route_ahead > 0 {
+            Speculation::RouteAhead
+        } else if cfg.predict_prefetch {
+            Speculation::StaleGate(cfg.predict_spec_max.unwrap_or(PREDICT_SPEC_MAX))
+        } else if cfg.prefetch > 0 {
+            Speculation::Temporal(cfg.prefetch)
+        } else {
+            Speculation::Off
+        }
+    }
+
+    /// Read ahead `experts` of `layer` (in the order given): each one cached is kept through
+    /// the end of the current batch and costs nothing; of the others at most `max` are read,
+    /// each only while the spare lane time covers it (when `budgeted`) and a lane is free of
+    /// other reads ahead. Returns the reads issued.
+    fn speculate(&mut self, layer: u32, experts: &[u32], max: usize, budgeted: bool) -> usize {
+        let Ok(slot) = self.reader.slot_bytes(layer) else {
+            return 0;
+        };
+        let lanes = self.spare.lanes as usize;
+        let mut issued = 0;
+        for &e in experts {
+            let key = (layer, e);
+            if self.cache.retain(key) || self.spec.contains(&key) {
+                continue;
+            }
+            if issued >= max || (budgeted && self.spec.len() >= lanes) {
+                break;
+            }
+            if budgeted && !self.spare.take(slot as u64) {
+                break;
+            }
+            if let Some(buf) = self.cache.prefetch(key, slot) {
+                self.spec.insert(key);
+                self.lanes.submit(ReadJob {
+                    layer,
+                    expert: e,
+                    buf,
+                    demand: false,
+                });
+                issued += 1;
+            }
+        }
+        issued
+    }
+
+    /// `--prefetch K` after `layer`'s load: read ahead the previous token's experts of the
+    /// next K MoE layers, then remember this batch's (a one-token batch's experts, or the last
+    /// token's of a prefill batch).
+    fn temporal(&mut self, layer: u32, routed: &[usize], depth: usize) {
+        let k = self.layout.n_expert_used as usize;
+        let one_token = routed.len() <= k;
+        if one_token && let Some(pos) = self.moe_layers.iter().position(|&l| l == layer) {
+            for d in 1..=depth {
+                let Some(&next) = self.moe_layers.get(pos + d) else {
+                    break;
+                };
+                let experts = std::mem::take(&mut self.prev[next as usize]);
+                self.speculate(next, &experts, usize::MAX, true);
+                self.prev[next as usize] = experts;
+            }
+        }
+        let last = if one_token || k == 0 || !routed.len().is_multiple_of(k) {
+            routed
+        } else {
+            &routed[routed.len() - k..]
+        };
+        let mut experts: Vec<u32> = Vec::with_capacity(last.len());
+        for &e in last {
+            if !experts.contains(&(e as u32)) {
+                experts.push(e as u32);
+            }
+        }
+        if let Some(p) = self.prev.get_mut(layer as usize) {
+            *p = experts;
         }
     }
 
@@ -490,6 +681,7 @@ impl StoreSource {
         self.batch_layer = layer;
         self.cache.begin_batch(layer);
         self.seen.clear();
+        self.ahead_hits.clear();
         self.failed = None;
         Ok(())
     }
@@ -510,9 +702,13 @@ impl StoreSource {
                 continue;
             }
             self.seen.push(e);
+            let ahead = self.cache.stats().prefetch_hits;
             // A hit on an expert still being read ahead waits for that read.
             if self.cache.lookup(key, slot_bytes) == Lookup::Miss || self.spec.contains(&key) {
                 self.inflight.push(key.1);
+            }
+            if self.cache.stats().prefetch_hits > ahead {
+                self.ahead_hits.push(key.1);
             }
         }
     }
@@ -530,7 +726,7 @@ impl StoreSource {
         v.entries.clear();
         for &e in &self.seen {
             let e = e as u32;
-            let miss = self.inflight.contains(&e);
+            let miss = self.inflight.contains(&e) && !self.ahead_hits.contains(&e);
             let bytes = if miss {
                 self.reader
                     .windows(layer, e)
@@ -538,7 +734,14 @@ impl StoreSource {
             } else {
                 0
             };
-            v.entries.push((e, !miss, bytes));
+            let residency = if miss {
+                0
+            } else if self.ahead_hits.contains(&e) {
+                2
+            } else {
+                1
+            };
+            v.entries.push((e, residency, bytes));
         }
     }
 
@@ -605,10 +808,17 @@ impl ExpertSource for StoreSource {
         } else {
             self.seen.len()
         } as u64;
+        let one_token = routed.len() <= self.layout.n_expert_used as usize;
+        if one_token && self.moe_layers.first() == Some(&layer32) {
+            self.spare.token();
+        }
         // One token's routing: read ahead what the next layers will likely route.
-        if self.couple.is_some() && routed.len() <= self.layout.n_expert_used as usize {
+        if self.couple.is_some() && one_token {
             let distinct: Vec<u32> = self.seen.iter().map(|&e| e as u32).collect();
             self.prefetch_next(layer32, &distinct);
+        }
+        if let Speculation::Temporal(depth) = self.speculation {
+            self.temporal(layer32, routed, depth);
         }
         let demand = routed_distinct * expert_bytes;
         StreamCounters::add(&self.counters.routed, routed.len() as u64);
@@ -695,6 +905,23 @@ impl ExpertSource for StoreSource {
         self.reader.part(key.0, key.1, i, slot).unwrap_or(&[])
     }
 
+    fn foresee(&mut self, layer: usize, ranked: &[usize], _probs: &[f32], committed: bool) {
+        let t = Instant::now();
+        let before = self.cache.stats();
+        let experts: Vec<u32> = ranked.iter().map(|&e| e as u32).collect();
+        match (self.speculation, committed) {
+            (Speculation::StaleGate(max), false) => {
+                self.speculate(layer as u32, &experts, max, true);
+            }
+            (Speculation::RouteAhead, true) => {
+                self.speculate(layer as u32, &experts, usize::MAX, false);
+            }
+            _ => {}
+        }
+        self.publish(before);
+        StreamCounters::add(&self.counters.mgmt_ns, t.elapsed().as_nanos() as u64);
+    }
+
     fn release(&mut self, _layer: usize) {
         let t = Instant::now();
         // Reads the layer did not wait for (--load-all under --overlap) end first; their
@@ -741,7 +968,18 @@ pub struct StreamConfig {
     pub dense_weights: Option<DenseWeights>,
     pub load_all: bool,
     pub inject_read_fault: Option<ReadFault>,
+    /// `--prefetch K`: the previous token's experts of the next K MoE layers read ahead.
+    pub prefetch: usize,
+    /// `--predict-prefetch`: the stale gate's predicted misses of the next layer read ahead.
+    pub predict_prefetch: bool,
+    /// `--predict-spec-max N`: at most N predicted misses read ahead a layer (0: only keep the
+    /// predicted residents); `None` the default, [`PREDICT_SPEC_MAX`].
+    pub predict_spec_max: Option<usize>,
 }
+
+/// Predicted misses read ahead per layer by default under `--predict-prefetch`: the stall a
+/// read ahead removes is the wait on a layer's first missing expert.
+pub const PREDICT_SPEC_MAX: usize = 2;
 
 impl Default for StreamConfig {
     /// What `sluice run` does without streaming flags.
@@ -763,6 +1001,9 @@ impl Default for StreamConfig {
             dense_weights: None,
             load_all: false,
             inject_read_fault: None,
+            prefetch: 0,
+            predict_prefetch: false,
+            predict_spec_max: None,
         }
     }
 }
@@ -883,6 +1124,8 @@ impl StreamConfig {
                 (self.load_all, "--load-all"),
                 (self.io_backend != ReadBackend::Pread, "--io-backend"),
                 (self.inject_read_fault.is_some(), "--inject-read-fault"),
+                (self.prefetch > 0, "--prefetch"),
+                (self.predict_prefetch, "--predict-prefetch"),
             ];
             for (set, flag) in flags {
                 if set {
@@ -898,6 +1141,25 @@ impl StreamConfig {
         }
         if self.io_threads == 0 || self.io_threads > 256 {
             reject!("--io-threads must be 1 to 256");
+        }
+        let readers_ahead = [
+            (self.prefetch > 0, "--prefetch"),
+            (self.predict_prefetch, "--predict-prefetch"),
+            (self.couple.is_some(), "--couple"),
+        ];
+        let on: Vec<&str> = readers_ahead
+            .iter()
+            .filter(|(set, _)| *set)
+            .map(|(_, f)| *f)
+            .collect();
+        if on.len() > 1 {
+            reject!(
+                "{} each read ahead on their own prediction: give one of them",
+                on.join(" and ")
+            );
+        }
+        if self.predict_spec_max.is_some() && !self.predict_prefetch {
+            reject!("--predict-spec-max sets --predict-prefetch's reads: add --predict-prefetch");
         }
         if self.load_all && !matches!(self.cache_mb, None | Some(CacheMb::Mib(0))) {
             reject!(
@@ -1343,4 +1605,85 @@ pub fn open_for(path: &std::path::Path, args: &StreamConfig, notices: &Notices) 
         cache_bytes,
         decision,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_lane_time_is_what_demand_reads_left_idle_and_reads_ahead_spend_it() {
+        let mut s = SpareLanes {
+            lanes: 2,
+            ..SpareLanes::default()
+        };
+        // nothing measured yet: nothing is read ahead
+        assert!(!s.take(1));
+        s.read_done(true, 1_000, 1_000);
+        s.token();
+        assert!(!s.take(1), "no credit before a whole token was measured");
+        // a token of at least 1 ms on 2 lanes with 0.5 ms of demand reads in it
+        let at = Instant::now() - std::time::Duration::from_millis(1);
+        s.mark = Some((at, s.demand_busy_ns));
+        s.read_done(true, 500_000, 500_000);
+        s.token();
+        // reads have taken 1 ns of lane time a byte: the credit is at least 1.5 ms of lane time
+        assert!(s.credit_ns >= 1_500_000, "{}", s.credit_ns);
+        let credit = s.credit_ns;
+        assert!(s.take(1_000_000));
+        assert_eq!(s.credit_ns, credit - 1_000_000);
+        assert!(!s.take(credit as u64), "a read the credit does not cover");
+        // a token whose demand reads kept both lanes busy leaves no credit
+        s.mark = Some((Instant::now(), s.demand_busy_ns));
+        s.read_done(true, 10_000_000_000, 1);
+        s.token();
+        assert_eq!(s.credit_ns, 0);
+        // reads ahead count in the cost per byte but not as demand
+        let before = s.demand_busy_ns;
+        s.read_done(false, 5, 5);
+        assert_eq!(s.demand_busy_ns, before);
+    }
+
+    #[test]
+    fn route_ahead_then_the_stale_gate_then_the_previous_token_decide_the_reads_ahead() {
+        let mut cfg = StreamConfig {
+            prefetch: 2,
+            ..StreamConfig::default()
+        };
+        assert_eq!(
+            StoreSource::speculation_of(&cfg, 0),
+            Speculation::Temporal(2)
+        );
+        cfg.predict_prefetch = true;
+        assert_eq!(
+            StoreSource::speculation_of(&cfg, 0),
+            Speculation::StaleGate(PREDICT_SPEC_MAX)
+        );
+        cfg.predict_spec_max = Some(0);
+        assert_eq!(
+            StoreSource::speculation_of(&cfg, 0),
+            Speculation::StaleGate(0)
+        );
+        assert_eq!(
+            StoreSource::speculation_of(&cfg, 1),
+            Speculation::RouteAhead
+        );
+        assert_eq!(
+            StoreSource::speculation_of(&StreamConfig::default(), 0),
+            Speculation::Off
+        );
+        // two readers ahead at once are refused, and so is a spec max without its reader
+        assert!(cfg.validate().is_err());
+        let lone = StreamConfig {
+            predict_spec_max: Some(1),
+            ..StreamConfig::default()
+        };
+        assert!(lone.validate().is_err());
+        let off = StreamConfig {
+            moe_stream: StreamMode::Off,
+            prefetch: 1,
+            ..StreamConfig::default()
+        };
+        assert!(off.validate().is_err());
+    }
 }

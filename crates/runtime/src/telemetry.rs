@@ -216,17 +216,27 @@ impl StreamSnapshot {
     }
 }
 
-/// The `moe-prefetch:` line of a run whose co-activation read-ahead read anything (decode and
-/// prefill counters pooled): how much it read and how many of its experts were then used.
-pub fn prefetch_line(decode: &StreamSnapshot, prefill: &StreamSnapshot) -> Option<String> {
+/// The `moe-prefetch:` line of a run whose reads ahead read anything (decode and prefill
+/// counters pooled): how much it read and how many of its experts were then used, tagged with
+/// the predictor (`tag`; none for `--prefetch`'s previous-token bet).
+pub fn prefetch_line(
+    decode: &StreamSnapshot,
+    prefill: &StreamSnapshot,
+    tag: &str,
+) -> Option<String> {
     let n = decode.prefetches + prefill.prefetches;
     let bytes = decode.prefetch_bytes + prefill.prefetch_bytes;
     let hits = decode.prefetch_hits + prefill.prefetch_hits;
     (n > 0).then(|| {
         format!(
-            "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%) [couple]",
+            "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%){}",
             bytes as f64 / MIB,
-            store::cache::hit_pct(hits, n)
+            store::cache::hit_pct(hits, n),
+            if tag.is_empty() {
+                String::new()
+            } else {
+                format!(" [{tag}]")
+            }
         )
     })
 }
@@ -387,6 +397,14 @@ pub struct Preamble {
     pub seed: u32,
     /// `--compute-trace-layers`.
     pub compute_trace_layers: bool,
+    /// `--prefetch`'s depth (0: off).
+    pub prefetch: usize,
+    pub predict_prefetch: bool,
+    /// `--predict-spec-max` in force (0 without `--predict-prefetch`).
+    pub predict_spec_max: usize,
+    /// `--predict-log`: an instrumented run.
+    pub predict_log: bool,
+    pub route_ahead: usize,
     /// The diagnostic traces written (`route`, `io`, `compute`): a traced run is
     /// instrumented, not a benchmark run.
     pub traces: Vec<&'static str>,
@@ -402,8 +420,8 @@ impl Preamble {
              n_ubatch={} chatml={}\n\
              # moe_stream={} cache_mb={} cache_auto={} cache_floor_mb={} cache_ceil_mb={} \
              cache_cycle_mb={} force_cache={} load_all={} io_threads={} o_direct={} overlap={} \
-             io_two_wave=0 prefetch=0 route_ahead=0 predict_prefetch=0 predict_log=0 \
-             predict_spec_max=0 prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
+             io_two_wave=0 prefetch={} route_ahead={} predict_prefetch={} predict_log={} \
+             predict_spec_max={} prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
              drop_prefill=0 substitute_lambda=0 io_backend={} cache_policy={} couple_k={} couple_d={} route_replay={}\n\
              # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec=off \
              spec_draft_max=0 mtp_p_min=0 ngram_min_match=0 instrumented={} traces={}\n",
@@ -428,6 +446,11 @@ impl Preamble {
             self.io_threads,
             b(self.o_direct),
             b(self.overlap),
+            self.prefetch,
+            self.route_ahead,
+            b(self.predict_prefetch),
+            b(self.predict_log),
+            self.predict_spec_max,
             self.dense_weights,
             self.io_backend,
             self.cache_policy,
@@ -441,7 +464,7 @@ impl Preamble {
             self.top_p,
             self.seed,
             b(self.compute_trace_layers),
-            b(!self.traces.is_empty()),
+            b(!self.traces.is_empty() || self.predict_log),
             if self.traces.is_empty() {
                 "-".to_owned()
             } else {
@@ -469,6 +492,9 @@ pub struct Summary {
     pub loop_overhead_s: f64,
     pub prefill: StreamSnapshot,
     pub prefill_usage: Usage,
+    /// What was ranked ahead of the router during the generation (`--predict-log`,
+    /// `--route-ahead`).
+    pub ahead: crate::predict::AheadFigures,
 }
 
 impl Summary {
@@ -546,10 +572,19 @@ impl Summary {
             ("adopt_s/tok", "0".into()),
             ("evictions", d.evictions.to_string()),
             ("rereads", d.rereads.to_string()),
-            ("ra_committed", "0".into()),
-            ("ra_passthrough", "0".into()),
-            ("ra_agree_pct", "0".into()),
-            ("ra_gemv_ms/tok", "0".into()),
+            (
+                "spec_read_MiB",
+                format!("{:.3}", d.prefetch_bytes as f64 / MIB),
+            ),
+            ("spec_experts", d.prefetches.to_string()),
+            ("spec_useful", d.prefetch_hits.to_string()),
+            ("ra_committed", self.ahead.committed.to_string()),
+            ("ra_passthrough", self.ahead.passed.to_string()),
+            ("ra_agree_pct", format!("{:.2}", self.ahead.agree_pct())),
+            (
+                "ra_gemv_ms/tok",
+                format!("{:.4}", per(self.ahead.rank_ns as f64 / 1e6)),
+            ),
             ("ra_issue_ms/tok", "0".into()),
             ("ra_wd_ms/tok", "0".into()),
             (
@@ -1141,7 +1176,7 @@ mod tests {
     #[test]
     fn a_prefetch_line_only_when_something_was_read_ahead() {
         let none = StreamSnapshot::default();
-        assert_eq!(prefetch_line(&none, &none), None);
+        assert_eq!(prefetch_line(&none, &none, "couple"), None);
         let d = StreamSnapshot {
             prefetches: 3,
             prefetch_bytes: 3 << 20,
@@ -1155,8 +1190,12 @@ mod tests {
             ..StreamSnapshot::default()
         };
         assert_eq!(
-            prefetch_line(&d, &p).as_deref(),
+            prefetch_line(&d, &p, "couple").as_deref(),
             Some("moe-prefetch: 3.5 MiB speculative, 2/4 experts useful (50.0%) [couple]")
+        );
+        assert_eq!(
+            prefetch_line(&d, &p, "").as_deref(),
+            Some("moe-prefetch: 3.5 MiB speculative, 2/4 experts useful (50.0%)")
         );
     }
 

@@ -80,6 +80,31 @@ fn streamed_experts_generate_the_resident_tokens() {
                     s.dense_weights = Some(DenseWeights::Mmap);
                 }),
             ),
+            ("prefetch 1", streamed(&|s| s.prefetch = 1)),
+            (
+                "prefetch 2, overlap, lru",
+                streamed(&|s| {
+                    s.prefetch = 2;
+                    s.overlap = true;
+                    s.cache_policy = CachePolicy::Lru;
+                }),
+            ),
+            ("predict-prefetch", streamed(&|s| s.predict_prefetch = true)),
+            (
+                "predict-prefetch, spec max 8, overlap",
+                streamed(&|s| {
+                    s.predict_prefetch = true;
+                    s.predict_spec_max = Some(8);
+                    s.overlap = true;
+                }),
+            ),
+            (
+                "predict-prefetch, retention only",
+                streamed(&|s| {
+                    s.predict_prefetch = true;
+                    s.predict_spec_max = Some(0);
+                }),
+            ),
             (
                 "every expert read, auto backend",
                 streamed(&|s| {
@@ -102,6 +127,98 @@ fn streamed_experts_generate_the_resident_tokens() {
             );
         }
     }
+}
+
+#[test]
+fn the_predict_log_changes_nothing_and_its_control_reads_100_percent() {
+    for model in [
+        "qwen3moe-q4_k_m.gguf",
+        "mixtral-q8_0.gguf",
+        "gptoss-mxfp4.gguf",
+        "qwen2moe-q8_0.gguf",
+    ] {
+        let mut resident = config(moe(model));
+        resident.stream.moe_stream = StreamMode::Off;
+        let (want, _) = generate(&resident, "The experts", 10);
+        assert_eq!(
+            want.summary.ahead.totals().routings,
+            0,
+            "{model}: scored unasked"
+        );
+        for streamed in [false, true] {
+            let mut cfg = config(moe(model));
+            cfg.predict_log = true;
+            if streamed {
+                cfg.stream.moe_stream = StreamMode::On;
+                cfg.stream.cache_mb = Some(CacheMb::Mib(1));
+                cfg.stream.force_cache = true;
+                cfg.stream.predict_prefetch = true;
+                cfg.stream.overlap = true;
+            } else {
+                cfg.stream.moe_stream = StreamMode::Off;
+            }
+            let (got, _) = generate(&cfg, "The experts", 10);
+            assert_eq!(
+                got.tokens, want.tokens,
+                "{model} streamed={streamed}: tokens"
+            );
+            let f = &got.summary.ahead;
+            let t = f.totals();
+            let n_moe = f.layers.len() as u64;
+            assert!(n_moe >= 1, "{model}: no layer scored");
+            // one routing per MoE layer per decode pass (not the prefill's last rows)
+            assert_eq!(t.routings, n_moe * got.tokens.len() as u64, "{model}");
+            assert_eq!(t.control.rows, t.routings, "{model}");
+            assert_eq!(t.control.slot_pct(), Some(100.0), "{model}: control");
+            // the stale gate cannot rank the first MoE layer; every other routing it ranks
+            let first = *f.layers.keys().next().expect("a layer");
+            assert_eq!(f.layers[&first].stale.rows, 0, "{model}");
+            assert_eq!(f.unranked, got.tokens.len() as u64, "{model}");
+            assert_eq!(t.stale.rows, t.routings - f.unranked, "{model}");
+            // the previous token is scored from each layer's second pass on
+            assert_eq!(t.prev.rows, t.routings - n_moe, "{model}");
+            let stale = t.stale.slot_pct().unwrap_or(0.0);
+            assert!(stale > 0.0 && stale <= 100.0, "{model}: stale gate {stale}");
+        }
+    }
+}
+
+#[test]
+fn route_ahead_zero_is_the_baseline_and_a_fired_one_commits_and_reports_agreement() {
+    let model = "qwen3moe-q4_k_m.gguf";
+    let mut base = config(moe(model));
+    base.stream.moe_stream = StreamMode::Off;
+    let (want, _) = generate(&base, "The experts", 12);
+    let mut inert = base.clone();
+    inert.route_ahead = 0;
+    let (got, _) = generate(&inert, "The experts", 12);
+    assert_eq!(got.tokens, want.tokens);
+    assert_eq!(got.summary.ahead.committed, 0);
+
+    let mut fired = base.clone();
+    fired.route_ahead = 1;
+    let (res, _) = generate(&fired, "The experts", 12);
+    let f = &res.summary.ahead;
+    let n = res.tokens.len() as u64;
+    // two MoE layers: the second is committed on every decode pass, the first passes through
+    assert_eq!((f.committed, f.passed), (n, n));
+    let agree = f.agree_pct();
+    assert!(agree > 0.0 && agree < 100.0, "agreement {agree}");
+    // deterministic, and streamed (its committed experts read early) == resident
+    let (again, _) = generate(&fired, "The experts", 12);
+    assert_eq!(again.tokens, res.tokens);
+    let mut streamed = fired.clone();
+    streamed.stream.moe_stream = StreamMode::On;
+    streamed.stream.cache_mb = Some(CacheMb::Mib(2));
+    streamed.stream.force_cache = true;
+    streamed.stream.overlap = true;
+    let (s, _) = generate(&streamed, "The experts", 12);
+    assert_eq!(s.tokens, res.tokens, "route-ahead streamed vs resident");
+    assert!(s.d.prefetches > 0, "committed experts were not read early");
+    assert_eq!(
+        s.d.prefetch_hits, s.d.prefetches,
+        "a committed read went unused"
+    );
 }
 
 /// Every event a sink receives, in order.

@@ -296,6 +296,19 @@ impl<P: EvictionPolicy> ExpertCache<P> {
         }
     }
 
+    /// Keep `key` (if cached) through the end of the current batch, as if the batch had used
+    /// it, without a lookup or a use for the policy to count: an expert a later layer is
+    /// predicted to route is not evicted before that layer comes. Returns whether it is cached.
+    pub fn retain(&mut self, key: Key) -> bool {
+        match self.entries.get_mut(&key) {
+            Some(e) => {
+                e.batch = self.batch;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The slot of a cached expert.
     pub fn slot(&self, key: Key) -> Option<&[u8]> {
         self.entries.get(&key).map(|e| e.buf.as_slice())
