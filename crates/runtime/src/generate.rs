@@ -177,6 +177,9 @@ impl Runtime<'_> {
     }
 
     fn stamp(&self, turn: u32, phase: Phase, step: usize) {
+        if let Some(p) = &self.recorders.predict {
+            p.set_decode(phase == Phase::Decode);
+        }
         if let Some(t) = &self.recorders.io_trace {
             t.lock()
                 .unwrap_or_else(PoisonError::into_inner)

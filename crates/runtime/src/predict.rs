@@ -212,6 +212,8 @@ pub struct PredictLog {
 
 #[derive(Default)]
 struct Inner {
+    /// The passes being run are decode steps (a one-token prefill is not scored).
+    decode: bool,
     figures: AheadFigures,
     /// Each layer's routing at its last one-token pass.
     prev: BTreeMap<usize, Vec<usize>>,
@@ -227,7 +229,15 @@ impl PredictLog {
             .clone()
     }
 
-    /// The engine tap that scores every one-token routing.
+    /// Score the passes that follow (decode steps) or not (a prefill).
+    pub fn set_decode(&self, decode: bool) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .decode = decode;
+    }
+
+    /// The engine tap that scores every one-token routing of a decode step.
     pub fn tap<'a>(&self) -> ForesightTap<'a> {
         let inner = Arc::clone(&self.inner);
         Box::new(move |f: &Foresight<'_>| {
@@ -239,6 +249,9 @@ impl PredictLog {
 
 impl Inner {
     fn record(&mut self, f: &Foresight<'_>) {
+        if !self.decode {
+            return;
+        }
         let fig = &mut self.figures;
         fig.rank_ns += f.rank_ns;
         if f.committed {
@@ -296,6 +309,9 @@ mod tests {
     fn each_predictor_is_scored_on_the_routings_it_named() {
         let log = PredictLog::default();
         let mut tap = log.tap();
+        // a one-token prefill is not scored
+        tap(&event(0, &[7, 8], None, Some(&[7, 8])));
+        log.set_decode(true);
         // token 1: layer 0 has no stale ranking; layer 1's names one of two
         tap(&event(0, &[1, 2], None, Some(&[2, 1])));
         tap(&event(1, &[3, 4], Some(&[4, 7]), Some(&[3, 4])));
@@ -353,6 +369,7 @@ mod tests {
     #[test]
     fn route_ahead_counts_commits_passes_and_agreement() {
         let log = PredictLog::default();
+        log.set_decode(true);
         let mut tap = log.tap();
         let mut e = event(2, &[1, 2, 3, 4], None, None);
         e.committed = true;
