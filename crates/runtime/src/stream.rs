@@ -551,7 +551,13 @@ impl StoreSource {
             if budgeted && !self.spare.take(slot as u64) {
                 break;
             }
-            if let Some(buf) = self.cache.prefetch(key, slot) {
+            let buf = if budgeted {
+                self.cache.prefetch(key, slot)
+            } else {
+                // Not a guess (route-ahead's committed routing): kept until its layer comes.
+                self.cache.prefetch_held(key, slot)
+            };
+            if let Some(buf) = buf {
                 self.spec.insert(key);
                 self.lanes.submit(ReadJob {
                     layer,

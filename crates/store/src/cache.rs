@@ -204,6 +204,8 @@ struct Entry {
     pinned: bool,
     /// Read ahead and not looked up since.
     prefetched: bool,
+    /// Read ahead for a layer that will route it: not evicted before that layer's batch.
+    held: bool,
 }
 
 /// The cache; see the [module docs](self).
@@ -223,6 +225,8 @@ pub struct ExpertCache<P: EvictionPolicy = Lru> {
     unfilled: u64,
     /// Bytes of the pinned entries.
     pinned_bytes: u64,
+    /// Entries held for their layer's next batch ([`ExpertCache::prefetch_held`]).
+    held: Vec<Key>,
 }
 
 impl<P: EvictionPolicy> ExpertCache<P> {
@@ -241,12 +245,24 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             pooled: 0,
             unfilled: 0,
             pinned_bytes: 0,
+            held: Vec::new(),
         }
     }
 
     /// Start a batch of `layer`.
     pub fn begin_batch(&mut self, layer: u32) {
         self.batch += 1;
+        // Entries held for this layer are its to use now: afterwards, like any other.
+        let entries = &mut self.entries;
+        self.held.retain(|k| {
+            if k.0 != layer {
+                return true;
+            }
+            if let Some(e) = entries.get_mut(k) {
+                e.held = false;
+            }
+            false
+        });
         self.policy.batch(layer);
     }
 
@@ -282,6 +298,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 filled: false,
                 pinned: false,
                 prefetched: false,
+                held: false,
             },
         );
         Lookup::Miss
@@ -358,7 +375,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             let victim = self.policy.victim(&|k| {
                 entries
                     .get(&k)
-                    .is_some_and(|e| e.batch != batch && !e.pinned)
+                    .is_some_and(|e| e.batch != batch && !e.pinned && !e.held)
             });
             match victim {
                 Some(k) => self.evict(k),
@@ -386,6 +403,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 filled: true,
                 pinned: true,
                 prefetched: false,
+                held: false,
             },
         );
         Some(AlignedBuf::new(slot_bytes))
@@ -419,10 +437,22 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 filled: false,
                 pinned: false,
                 prefetched: true,
+                held: false,
             },
         );
         // A freed buffer of the size when there is one.
         self.take_slot(key)
+    }
+
+    /// [`prefetch`](Self::prefetch) for an expert its layer will route for certain (a committed
+    /// routing): the entry is not evicted before that layer's next batch begins.
+    pub fn prefetch_held(&mut self, key: Key, slot_bytes: usize) -> Option<AlignedBuf> {
+        let buf = self.prefetch(key, slot_bytes)?;
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.held = true;
+            self.held.push(key);
+        }
+        Some(buf)
     }
 
     /// Bytes of the pinned entries.
