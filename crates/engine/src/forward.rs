@@ -696,8 +696,6 @@ fn swiglu_ffn(
     Ok(())
 }
 
-/// The MoE FFN on the normed rows `s.cur`, into `s.proj`: routing, the source's load and the
-/// route tap, the routed experts, their weighted sum, and the shared expert.
 /// Where a MoE layer's routing comes from: a replayed step's experts (else the router), and
 /// the context position of the chunk's first row that reaches the FFN.
 struct Routing<'r> {
@@ -705,6 +703,9 @@ struct Routing<'r> {
     first_pos: usize,
 }
 
+/// The MoE FFN on the normed rows `s.cur`, into `s.proj`: routing (route-ahead's committed
+/// selection routes like a replayed one), the source's load and the route tap, what is ranked
+/// ahead, the routed experts, their weighted sum, and the shared expert.
 fn moe_ffn<'a>(
     st: Stage<'_, 'a>,
     m: &MoeW<'a>,
@@ -719,15 +720,15 @@ fn moe_ffn<'a>(
         replayed,
         first_pos,
     } = routing;
-    // A one-token pass ranks ahead; route-ahead's committed selection (never over a replay)
-    // routes like a replayed one.
+    // A one-token pass ranks ahead; a replay wins over route-ahead's committed selection.
     let ranking = n == 1 && ahead.state.one_token && ahead.cfg.any();
     let committed = if ranking && replayed.is_none() {
         ahead.state.take_committed(il)
     } else {
-        None
+        Vec::new()
     };
-    let k_used = route(st, m, replayed.or(committed.as_deref()), s)?;
+    let fixed = replayed.or((!committed.is_empty()).then_some(committed.as_slice()));
+    let k_used = route(st, m, fixed, s)?;
     if let Some(src) = source {
         src.load(il, &s.ids[..n * k_used])
             .map_err(ForwardError::Experts)?;
@@ -750,10 +751,11 @@ fn moe_ffn<'a>(
             &s.cur,
             &s.router,
             &s.ids[..k_used],
-            committed.is_some(),
+            !committed.is_empty(),
             replayed.is_some(),
             source,
         )?;
+        ahead.state.return_committed(il, committed);
     }
     routed_experts(st, m, k_used, source, s)?;
     if let Some(src) = source {
@@ -1236,11 +1238,6 @@ impl<'a> Engine<'a> {
         self.lookahead = lookahead;
         self.foresight_tap = tap;
         Ok(())
-    }
-
-    /// What is ranked ahead of the router.
-    pub fn lookahead(&self) -> Lookahead {
-        self.lookahead
     }
 
     /// Install (or remove) the observer of every MoE layer's routing.

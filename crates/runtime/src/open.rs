@@ -26,7 +26,7 @@ use crate::load::{build_engine, load_model, thread_count};
 use crate::notice::Notices;
 use crate::routes;
 use crate::stream::{
-    BatchView, CacheMb, Decision, ReadAhead, StreamConfig, StreamCounters, open_for,
+    BatchView, CacheMb, Decision, ReadAhead, Speculation, StreamConfig, StreamCounters, open_for,
 };
 use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Preamble, resident_mode_line};
 
@@ -338,8 +338,7 @@ impl Loaded {
             },
             replay,
             route_ahead: cfg.route_ahead,
-            prefetch_tag: crate::stream::StoreSource::speculation_of(&cfg.stream, cfg.route_ahead)
-                .tag(),
+            prefetch_tag: cfg.stream.speculation(cfg.route_ahead).tag(),
         };
         Ok((rt, preamble))
     }
@@ -460,10 +459,7 @@ impl Loaded {
             Arc::clone(w.counters),
             &self.notices,
         )?;
-        src.set_speculation(crate::stream::StoreSource::speculation_of(
-            &cfg.stream,
-            cfg.route_ahead,
-        ));
+        src.set_speculation(cfg.stream.speculation(cfg.route_ahead));
         if let Some(v) = w.view {
             src.watch(Arc::clone(v));
         }
@@ -591,6 +587,12 @@ impl Loaded {
     ) -> Result<Preamble> {
         let streaming = self.streaming();
         let st = &cfg.stream;
+        // (what the expert source was set to read ahead; nothing without streaming)
+        let speculation = if streaming {
+            st.speculation(cfg.route_ahead)
+        } else {
+            Speculation::Off
+        };
         Ok(Preamble {
             model: cfg.model.clone(),
             arch: arch.to_owned(),
@@ -632,13 +634,14 @@ impl Loaded {
             top_p: cfg.sampling.top_p,
             seed: sampler.seed(),
             compute_trace_layers: cfg.compute_trace.as_ref().is_some_and(|c| c.by_layer),
-            prefetch: if streaming { st.prefetch } else { 0 },
-            predict_prefetch: streaming && st.predict_prefetch,
-            predict_spec_max: if streaming && st.predict_prefetch {
-                st.predict_spec_max
-                    .unwrap_or(crate::stream::PREDICT_SPEC_MAX)
-            } else {
-                0
+            prefetch: match speculation {
+                Speculation::Temporal(k) => k,
+                _ => 0,
+            },
+            predict_prefetch: matches!(speculation, Speculation::StaleGate(_)),
+            predict_spec_max: match speculation {
+                Speculation::StaleGate(n) => n,
+                _ => 0,
             },
             predict_log: cfg.predict_log,
             route_ahead: cfg.route_ahead,

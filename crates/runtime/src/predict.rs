@@ -263,23 +263,26 @@ impl Inner {
         } else if !f.replayed {
             fig.passed += 1;
         }
-        let prev = self.prev.insert(f.layer, f.used.to_vec());
+        let prev = self.prev.entry(f.layer).or_default();
         if f.used.len() > MAX_SCORED {
             fig.declined += 1;
-            return;
+        } else {
+            let s = fig.layers.entry(f.layer).or_default();
+            s.routings += 1;
+            match f.stale {
+                Some(p) => s.stale.add(p, f.used),
+                None => fig.unranked += 1,
+            }
+            // (empty before the layer's first decode step)
+            if !prev.is_empty() {
+                s.prev.add(prev, f.used);
+            }
+            if let Some(c) = f.control {
+                s.control.add(c, f.used);
+            }
         }
-        let s = fig.layers.entry(f.layer).or_default();
-        s.routings += 1;
-        match f.stale {
-            Some(p) => s.stale.add(p, f.used),
-            None => fig.unranked += 1,
-        }
-        if let Some(p) = &prev {
-            s.prev.add(p, f.used);
-        }
-        if let Some(c) = f.control {
-            s.control.add(c, f.used);
-        }
+        prev.clear();
+        prev.extend_from_slice(f.used);
     }
 }
 

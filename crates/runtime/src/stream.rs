@@ -512,35 +512,23 @@ impl StoreSource {
         self.speculation = speculation;
     }
 
-    /// The speculative reads this source makes.
-    pub fn speculation(&self) -> Speculation {
-        self.speculation
-    }
-
-    /// The speculative reads `cfg` asks for (route-ahead `route_ahead` layers early first).
-    pub fn speculation_of(cfg: &StreamConfig, route_ahead: usize) -> Speculation {
-        if route_ahead > 0 {
-            Speculation::RouteAhead
-        } else if cfg.predict_prefetch {
-            Speculation::StaleGate(cfg.predict_spec_max.unwrap_or(PREDICT_SPEC_MAX))
-        } else if cfg.prefetch > 0 {
-            Speculation::Temporal(cfg.prefetch)
-        } else {
-            Speculation::Off
-        }
-    }
-
     /// Read ahead `experts` of `layer` (in the order given): each one cached is kept through
     /// the end of the current batch and costs nothing; of the others at most `max` are read,
     /// each only while the spare lane time covers it (when `budgeted`) and a lane is free of
-    /// other reads ahead. Returns the reads issued.
-    fn speculate(&mut self, layer: u32, experts: &[u32], max: usize, budgeted: bool) -> usize {
+    /// other reads ahead.
+    fn speculate(
+        &mut self,
+        layer: u32,
+        experts: impl IntoIterator<Item = u32>,
+        max: usize,
+        budgeted: bool,
+    ) {
         let Ok(slot) = self.reader.slot_bytes(layer) else {
-            return 0;
+            return;
         };
         let lanes = self.spare.lanes as usize;
         let mut issued = 0;
-        for &e in experts {
+        for e in experts {
             let key = (layer, e);
             if self.cache.retain(key) || self.spec.contains(&key) {
                 continue;
@@ -568,7 +556,6 @@ impl StoreSource {
                 issued += 1;
             }
         }
-        issued
     }
 
     /// `--prefetch K` after `layer`'s load: read ahead the previous token's experts of the
@@ -583,7 +570,7 @@ impl StoreSource {
                     break;
                 };
                 let experts = std::mem::take(&mut self.prev[next as usize]);
-                self.speculate(next, &experts, usize::MAX, true);
+                self.speculate(next, experts.iter().copied(), usize::MAX, true);
                 self.prev[next as usize] = experts;
             }
         }
@@ -592,14 +579,13 @@ impl StoreSource {
         } else {
             &routed[routed.len() - k..]
         };
-        let mut experts: Vec<u32> = Vec::with_capacity(last.len());
-        for &e in last {
-            if !experts.contains(&(e as u32)) {
-                experts.push(e as u32);
-            }
-        }
         if let Some(p) = self.prev.get_mut(layer as usize) {
-            *p = experts;
+            p.clear();
+            for &e in last {
+                if !p.contains(&(e as u32)) {
+                    p.push(e as u32);
+                }
+            }
         }
     }
 
@@ -914,13 +900,13 @@ impl ExpertSource for StoreSource {
     fn foresee(&mut self, layer: usize, ranked: &[usize], _probs: &[f32], committed: bool) {
         let t = Instant::now();
         let before = self.cache.stats();
-        let experts: Vec<u32> = ranked.iter().map(|&e| e as u32).collect();
+        let experts = ranked.iter().map(|&e| e as u32);
         match (self.speculation, committed) {
             (Speculation::StaleGate(max), false) => {
-                self.speculate(layer as u32, &experts, max, true);
+                self.speculate(layer as u32, experts, max, true);
             }
             (Speculation::RouteAhead, true) => {
-                self.speculate(layer as u32, &experts, usize::MAX, false);
+                self.speculate(layer as u32, experts, usize::MAX, false);
             }
             _ => {}
         }
@@ -1413,6 +1399,20 @@ impl StreamConfig {
         Ok(Some((path, ReadAhead { k, depth: d })))
     }
 
+    /// The speculative reads these flags ask for, with route-ahead `route_ahead` layers early (which
+    /// takes precedence: its reads are the committed routing).
+    pub fn speculation(&self, route_ahead: usize) -> Speculation {
+        if route_ahead > 0 {
+            Speculation::RouteAhead
+        } else if self.predict_prefetch {
+            Speculation::StaleGate(self.predict_spec_max.unwrap_or(PREDICT_SPEC_MAX))
+        } else if self.prefetch > 0 {
+            Speculation::Temporal(self.prefetch)
+        } else {
+            Speculation::Off
+        }
+    }
+
     pub fn io_mode(&self) -> IoMode {
         if self.no_odirect {
             IoMode::Buffered
@@ -1656,28 +1656,13 @@ mod tests {
             prefetch: 2,
             ..StreamConfig::default()
         };
-        assert_eq!(
-            StoreSource::speculation_of(&cfg, 0),
-            Speculation::Temporal(2)
-        );
+        assert_eq!(cfg.speculation(0), Speculation::Temporal(2));
         cfg.predict_prefetch = true;
-        assert_eq!(
-            StoreSource::speculation_of(&cfg, 0),
-            Speculation::StaleGate(PREDICT_SPEC_MAX)
-        );
+        assert_eq!(cfg.speculation(0), Speculation::StaleGate(PREDICT_SPEC_MAX));
         cfg.predict_spec_max = Some(0);
-        assert_eq!(
-            StoreSource::speculation_of(&cfg, 0),
-            Speculation::StaleGate(0)
-        );
-        assert_eq!(
-            StoreSource::speculation_of(&cfg, 1),
-            Speculation::RouteAhead
-        );
-        assert_eq!(
-            StoreSource::speculation_of(&StreamConfig::default(), 0),
-            Speculation::Off
-        );
+        assert_eq!(cfg.speculation(0), Speculation::StaleGate(0));
+        assert_eq!(cfg.speculation(1), Speculation::RouteAhead);
+        assert_eq!(StreamConfig::default().speculation(0), Speculation::Off);
         // two readers ahead at once are refused, and so is a spec max without its reader
         assert!(cfg.validate().is_err());
         let lone = StreamConfig {

@@ -82,10 +82,11 @@ pub type ForesightTap<'a> = Box<dyn FnMut(&Foresight<'_>) + Send + 'a>;
 pub(crate) struct AheadState {
     /// The pass being run has one token (a decode step): only then is anything ranked ahead.
     pub one_token: bool,
-    /// The stale gate's top-k for each layer, made at the MoE layer before it.
-    stale: Vec<Option<Vec<usize>>>,
-    /// Route-ahead's committed top-k for each layer.
-    committed: Vec<Option<Vec<usize>>>,
+    /// The stale gate's top-k for each layer, made at the MoE layer before it (empty: none).
+    /// The buffers are kept from pass to pass.
+    stale: Vec<Vec<usize>>,
+    /// Route-ahead's committed top-k for each layer (empty: none).
+    committed: Vec<Vec<usize>>,
     logits: Vec<f32>,
     ids: Vec<usize>,
     wts: Vec<f32>,
@@ -100,15 +101,27 @@ impl AheadState {
     /// Forget the last pass's rankings (a pass that stopped may have left some).
     pub(crate) fn reset(&mut self, n_layer: usize, one_token: bool) {
         self.one_token = one_token;
-        self.stale.clear();
-        self.stale.resize(n_layer, None);
-        self.committed.clear();
-        self.committed.resize(n_layer, None);
+        for v in [&mut self.stale, &mut self.committed] {
+            v.resize_with(n_layer, Vec::new);
+            v.iter_mut().for_each(Vec::clear);
+        }
     }
 
-    /// Route-ahead's committed selection of `layer`, taken (once).
-    pub(crate) fn take_committed(&mut self, layer: usize) -> Option<Vec<usize>> {
-        self.committed.get_mut(layer).and_then(Option::take)
+    /// Route-ahead's committed selection of `layer` (empty: none), lent out until
+    /// [`return_committed`](Self::return_committed).
+    pub(crate) fn take_committed(&mut self, layer: usize) -> Vec<usize> {
+        self.committed
+            .get_mut(layer)
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The buffer [`take_committed`](Self::take_committed) lent out, emptied for reuse.
+    pub(crate) fn return_committed(&mut self, layer: usize, mut v: Vec<usize>) {
+        v.clear();
+        if let Some(slot) = self.committed.get_mut(layer) {
+            *slot = v;
+        }
     }
 
     /// Rank router `m` of layer `target` on the one row `x`: its top-k (the model's k at that
@@ -206,19 +219,18 @@ impl Ahead<'_, '_> {
         if committed {
             // What the router itself would have chosen, for the agreement.
             let k = used.len();
-            let mut st_ = std::mem::take(&mut self.state.route);
-            self.state.own.resize(k, 0);
-            self.state.wts.resize(k, 0.0);
+            let a = &mut *self.state;
+            a.own.resize(k, 0);
+            a.wts.resize(k, 0.0);
             ops::route_into(
                 &router_logits[..m.n_expert],
                 hp.expert_weights_norm,
                 hp.expert_weights_scale,
                 Gating::from(hp.arch.expert_gating()),
-                &mut st_,
-                &mut self.state.own,
-                &mut self.state.wts[..k],
+                &mut a.route,
+                &mut a.own,
+                &mut a.wts[..k],
             );
-            self.state.route = st_;
         }
         if self.cfg.control {
             self.state.rank(pool, hp, m, il, x)?;
@@ -236,7 +248,8 @@ impl Ahead<'_, '_> {
                 src.foresee(t, &self.state.ids, &self.state.probs, false);
             }
             if self.cfg.stale_gate {
-                self.state.stale[t] = Some(self.state.ids.clone());
+                let a = &mut *self.state;
+                a.stale[t].clone_from(&a.ids);
             }
         }
         let n_ra = self.cfg.route_ahead;
@@ -248,22 +261,24 @@ impl Ahead<'_, '_> {
             if let Some(src) = source {
                 src.foresee(t, &self.state.ids, &self.state.probs, true);
             }
-            self.state.committed[t] = Some(self.state.ids.clone());
+            let a = &mut *self.state;
+            a.committed[t].clone_from(&a.ids);
         }
         let rank_ns = t0.elapsed().as_nanos() as u64;
         if let Some(tap) = self.tap {
-            let stale = self.state.stale.get_mut(il).and_then(Option::take);
+            let stale = self.state.stale[il].as_slice();
             tap(&Foresight {
                 layer: il,
                 used,
                 router: committed.then_some(self.state.own.as_slice()),
-                stale: stale.as_deref(),
+                stale: (!stale.is_empty()).then_some(stale),
                 control: self.cfg.control.then_some(self.state.control.as_slice()),
                 committed,
                 replayed,
                 rank_ns,
             });
         }
+        self.state.stale[il].clear();
         Ok(())
     }
 }
