@@ -251,13 +251,12 @@ pub trait ExpertSource: Send {
     /// The layer's batch is done: its experts may be evicted.
     fn release(&mut self, layer: usize);
     /// What MoE layer `layer` is ranked to route, known before its router runs (one-token
-    /// passes with a [`Lookahead`] that hints): `ranked`, its top-k in rank order, and `probs`,
-    /// each one's softmax probability over every expert (a confidence). `committed`: the
-    /// layer will route exactly these (route-ahead), else it is a prediction. Called after the
-    /// current layer's [`load`](Self::load), before its experts are computed. The default
-    /// ignores it.
-    fn foresee(&mut self, layer: usize, ranked: &[usize], probs: &[f32], committed: bool) {
-        let _ = (layer, ranked, probs, committed);
+    /// passes with a [`Lookahead`] that hints): `ranked`, its top-k in rank order.
+    /// `committed`: the layer will route exactly these (route-ahead), else it is a prediction.
+    /// Called after the current layer's [`load`](Self::load), before its experts are computed.
+    /// The default ignores it.
+    fn foresee(&mut self, layer: usize, ranked: &[usize], committed: bool) {
+        let _ = (layer, ranked, committed);
     }
 }
 

@@ -227,6 +227,10 @@ pub struct StoreSource {
     /// `--prefetch`: each layer's distinct experts at its last one-token batch (or the last
     /// token of a prefill batch), by layer.
     prev: Vec<Vec<u32>>,
+    /// `--predict-prefetch`: the stale gate's last ranking of each layer (until its batch), and
+    /// how often each rank of it named an expert the layer then routed.
+    predicted: Vec<Vec<u32>>,
+    rank_hits: RankPrecision,
     /// The budget of speculative reads: lane time the demand reads left idle.
     spare: SpareLanes,
 }
@@ -256,6 +260,40 @@ impl Speculation {
             Speculation::StaleGate(_) => "stale-gate",
             Speculation::RouteAhead => "route-ahead",
         }
+    }
+}
+
+/// The stale gate's measured confidence by rank: of the experts its ranking named at rank `r`,
+/// how many the layer then routed. A predicted miss is read ahead only at a rank that has been
+/// right at least half the time (a read more likely used than not; before any measurement the
+/// even prior allows it).
+#[derive(Debug, Default)]
+struct RankPrecision {
+    named: Vec<u64>,
+    routed: Vec<u64>,
+}
+
+impl RankPrecision {
+    /// Score `ranking` against the experts the layer routed.
+    fn score(&mut self, ranking: &[u32], routed: &[usize]) {
+        if self.named.len() < ranking.len() {
+            self.named.resize(ranking.len(), 0);
+            self.routed.resize(ranking.len(), 0);
+        }
+        for (r, &e) in ranking.iter().enumerate() {
+            self.named[r] += 1;
+            self.routed[r] += u64::from(routed.contains(&(e as usize)));
+        }
+    }
+
+    /// Whether rank `r` has been right at least half the time (with one hit and one miss of
+    /// prior).
+    fn confident(&self, r: usize) -> bool {
+        let (n, h) = (
+            self.named.get(r).copied().unwrap_or(0),
+            self.routed.get(r).copied().unwrap_or(0),
+        );
+        2 * (h + 1) >= n + 2
     }
 }
 
@@ -389,6 +427,8 @@ impl StoreSource {
             ahead_hits: Vec::new(),
             speculation: Speculation::Off,
             prev: vec![Vec::new(); n_layer],
+            predicted: vec![Vec::new(); n_layer],
+            rank_hits: RankPrecision::default(),
             spare: SpareLanes {
                 lanes: cfg.lanes as u64,
                 ..SpareLanes::default()
@@ -512,14 +552,14 @@ impl StoreSource {
         self.speculation = speculation;
     }
 
-    /// Read ahead `experts` of `layer` (in the order given): each one cached is kept through
-    /// the end of the current batch and costs nothing; of the others at most `max` are read,
-    /// each only while the spare lane time covers it (when `budgeted`) and a lane is free of
-    /// other reads ahead.
+    /// Read ahead `experts` of `layer` (in the order given, each with whether it may be read):
+    /// each one cached is kept through the end of the current batch and costs nothing; of the
+    /// others at most `max` are read, each only while the spare lane time covers it (when
+    /// `budgeted`) and a lane is free of other reads ahead.
     fn speculate(
         &mut self,
         layer: u32,
-        experts: impl IntoIterator<Item = u32>,
+        experts: impl IntoIterator<Item = (u32, bool)>,
         max: usize,
         budgeted: bool,
     ) {
@@ -528,9 +568,9 @@ impl StoreSource {
         };
         let lanes = self.spare.lanes as usize;
         let mut issued = 0;
-        for e in experts {
+        for (e, may_read) in experts {
             let key = (layer, e);
-            if self.cache.retain(key) || self.spec.contains(&key) {
+            if self.cache.retain(key) || self.spec.contains(&key) || !may_read {
                 continue;
             }
             if issued >= max || (budgeted && self.spec.len() >= lanes) {
@@ -570,7 +610,7 @@ impl StoreSource {
                     break;
                 };
                 let experts = std::mem::take(&mut self.prev[next as usize]);
-                self.speculate(next, experts.iter().copied(), usize::MAX, true);
+                self.speculate(next, experts.iter().map(|&e| (e, true)), usize::MAX, true);
                 self.prev[next as usize] = experts;
             }
         }
@@ -809,6 +849,13 @@ impl ExpertSource for StoreSource {
             let distinct: Vec<u32> = self.seen.iter().map(|&e| e as u32).collect();
             self.prefetch_next(layer32, &distinct);
         }
+        if one_token
+            && let Some(p) = self.predicted.get_mut(layer)
+            && !p.is_empty()
+        {
+            self.rank_hits.score(p, routed);
+            p.clear();
+        }
         if let Speculation::Temporal(depth) = self.speculation {
             self.temporal(layer32, routed, depth);
         }
@@ -897,15 +944,25 @@ impl ExpertSource for StoreSource {
         self.reader.part(key.0, key.1, i, slot).unwrap_or(&[])
     }
 
-    fn foresee(&mut self, layer: usize, ranked: &[usize], _probs: &[f32], committed: bool) {
+    fn foresee(&mut self, layer: usize, ranked: &[usize], committed: bool) {
         let t = Instant::now();
         let before = self.cache.stats();
-        let experts = ranked.iter().map(|&e| e as u32);
         match (self.speculation, committed) {
             (Speculation::StaleGate(max), false) => {
+                // Read only at the ranks that have been right at least half the time.
+                let confident = (0..ranked.len().min(64))
+                    .filter(|&r| self.rank_hits.confident(r))
+                    .fold(0u64, |m, r| m | 1 << r);
+                if let Some(p) = self.predicted.get_mut(layer) {
+                    p.clear();
+                    p.extend(ranked.iter().map(|&e| e as u32));
+                }
+                let experts = (ranked.iter().enumerate())
+                    .map(|(r, &e)| (e as u32, r < 64 && confident >> r & 1 == 1));
                 self.speculate(layer as u32, experts, max, true);
             }
             (Speculation::RouteAhead, true) => {
+                let experts = ranked.iter().map(|&e| (e as u32, true));
                 self.speculate(layer as u32, experts, usize::MAX, false);
             }
             _ => {}
@@ -1648,6 +1705,23 @@ mod tests {
         let before = s.demand_busy_ns;
         s.read_done(false, 5, 5);
         assert_eq!(s.demand_busy_ns, before);
+    }
+
+    #[test]
+    fn a_rank_is_read_ahead_only_while_it_has_been_right_half_the_time() {
+        let mut p = RankPrecision::default();
+        // nothing measured: the even prior reads every rank
+        assert!(p.confident(0) && p.confident(7));
+        // rank 0 right three times, rank 1 once, rank 2 never
+        for routed in [[5usize, 6], [5, 9], [5, 8]] {
+            p.score(&[5, 6, 7], &routed);
+        }
+        assert!(p.confident(0));
+        assert!(!p.confident(1), "1 of 3 (with the prior 2 of 5)");
+        assert!(!p.confident(2));
+        p.score(&[5, 6, 7], &[6, 1]);
+        assert!(p.confident(1), "2 of 4 (with the prior 3 of 6)");
+        assert!(p.confident(3), "an unmeasured rank keeps the prior");
     }
 
     #[test]

@@ -90,7 +90,6 @@ pub(crate) struct AheadState {
     logits: Vec<f32>,
     ids: Vec<usize>,
     wts: Vec<f32>,
-    probs: Vec<f32>,
     own: Vec<usize>,
     control: Vec<usize>,
     route: ops::RouteScratch,
@@ -125,8 +124,7 @@ impl AheadState {
     }
 
     /// Rank router `m` of layer `target` on the one row `x`: its top-k (the model's k at that
-    /// layer) into `self.ids` in the router's rank order, and each one's softmax probability
-    /// over every expert's logit (a confidence) into `self.probs`.
+    /// layer) into `self.ids` in the router's rank order.
     fn rank(
         &mut self,
         pool: &ThreadPool,
@@ -164,11 +162,6 @@ impl AheadState {
             &mut self.ids,
             &mut self.wts,
         );
-        // (the weights buffer is reused for every expert's probability)
-        self.wts.resize(x_n, 0.0);
-        ops::softmax(&self.logits, 1.0, x_n, &mut self.wts);
-        self.probs.clear();
-        self.probs.extend(self.ids.iter().map(|&e| self.wts[e]));
         Ok(())
     }
 }
@@ -245,7 +238,7 @@ impl Ahead<'_, '_> {
             if self.cfg.hint
                 && let Some(src) = source
             {
-                src.foresee(t, &self.state.ids, &self.state.probs, false);
+                src.foresee(t, &self.state.ids, false);
             }
             if self.cfg.stale_gate {
                 let a = &mut *self.state;
@@ -259,7 +252,7 @@ impl Ahead<'_, '_> {
         {
             self.state.rank(pool, hp, target, t, x)?;
             if let Some(src) = source {
-                src.foresee(t, &self.state.ids, &self.state.probs, true);
+                src.foresee(t, &self.state.ids, true);
             }
             let a = &mut *self.state;
             a.committed[t].clone_from(&a.ids);
