@@ -72,7 +72,7 @@ struct ReplayArgs {
     budget_mb: Vec<u64>,
     /// Eviction policies, comma-separated: lru, belady (the replay's own models), and the
     /// engine's expert cache itself under its policies: default (what `run` streams with),
-    /// forecast, engine-lru.
+    /// forecast, engine-lru, adaptive.
     #[arg(long, value_delimiter = ',', default_value = "lru,belady", value_parser = parse_policy, value_name = "POLICY,...")]
     policy: Vec<ReplayPolicy>,
     /// Also write `budget_mib,policy,hit_pct` rows (decode-only hit %) to this CSV file.
@@ -120,12 +120,13 @@ fn parse_policy(name: &str) -> Result<ReplayPolicy, String> {
     use runtime::stream::CachePolicy;
     let engine = |n, p| Ok(ReplayPolicy::Engine(n, p));
     match name.trim().to_ascii_lowercase().as_str() {
-        "default" => engine("default", CachePolicy::Forecast),
+        "default" => engine("default", CachePolicy::DEFAULT),
         "forecast" => engine("forecast", CachePolicy::Forecast),
         "engine-lru" => engine("engine-lru", CachePolicy::Lru),
+        "adaptive" => engine("adaptive", CachePolicy::Adaptive),
         _ => Policy::from_name(name).map(ReplayPolicy::Model).ok_or_else(|| {
             format!(
-                "unknown policy `{name}` (expected lru, belady, default, forecast or engine-lru)"
+                "unknown policy `{name}` (expected lru, belady, default, forecast, engine-lru or adaptive)"
             )
         }),
     }

@@ -80,11 +80,12 @@ pub struct StreamArgs {
     #[arg(long, value_name = "auto|MiB")]
     pub cache_mb: Option<CacheMb>,
 
-    /// When streaming: which cached expert leaves first when the cache is full: `forecast`
-    /// (the one whose next use is forecast farthest away, from the experts' routing so far and
-    /// the layer cycle; docs/policy.md) or `lru` (the least recently used). The output is the
-    /// same either way; the hit rate is not.
-    #[arg(long, value_parser = choice::<CachePolicy>(), default_value_t = CachePolicy::Forecast, value_name = "POLICY")]
+    /// When streaming: which cached expert leaves first when the cache is full: `adaptive`
+    /// (forecast's or LRU's choice, whichever a shadow cache kept by each has hit more with
+    /// lately), `forecast` (the one whose next use is forecast farthest away, from the experts'
+    /// routing so far and the layer cycle) or `lru` (the least recently used); docs/policy.md.
+    /// The output is the same either way; the hit rate is not.
+    #[arg(long, value_parser = choice::<CachePolicy>(), default_value_t = CachePolicy::DEFAULT, value_name = "POLICY")]
     pub cache_policy: CachePolicy,
 
     /// When streaming with a cache: after each decode layer, read ahead the experts of the next

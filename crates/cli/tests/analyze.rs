@@ -144,7 +144,7 @@ fn bad_arguments_are_refused() {
 
 /// The engine's own expert cache replayed (`engine-lru`, `default`): under LRU it hits exactly
 /// what the replay's LRU model predicts (the two are written apart), and the default policy
-/// (forecast) lies between LRU and Bélády at every budget, above 0 below one token cycle where
+/// (adaptive) lies between LRU and Bélády at every budget, above 0 below one token cycle where
 /// LRU hits nothing.
 #[test]
 fn the_engine_cache_replays_between_lru_and_belady() {

@@ -596,7 +596,7 @@ fn auto_streams_only_a_model_that_does_not_fit_and_sizes_the_cache_once() {
     // expert (their windows padded for aligned reads).
     assert!(
         err.contains(
-            "sluice: expert cache 250 MiB (auto, forecast policy); one token cycle is 31.1 MiB, \
+            "sluice: expert cache 250 MiB (auto, adaptive policy); one token cycle is 31.1 MiB, \
              all experts 249.0 MiB (249.8 MiB in cache slots)"
         ),
         "{err}"
@@ -620,11 +620,11 @@ fn auto_streams_only_a_model_that_does_not_fit_and_sizes_the_cache_once() {
     a.extend_from_slice(&["--cache-ceil-mb", "100"]);
     let err = String::from_utf8_lossy(&sluice(&a).stderr).into_owned();
     assert!(
-        err.contains("sluice: expert cache 100 MiB (auto, forecast policy)"),
+        err.contains("sluice: expert cache 100 MiB (auto, adaptive policy)"),
         "{err}"
     );
-    // Below one token cycle an LRU cache hits nothing: warned. (The forecast policy keeps the
-    // experts most likely reused: no warning.)
+    // Below one token cycle an LRU cache hits nothing: warned. (The default policy keeps the
+    // experts forecast most likely reused there: no warning.)
     let mut a = base.to_vec();
     a.extend_from_slice(&["--cache-mb", "5", "--force-cache"]);
     let err = String::from_utf8_lossy(&sluice(&a).stderr).into_owned();

@@ -170,20 +170,26 @@ pub struct SourceConfig {
 pub enum CachePolicy {
     Forecast,
     Lru,
+    Adaptive,
 }
 
 crate::choice!(CachePolicy {
     Forecast => "forecast", "The one whose next use is forecast farthest away, from each expert's frequency and whether it was routed at its layer's last visit, and the layer cycle (store::policy::Forecast, docs/policy.md)",
     Lru => "lru", "The least recently used",
+    Adaptive => "adaptive", "Forecast or LRU, whichever a shadow cache kept by each has hit more with lately (set dueling; store::policy::Adaptive, docs/policy.md)",
 });
 
 impl CachePolicy {
+    /// What a run evicts by when not told otherwise.
+    pub const DEFAULT: CachePolicy = CachePolicy::Adaptive;
+
     /// The policy object for a model whose MoE layers are `layers`, routing `k` of
     /// `n_expert` experts.
     pub fn build(self, layers: &[u32], k: u32, n_expert: u32) -> Box<dyn EvictionPolicy + Send> {
         match self {
             CachePolicy::Forecast => Box::new(Forecast::new(layers, k, n_expert)),
             CachePolicy::Lru => Box::new(Lru::default()),
+            CachePolicy::Adaptive => Box::new(store::Adaptive::new(layers, k, n_expert)),
         }
     }
 }
@@ -1036,7 +1042,7 @@ impl Default for StreamConfig {
         StreamConfig {
             moe_stream: StreamMode::Auto,
             cache_mb: None,
-            cache_policy: CachePolicy::Forecast,
+            cache_policy: CachePolicy::DEFAULT,
             couple: None,
             couple_k: None,
             couple_d: None,

@@ -63,7 +63,11 @@ fn streamed_experts_generate_the_resident_tokens() {
                 "serial, no cache",
                 streamed(&|s| s.cache_mb = Some(CacheMb::Mib(0))),
             ),
-            ("serial, forecast cache", streamed(&|_| {})),
+            ("serial, default (adaptive) cache", streamed(&|_| {})),
+            (
+                "serial, forecast cache",
+                streamed(&|s| s.cache_policy = CachePolicy::Forecast),
+            ),
             ("overlap", streamed(&|s| s.overlap = true)),
             (
                 "overlap, lru cache",

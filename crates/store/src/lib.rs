@@ -26,6 +26,6 @@ pub use couple::Couple;
 pub use error::StoreError;
 pub use lanes::{Backend, IoLanes, ReadDone, ReadJob, uring_available};
 pub use layout::{ExpertLayout, ExpertPart, Fusion, LayerExperts, PartKind};
-pub use policy::Forecast;
+pub use policy::{Adaptive, Forecast};
 pub use read::{ExpertReader, IoMode, ReadFault, Window, WindowRead};
 pub use usage::{ReadOutcome, Usage, UsageError};

@@ -23,7 +23,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::cache::{EvictionPolicy, Key};
+use crate::cache::{EvictionPolicy, Key, Lru};
 
 /// How probable a reuse at the next visit is taken to be for an expert routed at its layer's
 /// last visit (at least; a more frequent expert keeps its frequency).
@@ -246,5 +246,164 @@ mod tests {
         f.touched((9, 0), 6);
         assert_eq!(f.victim(&|_| true), Some((9, 0)));
         assert_eq!(f.victim(&|k| k.0 != 9), Some((0, 2)));
+    }
+}
+
+/// A shadow of one pure policy: which keys a cache of the same entry count would hold under
+/// it, and its decayed hit score.
+#[derive(Debug, Clone, Default)]
+struct Shadow {
+    /// Members and the batch that last used each.
+    last_batch: HashMap<Key, u64>,
+    /// Members by last use (for the LRU shadow).
+    order: std::collections::BTreeSet<(u64, Key)>,
+    last_tick: HashMap<Key, u64>,
+}
+
+impl Shadow {
+    /// A use of `key` at `tick` in `batch`: whether it was a hit (once per batch).
+    fn touch(&mut self, key: Key, tick: u64, batch: u64) -> Option<bool> {
+        let first = self.last_batch.insert(key, batch);
+        if let Some(old) = self.last_tick.insert(key, tick) {
+            self.order.remove(&(old, key));
+        }
+        self.order.insert((tick, key));
+        match first {
+            Some(b) if b == batch => None,
+            Some(_) => Some(true),
+            None => Some(false),
+        }
+    }
+
+    fn remove(&mut self, key: Key) {
+        self.last_batch.remove(&key);
+        if let Some(t) = self.last_tick.remove(&key) {
+            self.order.remove(&(t, key));
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.last_batch.len()
+    }
+}
+
+/// [`Forecast`] or [`Lru`], whichever has lately been the better policy here, by set dueling:
+/// two shadow caches of the real cache's entry count, one kept by each policy, are run on every
+/// use (membership only, no bytes); each eviction of the real cache is chosen by the policy
+/// whose shadow has hit more over the recent lookups (LRU's shadow hits minus forecast's, a
+/// score decayed by [`DUEL_DECAY`] a lookup; forecast unless LRU's is ahead). Forecast wins
+/// below one token cycle, where LRU evicts exactly what the next layer needs; LRU where the
+/// cache holds most of the working set and a frequency learned from the whole past keeps
+/// experts that have gone cold. Decisions depend only on the batches seen so far, so a replay
+/// predicts the engine's hits exactly.
+#[derive(Debug, Clone)]
+pub struct Adaptive {
+    forecast: Forecast,
+    lru: Lru,
+    shadow_forecast: Shadow,
+    shadow_lru: Shadow,
+    /// The most entries the real cache has held between batches (its capacity once full).
+    cap: usize,
+    resident: HashSet<Key>,
+    batch: u64,
+    /// LRU's shadow hits minus forecast's, decayed.
+    score: f64,
+    /// How many evictions each policy chose (forecast, LRU).
+    pub chosen: [u64; 2],
+}
+
+/// The decay of [`Adaptive`]'s score per lookup (about a thousand lookups of memory: a few
+/// tokens of a large model).
+pub const DUEL_DECAY: f64 = 0.999;
+
+impl Adaptive {
+    /// A policy for a model whose MoE layers are `moe_layers`, routing `k` of `n_expert`.
+    pub fn new(moe_layers: &[u32], k: u32, n_expert: u32) -> Adaptive {
+        Adaptive {
+            forecast: Forecast::new(moe_layers, k, n_expert),
+            lru: Lru::default(),
+            shadow_forecast: Shadow::default(),
+            shadow_lru: Shadow::default(),
+            cap: 0,
+            resident: HashSet::new(),
+            batch: 0,
+            score: 0.0,
+            chosen: [0; 2],
+        }
+    }
+
+    /// Trim both shadows to the capacity, never a key the current batch used.
+    fn trim(&mut self) {
+        let batch = self.batch;
+        while self.shadow_lru.len() > self.cap {
+            let sh = &self.shadow_lru;
+            let Some(&(_, k)) = sh.order.iter().find(|(_, k)| sh.last_batch[k] != batch) else {
+                break;
+            };
+            self.shadow_lru.remove(k);
+        }
+        let excess = self.shadow_forecast.len().saturating_sub(self.cap);
+        if excess > 0 {
+            let mut c: Vec<(f64, Key)> = (self.shadow_forecast.last_batch.iter())
+                .filter(|(_, b)| **b != batch)
+                .map(|(&k, _)| (self.forecast.expected_wait(k), k))
+                .collect();
+            c.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            for &(_, k) in c.iter().take(excess) {
+                self.shadow_forecast.remove(k);
+            }
+        }
+    }
+}
+
+impl EvictionPolicy for Adaptive {
+    fn name(&self) -> &'static str {
+        "adaptive"
+    }
+
+    fn batch(&mut self, layer: u32) {
+        // What the cache holds between batches (after its evictions) is its capacity.
+        self.cap = self.cap.max(self.resident.len());
+        self.trim();
+        self.batch += 1;
+        self.forecast.batch(layer);
+        self.lru.batch(layer);
+    }
+
+    fn touched(&mut self, key: Key, tick: u64) {
+        self.resident.insert(key);
+        let f = self.shadow_forecast.touch(key, tick, self.batch);
+        let l = self.shadow_lru.touch(key, tick, self.batch);
+        if let (Some(f), Some(l)) = (f, l) {
+            self.score = self.score * DUEL_DECAY + f64::from(u8::from(l)) - f64::from(u8::from(f));
+        }
+        self.forecast.touched(key, tick);
+        self.lru.touched(key, tick);
+    }
+
+    fn admitted(&mut self, key: Key, tick: u64) {
+        self.resident.insert(key);
+        self.forecast.admitted(key, tick);
+        self.lru.admitted(key, tick);
+    }
+
+    fn removed(&mut self, key: Key) {
+        self.resident.remove(&key);
+        self.forecast.removed(key);
+        self.lru.removed(key);
+    }
+
+    fn history(&mut self, key: Key, count: u64) {
+        self.forecast.history(key, count);
+    }
+
+    fn victim(&mut self, evictable: &dyn Fn(Key) -> bool) -> Option<Key> {
+        if self.score > 0.0 {
+            self.chosen[1] += 1;
+            self.lru.victim(evictable)
+        } else {
+            self.chosen[0] += 1;
+            self.forecast.victim(evictable)
+        }
     }
 }

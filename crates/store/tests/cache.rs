@@ -243,3 +243,41 @@ fn prefetched_entries_hit_once_looked_up_and_count_apart() {
             .is_none()
     );
 }
+
+/// Hits of a cache of `slots` 4096-byte slots under `policy`, for batches of one layer each
+/// routing the experts given.
+fn hits_of<P: store::EvictionPolicy>(policy: P, slots: u64, batches: &[(u32, Vec<u32>)]) -> u64 {
+    let mut c = ExpertCache::new(slots * 4096, policy);
+    for (layer, experts) in batches {
+        c.begin_batch(*layer);
+        for &e in experts {
+            c.lookup((*layer, e), 4096);
+        }
+        c.make_room();
+        c.end_batch();
+    }
+    c.stats().hits
+}
+
+#[test]
+fn the_adaptive_policy_follows_whichever_of_forecast_and_lru_hits_more() {
+    use store::{Adaptive, Forecast};
+    // A cycle of three layers, one expert each, in a cache of two: LRU evicts exactly what
+    // comes next and hits nothing; forecast keeps two of the three.
+    let cycle: Vec<(u32, Vec<u32>)> = (0..60).map(|i| (i % 3, vec![1])).collect();
+    let lru = hits_of(Lru::default(), 2, &cycle);
+    let fc = hits_of(Forecast::new(&[0, 1, 2], 1, 8), 2, &cycle);
+    let ad = hits_of(Adaptive::new(&[0, 1, 2], 1, 8), 2, &cycle);
+    assert_eq!(lru, 0);
+    assert!(fc > 0 && ad >= fc, "forecast {fc}, adaptive {ad}");
+    // One layer, a cache of two: an expert used in each of the first 40 batches goes cold
+    // while two others take turns. A frequency learned from the whole past keeps the cold one
+    // and makes the two evict each other; LRU lets it go.
+    let mut turns: Vec<(u32, Vec<u32>)> = (0..40).map(|_| (0, vec![0])).collect();
+    turns.extend((0..60).map(|i| (0, vec![1 + i % 2])));
+    let lru = hits_of(Lru::default(), 2, &turns);
+    let fc = hits_of(Forecast::new(&[0], 1, 8), 2, &turns);
+    let ad = hits_of(Adaptive::new(&[0], 1, 8), 2, &turns);
+    assert!(lru > fc, "lru {lru}, forecast {fc}");
+    assert!(ad > fc, "lru {lru}, forecast {fc}, adaptive {ad}");
+}
