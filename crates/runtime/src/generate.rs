@@ -37,6 +37,8 @@ pub struct Recorders {
     pub compute_trace: Option<Arc<Mutex<ComputeTrace>>>,
     /// What the engine ranked ahead of the router, scored (`--predict-log`, `--route-ahead`).
     pub predict: Option<crate::predict::PredictLog>,
+    /// The live routing picture ([`crate::open::RunConfig::route_heat`]).
+    pub heat: Option<Arc<crate::routes::RouteHeat>>,
 }
 
 /// Everything a generation needs, set up once: the engine over the loaded model, the
@@ -99,6 +101,23 @@ pub struct Outcome {
     pub cancelled: bool,
     /// The generated tokens run into the context, in order.
     pub tokens: Vec<u32>,
+    /// Why the generation ended.
+    pub end: End,
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The model drew an end-of-generation token.
+    Eog,
+    /// The sink asked to stop (a stop sequence appeared).
+    Stop,
+    /// The turn's token limit.
+    Length,
+    /// The context is full.
+    Context,
+    /// A cancel request.
+    Cancelled,
 }
 
 /// What a turn's prefill left: the last logits (empty when cancelled), what it ran and cost,
@@ -247,11 +266,13 @@ impl Runtime<'_> {
         let mut loop_overhead = Duration::ZERO;
         // The last token's row, reported once its text is known.
         let mut held: Option<TokenRow> = None;
+        let mut end = End::Length;
         while !cancelled && n_gen < t.n_max {
             if self.engine.n_past() >= n_ctx {
                 self.notices.info(format!(
                     "\nsluice: the context ({n_ctx} tokens) is full; generation stopped"
                 ));
+                end = End::Context;
                 break;
             }
             if self.ignore_eos {
@@ -269,10 +290,15 @@ impl Runtime<'_> {
                 sink.token(&row)?;
             }
             if eog.contains(&id) {
+                end = End::Eog;
                 break;
             }
             text.push(&decoder.push(tokenizer, id), sink)?;
             n_gen += 1;
+            if sink.stop() {
+                end = End::Stop;
+                break;
+            }
             if let Some(c) = &self.control {
                 c.hold_decode(n_gen);
             }
@@ -343,6 +369,7 @@ impl Runtime<'_> {
             reasoning: text.reasoning,
             cancelled,
             tokens: fed,
+            end: if cancelled { End::Cancelled } else { end },
         };
         sink.finished(&outcome)?;
         Ok(outcome)

@@ -17,10 +17,12 @@ pub enum Level {
 
 /// One event: its level and its text, a whole line without the newline (the binary prints it
 /// to standard error as it is).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Notice {
     pub level: Level,
     pub text: String,
+    /// How much of the step is done (0 to 1), for a progress notice that knows.
+    pub fraction: Option<f64>,
 }
 
 /// Where notices go: a callback that may be called from the thread that opened the model or
@@ -40,7 +42,11 @@ impl Notices {
     }
 
     fn send(&self, level: Level, text: String) {
-        (self.0)(&Notice { level, text });
+        (self.0)(&Notice {
+            level,
+            text,
+            fraction: None,
+        });
     }
 
     pub fn info(&self, text: impl Into<String>) {
@@ -49,6 +55,15 @@ impl Notices {
 
     pub fn progress(&self, text: impl Into<String>) {
         self.send(Level::Progress, text.into());
+    }
+
+    /// A progress notice of a step `done` of `all` through (any one unit).
+    pub fn progress_of(&self, text: impl Into<String>, done: u64, all: u64) {
+        (self.0)(&Notice {
+            level: Level::Progress,
+            text: text.into(),
+            fraction: (all > 0).then(|| (done as f64 / all as f64).min(1.0)),
+        });
     }
 
     pub fn warn(&self, text: impl Into<String>) {
@@ -82,15 +97,20 @@ mod tests {
         n.info("loaded");
         m.warn("small cache");
         n.progress("reading 1 of 2");
+        m.progress_of("reading 3 of 4", 3, 4);
         let got = got.lock().unwrap();
         let want = [
-            (Level::Info, "loaded"),
-            (Level::Warning, "small cache"),
-            (Level::Progress, "reading 1 of 2"),
+            (Level::Info, "loaded", None),
+            (Level::Warning, "small cache", None),
+            (Level::Progress, "reading 1 of 2", None),
+            (Level::Progress, "reading 3 of 4", Some(0.75)),
         ];
         assert_eq!(got.len(), want.len());
-        for (g, (level, text)) in got.iter().zip(want) {
-            assert_eq!((g.level, g.text.as_str()), (level, text));
+        for (g, (level, text, fraction)) in got.iter().zip(want) {
+            assert_eq!(
+                (g.level, g.text.as_str(), g.fraction),
+                (level, text, fraction)
+            );
         }
     }
 }

@@ -75,6 +75,9 @@ pub struct RunConfig {
     pub ignore_eos: bool,
     /// Render prompts with the model's chat template.
     pub chatml: bool,
+    /// With `chatml`: a model without a (usable) chat template is opened without one, with a
+    /// warning, instead of refused.
+    pub chat_if_present: bool,
     pub route_trace: Option<PathBuf>,
     pub route_replay: Option<PathBuf>,
     /// colibri's `ROUTE_TRACE` stream.
@@ -89,6 +92,9 @@ pub struct RunConfig {
     pub predict_log: bool,
     /// `--route-ahead N` (lossy): commit each decode layer's routing N MoE layers early.
     pub route_ahead: usize,
+    /// Keep a live picture of the routing and what the cache found ([`routes::RouteHeat`],
+    /// a dashboard's heatmap).
+    pub route_heat: bool,
 }
 
 /// Where colibri's `ROUTE_TRACE` stream goes, and whether the path came from the environment
@@ -122,6 +128,7 @@ impl RunConfig {
             sampling: Sampling::default(),
             ignore_eos: false,
             chatml: false,
+            chat_if_present: false,
             route_trace: None,
             route_replay: None,
             route_stream: None,
@@ -130,6 +137,7 @@ impl RunConfig {
             token_figures: false,
             predict_log: false,
             route_ahead: 0,
+            route_heat: false,
         }
     }
 }
@@ -169,8 +177,17 @@ impl Loaded {
         let tokenizer = Tokenizer::from_metadata(file.metadata())
             .with_context(|| format!("{name}: cannot build the tokenizer"))?;
         let format = if cfg.chatml {
-            let template = crate::prompt::load_template(file.metadata(), &tokenizer, None, &name)?;
-            Some(ChatFormat::new(template))
+            match crate::prompt::load_template(file.metadata(), &tokenizer, None, &name) {
+                Ok(template) => Some(ChatFormat::new(template)),
+                Err(e) if cfg.chat_if_present => {
+                    notices.warn(format!(
+                        "sluice: warning: {}; prompts are taken as raw text",
+                        crate::error::chain(&e)
+                    ));
+                    None
+                }
+                Err(e) => return Err(e),
+            }
         } else {
             None
         };
@@ -252,7 +269,7 @@ impl Loaded {
             &self.notices,
         );
         // What each layer batch found in the cache, for the route trace.
-        let view = (cfg.route_trace.is_some() && self.streaming())
+        let view = ((cfg.route_trace.is_some() || cfg.route_heat) && self.streaming())
             .then(|| Arc::new(Mutex::new(BatchView::default())));
         let reads = self.attach_source(
             cfg,
@@ -279,7 +296,7 @@ impl Loaded {
             }
             None => None,
         };
-        let (route_trace, route_stream) = self.route_taps(
+        let (route_trace, route_stream, heat) = self.route_taps(
             cfg,
             &mut engine,
             &RouteWiring {
@@ -335,6 +352,7 @@ impl Loaded {
                 io_trace,
                 compute_trace,
                 predict,
+                heat,
             },
             replay,
             route_ahead: cfg.route_ahead,
@@ -508,10 +526,25 @@ impl Loaded {
         cfg: &RunConfig,
         engine: &mut Engine<'_>,
         w: &RouteWiring<'_>,
-    ) -> Result<(Option<routes::RouteTraceFile>, Option<routes::RouteStream>)> {
+    ) -> Result<RouteTaps> {
         let mut taps = Vec::new();
         if let Some(h) = w.history {
             taps.push(h.tap());
+        }
+        let hp = w.hparams;
+        let heat = (cfg.route_heat && hp.n_expert > 0).then(|| {
+            let first = w
+                .layout
+                .and_then(|l| l.layers.first())
+                .map_or(0, |l| l.layer as usize);
+            Arc::new(routes::RouteHeat::new(
+                hp.n_layer as usize,
+                hp.n_expert as usize,
+                first,
+            ))
+        });
+        if let Some(h) = &heat {
+            taps.push(h.tap(w.view.clone()));
         }
         let trace = match &cfg.route_trace {
             Some(path) => {
@@ -572,7 +605,7 @@ impl Loaded {
             None => None,
         };
         engine.set_route_tap(routes::all_taps(taps));
-        Ok((trace, route_stream))
+        Ok((trace, route_stream, heat))
     }
 
     /// The `# bmoe_metrics v2` preamble: the run's resolved settings.
@@ -724,6 +757,13 @@ struct Wiring<'w> {
     view: Option<&'w Arc<Mutex<BatchView>>>,
     io_trace: Option<&'w Arc<Mutex<IoTrace>>>,
 }
+
+/// The recorders among the routing taps: the route trace, the routing stream, the heat.
+type RouteTaps = (
+    Option<routes::RouteTraceFile>,
+    Option<routes::RouteStream>,
+    Option<Arc<routes::RouteHeat>>,
+);
 
 /// What the routing taps need.
 struct RouteWiring<'w> {

@@ -278,6 +278,130 @@ pub fn all_taps<'a>(mut taps: Vec<RouteTap<'a>>) -> Option<RouteTap<'a>> {
     }
 }
 
+/// Where each layer's routing went lately, and whether the cache had it: a live picture (a
+/// dashboard's heatmap) rather than a record. Counts fade by [`RouteHeat::DECAY`] per routed
+/// token, so a cell says how often the expert was routed over roughly the last thousand tokens.
+#[derive(Debug)]
+pub struct RouteHeat {
+    n_layer: usize,
+    n_expert: usize,
+    /// The first MoE layer: its routings count the token rows.
+    first: usize,
+    inner: Mutex<Heat>,
+}
+
+#[derive(Debug, Default)]
+struct Heat {
+    /// Routings per (layer, expert), faded; `n_layer × n_expert`, layer-major.
+    counts: Vec<f32>,
+    /// What the last routing of each cell found: 0 never routed, 1 a miss, 2 a hit (2 also
+    /// for a resident run), 3 a hit on an expert read ahead.
+    found: Vec<u8>,
+    /// Token rows routed (of any layer's first routing).
+    rows: u64,
+}
+
+/// A copy of a [`RouteHeat`]'s picture.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatSnapshot {
+    pub n_layer: usize,
+    pub n_expert: usize,
+    pub counts: Vec<f32>,
+    pub found: Vec<u8>,
+    pub rows: u64,
+}
+
+impl RouteHeat {
+    /// How much a count keeps per token row routed at its layer.
+    pub const DECAY: f32 = 0.999;
+
+    /// A blank picture of `n_layer` layers of `n_expert` experts, the first MoE layer `first`.
+    pub fn new(n_layer: usize, n_expert: usize, first: usize) -> RouteHeat {
+        RouteHeat {
+            n_layer,
+            n_expert,
+            first,
+            inner: Mutex::new(Heat {
+                counts: vec![0.0; n_layer * n_expert],
+                found: vec![0; n_layer * n_expert],
+                rows: 0,
+            }),
+        }
+    }
+
+    /// Adds one layer's routing: `rows` of `k` experts each; `found(expert)` is what the
+    /// cache's lookup found (the route trace's residency 0/1/2), `None` when every expert is
+    /// in memory.
+    pub fn add(&self, layer: usize, k: usize, ids: &[usize], found: impl Fn(usize) -> Option<u8>) {
+        if layer >= self.n_layer || k == 0 {
+            return;
+        }
+        let mut h = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let rows = ids.len() / k;
+        let base = layer * self.n_expert;
+        let Some(cells) = h.counts.get_mut(base..base + self.n_expert) else {
+            return;
+        };
+        let fade = Self::DECAY.powi(i32::try_from(rows).unwrap_or(i32::MAX));
+        cells.iter_mut().for_each(|c| *c *= fade);
+        for &id in ids {
+            if let Some(c) = cells.get_mut(id) {
+                *c += 1.0;
+            }
+        }
+        for &id in ids {
+            if let Some(f) = h.found.get_mut(base + id).filter(|_| id < self.n_expert) {
+                *f = match found(id) {
+                    None | Some(1) => 2,
+                    Some(2) => 3,
+                    Some(_) => 1,
+                };
+            }
+        }
+        if layer == self.first {
+            h.rows += rows as u64;
+        }
+    }
+
+    /// The picture now.
+    pub fn snapshot(&self) -> HeatSnapshot {
+        let h = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        HeatSnapshot {
+            n_layer: self.n_layer,
+            n_expert: self.n_expert,
+            counts: h.counts.clone(),
+            found: h.found.clone(),
+            rows: h.rows,
+        }
+    }
+
+    /// The engine tap that feeds it; with `view` (a streaming run) each routing's residency
+    /// is what the expert store's lookup found.
+    pub fn tap<'a>(
+        self: &Arc<Self>,
+        view: Option<Arc<Mutex<crate::stream::BatchView>>>,
+    ) -> RouteTap<'a> {
+        let heat = Arc::clone(self);
+        Box::new(move |r: &Routed<'_>| {
+            let batch = view
+                .as_ref()
+                .map(|v| v.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+            heat.add(r.layer, r.k, r.ids, |id| {
+                let b = batch.as_ref()?;
+                (b.layer as usize == r.layer)
+                    .then(|| b.get(id as u32).map(|(res, _)| res))
+                    .flatten()
+            });
+        })
+    }
+}
+
 /// The decode steps of a recorded trace as a replay: `steps[s][layer]`, experts in slot order.
 pub fn load_replay(path: &Path) -> Result<RouteReplay> {
     let trace = trace::read_route_trace(path)?;

@@ -76,6 +76,8 @@ pub struct AcceptedChat {
     prompt: Option<chat::Prompt>,
     n_max: usize,
     clear_kv: bool,
+    /// A raw text prompt: the conversation is left empty.
+    raw: bool,
 }
 
 impl AcceptedChat {
@@ -197,6 +199,17 @@ impl Session {
         conv: &[(&str, String)],
         think: bool,
     ) -> Result<(Vec<u32>, Option<chat::Prompt>)> {
+        self.render_with(rt, self.config.system.as_deref(), conv, think)
+    }
+
+    /// As [`render`](Session::render), with `system` as the system message.
+    fn render_with(
+        &self,
+        rt: &Runtime<'_>,
+        system: Option<&str>,
+        conv: &[(&str, String)],
+        think: bool,
+    ) -> Result<(Vec<u32>, Option<chat::Prompt>)> {
         let Some(format) = rt.format else {
             let text: String = conv.iter().map(|(_, c)| c.as_str()).collect();
             return Ok((rt.tokenizer.encode(&text, true, false), None));
@@ -208,7 +221,7 @@ impl Session {
             ])
         };
         let mut messages = Vec::new();
-        if let Some(s) = &self.config.system {
+        if let Some(s) = system {
             messages.push(message("system", s));
         }
         for (role, content) in conv {
@@ -229,8 +242,67 @@ impl Session {
         };
         conv.push(("user", req.prompt.clone()));
         let (ids, prompt) = self.render(rt, &conv, think)?;
+        self.accepted(rt, conv, ids, prompt, req.n_predict, req.clear_kv)
+    }
+
+    /// Checks a whole conversation sent at once (an API request carries every message; the
+    /// context re-uses what it holds of it): `messages` as (role, content), rendered with the
+    /// template up to the assistant's next turn. A leading system message replaces the
+    /// session's; without one the session's is put first.
+    ///
+    /// `reuse` false starts from an empty context instead (the expert cache stays warm): a
+    /// prefill split differently may differ in the last bits (llama.cpp's batched products sum
+    /// in another order than its one-token ones), so only a whole prefill answers exactly as a
+    /// fresh run of the same prompt.
+    pub fn accept_messages(
+        &self,
+        rt: &Runtime<'_>,
+        messages: &[(&'static str, String)],
+        n_predict: Option<i64>,
+        think: Option<bool>,
+        reuse: bool,
+    ) -> Result<AcceptedChat> {
+        let think = think.unwrap_or(self.config.think);
+        let (system, conv) = match messages.split_first() {
+            Some(((role, content), rest)) if *role == "system" => (Some(content), rest),
+            _ => (self.config.system.as_ref(), messages),
+        };
+        let conv = conv.to_vec();
+        let (ids, prompt) = self.render_with(rt, system.map(String::as_str), &conv, think)?;
+        self.accepted(rt, conv, ids, prompt, n_predict, !reuse)
+    }
+
+    /// Checks a raw text prompt (no template; BOS as the model's metadata says): a plain
+    /// completion, which leaves the conversation empty.
+    /// `reuse` as for [`accept_messages`](Session::accept_messages).
+    pub fn accept_text(
+        &self,
+        rt: &Runtime<'_>,
+        text: &str,
+        n_predict: Option<i64>,
+        reuse: bool,
+    ) -> Result<AcceptedChat> {
+        let ids = rt.tokenizer.encode(text, true, false);
+        if ids.is_empty() {
+            return Err(Error::Rejected("the prompt is empty (no tokens)".into()));
+        }
+        let mut a = self.accepted(rt, Vec::new(), ids, None, n_predict, !reuse)?;
+        a.raw = true;
+        Ok(a)
+    }
+
+    /// A turn of `ids` that leaves room to generate in the context.
+    fn accepted(
+        &self,
+        rt: &Runtime<'_>,
+        conv: Vec<(&'static str, String)>,
+        ids: Vec<u32>,
+        prompt: Option<chat::Prompt>,
+        n_predict: Option<i64>,
+        clear_kv: bool,
+    ) -> Result<AcceptedChat> {
         let n_ctx = rt.n_ctx;
-        let n_predict = req.n_predict.unwrap_or(self.config.n_predict);
+        let n_predict = n_predict.unwrap_or(self.config.n_predict);
         if ids.len() >= n_ctx {
             return Err(Error::Rejected(format!(
                 "the prompt is {} tokens and the context holds {n_ctx} (-c): no room to generate",
@@ -249,7 +321,8 @@ impl Session {
             ids,
             prompt,
             n_max: usize::try_from(n_predict).unwrap_or(usize::MAX),
-            clear_kv: req.clear_kv,
+            clear_kv,
+            raw: false,
         })
     }
 
@@ -291,7 +364,9 @@ impl Session {
             let mut conv = a.conv;
             self.kv_tokens = a.ids;
             self.kv_tokens.extend_from_slice(&o.tokens);
-            conv.push(("assistant", o.answer.clone()));
+            if !a.raw {
+                conv.push(("assistant", o.answer.clone()));
+            }
             self.conv = conv;
         }
         self.kv_tokens.truncate(rt.engine.n_past());

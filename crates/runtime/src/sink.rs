@@ -42,6 +42,13 @@ pub trait Sink {
     fn finished(&mut self, _o: &Outcome) -> Result<()> {
         Ok(())
     }
+
+    /// The sink has what it wants (a stop sequence appeared): checked after each token's text,
+    /// `true` ends the generation there as an end-of-generation token would (that token is
+    /// counted but not run into the context).
+    fn stop(&self) -> bool {
+        false
+    }
 }
 
 /// Two sinks fed the same events, the first first.
@@ -67,6 +74,10 @@ impl<A: Sink, B: Sink> Sink for Both<A, B> {
         self.0.finished(o)?;
         self.1.finished(o)
     }
+
+    fn stop(&self) -> bool {
+        self.0.stop() || self.1.stop()
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for &mut S {
@@ -85,6 +96,10 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     fn finished(&mut self, o: &Outcome) -> Result<()> {
         (**self).finished(o)
     }
+
+    fn stop(&self) -> bool {
+        (**self).stop()
+    }
 }
 
 impl<S: Sink> Sink for Option<S> {
@@ -102,6 +117,10 @@ impl<S: Sink> Sink for Option<S> {
 
     fn finished(&mut self, o: &Outcome) -> Result<()> {
         self.as_mut().map_or(Ok(()), |s| s.finished(o))
+    }
+
+    fn stop(&self) -> bool {
+        self.as_ref().is_some_and(|s| s.stop())
     }
 }
 

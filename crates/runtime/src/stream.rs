@@ -1649,11 +1649,15 @@ pub fn open_for(path: &std::path::Path, args: &StreamConfig, notices: &Notices) 
             let mut last = Instant::now();
             let mut progress = |done: u64, all: u64| {
                 if last.elapsed().as_secs_f64() >= 1.0 && done < all {
-                    notices.progress(format!(
-                        "sluice: reading dense weights: {:.0} of {:.0} MiB",
-                        done as f64 / MIB as f64,
-                        all as f64 / MIB as f64
-                    ));
+                    notices.progress_of(
+                        format!(
+                            "sluice: reading dense weights: {:.0} of {:.0} MiB",
+                            done as f64 / MIB as f64,
+                            all as f64 / MIB as f64
+                        ),
+                        done,
+                        all,
+                    );
                     last = Instant::now();
                 }
             };

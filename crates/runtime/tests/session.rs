@@ -254,3 +254,130 @@ fn a_restored_decision_prefix_scores_as_a_whole_prefill_and_leaves_the_chat_alon
         );
     });
 }
+
+#[test]
+fn a_whole_conversation_sent_again_renders_as_the_turns_did_and_reuses_the_context() {
+    let cfg = chat_config();
+    with_runtime(&cfg, |rt| {
+        // Turn by turn.
+        let mut by_turn = session();
+        let a = by_turn
+            .accept_chat(rt, &say("Hello", true))
+            .expect("accept");
+        let first = by_turn
+            .chat(rt, a, &mut Collect::default())
+            .expect("turn 1");
+        let a = by_turn
+            .accept_chat(rt, &say("More", false))
+            .expect("accept");
+        let turn_ids = a.prompt_tokens().to_vec();
+
+        // The same conversation as an API sends it, whole, on a fresh session.
+        rt.engine.reset();
+        let mut whole = session();
+        let msgs = [("user", "Hello".to_owned())];
+        let a = whole
+            .accept_messages(rt, &msgs, None, None, true)
+            .expect("accept");
+        let o = whole.chat(rt, a, &mut Collect::default()).expect("first");
+        assert_eq!(o.tokens, first.tokens);
+        let msgs = [
+            ("user", "Hello".to_owned()),
+            ("assistant", o.answer.clone()),
+            ("user", "More".to_owned()),
+        ];
+        let a = whole
+            .accept_messages(rt, &msgs, None, None, true)
+            .expect("accept");
+        assert_eq!(a.prompt_tokens(), &turn_ids[..]);
+        let mut sink = Prefill::default();
+        whole.chat(rt, a, &mut sink).expect("second");
+        let (n_prompt, n_new) = sink.0.expect("prefilled");
+        assert!(n_new < n_prompt, "{n_new} of {n_prompt} tokens run again");
+
+        // A leading system message takes the place of the session's; a raw text has no
+        // template.
+        let sys = [
+            ("system", "Be brief.".to_owned()),
+            ("user", "Hi".to_owned()),
+        ];
+        let given = whole
+            .accept_messages(rt, &sys, None, None, true)
+            .expect("accept");
+        let configured = Session::new(SessionConfig {
+            system: Some("Be brief.".into()),
+            ..SessionConfig::default()
+        });
+        let own = configured
+            .accept_messages(rt, &sys[1..], None, None, true)
+            .expect("accept");
+        assert_eq!(given.prompt_tokens(), own.prompt_tokens());
+        let other = Session::new(SessionConfig {
+            system: Some("Answer at length.".into()),
+            ..SessionConfig::default()
+        });
+        let replaced = other
+            .accept_messages(rt, &sys, None, None, true)
+            .expect("accept");
+        assert_eq!(replaced.prompt_tokens(), given.prompt_tokens());
+        let raw = whole.accept_text(rt, "Hi", Some(2), true).expect("accept");
+        assert_eq!(
+            raw.prompt_tokens(),
+            &rt.tokenizer.encode("Hi", true, false)[..]
+        );
+        let o = whole.chat(rt, raw, &mut Collect::default()).expect("raw");
+        assert_eq!(o.tokens.len(), 2);
+        assert!(whole.conversation().is_empty());
+        // Without re-use the prompt runs whole again.
+        let again = whole.accept_text(rt, "Hi", Some(2), false).expect("accept");
+        let mut sink = Prefill::default();
+        let o2 = whole.chat(rt, again, &mut sink).expect("again");
+        let (n_prompt, n_new) = sink.0.expect("prefilled");
+        assert_eq!(n_new, n_prompt);
+        assert_eq!(o2.tokens, o.tokens);
+    });
+}
+
+/// Asks to stop after `n` pieces of text.
+struct StopAfter(usize, Collect);
+
+impl Sink for StopAfter {
+    fn delta(&mut self, d: &chat::SplitDelta) -> Result<()> {
+        self.0 = self.0.saturating_sub(1);
+        self.1.delta(d)
+    }
+
+    fn stop(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+#[test]
+fn a_sink_that_stops_ends_the_generation_there_and_says_why() {
+    use runtime::generate::End;
+    let cfg = config(moe("qwen3moe-q4_k_m.gguf"));
+    with_runtime(&cfg, |rt| {
+        let ids = rt.tokenizer.encode("The experts", true, false);
+        let turn = Turn {
+            ids: &ids,
+            n_max: 8,
+            prompt: None,
+            turn: 0,
+        };
+        rt.ignore_eos = true;
+        let whole = rt.generate(&turn, &mut Collect::default()).expect("whole");
+        assert_eq!(whole.end, End::Length);
+        assert_eq!(whole.summary.tokens, 8);
+        rt.engine.reset();
+        let mut sink = StopAfter(3, Collect::default());
+        let o = rt.generate(&turn, &mut sink).expect("stopped");
+        assert_eq!(o.end, End::Stop);
+        // It stopped at the third piece of text: the tokens drawn up to there, the last not
+        // run into the context, the same tokens as the whole run's.
+        let n = o.tokens.len();
+        assert!((2..7).contains(&n), "{n}");
+        assert_eq!(o.summary.tokens, n + 1);
+        assert_eq!(o.tokens, whole.tokens[..n]);
+        assert_eq!(rt.engine.n_past(), ids.len() + n);
+    });
+}
