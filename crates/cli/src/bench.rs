@@ -471,14 +471,30 @@ fn run_engine(
     let done = std::sync::atomic::AtomicBool::new(false);
     let (stdout, stderr, status, ru, samples) = std::thread::scope(|s| {
         let done = &done;
+        let tty = crate::progress::stderr_is_tty();
         let sampler = s.spawn(move || {
             let mut v: Vec<(Instant, u64)> = Vec::new();
             let path = format!("/proc/{pid}/io");
+            let mut shown = t;
             while !done.load(Ordering::Relaxed) {
                 if let Some(b) = proc_read_bytes(&path) {
                     v.push((Instant::now(), b));
                 }
+                // On a terminal, a line that says the run is alive (a peer under a tight cap
+                // can take minutes).
+                if tty && shown.elapsed() >= Duration::from_millis(500) {
+                    shown = Instant::now();
+                    let read = v.last().map_or(0, |&(_, b)| b);
+                    eprint!(
+                        "\r\x1b[2Ksluice bench:   {engine} running, {:.0} s, {:.2} GB read",
+                        t.elapsed().as_secs_f64(),
+                        read as f64 / 1e9
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(20));
+            }
+            if tty {
+                eprint!("\r\x1b[2K");
             }
             v
         });

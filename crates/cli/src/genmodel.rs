@@ -10,6 +10,8 @@ use anyhow::{Result, bail};
 use transform::genmodel::{Event, Like, Options, Plan};
 use transform::quantize::FileType;
 
+use crate::progress::{Progress, Unit};
+
 #[derive(clap::Args, Debug)]
 pub struct GenModelArgs {
     /// The real model whose architecture, tensor names, shapes and types to reproduce.
@@ -157,25 +159,16 @@ pub fn run(args: GenModelArgs) -> Result<()> {
     let (quiet, title) = (args.quiet, args.like.title());
     // The rates count from the start of the write.
     let start = Cell::new(Instant::now());
-    let mut last = 0.0;
+    // A bar on a terminal, a line every few seconds otherwise.
+    let mut bar: Option<Progress> = None;
     let mut on = |e: Event| match e {
         Event::VocabSize { tokens, real } if !quiet => eprintln!(
             "sluice: gen-model: the vocabulary has {tokens} tokens, {title} has {real}: the \
              embedding and output matrices get {tokens} rows"
         ),
-        // A line every few seconds.
-        Event::Progress { done, total } if !quiet => {
-            let t = start.get().elapsed().as_secs_f64();
-            if t - last >= 5.0 {
-                last = t;
-                eprintln!(
-                    "sluice: gen-model: {:.2} of {:.2} GB written ({:.0} MB/s)",
-                    done as f64 / 1e9,
-                    total as f64 / 1e9,
-                    done as f64 / 1e6 / t
-                );
-            }
-        }
+        Event::Progress { done, total } if !quiet => bar
+            .get_or_insert_with(|| Progress::new("sluice: gen-model", total, Unit::Bytes))
+            .set(done, ""),
         _ => {}
     };
     let plan = transform::genmodel::plan(&opts, &mut on)?;
@@ -197,6 +190,9 @@ pub fn run(args: GenModelArgs) -> Result<()> {
     }
     start.set(Instant::now());
     let written = transform::genmodel::write(plan, out, &mut on)?;
+    if let Some(b) = &mut bar {
+        b.clear();
+    }
     let secs = start.get().elapsed().as_secs_f64();
     eprintln!(
         "sluice: gen-model: wrote {} ({} bytes) in {secs:.1} s ({:.0} MB/s, sync included, {})",

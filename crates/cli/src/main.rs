@@ -16,6 +16,7 @@ mod moefy;
 mod npy;
 mod plot;
 mod ppl;
+mod progress;
 mod quantize;
 mod run;
 mod serve;
@@ -995,7 +996,22 @@ fn main() -> ExitCode {
 
 /// The runtime's notices, each a line on standard error.
 pub fn stderr_notices() -> runtime::Notices {
-    runtime::Notices::new(|n| eprintln!("{}", n.text))
+    let tty = progress::stderr_is_tty();
+    // A progress notice is redrawn in place on a terminal (the next notice takes its line).
+    let drawn = std::sync::atomic::AtomicBool::new(false);
+    runtime::Notices::new(move |n| {
+        use std::sync::atomic::Ordering;
+        if tty && n.level == runtime::Level::Progress {
+            let bar = n.fraction.map_or(String::new(), progress::bar);
+            eprint!("\r\x1b[2K{}{bar}", n.text);
+            drawn.store(true, Ordering::Relaxed);
+            return;
+        }
+        if drawn.swap(false, Ordering::Relaxed) {
+            eprint!("\r\x1b[2K");
+        }
+        eprintln!("{}", n.text);
+    })
 }
 
 /// Output piped into `head` is not an error.

@@ -5,9 +5,24 @@ use anyhow::Result;
 use gguf::TensorType;
 use transform::quantize::{Event, Options};
 
+use crate::progress::{Progress, Unit};
+
 pub fn run(opts: &Options, quiet: bool) -> Result<()> {
+    // On a terminal a bar over the tensors; otherwise a line per tensor.
+    let tty = crate::progress::stderr_is_tty();
+    let mut bar: Option<Progress> = None;
     let mut on = |e: Event<'_>| match e {
-        Event::Fallback(w) => eprintln!("sluice: warning: {w}"),
+        Event::Fallback(w) => {
+            if let Some(b) = &mut bar {
+                b.clear();
+            }
+            eprintln!("sluice: warning: {w}");
+        }
+        Event::Tensor {
+            index, count, name, ..
+        } if !quiet && tty => bar
+            .get_or_insert_with(|| Progress::new("sluice: quantize", count as u64, Unit::Items))
+            .set(index as u64 + 1, name),
         Event::Tensor {
             index,
             count,
@@ -35,6 +50,9 @@ pub fn run(opts: &Options, quiet: bool) -> Result<()> {
         Event::Tensor { .. } => {}
     };
     let q = transform::quantize::quantize(opts, &mut on)?;
+    if let Some(b) = &mut bar {
+        b.clear();
+    }
     if !quiet {
         eprintln!(
             "sluice: wrote {} ({}, {} tensors, {:.2} MiB -> {:.2} MiB)",

@@ -54,6 +54,31 @@ fn invalid(reason: impl Into<String>) -> GgufError {
     }
 }
 
+/// A writer that tells how much went through it, every few MiB.
+struct Reporting<'p, W> {
+    inner: W,
+    done: u64,
+    told: u64,
+    total: u64,
+    progress: &'p mut dyn FnMut(u64, u64),
+}
+
+impl<W: Write> Write for Reporting<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.done += n as u64;
+        if self.done - self.told >= 8 << 20 {
+            self.told = self.done;
+            (self.progress)(self.done, self.total);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 fn io_err(path: &Path) -> impl Fn(io::Error) -> GgufError + '_ {
     move |error| GgufError::Io {
         path: path.to_owned(),
@@ -248,11 +273,34 @@ impl<'a> GgufWriter<'a> {
 
     /// Write the file to `path` (created or truncated). Returns the bytes written.
     pub fn write_to_path(self, path: impl AsRef<Path>) -> Result<u64, GgufError> {
+        self.write_to_path_with(path, &mut |_, _| {})
+    }
+
+    /// The bytes of tensor data added so far (the file is this plus its header and padding).
+    pub fn tensor_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.n_bytes).sum()
+    }
+
+    /// As [`write_to_path`](GgufWriter::write_to_path), telling `progress` the bytes written
+    /// so far and the tensor bytes in all, every few MiB and at the end.
+    pub fn write_to_path_with(
+        self,
+        path: impl AsRef<Path>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u64, GgufError> {
         let path = path.as_ref();
         let file = File::create(path).map_err(io_err(path))?;
-        let mut w = BufWriter::new(file);
+        let total = self.tensor_bytes();
+        let mut w = Reporting {
+            inner: BufWriter::new(file),
+            done: 0,
+            told: 0,
+            total,
+            progress,
+        };
         let n = self.write_to(&mut w).map_err(|e| e.in_file(path))?;
-        w.flush().map_err(io_err(path))?;
+        w.inner.flush().map_err(io_err(path))?;
+        (w.progress)(w.done, total);
         Ok(n)
     }
 

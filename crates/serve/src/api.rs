@@ -676,6 +676,59 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_travels_apart_from_the_answer() {
+        let stamp = Stamp {
+            id: "chatcmpl-1".into(),
+            created: 7,
+            model: "m".into(),
+            chat: true,
+        };
+        let first: Value = serde_json::from_str(&stamp.chunk("", "", true, false)).unwrap();
+        assert_eq!(
+            first["choices"][0]["delta"],
+            json!({"role": "assistant", "content": ""})
+        );
+        let think: Value = serde_json::from_str(&stamp.chunk("", "hmm", false, false)).unwrap();
+        assert_eq!(
+            think["choices"][0]["delta"],
+            json!({"reasoning_content": "hmm"})
+        );
+        assert!(think.get("sluice").is_none());
+        let reset: Value = serde_json::from_str(&stamp.chunk("a", "b", false, true)).unwrap();
+        assert_eq!(
+            reset["choices"][0]["delta"],
+            json!({"content": "a", "reasoning_content": "b"})
+        );
+        assert_eq!(reset["sluice"]["reset"], true);
+        let whole: Value = serde_json::from_str(&stamp.response(
+            "Paris.",
+            "The user asks...",
+            "stop",
+            usage(3, 2),
+            json!({}),
+        ))
+        .unwrap();
+        let m = &whole["choices"][0]["message"];
+        assert_eq!(
+            (m["content"].as_str(), m["reasoning_content"].as_str()),
+            (Some("Paris."), Some("The user asks..."))
+        );
+        assert_eq!(whole["usage"]["total_tokens"], 5);
+        let plain: Value =
+            serde_json::from_str(&stamp.response("x", "", "length", usage(1, 1), json!({})))
+                .unwrap();
+        assert!(
+            plain["choices"][0]["message"]
+                .get("reasoning_content")
+                .is_none()
+        );
+        let last: Value = serde_json::from_str(&stamp.last_chunk("stop")).unwrap();
+        assert_eq!(last["choices"][0]["finish_reason"], "stop");
+        let u: Value = serde_json::from_str(&stamp.usage_chunk(usage(3, 2))).unwrap();
+        assert_eq!(u["choices"], json!([]));
+    }
+
+    #[test]
     fn errors_have_openai_shape() {
         let e = ApiError::new(401, "no key");
         let v: Value = serde_json::from_str(&e.body()).unwrap();

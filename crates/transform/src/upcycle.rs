@@ -121,6 +121,12 @@ pub(crate) fn add_shared_expert_gate(
 
 /// Write `opts.input` with each dense FFN turned into `opts.experts` copies behind a router.
 pub fn upcycle(opts: &Options) -> Result<Upcycled> {
+    upcycle_with(opts, &mut |_, _| {})
+}
+
+/// As [`upcycle`], telling `progress` the bytes written and the tensor bytes in all as the
+/// file is written.
+pub fn upcycle_with(opts: &Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Upcycled> {
     let src = GgufFile::open(&opts.input)?;
     let input = opts.input.display().to_string();
     let meta = src.metadata();
@@ -249,7 +255,7 @@ pub fn upcycle(opts: &Options) -> Result<Upcycled> {
     if layers_done == 0 {
         reject!("{input}: no dense FFN tensors (blk.N.ffn_gate.weight) to turn into experts");
     }
-    w.write_to_path(&opts.out)?;
+    w.write_to_path_with(&opts.out, progress)?;
     Ok(Upcycled {
         arch: out_arch,
         layers: layers_done,
