@@ -13,6 +13,7 @@ use std::sync::mpsc::{Sender, channel};
 
 use anyhow::{Result, anyhow};
 use serde_json::Value;
+use serve::api::kind;
 
 use runtime::cancel::Control;
 use runtime::generate::Runtime;
@@ -189,18 +190,6 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refusal> {
         }
         "cancel" => Ok(Request::Cancel),
         _ => Ok(Request::Close),
-    }
-}
-
-/// A JSON value's kind, for messages.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -326,8 +326,13 @@ fn safety_defaults_refuse_foreign_hosts_origins_keys_and_big_bodies() {
 /// response head arrived (the request is running or waiting).
 fn open_stream(addr: SocketAddr, max_tokens: usize) -> BufReader<TcpStream> {
     let body = json!({"prompt":"Count: one, two,","max_tokens":max_tokens,"stream":true,
-                      "temperature":0,"ignore_eos":true})
-    .to_string();
+                      "temperature":0,"ignore_eos":true});
+    post_open(addr, &body)
+}
+
+/// Sends a completion request and returns the open connection, unread.
+fn post_open(addr: SocketAddr, body: &Value) -> BufReader<TcpStream> {
+    let body = body.to_string();
     let mut s = TcpStream::connect(addr).expect("connect");
     write!(
         s,
@@ -487,16 +492,7 @@ fn ask(addr: SocketAddr, a: Ask) -> Got {
             s => panic!("status {s}: {}", r.body),
         };
     }
-    let body = body.to_string();
-    let mut s = TcpStream::connect(addr).expect("connect");
-    write!(
-        s,
-        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let mut r = BufReader::new(s);
+    let mut r = post_open(addr, &body);
     let mut status = String::new();
     r.read_line(&mut status).expect("status line");
     if status.contains(" 429 ") {

@@ -121,7 +121,7 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// A JSON value's kind, for messages.
-fn kind(v: &Value) -> &'static str {
+pub fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
