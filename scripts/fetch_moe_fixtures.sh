@@ -28,7 +28,7 @@ GGUF_VERSION=0.19.0
 NUMPY_VERSION=2.4.6
 REFS=$root/crates/engine/tests/fixtures/moe/refs
 # The models that also get a Q4_K_M version (not gptoss).
-ARCHS="qwen3moe qwen2moe olmoe mixtral"
+ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe"
 STAMP_VERSION="moe-fixtures v2 $(sha256sum "$GEN" | cut -d' ' -f1)"
 
 if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP_VERSION" ]; then

@@ -11,6 +11,12 @@ weight types:
     gpt-oss    8 experts, top-4, biased router, clamped SwiGLU with      vocabulary: qwen2.5 +
                expert biases, attention sinks, sliding window (8) on      harmony specials
                every other layer, YaRN RoPE
+    glm4moe    16 experts, top-4, sigmoid routing with a selection bias,  vocabulary: qwen2.5 +
+               renormalised and scaled by 2.5, one ungated shared         GLM's specials
+               expert, a leading dense layer, qkv bias, NEOX rope over
+               half of each head, q/k RMSNorm per head in the last
+               layer only (GLM-4.5 has it, GLM-4.5-Air not: both paths
+               run), and one NextN layer after the trunk
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -93,6 +99,20 @@ VOCABS = {
         "eos": "<|return|>",
         "template": "openai-gpt-oss-120b.jinja",
     },
+    # qwen2.5's trimmed vocabulary plus the special tokens GLM-4.5's chat template writes, as new
+    # control tokens; the template is llama.cpp's copy of GLM-4.6's (GLM-4.5's own differs only
+    # in tool-call details).
+    "qwen2.5-glm": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": ["<|endoftext|>"],
+        "new": [
+            "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
+            "<think>", "</think>",
+        ],
+        "eos": "<|endoftext|>",
+        "template": "GLM-4.6.jinja",
+    },
 }
 
 # Model shapes. head_dim * n_head is 256 for every model but gptoss (512).
@@ -126,6 +146,13 @@ MODELS = {
         rope_base=150_000.0, rms_eps=1e-5, ctx=131_072, sliding_window=8,
         yarn_factor=32.0, yarn_orig_ctx=4096, wtypes=("f32", "bf16", "q8_0", "mxfp4"),
     ),
+    # Three trunk layers (0 dense, 1-2 MoE) and NextN layer 3; rope over 32 of 64 dims per head.
+    "glm4moe": dict(
+        arch="glm4moe", vocab="qwen2.5-glm", seed=1008, n_layer=3, n_nextn=1, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_rot=32, n_expert=16, n_expert_used=4,
+        n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, n_shared=1, weights_scale=2.5,
+        qk_norm_layers=(2,), tied=False, rope_base=1_000_000.0, rms_eps=1e-5,
+    ),
 }
 
 CTX = 4096
@@ -137,6 +164,8 @@ ROUTER_SCALE = 1.5
 GPTOSS_ROUTER_BIAS = 1.0
 GPTOSS_GATE_UP_SCALE = 3.0
 GPTOSS_DOWN_SCALE = 0.15
+# glm4moe: spread of the expert selection bias (exp_probs_b), added to sigmoid probabilities.
+GLM_SELECTION_BIAS = 0.1
 
 
 def field(reader, key):
@@ -304,6 +333,63 @@ def make_weights_gptoss(cfg, n_vocab):
     return w
 
 
+def make_weights_glm4moe(cfg, n_vocab):
+    """The glm4moe layout (llama.cpp's LLM_ARCH_GLM4_MOE), in a fixed order like make_weights."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
+    sh = ff * cfg["n_shared"]
+
+    def lin(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(shape, scale=0.1):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"] + cfg["n_nextn"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        w[p + "attn_q.weight"] = lin(nq, e)
+        w[p + "attn_q.bias"] = bias(nq)
+        w[p + "attn_k.weight"] = lin(nkv, e)
+        w[p + "attn_k.bias"] = bias(nkv)
+        w[p + "attn_v.weight"] = lin(nkv, e)
+        w[p + "attn_v.bias"] = bias(nkv)
+        w[p + "attn_output.weight"] = lin(e, nq)
+        if il in cfg["qk_norm_layers"]:
+            w[p + "attn_q_norm.weight"] = norm(hd)
+            w[p + "attn_k_norm.weight"] = norm(hd)
+        w[p + "post_attention_norm.weight"] = norm(e)
+        if il < cfg["n_dense_lead"]:
+            w[p + "ffn_gate.weight"] = lin(cfg["n_ff_dense"], e)
+            w[p + "ffn_up.weight"] = lin(cfg["n_ff_dense"], e)
+            w[p + "ffn_down.weight"] = lin(e, cfg["n_ff_dense"])
+        else:
+            w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+            # Comparable to the spread of the sigmoid probabilities, so that it changes choices.
+            w[p + "exp_probs_b.bias"] = bias(ne, GLM_SELECTION_BIAS)
+            w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+            w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+            w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+            w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
+            w[p + "ffn_up_shexp.weight"] = lin(sh, e)
+            w[p + "ffn_down_shexp.weight"] = lin(e, sh)
+        if il >= cfg["n_layer"]:
+            w[p + "nextn.eh_proj.weight"] = lin(e, 2 * e)
+            w[p + "nextn.enorm.weight"] = norm(e)
+            w[p + "nextn.hnorm.weight"] = norm(e)
+            w[p + "nextn.shared_head_norm.weight"] = norm(e)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
 def keep_f32(name, arr):
     return (
         arr.ndim < 2
@@ -335,20 +421,27 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_vocab_size(n_vocab)
     w.add_context_length(cfg.get("ctx", CTX))
     w.add_embedding_length(cfg["n_embd"])
-    w.add_block_count(cfg["n_layer"])
-    w.add_feed_forward_length(cfg["n_ff_exp"])
+    w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
+    w.add_feed_forward_length(cfg.get("n_ff_dense", cfg["n_ff_exp"]))
     w.add_head_count(cfg["n_head"])
     w.add_head_count_kv(cfg["n_head_kv"])
-    if arch in ("qwen3moe", "gpt-oss"):
+    if arch in ("qwen3moe", "gpt-oss", "glm4moe"):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
     w.add_rope_freq_base(cfg["rope_base"])
-    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_rope_dimension_count(cfg.get("n_rot", cfg["head_dim"]))
     w.add_expert_count(cfg["n_expert"])
     w.add_expert_used_count(cfg["n_expert_used"])
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe"):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "glm4moe":
+        w.add_leading_dense_block_count(cfg["n_dense_lead"])
+        w.add_expert_shared_count(cfg["n_shared"])
+        w.add_expert_weights_norm(True)
+        w.add_expert_weights_scale(cfg["weights_scale"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_nextn_predict_layers(cfg["n_nextn"])
     if arch == "qwen2moe":
         w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
     if arch == "gpt-oss":
@@ -405,7 +498,10 @@ def main():
         if cfg["vocab"] not in vocabs:
             vocabs[cfg["vocab"]] = trimmed_vocab(vocab_dir, template_dir, cfg["vocab"])
         vocab = vocabs[cfg["vocab"]]
-        make = make_weights_gptoss if cfg["arch"] == "gpt-oss" else make_weights
+        make = {
+            "gpt-oss": make_weights_gptoss,
+            "glm4moe": make_weights_glm4moe,
+        }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         for wtype in cfg.get("wtypes", DEFAULT_WTYPES):
             path = os.path.join(out_dir, f"{key}-{wtype}.gguf")

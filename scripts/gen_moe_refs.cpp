@@ -15,7 +15,9 @@
 //       smallest difference between the k-th and (k+1)-th largest router probability over
 //       every layer and token (softmax of the router logits the top-k choice is made on: the
 //       ffn_moe_logits graph node, or, where the router has a bias as gpt-oss's, the node that
-//       adds the bias to it, whose name the graph overwrites with ffn_moe_probs; in a second,
+//       adds the bias to it, whose name the graph overwrites with ffn_moe_probs; where a
+//       selection bias is added to sigmoid probabilities, as glm4moe's exp_probs_b, the values
+//       of that sum, ffn_moe_probs_biased, which the top-k ranks as they are; in a second,
 //       separate run of the same tokens so that the callback cannot touch the reference
 //       numbers), for the prompt and for each decode call that produced a greedy token (the
 //       first one is the prompt's).
@@ -80,11 +82,19 @@ int logits_layer(const char * name) {
 }
 
 // The layer of a router-logits node: the router's product "ffn_moe_logits-<il>", or the sum of
-// it and the router bias (biased), which the top-k choice then ranks; -1 otherwise.
-int router_layer(const struct ggml_tensor * t, bool * biased) {
+// it and the router bias (biased), which the top-k choice then ranks; or the selection values
+// "ffn_moe_probs_biased-<il>" (biased and raw: ranked as they are, no softmax); -1 otherwise.
+int router_layer(const struct ggml_tensor * t, bool * biased, bool * raw) {
+    *raw = false;
     int il = logits_layer(t->name);
     if (il >= 0) {
         *biased = false;
+        return il;
+    }
+    int end = 0;
+    if (sscanf(t->name, "ffn_moe_probs_biased-%d%n", &il, &end) == 1 && t->name[end] == '\0') {
+        *biased = true;
+        *raw = true;
         return il;
     }
     if (t->op == GGML_OP_ADD && t->src[0] != nullptr && (il = logits_layer(t->src[0]->name)) >= 0) {
@@ -96,7 +106,8 @@ int router_layer(const struct ggml_tensor * t, bool * biased) {
 
 bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
     bool biased = false;
-    const int il = router_layer(t, &biased);
+    bool raw = false;
+    const int il = router_layer(t, &biased, &raw);
     const bool wanted = il >= 0;
     if (ask) {
         return wanted;
@@ -118,14 +129,20 @@ bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
     for (int64_t i = 0; i < n_tok; i++) {
         // softmax in double precision, then the gap between the k-th and (k+1)-th probability
         const float * x = st->buf.data() + i * n_exp;
-        const double mx = *std::max_element(x, x + n_exp);
-        double sum = 0.0;
-        for (int64_t j = 0; j < n_exp; j++) {
-            row[j] = std::exp((double) x[j] - mx);
-            sum += row[j];
-        }
-        for (auto & v : row) {
-            v /= sum;
+        if (raw) {
+            for (int64_t j = 0; j < n_exp; j++) {
+                row[j] = x[j];
+            }
+        } else {
+            const double mx = *std::max_element(x, x + n_exp);
+            double sum = 0.0;
+            for (int64_t j = 0; j < n_exp; j++) {
+                row[j] = std::exp((double) x[j] - mx);
+                sum += row[j];
+            }
+            for (auto & v : row) {
+                v /= sum;
+            }
         }
         std::sort(row.begin(), row.end(), std::greater<double>());
         const float m = (float) (row[st->k - 1] - row[st->k]);

@@ -30,9 +30,16 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss"
+ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
-KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral"
+KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe"
+# ONLY="a b" regenerates the references of those architectures alone (the others' files are
+# left as they are).
+if [ -n "${ONLY:-}" ]; then
+    keep() { local out="" x; for x in $1; do case " $ONLY " in *" $x "*) out="$out $x" ;; esac; done; echo "$out"; }
+    ARCHS=$(keep "$ARCHS")
+    KQUANT_ARCHS=$(keep "$KQUANT_ARCHS")
+fi
 # Weight types per architecture.
 declare -A TYPES=(
     [qwen3moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
@@ -40,6 +47,7 @@ declare -A TYPES=(
     [olmoe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [mixtral]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [gptoss]="f32 bf16 q8_0 mxfp4"
+    [glm4moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose

@@ -359,7 +359,37 @@ fn text_report(w: &mut impl Write, model: &Model, n: usize) -> Result<()> {
             w4 = widths[4]
         )?;
     }
-    experts_text(w, model)
+    experts_text(w, model)?;
+    model_text(w, model)
+}
+
+/// The architecture's reading of the file (what `run` would load): hyperparameters, layer
+/// kinds, routing, NextN layers; or why it would refuse the file. Not for the built-in model.
+fn model_text(w: &mut impl Write, model: &Model) -> Result<()> {
+    let Model::File(f) = model else {
+        return Ok(());
+    };
+    writeln!(w)?;
+    match model::Model::from_gguf(f) {
+        Ok(m) => {
+            writeln!(w, "model (as sluice runs it):")?;
+            for line in m.summary().lines() {
+                writeln!(w, "  {line}")?;
+            }
+        }
+        Err(e) => writeln!(w, "model: sluice cannot run this file: {e}")?,
+    }
+    Ok(())
+}
+
+fn model_json(model: &Model) -> serde_json::Value {
+    let Model::File(f) = model else {
+        return serde_json::Value::Null;
+    };
+    match model::Model::from_gguf(f) {
+        Ok(m) => json!({ "summary": m.summary().lines().collect::<Vec<_>>() }),
+        Err(e) => json!({ "error": e.to_string() }),
+    }
 }
 
 /// The routed experts (what an expert store streams): one summary line, then one row per run
@@ -390,6 +420,14 @@ fn experts_text(w: &mut impl Write, model: &Model) -> Result<()> {
         human_bytes(layout.dense_bytes, 1),
         human_bytes(layout.token_cycle_bytes(), 1)
     )?;
+    if !layout.nextn_tensors.is_empty() {
+        writeln!(
+            w,
+            "  NextN layers: {} tensors, {} (neither streamed nor resident: decoding does not run them)",
+            layout.nextn_tensors.len(),
+            human_bytes(layout.nextn_bytes, 1)
+        )?;
+    }
     writeln!(
         w,
         "  layers  expert bytes  layer dense bytes  parts (type, bytes per expert; {})",
@@ -463,6 +501,7 @@ fn experts_json(model: &Model) -> serde_json::Value {
                 "n_expert_used": l.n_expert_used,
                 "expert_bytes_total": l.expert_bytes_total(),
                 "dense_bytes": l.dense_bytes,
+                "nextn_bytes": l.nextn_bytes,
                 "token_cycle_bytes": l.token_cycle_bytes(),
                 "layers": layers,
             })
@@ -526,6 +565,7 @@ fn json_report(model: &Model, n: usize) -> serde_json::Value {
         "metadata": metadata,
         "tensors": tensors,
         "experts": experts_json(model),
+        "model": model_json(model),
     })
 }
 

@@ -806,22 +806,17 @@ fn route(
         &mut s.router,
         &mut s.qbuf,
     )?;
-    let gating = Gating::from(hp.arch.expert_gating());
+    let gating = Gating::from(hp.expert_gating);
     st.emit("ffn_moe_logits", &s.router[..n * x_n]);
     if let Some(b) = &m.biases {
         add_bias(&mut s.router[..n * x_n], Some(&b.router));
         st.emit("ffn_moe_logits_biased", &s.router[..n * x_n]);
     }
     if let Some(cb) = st.obs {
+        let mut probs = Vec::new();
         for t in 0..n {
-            let (src, dst) = (
-                &s.router[t * x_n..(t + 1) * x_n],
-                &mut s.probs[t * x_n..(t + 1) * x_n],
-            );
-            match gating {
-                Gating::SoftmaxSelected => dst.copy_from_slice(src),
-                _ => ops::softmax(src, 1.0, x_n, dst),
-            }
+            let p = ops::gate_probs(&s.router[t * x_n..(t + 1) * x_n], gating, &mut probs);
+            s.probs[t * x_n..(t + 1) * x_n].copy_from_slice(p);
         }
         cb("ffn_moe_probs", Some(il), &s.probs[..n * x_n]);
     }
@@ -851,8 +846,9 @@ fn route(
                     &mut s.wts[span],
                 );
             }
-            None => ops::route_into(
+            None => ops::route_biased_into(
                 logits,
+                m.sel_bias.as_deref(),
                 norm,
                 scale,
                 gating,

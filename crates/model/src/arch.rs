@@ -3,7 +3,7 @@
 use crate::error::ModelError;
 
 /// Names accepted in `general.architecture`, for messages.
-pub const SUPPORTED_ARCHS: &str = "qwen3moe, qwen2moe, olmoe, gpt-oss, llama, qwen2, qwen3";
+pub const SUPPORTED_ARCHS: &str = "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, llama, qwen2, qwen3";
 
 /// A model architecture, from `general.architecture`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +26,11 @@ pub enum Arch {
     /// softmax over the selected experts' logits; the clamped SwiGLU of gpt-oss; NEOX rope
     /// (YaRN in the released files).
     GptOss,
+    /// GLM-4.5 (llama.cpp's `LLM_ARCH_GLM4_MOE`): leading dense layers, then MoE layers with
+    /// sigmoid routing and a per-expert selection bias (`exp_probs_b`), an ungated shared
+    /// expert, q/k/v biases, optional per-head QK-norm, NEOX rope over part of each head, and
+    /// NextN (multi-token prediction) layers after the trunk that decoding does not run.
+    Glm4Moe,
 }
 
 /// How a MoE layer turns router logits into expert weights.
@@ -35,6 +40,42 @@ pub enum ExpertGating {
     Softmax,
     /// Top-k of the raw logits, then a softmax over the k selected logits.
     SoftmaxSelected,
+    /// Element-wise sigmoid of the logits, then the top-k probabilities.
+    Sigmoid,
+}
+
+impl ExpertGating {
+    /// The gating named by llama.cpp's `expert_gating_func` value (1 softmax, 2 sigmoid);
+    /// `None` for a value it has no such meaning for here.
+    pub fn from_func(v: u32) -> Option<ExpertGating> {
+        match v {
+            1 => Some(ExpertGating::Softmax),
+            2 => Some(ExpertGating::Sigmoid),
+            _ => None,
+        }
+    }
+
+    /// A short name, for messages and `inspect`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpertGating::Softmax => "softmax",
+            ExpertGating::SoftmaxSelected => "top-k logits, softmax over the selected",
+            ExpertGating::Sigmoid => "sigmoid",
+        }
+    }
+}
+
+/// The always-on shared expert(s) of an architecture's MoE layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedExperts {
+    /// None.
+    None,
+    /// Exactly one, of width `expert_shared_feed_forward_length`, its output multiplied by
+    /// `sigmoid(ffn_gate_inp_shexp · x)` (qwen2moe).
+    Gated,
+    /// `expert_shared_count` of them fused into one SwiGLU of `count × n_ff_exp` rows,
+    /// ungated (glm4moe).
+    Counted,
 }
 
 /// The gated activation of the feed-forward blocks.
@@ -78,11 +119,12 @@ pub enum QDim {
 
 impl Arch {
     /// Every supported architecture.
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 8] = [
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
         Arch::Olmoe,
         Arch::GptOss,
+        Arch::Glm4Moe,
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -106,6 +148,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::GptOss => "gpt-oss",
+            Arch::Glm4Moe => "glm4moe",
         }
     }
 
@@ -120,16 +163,51 @@ impl Arch {
     /// QK-norm kind.
     pub fn qk_norm(self) -> QkNorm {
         match self {
-            Arch::Qwen3Moe | Arch::Qwen3 => QkNorm::PerHead,
+            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Glm4Moe => QkNorm::PerHead,
             Arch::Olmoe => QkNorm::Whole,
             _ => QkNorm::None,
         }
     }
 
+    /// True when the QK-norm weights may be absent (GLM-4.5-Air has none, GLM-4.5 has them);
+    /// each one present is applied.
+    pub fn qk_norm_optional(self) -> bool {
+        self == Arch::Glm4Moe
+    }
+
+    /// True when rope may rotate only the first `rope.dimension_count` elements of a head.
+    pub fn partial_rope(self) -> bool {
+        self == Arch::Glm4Moe
+    }
+
+    /// True when the norm before the FFN is stored as `post_attention_norm.weight`.
+    pub fn post_attention_norm(self) -> bool {
+        matches!(self, Arch::GptOss | Arch::Glm4Moe)
+    }
+
+    /// True when each MoE layer carries `exp_probs_b.bias` `{n_expert}`: added to the gating
+    /// probabilities to choose the experts, while the weights stay the unbiased probabilities.
+    pub fn has_selection_bias(self) -> bool {
+        self == Arch::Glm4Moe
+    }
+
+    /// True when the file may hold `nextn_predict_layers` NextN (multi-token prediction)
+    /// layers after the trunk's, counted in `block_count`.
+    pub fn has_nextn(self) -> bool {
+        self == Arch::Glm4Moe
+    }
+
+    /// True when llama.cpp reads `expert_gating_func` for this arch.
+    pub fn reads_gating_func(self) -> bool {
+        self == Arch::Glm4Moe
+    }
+
     /// Width of q / attn_output.
     pub fn q_dim(self) -> QDim {
         match self {
-            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Llama | Arch::GptOss => QDim::HeadDimTimesHeads,
+            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Llama | Arch::GptOss | Arch::Glm4Moe => {
+                QDim::HeadDimTimesHeads
+            }
             Arch::Qwen2Moe | Arch::Olmoe | Arch::Qwen2 => QDim::Embd,
         }
     }
@@ -138,7 +216,7 @@ impl Arch {
     pub fn requires_experts(self) -> bool {
         matches!(
             self,
-            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss
+            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss | Arch::Glm4Moe
         )
     }
 
@@ -146,7 +224,12 @@ impl Arch {
     pub fn allows_experts(self) -> bool {
         matches!(
             self,
-            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::Llama | Arch::GptOss
+            Arch::Qwen3Moe
+                | Arch::Qwen2Moe
+                | Arch::Olmoe
+                | Arch::Llama
+                | Arch::GptOss
+                | Arch::Glm4Moe
         )
     }
 
@@ -161,15 +244,21 @@ impl Arch {
         matches!(self, Arch::Qwen2Moe | Arch::Olmoe)
     }
 
-    /// True when the MoE layers carry one always-on shared expert with a sigmoid gate.
-    pub fn has_gated_shared_expert(self) -> bool {
-        matches!(self, Arch::Qwen2Moe)
+    /// The shared experts of the MoE layers.
+    pub fn shared_experts(self) -> SharedExperts {
+        match self {
+            Arch::Qwen2Moe => SharedExperts::Gated,
+            Arch::Glm4Moe => SharedExperts::Counted,
+            _ => SharedExperts::None,
+        }
     }
 
-    /// How router logits become expert weights.
-    pub fn expert_gating(self) -> ExpertGating {
+    /// How router logits become expert weights when the file does not say
+    /// (`expert_gating_func`, read where [`Arch::reads_gating_func`]).
+    pub fn default_expert_gating(self) -> ExpertGating {
         match self {
             Arch::GptOss => ExpertGating::SoftmaxSelected,
+            Arch::Glm4Moe => ExpertGating::Sigmoid,
             _ => ExpertGating::Softmax,
         }
     }

@@ -2,7 +2,7 @@
 
 use gguf::{ArrayValue, Metadata, Value};
 
-use crate::arch::{Arch, QDim, QkNorm, RopeType};
+use crate::arch::{Arch, ExpertGating, QDim, QkNorm, RopeType, SharedExperts};
 use crate::error::ModelError;
 
 /// Most layers llama.cpp accepts.
@@ -119,14 +119,19 @@ pub struct HParams {
     pub n_ctx_train: u32,
     /// `embedding_length`.
     pub n_embd: u32,
-    /// `block_count`.
+    /// Layers the model runs: `block_count` less the NextN layers.
     pub n_layer: u32,
+    /// `nextn_predict_layers`: NextN (multi-token prediction) layers stored after the trunk's,
+    /// counted in `block_count`, never run by decoding (default 0).
+    pub n_layer_nextn: u32,
     /// `feed_forward_length` per layer (0 when absent): width of dense FFNs (and of the
     /// experts for olmoe and llama).
     pub n_ff: PerLayer,
     /// Width of one routed expert per layer, resolved per arch (0 for dense layers).
     pub n_ff_exp: PerLayer,
-    /// Width of the shared expert (qwen2moe: `expert_shared_feed_forward_length`, default n_ff).
+    /// Width of the shared expert (qwen2moe: `expert_shared_feed_forward_length`, default n_ff;
+    /// glm4moe: `expert_shared_count` × the first MoE layer's expert width; see
+    /// [`HParams::n_ff_shexp_at`]).
     pub n_ff_shexp: u32,
     /// `attention.head_count` per layer.
     pub n_head: PerLayer,
@@ -155,8 +160,12 @@ pub struct HParams {
     /// Multiply the routing weights by this when it is neither 0 nor 1
     /// (`expert_weights_scale`, default 0).
     pub expert_weights_scale: f32,
-    /// Number of shared (always-on) experts: 1 for qwen2moe, else 0.
+    /// Number of shared (always-on) experts: 1 for qwen2moe, `expert_shared_count` for
+    /// glm4moe, else 0.
     pub n_expert_shared: u32,
+    /// How router logits become expert weights (`expert_gating_func` where the arch reads
+    /// it, else fixed per arch).
+    pub expert_gating: ExpertGating,
     /// `leading_dense_block_count`: the first layers use a dense FFN (default 0).
     pub n_layer_dense_lead: u32,
     /// `attention.sliding_window` (gpt-oss): a sliding-window layer's token at position `p`
@@ -177,6 +186,28 @@ impl HParams {
     /// True when layer `il` has a routed-expert FFN.
     pub fn is_moe_layer(&self, il: usize) -> bool {
         self.n_expert > 0 && il >= self.n_layer_dense_lead as usize && il < self.n_layer as usize
+    }
+
+    /// `block_count`: the trunk's layers and the NextN layers after them.
+    pub fn n_layer_all(&self) -> u32 {
+        self.n_layer + self.n_layer_nextn
+    }
+
+    /// True when stored layer `il` (of [`HParams::n_layer_all`]) has a routed-expert FFN: the
+    /// trunk's MoE layers and the NextN layers past the leading dense ones.
+    pub fn stored_layer_has_experts(&self, il: usize) -> bool {
+        self.n_expert > 0
+            && il >= self.n_layer_dense_lead as usize
+            && il < self.n_layer_all() as usize
+    }
+
+    /// Width of layer `il`'s shared expert (0 without one).
+    pub fn n_ff_shexp_at(&self, il: usize) -> u32 {
+        match self.arch.shared_experts() {
+            SharedExperts::None => 0,
+            SharedExperts::Gated => self.n_ff_shexp,
+            SharedExperts::Counted => self.n_ff_exp.at(il) * self.n_expert_shared,
+        }
     }
 
     /// Number of MoE layers.
@@ -373,19 +404,33 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
     if n_embd == 0 {
         return Err(invalid(k("embedding_length"), "must be > 0"));
     }
-    let n_layer = kv.u32_req(&k("block_count"))?;
-    if n_layer == 0 || n_layer > MAX_LAYERS {
+    let n_layer_all = kv.u32_req(&k("block_count"))?;
+    if n_layer_all == 0 || n_layer_all > MAX_LAYERS {
         return Err(invalid(
             k("block_count"),
-            format!("{n_layer} layers; must be in 1..={MAX_LAYERS}"),
+            format!("{n_layer_all} layers; must be in 1..={MAX_LAYERS}"),
         ));
     }
-    let nl = n_layer as usize;
+    let nextn_key = k("nextn_predict_layers");
+    let n_layer_nextn = if arch.has_nextn() {
+        kv.u32(&nextn_key)?.unwrap_or(0)
+    } else {
+        0
+    };
+    if n_layer_nextn >= n_layer_all {
+        return Err(invalid(
+            nextn_key,
+            format!("{n_layer_nextn} NextN layers leave none of the {n_layer_all} layers to run"),
+        ));
+    }
+    let n_layer = n_layer_all - n_layer_nextn;
+    // Per-layer arrays cover every stored layer.
+    let nl = n_layer_all as usize;
 
     // Experts.
     let n_expert = kv.u32(&k("expert_count"))?.unwrap_or(0);
     let n_expert_used = kv
-        .per_layer(&k("expert_used_count"), n_layer)?
+        .per_layer(&k("expert_used_count"), n_layer_all)?
         .unwrap_or(PerLayer(vec![0; nl]));
     let n_expert_groups = kv.u32(&k("expert_group_count"))?.unwrap_or(0);
     let n_group_used = kv.u32(&k("expert_group_used_count"))?.unwrap_or(0);
@@ -461,7 +506,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
     }
     // Feed-forward widths.
     let n_ff = kv
-        .per_layer(&k("feed_forward_length"), n_layer)?
+        .per_layer(&k("feed_forward_length"), n_layer_all)?
         .unwrap_or(PerLayer(vec![0; nl]));
 
     // Leading dense blocks (an extension for these archs; llama.cpp reads it for others).
@@ -488,7 +533,9 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
 
     let n_ff_exp_key = k("expert_feed_forward_length");
     let n_ff_exp_file = match arch {
-        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss => kv.per_layer(&n_ff_exp_key, n_layer)?,
+        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4Moe => {
+            kv.per_layer(&n_ff_exp_key, n_layer_all)?
+        }
         _ => None,
     };
     let mut n_ff_exp = vec![0u32; nl];
@@ -505,17 +552,23 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                     n_ff.at(il) / n_expert_used.at(il).max(1)
                 }
             }
-            // llama.cpp requires the key for gpt-oss
-            Arch::GptOss => n_ff_exp_file.as_ref().map_or(0, |p| p.at(il)),
+            // llama.cpp requires the key for gpt-oss and glm4moe
+            Arch::GptOss | Arch::Glm4Moe => n_ff_exp_file.as_ref().map_or(0, |p| p.at(il)),
             _ => n_ff.at(il),
         };
         if w == 0 {
             let key = match arch {
-                Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss => n_ff_exp_key.clone(),
+                Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4Moe => {
+                    n_ff_exp_key.clone()
+                }
                 _ => k("feed_forward_length"),
             };
+            // gpt-oss and glm4moe take no fallback from feed_forward_length
+            let no_fallback = matches!(arch, Arch::GptOss | Arch::Glm4Moe);
             return Err(
-                if md.get(&key).is_none() && md.get(&k("feed_forward_length")).is_none() {
+                if md.get(&key).is_none()
+                    && (no_fallback || md.get(&k("feed_forward_length")).is_none())
+                {
                     ModelError::MissingKey(key)
                 } else {
                     invalid(key, format!("layer {il} has experts of width 0"))
@@ -526,28 +579,53 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
     }
     let n_ff_exp = PerLayer(n_ff_exp);
 
-    let n_ff_shexp = if arch.has_gated_shared_expert() {
-        match kv.u32(&k("expert_shared_feed_forward_length"))? {
-            Some(v) if v > 0 => v,
-            _ => n_ff.at(0),
+    let shared_count_key = k("expert_shared_count");
+    let (n_expert_shared, n_ff_shexp) = match arch.shared_experts() {
+        SharedExperts::None => (0, 0),
+        SharedExperts::Gated => {
+            let w = match kv.u32(&k("expert_shared_feed_forward_length"))? {
+                Some(v) if v > 0 => v,
+                _ => n_ff.at(0),
+            };
+            if w == 0 {
+                return Err(ModelError::MissingKey(k(
+                    "expert_shared_feed_forward_length",
+                )));
+            }
+            if let Some(v) = kv.u32(&shared_count_key)?
+                && v != 1
+            {
+                return Err(invalid(
+                    shared_count_key,
+                    format!("{arch} has exactly 1 shared expert, the file says {v}"),
+                ));
+            }
+            (1, w)
         }
-    } else {
-        0
+        SharedExperts::Counted => {
+            // llama.cpp requires the key (0: no shared expert)
+            let count = kv.u32_req(&shared_count_key)?;
+            let first_moe = (n_layer_dense_lead as usize).min(nl.saturating_sub(1));
+            let w = n_ff_exp.at(first_moe).checked_mul(count).ok_or_else(|| {
+                invalid(
+                    shared_count_key.clone(),
+                    format!("{count} shared experts overflow 32 bits of width"),
+                )
+            })?;
+            (count, w)
+        }
     };
-    if arch.has_gated_shared_expert() && n_ff_shexp == 0 {
-        return Err(ModelError::MissingKey(k(
-            "expert_shared_feed_forward_length",
-        )));
-    }
-    let n_expert_shared = u32::from(arch.has_gated_shared_expert());
-    if let Some(v) = kv.u32(&k("expert_shared_count"))?
-        && v != n_expert_shared
-    {
-        return Err(invalid(
-            k("expert_shared_count"),
-            format!("{arch} has exactly {n_expert_shared} shared expert(s), the file says {v}"),
-        ));
-    }
+
+    let gating_key = k("expert_gating_func");
+    let expert_gating = match (arch.reads_gating_func(), kv.u32(&gating_key)?) {
+        // 0 is llama.cpp's "none": the arch's default
+        (true, Some(v)) if v != 0 => ExpertGating::from_func(v).ok_or_else(|| {
+            ModelError::Unsupported(format!(
+                "{gating_key} = {v} (supported: 1 softmax, 2 sigmoid)"
+            ))
+        })?,
+        _ => arch.default_expert_gating(),
+    };
 
     let expert_weights_norm = kv
         .bool(&k("expert_weights_norm"))?
@@ -562,10 +640,10 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
 
     // Attention.
     let n_head = kv
-        .per_layer(&k("attention.head_count"), n_layer)?
+        .per_layer(&k("attention.head_count"), n_layer_all)?
         .ok_or_else(|| ModelError::MissingKey(k("attention.head_count")))?;
     let n_head_kv = kv
-        .per_layer(&k("attention.head_count_kv"), n_layer)?
+        .per_layer(&k("attention.head_count_kv"), n_layer_all)?
         .unwrap_or_else(|| n_head.clone());
     for il in 0..nl {
         let (h, hkv) = (n_head.at(il), n_head_kv.at(il));
@@ -649,11 +727,28 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         ));
     }
     let n_rot = kv.u32(&k("rope.dimension_count"))?.unwrap_or(head_dim_k);
-    if n_rot != head_dim_k {
+    if arch.partial_rope() {
+        if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot > head_dim_k {
+            return Err(invalid(
+                k("rope.dimension_count"),
+                format!("{n_rot} rotated dimensions; must be even and in 2..={head_dim_k}"),
+            ));
+        }
+    } else if n_rot != head_dim_k {
         return Err(invalid(
             k("rope.dimension_count"),
             format!("{n_rot} rotated dimensions; {arch} rotates the whole head ({head_dim_k})"),
         ));
+    }
+    let sections_key = k("rope.dimension_sections");
+    if let Some(Value::Array(a)) = md.get(&sections_key) {
+        let at = |i: usize| a.get(i).and_then(|v| v.as_u64()).unwrap_or(0);
+        // llama.cpp's use_mrope(): the first two sections non-zero
+        if at(0) > 0 && at(1) > 0 {
+            return Err(ModelError::Unsupported(format!(
+                "multimodal rope sections (M-RoPE, {sections_key})"
+            )));
+        }
     }
     let scaling = match kv.str(&k("rope.scaling.type"))?.unwrap_or("linear") {
         "none" => RopeScalingType::None,
@@ -702,7 +797,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             }
         }
     };
-    let (n_swa, swa_layers) = sliding_window(arch, &kv, n_layer)?;
+    let (n_swa, swa_layers) = sliding_window(arch, &kv, n_layer_all)?;
     if n_swa > 0
         && let Some(base_swa) = kv.f32(&k("rope.freq_base_swa"))?
         && base_swa != freq_base
@@ -735,6 +830,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         n_ctx_train,
         n_embd,
         n_layer,
+        n_layer_nextn,
         n_ff,
         n_ff_exp,
         n_ff_shexp,
@@ -752,6 +848,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         expert_weights_norm,
         expert_weights_scale,
         n_expert_shared,
+        expert_gating,
         n_layer_dense_lead,
         n_swa,
         swa_layers,

@@ -16,12 +16,13 @@ mod hparams;
 mod model;
 mod tensors;
 
-pub use arch::{Arch, ExpertGating, FfnAct, QDim, QkNorm, RopeType, SUPPORTED_ARCHS};
+pub use arch::{Arch, ExpertGating, FfnAct, QDim, QkNorm, RopeType, SUPPORTED_ARCHS, SharedExperts};
 pub use error::ModelError;
 pub use hparams::{
     HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, PerLayer, Rope, RopeScalingType,
 };
 pub use model::{Model, arch_of, human_bytes};
 pub use tensors::{
-    DenseFfn, ExpertSlice, Ffn, LayerTensors, ModelTensors, MoeBiases, MoeFfn, SharedExpert, Tensor,
+    DenseFfn, ExpertSlice, Ffn, LayerTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors,
+    SharedExpert, Tensor,
 };

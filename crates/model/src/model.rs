@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use gguf::{GgufError, GgufFile, TensorInfo};
 
-use crate::arch::{Arch, QkNorm, RopeType};
+use crate::arch::{Arch, QkNorm, RopeType, SharedExperts};
 use crate::error::ModelError;
 use crate::hparams::{HParams, KEY_ARCH, RopeScalingType};
 use crate::tensors::{Ffn, ModelTensors};
@@ -96,13 +96,26 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// Bytes of every tensor of the file that is not a routed expert (the resident set).
+    /// Bytes of every tensor of the file that is neither a routed expert of the trunk nor part
+    /// of a NextN layer (the resident set).
     pub fn dense_bytes(&self) -> u64 {
         let total: u64 = self.file.tensors().iter().map(bytes_of).sum();
         let experts: u64 = (0..self.tensors.layers.len())
             .map(|il| self.expert_bytes(il))
             .sum();
-        total.saturating_sub(experts)
+        total
+            .saturating_sub(experts)
+            .saturating_sub(self.nextn_bytes())
+    }
+
+    /// Bytes of the NextN layers (never run by decoding, so never loaded).
+    pub fn nextn_bytes(&self) -> u64 {
+        self.tensors
+            .nextn
+            .iter()
+            .flat_map(|l| l.tensors())
+            .map(bytes_of)
+            .sum()
     }
 
     /// A multi-line human-readable description (for `sluice inspect`).
@@ -161,21 +174,32 @@ impl<'a> Model<'a> {
         };
         let _ = writeln!(
             s,
-            "rope: {} over {} dims, base {}, scaling {scaling}",
+            "rope: {} over {} dims{}, base {}, scaling {scaling}",
             match hp.rope.ty {
                 RopeType::Norm => "norm",
                 RopeType::Neox => "neox",
             },
             hp.rope.n_rot,
+            if hp.rope.n_rot < hp.head_dim_k {
+                format!(" of {} (partial)", hp.head_dim_k)
+            } else {
+                String::new()
+            },
             hp.rope.freq_base,
         );
         if hp.n_expert > 0 {
             let _ = writeln!(
                 s,
-                "experts: {} per layer, {} used per token, width {}, router softmax -> top-k{}{}{}",
+                "experts: {} per layer, {} used per token, width {}, router {}{} -> top-k{}{}{}",
                 hp.n_expert,
                 per_layer(&hp.n_expert_used),
                 hp.n_ff_exp.max(),
+                hp.expert_gating.name(),
+                if hp.arch.has_selection_bias() {
+                    " (+ selection bias)"
+                } else {
+                    ""
+                },
                 if hp.expert_weights_norm {
                     " -> renormalise"
                 } else {
@@ -186,10 +210,14 @@ impl<'a> Model<'a> {
                 } else {
                     String::new()
                 },
-                if hp.n_expert_shared > 0 {
-                    format!(", shared expert width {} (sigmoid gate)", hp.n_ff_shexp)
-                } else {
-                    String::new()
+                match hp.arch.shared_experts() {
+                    _ if hp.n_expert_shared == 0 => String::new(),
+                    SharedExperts::Gated =>
+                        format!(", shared expert width {} (sigmoid gate)", hp.n_ff_shexp),
+                    _ => format!(
+                        ", {} shared expert(s) of width {} (ungated)",
+                        hp.n_expert_shared, hp.n_ff_shexp
+                    ),
                 }
             );
             if hp.n_layer_dense_lead > 0 {
@@ -216,6 +244,24 @@ impl<'a> Model<'a> {
             human_bytes(self.dense_bytes(), 2),
             human_bytes(expert_total, 2)
         );
+        if hp.n_layer_nextn > 0 {
+            let _ = writeln!(
+                s,
+                "nextn (multi-token prediction) layers: {} ({}), {}; not run by decoding, not loaded",
+                hp.n_layer_nextn,
+                self.tensors
+                    .nextn
+                    .iter()
+                    .map(|l| format!("blk.{}", l.layer))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if self.tensors.nextn.is_empty() {
+                    "absent from this file (trunk only)".to_owned()
+                } else {
+                    human_bytes(self.nextn_bytes(), 2)
+                }
+            );
+        }
         for (il, l) in self.tensors.layers.iter().enumerate() {
             if let Ffn::Moe(m) = &l.ffn {
                 let _ = writeln!(

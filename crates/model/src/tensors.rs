@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use gguf::{GgufFile, TensorInfo};
 
-use crate::arch::{Arch, QkNorm};
+use crate::arch::{Arch, QkNorm, SharedExperts};
 use crate::error::ModelError;
 use crate::hparams::HParams;
 
@@ -31,6 +31,45 @@ pub struct ModelTensors<'a> {
     pub rope_freqs: Option<Tensor<'a>>,
     /// One entry per layer.
     pub layers: Vec<LayerTensors<'a>>,
+    /// The NextN (multi-token prediction) layers stored after the trunk, when the file has
+    /// them: shape-checked and kept out of the decode path (and out of memory).
+    pub nextn: Vec<NextNTensors<'a>>,
+}
+
+/// A NextN layer (glm4moe's multi-token prediction head): a transformer block of its own over
+/// `eh_proj · [enorm(embedding); hnorm(hidden)]`.
+#[derive(Debug, Clone)]
+pub struct NextNTensors<'a> {
+    /// The stored layer index (`blk.N`).
+    pub layer: usize,
+    /// The block (attention and FFN, as a trunk layer's).
+    pub block: LayerTensors<'a>,
+    /// `nextn.eh_proj.weight` `{2 n_embd, n_embd}`.
+    pub eh_proj: Tensor<'a>,
+    /// `nextn.enorm.weight` `{n_embd}`.
+    pub enorm: Tensor<'a>,
+    /// `nextn.hnorm.weight` `{n_embd}`.
+    pub hnorm: Tensor<'a>,
+    /// `nextn.embed_tokens.weight` `{n_embd, n_vocab}` (optional: the trunk's otherwise).
+    pub embed_tokens: Option<Tensor<'a>>,
+    /// `nextn.shared_head_head.weight` `{n_embd, n_vocab}` (optional: the trunk's output).
+    pub shared_head_head: Option<Tensor<'a>>,
+    /// `nextn.shared_head_norm.weight` `{n_embd}` (optional: the trunk's output norm).
+    pub shared_head_norm: Option<Tensor<'a>>,
+}
+
+impl NextNTensors<'_> {
+    /// Every tensor of the layer.
+    pub fn tensors(&self) -> Vec<&TensorInfo> {
+        let mut v = self.block.tensors();
+        v.extend([self.eh_proj, self.enorm, self.hnorm]);
+        v.extend(
+            [self.embed_tokens, self.shared_head_head, self.shared_head_norm]
+                .into_iter()
+                .flatten(),
+        );
+        v
+    }
 }
 
 /// The tensors of one layer.
@@ -67,6 +106,44 @@ pub struct LayerTensors<'a> {
     pub ffn_norm: Tensor<'a>,
     /// The feed-forward block.
     pub ffn: Ffn<'a>,
+}
+
+impl LayerTensors<'_> {
+    /// Every tensor of the layer.
+    pub fn tensors(&self) -> Vec<&TensorInfo> {
+        let mut v = vec![self.attn_norm, self.wq, self.wk, self.wv, self.wo, self.ffn_norm];
+        v.extend(
+            [
+                self.bq,
+                self.bk,
+                self.bv,
+                self.bo,
+                self.attn_sinks,
+                self.q_norm,
+                self.k_norm,
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        match &self.ffn {
+            Ffn::Dense(d) => {
+                v.extend([d.gate, d.up, d.down]);
+                v.extend([d.gate_b, d.up_b, d.down_b].into_iter().flatten());
+            }
+            Ffn::Moe(m) => {
+                v.extend([m.router, m.gate_exps, m.up_exps, m.down_exps]);
+                v.extend(m.selection_bias);
+                if let Some(sh) = &m.shared {
+                    v.extend([sh.gate, sh.up, sh.down]);
+                    v.extend(sh.gate_inp);
+                }
+                if let Some(b) = &m.biases {
+                    v.extend([b.router, b.gate, b.up, b.down]);
+                }
+            }
+        }
+        v
+    }
 }
 
 /// A layer's feed-forward block.
@@ -111,6 +188,9 @@ pub struct MoeFfn<'a> {
     pub n_expert: u32,
     /// The always-on shared expert, if the arch has one.
     pub shared: Option<SharedExpert<'a>>,
+    /// `exp_probs_b.bias` `{n_expert}` (glm4moe, required there): added to the gating
+    /// probabilities for the choice of experts only.
+    pub selection_bias: Option<Tensor<'a>>,
     /// Biases (gpt-oss, required there): router `ffn_gate_inp.bias` `{n_expert}`, and per
     /// expert `ffn_gate_exps.bias` / `ffn_up_exps.bias` `{n_ff_exp, n_expert}` and
     /// `ffn_down_exps.bias` `{n_embd, n_expert}`. They are small and stay resident; the
@@ -141,7 +221,7 @@ pub struct SharedExpert<'a> {
     /// `ffn_down_shexp.weight` `{n_ff_shexp, n_embd}`.
     pub down: Tensor<'a>,
     /// `ffn_gate_inp_shexp.weight` `{n_embd}`: the shared expert's output is multiplied by
-    /// `sigmoid(gate_inp · x)` (qwen2moe, where it is required).
+    /// `sigmoid(gate_inp · x)` (qwen2moe, where it is required; glm4moe has no gate).
     pub gate_inp: Option<Tensor<'a>>,
 }
 
@@ -272,6 +352,12 @@ impl<'a> ModelTensors<'a> {
         for il in 0..hp.n_layer as usize {
             layers.push(layer(&mut ld, hp, il)?);
         }
+        let mut nextn = Vec::new();
+        for il in hp.n_layer as usize..hp.n_layer_all() as usize {
+            if let Some(l) = nextn_layer(&mut ld, hp, il)? {
+                nextn.push(l);
+            }
+        }
 
         let mut unused: Vec<String> = file
             .tensors()
@@ -297,8 +383,37 @@ impl<'a> ModelTensors<'a> {
             output_bias,
             rope_freqs,
             layers,
+            nextn,
         })
     }
+}
+
+/// NextN layer `il`, when the file has it: as llama.cpp, a file whose first NextN layer has no
+/// `nextn.eh_proj` holds the trunk only (then none of that layer's tensors may be present,
+/// which the unused-tensor check enforces).
+fn nextn_layer<'a>(
+    ld: &mut Loader<'a>,
+    hp: &HParams,
+    il: usize,
+) -> Result<Option<NextNTensors<'a>>, ModelError> {
+    let probe = format!("blk.{}.nextn.eh_proj.weight", hp.n_layer);
+    if !ld.exists(&probe) {
+        return Ok(None);
+    }
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let e = u64::from(hp.n_embd);
+    let v = u64::from(hp.n_vocab);
+    let block = layer(ld, hp, il)?;
+    Ok(Some(NextNTensors {
+        layer: il,
+        block,
+        eh_proj: ld.req(&n("nextn.eh_proj.weight"), &[2 * e, e])?,
+        enorm: ld.req(&n("nextn.enorm.weight"), &[e])?,
+        hnorm: ld.req(&n("nextn.hnorm.weight"), &[e])?,
+        embed_tokens: ld.opt(&n("nextn.embed_tokens.weight"), &[e, v])?,
+        shared_head_head: ld.opt(&n("nextn.shared_head_head.weight"), &[e, v])?,
+        shared_head_norm: ld.opt(&n("nextn.shared_head_norm.weight"), &[e])?,
+    }))
 }
 
 fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensors<'a>, ModelError> {
@@ -337,6 +452,13 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
     };
     let (q_norm, k_norm) = match hp.qk_norm {
         QkNorm::None => (None, None),
+        QkNorm::PerHead if arch.qk_norm_optional() => {
+            let d = u64::from(hp.head_dim_k);
+            (
+                ld.opt(&n("attn_q_norm.weight"), &[d])?,
+                ld.opt(&n("attn_k_norm.weight"), &[d])?,
+            )
+        }
         QkNorm::PerHead => {
             let d = u64::from(hp.head_dim_k);
             (
@@ -349,13 +471,13 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             Some(ld.req(&n("attn_k_norm.weight"), &[n_embd])?),
         ),
     };
-    let ffn_norm = if arch.is_gpt_oss() {
+    let ffn_norm = if arch.post_attention_norm() {
         ld.req(&n("post_attention_norm.weight"), &[n_embd])?
     } else {
         ld.req(&n("ffn_norm.weight"), &[n_embd])?
     };
 
-    let ffn = if hp.is_moe_layer(il) {
+    let ffn = if hp.stored_layer_has_experts(il) {
         let n_expert = u64::from(hp.n_expert);
         let n_ff_exp = u64::from(hp.n_ff_exp.at(il));
         let gate_up = n("ffn_gate_up_exps.weight");
@@ -369,14 +491,24 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
         let gate_exps = ld.req(&n("ffn_gate_exps.weight"), &[n_embd, n_ff_exp, n_expert])?;
         let down_exps = ld.req(&n("ffn_down_exps.weight"), &[n_ff_exp, n_embd, n_expert])?;
         let up_exps = ld.req(&n("ffn_up_exps.weight"), &[n_embd, n_ff_exp, n_expert])?;
-        let shared = if arch.has_gated_shared_expert() {
-            let w = u64::from(hp.n_ff_shexp);
-            Some(SharedExpert {
-                gate_inp: Some(ld.req(&n("ffn_gate_inp_shexp.weight"), &[n_embd])?),
+        let w = u64::from(hp.n_ff_shexp_at(il));
+        let shared = match arch.shared_experts() {
+            SharedExperts::None => None,
+            SharedExperts::Counted if w == 0 => None,
+            kind => Some(SharedExpert {
+                gate_inp: match kind {
+                    SharedExperts::Gated => {
+                        Some(ld.req(&n("ffn_gate_inp_shexp.weight"), &[n_embd])?)
+                    }
+                    _ => None,
+                },
                 gate: ld.req(&n("ffn_gate_shexp.weight"), &[n_embd, w])?,
                 down: ld.req(&n("ffn_down_shexp.weight"), &[w, n_embd])?,
                 up: ld.req(&n("ffn_up_shexp.weight"), &[n_embd, w])?,
-            })
+            }),
+        };
+        let selection_bias = if arch.has_selection_bias() {
+            Some(ld.req(&n("exp_probs_b.bias"), &[n_expert])?)
         } else {
             None
         };
@@ -397,6 +529,7 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             down_exps,
             n_expert: hp.n_expert,
             shared,
+            selection_bias,
             biases,
         })
     } else {

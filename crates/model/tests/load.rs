@@ -33,10 +33,18 @@ struct Spec {
     skip_tensors: Vec<String>,
     reshape: Vec<(String, Vec<u64>)>,
     extra_tensors: Vec<(String, Vec<u64>)>,
+    /// glm4moe: leading dense layers, NextN layers after the trunk (counted in block_count),
+    /// and the layers with QK-norm.
+    dense_lead: u64,
+    nextn: u64,
+    qk_norm_layers: Vec<u64>,
 }
 
 fn spec(arch: &'static str) -> Spec {
-    let moe = matches!(arch, "qwen3moe" | "qwen2moe" | "olmoe" | "gpt-oss");
+    let moe = matches!(
+        arch,
+        "qwen3moe" | "qwen2moe" | "olmoe" | "gpt-oss" | "glm4moe"
+    );
     let (n_head, n_head_kv) = if arch == "olmoe" { (4, 4) } else { (4, 2) };
     Spec {
         arch,
@@ -44,7 +52,7 @@ fn spec(arch: &'static str) -> Spec {
         n_layer: 2,
         n_head,
         n_head_kv,
-        head_dim: matches!(arch, "qwen3moe" | "qwen3" | "gpt-oss").then_some(16),
+        head_dim: matches!(arch, "qwen3moe" | "qwen3" | "gpt-oss" | "glm4moe").then_some(16),
         n_vocab: 40,
         n_ff: 48,
         n_ff_exp: 32,
@@ -52,13 +60,16 @@ fn spec(arch: &'static str) -> Spec {
         n_expert_used: if moe { 2 } else { 0 },
         n_ff_shexp: 64,
         tied: false,
-        biases: matches!(arch, "qwen2" | "qwen2moe"),
+        biases: matches!(arch, "qwen2" | "qwen2moe" | "glm4moe"),
         exps_type: GgmlType::F32,
         extra_kv: Vec::new(),
         skip_kv: Vec::new(),
         skip_tensors: Vec::new(),
         reshape: Vec::new(),
         extra_tensors: Vec::new(),
+        dense_lead: u64::from(arch == "glm4moe"),
+        nextn: u64::from(arch == "glm4moe"),
+        qk_norm_layers: if arch == "glm4moe" { vec![2] } else { Vec::new() },
     }
 }
 
@@ -79,7 +90,10 @@ impl Spec {
             (k("vocab_size"), Value::U32(self.n_vocab as u32)),
             (k("context_length"), Value::U32(256)),
             (k("embedding_length"), Value::U32(self.n_embd as u32)),
-            (k("block_count"), Value::U32(self.n_layer as u32)),
+            (
+                k("block_count"),
+                Value::U32((self.n_layer + self.nextn) as u32),
+            ),
             (k("feed_forward_length"), Value::U32(self.n_ff as u32)),
             (k("attention.head_count"), Value::U32(self.n_head as u32)),
             (
@@ -102,7 +116,16 @@ impl Spec {
             if a == "gpt-oss" {
                 v.push((k("attention.sliding_window"), Value::U32(4)));
             }
-            if matches!(a, "qwen3moe" | "qwen2moe" | "gpt-oss") {
+            if a == "glm4moe" {
+                v.push((
+                    k("leading_dense_block_count"),
+                    Value::U32(self.dense_lead as u32),
+                ));
+                v.push((k("expert_shared_count"), Value::U32(1)));
+                v.push((k("nextn_predict_layers"), Value::U32(self.nextn as u32)));
+                v.push((k("rope.dimension_count"), Value::U32(8)));
+            }
+            if matches!(a, "qwen3moe" | "qwen2moe" | "gpt-oss" | "glm4moe") {
                 v.push((
                     k("expert_feed_forward_length"),
                     Value::U32(self.n_ff_exp as u32),
@@ -139,7 +162,7 @@ impl Spec {
         if !self.tied {
             t.push(("output.weight".into(), vec![e, voc]));
         }
-        for il in 0..self.n_layer {
+        for il in 0..self.n_layer + self.nextn {
             let n = |s: &str| format!("blk.{il}.{s}");
             t.push((n("attn_norm.weight"), vec![e]));
             t.push((n("attn_q.weight"), vec![e, q]));
@@ -160,16 +183,28 @@ impl Spec {
                     t.push((n("attn_q_norm.weight"), vec![e]));
                     t.push((n("attn_k_norm.weight"), vec![e]));
                 }
+                "glm4moe" if self.qk_norm_layers.contains(&il) => {
+                    t.push((n("attn_q_norm.weight"), vec![hd]));
+                    t.push((n("attn_k_norm.weight"), vec![hd]));
+                }
                 _ => {}
             }
-            if self.arch == "gpt-oss" {
+            if self.arch == "glm4moe" {
+                t.push((n("post_attention_norm.weight"), vec![e]));
+                if il >= self.n_layer {
+                    t.push((n("nextn.eh_proj.weight"), vec![2 * e, e]));
+                    t.push((n("nextn.enorm.weight"), vec![e]));
+                    t.push((n("nextn.hnorm.weight"), vec![e]));
+                    t.push((n("nextn.shared_head_norm.weight"), vec![e]));
+                }
+            } else if self.arch == "gpt-oss" {
                 t.push((n("attn_output.bias"), vec![e]));
                 t.push((n("attn_sinks.weight"), vec![self.n_head]));
                 t.push((n("post_attention_norm.weight"), vec![e]));
             } else {
                 t.push((n("ffn_norm.weight"), vec![e]));
             }
-            if self.n_expert > 0 {
+            if self.n_expert > 0 && il >= self.dense_lead {
                 let ne = self.n_expert;
                 let f = match self.arch {
                     "olmoe" | "llama" => self.n_ff,
@@ -184,6 +219,12 @@ impl Spec {
                     t.push((n("ffn_gate_exps.bias"), vec![f, ne]));
                     t.push((n("ffn_up_exps.bias"), vec![f, ne]));
                     t.push((n("ffn_down_exps.bias"), vec![e, ne]));
+                }
+                if self.arch == "glm4moe" {
+                    t.push((n("exp_probs_b.bias"), vec![ne]));
+                    t.push((n("ffn_gate_shexp.weight"), vec![e, f]));
+                    t.push((n("ffn_up_shexp.weight"), vec![e, f]));
+                    t.push((n("ffn_down_shexp.weight"), vec![f, e]));
                 }
                 if self.arch == "qwen2moe" {
                     let s = self.n_ff_shexp;
@@ -412,7 +453,7 @@ fn gpt_oss_has_sinks_biases_and_alternating_windows() {
         32,
         "experts take expert_feed_forward_length"
     );
-    assert_eq!(m.arch().expert_gating(), ExpertGating::SoftmaxSelected);
+    assert_eq!(hp.expert_gating, ExpertGating::SoftmaxSelected);
     assert_eq!(m.arch().ffn_act(), FfnAct::SwigluOai);
     assert!(!hp.expert_weights_norm);
     // llama.cpp's default pattern: even layers slide, odd layers attend fully
@@ -475,6 +516,131 @@ fn gpt_oss_has_sinks_biases_and_alternating_windows() {
     assert_eq!(
         no_bias.load_err(),
         ModelError::MissingTensor("blk.0.ffn_down_exps.bias".into())
+    );
+}
+
+#[test]
+fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
+    let s = spec("glm4moe");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(m.arch(), Arch::Glm4Moe);
+    assert_eq!((hp.n_layer, hp.n_layer_nextn, hp.n_layer_all()), (2, 1, 3));
+    assert_eq!(hp.rope.ty, RopeType::Neox);
+    assert_eq!((hp.rope.n_rot, hp.head_dim_k), (8, 16), "partial rope");
+    assert_eq!(hp.expert_gating, ExpertGating::Sigmoid, "llama.cpp's default");
+    assert!(!hp.expert_weights_norm, "llama.cpp's default");
+    assert_eq!((hp.n_expert_shared, hp.n_ff_shexp_at(1)), (1, 32));
+    assert!(!hp.is_moe_layer(0) && hp.is_moe_layer(1) && !hp.is_moe_layer(2));
+    assert_eq!(hp.n_moe_layers(), 1);
+    assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
+    let l1 = &m.tensors.layers[1];
+    assert!(l1.bq.is_some() && l1.bk.is_some() && l1.bv.is_some() && l1.bo.is_none());
+    assert!(l1.q_norm.is_none() && l1.k_norm.is_none(), "QK-norm is optional");
+    assert!(l1.ffn_norm.name.ends_with("post_attention_norm.weight"));
+    let x = moe(l1);
+    assert_eq!(x.selection_bias.map(|t| t.dims.clone()), Some(vec![4]));
+    let sh = x.shared.as_ref().expect("shared expert");
+    assert!(sh.gate_inp.is_none(), "ungated");
+    assert_eq!(sh.gate.dims, vec![32, 32]);
+    // the NextN layer is read (shape-checked), out of the trunk and of the resident bytes
+    assert_eq!(m.tensors.layers.len(), 2);
+    assert_eq!(m.tensors.nextn.len(), 1);
+    assert_eq!(m.tensors.nextn[0].layer, 2);
+    assert!(m.nextn_bytes() > 0);
+    let all: u64 = f.tensors().iter().filter_map(|t| t.n_bytes).sum();
+    assert_eq!(m.dense_bytes() + m.expert_bytes(1) + m.nextn_bytes(), all);
+    // QK-norm where present; softmax routing when the file says so
+    let mut with_norm = spec("glm4moe");
+    with_norm.qk_norm_layers = vec![1];
+    let (_d, f) = with_norm.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert!(m.tensors.layers[1].q_norm.is_some() && m.tensors.layers[0].q_norm.is_none());
+    let hp = spec("glm4moe")
+        .with_kv("glm4moe.expert_gating_func", Value::U32(1))
+        .hparams()
+        .unwrap();
+    assert_eq!(hp.expert_gating, ExpertGating::Softmax);
+    // a file of the trunk alone (the NextN layer's tensors left out) loads too
+    let mut trunk = spec("glm4moe");
+    trunk.nextn = 0;
+    let (_d, f) = trunk
+        .with_kv("glm4moe.nextn_predict_layers", Value::U32(1))
+        .with_kv("glm4moe.block_count", Value::U32(3))
+        .open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert_eq!((m.hparams.n_layer, m.tensors.nextn.len()), (2, 0));
+}
+
+#[test]
+fn glm4moe_refusals_name_the_key_or_tensor() {
+    for (missing, what) in [
+        ("blk.1.exp_probs_b.bias", "selection bias"),
+        ("blk.1.ffn_up_shexp.weight", "shared expert"),
+        ("blk.1.post_attention_norm.weight", "norm"),
+        ("blk.2.nextn.enorm.weight", "NextN layer"),
+        ("blk.0.ffn_gate.weight", "leading dense layer"),
+    ] {
+        let mut s = spec("glm4moe");
+        s.skip_tensors.push(missing.into());
+        assert_eq!(
+            s.load_err(),
+            ModelError::MissingTensor(missing.into()),
+            "{what}"
+        );
+    }
+    let mut s = spec("glm4moe");
+    s.reshape.push(("blk.1.exp_probs_b.bias".into(), vec![5]));
+    assert!(
+        matches!(s.load_err(), ModelError::BadShape { name, .. } if name == "blk.1.exp_probs_b.bias")
+    );
+    let mut s = spec("glm4moe");
+    s.reshape
+        .push(("blk.2.nextn.eh_proj.weight".into(), vec![32, 32]));
+    assert!(
+        matches!(s.load_err(), ModelError::BadShape { name, .. } if name == "blk.2.nextn.eh_proj.weight")
+    );
+    for key in [
+        "glm4moe.expert_shared_count",
+        "glm4moe.expert_feed_forward_length",
+    ] {
+        assert_eq!(
+            spec("glm4moe").without_kv(key).hparams().unwrap_err(),
+            ModelError::MissingKey(key.into()),
+        );
+    }
+    let e = spec("glm4moe")
+        .with_kv("glm4moe.expert_gating_func", Value::U32(4))
+        .hparams()
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::Unsupported(m) if m.contains("expert_gating_func")),
+        "{e}"
+    );
+    let e = spec("glm4moe")
+        .with_kv("glm4moe.rope.dimension_count", Value::U32(20))
+        .hparams()
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key, .. } if key == "glm4moe.rope.dimension_count"),
+        "{e}"
+    );
+    let e = spec("glm4moe")
+        .with_kv(
+            "glm4moe.rope.dimension_sections",
+            Value::Array(ArrayValue::I32(vec![4, 2, 2, 0])),
+        )
+        .hparams()
+        .unwrap_err();
+    assert!(matches!(&e, ModelError::Unsupported(m) if m.contains("M-RoPE")), "{e}");
+    let e = spec("glm4moe")
+        .with_kv("glm4moe.nextn_predict_layers", Value::U32(3))
+        .hparams()
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key, .. } if key == "glm4moe.nextn_predict_layers"),
+        "{e}"
     );
 }
 

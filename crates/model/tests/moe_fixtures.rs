@@ -332,3 +332,46 @@ fn the_gpt_oss_model_has_its_window_sinks_biases_and_yarn() {
         );
     }
 }
+
+#[test]
+fn the_glm4moe_model_has_its_dense_lead_shared_expert_selection_bias_and_nextn_layer() {
+    let dir = moe_dir();
+    let types = WTYPES
+        .iter()
+        .map(|&(w, t)| (w, t))
+        .chain([("q4_k_m", GgmlType::Q4_K)]);
+    for (wtype, exps_type) in types {
+        let path = model_path(&dir, &format!("glm4moe-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch(), Arch::Glm4Moe, "{what}");
+        assert_eq!(
+            (hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_layer_nextn),
+            (1033, 256, 3, 1),
+            "{what}"
+        );
+        assert_eq!((hp.rope.n_rot, hp.head_dim_k), (32, 64), "{what}");
+        assert_eq!(hp.expert_gating, model::ExpertGating::Sigmoid, "{what}");
+        assert!(hp.expert_weights_norm, "{what}");
+        assert_eq!(hp.expert_weights_scale, 2.5, "{what}");
+        assert_eq!((hp.n_expert, hp.n_expert_used.uniform()), (16, Some(4)));
+        assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)), "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate().skip(1) {
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} is dense");
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert!(moe.selection_bias.is_some() && moe.shared.is_some(), "{what}");
+            assert_eq!(layer.q_norm.is_some(), il == 2, "{what}: QK-norm in layer 2 only");
+        }
+        assert_eq!(m.tensors.nextn.len(), 1, "{what}");
+        let r = refs_dir().join(format!("glm4moe-{wtype}.gguf"));
+        assert!(
+            check_ref(&r, &dir),
+            "{HINT} (model of {} not found)",
+            r.display()
+        );
+    }
+}

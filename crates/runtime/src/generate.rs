@@ -536,7 +536,7 @@ impl Runtime<'_> {
     }
 }
 
-/// The bytes of every tensor of `file` that is not a routed expert (what the dense probe
+/// The bytes of every tensor of `file` not in `experts` (routed experts and NextN layers; what the dense probe
 /// samples).
 pub fn dense_slices<'f>(
     file: &'f gguf::GgufFile,

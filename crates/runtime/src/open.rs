@@ -322,6 +322,7 @@ impl Loaded {
                     l.layers
                         .iter()
                         .flat_map(|x| x.parts.iter().map(|p| p.tensor.clone()))
+                        .chain(l.nextn_tensors.iter().cloned())
                 })
                 .collect();
             DenseProbe::new(dense_slices(&self.file, &expert_tensors))

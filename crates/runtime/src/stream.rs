@@ -1623,10 +1623,12 @@ pub fn open_for(path: &std::path::Path, args: &StreamConfig, notices: &Notices) 
         }
     }
     let cache_bytes = args.cache_bytes(&layout)?;
+    // Routed experts and NextN layers stay out of the dense set.
     let experts: std::collections::HashSet<&str> = layout
         .layers
         .iter()
         .flat_map(|l| l.parts.iter().map(|p| p.tensor.as_str()))
+        .chain(layout.nextn_tensors.iter().map(String::as_str))
         .collect();
     let experts: std::collections::HashSet<String> =
         experts.into_iter().map(str::to_owned).collect();

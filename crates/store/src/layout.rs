@@ -150,8 +150,15 @@ pub struct ExpertLayout {
     pub n_expert_used: u32,
     /// The MoE layers, by layer index (dense layers are absent).
     pub layers: Vec<LayerExperts>,
-    /// Bytes of every tensor that is not a routed expert (what stays resident).
+    /// Bytes of every tensor that is not a routed expert (what stays resident), NextN layers
+    /// aside.
     pub dense_bytes: u64,
+    /// The tensors of the NextN (multi-token prediction) layers stored after the trunk
+    /// (`<arch>.nextn_predict_layers` of the `<arch>.block_count` layers): never run by
+    /// decoding, so neither streamed nor kept resident.
+    pub nextn_tensors: Vec<String>,
+    /// Their bytes.
+    pub nextn_bytes: u64,
 }
 
 /// `blk.N.rest` → (N, rest).
@@ -188,8 +195,27 @@ impl ExpertLayout {
         let mut by_layer: BTreeMap<u32, Vec<(PartKind, &TensorInfo)>> = BTreeMap::new();
         let mut dense_in_layer: BTreeMap<u32, u64> = BTreeMap::new();
         let mut dense_bytes = 0u64;
+        let arch = meta.get_str("general.architecture").unwrap_or("");
+        let key = |k: &str| format!("{arch}.{k}");
+        // The first NextN layer, if the file declares any.
+        let nextn_from = match (
+            meta_u32(meta, &key("block_count")),
+            meta_u32(meta, &key("nextn_predict_layers")),
+        ) {
+            (Some(all), Some(n)) if n > 0 && n < all => Some(all - n),
+            _ => None,
+        };
+        let mut nextn_tensors = Vec::new();
+        let mut nextn_bytes = 0u64;
         for t in tensors {
             let bytes = t.n_bytes.unwrap_or(0);
+            if let (Some(from), Some((l, _))) = (nextn_from, split_layer(&t.name))
+                && l >= from
+            {
+                nextn_tensors.push(t.name.clone());
+                nextn_bytes += bytes;
+                continue;
+            }
             let kind = split_layer(&t.name).and_then(|(l, rest)| {
                 PartKind::ALL
                     .iter()
@@ -209,8 +235,6 @@ impl ExpertLayout {
         if by_layer.is_empty() {
             return Ok(None);
         }
-        let arch = meta.get_str("general.architecture").unwrap_or("");
-        let key = |k: &str| format!("{arch}.{k}");
         let n_expert = meta_u32(meta, &key("expert_count"))
             .filter(|&n| n > 0)
             .ok_or_else(|| StoreError::MissingKey {
@@ -280,6 +304,8 @@ impl ExpertLayout {
             n_expert_used,
             layers,
             dense_bytes,
+            nextn_tensors,
+            nextn_bytes,
         }))
     }
 

@@ -152,9 +152,10 @@ impl AheadState {
         let k = (hp.n_expert_used.at(target) as usize).min(x_n);
         self.ids.resize(k, 0);
         self.wts.resize(k, 0.0);
-        let gating = Gating::from(hp.arch.expert_gating());
-        ops::route_into(
+        let gating = Gating::from(hp.expert_gating);
+        ops::route_biased_into(
             &self.logits,
+            m.sel_bias.as_deref(),
             hp.expert_weights_norm,
             hp.expert_weights_scale,
             gating,
@@ -215,11 +216,12 @@ impl Ahead<'_, '_> {
             let a = &mut *self.state;
             a.own.resize(k, 0);
             a.wts.resize(k, 0.0);
-            ops::route_into(
+            ops::route_biased_into(
                 &router_logits[..m.n_expert],
+                m.sel_bias.as_deref(),
                 hp.expert_weights_norm,
                 hp.expert_weights_scale,
-                Gating::from(hp.arch.expert_gating()),
+                Gating::from(hp.expert_gating),
                 &mut a.route,
                 &mut a.own,
                 &mut a.wts[..k],

@@ -61,6 +61,8 @@ pub(crate) struct MoeW<'a> {
     pub n_expert: usize,
     pub shared: Option<SharedW<'a>>,
     pub biases: Option<MoeBiasW>,
+    /// The selection bias `{n_expert}` (glm4moe's `exp_probs_b`).
+    pub sel_bias: Option<Vec<f32>>,
 }
 
 /// gpt-oss's MoE biases as f32: the router's `{n_expert}` and each projection's, expert after
@@ -282,6 +284,7 @@ impl<'a> Weights<'a> {
                         down: mat(model, kernels, m.down_exps, x)?,
                         n_expert: x,
                         shared,
+                        sel_bias: opt_vector(model, m.selection_bias)?,
                         biases: match &m.biases {
                             None => None,
                             Some(b) => Some(MoeBiasW {

@@ -20,6 +20,7 @@ impl From<model::ExpertGating> for Gating {
         match g {
             model::ExpertGating::Softmax => Gating::Softmax,
             model::ExpertGating::SoftmaxSelected => Gating::SoftmaxSelected,
+            model::ExpertGating::Sigmoid => Gating::Sigmoid,
         }
     }
 }
@@ -269,6 +270,7 @@ pub fn route(
 #[derive(Debug, Default, Clone)]
 pub struct RouteScratch {
     probs: Vec<f32>,
+    sel: Vec<f32>,
     idx: Vec<usize>,
 }
 
@@ -283,9 +285,35 @@ pub fn route_into(
     ids: &mut [usize],
     w: &mut [f32],
 ) {
+    route_biased_into(logits, None, norm, scale, gating, scratch, ids, w);
+}
+
+/// [`route_into`] with a selection bias (llama.cpp's `exp_probs_b`, DeepSeek V3's and GLM's):
+/// the experts are chosen by the gating probabilities plus `bias` (an f32 add), while their
+/// weights are the unbiased probabilities. `bias` must have one value per expert.
+#[allow(clippy::too_many_arguments)]
+pub fn route_biased_into(
+    logits: &[f32],
+    bias: Option<&[f32]>,
+    norm: bool,
+    scale: f32,
+    gating: Gating,
+    scratch: &mut RouteScratch,
+    ids: &mut [usize],
+    w: &mut [f32],
+) {
     let k = ids.len().min(w.len()).min(logits.len());
     let probs = gate_probs(logits, gating, &mut scratch.probs);
-    argsort_desc_into(probs, &mut scratch.idx);
+    match bias {
+        Some(b) => {
+            scratch.sel.clear();
+            scratch
+                .sel
+                .extend(probs.iter().zip(b).map(|(&p, &bv)| p + bv));
+            argsort_desc_into(&scratch.sel, &mut scratch.idx);
+        }
+        None => argsort_desc_into(probs, &mut scratch.idx),
+    }
     for (slot, &e) in scratch.idx[..k].iter().enumerate() {
         ids[slot] = e;
         w[slot] = probs[e];
@@ -323,8 +351,9 @@ pub fn route_fixed_into(
     finish_weights(w, norm, scale);
 }
 
-/// The gating probabilities of every expert, into `probs`.
-fn gate_probs<'p>(logits: &[f32], gating: Gating, probs: &'p mut Vec<f32>) -> &'p [f32] {
+/// The gating probabilities of every expert, into `probs` (what llama.cpp names
+/// `ffn_moe_probs`; for [`Gating::SoftmaxSelected`] the logits themselves).
+pub fn gate_probs<'p>(logits: &[f32], gating: Gating, probs: &'p mut Vec<f32>) -> &'p [f32] {
     probs.clear();
     probs.resize(logits.len(), 0.0);
     match gating {
