@@ -43,6 +43,45 @@ fn think_ctl_of_the_acceptance_models() {
 }
 
 #[test]
+fn think_ctl_of_the_streamed_moe_families() {
+    // The templates of the architectures of docs/model.md that llama.cpp's collection has:
+    // GLM-4.5/4.6 (glm4moe) and DeepSeek V3.1 read the flag and reason in <think> spans;
+    // Kimi K2 Instruct does not reason (nothing to suppress), Kimi K2 Thinking always does.
+    let tags = ReasoningSyntax::Tags {
+        open: "<think>".into(),
+        close: "</think>".into(),
+    };
+    let cases = [
+        ("GLM-4.6", ThinkCtl::Template, tags.clone()),
+        ("GLM-4.7-Flash", ThinkCtl::Template, tags.clone()),
+        ("deepseek-ai-DeepSeek-V3.1", ThinkCtl::Template, tags.clone()),
+        ("moonshotai-Kimi-K2", ThinkCtl::Template, ReasoningSyntax::None),
+        ("Kimi-K2-Thinking", ThinkCtl::None, tags.clone()),
+    ];
+    for (name, ctl, syntax) in cases {
+        let f = format(name);
+        assert_eq!(f.think_ctl(), ctl, "{name}");
+        assert_eq!(*f.reasoning_syntax(), syntax, "{name}");
+    }
+    // GLM's think:false prompt: the user turn marked /nothink and an empty span after the
+    // assistant tag, so the output is answer from its first byte.
+    let f = format("GLM-4.6");
+    let off = f.render_prompt(&conversation(), None, false, &[]).unwrap();
+    assert!(off.text.contains("Another?/nothink"), "{:?}", off.text);
+    assert!(off.text.ends_with("<|assistant|>\n<think></think>"), "{:?}", off.text);
+    let mut s = f.splitter(&off);
+    s.push("\nEleven.");
+    s.finish();
+    assert_eq!(s.reasoning(), "");
+    assert_eq!(s.answer().trim(), "Eleven.");
+    let on = f.render_prompt(&conversation(), None, true, &[]).unwrap();
+    let mut s = f.splitter(&on);
+    s.push("<think>small primes</think>\nEleven.");
+    s.finish();
+    assert_eq!((s.answer().trim(), s.reasoning()), ("Eleven.", "small primes"));
+}
+
+#[test]
 fn reasoning_syntax_is_read_from_the_template() {
     let tags = |o: &str, c: &str| ReasoningSyntax::Tags {
         open: o.into(),

@@ -47,6 +47,7 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "olmoe-q4_0.gguf",
         "mixtral-bf16.gguf",
         "gptoss-mxfp4.gguf",
+        "glm4moe-q4_k_m.gguf",
     ] {
         let m = moe_fixture(f);
         let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);

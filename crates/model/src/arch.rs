@@ -3,7 +3,8 @@
 use crate::error::ModelError;
 
 /// Names accepted in `general.architecture`, for messages.
-pub const SUPPORTED_ARCHS: &str = "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, llama, qwen2, qwen3";
+pub const SUPPORTED_ARCHS: &str =
+    "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, llama, qwen2, qwen3";
 
 /// A model architecture, from `general.architecture`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

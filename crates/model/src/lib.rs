@@ -16,7 +16,9 @@ mod hparams;
 mod model;
 mod tensors;
 
-pub use arch::{Arch, ExpertGating, FfnAct, QDim, QkNorm, RopeType, SUPPORTED_ARCHS, SharedExperts};
+pub use arch::{
+    Arch, ExpertGating, FfnAct, QDim, QkNorm, RopeType, SUPPORTED_ARCHS, SharedExperts,
+};
 pub use error::ModelError;
 pub use hparams::{
     HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, PerLayer, Rope, RopeScalingType,

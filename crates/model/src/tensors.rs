@@ -64,9 +64,13 @@ impl NextNTensors<'_> {
         let mut v = self.block.tensors();
         v.extend([self.eh_proj, self.enorm, self.hnorm]);
         v.extend(
-            [self.embed_tokens, self.shared_head_head, self.shared_head_norm]
-                .into_iter()
-                .flatten(),
+            [
+                self.embed_tokens,
+                self.shared_head_head,
+                self.shared_head_norm,
+            ]
+            .into_iter()
+            .flatten(),
         );
         v
     }
@@ -111,7 +115,14 @@ pub struct LayerTensors<'a> {
 impl LayerTensors<'_> {
     /// Every tensor of the layer.
     pub fn tensors(&self) -> Vec<&TensorInfo> {
-        let mut v = vec![self.attn_norm, self.wq, self.wk, self.wv, self.wo, self.ffn_norm];
+        let mut v = vec![
+            self.attn_norm,
+            self.wq,
+            self.wk,
+            self.wv,
+            self.wo,
+            self.ffn_norm,
+        ];
         v.extend(
             [
                 self.bq,

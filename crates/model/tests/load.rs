@@ -69,7 +69,11 @@ fn spec(arch: &'static str) -> Spec {
         extra_tensors: Vec::new(),
         dense_lead: u64::from(arch == "glm4moe"),
         nextn: u64::from(arch == "glm4moe"),
-        qk_norm_layers: if arch == "glm4moe" { vec![2] } else { Vec::new() },
+        qk_norm_layers: if arch == "glm4moe" {
+            vec![2]
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -529,7 +533,11 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
     assert_eq!((hp.n_layer, hp.n_layer_nextn, hp.n_layer_all()), (2, 1, 3));
     assert_eq!(hp.rope.ty, RopeType::Neox);
     assert_eq!((hp.rope.n_rot, hp.head_dim_k), (8, 16), "partial rope");
-    assert_eq!(hp.expert_gating, ExpertGating::Sigmoid, "llama.cpp's default");
+    assert_eq!(
+        hp.expert_gating,
+        ExpertGating::Sigmoid,
+        "llama.cpp's default"
+    );
     assert!(!hp.expert_weights_norm, "llama.cpp's default");
     assert_eq!((hp.n_expert_shared, hp.n_ff_shexp_at(1)), (1, 32));
     assert!(!hp.is_moe_layer(0) && hp.is_moe_layer(1) && !hp.is_moe_layer(2));
@@ -537,7 +545,10 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
     assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
     let l1 = &m.tensors.layers[1];
     assert!(l1.bq.is_some() && l1.bk.is_some() && l1.bv.is_some() && l1.bo.is_none());
-    assert!(l1.q_norm.is_none() && l1.k_norm.is_none(), "QK-norm is optional");
+    assert!(
+        l1.q_norm.is_none() && l1.k_norm.is_none(),
+        "QK-norm is optional"
+    );
     assert!(l1.ffn_norm.name.ends_with("post_attention_norm.weight"));
     let x = moe(l1);
     assert_eq!(x.selection_bias.map(|t| t.dims.clone()), Some(vec![4]));
@@ -633,7 +644,10 @@ fn glm4moe_refusals_name_the_key_or_tensor() {
         )
         .hparams()
         .unwrap_err();
-    assert!(matches!(&e, ModelError::Unsupported(m) if m.contains("M-RoPE")), "{e}");
+    assert!(
+        matches!(&e, ModelError::Unsupported(m) if m.contains("M-RoPE")),
+        "{e}"
+    );
     let e = spec("glm4moe")
         .with_kv("glm4moe.nextn_predict_layers", Value::U32(3))
         .hparams()

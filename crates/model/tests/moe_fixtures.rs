@@ -363,8 +363,15 @@ fn the_glm4moe_model_has_its_dense_lead_shared_expert_selection_bias_and_nextn_l
                 panic!("{what}: layer {il} is dense");
             };
             assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
-            assert!(moe.selection_bias.is_some() && moe.shared.is_some(), "{what}");
-            assert_eq!(layer.q_norm.is_some(), il == 2, "{what}: QK-norm in layer 2 only");
+            assert!(
+                moe.selection_bias.is_some() && moe.shared.is_some(),
+                "{what}"
+            );
+            assert_eq!(
+                layer.q_norm.is_some(),
+                il == 2,
+                "{what}: QK-norm in layer 2 only"
+            );
         }
         assert_eq!(m.tensors.nextn.len(), 1, "{what}");
         let r = refs_dir().join(format!("glm4moe-{wtype}.gguf"));

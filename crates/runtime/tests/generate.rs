@@ -43,6 +43,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "qwen3moe-q4_k_m.gguf",
         "mixtral-q8_0.gguf",
         "gptoss-mxfp4.gguf",
+        "glm4moe-q8_0.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;

@@ -282,3 +282,55 @@ fn incomplete_or_inconsistent_experts_are_refused_by_name() {
         "metadata key `qwen3moe.expert_count` is missing or not an integer"
     );
 }
+
+#[test]
+fn nextn_layers_are_neither_streamed_nor_dense() {
+    // glm4moe: block_count 3 of which the last is a NextN layer (with experts of its own).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let mut tensors = moe_tensors();
+    tensors.extend([
+        T("blk.2.attn_q.weight", vec![8, 8], 8),
+        T("blk.2.ffn_down_exps.weight", vec![6, 8, 4], 110),
+        T("blk.2.ffn_gate_exps.weight", vec![8, 6, 4], 20),
+        T("blk.2.ffn_up_exps.weight", vec![8, 6, 4], 60),
+        T("blk.2.nextn.eh_proj.weight", vec![16, 8], 9),
+    ]);
+    let mut w = GgufWriter::new();
+    for (k, v) in [
+        ("general.architecture", Value::String("glm4moe".into())),
+        ("glm4moe.expert_count", Value::U32(4)),
+        ("glm4moe.expert_used_count", Value::U32(2)),
+        ("glm4moe.block_count", Value::U32(3)),
+        ("glm4moe.nextn_predict_layers", Value::U32(1)),
+    ] {
+        w.add_metadata(k, v).unwrap();
+    }
+    for t in &tensors {
+        w.add_tensor(t.0, &t.1, GgmlType::F32, bytes_of(t, t.0.contains("_exps.")))
+            .unwrap();
+    }
+    w.write_to_path(&path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    let l = ExpertLayout::from_gguf(&f).unwrap().expect("a MoE model");
+    assert_eq!(
+        l.layers.iter().map(|x| x.layer).collect::<Vec<_>>(),
+        [1],
+        "the NextN layer's experts are not streamed"
+    );
+    let mut nextn = l.nextn_tensors.clone();
+    nextn.sort();
+    assert_eq!(
+        nextn,
+        [
+            "blk.2.attn_q.weight",
+            "blk.2.ffn_down_exps.weight",
+            "blk.2.ffn_gate_exps.weight",
+            "blk.2.ffn_up_exps.weight",
+            "blk.2.nextn.eh_proj.weight",
+        ]
+    );
+    assert_eq!(l.nextn_bytes, (64 + 3 * 192 + 128) * 4);
+    let all: u64 = f.tensors().iter().map(|t| t.n_bytes.unwrap()).sum();
+    assert_eq!(l.dense_bytes + l.expert_bytes_total() + l.nextn_bytes, all);
+}
