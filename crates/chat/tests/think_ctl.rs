@@ -54,8 +54,16 @@ fn think_ctl_of_the_streamed_moe_families() {
     let cases = [
         ("GLM-4.6", ThinkCtl::Template, tags.clone()),
         ("GLM-4.7-Flash", ThinkCtl::Template, tags.clone()),
-        ("deepseek-ai-DeepSeek-V3.1", ThinkCtl::Template, tags.clone()),
-        ("moonshotai-Kimi-K2", ThinkCtl::Template, ReasoningSyntax::None),
+        (
+            "deepseek-ai-DeepSeek-V3.1",
+            ThinkCtl::Template,
+            tags.clone(),
+        ),
+        (
+            "moonshotai-Kimi-K2",
+            ThinkCtl::Template,
+            ReasoningSyntax::None,
+        ),
         ("Kimi-K2-Thinking", ThinkCtl::None, tags.clone()),
     ];
     for (name, ctl, syntax) in cases {
@@ -68,7 +76,11 @@ fn think_ctl_of_the_streamed_moe_families() {
     let f = format("GLM-4.6");
     let off = f.render_prompt(&conversation(), None, false, &[]).unwrap();
     assert!(off.text.contains("Another?/nothink"), "{:?}", off.text);
-    assert!(off.text.ends_with("<|assistant|>\n<think></think>"), "{:?}", off.text);
+    assert!(
+        off.text.ends_with("<|assistant|>\n<think></think>"),
+        "{:?}",
+        off.text
+    );
     let mut s = f.splitter(&off);
     s.push("\nEleven.");
     s.finish();
@@ -78,7 +90,10 @@ fn think_ctl_of_the_streamed_moe_families() {
     let mut s = f.splitter(&on);
     s.push("<think>small primes</think>\nEleven.");
     s.finish();
-    assert_eq!((s.answer().trim(), s.reasoning()), ("Eleven.", "small primes"));
+    assert_eq!(
+        (s.answer().trim(), s.reasoning()),
+        ("Eleven.", "small primes")
+    );
 }
 
 #[test]

@@ -114,6 +114,61 @@ fn olmoe_1b_7b_q4_k_m_plan_has_the_published_size() {
 }
 
 #[test]
+fn glm_4_5_air_plan_has_a_dense_lead_shared_experts_and_a_nextn_layer_after_the_trunk() {
+    for (args, trunk) in [
+        (vec!["--like", "glm-4.5-air"], 46u32),
+        (vec!["--like", "glm-4.5-air", "--layers", "4"], 4),
+    ] {
+        let (data, layers, rows) = plan(&args);
+        // the trunk's layers only: layer 0 dense, the others with 128 experts
+        assert_eq!(
+            layers.keys().copied().collect::<Vec<_>>(),
+            (0..trunk).collect::<Vec<_>>()
+        );
+        assert_eq!(layers[&0].0, 0, "layer 0 is dense");
+        // Q4_K gate and up (1408 rows of 4096: 16 blocks of 144 bytes a row); down's rows are
+        // 1408 wide, which no K-quant fits (1408 % 256 != 0): Q8_0 (34 bytes per 32) on the
+        // layers with more bits, Q5_0 (22 bytes per 32) on the others
+        let gate_up = 2 * 1408 * 16 * 144;
+        let (down_q8, down_q5) = (4096 * 44 * 34, 4096 * 44 * 22);
+        for l in 1..trunk {
+            let x = layers[&l].0;
+            assert!(
+                x == gate_up + down_q8 || x == gate_up + down_q5,
+                "layer {l}: {x}"
+            );
+        }
+        let name = |n: &str| format!("blk.{trunk}.{n}");
+        for t in [
+            "nextn.eh_proj.weight",
+            "nextn.enorm.weight",
+            "nextn.hnorm.weight",
+            "ffn_gate_exps.weight",
+            "exp_probs_b.bias",
+        ] {
+            assert!(rows.iter().any(|r| r.3 == name(t)), "{}", name(t));
+        }
+        assert!(
+            !rows
+                .iter()
+                .any(|r| r.3.starts_with(&format!("blk.{}.", trunk + 1)))
+        );
+        assert!(!rows.iter().any(|r| r.3 == "blk.0.ffn_gate_exps.weight"));
+        let shexp = rows
+            .iter()
+            .find(|r| r.3 == "blk.1.ffn_gate_shexp.weight")
+            .unwrap();
+        assert_eq!(
+            shexp.1,
+            1408 * 16 * 144,
+            "one shared expert of the experts' width"
+        );
+        let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+        assert_eq!(last, data);
+    }
+}
+
+#[test]
 fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("olmoe-l1.gguf");

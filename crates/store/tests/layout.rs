@@ -307,8 +307,13 @@ fn nextn_layers_are_neither_streamed_nor_dense() {
         w.add_metadata(k, v).unwrap();
     }
     for t in &tensors {
-        w.add_tensor(t.0, &t.1, GgmlType::F32, bytes_of(t, t.0.contains("_exps.")))
-            .unwrap();
+        w.add_tensor(
+            t.0,
+            &t.1,
+            GgmlType::F32,
+            bytes_of(t, t.0.contains("_exps.")),
+        )
+        .unwrap();
     }
     w.write_to_path(&path).unwrap();
     let f = GgufFile::open(&path).unwrap();

@@ -60,6 +60,11 @@ pub enum Like {
     GptOss20b,
     /// gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts (about 61 GB at MXFP4).
     GptOss120b,
+    /// GLM-4.5-Air: glm4moe, 46 layers (the first dense, of width 10944) and one NextN layer,
+    /// 128 experts (top-8, sigmoid routing with a selection bias) of width 1408 plus one shared
+    /// expert, n_embd 4096, 96 query / 8 KV heads of 128 with q/k/v biases, rope over half of
+    /// each head, vocabulary 151552 (GLM-4.5 tokenizer: filled from Qwen2.5's, padded).
+    Glm45Air,
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -101,18 +106,37 @@ struct Shape {
     vocab_fixture: &'static str,
     /// gpt-oss's extras: biases, sinks, `post_attention_norm`, the sliding window and YaRN.
     gpt_oss: bool,
+    /// glm4moe's extras: a leading dense layer of width `n_ff`, q/k/v biases,
+    /// `post_attention_norm`, the selection bias, a shared expert, NextN layers, partial rope.
+    glm: Option<GlmExtras>,
     /// The mix the released files use when `--quant` is not given.
     default_quant: FileType,
 }
 
+/// What a glm4moe model has beyond the common shape.
+#[derive(Clone, Copy, Debug)]
+struct GlmExtras {
+    /// Leading dense layers.
+    dense_lead: u32,
+    /// Shared experts (each of the experts' width).
+    shared: u64,
+    /// NextN layers after the trunk.
+    nextn: u32,
+    /// Rotated dimensions per head.
+    rope_dims: u64,
+    /// `expert_weights_scale` (`routed_scaling_factor`).
+    weights_scale: f32,
+}
+
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 5] = [
+    pub const ALL: [Like; 6] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
         Like::GptOss20b,
         Like::GptOss120b,
+        Like::Glm45Air,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -123,6 +147,7 @@ impl Like {
             Like::Mixtral8x7b => "mixtral-8x7b",
             Like::GptOss20b => "gpt-oss-20b",
             Like::GptOss120b => "gpt-oss-120b",
+            Like::Glm45Air => "glm-4.5-air",
         }
     }
 
@@ -154,6 +179,13 @@ impl Like {
             }
             Like::GptOss120b => {
                 "gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts (about 61 GB at MXFP4)"
+            }
+            Like::Glm45Air => {
+                "GLM-4.5-Air: glm4moe, 46 layers (the first dense, width 10944) and one NextN \
+                 layer, 128 experts (top-8, sigmoid routing with a selection bias) of width 1408 \
+                 plus a shared expert, n_embd 4096, 96 query / 8 KV heads of 128 with q/k/v \
+                 biases, rope over half of each head, vocabulary 151552 (filled from the Qwen2.5 \
+                 tokenizer, padded)"
             }
         }
     }
@@ -191,6 +223,7 @@ impl Like {
                 rope_dims_key: false,
                 vocab_fixture: "qwen2.5-coder-1.5b.gguf",
                 gpt_oss: false,
+                glm: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Olmoe1b7b => Shape {
@@ -214,6 +247,7 @@ impl Like {
                 rope_dims_key: true,
                 vocab_fixture: "ggml-vocab-gpt-neox.gguf",
                 gpt_oss: false,
+                glm: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Mixtral8x7b => Shape {
@@ -237,6 +271,7 @@ impl Like {
                 rope_dims_key: true,
                 vocab_fixture: "ggml-vocab-llama-spm.gguf",
                 gpt_oss: false,
+                glm: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::GptOss20b | Like::GptOss120b => {
@@ -262,9 +297,40 @@ impl Like {
                     rope_dims_key: false,
                     vocab_fixture: "qwen2.5-coder-1.5b.gguf",
                     gpt_oss: true,
+                    glm: None,
                     default_quant: FileType::Mxfp4Moe,
                 }
             }
+            Like::Glm45Air => Shape {
+                arch: "glm4moe",
+                title: "GLM-4.5-Air",
+                n_layer: 46,
+                n_embd: 4096,
+                n_head: 96,
+                n_head_kv: 8,
+                head_dim: 128,
+                n_expert: 128,
+                n_expert_used: 8,
+                n_ff_exp: 1408,
+                n_ff: 10944,
+                n_vocab: 151_552,
+                ctx_train: 131_072,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-5,
+                qk_norm: QkNorm::None,
+                expert_ff_key: true,
+                rope_dims_key: true,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: Some(GlmExtras {
+                    dense_lead: 1,
+                    shared: 1,
+                    nextn: 1,
+                    rope_dims: 64,
+                    weights_scale: 1.0,
+                }),
+                default_quant: FileType::Q4_K_M,
+            },
         }
     }
 }
@@ -351,7 +417,8 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         t("output_norm.weight".into(), &[e], Role::Norm),
         t("output.weight".into(), &[e, s.n_vocab], Role::Weight),
     ];
-    for il in 0..n_layer {
+    let nextn = s.glm.map_or(0, |g| g.nextn);
+    for il in 0..n_layer + nextn {
         let p = |n: &str| format!("blk.{il}.{n}.weight");
         v.push(t(p("attn_norm"), &[e], Role::Norm));
         v.push(t(p("attn_q"), &[e, nq], Role::Weight));
@@ -383,6 +450,30 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
             v.push(t(b("ffn_gate_exps"), &[f, x], bias));
             v.push(t(b("ffn_up_exps"), &[f, x], bias));
             v.push(t(b("ffn_down_exps"), &[e, x], bias));
+        } else if let Some(g) = s.glm {
+            let b = |n: &str| format!("blk.{il}.{n}.bias");
+            let bias = Role::Small(BIAS_STD);
+            v.push(t(b("attn_q"), &[nq], bias));
+            v.push(t(b("attn_k"), &[nkv], bias));
+            v.push(t(b("attn_v"), &[nkv], bias));
+            v.push(t(p("post_attention_norm"), &[e], Role::Norm));
+            if il >= n_layer {
+                v.push(t(p("nextn.eh_proj"), &[2 * e, e], Role::Weight));
+                v.push(t(p("nextn.enorm"), &[e], Role::Norm));
+                v.push(t(p("nextn.hnorm"), &[e], Role::Norm));
+                v.push(t(p("nextn.shared_head_norm"), &[e], Role::Norm));
+            }
+            if il < g.dense_lead {
+                v.push(t(p("ffn_gate"), &[e, s.n_ff], Role::Weight));
+                v.push(t(p("ffn_up"), &[e, s.n_ff], Role::Weight));
+                v.push(t(p("ffn_down"), &[s.n_ff, e], Role::Weight));
+                continue;
+            }
+            let w = f * g.shared;
+            v.push(t(b("exp_probs_b"), &[x], bias));
+            v.push(t(p("ffn_gate_shexp"), &[e, w], Role::Weight));
+            v.push(t(p("ffn_up_shexp"), &[e, w], Role::Weight));
+            v.push(t(p("ffn_down_shexp"), &[w, e], Role::Weight));
         } else {
             v.push(t(p("ffn_norm"), &[e], Role::Norm));
         }
@@ -858,7 +949,7 @@ pub fn plan(opts: &Options, on: &mut dyn FnMut(Event)) -> Result<Plan> {
     let facts = ModelFacts {
         arch: s.arch.into(),
         n_expert: s.n_expert,
-        n_layer_all: u64::from(s.n_layer),
+        n_layer_all: u64::from(s.n_layer + s.glm.map_or(0, |g| g.nextn)),
         n_gqa: s.n_head / s.n_head_kv,
         is_70b: false,
     };
@@ -930,7 +1021,10 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
     meta.push((a("vocab_size"), Value::U32(s.n_vocab as u32)));
     meta.push((a("context_length"), Value::U32(s.ctx_train)));
     meta.push((a("embedding_length"), Value::U32(s.n_embd as u32)));
-    meta.push((a("block_count"), Value::U32(s.n_layer)));
+    meta.push((
+        a("block_count"),
+        Value::U32(s.n_layer + s.glm.map_or(0, |g| g.nextn)),
+    ));
     meta.push((a("feed_forward_length"), Value::U32(s.n_ff as u32)));
     meta.push((a("attention.head_count"), Value::U32(s.n_head as u32)));
     meta.push((a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32)));
@@ -941,7 +1035,8 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
     meta.push((a("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)));
     meta.push((a("rope.freq_base"), Value::F32(s.rope_base)));
     if s.rope_dims_key {
-        meta.push((a("rope.dimension_count"), Value::U32(s.head_dim as u32)));
+        let dims = s.glm.map_or(s.head_dim, |g| g.rope_dims);
+        meta.push((a("rope.dimension_count"), Value::U32(dims as u32)));
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
     meta.push((a("expert_used_count"), Value::U32(s.n_expert_used)));
@@ -950,6 +1045,15 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             a("expert_feed_forward_length"),
             Value::U32(s.n_ff_exp as u32),
         ));
+    }
+    if let Some(g) = s.glm {
+        meta.push((a("leading_dense_block_count"), Value::U32(g.dense_lead)));
+        meta.push((a("expert_shared_count"), Value::U32(g.shared as u32)));
+        meta.push((a("expert_weights_norm"), Value::Bool(true)));
+        meta.push((a("expert_weights_scale"), Value::F32(g.weights_scale)));
+        // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+        meta.push((a("expert_gating_func"), Value::U32(2)));
+        meta.push((a("nextn_predict_layers"), Value::U32(g.nextn)));
     }
     if s.gpt_oss {
         meta.push((a("attention.sliding_window"), Value::U32(GPT_OSS_SWA)));
