@@ -9,7 +9,7 @@
 # timed run (nothing is measured cold).
 #
 #   sluice     target/release/sluice run -m MODEL -p PROMPT -t T -n N --temp 0 --ignore-eos
-#              prefill: its `sluice: prompt P tokens, prefill S s` line (the forward pass of the
+#              prefill: its `sluice: prompt P tokens (P new), prefill S s` line (the forward pass of the
 #              prompt, logits of the last position only); decode: its `generation:` line (the N
 #              forward passes of the generated tokens; sampling is not in the timed span).
 #   llama.cpp  scripts/bench_llamacpp.cpp (same prompt text, same tokens, same spans; see there).
@@ -87,10 +87,10 @@ run_sluice() {  # model threads n_decode -> "sluice <n_prompt> <prefill_s> <n_de
     "$SLUICE" run -m "$1" -p "$PROMPT" -t "$2" -n "$3" -c "$N_CTX" --ubatch "$UBATCH" --kv-type f16 \
         --temp 0 --ignore-eos > "$work/s.out" 2> "$work/s.err"
     local pre gen
-    pre=$(grep -E '^sluice: prompt [0-9]+ tokens, prefill' "$work/s.err")
+    pre=$(grep -E '^sluice: prompt [0-9]+ tokens( \([0-9]+ new\))?, prefill' "$work/s.err")
     gen=$(grep -E '^generation: [0-9]+ tokens' "$work/s.out")
-    # sluice: prompt 88 tokens, prefill 1.234 s (71.31 tok/s) / generation: 64 tokens, 0.100 s/token (9.99 tok/s)
-    echo "$pre" "$gen" | sed -E 's/^sluice: prompt ([0-9]+) tokens, prefill ([0-9.]+) s .* generation: ([0-9]+) tokens, [0-9.]+ s\/token \(([0-9.]+) tok\/s\)$/\1 \2 \3 \4/'
+    # sluice: prompt 88 tokens (88 new), prefill 1.234 s (71.31 tok/s) / generation: 64 tokens, 0.100 s/token (9.99 tok/s)
+    echo "$pre" "$gen" | sed -E 's/^sluice: prompt ([0-9]+) tokens( \([0-9]+ new\))?, prefill ([0-9.]+) s .* generation: ([0-9]+) tokens, [0-9.]+ s\/token \(([0-9.]+) tok\/s\)$/\1 \3 \4 \5/'
 }
 
 run_llama() {  # variant model threads n_decode -> the driver's line

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the tiny mixture-of-experts test models (scripts/gen_moe_fixtures.py: qwen3moe,
-# qwen2moe, olmoe and Mixtral-layout llama, each in F32, BF16, Q8_0, Q4_0 and Q4_1, then
+# qwen2moe, olmoe, Mixtral-layout llama and glm4moe, each in F32, BF16, Q8_0, Q4_0 and Q4_1, then
 # Q4_K_M quantized from the F32 model by `sluice quantize`; gptoss in F32, BF16, Q8_0 and
 # MXFP4) into $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe),
 # where the tests look for them. The models are not committed: they are regenerated here, byte

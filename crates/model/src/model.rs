@@ -152,9 +152,18 @@ impl<'a> Model<'a> {
             per_layer(&hp.n_head_kv),
             hp.head_dim_k,
             match hp.qk_norm {
-                QkNorm::None => "none",
-                QkNorm::PerHead => "per head",
-                QkNorm::Whole => "whole projection",
+                QkNorm::None => "none".to_owned(),
+                QkNorm::PerHead if hp.arch.qk_norm_optional() => {
+                    let with = self
+                        .tensors
+                        .layers
+                        .iter()
+                        .filter(|l| l.q_norm.is_some() || l.k_norm.is_some())
+                        .count();
+                    format!("per head in {with} of {} layers", hp.n_layer)
+                }
+                QkNorm::PerHead => "per head".to_owned(),
+                QkNorm::Whole => "whole projection".to_owned(),
             },
             hp.rms_eps
         );
