@@ -26,6 +26,8 @@ pub struct Options {
     pub ubatch: usize,
     /// `--row-prefetch`: `None` keeps the kernel table's choice.
     pub row_prefetch: Option<bool>,
+    /// The multi-row kernels in one-token products (`None`: measured, as `run`).
+    pub multi_row: Option<bool>,
     /// Directory for the named intermediates, if wanted.
     pub dump: Option<PathBuf>,
     /// Only these names (all when `None`).
@@ -81,6 +83,12 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut engine = build_engine(&model, &pool, cfg, &opts.model)?;
     if let Some(on) = opts.row_prefetch {
         engine.set_row_prefetch(on);
+    }
+    let multi_row = opts
+        .multi_row
+        .unwrap_or_else(|| quant::multi_row_calibration().is_none_or(|c| c.multi_row_pays()));
+    if !multi_row {
+        engine.set_multi_row(false);
     }
     if let Some(layout) = opened.layout {
         let src = opts.stream.source(

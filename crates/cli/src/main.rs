@@ -759,6 +759,13 @@ struct EngineArgs {
     /// (docs/performance.md).
     #[arg(long, value_enum, default_value_t = RowPrefetchArg::Auto)]
     row_prefetch: RowPrefetchArg,
+
+    /// The multi-row matrix kernels (a group of weight rows per call) in one-token products:
+    /// `auto` measures at start-up which way streams weights faster on this CPU (about 0.1 s;
+    /// on an Intel Xeon several rows won, on an AMD EPYC one row streamed twice as fast), `on`
+    /// or `off` to choose. The output is the same bit for bit either way (docs/performance.md).
+    #[arg(long, value_enum, default_value_t = RowPrefetchArg::Auto)]
+    multi_row: RowPrefetchArg,
 }
 
 /// `--row-prefetch`.
@@ -878,6 +885,7 @@ fn main() -> ExitCode {
                         ctx: args.ctx,
                         ubatch: args.engine.ubatch,
                         row_prefetch: args.engine.row_prefetch.setting(),
+                        multi_row: args.engine.multi_row.setting(),
                         kv_type: args.engine.kv_type.engine(),
                         sampling: args.sampling.config(),
                         ignore_eos: args.ignore_eos,
@@ -940,6 +948,7 @@ fn main() -> ExitCode {
                 run.ctx = args.ctx;
                 run.ubatch = args.engine.ubatch;
                 run.row_prefetch = args.engine.row_prefetch.setting();
+                run.multi_row = args.engine.multi_row.setting();
                 run.kv_type = args.engine.kv_type.engine();
                 run.sampling = args.sampling.config();
                 run.chatml = true;
@@ -973,6 +982,7 @@ fn main() -> ExitCode {
             ctx: args.ctx,
             ubatch: args.engine.ubatch,
             row_prefetch: args.engine.row_prefetch.setting(),
+            multi_row: args.engine.multi_row.setting(),
             dump: args.dump,
             dump_names: args.dump_names,
             stream: args.stream.config(),

@@ -1186,6 +1186,15 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Use (on, the default) or leave out (off) the multi-row kernels in one-token products
+    /// (decoding): each row's result is the same bits either way; which one streams weights
+    /// faster depends on the CPU (`quant::multi_row_calibration`).
+    pub fn set_multi_row(&mut self, on: bool) {
+        for m in self.w.mats_mut() {
+            m.set_multi_row(on);
+        }
+    }
+
     /// Install (or remove, with `None`) the source of routed experts' bytes. Its expert sizes
     /// must match the model's for every MoE layer.
     pub fn set_expert_source(

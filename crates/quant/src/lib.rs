@@ -4,6 +4,7 @@
 //! ggml pairs them (weight type × activation type), SIMD versions chosen once at startup,
 //! a persistent thread pool, and matvec / small-batch matmul on top.
 
+pub mod calibrate;
 pub mod dequant;
 mod error;
 mod iq_tables;
@@ -20,6 +21,7 @@ pub use kernels::{DotFn, DotRows, DotRowsFn, Isa, Kernels, QuantizeFn, SumOrder,
 
 pub mod matvec;
 pub mod pool;
+pub use calibrate::{MultiRowCalibration, measure_multi_row, multi_row_calibration};
 pub use matvec::{
     MatvecJob, RowKernel, matmul, matmul_with, matvec, matvec_many, matvec_with,
     quantize_activation,

@@ -70,6 +70,9 @@ pub struct RunConfig {
     pub ubatch: usize,
     /// The row prefetch of the weight kernels: `None` keeps the kernel table's choice.
     pub row_prefetch: Option<bool>,
+    /// The multi-row kernels in one-token products: `None` measures which way streams
+    /// weights faster on this CPU (`quant::multi_row_calibration`); same bits either way.
+    pub multi_row: Option<bool>,
     pub kv_type: KvType,
     pub sampling: Sampling,
     pub ignore_eos: bool,
@@ -124,6 +127,7 @@ impl RunConfig {
             ctx: None,
             ubatch: 512,
             row_prefetch: None,
+            multi_row: None,
             kv_type: KvType::F16,
             sampling: Sampling::default(),
             ignore_eos: false,
@@ -244,6 +248,9 @@ impl Loaded {
         let mut engine = build_engine(&model, &self.pool, engine_cfg, &cfg.model)?;
         if let Some(on) = cfg.row_prefetch {
             engine.set_row_prefetch(on);
+        }
+        if !self.multi_row(cfg) {
+            engine.set_multi_row(false);
         }
         let predict = self.lookahead(cfg, hp, &mut engine)?;
         let counters = Arc::new(StreamCounters::default());
@@ -691,6 +698,25 @@ impl Loaded {
     }
 
     /// What was loaded and how it will run.
+    /// Whether one-token products use the multi-row kernels: as `cfg` says, else as measured
+    /// (once per process; said in the notices).
+    fn multi_row(&self, cfg: &RunConfig) -> bool {
+        if let Some(on) = cfg.multi_row {
+            return on;
+        }
+        let Some(c) = quant::multi_row_calibration() else {
+            return true;
+        };
+        let on = c.multi_row_pays();
+        self.notices.info(format!(
+            "sluice: decode kernels: {} (measured: {:.1} GB/s with several rows a call, {:.1} GB/s one row; --multi-row to choose)",
+            if on { "several rows a call" } else { "one row a call" },
+            c.multi_gbs,
+            c.single_gbs
+        ));
+        on
+    }
+
     fn say_loaded(&self, sampler: &Sampler) {
         let size: u64 = self
             .file

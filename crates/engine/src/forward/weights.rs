@@ -23,12 +23,19 @@ pub(crate) struct Mat<'a> {
     pub cols: usize,
     /// Bytes of one expert's matrix.
     per_expert: usize,
+    /// `kernel_one`'s multi-row kernel as the table gave it (see [`Mat::set_multi_row`]).
+    multi_row_one: Option<quant::DotRows>,
 }
 
 impl<'a> Mat<'a> {
     /// Bytes of one expert's matrix (of the whole matrix when it is no stack).
     pub fn per_expert_bytes(&self) -> usize {
         self.per_expert
+    }
+
+    /// Use (or not) the multi-row kernel in one-token products; the bits are the same.
+    pub fn set_multi_row(&mut self, on: bool) {
+        self.kernel_one.dot_rows = if on { self.multi_row_one } else { None };
     }
 
     /// Expert `e`'s matrix of a stack.
@@ -198,6 +205,7 @@ fn mat<'a>(
     }
     Ok(Mat {
         name: &t.name,
+        multi_row_one: kernel_one.dot_rows,
         kernel,
         kernel_one,
         data: bytes,

@@ -1,0 +1,123 @@
+//! Whether the multi-row kernels pay on this machine.
+//!
+//! The multi-row kernels (`RowKernel::dot_rows`) compute a group of weight rows per call; each
+//! row's result has the same bits as the single-row kernel's. They were tuned on an Intel Xeon,
+//! where they stream weights faster. On an AMD EPYC (Zen 4, family 25 model 17) the same kernels stream a matrix
+//! too large for the caches at less than half the single-row kernel's rate (docs/performance.md,
+//! "One row or several"), so the choice is measured here, once per process: one thread, a Q4_K
+//! matrix four times the size of a large last-level cache, both ways, alternating, best of each.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use gguf::GgmlType;
+
+use crate::kernels::Kernels;
+use crate::matvec::{RowKernel, matvec_with};
+use crate::pool::ThreadPool;
+
+/// The result of [`multi_row_calibration`]: weight bytes streamed per second, each way.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MultiRowCalibration {
+    /// GB/s with the multi-row kernels.
+    pub multi_gbs: f64,
+    /// GB/s with the single-row kernel alone.
+    pub single_gbs: f64,
+}
+
+impl MultiRowCalibration {
+    /// True when the multi-row kernels are not clearly slower (within 5 %).
+    pub fn multi_row_pays(&self) -> bool {
+        self.single_gbs <= self.multi_gbs * 1.05
+    }
+}
+
+/// Rows × columns of the calibration matrix: Q4_K rows of 2048 (1152 bytes), 64 MiB (twice
+/// the largest last-level cache slice of a common server core complex).
+const CAL_COLS: usize = 2048;
+const CAL_ROWS: usize = (64 << 20) / 1152 / 8 * 8;
+/// Timed passes each way.
+const CAL_PASSES: usize = 3;
+
+/// Measures both ways on `kernels`' Q4_K one-row kernels (the order the decode path uses for a
+/// Q4_K weight of a row count divisible by 8); `None` when the table has no Q4_K multi-row
+/// kernel (nothing to choose) or the measurement cannot run.
+pub fn measure_multi_row(kernels: &Kernels) -> Option<MultiRowCalibration> {
+    let w = GgmlType::Q4_K;
+    let base = RowKernel::for_weight(kernels, w, CAL_ROWS, CAL_COLS, false).ok()?;
+    let mut multi = RowKernel::lookup_in(kernels, w, base.order.single_row()).ok()?;
+    multi.dot_rows?;
+    multi.prefetch = true;
+    let mut single = multi;
+    single.dot_rows = None;
+    let rb = w.row_bytes(CAL_COLS as u64)? as usize;
+    // Written bytes (not the zero page): 0x11 gives finite f16 scales.
+    let data = vec![0x11u8; rb * CAL_ROWS];
+    let x: Vec<f32> = (0..CAL_COLS).map(|i| (i % 7) as f32 - 3.0).collect();
+    let mut out = vec![0f32; CAL_ROWS];
+    let mut scratch = Vec::new();
+    let pool = ThreadPool::new(1).ok()?;
+    let mut best = [f64::INFINITY; 2];
+    for _ in 0..CAL_PASSES {
+        for (i, k) in [&multi, &single].into_iter().enumerate() {
+            let t = Instant::now();
+            matvec_with(
+                &pool,
+                k,
+                &data,
+                CAL_ROWS,
+                CAL_COLS,
+                &x,
+                &mut out,
+                &mut scratch,
+            )
+            .ok()?;
+            best[i] = best[i].min(t.elapsed().as_secs_f64());
+        }
+    }
+    let gbs = |s: f64| data.len() as f64 / s / 1e9;
+    Some(MultiRowCalibration {
+        multi_gbs: gbs(best[0]),
+        single_gbs: gbs(best[1]),
+    })
+}
+
+/// [`measure_multi_row`] on [`Kernels::detect`]'s table, measured once per process.
+pub fn multi_row_calibration() -> Option<MultiRowCalibration> {
+    static CAL: OnceLock<Option<MultiRowCalibration>> = OnceLock::new();
+    *CAL.get_or_init(|| measure_multi_row(Kernels::detect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_ways_are_measured_where_the_table_has_a_q4_k_multi_row_kernel() {
+        let k = Kernels::detect();
+        let has_rows = k
+            .dot_rows_in(
+                RowKernel::for_weight(k, GgmlType::Q4_K, CAL_ROWS, CAL_COLS, false)
+                    .unwrap()
+                    .order
+                    .single_row(),
+                GgmlType::Q4_K,
+            )
+            .is_some();
+        match measure_multi_row(k) {
+            Some(c) => {
+                assert!(has_rows);
+                assert!(c.multi_gbs.is_finite() && c.multi_gbs > 0.0, "{c:?}");
+                assert!(c.single_gbs.is_finite() && c.single_gbs > 0.0, "{c:?}");
+            }
+            None => assert!(
+                !has_rows,
+                "a multi-row kernel exists but nothing was measured"
+            ),
+        }
+        assert_eq!(
+            measure_multi_row(Kernels::scalar()).is_some(),
+            Kernels::scalar().dot_rows(GgmlType::Q4_K).is_some()
+        );
+    }
+}
