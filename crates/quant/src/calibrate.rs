@@ -16,6 +16,11 @@ use crate::kernels::Kernels;
 use crate::matvec::{RowKernel, matvec_with};
 use crate::pool::ThreadPool;
 
+/// Models smaller than this (256 MiB) keep the multi-row kernels without a measurement: their
+/// weights largely stay in the caches, where the grouping is at least as fast
+/// (docs/performance.md).
+pub const STREAMED_MODEL_BYTES: u64 = 256 << 20;
+
 /// The result of [`multi_row_calibration`]: weight bytes streamed per second, each way.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MultiRowCalibration {

@@ -699,10 +699,15 @@ impl Loaded {
 
     /// What was loaded and how it will run.
     /// Whether one-token products use the multi-row kernels: as `cfg` says, else as measured
-    /// (once per process; said in the notices).
+    /// (once per process; said in the notices) for a model whose weights cannot stay in the
+    /// caches (what the measurement is about; a smaller one keeps the multi-row kernels).
     fn multi_row(&self, cfg: &RunConfig) -> bool {
         if let Some(on) = cfg.multi_row {
             return on;
+        }
+        let bytes: u64 = self.file.shards().iter().map(|s| s.file_len()).sum();
+        if bytes < quant::calibrate::STREAMED_MODEL_BYTES {
+            return true;
         }
         let Some(c) = quant::multi_row_calibration() else {
             return true;
