@@ -228,6 +228,22 @@ def trimmed_vocab(vocab_dir, template_dir, name):
     return out
 
 
+def draws(rng):
+    """The random draws every layout uses: a projection (normal, standard deviation
+    scale/sqrt(row length)), a norm weight (1 + 0.1 normal) and a bias (scale times normal)."""
+
+    def lin(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(shape, scale=0.1):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    return lin, norm, bias
+
+
 def make_weights(cfg, n_vocab):
     """Random weights in a fixed order: name -> float32 array (numpy shape, ggml's reversed)."""
     rng = np.random.default_rng(cfg["seed"])
@@ -235,11 +251,7 @@ def make_weights(cfg, n_vocab):
     nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
     ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
 
-    def lin(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    lin, norm, _ = draws(rng)
 
     w = {}
     w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
@@ -289,14 +301,7 @@ def make_weights_gptoss(cfg, n_vocab):
     nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
     ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
 
-    def lin(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    def bias(shape, scale=0.1):
-        return (scale * rng.standard_normal(shape)).astype(np.float32)
+    lin, norm, bias = draws(rng)
 
     w = {}
     w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
@@ -341,14 +346,7 @@ def make_weights_glm4moe(cfg, n_vocab):
     ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
     sh = ff * cfg["n_shared"]
 
-    def lin(rows, cols, scale=1.0):
-        return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    def bias(shape, scale=0.1):
-        return (scale * rng.standard_normal(shape)).astype(np.float32)
+    lin, norm, bias = draws(rng)
 
     w = {}
     w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)

@@ -797,6 +797,29 @@ fn quiet_broken_pipe() {
     }
 }
 
+/// What `run` and `serve` configure alike: the model, its streaming, the expert-use history,
+/// the engine and the sampling (each adds its own on top).
+fn base_run_config(
+    model: std::path::PathBuf,
+    history: &args::HistoryArgs,
+    stream: &args::StreamArgs,
+    engine: &EngineArgs,
+    ctx: Option<usize>,
+    sampling: &args::SamplingArgs,
+) -> anyhow::Result<runtime::open::RunConfig> {
+    let mut run = runtime::open::RunConfig::new(model);
+    run.history = history.clone().config().with_env()?;
+    run.stream = stream.clone().config();
+    run.threads = engine.threads;
+    run.ctx = ctx;
+    run.ubatch = engine.ubatch;
+    run.row_prefetch = engine.row_prefetch.setting();
+    run.multi_row = engine.multi_row.setting();
+    run.kv_type = engine.kv_type.engine();
+    run.sampling = sampling.config();
+    Ok(run)
+}
+
 fn main() -> ExitCode {
     quiet_broken_pipe();
     let cli = Cli::parse();
@@ -868,110 +891,84 @@ fn main() -> ExitCode {
             },
             args.quiet,
         ),
-        Command::Run(args) => args
-            .history
-            .clone()
-            .config()
-            .with_env()
-            .map_err(anyhow::Error::from)
-            .and_then(|history| {
-                let token_figures = args.progress || args.session || args.csv.is_some();
-                run::run(&run::Options {
-                    run: runtime::open::RunConfig {
-                        model: args.model,
-                        stream: args.stream.config(),
-                        history,
-                        threads: args.engine.threads,
-                        ctx: args.ctx,
-                        ubatch: args.engine.ubatch,
-                        row_prefetch: args.engine.row_prefetch.setting(),
-                        multi_row: args.engine.multi_row.setting(),
-                        kv_type: args.engine.kv_type.engine(),
-                        sampling: args.sampling.config(),
-                        ignore_eos: args.ignore_eos,
-                        chatml: args.chatml,
-                        chat_if_present: false,
-                        route_trace: args.route_trace,
-                        route_replay: args.route_replay,
-                        route_stream: args
-                            .route_trace_stream
-                            .map(|path| (path, false))
-                            .or_else(|| {
-                                std::env::var_os("ROUTE_TRACE")
-                                    .filter(|v| !v.is_empty())
-                                    .map(|v| (std::path::PathBuf::from(v), true))
-                            })
-                            .map(|(path, from_env)| runtime::open::RouteStreamFile {
-                                path,
-                                from_env,
-                            }),
-                        io_trace: args.io_trace,
-                        compute_trace: args
-                            .compute_trace
-                            .map(|p| (p, false))
-                            .or(args.compute_trace_layers.map(|p| (p, true)))
-                            .map(|(path, by_layer)| runtime::open::ComputeTraceFile {
-                                path,
-                                by_layer,
-                            }),
-                        token_figures,
-                        predict_log: args.predict_log,
-                        route_ahead: args.route_ahead,
-                        route_heat: false,
-                    },
-                    prompt: args.prompt,
-                    messages: args.messages,
-                    session: args.session,
-                    decide: args.decide,
-                    prefix_cache: args.decide_prefix_cache,
-                    ppl: args.ppl,
-                    ppl_step: args.ppl_step,
-                    test_hold: args.test_hold,
-                    n_predict: args.n_predict,
-                    system: args.system,
-                    no_think: args.no_think,
-                    progress: args.progress,
-                    csv: args.csv,
+        Command::Run(args) => base_run_config(
+            args.model.clone(),
+            &args.history,
+            &args.stream,
+            &args.engine,
+            args.ctx,
+            &args.sampling,
+        )
+        .and_then(|mut run| {
+            run.token_figures = args.progress || args.session || args.csv.is_some();
+            run.ignore_eos = args.ignore_eos;
+            run.chatml = args.chatml;
+            run.route_trace = args.route_trace;
+            run.route_replay = args.route_replay;
+            run.route_stream = args
+                .route_trace_stream
+                .map(|path| (path, false))
+                .or_else(|| {
+                    std::env::var_os("ROUTE_TRACE")
+                        .filter(|v| !v.is_empty())
+                        .map(|v| (std::path::PathBuf::from(v), true))
                 })
-            }),
-        Command::Serve(args) => args
-            .history
-            .clone()
-            .config()
-            .with_env()
-            .map_err(anyhow::Error::from)
-            .and_then(|history| {
-                let mut run = runtime::open::RunConfig::new(args.model);
-                run.stream = args.stream.config();
-                run.history = history;
-                run.threads = args.engine.threads;
-                run.ctx = args.ctx;
-                run.ubatch = args.engine.ubatch;
-                run.row_prefetch = args.engine.row_prefetch.setting();
-                run.multi_row = args.engine.multi_row.setting();
-                run.kv_type = args.engine.kv_type.engine();
-                run.sampling = args.sampling.config();
-                run.chatml = true;
-                run.chat_if_present = true;
-                run.token_figures = true;
-                run.route_heat = true;
-                serve::run(serve::Options {
-                    run,
-                    host: args.host,
-                    port: args.port,
-                    api_key: args
-                        .api_key
-                        .or_else(|| std::env::var("SLUICE_API_KEY").ok())
-                        .filter(|k| !k.is_empty()),
-                    queue: usize::try_from(args.queue).unwrap_or(8),
-                    max_body: args.max_body_kb.saturating_mul(1024),
-                    max_connections: args.max_connections,
-                    alias: args.alias,
-                    n_predict: args.n_predict,
-                    system: args.system,
-                    no_think: args.no_think,
-                })
-            }),
+                .map(|(path, from_env)| runtime::open::RouteStreamFile { path, from_env });
+            run.io_trace = args.io_trace;
+            run.compute_trace = args
+                .compute_trace
+                .map(|p| (p, false))
+                .or(args.compute_trace_layers.map(|p| (p, true)))
+                .map(|(path, by_layer)| runtime::open::ComputeTraceFile { path, by_layer });
+            run.predict_log = args.predict_log;
+            run.route_ahead = args.route_ahead;
+            run::run(&run::Options {
+                run,
+                prompt: args.prompt,
+                messages: args.messages,
+                session: args.session,
+                decide: args.decide,
+                prefix_cache: args.decide_prefix_cache,
+                ppl: args.ppl,
+                ppl_step: args.ppl_step,
+                test_hold: args.test_hold,
+                n_predict: args.n_predict,
+                system: args.system,
+                no_think: args.no_think,
+                progress: args.progress,
+                csv: args.csv,
+            })
+        }),
+        Command::Serve(args) => base_run_config(
+            args.model.clone(),
+            &args.history,
+            &args.stream,
+            &args.engine,
+            args.ctx,
+            &args.sampling,
+        )
+        .and_then(|mut run| {
+            run.chatml = true;
+            run.chat_if_present = true;
+            run.token_figures = true;
+            run.route_heat = true;
+            serve::run(serve::Options {
+                run,
+                host: args.host,
+                port: args.port,
+                api_key: args
+                    .api_key
+                    .or_else(|| std::env::var("SLUICE_API_KEY").ok())
+                    .filter(|k| !k.is_empty()),
+                queue: usize::try_from(args.queue).unwrap_or(8),
+                max_body: args.max_body_kb.saturating_mul(1024),
+                max_connections: args.max_connections,
+                alias: args.alias,
+                n_predict: args.n_predict,
+                system: args.system,
+                no_think: args.no_think,
+            })
+        }),
         Command::Logits(args) => logits::run(&logits::Options {
             model: args.model,
             prompt: args.prompt,

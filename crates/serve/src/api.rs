@@ -140,28 +140,32 @@ impl Fields<'_> {
         self.0.get(key).filter(|v| !v.is_null())
     }
 
-    fn number(&self, key: &str, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+    /// `key` read by `read` and kept when in `lo..=hi`; a value of another kind or out of
+    /// range is refused naming the key, the range and what came (`what`: "a number").
+    fn ranged<T: PartialOrd + std::fmt::Display>(
+        &self,
+        key: &str,
+        (lo, hi): (T, T),
+        what: &str,
+        read: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Option<T>, ApiError> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => match v.as_f64() {
-                Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+            Some(v) => match read(v) {
+                Some(x) if lo <= x && x <= hi => Ok(Some(x)),
                 _ => Err(ApiError::bad(format!(
-                    "\"{key}\" must be a number from {lo} to {hi}, got {v}"
+                    "\"{key}\" must be {what} from {lo} to {hi}, got {v}"
                 ))),
             },
         }
     }
 
+    fn number(&self, key: &str, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+        self.ranged(key, (lo, hi), "a number", Value::as_f64)
+    }
+
     fn integer(&self, key: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => match v.as_i64() {
-                Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
-                _ => Err(ApiError::bad(format!(
-                    "\"{key}\" must be an integer from {lo} to {hi}, got {v}"
-                ))),
-            },
-        }
+        self.ranged(key, (lo, hi), "an integer", Value::as_i64)
     }
 
     fn boolean(&self, key: &str) -> Result<Option<bool>, ApiError> {

@@ -207,10 +207,12 @@ impl Server {
                 rt,
                 &mut session,
                 &base,
-                &work,
-                &tx,
-                job.seq,
-                &job.cancelled,
+                JobRef {
+                    work: &work,
+                    tx: &tx,
+                    seq: job.seq,
+                    cancelled: &job.cancelled,
+                },
             );
             sh.running.fetch_sub(1, Ordering::SeqCst);
             sh.control.done();
@@ -226,18 +228,29 @@ impl Server {
     }
 }
 
+/// A queued request as the engine thread runs it: what to do, where its output goes, its
+/// number, and its client's cancel flag.
+struct JobRef<'j> {
+    work: &'j Work,
+    tx: &'j Sender<Out>,
+    seq: u64,
+    cancelled: &'j Arc<AtomicBool>,
+}
+
 /// One generation on the engine thread.
-#[allow(clippy::too_many_arguments)]
 fn run_job(
     sh: &Shared,
     rt: &mut Runtime<'_>,
     session: &mut Session,
     base: &sampler::SamplerParams,
-    work: &Work,
-    tx: &Sender<Out>,
-    seq: u64,
-    cancelled: &Arc<AtomicBool>,
+    job: JobRef<'_>,
 ) -> runtime::Result<()> {
+    let JobRef {
+        work,
+        tx,
+        seq,
+        cancelled,
+    } = job;
     let common = work.common();
     let accepted = match work {
         Work::Chat(p) => session.accept_messages(
@@ -671,14 +684,13 @@ fn generation(sh: &Shared, conn: &mut Conn, req: &Request, chat: bool) -> std::i
         return error(conn, &e, keep);
     }
     let work = if chat {
+        if !sh.has_template.load(Ordering::SeqCst) {
+            let e = ApiError::bad(
+                "the model has no chat template: use /v1/completions with a raw prompt",
+            );
+            return error(conn, &e, keep);
+        }
         match api::parse_chat(&req.body) {
-            Ok(p) if !sh.has_template.load(Ordering::SeqCst) => {
-                let _ = p;
-                let e = ApiError::bad(
-                    "the model has no chat template: use /v1/completions with a raw prompt",
-                );
-                return error(conn, &e, keep);
-            }
             Ok(p) => Work::Chat(p),
             Err(e) => return error(conn, &e, keep),
         }
