@@ -16,7 +16,9 @@ weight types:
                expert, a leading dense layer, qkv bias, NEOX rope over
                half of each head, q/k RMSNorm per head in the last
                layer only (GLM-4.5 has it, GLM-4.5-Air not: both paths
-               run), and one NextN layer after the trunk
+               run), and one NextN layer after the trunk; glm4moe-grouped
+               is the same model with group-limited routing (4 groups of 4,
+               the best 2), in F32 and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -152,6 +154,16 @@ MODELS = {
         n_head=4, n_head_kv=2, head_dim=64, n_rot=32, n_expert=16, n_expert_used=4,
         n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, n_shared=1, weights_scale=2.5,
         qk_norm_layers=(2,), tied=False, rope_base=1_000_000.0, rms_eps=1e-5,
+    ),
+    # The same model with DeepSeek V3's group-limited routing switched on (llama.cpp reads
+    # expert_group_count for every architecture): 4 groups of 4 experts, the best 2 groups
+    # take part in each choice.
+    "glm4moe-grouped": dict(
+        arch="glm4moe", vocab="qwen2.5-glm", seed=1008, n_layer=3, n_nextn=1, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_rot=32, n_expert=16, n_expert_used=4,
+        n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, n_shared=1, weights_scale=2.5,
+        qk_norm_layers=(2,), tied=False, rope_base=1_000_000.0, rms_eps=1e-5,
+        expert_groups=(4, 2), wtypes=("f32", "q8_0"),
     ),
 }
 
@@ -440,6 +452,9 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_expert_weights_scale(cfg["weights_scale"])
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
         w.add_nextn_predict_layers(cfg["n_nextn"])
+    if "expert_groups" in cfg:
+        w.add_expert_group_count(cfg["expert_groups"][0])
+        w.add_expert_group_used_count(cfg["expert_groups"][1])
     if arch == "qwen2moe":
         w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
     if arch == "gpt-oss":

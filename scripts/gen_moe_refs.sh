@@ -30,7 +30,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe"
+ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
 KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
@@ -48,6 +48,7 @@ declare -A TYPES=(
     [mixtral]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [gptoss]="f32 bf16 q8_0 mxfp4"
     [glm4moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
+    [glm4moe-grouped]="f32 q8_0"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose

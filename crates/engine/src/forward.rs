@@ -848,7 +848,7 @@ fn route(
             }
             None => ops::route_biased_into(
                 logits,
-                m.sel_bias.as_deref(),
+                selection(hp, m),
                 norm,
                 scale,
                 gating,
@@ -867,6 +867,16 @@ fn route(
         cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
     }
     Ok(k_used)
+}
+
+/// How layer `m`'s router chooses beyond the top-k: its selection bias and the model's expert
+/// groups.
+pub(crate) fn selection<'m>(hp: &HParams, m: &'m MoeW<'_>) -> ops::Selection<'m> {
+    ops::Selection {
+        bias: m.sel_bias.as_deref(),
+        groups: (hp.n_expert_groups > 1)
+            .then_some((hp.n_expert_groups as usize, hp.n_group_used as usize)),
+    }
 }
 
 /// Removes `ex` from `s.pending`; an expert the source offers that is not pending is its error.
@@ -1049,11 +1059,6 @@ impl<'a> Engine<'a> {
             )));
         }
         let hp = model.hparams.clone();
-        if hp.n_expert_groups > 1 {
-            return Err(ForwardError::Unsupported(
-                "grouped expert routing (expert_group_count > 1)".into(),
-            ));
-        }
         let w = Weights::load(model, kernels)?;
         let moe_layers: Vec<usize> = (w.layers.iter().enumerate())
             .filter(|(_, lw)| matches!(lw.ffn, FfnW::Moe(_)))

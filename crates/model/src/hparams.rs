@@ -483,6 +483,14 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                     format!("{n_expert} experts do not split into {n_expert_groups} groups"),
                 ));
             }
+            if n_expert / n_expert_groups < 2 {
+                return Err(invalid(
+                    k("expert_group_count"),
+                    format!(
+                        "{n_expert_groups} groups of {n_expert} experts leave fewer than 2 in a group"
+                    ),
+                ));
+            }
             if n_group_used == 0 || n_group_used >= n_expert_groups {
                 return Err(invalid(
                     k("expert_group_used_count"),

@@ -272,6 +272,18 @@ pub struct RouteScratch {
     probs: Vec<f32>,
     sel: Vec<f32>,
     idx: Vec<usize>,
+    group_score: Vec<f32>,
+    group_idx: Vec<usize>,
+}
+
+/// How a MoE layer chooses its experts beyond the top-k of the gating probabilities.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selection<'b> {
+    /// Added to the probabilities for the choice only (llama.cpp's `exp_probs_b`).
+    pub bias: Option<&'b [f32]>,
+    /// Group-limited routing (DeepSeek V3's `n_group` / `topk_group`): the experts split into
+    /// `.0` equal groups, and only the `.1` groups whose two best values sum highest take part.
+    pub groups: Option<(usize, usize)>,
 }
 
 /// [`route`] without allocation: `k` is `ids.len()` (= `w.len()`, at most `logits.len()`), and
@@ -285,16 +297,29 @@ pub fn route_into(
     ids: &mut [usize],
     w: &mut [f32],
 ) {
-    route_biased_into(logits, None, norm, scale, gating, scratch, ids, w);
+    route_biased_into(
+        logits,
+        Selection::default(),
+        norm,
+        scale,
+        gating,
+        scratch,
+        ids,
+        w,
+    );
 }
 
-/// [`route_into`] with a selection bias (llama.cpp's `exp_probs_b`, DeepSeek V3's and GLM's):
-/// the experts are chosen by the gating probabilities plus `bias` (an f32 add), while their
-/// weights are the unbiased probabilities. `bias` must have one value per expert.
+/// [`route_into`] with a [`Selection`]: a selection bias (llama.cpp's `exp_probs_b`, DeepSeek
+/// V3's and GLM's) chooses the experts by the gating probabilities plus the bias (an f32 add),
+/// while their weights are the unbiased probabilities; expert groups limit the choice to the
+/// best groups first, as llama.cpp's `build_moe_ffn`: per group the sum (in f64, rounded to
+/// f32, as ggml's `sum_rows`) of its two largest values (ggml's descending `argsort`), the
+/// top groups by that sum, every other expert's value set to −∞. The bias must have one value
+/// per expert, and the groups must split the experts evenly with at least 2 in each.
 #[allow(clippy::too_many_arguments)]
 pub fn route_biased_into(
     logits: &[f32],
-    bias: Option<&[f32]>,
+    selection: Selection<'_>,
     norm: bool,
     scale: f32,
     gating: Gating,
@@ -304,15 +329,37 @@ pub fn route_biased_into(
 ) {
     let k = ids.len().min(w.len()).min(logits.len());
     let probs = gate_probs(logits, gating, &mut scratch.probs);
-    match bias {
-        Some(b) => {
-            scratch.sel.clear();
-            scratch
+    let grouped = selection.groups.filter(|&(n, _)| n > 1);
+    if selection.bias.is_none() && grouped.is_none() {
+        argsort_desc_into(probs, &mut scratch.idx);
+    } else {
+        scratch.sel.clear();
+        match selection.bias {
+            Some(b) => scratch
                 .sel
-                .extend(probs.iter().zip(b).map(|(&p, &bv)| p + bv));
-            argsort_desc_into(&scratch.sel, &mut scratch.idx);
+                .extend(probs.iter().zip(b).map(|(&p, &bv)| p + bv)),
+            None => scratch.sel.extend_from_slice(probs),
         }
-        None => argsort_desc_into(probs, &mut scratch.idx),
+        if let Some((n_groups, n_used)) = grouped {
+            let per = scratch.sel.len() / n_groups;
+            scratch.group_score.clear();
+            for g in scratch.sel.chunks_exact(per) {
+                argsort_desc_into(g, &mut scratch.group_idx);
+                let top2: f64 = scratch.group_idx[..2.min(per)]
+                    .iter()
+                    .map(|&i| f64::from(g[i]))
+                    .sum();
+                scratch.group_score.push(top2 as f32);
+            }
+            argsort_desc_into(&scratch.group_score, &mut scratch.group_idx);
+            let keep = &scratch.group_idx[..n_used.min(n_groups)];
+            for (gi, g) in scratch.sel.chunks_exact_mut(per).enumerate() {
+                if !keep.contains(&gi) {
+                    g.fill(f32::NEG_INFINITY);
+                }
+            }
+        }
+        argsort_desc_into(&scratch.sel, &mut scratch.idx);
     }
     for (slot, &e) in scratch.idx[..k].iter().enumerate() {
         ids[slot] = e;
@@ -434,5 +481,107 @@ mod tests {
         );
         let (p0, p1) = (logits[0].exp(), logits[1].exp());
         assert!((w[0] - p0 / (p0 + p1)).abs() < 1e-6 && (w[1] - p1 / (p0 + p1)).abs() < 1e-6);
+    }
+}
+
+#[cfg(test)]
+mod selection_tests {
+    use super::*;
+
+    /// A direct reading of llama.cpp's group-limited choice for values without ties.
+    fn naive(sel: &[f32], groups: usize, used: usize, k: usize) -> Vec<usize> {
+        let per = sel.len() / groups;
+        let mut score: Vec<(f32, usize)> = (0..groups)
+            .map(|g| {
+                let mut v: Vec<f32> = sel[g * per..(g + 1) * per].to_vec();
+                v.sort_by(|a, b| b.total_cmp(a));
+                ((f64::from(v[0]) + f64::from(v[1])) as f32, g)
+            })
+            .collect();
+        score.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let keep: Vec<usize> = score[..used].iter().map(|&(_, g)| g).collect();
+        let mut cand: Vec<(f32, usize)> = (0..sel.len())
+            .filter(|e| keep.contains(&(e / per)))
+            .map(|e| (sel[e], e))
+            .collect();
+        cand.sort_by(|a, b| b.0.total_cmp(&a.0));
+        cand[..k].iter().map(|&(_, e)| e).collect()
+    }
+
+    #[test]
+    fn group_limited_routing_keeps_the_best_groups_and_weights_stay_unbiased() {
+        // a small deterministic generator: distinct values, no ties
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+        };
+        for (n, groups, used, k) in [(16, 4, 2, 4), (64, 8, 3, 6), (256, 8, 4, 8), (8, 2, 1, 2)] {
+            for _ in 0..50 {
+                let logits: Vec<f32> = (0..n).map(|_| next()).collect();
+                let bias: Vec<f32> = (0..n).map(|_| next() * 0.05).collect();
+                let mut ids = vec![0; k];
+                let mut w = vec![0f32; k];
+                let mut scratch = RouteScratch::default();
+                let sel = Selection {
+                    bias: Some(&bias),
+                    groups: Some((groups, used)),
+                };
+                route_biased_into(
+                    &logits,
+                    sel,
+                    false,
+                    0.0,
+                    Gating::Sigmoid,
+                    &mut scratch,
+                    &mut ids,
+                    &mut w,
+                );
+                let mut probs = vec![0f32; n];
+                sigmoid(&logits, &mut probs);
+                let biased: Vec<f32> = probs.iter().zip(&bias).map(|(p, b)| p + b).collect();
+                assert_eq!(ids, naive(&biased, groups, used, k), "n {n}");
+                for (slot, &e) in ids.iter().enumerate() {
+                    assert_eq!(
+                        w[slot].to_bits(),
+                        probs[e].to_bits(),
+                        "weights are unbiased"
+                    );
+                }
+                let chosen_groups: std::collections::BTreeSet<usize> =
+                    ids.iter().map(|&e| e / (n / groups)).collect();
+                assert!(chosen_groups.len() <= used, "{chosen_groups:?}");
+            }
+        }
+        // a single group is no grouping: the plain top-k
+        let logits = [0.5f32, -1.0, 2.0, 0.1];
+        let (mut a, mut b) = (vec![0; 2], vec![0; 2]);
+        let (mut wa, mut wb) = (vec![0f32; 2], vec![0f32; 2]);
+        route_into(
+            &logits,
+            true,
+            0.0,
+            Gating::Softmax,
+            &mut RouteScratch::default(),
+            &mut a,
+            &mut wa,
+        );
+        let sel = Selection {
+            bias: None,
+            groups: Some((1, 1)),
+        };
+        route_biased_into(
+            &logits,
+            sel,
+            true,
+            0.0,
+            Gating::Softmax,
+            &mut RouteScratch::default(),
+            &mut b,
+            &mut wb,
+        );
+        assert_eq!((a, wa), (b, wb));
     }
 }
