@@ -697,7 +697,6 @@ impl Loaded {
         })
     }
 
-    /// What was loaded and how it will run.
     /// Whether one-token products use the multi-row kernels: as `cfg` says, else as measured
     /// (once per process; said in the notices) for a model whose weights cannot stay in the
     /// caches (what the measurement is about; a smaller one keeps the multi-row kernels).
@@ -722,6 +721,7 @@ impl Loaded {
         on
     }
 
+    /// What was loaded and how it will run.
     fn say_loaded(&self, sampler: &Sampler) {
         let size: u64 = self
             .file
