@@ -199,7 +199,7 @@ impl<'a> Model<'a> {
         if hp.n_expert > 0 {
             let _ = writeln!(
                 s,
-                "experts: {} per layer, {} used per token, width {}, router {}{} -> top-k{}{}{}",
+                "experts: {} per layer, {} used per token, width {}, router {}{}{} -> top-k{}{}{}",
                 hp.n_expert,
                 per_layer(&hp.n_expert_used),
                 hp.n_ff_exp.max(),
@@ -208,6 +208,14 @@ impl<'a> Model<'a> {
                     " (+ selection bias)"
                 } else {
                     ""
+                },
+                if hp.n_expert_groups > 1 {
+                    format!(
+                        " -> best {} of {} expert groups",
+                        hp.n_group_used, hp.n_expert_groups
+                    )
+                } else {
+                    String::new()
                 },
                 if hp.expert_weights_norm {
                     " -> renormalise"
