@@ -84,15 +84,7 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(on) = opts.row_prefetch {
         engine.set_row_prefetch(on);
     }
-    // Measured as `run` measures it, for a model too large to stay in the caches.
-    let streamed = file.shards().iter().map(|s| s.file_len()).sum::<u64>()
-        >= quant::calibrate::STREAMED_MODEL_BYTES;
-    let multi_row = opts.multi_row.unwrap_or_else(|| {
-        !streamed || quant::multi_row_calibration().is_none_or(|c| c.multi_row_pays())
-    });
-    if !multi_row {
-        engine.set_multi_row(false);
-    }
+    runtime::load::apply_multi_row(&mut engine, &file, opts.multi_row, &notices);
     if let Some(layout) = opened.layout {
         let src = opts.stream.source(
             &file,

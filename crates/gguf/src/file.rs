@@ -294,6 +294,11 @@ impl GgufFile {
         &self.shards
     }
 
+    /// Bytes of the model on disk: every shard's file length.
+    pub fn file_len(&self) -> u64 {
+        self.shards.iter().map(Shard::file_len).sum()
+    }
+
     fn first(&self) -> &Header {
         // `from_shards` is only ever called with at least one shard.
         &self.shards[0].header

@@ -8,6 +8,7 @@ use model::Model;
 use quant::{Kernels, ThreadPool};
 
 use crate::error::{Context, Result};
+use crate::notice::Notices;
 
 /// Threads to use: the given count, or every core the process may use.
 pub fn thread_count(threads: Option<usize>) -> usize {
@@ -38,4 +39,35 @@ pub fn build_engine<'a>(
 ) -> Result<Engine<'a>> {
     Engine::new(model, Kernels::detect(), pool, cfg)
         .with_context(|| format!("{}: cannot prepare the model", path.display()))
+}
+
+/// Whether `engine`'s one-token products use the multi-row kernels: as `setting` says, else as
+/// measured on this CPU (once per process, said in `notices`) for a model too large to stay in
+/// the caches (`quant::calibrate::STREAMED_MODEL_BYTES`; a smaller one keeps them). The output
+/// is the same bits either way.
+pub fn apply_multi_row(
+    engine: &mut Engine<'_>,
+    file: &GgufFile,
+    setting: Option<bool>,
+    notices: &Notices,
+) {
+    let on = setting.unwrap_or_else(|| {
+        if file.file_len() < quant::calibrate::STREAMED_MODEL_BYTES {
+            return true;
+        }
+        let Some(c) = quant::multi_row_calibration() else {
+            return true;
+        };
+        let on = c.multi_row_pays();
+        notices.info(format!(
+            "sluice: decode kernels: {} (measured: {:.1} GB/s with several rows a call, {:.1} GB/s one row; --multi-row to choose)",
+            if on { "several rows a call" } else { "one row a call" },
+            c.multi_gbs,
+            c.single_gbs
+        ));
+        on
+    });
+    if !on {
+        engine.set_multi_row(false);
+    }
 }

@@ -249,9 +249,7 @@ impl Loaded {
         if let Some(on) = cfg.row_prefetch {
             engine.set_row_prefetch(on);
         }
-        if !self.multi_row(cfg) {
-            engine.set_multi_row(false);
-        }
+        crate::load::apply_multi_row(&mut engine, &self.file, cfg.multi_row, &self.notices);
         let predict = self.lookahead(cfg, hp, &mut engine)?;
         let counters = Arc::new(StreamCounters::default());
         let layout = self.expert_layout();
@@ -695,30 +693,6 @@ impl Loaded {
             .filter_map(|(on, name)| on.then_some(name))
             .collect(),
         })
-    }
-
-    /// Whether one-token products use the multi-row kernels: as `cfg` says, else as measured
-    /// (once per process; said in the notices) for a model whose weights cannot stay in the
-    /// caches (what the measurement is about; a smaller one keeps the multi-row kernels).
-    fn multi_row(&self, cfg: &RunConfig) -> bool {
-        if let Some(on) = cfg.multi_row {
-            return on;
-        }
-        let bytes: u64 = self.file.shards().iter().map(|s| s.file_len()).sum();
-        if bytes < quant::calibrate::STREAMED_MODEL_BYTES {
-            return true;
-        }
-        let Some(c) = quant::multi_row_calibration() else {
-            return true;
-        };
-        let on = c.multi_row_pays();
-        self.notices.info(format!(
-            "sluice: decode kernels: {} (measured: {:.1} GB/s with several rows a call, {:.1} GB/s one row; --multi-row to choose)",
-            if on { "several rows a call" } else { "one row a call" },
-            c.multi_gbs,
-            c.single_gbs
-        ));
-        on
     }
 
     /// What was loaded and how it will run.

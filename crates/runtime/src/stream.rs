@@ -1241,7 +1241,7 @@ impl StreamConfig {
     /// Whether to stream `file`: as the flag says, or under `auto` when the model is larger
     /// than the available memory minus the floor (never for a model without routed experts).
     pub fn decide(&self, file: &GgufFile, layout: Option<&ExpertLayout>) -> Decision {
-        let size: u64 = file.shards().iter().map(|s| s.file_len()).sum();
+        let size = file.file_len();
         match (self.moe_stream, layout) {
             (StreamMode::Off, _) => Decision {
                 stream: false,
