@@ -19,6 +19,15 @@ weight types:
                run), and one NextN layer after the trunk; glm4moe-grouped
                is the same model with group-limited routing (4 groups of 4,
                the best 2), in F32 and Q8_0
+    deepseek2  16 experts, top-4: DeepSeek V3's layout at a small size:   vocabulary: qwen2.5 +
+               multi-head latent attention in the absorbed form           DeepSeek's specials
+               (attn_k_b/attn_v_b, low-rank query, one cached head),      (BOS added)
+               NORM rope, YaRN with a log multiplier, a leading dense
+               layer, sigmoid routing with a selection bias and expert
+               groups, a shared expert and a NextN layer;
+               deepseek2-lite is DeepSeek-V2-Lite's: legacy attn_kv_b,
+               one query projection, softmax routing, two shared
+               experts
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -115,6 +124,22 @@ VOCABS = {
         "eos": "<|endoftext|>",
         "template": "GLM-4.6.jinja",
     },
+    # qwen2.5's trimmed vocabulary plus the special tokens DeepSeek V3.1's chat template writes,
+    # as new control tokens, with its begin-of-sentence token added in front of every prompt
+    # as DeepSeek's files do; the template is DeepSeek-V3.1's own.
+    "qwen2.5-deepseek": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": [],
+        "new": [
+            "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+            "<think>", "</think>",
+        ],
+        "bos": "<｜begin▁of▁sentence｜>",
+        "add_bos": True,
+        "eos": "<｜end▁of▁sentence｜>",
+        "template": "deepseek-ai-DeepSeek-V3.1.jinja",
+    },
 }
 
 # Model shapes. head_dim * n_head is 256 for every model but gptoss (512).
@@ -164,6 +189,33 @@ MODELS = {
         n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, n_shared=1, weights_scale=2.5,
         qk_norm_layers=(2,), tied=False, rope_base=1_000_000.0, rms_eps=1e-5,
         expert_groups=(4, 2), wtypes=("f32", "q8_0"),
+    ),
+    # DeepSeek V3's layout at a small size, in the absorbed MLA form that llama.cpp's converter
+    # writes today (attn_k_b / attn_v_b): low-rank query (rank 256), compressed KV rank 256,
+    # heads of 64 plain + 32 rotated query/key values and 64 value values, YaRN (x4, log
+    # multiplier 0.1 as converted), one leading dense layer, then 16 experts top-4 by sigmoid
+    # with a selection bias and group-limited routing (4 groups, best 2), renormalised and
+    # scaled by 2.5, one shared expert, and a NextN layer.
+    "deepseek2": dict(
+        arch="deepseek2", vocab="qwen2.5-deepseek", seed=1009, n_layer=3, n_nextn=1,
+        n_embd=256, n_head=4, q_lora=256, kv_lora=256, qk_nope=64, qk_rope=32, v_head=64,
+        absorbed=True, n_expert=16, n_expert_used=4, n_ff_exp=256, n_ff_dense=512,
+        n_dense_lead=1, n_shared=1, weights_scale=2.5, weights_norm=True, gating="sigmoid",
+        selection_bias=True, expert_groups=(4, 2), tied=False, rope_base=10_000.0,
+        rms_eps=1e-6, yarn_factor=4.0, yarn_orig_ctx=1024, yarn_log_mul=0.1,
+        wtypes=("f32", "bf16", "q8_0", "q4_0"),
+    ),
+    # DeepSeek-V2-Lite's layout: the legacy MLA form (attn_kv_b, from files converted before
+    # the absorbed form), a single query projection (q_lora_rank 0), softmax routing (no
+    # expert_gating_func key, as in V2 files) without selection bias or renormalisation, two
+    # shared experts, no YaRN.
+    "deepseek2-lite": dict(
+        arch="deepseek2", vocab="qwen2.5-deepseek", seed=1010, n_layer=3, n_nextn=0,
+        n_embd=256, n_head=4, q_lora=0, kv_lora=256, qk_nope=64, qk_rope=32, v_head=64,
+        absorbed=False, n_expert=16, n_expert_used=4, n_ff_exp=256, n_ff_dense=512,
+        n_dense_lead=1, n_shared=2, weights_scale=None, weights_norm=False, gating=None,
+        selection_bias=False, tied=False, rope_base=10_000.0, rms_eps=1e-6,
+        wtypes=("f32", "q8_0", "q4_0"),
     ),
 }
 
@@ -234,6 +286,10 @@ def trimmed_vocab(vocab_dir, template_dir, name):
         out["chat_template"] = tmpl
     if "eos" in spec:
         out["eos"] = out["tokens"].index(spec["eos"])
+    if "bos" in spec:
+        out["bos"] = out["tokens"].index(spec["bos"])
+    if "add_bos" in spec:
+        out["add_bos_token"] = spec["add_bos"]
     if "template" in spec:
         with open(os.path.join(template_dir, spec["template"]), encoding="utf-8") as f:
             out["chat_template"] = f.read()
@@ -400,6 +456,65 @@ def make_weights_glm4moe(cfg, n_vocab):
     return w
 
 
+def make_weights_deepseek2(cfg, n_vocab):
+    """The deepseek2 layout (llama.cpp's LLM_ARCH_DEEPSEEK2), in a fixed order like
+    make_weights. attn_kv_b is drawn in both forms; the absorbed form splits it as llama.cpp's
+    converter does (per head: the plain key rows, transposed, into attn_k_b; the value rows
+    into attn_v_b)."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, nh = cfg["n_embd"], cfg["n_head"]
+    nope, rot, vh, r = cfg["qk_nope"], cfg["qk_rope"], cfg["v_head"], cfg["kv_lora"]
+    ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
+    sh = ff * cfg["n_shared"]
+
+    lin, norm, bias = draws(rng)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"] + cfg["n_nextn"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        if cfg["q_lora"]:
+            w[p + "attn_q_a.weight"] = lin(cfg["q_lora"], e)
+            w[p + "attn_q_a_norm.weight"] = norm(cfg["q_lora"])
+            w[p + "attn_q_b.weight"] = lin(nh * (nope + rot), cfg["q_lora"])
+        else:
+            w[p + "attn_q.weight"] = lin(nh * (nope + rot), e)
+        w[p + "attn_kv_a_mqa.weight"] = lin(r + rot, e)
+        w[p + "attn_kv_a_norm.weight"] = norm(r)
+        kv_b = lin(nh * (nope + vh), r)
+        if cfg["absorbed"]:
+            kv_b = kv_b.reshape(nh, nope + vh, r)
+            w[p + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :nope, :].transpose(0, 2, 1))
+            w[p + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, nope:, :])
+        else:
+            w[p + "attn_kv_b.weight"] = kv_b
+        w[p + "attn_output.weight"] = lin(e, nh * vh)
+        w[p + "ffn_norm.weight"] = norm(e)
+        if il < cfg["n_dense_lead"]:
+            w[p + "ffn_gate.weight"] = lin(cfg["n_ff_dense"], e)
+            w[p + "ffn_up.weight"] = lin(cfg["n_ff_dense"], e)
+            w[p + "ffn_down.weight"] = lin(e, cfg["n_ff_dense"])
+        else:
+            w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+            if cfg["selection_bias"]:
+                w[p + "exp_probs_b.bias"] = bias(ne, GLM_SELECTION_BIAS)
+            w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+            w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+            w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+            w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
+            w[p + "ffn_up_shexp.weight"] = lin(sh, e)
+            w[p + "ffn_down_shexp.weight"] = lin(e, sh)
+        if il >= cfg["n_layer"]:
+            w[p + "nextn.eh_proj.weight"] = lin(e, 2 * e)
+            w[p + "nextn.enorm.weight"] = norm(e)
+            w[p + "nextn.hnorm.weight"] = norm(e)
+            w[p + "nextn.shared_head_norm.weight"] = norm(e)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
 def keep_f32(name, arr):
     return (
         arr.ndim < 2
@@ -434,17 +549,48 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
     w.add_feed_forward_length(cfg.get("n_ff_dense", cfg["n_ff_exp"]))
     w.add_head_count(cfg["n_head"])
-    w.add_head_count_kv(cfg["n_head_kv"])
+    if arch == "deepseek2":
+        rot, r = cfg["qk_rope"], cfg["kv_lora"]
+        # the converter's keys: the absorbed form caches one head of the compressed row and
+        # the rotated part
+        w.add_head_count_kv(1 if cfg["absorbed"] else cfg["n_head"])
+        if cfg["absorbed"]:
+            w.add_key_length(r + rot)
+            w.add_value_length(r)
+            w.add_key_length_mla(cfg["qk_nope"] + rot)
+            w.add_value_length_mla(cfg["v_head"])
+        else:
+            w.add_key_length(cfg["qk_nope"] + rot)
+            w.add_value_length(cfg["v_head"])
+        w.add_q_lora_rank(cfg["q_lora"])
+        w.add_kv_lora_rank(r)
+    else:
+        w.add_head_count_kv(cfg["n_head_kv"])
     if arch in ("qwen3moe", "gpt-oss", "glm4moe"):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
     w.add_rope_freq_base(cfg["rope_base"])
-    w.add_rope_dimension_count(cfg.get("n_rot", cfg["head_dim"]))
+    w.add_rope_dimension_count(cfg.get("n_rot", cfg.get("qk_rope", cfg.get("head_dim"))))
     w.add_expert_count(cfg["n_expert"])
     w.add_expert_used_count(cfg["n_expert_used"])
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2"):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "deepseek2":
+        w.add_leading_dense_block_count(cfg["n_dense_lead"])
+        w.add_expert_shared_count(cfg["n_shared"])
+        w.add_expert_weights_norm(cfg["weights_norm"])
+        if cfg["weights_scale"] is not None:
+            w.add_expert_weights_scale(cfg["weights_scale"])
+        if cfg["gating"] == "sigmoid":
+            w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        if cfg["n_nextn"]:
+            w.add_nextn_predict_layers(cfg["n_nextn"])
+        if "yarn_factor" in cfg:
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(cfg["yarn_factor"])
+            w.add_rope_scaling_orig_ctx_len(cfg["yarn_orig_ctx"])
+            w.add_rope_scaling_yarn_log_mul(cfg["yarn_log_mul"])
     if arch == "glm4moe":
         w.add_leading_dense_block_count(cfg["n_dense_lead"])
         w.add_expert_shared_count(cfg["n_shared"])
@@ -514,6 +660,7 @@ def main():
         make = {
             "gpt-oss": make_weights_gptoss,
             "glm4moe": make_weights_glm4moe,
+            "deepseek2": make_weights_deepseek2,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         for wtype in cfg.get("wtypes", DEFAULT_WTYPES):

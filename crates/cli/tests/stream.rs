@@ -48,6 +48,8 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "mixtral-bf16.gguf",
         "gptoss-mxfp4.gguf",
         "glm4moe-q4_k_m.gguf",
+        "deepseek2-q4_k_m.gguf",
+        "deepseek2-lite-q4_0.gguf",
     ] {
         let m = moe_fixture(f);
         let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);

@@ -20,7 +20,7 @@ use thiserror::Error;
 use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
 use ahead::{Ahead, AheadState};
-use weights::{FfnW, LayerW, Mat, MoeW, SharedW, Weights};
+use weights::{AttnW, FfnW, LayerW, Mat, MhaW, MlaKvBW, MlaW, MoeW, SharedW, Weights};
 
 /// Errors of building or running an [`Engine`].
 #[derive(Debug, Error)]
@@ -297,6 +297,14 @@ struct Scratch {
     route: ops::RouteScratch,
     rope: Vec<f32>,
     qbuf: Vec<u8>,
+    /// Multi-head latent attention: the query projection's output, the compressed rows with
+    /// the rotated key part, a head's gathered inputs and outputs of the per-head products, and
+    /// the value heads of the absorbed form.
+    qraw: Vec<f32>,
+    kva: Vec<f32>,
+    hx: Vec<f32>,
+    hy: Vec<f32>,
+    heads: Vec<f32>,
 }
 
 /// A model ready to run, with its KV cache. See the [module docs](self).
@@ -580,9 +588,9 @@ impl Stage<'_, '_> {
     }
 }
 
-/// The attention block of layer `st.il` over the chunk's rows at positions `p0..`: norm, q/k/v
-/// (with their biases and QK-norm), RoPE, the KV store, attention, the output projection, and
-/// the residual added into `s.x`.
+/// The attention block of layer `st.il` over the chunk's rows at positions `p0..`: norm, the
+/// queries, keys and values ([`mha_qkv`] or [`mla_qkv`]), the KV store, attention, the output
+/// projection, and the residual added into `s.x`.
 fn attention(
     st: Stage<'_, '_>,
     lw: &LayerW<'_>,
@@ -593,60 +601,45 @@ fn attention(
 ) -> Result<(), ForwardError> {
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
     let e = st.e();
-    let hd = hp.head_dim_k as usize;
     let n_head = hp.n_head.at(il) as usize;
-    let qw = hp.n_embd_q(il) as usize;
+    let (hd, hdv) = (hp.head_dim_k as usize, hp.head_dim_v as usize);
     let kw = hp.n_embd_k_gqa(il) as usize;
-    let eps = hp.rms_eps;
+    let vw = hp.n_embd_v_gqa(il) as usize;
 
-    ops::rms_norm(&s.x[..n * e], &lw.attn_norm, eps, &mut s.cur[..n * e]);
+    ops::rms_norm(
+        &s.x[..n * e],
+        &lw.attn_norm,
+        hp.rms_eps,
+        &mut s.cur[..n * e],
+    );
     st.emit("attn_norm", &s.cur[..n * e]);
-    // q, k, v
-    mm(pool, &lw.wq, lw.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
-    mm(pool, &lw.wk, lw.wk.data, &s.cur, n, &mut s.k, &mut s.qbuf)?;
-    mm(pool, &lw.wv, lw.wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?;
-    let q = &mut s.q[..n * qw];
-    let k = &mut s.k[..n * kw];
-    let v = &mut s.v[..n * kw];
-    add_bias(q, lw.bq.as_ref());
-    add_bias(k, lw.bk.as_ref());
-    add_bias(v, lw.bv.as_ref());
-    // QK-norm (row length = the weight length: one head, or the whole projection)
-    if hp.qk_norm != QkNorm::None {
-        if let Some(qn) = &lw.q_norm {
-            ops::rms_norm_inplace(q, qn, eps);
+    let absorbed = match &lw.attn {
+        AttnW::Mha(a) => {
+            mha_qkv(st, a, rope, s)?;
+            false
         }
-        if let Some(kn) = &lw.k_norm {
-            ops::rms_norm_inplace(k, kn, eps);
-        }
-    }
-    // RoPE
-    let nr = hp.rope.n_rot as usize;
-    for t in 0..n {
-        let cache = &s.rope[t * nr..(t + 1) * nr];
-        rope.apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
-        rope.apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
-    }
-    st.emit("Qcur", q);
-    st.emit("Kcur", k);
-    st.emit("Vcur", v);
+        AttnW::Mla(a) => mla_qkv(st, a, rope, s)?,
+    };
+    st.emit("Qcur", &s.q[..n * n_head * hd]);
+    st.emit("Kcur", &s.k[..n * kw]);
+    st.emit("Vcur", &s.v[..n * vw]);
     // KV store and attention
     for t in 0..n {
         cache.store(
             0,
             p0 + t,
-            &k[t * kw..(t + 1) * kw],
-            &v[t * kw..(t + 1) * kw],
+            &s.k[t * kw..(t + 1) * kw],
+            &s.v[t * vw..(t + 1) * vw],
         )?;
     }
-    let aw = n_head * hd;
+    let aw = n_head * hdv;
     let extras = ops::AttnExtras {
         window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
         sinks: lw.sinks.as_deref(),
     };
     ops::attend_batch_with(
         pool,
-        &q[..n * aw],
+        &s.q[..n * n_head * hd],
         cache,
         0,
         p0,
@@ -657,15 +650,48 @@ fn attention(
         &mut s.att[..n * aw],
     )?;
     st.emit("kqv_out", &s.att[..n * aw]);
-    mm(
-        pool,
-        &lw.wo,
-        lw.wo.data,
-        &s.att,
-        n,
-        &mut s.proj,
-        &mut s.qbuf,
-    )?;
+    if absorbed {
+        // from the compressed space back to value heads, head by head
+        let AttnW::Mla(a) = &lw.attn else {
+            return Err(ForwardError::Unsupported(
+                "absorbed MLA without its weights".into(),
+            ));
+        };
+        let MlaKvBW::Absorbed { v_b, .. } = &a.kv_b else {
+            return Err(ForwardError::Unsupported(
+                "absorbed MLA without attn_v_b".into(),
+            ));
+        };
+        let (r, v) = (v_b.cols, v_b.rows);
+        for h in 0..n_head {
+            for t in 0..n {
+                s.hx[t * r..(t + 1) * r].copy_from_slice(&s.att[(t * n_head + h) * r..][..r]);
+            }
+            mm(pool, v_b, v_b.expert(h), &s.hx, n, &mut s.hy, &mut s.qbuf)?;
+            for t in 0..n {
+                s.heads[(t * n_head + h) * v..][..v].copy_from_slice(&s.hy[t * v..(t + 1) * v]);
+            }
+        }
+        mm(
+            pool,
+            &lw.wo,
+            lw.wo.data,
+            &s.heads,
+            n,
+            &mut s.proj,
+            &mut s.qbuf,
+        )?;
+    } else {
+        mm(
+            pool,
+            &lw.wo,
+            lw.wo.data,
+            &s.att,
+            n,
+            &mut s.proj,
+            &mut s.qbuf,
+        )?;
+    }
     add_bias(&mut s.proj[..n * e], lw.bo.as_ref());
     st.emit("attn_out", &s.proj[..n * e]);
     // residual
@@ -673,6 +699,155 @@ fn attention(
         *xv += a;
     }
     Ok(())
+}
+
+/// Multi-head attention's queries, keys and values of the normed rows `s.cur` into `s.q`,
+/// `s.k` and `s.v`: the projections, their biases, QK-norm and RoPE.
+fn mha_qkv(
+    st: Stage<'_, '_>,
+    a: &MhaW<'_>,
+    rope: &Rope,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let hd = hp.head_dim_k as usize;
+    let qw = hp.n_embd_q(il) as usize;
+    let kw = hp.n_embd_k_gqa(il) as usize;
+    let eps = hp.rms_eps;
+    mm(pool, &a.wq, a.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
+    mm(pool, &a.wk, a.wk.data, &s.cur, n, &mut s.k, &mut s.qbuf)?;
+    mm(pool, &a.wv, a.wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?;
+    let q = &mut s.q[..n * qw];
+    let k = &mut s.k[..n * kw];
+    let v = &mut s.v[..n * kw];
+    add_bias(q, a.bq.as_ref());
+    add_bias(k, a.bk.as_ref());
+    add_bias(v, a.bv.as_ref());
+    // QK-norm (row length = the weight length: one head, or the whole projection)
+    if hp.qk_norm != QkNorm::None {
+        if let Some(qn) = &a.q_norm {
+            ops::rms_norm_inplace(q, qn, eps);
+        }
+        if let Some(kn) = &a.k_norm {
+            ops::rms_norm_inplace(k, kn, eps);
+        }
+    }
+    // RoPE
+    let nr = hp.rope.n_rot as usize;
+    for t in 0..n {
+        let cache = &s.rope[t * nr..(t + 1) * nr];
+        rope.apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
+        rope.apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
+    }
+    Ok(())
+}
+
+/// Multi-head latent attention's queries, keys and values (llama.cpp's deepseek2 graph) of the
+/// normed rows `s.cur` into `s.q`, `s.k` and `s.v`, in the layout the cache and
+/// [`ops::attend_batch_with`] take. Returns true for the absorbed form, whose attention output
+/// is still in the compressed space.
+///
+/// The query (`attn_q`, or `attn_q_a`, its norm and `attn_q_b`) has per head `nope` plain
+/// values then `n_rot` rotated ones. `attn_kv_a_mqa` gives the compressed row (normed by
+/// `attn_kv_a_norm`) and the rotated key part shared by the heads.
+/// - Absorbed: per head, `attn_k_b` carries the plain query part into the compressed space;
+///   the query is `[that; rotated part]`, the one cached key `[compressed row; rotated part]`
+///   and the one cached value the compressed row.
+/// - Legacy: `attn_kv_b` expands the compressed row into per-head plain keys and values; the
+///   key of each head is `[plain key; shared rotated part]`.
+fn mla_qkv(
+    st: Stage<'_, '_>,
+    a: &MlaW<'_>,
+    rope: &Rope,
+    s: &mut Scratch,
+) -> Result<bool, ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let Some(m) = hp.mla.as_ref() else {
+        return Err(ForwardError::Unsupported(
+            "MLA weights without MLA dimensions".into(),
+        ));
+    };
+    let eps = hp.rms_eps;
+    let n_head = hp.n_head.at(il) as usize;
+    let nr = hp.rope.n_rot as usize;
+    let dk = m.head_dim_k as usize;
+    let nope = dk - nr;
+    let dv = m.head_dim_v as usize;
+    let r = m.kv_lora_rank as usize;
+    let qw = n_head * dk;
+    // query, into s.qraw
+    match &a.q_a {
+        Some((q_a, norm)) => {
+            mm(pool, q_a, q_a.data, &s.cur, n, &mut s.hx, &mut s.qbuf)?;
+            let ql = q_a.rows;
+            ops::rms_norm_inplace(&mut s.hx[..n * ql], norm, eps);
+            mm(pool, &a.q, a.q.data, &s.hx, n, &mut s.qraw, &mut s.qbuf)?;
+        }
+        None => mm(pool, &a.q, a.q.data, &s.cur, n, &mut s.qraw, &mut s.qbuf)?,
+    }
+    // compressed row and shared rotated key part, into s.kva
+    let kaw = r + nr;
+    mm(
+        pool,
+        &a.kv_a,
+        a.kv_a.data,
+        &s.cur,
+        n,
+        &mut s.kva,
+        &mut s.qbuf,
+    )?;
+    for t in 0..n {
+        let cache = &s.rope[t * nr..(t + 1) * nr];
+        let row = &mut s.kva[t * kaw..(t + 1) * kaw];
+        rope.apply_cached(&mut row[r..], nr, cache)?;
+        ops::rms_norm_inplace(&mut row[..r], &a.kv_a_norm, eps);
+        // the rotated part of every query head
+        for h in 0..n_head {
+            let qh = &mut s.qraw[t * qw + h * dk..][..dk];
+            rope.apply_cached(&mut qh[nope..], nr, cache)?;
+        }
+    }
+    match &a.kv_b {
+        MlaKvBW::Absorbed { k_b, .. } => {
+            let kw = r + nr;
+            for h in 0..n_head {
+                for t in 0..n {
+                    s.hx[t * nope..(t + 1) * nope]
+                        .copy_from_slice(&s.qraw[t * qw + h * dk..][..nope]);
+                }
+                mm(pool, k_b, k_b.expert(h), &s.hx, n, &mut s.hy, &mut s.qbuf)?;
+                for t in 0..n {
+                    let qh = &mut s.q[(t * n_head + h) * kw..][..kw];
+                    qh[..r].copy_from_slice(&s.hy[t * r..(t + 1) * r]);
+                    qh[r..].copy_from_slice(&s.qraw[t * qw + h * dk + nope..][..nr]);
+                }
+            }
+            for t in 0..n {
+                let row = &s.kva[t * kaw..(t + 1) * kaw];
+                s.k[t * kw..(t + 1) * kw].copy_from_slice(row);
+                s.v[t * r..(t + 1) * r].copy_from_slice(&row[..r]);
+            }
+            Ok(true)
+        }
+        MlaKvBW::Legacy(kv_b) => {
+            for t in 0..n {
+                s.hx[t * r..(t + 1) * r].copy_from_slice(&s.kva[t * kaw..][..r]);
+            }
+            mm(pool, kv_b, kv_b.data, &s.hx, n, &mut s.hy, &mut s.qbuf)?;
+            let bw = nope + dv;
+            for t in 0..n {
+                for h in 0..n_head {
+                    let kv = &s.hy[t * n_head * bw + h * bw..][..bw];
+                    let kh = &mut s.k[(t * n_head + h) * dk..][..dk];
+                    kh[..nope].copy_from_slice(&kv[..nope]);
+                    kh[nope..].copy_from_slice(&s.kva[t * kaw + r..][..nr]);
+                    s.v[(t * n_head + h) * dv..][..dv].copy_from_slice(&kv[nope..]);
+                }
+            }
+            s.q[..n * qw].copy_from_slice(&s.qraw[..n * qw]);
+            Ok(false)
+        }
+    }
 }
 
 /// A SwiGLU FFN (a dense layer's, or the shared expert's without biases) on the normed rows
@@ -1067,7 +1242,7 @@ impl<'a> Engine<'a> {
         let e = hp.n_embd as usize;
         let hd = hp.head_dim_k as usize;
         for il in 0..hp.n_layer as usize {
-            if hp.n_embd_q(il) as usize != hp.n_head.at(il) as usize * hd {
+            if hp.mla.is_none() && hp.n_embd_q(il) as usize != hp.n_head.at(il) as usize * hd {
                 return Err(ForwardError::Unsupported(format!(
                     "layer {il}: q width {} differs from n_head x head_dim",
                     hp.n_embd_q(il)
@@ -1091,7 +1266,16 @@ impl<'a> Engine<'a> {
         // Positions past `cfg.n_ctx` are still refused by `forward`.
         let kv_cells = cfg.n_ctx.next_multiple_of(KV_CELL_PAD);
         let kv = (0..hp.n_layer as usize)
-            .map(|il| KvCache::new(kv_type, 1, kv_cells, hp.n_head_kv.at(il) as usize, hd))
+            .map(|il| {
+                KvCache::with_value_dim(
+                    kv_type,
+                    1,
+                    kv_cells,
+                    hp.n_head_kv.at(il) as usize,
+                    hd,
+                    hp.head_dim_v as usize,
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
 
         let ub = cfg.ubatch;
@@ -1107,9 +1291,35 @@ impl<'a> Engine<'a> {
                 .unwrap_or(0),
         );
         let kv_max = (0..nl)
-            .map(|il| hp.n_embd_k_gqa(il) as usize)
+            .map(|il| hp.n_embd_k_gqa(il).max(hp.n_embd_v_gqa(il)) as usize)
             .max()
             .unwrap_or(0);
+        let att_max = (0..nl)
+            .map(|il| (hp.n_head.at(il) * hp.head_dim_v) as usize)
+            .max()
+            .unwrap_or(0)
+            .max(q_max);
+        // MLA buffers (empty without MLA)
+        let (mla_q, mla_kva, mla_hx, mla_hy, mla_heads) = match &hp.mla {
+            None => (0, 0, 0, 0, 0),
+            Some(m) => {
+                let nr = hp.rope.n_rot;
+                let nope = m.head_dim_nope(nr);
+                let h = hp.n_head.max();
+                let hx = m.q_lora_rank.max(m.kv_lora_rank).max(nope);
+                let hy = m
+                    .kv_lora_rank
+                    .max(m.head_dim_v)
+                    .max(h * (nope + m.head_dim_v));
+                (
+                    h * m.head_dim_k,
+                    m.kv_lora_rank + nr,
+                    hx,
+                    hy,
+                    h * m.head_dim_v,
+                )
+            }
+        };
         let f_max = [
             hp.n_ff.max() as usize,
             hp.n_ff_exp.max() as usize,
@@ -1126,7 +1336,7 @@ impl<'a> Engine<'a> {
             q: vec![0.0; ub * q_max],
             k: vec![0.0; ub * kv_max],
             v: vec![0.0; ub * kv_max],
-            att: vec![0.0; ub * q_max],
+            att: vec![0.0; ub * att_max],
             proj: vec![0.0; ub * e],
             gate: vec![0.0; ub * f_max],
             up: vec![0.0; ub * f_max],
@@ -1152,6 +1362,11 @@ impl<'a> Engine<'a> {
             route: ops::RouteScratch::default(),
             rope: vec![0.0; ub * hp.rope.n_rot as usize],
             qbuf: Vec::new(),
+            qraw: vec![0.0; ub * mla_q as usize],
+            kva: vec![0.0; ub * mla_kva as usize],
+            hx: vec![0.0; ub * mla_hx as usize],
+            hy: vec![0.0; ub * mla_hy as usize],
+            heads: vec![0.0; ub * mla_heads as usize],
         };
         Ok(Engine {
             hp,

@@ -4,7 +4,7 @@ use crate::error::ModelError;
 
 /// Names accepted in `general.architecture`, for messages.
 pub const SUPPORTED_ARCHS: &str =
-    "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, llama, qwen2, qwen3";
+    "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, deepseek2, llama, qwen2, qwen3";
 
 /// A model architecture, from `general.architecture`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,6 +32,13 @@ pub enum Arch {
     /// expert, q/k/v biases, optional per-head QK-norm, NEOX rope over part of each head, and
     /// NextN (multi-token prediction) layers after the trunk that decoding does not run.
     Glm4Moe,
+    /// DeepSeek V2/V3/R1 and Kimi K2 (llama.cpp's `LLM_ARCH_DEEPSEEK2`): multi-head latent
+    /// attention (a low-rank query, one compressed key/value row per token shared by every
+    /// head, stored in its absorbed or its legacy `attn_kv_b` form), NORM rope over a separate
+    /// part of each head, leading dense layers, then MoE layers with softmax or sigmoid
+    /// routing, an optional selection bias, group-limited top-k and ungated shared experts;
+    /// NextN layers after the trunk that decoding does not run.
+    Deepseek2,
 }
 
 /// How a MoE layer turns router logits into expert weights.
@@ -75,7 +82,7 @@ pub enum SharedExperts {
     /// `sigmoid(ffn_gate_inp_shexp · x)` (qwen2moe).
     Gated,
     /// `expert_shared_count` of them fused into one SwiGLU of `count × n_ff_exp` rows,
-    /// ungated (glm4moe).
+    /// ungated (glm4moe, deepseek2).
     Counted,
 }
 
@@ -120,12 +127,13 @@ pub enum QDim {
 
 impl Arch {
     /// Every supported architecture.
-    pub const ALL: [Arch; 8] = [
+    pub const ALL: [Arch; 9] = [
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
         Arch::Olmoe,
         Arch::GptOss,
         Arch::Glm4Moe,
+        Arch::Deepseek2,
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -150,13 +158,14 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::GptOss => "gpt-oss",
             Arch::Glm4Moe => "glm4moe",
+            Arch::Deepseek2 => "deepseek2",
         }
     }
 
     /// Rotary embedding pairing.
     pub fn rope_type(self) -> RopeType {
         match self {
-            Arch::Llama => RopeType::Norm,
+            Arch::Llama | Arch::Deepseek2 => RopeType::Norm,
             _ => RopeType::Neox,
         }
     }
@@ -186,29 +195,43 @@ impl Arch {
         matches!(self, Arch::GptOss | Arch::Glm4Moe)
     }
 
-    /// True when each MoE layer carries `exp_probs_b.bias` `{n_expert}`: added to the gating
-    /// probabilities to choose the experts, while the weights stay the unbiased probabilities.
-    pub fn has_selection_bias(self) -> bool {
-        self == Arch::Glm4Moe
+    /// Whether each MoE layer carries `exp_probs_b.bias` `{n_expert}`, added to the gating
+    /// probabilities to choose the experts while the weights stay the unbiased probabilities:
+    /// `None` never, `Some(true)` always (glm4moe), `Some(false)` when the file has it
+    /// (deepseek2: DeepSeek V3 has it, V2 not).
+    pub fn selection_bias(self) -> Option<bool> {
+        match self {
+            Arch::Glm4Moe => Some(true),
+            Arch::Deepseek2 => Some(false),
+            _ => None,
+        }
     }
 
     /// True when the file may hold `nextn_predict_layers` NextN (multi-token prediction)
     /// layers after the trunk's, counted in `block_count`.
     pub fn has_nextn(self) -> bool {
-        self == Arch::Glm4Moe
+        matches!(self, Arch::Glm4Moe | Arch::Deepseek2)
     }
 
     /// True when llama.cpp reads `expert_gating_func` for this arch.
     pub fn reads_gating_func(self) -> bool {
-        self == Arch::Glm4Moe
+        matches!(self, Arch::Glm4Moe | Arch::Deepseek2)
+    }
+
+    /// True when attention is multi-head latent attention (see [`crate::Mla`]).
+    pub fn is_mla(self) -> bool {
+        self == Arch::Deepseek2
     }
 
     /// Width of q / attn_output.
     pub fn q_dim(self) -> QDim {
         match self {
-            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Llama | Arch::GptOss | Arch::Glm4Moe => {
-                QDim::HeadDimTimesHeads
-            }
+            Arch::Qwen3Moe
+            | Arch::Qwen3
+            | Arch::Llama
+            | Arch::GptOss
+            | Arch::Glm4Moe
+            | Arch::Deepseek2 => QDim::HeadDimTimesHeads,
             Arch::Qwen2Moe | Arch::Olmoe | Arch::Qwen2 => QDim::Embd,
         }
     }
@@ -217,7 +240,12 @@ impl Arch {
     pub fn requires_experts(self) -> bool {
         matches!(
             self,
-            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe | Arch::GptOss | Arch::Glm4Moe
+            Arch::Qwen3Moe
+                | Arch::Qwen2Moe
+                | Arch::Olmoe
+                | Arch::GptOss
+                | Arch::Glm4Moe
+                | Arch::Deepseek2
         )
     }
 
@@ -231,6 +259,7 @@ impl Arch {
                 | Arch::Llama
                 | Arch::GptOss
                 | Arch::Glm4Moe
+                | Arch::Deepseek2
         )
     }
 
@@ -249,7 +278,7 @@ impl Arch {
     pub fn shared_experts(self) -> SharedExperts {
         match self {
             Arch::Qwen2Moe => SharedExperts::Gated,
-            Arch::Glm4Moe => SharedExperts::Counted,
+            Arch::Glm4Moe | Arch::Deepseek2 => SharedExperts::Counted,
             _ => SharedExperts::None,
         }
     }

@@ -83,25 +83,66 @@ pub struct Rope {
     pub yarn_beta_slow: f32,
     /// `rope.scaling.finetuned` (default false; informational).
     pub finetuned: bool,
+    /// deepseek2: `rope.scaling.yarn_log_multiplier` / 0.1 (llama.cpp undoes the converter's
+    /// factor of 0.1); 0 when absent and for the other archs, which do not read it.
+    pub yarn_log_mul: f32,
 }
 
 impl Rope {
     /// The magnitude factor handed to the rope kernel (ggml's `attn_factor` argument), as
     /// llama.cpp's context computes it. When `yarn_ext_factor != 0` the kernel itself further
     /// multiplies by `1 + 0.1 ln(1/freq_scale)`.
+    ///
+    /// With a YaRN log multiplier (deepseek2), llama.cpp's ratio of two equal magnitude factors
+    /// is exactly 1, so the base is 1 before the kernel's factor is cancelled.
     pub fn mscale(&self) -> f32 {
-        let base = if self.yarn_ext_factor != 0.0 {
+        let mut base = self.yarn_attn_factor;
+        if self.yarn_ext_factor != 0.0 {
             let factor = 1.0 / self.freq_scale;
-            let m = if factor <= 1.0 {
+            base = if self.yarn_log_mul != 0.0 || factor <= 1.0 {
                 1.0
             } else {
                 0.1 * factor.ln() + 1.0
             };
-            m / (1.0 + 0.1 * factor.ln())
-        } else {
-            self.yarn_attn_factor
-        };
+            // llama.cpp multiplies by the reciprocal (not the same bits as a division)
+            base *= 1.0 / (1.0 + 0.1 * factor.ln());
+        }
         base * self.attn_factor
+    }
+}
+
+/// The dimensions of multi-head latent attention (deepseek2).
+///
+/// Each token's attention input is projected to one compressed row of `kv_lora_rank` values
+/// (RMS-normalised) and `n_rot` rotated key values shared by every head. In the absorbed form
+/// (`attn_k_b`/`attn_v_b`, llama.cpp's `is_mla`) that row and the rotated part are the one
+/// key head of the cache ([`HParams::head_dim_k`] = `kv_lora_rank + n_rot`), the row alone its
+/// value ([`HParams::head_dim_v`] = `kv_lora_rank`), and each query head is carried into the
+/// compressed space by `attn_k_b`; the attention output goes back to `head_dim_v` values per
+/// head through `attn_v_b`. In the legacy form (`attn_kv_b`) the row is expanded into ordinary
+/// keys and values of `head_dim_k` / `head_dim_v` per head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mla {
+    /// `attention.q_lora_rank`: rank of the low-rank query (`attn_q_a`, its norm, `attn_q_b`);
+    /// 0 when the query is one projection `attn_q` (DeepSeek-V2-Lite's layout).
+    pub q_lora_rank: u32,
+    /// `attention.kv_lora_rank`: width of the compressed key/value row.
+    pub kv_lora_rank: u32,
+    /// Query/key head size of the model (`attention.key_length_mla`; `key_length` in legacy
+    /// files): `head_dim_k - n_rot` plain values, then `n_rot` rotated ones.
+    pub head_dim_k: u32,
+    /// Value head size of the model (`attention.value_length_mla`; `value_length` in legacy
+    /// files).
+    pub head_dim_v: u32,
+    /// True for the absorbed form (`attn_k_b`/`attn_v_b`; the file has the `*_length_mla`
+    /// keys), false for the legacy `attn_kv_b`.
+    pub absorbed: bool,
+}
+
+impl Mla {
+    /// The plain (not rotated) part of a query/key head.
+    pub fn head_dim_nope(&self, n_rot: u32) -> u32 {
+        self.head_dim_k - n_rot
     }
 }
 
@@ -175,6 +216,8 @@ pub struct HParams {
     /// (`attention.sliding_window_pattern`, an array of bools or a period; llama.cpp's
     /// per-arch default otherwise). All false when `n_swa` is 0.
     pub swa_layers: Vec<bool>,
+    /// Multi-head latent attention (deepseek2), else `None`.
+    pub mla: Option<Mla>,
 }
 
 impl HParams {
@@ -219,8 +262,12 @@ impl HParams {
         }
     }
 
-    /// Rows of the q projection (and columns of attn_output) in layer `il`.
+    /// Rows of the q projection (and columns of attn_output) in layer `il`; with MLA, the
+    /// rows of the q projection (`attn_q_b` or `attn_q`).
     pub fn n_embd_q(&self, il: usize) -> u32 {
+        if let Some(m) = &self.mla {
+            return m.head_dim_k * self.n_head.at(il);
+        }
         match self.arch.q_dim() {
             QDim::HeadDimTimesHeads => self.head_dim_k * self.n_head.at(il),
             QDim::Embd => self.n_embd,
@@ -237,9 +284,28 @@ impl HParams {
         self.head_dim_v * self.n_head_kv.at(il)
     }
 
-    /// The attention scale, 1/sqrt(head_dim).
+    /// Columns of `attn_output` in layer `il`.
+    pub fn n_embd_out(&self, il: usize) -> u32 {
+        match &self.mla {
+            Some(m) => m.head_dim_v * self.n_head.at(il),
+            None => self.n_embd_q(il),
+        }
+    }
+
+    /// The attention scale: 1/sqrt(head_dim); with MLA, llama.cpp's deepseek2 scale
+    /// `mscale² / sqrt(head_dim_k of the model)`, where `mscale` carries the YaRN magnitude
+    /// correction (`1 + 0.1 · yarn_log_mul · ln(factor)` over the original attention factor).
     pub fn attn_scale(&self) -> f32 {
-        1.0 / (self.head_dim_k as f32).sqrt()
+        match &self.mla {
+            None => 1.0 / (self.head_dim_k as f32).sqrt(),
+            Some(m) => {
+                let r = &self.rope;
+                let ln = (1.0f32 / r.freq_scale).ln();
+                let attn_factor_org = r.mscale() * (1.0 + 0.1 * ln);
+                let mscale = attn_factor_org * (1.0 + 0.1 * r.yarn_log_mul * ln);
+                mscale * mscale / (m.head_dim_k as f32).sqrt()
+            }
+        }
     }
 
     /// Read and validate the hyperparameters of `arch` from `md`.
@@ -541,7 +607,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
 
     let n_ff_exp_key = k("expert_feed_forward_length");
     let n_ff_exp_file = match arch {
-        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4Moe => {
+        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2 => {
             kv.per_layer(&n_ff_exp_key, n_layer_all)?
         }
         _ => None,
@@ -560,19 +626,23 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                     n_ff.at(il) / n_expert_used.at(il).max(1)
                 }
             }
-            // llama.cpp requires the key for gpt-oss and glm4moe
-            Arch::GptOss | Arch::Glm4Moe => n_ff_exp_file.as_ref().map_or(0, |p| p.at(il)),
+            // llama.cpp requires the key for gpt-oss, glm4moe and deepseek2
+            Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2 => {
+                n_ff_exp_file.as_ref().map_or(0, |p| p.at(il))
+            }
             _ => n_ff.at(il),
         };
         if w == 0 {
             let key = match arch {
-                Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4Moe => {
-                    n_ff_exp_key.clone()
-                }
+                Arch::Qwen3Moe
+                | Arch::Qwen2Moe
+                | Arch::GptOss
+                | Arch::Glm4Moe
+                | Arch::Deepseek2 => n_ff_exp_key.clone(),
                 _ => k("feed_forward_length"),
             };
-            // gpt-oss and glm4moe take no fallback from feed_forward_length
-            let no_fallback = matches!(arch, Arch::GptOss | Arch::Glm4Moe);
+            // gpt-oss, glm4moe and deepseek2 take no fallback from feed_forward_length
+            let no_fallback = matches!(arch, Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2);
             return Err(
                 if md.get(&key).is_none()
                     && (no_fallback || md.get(&k("feed_forward_length")).is_none())
@@ -632,6 +702,11 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                 "{gating_key} = {v} (supported: 1 softmax, 2 sigmoid)"
             ))
         })?,
+        // deepseek2 files written before the key existed: GLM-4.7-Lite's shape (47 or 48
+        // layers, a vocabulary of 154880) routes by sigmoid, DeepSeek V2/V2.5 by softmax
+        _ if arch == Arch::Deepseek2 && matches!(n_layer, 47 | 48) && n_vocab == 154_880 => {
+            ExpertGating::Sigmoid
+        }
         _ => arch.default_expert_gating(),
     };
 
@@ -686,7 +761,14 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
     if head_dim_k == 0 {
         return Err(invalid(k("attention.key_length"), "head size is 0"));
     }
-    if head_dim_v != head_dim_k {
+    let mla = if arch.is_mla() {
+        Some(mla(
+            &kv, n_layer, n_vocab, head_dim_k, head_dim_v, &n_head, &n_head_kv,
+        )?)
+    } else {
+        None
+    };
+    if mla.is_none() && head_dim_v != head_dim_k {
         return Err(invalid(
             k("attention.value_length"),
             format!("value head size {head_dim_v} differs from key head size {head_dim_k}"),
@@ -735,7 +817,27 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         ));
     }
     let n_rot = kv.u32(&k("rope.dimension_count"))?.unwrap_or(head_dim_k);
-    if arch.partial_rope() {
+    if let Some(m) = &mla {
+        // llama.cpp's deepseek2 requires at least one plain value per head
+        if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot >= m.head_dim_k {
+            return Err(invalid(
+                k("rope.dimension_count"),
+                format!(
+                    "{n_rot} rotated dimensions; must be even and below the key head size {}",
+                    m.head_dim_k
+                ),
+            ));
+        }
+        if m.absorbed && head_dim_k != m.kv_lora_rank + n_rot {
+            return Err(invalid(
+                k("attention.key_length"),
+                format!(
+                    "{head_dim_k}; the absorbed form caches kv_lora_rank + rotated dims = {} + {n_rot}",
+                    m.kv_lora_rank
+                ),
+            ));
+        }
+    } else if arch.partial_rope() {
         if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot > head_dim_k {
             return Err(invalid(
                 k("rope.dimension_count"),
@@ -830,7 +932,22 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         yarn_beta_fast: kv.f32(&k("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
         yarn_beta_slow: kv.f32(&k("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
         finetuned: kv.bool(&k("rope.scaling.finetuned"))?.unwrap_or(false),
+        yarn_log_mul: if arch.is_mla() {
+            kv.f32(&k("rope.scaling.yarn_log_multiplier"))?
+                .map_or(0.0, |v| v / 0.1)
+        } else {
+            0.0
+        },
     };
+    if arch.is_mla()
+        && let Some(t) = kv.f32(&k("attention.temperature_scale"))?
+        && t != 0.0
+    {
+        return Err(ModelError::Unsupported(format!(
+            "attention temperature tuning ({} = {t})",
+            k("attention.temperature_scale")
+        )));
+    }
 
     Ok(HParams {
         arch,
@@ -860,7 +977,104 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         n_layer_dense_lead,
         n_swa,
         swa_layers,
+        mla,
     })
+}
+
+/// The MLA dimensions of a deepseek2 file, checked against the cached head sizes
+/// (`attention.key_length` / `value_length`) and the kv heads.
+#[allow(clippy::too_many_arguments)]
+fn mla(
+    kv: &Kv<'_>,
+    n_layer: u32,
+    n_vocab: u32,
+    head_dim_k: u32,
+    head_dim_v: u32,
+    n_head: &PerLayer,
+    n_head_kv: &PerLayer,
+) -> Result<Mla, ModelError> {
+    let k = |s: &str| kv.key(s);
+    // llama.cpp's "lite" shapes (DeepSeek-V2-Lite, GigaChat3-10B-A1.8B, Kanana-2-30B-A3B)
+    // have no low-rank query and it does not read the key for them
+    let lite = matches!(n_layer, 26 | 27) || (n_layer == 48 && n_vocab == 128_256);
+    let q_lora_rank = if lite {
+        0
+    } else {
+        kv.u32_req(&k("attention.q_lora_rank"))?
+    };
+    let kv_lora_rank = kv.u32_req(&k("attention.kv_lora_rank"))?;
+    if kv_lora_rank == 0 {
+        return Err(invalid(k("attention.kv_lora_rank"), "must be > 0"));
+    }
+    let (k_mla, v_mla) = (
+        kv.u32(&k("attention.key_length_mla"))?,
+        kv.u32(&k("attention.value_length_mla"))?,
+    );
+    let absorbed = match (k_mla, v_mla) {
+        (Some(a), Some(b)) if a != 0 && b != 0 => true,
+        (None | Some(0), None | Some(0)) => false,
+        _ => {
+            let missing = if k_mla.unwrap_or(0) == 0 {
+                "attention.key_length_mla"
+            } else {
+                "attention.value_length_mla"
+            };
+            return Err(invalid(
+                k(missing),
+                "the absorbed MLA form needs both key_length_mla and value_length_mla",
+            ));
+        }
+    };
+    let nl = n_head.as_slice().len();
+    let m = if absorbed {
+        let m = Mla {
+            q_lora_rank,
+            kv_lora_rank,
+            head_dim_k: k_mla.unwrap_or(0),
+            head_dim_v: v_mla.unwrap_or(0),
+            absorbed,
+        };
+        if head_dim_v != kv_lora_rank {
+            return Err(invalid(
+                k("attention.value_length"),
+                format!(
+                    "{head_dim_v}; the absorbed MLA form caches the compressed row (kv_lora_rank {kv_lora_rank}) as the value"
+                ),
+            ));
+        }
+        if let Some(il) = (0..nl).find(|&il| n_head_kv.at(il) != 1) {
+            return Err(invalid(
+                k("attention.head_count_kv"),
+                format!(
+                    "layer {il} has {} kv heads; the absorbed MLA form has one",
+                    n_head_kv.at(il)
+                ),
+            ));
+        }
+        m
+    } else {
+        if let Some(il) = (0..nl).find(|&il| n_head_kv.at(il) != n_head.at(il)) {
+            return Err(invalid(
+                k("attention.head_count_kv"),
+                format!(
+                    "layer {il} has {} kv heads for {} heads; legacy MLA (attn_kv_b) expands one per head",
+                    n_head_kv.at(il),
+                    n_head.at(il)
+                ),
+            ));
+        }
+        Mla {
+            q_lora_rank,
+            kv_lora_rank,
+            head_dim_k,
+            head_dim_v,
+            absorbed,
+        }
+    };
+    if m.head_dim_v == 0 {
+        return Err(invalid(k("attention.value_length_mla"), "head size is 0"));
+    }
+    Ok(m)
 }
 
 /// The sliding window and which layers use it, as llama.cpp reads them for `arch`

@@ -21,10 +21,10 @@ pub use arch::{
 };
 pub use error::ModelError;
 pub use hparams::{
-    HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, PerLayer, Rope, RopeScalingType,
+    HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Rope, RopeScalingType,
 };
 pub use model::{Model, arch_of, human_bytes};
 pub use tensors::{
-    DenseFfn, ExpertSlice, Ffn, LayerTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors,
-    SharedExpert, Tensor,
+    Attn, DenseFfn, ExpertSlice, Ffn, LayerTensors, MhaTensors, MlaKvB, MlaQuery, MlaTensors,
+    ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert, Tensor,
 };

@@ -158,7 +158,8 @@ impl<'a> Model<'a> {
                         .tensors
                         .layers
                         .iter()
-                        .filter(|l| l.q_norm.is_some() || l.k_norm.is_some())
+                        .filter_map(|l| l.mha())
+                        .filter(|m| m.q_norm.is_some() || m.k_norm.is_some())
                         .count();
                     format!("per head in {with} of {} layers", hp.n_layer)
                 }
@@ -167,6 +168,42 @@ impl<'a> Model<'a> {
             },
             hp.rms_eps
         );
+        if let Some(m) = &hp.mla {
+            let n_rot = hp.rope.n_rot;
+            let n_head = hp.n_head.max();
+            let cached = u64::from(hp.n_embd_k_gqa(0) + hp.n_embd_v_gqa(0));
+            let _ = writeln!(
+                s,
+                "latent attention (MLA, {}): query {}, kv rank {}, head {} = {} plain + {} rotated, value {}; cache per token and layer {} values ({}; as plain multi-head attention {} x ({} + {}))",
+                if m.absorbed {
+                    "absorbed: attn_k_b/attn_v_b, one shared key/value head"
+                } else {
+                    "legacy attn_kv_b: expanded per head"
+                },
+                if m.q_lora_rank > 0 {
+                    format!("rank {}", m.q_lora_rank)
+                } else {
+                    "direct (attn_q)".to_owned()
+                },
+                m.kv_lora_rank,
+                m.head_dim_k,
+                m.head_dim_nope(n_rot),
+                n_rot,
+                m.head_dim_v,
+                cached,
+                if m.absorbed {
+                    format!("key {} + value {}", hp.head_dim_k, hp.head_dim_v)
+                } else {
+                    format!(
+                        "{n_head} heads x (key {} + value {})",
+                        hp.head_dim_k, hp.head_dim_v
+                    )
+                },
+                n_head,
+                m.head_dim_k,
+                m.head_dim_v
+            );
+        }
         let scaling = if hp.rope.freq_scale == 1.0 && hp.rope.yarn_ext_factor == 0.0 {
             "off".to_owned()
         } else {
@@ -189,7 +226,7 @@ impl<'a> Model<'a> {
                 RopeType::Neox => "neox",
             },
             hp.rope.n_rot,
-            if hp.rope.n_rot < hp.head_dim_k {
+            if hp.mla.is_none() && hp.rope.n_rot < hp.head_dim_k {
                 format!(" of {} (partial)", hp.head_dim_k)
             } else {
                 String::new()
@@ -204,10 +241,13 @@ impl<'a> Model<'a> {
                 per_layer(&hp.n_expert_used),
                 hp.n_ff_exp.max(),
                 hp.expert_gating.name(),
-                if hp.arch.has_selection_bias() {
-                    " (+ selection bias)"
-                } else {
-                    ""
+                {
+                    let biased = self
+                        .tensors
+                        .layers
+                        .iter()
+                        .any(|l| matches!(&l.ffn, Ffn::Moe(m) if m.selection_bias.is_some()));
+                    if biased { " (+ selection bias)" } else { "" }
                 },
                 if hp.n_expert_groups > 1 {
                     format!(

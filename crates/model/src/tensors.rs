@@ -7,7 +7,7 @@ use gguf::{GgufFile, TensorInfo};
 
 use crate::arch::{Arch, QkNorm, SharedExperts};
 use crate::error::ModelError;
-use crate::hparams::HParams;
+use crate::hparams::{HParams, Mla};
 
 /// A tensor of the file: name, type, dims (ggml order, ne0 first), offset and shard. Its bytes
 /// are borrowed from the mapped file with [`GgufFile::tensor_data`].
@@ -81,30 +81,15 @@ impl NextNTensors<'_> {
 pub struct LayerTensors<'a> {
     /// `attn_norm.weight` `{n_embd}`.
     pub attn_norm: Tensor<'a>,
-    /// `attn_q.weight` `{n_embd, n_embd_q}`.
-    pub wq: Tensor<'a>,
-    /// `attn_k.weight` `{n_embd, n_embd_k_gqa}`.
-    pub wk: Tensor<'a>,
-    /// `attn_v.weight` `{n_embd, n_embd_v_gqa}`.
-    pub wv: Tensor<'a>,
-    /// `attn_output.weight` `{n_embd_q, n_embd}`.
+    /// The projections that make queries, keys and values.
+    pub attn: Attn<'a>,
+    /// `attn_output.weight` `{n_embd_out, n_embd}` (see [`HParams::n_embd_out`]).
     pub wo: Tensor<'a>,
-    /// `attn_q.bias` `{n_embd_q}` (optional; present in Qwen2 files).
-    pub bq: Option<Tensor<'a>>,
-    /// `attn_k.bias` `{n_embd_k_gqa}` (optional).
-    pub bk: Option<Tensor<'a>>,
-    /// `attn_v.bias` `{n_embd_v_gqa}` (optional).
-    pub bv: Option<Tensor<'a>>,
     /// `attn_output.bias` `{n_embd}` (llama: optional; gpt-oss: required).
     pub bo: Option<Tensor<'a>>,
     /// `attn_sinks.weight` `{n_head}` (gpt-oss, required): one extra logit per head that takes
     /// part in the attention softmax's normalisation without a value.
     pub attn_sinks: Option<Tensor<'a>>,
-    /// `attn_q_norm.weight`: `{head_dim}` per head, or `{n_embd}` over the whole projection
-    /// (see [`HParams::qk_norm`]).
-    pub q_norm: Option<Tensor<'a>>,
-    /// `attn_k_norm.weight`, as `q_norm`.
-    pub k_norm: Option<Tensor<'a>>,
     /// `ffn_norm.weight` `{n_embd}` (gpt-oss: `post_attention_norm.weight`, which plays the
     /// same part: the norm after the attention's residual, before the FFN).
     pub ffn_norm: Tensor<'a>,
@@ -112,30 +97,134 @@ pub struct LayerTensors<'a> {
     pub ffn: Ffn<'a>,
 }
 
-impl LayerTensors<'_> {
+/// How a layer makes its queries, keys and values.
+#[derive(Debug, Clone)]
+pub enum Attn<'a> {
+    /// Multi-head attention with grouped key/value heads: one projection each.
+    Mha(MhaTensors<'a>),
+    /// Multi-head latent attention (deepseek2; see [`crate::Mla`]).
+    Mla(MlaTensors<'a>),
+}
+
+/// The q, k and v projections of multi-head attention.
+#[derive(Debug, Clone)]
+pub struct MhaTensors<'a> {
+    /// `attn_q.weight` `{n_embd, n_embd_q}`.
+    pub wq: Tensor<'a>,
+    /// `attn_k.weight` `{n_embd, n_embd_k_gqa}`.
+    pub wk: Tensor<'a>,
+    /// `attn_v.weight` `{n_embd, n_embd_v_gqa}`.
+    pub wv: Tensor<'a>,
+    /// `attn_q.bias` `{n_embd_q}` (optional; present in Qwen2 files).
+    pub bq: Option<Tensor<'a>>,
+    /// `attn_k.bias` `{n_embd_k_gqa}` (optional).
+    pub bk: Option<Tensor<'a>>,
+    /// `attn_v.bias` `{n_embd_v_gqa}` (optional).
+    pub bv: Option<Tensor<'a>>,
+    /// `attn_q_norm.weight`: `{head_dim}` per head, or `{n_embd}` over the whole projection
+    /// (see [`HParams::qk_norm`]).
+    pub q_norm: Option<Tensor<'a>>,
+    /// `attn_k_norm.weight`, as `q_norm`.
+    pub k_norm: Option<Tensor<'a>>,
+}
+
+/// The projections of multi-head latent attention (dims in ggml order; `k` and `v` are the
+/// model's head sizes [`crate::Mla::head_dim_k`] / [`crate::Mla::head_dim_v`], `nope` is
+/// `k - n_rot`, `r` is `kv_lora_rank`).
+#[derive(Debug, Clone)]
+pub struct MlaTensors<'a> {
+    /// The query projection.
+    pub q: MlaQuery<'a>,
+    /// `attn_kv_a_mqa.weight` `{n_embd, r + n_rot}`: the compressed row and the rotated key
+    /// part shared by every head.
+    pub kv_a_mqa: Tensor<'a>,
+    /// `attn_kv_a_norm.weight` `{r}`: RMS norm of the compressed row.
+    pub kv_a_norm: Tensor<'a>,
+    /// From the compressed row to keys and values.
+    pub kv_b: MlaKvB<'a>,
+}
+
+/// The query projection of an MLA layer.
+#[derive(Debug, Clone)]
+pub enum MlaQuery<'a> {
+    /// `attn_q.weight` `{n_embd, n_head · k}` (q_lora_rank 0).
+    Direct(Tensor<'a>),
+    /// `attn_q_a.weight` `{n_embd, q_lora_rank}`, its RMS norm `attn_q_a_norm.weight`
+    /// `{q_lora_rank}`, then `attn_q_b.weight` `{q_lora_rank, n_head · k}`.
+    LowRank {
+        /// `attn_q_a.weight`.
+        a: Tensor<'a>,
+        /// `attn_q_a_norm.weight`.
+        a_norm: Tensor<'a>,
+        /// `attn_q_b.weight`.
+        b: Tensor<'a>,
+    },
+}
+
+/// How an MLA layer expands its compressed row.
+#[derive(Debug, Clone)]
+pub enum MlaKvB<'a> {
+    /// `attn_k_b.weight` `{nope, r, n_head}` carries each query head into the compressed
+    /// space; `attn_v_b.weight` `{r, v, n_head}` carries each head's attention output back.
+    Absorbed {
+        /// `attn_k_b.weight`.
+        k_b: Tensor<'a>,
+        /// `attn_v_b.weight`.
+        v_b: Tensor<'a>,
+    },
+    /// `attn_kv_b.weight` `{r, n_head · (nope + v)}`: per head the plain key part, then the
+    /// value.
+    Legacy(Tensor<'a>),
+}
+
+impl Attn<'_> {
+    /// Every tensor of the attention projections.
+    pub fn tensors(&self) -> Vec<&TensorInfo> {
+        match self {
+            Attn::Mha(m) => {
+                let mut v = vec![m.wq, m.wk, m.wv];
+                v.extend([m.bq, m.bk, m.bv, m.q_norm, m.k_norm].into_iter().flatten());
+                v
+            }
+            Attn::Mla(m) => {
+                let mut v = match &m.q {
+                    MlaQuery::Direct(q) => vec![*q],
+                    MlaQuery::LowRank { a, a_norm, b } => vec![*a, *a_norm, *b],
+                };
+                v.extend([m.kv_a_mqa, m.kv_a_norm]);
+                match &m.kv_b {
+                    MlaKvB::Absorbed { k_b, v_b } => v.extend([*k_b, *v_b]),
+                    MlaKvB::Legacy(kv_b) => v.push(kv_b),
+                }
+                v
+            }
+        }
+    }
+}
+
+impl<'a> LayerTensors<'a> {
+    /// The multi-head attention projections (`None` for an MLA layer).
+    pub fn mha(&self) -> Option<&MhaTensors<'a>> {
+        match &self.attn {
+            Attn::Mha(m) => Some(m),
+            Attn::Mla(_) => None,
+        }
+    }
+
+    /// The multi-head latent attention projections (`None` for an MHA layer).
+    pub fn mla(&self) -> Option<&MlaTensors<'a>> {
+        match &self.attn {
+            Attn::Mla(m) => Some(m),
+            Attn::Mha(_) => None,
+        }
+    }
+
     /// Every tensor of the layer.
     pub fn tensors(&self) -> Vec<&TensorInfo> {
-        let mut v = vec![
-            self.attn_norm,
-            self.wq,
-            self.wk,
-            self.wv,
-            self.wo,
-            self.ffn_norm,
-        ];
-        v.extend(
-            [
-                self.bq,
-                self.bk,
-                self.bv,
-                self.bo,
-                self.attn_sinks,
-                self.q_norm,
-                self.k_norm,
-            ]
-            .into_iter()
-            .flatten(),
-        );
+        let mut v = vec![self.attn_norm];
+        v.extend(self.attn.tensors());
+        v.extend([self.wo, self.ffn_norm]);
+        v.extend([self.bo, self.attn_sinks].into_iter().flatten());
         match &self.ffn {
             Ffn::Dense(d) => {
                 v.extend([d.gate, d.up, d.down]);
@@ -427,8 +516,8 @@ fn nextn_layer<'a>(
     }))
 }
 
-fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensors<'a>, ModelError> {
-    let arch = hp.arch;
+/// The q/k/v projections of multi-head attention in layer `il`.
+fn mha<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<MhaTensors<'a>, ModelError> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let n_embd = u64::from(hp.n_embd);
     let n_q = u64::from(hp.n_embd_q(il));
@@ -442,28 +531,15 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             layout: "attn_qkv",
         });
     }
-
-    let attn_norm = ld.req(&n("attn_norm.weight"), &[n_embd])?;
     let wq = ld.req(&n("attn_q.weight"), &[n_embd, n_q])?;
     let wk = ld.req(&n("attn_k.weight"), &[n_embd, n_k])?;
     let wv = ld.req(&n("attn_v.weight"), &[n_embd, n_v])?;
     let bq = ld.opt(&n("attn_q.bias"), &[n_q])?;
     let bk = ld.opt(&n("attn_k.bias"), &[n_k])?;
     let bv = ld.opt(&n("attn_v.bias"), &[n_v])?;
-    let wo = ld.req(&n("attn_output.weight"), &[n_q, n_embd])?;
-    let bo = match arch {
-        Arch::Llama => ld.opt(&n("attn_output.bias"), &[n_embd])?,
-        Arch::GptOss => Some(ld.req(&n("attn_output.bias"), &[n_embd])?),
-        _ => None,
-    };
-    let attn_sinks = if arch.is_gpt_oss() {
-        Some(ld.req(&n("attn_sinks.weight"), &[u64::from(hp.n_head.at(il))])?)
-    } else {
-        None
-    };
     let (q_norm, k_norm) = match hp.qk_norm {
         QkNorm::None => (None, None),
-        QkNorm::PerHead if arch.qk_norm_optional() => {
+        QkNorm::PerHead if hp.arch.qk_norm_optional() => {
             let d = u64::from(hp.head_dim_k);
             (
                 ld.opt(&n("attn_q_norm.weight"), &[d])?,
@@ -481,6 +557,88 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             Some(ld.req(&n("attn_q_norm.weight"), &[n_embd])?),
             Some(ld.req(&n("attn_k_norm.weight"), &[n_embd])?),
         ),
+    };
+    Ok(MhaTensors {
+        wq,
+        wk,
+        wv,
+        bq,
+        bk,
+        bv,
+        q_norm,
+        k_norm,
+    })
+}
+
+/// The projections of multi-head latent attention in layer `il`, as llama.cpp's deepseek2
+/// loader shapes them.
+fn mla<'a>(
+    ld: &mut Loader<'a>,
+    hp: &HParams,
+    m: &Mla,
+    il: usize,
+) -> Result<MlaTensors<'a>, ModelError> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let n_embd = u64::from(hp.n_embd);
+    let n_head = u64::from(hp.n_head.at(il));
+    let n_rot = u64::from(hp.rope.n_rot);
+    let (k, v, r) = (
+        u64::from(m.head_dim_k),
+        u64::from(m.head_dim_v),
+        u64::from(m.kv_lora_rank),
+    );
+    let nope = k - n_rot;
+    let q = if m.q_lora_rank > 0 {
+        let ql = u64::from(m.q_lora_rank);
+        MlaQuery::LowRank {
+            a_norm: ld.req(&n("attn_q_a_norm.weight"), &[ql])?,
+            a: ld.req(&n("attn_q_a.weight"), &[n_embd, ql])?,
+            b: ld.req(&n("attn_q_b.weight"), &[ql, n_head * k])?,
+        }
+    } else {
+        MlaQuery::Direct(ld.req(&n("attn_q.weight"), &[n_embd, n_head * k])?)
+    };
+    let kv_a_norm = ld.req(&n("attn_kv_a_norm.weight"), &[r])?;
+    let kv_a_mqa = ld.req(&n("attn_kv_a_mqa.weight"), &[n_embd, r + n_rot])?;
+    let kv_b = if m.absorbed {
+        MlaKvB::Absorbed {
+            k_b: ld.req(&n("attn_k_b.weight"), &[nope, r, n_head])?,
+            v_b: ld.req(&n("attn_v_b.weight"), &[r, v, n_head])?,
+        }
+    } else {
+        MlaKvB::Legacy(ld.req(&n("attn_kv_b.weight"), &[r, n_head * (nope + v)])?)
+    };
+    Ok(MlaTensors {
+        q,
+        kv_a_mqa,
+        kv_a_norm,
+        kv_b,
+    })
+}
+
+fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensors<'a>, ModelError> {
+    let arch = hp.arch;
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let n_embd = u64::from(hp.n_embd);
+
+    let attn_norm = ld.req(&n("attn_norm.weight"), &[n_embd])?;
+    let attn = match &hp.mla {
+        Some(m) => Attn::Mla(mla(ld, hp, m, il)?),
+        None => Attn::Mha(mha(ld, hp, il)?),
+    };
+    let wo = ld.req(
+        &n("attn_output.weight"),
+        &[u64::from(hp.n_embd_out(il)), n_embd],
+    )?;
+    let bo = match arch {
+        Arch::Llama => ld.opt(&n("attn_output.bias"), &[n_embd])?,
+        Arch::GptOss => Some(ld.req(&n("attn_output.bias"), &[n_embd])?),
+        _ => None,
+    };
+    let attn_sinks = if arch.is_gpt_oss() {
+        Some(ld.req(&n("attn_sinks.weight"), &[u64::from(hp.n_head.at(il))])?)
+    } else {
+        None
     };
     let ffn_norm = if arch.post_attention_norm() {
         ld.req(&n("post_attention_norm.weight"), &[n_embd])?
@@ -518,10 +676,10 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
                 up: ld.req(&n("ffn_up_shexp.weight"), &[n_embd, w])?,
             }),
         };
-        let selection_bias = if arch.has_selection_bias() {
-            Some(ld.req(&n("exp_probs_b.bias"), &[n_expert])?)
-        } else {
-            None
+        let selection_bias = match arch.selection_bias() {
+            Some(true) => Some(ld.req(&n("exp_probs_b.bias"), &[n_expert])?),
+            Some(false) => ld.opt(&n("exp_probs_b.bias"), &[n_expert])?,
+            None => None,
         };
         let biases = if arch.is_gpt_oss() {
             Some(MoeBiases {
@@ -569,17 +727,10 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
 
     Ok(LayerTensors {
         attn_norm,
-        wq,
-        wk,
-        wv,
+        attn,
         wo,
-        bq,
-        bk,
-        bv,
         bo,
         attn_sinks,
-        q_norm,
-        k_norm,
         ffn_norm,
         ffn,
     })

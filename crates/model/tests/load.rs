@@ -38,14 +38,28 @@ struct Spec {
     dense_lead: u64,
     nextn: u64,
     qk_norm_layers: Vec<u64>,
+    /// deepseek2: the absorbed MLA form (attn_k_b/attn_v_b) when true, else the legacy
+    /// attn_kv_b; `q_lora` 0 gives the single query projection.
+    absorbed: bool,
+    q_lora: u64,
 }
+
+/// deepseek2's MLA sizes in these tiny files: kv rank, plain and rotated query/key part, value.
+const DS_R: u64 = 16;
+const DS_NOPE: u64 = 8;
+const DS_ROT: u64 = 4;
+const DS_V: u64 = 8;
 
 fn spec(arch: &'static str) -> Spec {
     let moe = matches!(
         arch,
-        "qwen3moe" | "qwen2moe" | "olmoe" | "gpt-oss" | "glm4moe"
+        "qwen3moe" | "qwen2moe" | "olmoe" | "gpt-oss" | "glm4moe" | "deepseek2"
     );
-    let (n_head, n_head_kv) = if arch == "olmoe" { (4, 4) } else { (4, 2) };
+    let (n_head, n_head_kv) = match arch {
+        "olmoe" => (4, 4),
+        "deepseek2" => (4, 1),
+        _ => (4, 2),
+    };
     Spec {
         arch,
         n_embd: 32,
@@ -67,13 +81,24 @@ fn spec(arch: &'static str) -> Spec {
         skip_tensors: Vec::new(),
         reshape: Vec::new(),
         extra_tensors: Vec::new(),
-        dense_lead: u64::from(arch == "glm4moe"),
-        nextn: u64::from(arch == "glm4moe"),
+        dense_lead: u64::from(matches!(arch, "glm4moe" | "deepseek2")),
+        nextn: u64::from(matches!(arch, "glm4moe" | "deepseek2")),
         qk_norm_layers: if arch == "glm4moe" {
             vec![2]
         } else {
             Vec::new()
         },
+        absorbed: true,
+        q_lora: 16,
+    }
+}
+
+/// A deepseek2 file in the legacy MLA form (attn_kv_b, one kv head per head).
+fn ds_legacy() -> Spec {
+    Spec {
+        absorbed: false,
+        n_head_kv: 4,
+        ..spec("deepseek2")
     }
 }
 
@@ -120,16 +145,21 @@ impl Spec {
             if a == "gpt-oss" {
                 v.push((k("attention.sliding_window"), Value::U32(4)));
             }
-            if a == "glm4moe" {
+            if matches!(a, "glm4moe" | "deepseek2") {
                 v.push((
                     k("leading_dense_block_count"),
                     Value::U32(self.dense_lead as u32),
                 ));
                 v.push((k("expert_shared_count"), Value::U32(1)));
                 v.push((k("nextn_predict_layers"), Value::U32(self.nextn as u32)));
+            }
+            if a == "glm4moe" {
                 v.push((k("rope.dimension_count"), Value::U32(8)));
             }
-            if matches!(a, "qwen3moe" | "qwen2moe" | "gpt-oss" | "glm4moe") {
+            if matches!(
+                a,
+                "qwen3moe" | "qwen2moe" | "gpt-oss" | "glm4moe" | "deepseek2"
+            ) {
                 v.push((
                     k("expert_feed_forward_length"),
                     Value::U32(self.n_ff_exp as u32),
@@ -140,6 +170,21 @@ impl Spec {
                     k("expert_shared_feed_forward_length"),
                     Value::U32(self.n_ff_shexp as u32),
                 ));
+            }
+        }
+        if a == "deepseek2" {
+            let u = |x: u64| Value::U32(x as u32);
+            v.push((k("rope.dimension_count"), u(DS_ROT)));
+            v.push((k("attention.q_lora_rank"), u(self.q_lora)));
+            v.push((k("attention.kv_lora_rank"), u(DS_R)));
+            if self.absorbed {
+                v.push((k("attention.key_length"), u(DS_R + DS_ROT)));
+                v.push((k("attention.value_length"), u(DS_R)));
+                v.push((k("attention.key_length_mla"), u(DS_NOPE + DS_ROT)));
+                v.push((k("attention.value_length_mla"), u(DS_V)));
+            } else {
+                v.push((k("attention.key_length"), u(DS_NOPE + DS_ROT)));
+                v.push((k("attention.value_length"), u(DS_V)));
             }
         }
         v.retain(|(key, _)| !self.skip_kv.contains(key));
@@ -169,10 +214,30 @@ impl Spec {
         for il in 0..self.n_layer + self.nextn {
             let n = |s: &str| format!("blk.{il}.{s}");
             t.push((n("attn_norm.weight"), vec![e]));
-            t.push((n("attn_q.weight"), vec![e, q]));
-            t.push((n("attn_k.weight"), vec![e, kv]));
-            t.push((n("attn_v.weight"), vec![e, kv]));
-            t.push((n("attn_output.weight"), vec![q, e]));
+            if self.arch == "deepseek2" {
+                let (h, k) = (self.n_head, DS_NOPE + DS_ROT);
+                if self.q_lora > 0 {
+                    t.push((n("attn_q_a.weight"), vec![e, self.q_lora]));
+                    t.push((n("attn_q_a_norm.weight"), vec![self.q_lora]));
+                    t.push((n("attn_q_b.weight"), vec![self.q_lora, h * k]));
+                } else {
+                    t.push((n("attn_q.weight"), vec![e, h * k]));
+                }
+                t.push((n("attn_kv_a_mqa.weight"), vec![e, DS_R + DS_ROT]));
+                t.push((n("attn_kv_a_norm.weight"), vec![DS_R]));
+                if self.absorbed {
+                    t.push((n("attn_k_b.weight"), vec![DS_NOPE, DS_R, h]));
+                    t.push((n("attn_v_b.weight"), vec![DS_R, DS_V, h]));
+                } else {
+                    t.push((n("attn_kv_b.weight"), vec![DS_R, h * (DS_NOPE + DS_V)]));
+                }
+                t.push((n("attn_output.weight"), vec![h * DS_V, e]));
+            } else {
+                t.push((n("attn_q.weight"), vec![e, q]));
+                t.push((n("attn_k.weight"), vec![e, kv]));
+                t.push((n("attn_v.weight"), vec![e, kv]));
+                t.push((n("attn_output.weight"), vec![q, e]));
+            }
             if self.biases {
                 t.push((n("attn_q.bias"), vec![q]));
                 t.push((n("attn_k.bias"), vec![kv]));
@@ -193,8 +258,15 @@ impl Spec {
                 }
                 _ => {}
             }
-            if self.arch == "glm4moe" {
-                t.push((n("post_attention_norm.weight"), vec![e]));
+            if matches!(self.arch, "glm4moe" | "deepseek2") {
+                t.push((
+                    n(if self.arch == "glm4moe" {
+                        "post_attention_norm.weight"
+                    } else {
+                        "ffn_norm.weight"
+                    }),
+                    vec![e],
+                ));
                 if il >= self.n_layer {
                     t.push((n("nextn.eh_proj.weight"), vec![2 * e, e]));
                     t.push((n("nextn.enorm.weight"), vec![e]));
@@ -224,7 +296,7 @@ impl Spec {
                     t.push((n("ffn_up_exps.bias"), vec![f, ne]));
                     t.push((n("ffn_down_exps.bias"), vec![e, ne]));
                 }
-                if self.arch == "glm4moe" {
+                if matches!(self.arch, "glm4moe" | "deepseek2") {
                     t.push((n("exp_probs_b.bias"), vec![ne]));
                     t.push((n("ffn_gate_shexp.weight"), vec![e, f]));
                     t.push((n("ffn_up_shexp.weight"), vec![e, f]));
@@ -345,12 +417,19 @@ fn qwen3moe_loads_with_per_head_qk_norm() {
     assert_eq!(t.output.name, "output.weight");
     assert_eq!(t.layers.len(), 2);
     let l1 = &t.layers[1];
-    assert_eq!(l1.wq.name, "blk.1.attn_q.weight");
-    assert_eq!(l1.wq.dims, vec![32, 64]);
+    assert_eq!(l1.mha().unwrap().wq.name, "blk.1.attn_q.weight");
+    assert_eq!(l1.mha().unwrap().wq.dims, vec![32, 64]);
     assert_eq!(l1.wo.dims, vec![64, 32]);
-    assert_eq!(l1.q_norm.unwrap().name, "blk.1.attn_q_norm.weight");
-    assert_eq!(l1.k_norm.unwrap().dims, vec![16]);
-    assert!(l1.bq.is_none() && l1.bk.is_none() && l1.bv.is_none());
+    assert_eq!(
+        l1.mha().unwrap().q_norm.unwrap().name,
+        "blk.1.attn_q_norm.weight"
+    );
+    assert_eq!(l1.mha().unwrap().k_norm.unwrap().dims, vec![16]);
+    assert!(
+        l1.mha().unwrap().bq.is_none()
+            && l1.mha().unwrap().bk.is_none()
+            && l1.mha().unwrap().bv.is_none()
+    );
     let e = moe(l1);
     assert_eq!(e.router.name, "blk.1.ffn_gate_inp.weight");
     assert_eq!(e.gate_exps.dims, vec![32, 32, 4]);
@@ -373,10 +452,10 @@ fn qwen2moe_has_biases_and_a_gated_shared_expert() {
     assert_eq!(hp.head_dim_k, 8);
     assert_eq!(hp.n_embd_q(0), 32);
     let l = &m.tensors.layers[0];
-    assert_eq!(l.bq.unwrap().dims, vec![32]);
-    assert_eq!(l.bk.unwrap().dims, vec![16]);
-    assert_eq!(l.bv.unwrap().name, "blk.0.attn_v.bias");
-    assert!(l.q_norm.is_none());
+    assert_eq!(l.mha().unwrap().bq.unwrap().dims, vec![32]);
+    assert_eq!(l.mha().unwrap().bk.unwrap().dims, vec![16]);
+    assert_eq!(l.mha().unwrap().bv.unwrap().name, "blk.0.attn_v.bias");
+    assert!(l.mha().unwrap().q_norm.is_none());
     let sh = moe(l).shared.as_ref().unwrap();
     assert_eq!(sh.gate_inp.unwrap().name, "blk.0.ffn_gate_inp_shexp.weight");
     assert_eq!(sh.gate_inp.unwrap().dims, vec![32]);
@@ -421,8 +500,8 @@ fn olmoe_normalises_the_whole_projection_and_uses_n_ff_for_experts() {
     assert!(!hp.expert_weights_norm);
     assert_eq!(hp.n_ff_exp.as_slice(), &[48, 48]);
     let l = &m.tensors.layers[0];
-    assert_eq!(l.q_norm.unwrap().dims, vec![32]);
-    assert_eq!(l.k_norm.unwrap().dims, vec![32]);
+    assert_eq!(l.mha().unwrap().q_norm.unwrap().dims, vec![32]);
+    assert_eq!(l.mha().unwrap().k_norm.unwrap().dims, vec![32]);
     assert_eq!(moe(l).gate_exps.dims, vec![32, 48, 4]);
 }
 
@@ -544,9 +623,14 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
     assert_eq!(hp.n_moe_layers(), 1);
     assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
     let l1 = &m.tensors.layers[1];
-    assert!(l1.bq.is_some() && l1.bk.is_some() && l1.bv.is_some() && l1.bo.is_none());
     assert!(
-        l1.q_norm.is_none() && l1.k_norm.is_none(),
+        l1.mha().unwrap().bq.is_some()
+            && l1.mha().unwrap().bk.is_some()
+            && l1.mha().unwrap().bv.is_some()
+            && l1.bo.is_none()
+    );
+    assert!(
+        l1.mha().unwrap().q_norm.is_none() && l1.mha().unwrap().k_norm.is_none(),
         "QK-norm is optional"
     );
     assert!(l1.ffn_norm.name.ends_with("post_attention_norm.weight"));
@@ -567,7 +651,10 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
     with_norm.qk_norm_layers = vec![1];
     let (_d, f) = with_norm.open();
     let m = Model::from_gguf(&f).unwrap();
-    assert!(m.tensors.layers[1].q_norm.is_some() && m.tensors.layers[0].q_norm.is_none());
+    assert!(
+        m.tensors.layers[1].mha().unwrap().q_norm.is_some()
+            && m.tensors.layers[0].mha().unwrap().q_norm.is_none()
+    );
     let hp = spec("glm4moe")
         .with_kv("glm4moe.expert_gating_func", Value::U32(1))
         .hparams()
@@ -582,6 +669,182 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
         .open();
     let m = Model::from_gguf(&f).unwrap();
     assert_eq!((m.hparams.n_layer, m.tensors.nextn.len()), (2, 0));
+}
+
+#[test]
+fn deepseek2_has_latent_attention_in_both_forms() {
+    let s = spec("deepseek2");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(m.arch(), Arch::Deepseek2);
+    assert_eq!(hp.rope.ty, RopeType::Norm);
+    assert_eq!(
+        (hp.n_layer, hp.n_layer_nextn, hp.n_layer_dense_lead),
+        (2, 1, 1)
+    );
+    assert_eq!(
+        hp.expert_gating,
+        ExpertGating::Softmax,
+        "llama.cpp's default for V2 files"
+    );
+    let mla = hp.mla.clone().expect("MLA");
+    assert!(mla.absorbed);
+    assert_eq!(
+        (
+            mla.q_lora_rank,
+            mla.kv_lora_rank,
+            mla.head_dim_k,
+            mla.head_dim_v
+        ),
+        (16, 16, 12, 8)
+    );
+    // the cache holds one head: the compressed row and the rotated part, and the row as value
+    assert_eq!((hp.head_dim_k, hp.head_dim_v), (20, 16));
+    assert_eq!((hp.n_embd_k_gqa(1), hp.n_embd_v_gqa(1)), (20, 16));
+    assert_eq!((hp.n_embd_q(1), hp.n_embd_out(1)), (48, 32));
+    assert_eq!(hp.attn_scale(), 1.0 / 12f32.sqrt(), "the model's head size");
+    let l1 = &m.tensors.layers[1];
+    let a = l1.mla().expect("an MLA layer");
+    assert!(l1.mha().is_none());
+    assert!(matches!(&a.q, model::MlaQuery::LowRank { b, .. } if b.dims == vec![16, 48]));
+    assert!(
+        matches!(&a.kv_b, model::MlaKvB::Absorbed { k_b, v_b } if k_b.dims == vec![8, 16, 4] && v_b.dims == vec![16, 8, 4])
+    );
+    assert!(moe(l1).selection_bias.is_some());
+    assert_eq!(m.tensors.nextn.len(), 1);
+    assert!(m.tensors.nextn[0].block.mla().is_some());
+
+    // legacy attn_kv_b with a single query projection: ordinary heads of 12 / 8
+    let mut s = ds_legacy();
+    s.q_lora = 0;
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    let mla = hp.mla.clone().unwrap();
+    assert!(!mla.absorbed && mla.q_lora_rank == 0);
+    assert_eq!((hp.head_dim_k, hp.head_dim_v), (12, 8));
+    assert_eq!((hp.n_embd_k_gqa(1), hp.n_embd_v_gqa(1)), (48, 32));
+    let a = m.tensors.layers[1].mla().unwrap();
+    assert!(matches!(&a.q, model::MlaQuery::Direct(q) if q.name == "blk.1.attn_q.weight"));
+    assert!(matches!(&a.kv_b, model::MlaKvB::Legacy(t) if t.dims == vec![16, 64]));
+    // the selection bias is optional for deepseek2
+    let mut s = spec("deepseek2");
+    s.skip_tensors.extend([
+        "blk.1.exp_probs_b.bias".into(),
+        "blk.2.exp_probs_b.bias".into(),
+    ]);
+    let (_d, f) = s.open();
+    assert!(
+        moe(&Model::from_gguf(&f).unwrap().tensors.layers[1])
+            .selection_bias
+            .is_none()
+    );
+    // sigmoid routing from the key; the YaRN log multiplier (stored x 0.1) enters the scale
+    let hp = spec("deepseek2")
+        .with_kv("deepseek2.expert_gating_func", Value::U32(2))
+        .with_kv("deepseek2.rope.scaling.type", Value::String("yarn".into()))
+        .with_kv("deepseek2.rope.scaling.factor", Value::F32(40.0))
+        .with_kv(
+            "deepseek2.rope.scaling.yarn_log_multiplier",
+            Value::F32(0.1),
+        )
+        .hparams()
+        .unwrap();
+    assert_eq!(hp.expert_gating, ExpertGating::Sigmoid);
+    assert_eq!(hp.rope.yarn_log_mul, 0.1 / 0.1);
+    // DeepSeek V3's published scale: (0.1 ln 40 + 1)^2 / sqrt(192), here over sqrt(12)
+    let m = 0.1 * 40f32.ln() + 1.0;
+    assert!((hp.attn_scale() - m * m / 12f32.sqrt()).abs() < 1e-6);
+}
+
+#[test]
+fn deepseek2_refusals_name_the_key_or_tensor() {
+    for missing in [
+        "blk.1.attn_kv_a_norm.weight",
+        "blk.1.attn_k_b.weight",
+        "blk.0.attn_q_a_norm.weight",
+        "blk.1.ffn_down_shexp.weight",
+        "blk.2.nextn.hnorm.weight",
+    ] {
+        let mut s = spec("deepseek2");
+        s.skip_tensors.push(missing.into());
+        assert_eq!(s.load_err(), ModelError::MissingTensor(missing.into()));
+    }
+    let mut s = ds_legacy();
+    s.skip_tensors.push("blk.0.attn_kv_b.weight".into());
+    assert_eq!(
+        s.load_err(),
+        ModelError::MissingTensor("blk.0.attn_kv_b.weight".into())
+    );
+    for (name, dims) in [
+        ("blk.1.attn_k_b.weight", vec![8, 16, 3]),
+        ("blk.1.attn_v_b.weight", vec![16, 4, 4]),
+        ("blk.1.attn_kv_a_mqa.weight", vec![32, 16]),
+        ("blk.0.attn_output.weight", vec![48, 32]),
+    ] {
+        let mut s = spec("deepseek2");
+        s.reshape.push((name.into(), dims));
+        assert!(
+            matches!(s.load_err(), ModelError::BadShape { name: n, .. } if n == name),
+            "{name}"
+        );
+    }
+    for key in [
+        "deepseek2.attention.kv_lora_rank",
+        "deepseek2.attention.q_lora_rank",
+        "deepseek2.expert_shared_count",
+        "deepseek2.expert_feed_forward_length",
+    ] {
+        assert_eq!(
+            spec("deepseek2").without_kv(key).hparams().unwrap_err(),
+            ModelError::MissingKey(key.into()),
+        );
+    }
+    // DeepSeek-V2-Lite's depth: llama.cpp does not read q_lora_rank there
+    let mut lite = spec("deepseek2");
+    lite.n_layer = 27;
+    lite.nextn = 0;
+    let hp = lite
+        .without_kv("deepseek2.attention.q_lora_rank")
+        .hparams()
+        .unwrap();
+    assert_eq!(hp.mla.unwrap().q_lora_rank, 0);
+    let bad = |s: Spec, key: &str| {
+        let e = s.hparams().unwrap_err();
+        assert!(
+            matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+            "{key}: {e}"
+        );
+    };
+    bad(
+        spec("deepseek2").without_kv("deepseek2.attention.value_length_mla"),
+        "deepseek2.attention.value_length_mla",
+    );
+    bad(
+        spec("deepseek2").with_kv("deepseek2.attention.head_count_kv", Value::U32(2)),
+        "deepseek2.attention.head_count_kv",
+    );
+    bad(
+        ds_legacy().with_kv("deepseek2.attention.head_count_kv", Value::U32(2)),
+        "deepseek2.attention.head_count_kv",
+    );
+    bad(
+        spec("deepseek2").with_kv("deepseek2.attention.key_length", Value::U32(24)),
+        "deepseek2.attention.key_length",
+    );
+    bad(
+        spec("deepseek2").with_kv("deepseek2.rope.dimension_count", Value::U32(12)),
+        "deepseek2.rope.dimension_count",
+    );
+    let e = spec("deepseek2")
+        .with_kv("deepseek2.attention.temperature_scale", Value::F32(0.1))
+        .hparams()
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::Unsupported(m) if m.contains("temperature")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -729,7 +992,10 @@ fn qwen2_dense_with_biases_and_output_bias() {
     assert!(m.tensors.output_tied);
     assert_eq!(m.tensors.output.name, "token_embd.weight");
     assert_eq!(m.tensors.output_bias.unwrap().dims, vec![40]);
-    assert_eq!(m.tensors.layers[0].bq.unwrap().dims, vec![32]);
+    assert_eq!(
+        m.tensors.layers[0].mha().unwrap().bq.unwrap().dims,
+        vec![32]
+    );
 }
 
 #[test]
@@ -738,7 +1004,10 @@ fn qwen3_dense_with_qk_norm() {
     let (_d, f) = s.open();
     let m = Model::from_gguf(&f).unwrap();
     assert_eq!(m.hparams.qk_norm, QkNorm::PerHead);
-    assert_eq!(m.tensors.layers[0].q_norm.unwrap().dims, vec![16]);
+    assert_eq!(
+        m.tensors.layers[0].mha().unwrap().q_norm.unwrap().dims,
+        vec![16]
+    );
     assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
 }
 
@@ -1017,7 +1286,7 @@ fn per_layer_arrays() {
     assert_eq!(hp.n_head_kv.uniform(), None);
     assert_eq!(hp.n_ff.as_slice(), &[48, 64]);
     assert_eq!(hp.n_head.uniform(), Some(4));
-    assert_eq!(m.tensors.layers[1].wk.dims, vec![32, 32]);
+    assert_eq!(m.tensors.layers[1].mha().unwrap().wk.dims, vec![32, 32]);
 
     // An array must have one element per layer.
     let e = spec("llama")

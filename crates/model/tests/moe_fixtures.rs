@@ -176,7 +176,11 @@ fn check_model(path: &Path, want: &Intended, exps_type: GgmlType) {
             }
             None => assert!(moe.shared.is_none(), "{what}"),
         }
-        assert_eq!(layer.bq.is_some(), want.arch == Arch::Qwen2Moe, "{what}");
+        assert_eq!(
+            layer.mha().unwrap().bq.is_some(),
+            want.arch == Arch::Qwen2Moe,
+            "{what}"
+        );
     }
 }
 
@@ -368,7 +372,7 @@ fn the_glm4moe_model_has_its_dense_lead_shared_expert_selection_bias_and_nextn_l
                 "{what}"
             );
             assert_eq!(
-                layer.q_norm.is_some(),
+                layer.mha().unwrap().q_norm.is_some(),
                 il == 2,
                 "{what}: QK-norm in layer 2 only"
             );
@@ -380,5 +384,92 @@ fn the_glm4moe_model_has_its_dense_lead_shared_expert_selection_bias_and_nextn_l
             "{HINT} (model of {} not found)",
             r.display()
         );
+    }
+}
+
+#[test]
+fn the_deepseek2_models_have_latent_attention_in_both_forms() {
+    let dir = moe_dir();
+    // (model, weight types, absorbed, q_lora_rank, shared experts, sigmoid with bias and groups)
+    let models: [(&str, &[&str], bool, u32, u32, bool); 2] = [
+        (
+            "deepseek2",
+            &["f32", "bf16", "q8_0", "q4_0", "q4_k_m"],
+            true,
+            256,
+            1,
+            true,
+        ),
+        (
+            "deepseek2-lite",
+            &["f32", "q8_0", "q4_0", "q4_k_m"],
+            false,
+            0,
+            2,
+            false,
+        ),
+    ];
+    for (key, wtypes, absorbed, q_lora, shared, v3) in models {
+        for wtype in wtypes {
+            let path = model_path(&dir, &format!("{key}-{wtype}.gguf"));
+            let file = GgufFile::open(&path).unwrap();
+            let m = Model::from_gguf(&file).unwrap();
+            let what = path.display();
+            let hp = &m.hparams;
+            assert_eq!(m.arch(), Arch::Deepseek2, "{what}");
+            assert_eq!(
+                (hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_layer_nextn),
+                (1030, 256, 3, u32::from(v3)),
+                "{what}"
+            );
+            let mla = hp.mla.clone().expect("MLA");
+            assert_eq!(
+                (
+                    mla.absorbed,
+                    mla.q_lora_rank,
+                    mla.kv_lora_rank,
+                    mla.head_dim_k,
+                    mla.head_dim_v
+                ),
+                (absorbed, q_lora, 256, 96, 64),
+                "{what}"
+            );
+            assert_eq!(
+                (hp.head_dim_k, hp.head_dim_v),
+                if absorbed { (288, 256) } else { (96, 64) },
+                "{what}"
+            );
+            assert_eq!(hp.rope.ty, RopeType::Norm, "{what}");
+            assert_eq!(hp.rope.n_rot, 32, "{what}");
+            assert_eq!(hp.n_expert_shared, shared, "{what}");
+            assert_eq!(
+                hp.expert_gating,
+                if v3 {
+                    model::ExpertGating::Sigmoid
+                } else {
+                    model::ExpertGating::Softmax
+                },
+                "{what}"
+            );
+            assert_eq!(hp.n_expert_groups, if v3 { 4 } else { 0 }, "{what}");
+            if v3 {
+                assert_eq!(hp.rope.scaling, model::RopeScalingType::Yarn, "{what}");
+                assert_eq!(hp.rope.yarn_log_mul, 0.1f32 / 0.1, "{what}");
+            }
+            assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)), "{what}");
+            for layer in &m.tensors.layers[1..] {
+                let Ffn::Moe(moe) = &layer.ffn else {
+                    panic!("{what}: a dense MoE layer");
+                };
+                assert_eq!(moe.selection_bias.is_some(), v3, "{what}");
+                assert!(layer.mla().is_some(), "{what}");
+            }
+            let r = refs_dir().join(format!("{key}-{wtype}.gguf"));
+            assert!(
+                check_ref(&r, &dir),
+                "{HINT} (model of {} not found)",
+                r.display()
+            );
+        }
     }
 }

@@ -44,6 +44,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "mixtral-q8_0.gguf",
         "gptoss-mxfp4.gguf",
         "glm4moe-q8_0.gguf",
+        "deepseek2-q8_0.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;

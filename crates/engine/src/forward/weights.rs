@@ -2,7 +2,7 @@
 //! vectors (norms, biases) converted to f32.
 
 use gguf::{GgmlType, TensorInfo};
-use model::{Ffn, Model};
+use model::{Attn, Ffn, MlaKvB, MlaQuery, Model};
 use quant::{Kernels, RowKernel};
 
 use super::{ForwardError, type_name};
@@ -88,19 +88,48 @@ pub(crate) enum FfnW<'a> {
 
 pub(crate) struct LayerW<'a> {
     pub attn_norm: Vec<f32>,
+    pub attn: AttnW<'a>,
+    pub wo: Mat<'a>,
+    pub bo: Option<Vec<f32>>,
+    pub sinks: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub ffn: FfnW<'a>,
+}
+
+pub(crate) enum AttnW<'a> {
+    Mha(Box<MhaW<'a>>),
+    Mla(Box<MlaW<'a>>),
+}
+
+pub(crate) struct MhaW<'a> {
     pub wq: Mat<'a>,
     pub wk: Mat<'a>,
     pub wv: Mat<'a>,
-    pub wo: Mat<'a>,
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
-    pub bo: Option<Vec<f32>>,
-    pub sinks: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
-    pub ffn: FfnW<'a>,
+}
+
+/// Multi-head latent attention's weights.
+pub(crate) struct MlaW<'a> {
+    /// The low-rank query's first projection and its norm (`None`: `q` takes the input).
+    pub q_a: Option<(Mat<'a>, Vec<f32>)>,
+    /// `attn_q_b` (or `attn_q`): `n_head × head_dim_k` rows.
+    pub q: Mat<'a>,
+    /// `attn_kv_a_mqa`: the compressed row then the shared rotated key part.
+    pub kv_a: Mat<'a>,
+    pub kv_a_norm: Vec<f32>,
+    pub kv_b: MlaKvBW<'a>,
+}
+
+pub(crate) enum MlaKvBW<'a> {
+    /// Per head (a stack of `n_head` matrices): `k_b` maps the plain query part into the
+    /// compressed space, `v_b` the attention output back to value size.
+    Absorbed { k_b: Mat<'a>, v_b: Box<Mat<'a>> },
+    /// `attn_kv_b`: per head the plain key part, then the value.
+    Legacy(Mat<'a>),
 }
 
 /// The token embedding table's layout.
@@ -125,7 +154,21 @@ impl<'a> Weights<'a> {
     pub fn mats_mut(&mut self) -> Vec<&mut Mat<'a>> {
         let mut v: Vec<&mut Mat<'a>> = vec![&mut self.output];
         for l in &mut self.layers {
-            v.extend([&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo]);
+            match &mut l.attn {
+                AttnW::Mha(a) => v.extend([&mut a.wq, &mut a.wk, &mut a.wv]),
+                AttnW::Mla(a) => {
+                    let a = &mut **a;
+                    if let Some((q_a, _)) = &mut a.q_a {
+                        v.push(q_a);
+                    }
+                    v.extend([&mut a.q, &mut a.kv_a]);
+                    match &mut a.kv_b {
+                        MlaKvBW::Absorbed { k_b, v_b } => v.extend([k_b, &mut **v_b]),
+                        MlaKvBW::Legacy(kv_b) => v.push(kv_b),
+                    }
+                }
+            }
+            v.push(&mut l.wo);
             match &mut l.ffn {
                 FfnW::Dense(d) => v.extend([&mut d.gate, &mut d.up, &mut d.down]),
                 FfnW::Moe(m) => {
@@ -166,12 +209,34 @@ fn data<'a>(model: &Model<'a>, t: &'a TensorInfo) -> Result<&'a [u8], ForwardErr
         .map_err(|e| bad(t, format!("cannot read data: {e}")))
 }
 
+/// How llama.cpp multiplies a weight, which decides its summation order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// A 2-D weight (MUL_MAT), or a stack of experts (MUL_MAT_ID) when 3-D.
+    Plain,
+    /// A 3-D stack of per-head matrices broadcast over the heads of the activations (MUL_MAT
+    /// of a 3-D weight): never repacked (ggml repacks 2-D weights only), and when the
+    /// activations are a permuted view (`contiguous` false) llamafile_sgemm sees only their
+    /// converted copy, which an F32 weight does not make, so F32 sums by vec_dot.
+    Heads { contiguous: bool },
+}
+
 /// A matrix of `n_mats` stacked `rows × cols` matrices (1 for a plain weight).
 fn mat<'a>(
     model: &Model<'a>,
     kernels: &Kernels,
     t: &'a TensorInfo,
     n_mats: usize,
+) -> Result<Mat<'a>, ForwardError> {
+    mat_as(model, kernels, t, n_mats, Use::Plain)
+}
+
+fn mat_as<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    t: &'a TensorInfo,
+    n_mats: usize,
+    usage: Use,
 ) -> Result<Mat<'a>, ForwardError> {
     let ty = ggml_type(t)?;
     let cols = *t.dims.first().unwrap_or(&1) as usize;
@@ -183,8 +248,20 @@ fn mat<'a>(
         ty: type_name(ty),
         op: "matrix products",
     };
-    let kernel =
-        RowKernel::for_weight(kernels, ty, rows, cols, t.dims.len() > 2).map_err(unsupported)?;
+    let kernel = match usage {
+        Use::Plain => RowKernel::for_weight(kernels, ty, rows, cols, t.dims.len() > 2),
+        Use::Heads { contiguous } => {
+            let order = match quant::SumOrder::for_weight(ty, rows, cols, false) {
+                quant::SumOrder::Repacked => quant::SumOrder::VecDot,
+                quant::SumOrder::TinyBlas if !contiguous && ty == GgmlType::F32 => {
+                    quant::SumOrder::VecDot
+                }
+                o => o,
+            };
+            RowKernel::lookup_in(kernels, ty, order)
+        }
+    }
+    .map_err(unsupported)?;
     let kernel_one =
         RowKernel::lookup_in(kernels, ty, kernel.order.single_row()).map_err(unsupported)?;
     let bytes = data(model, t)?;
@@ -264,7 +341,7 @@ impl<'a> Weights<'a> {
         }
         let output = mat(model, kernels, mt.output, 1)?;
         let mut layers = Vec::with_capacity(mt.layers.len());
-        for l in &mt.layers {
+        for (il, l) in mt.layers.iter().enumerate() {
             let ffn = match &l.ffn {
                 Ffn::Dense(d) => FfnW::Dense(Box::new(DenseW {
                     gate: mat(model, kernels, d.gate, 1)?,
@@ -305,19 +382,62 @@ impl<'a> Weights<'a> {
                     }))
                 }
             };
+            let attn = match &l.attn {
+                Attn::Mha(a) => AttnW::Mha(Box::new(MhaW {
+                    wq: mat(model, kernels, a.wq, 1)?,
+                    wk: mat(model, kernels, a.wk, 1)?,
+                    wv: mat(model, kernels, a.wv, 1)?,
+                    bq: opt_vector(model, a.bq)?,
+                    bk: opt_vector(model, a.bk)?,
+                    bv: opt_vector(model, a.bv)?,
+                    q_norm: opt_vector(model, a.q_norm)?,
+                    k_norm: opt_vector(model, a.k_norm)?,
+                })),
+                Attn::Mla(a) => {
+                    let (q_a, q) = match &a.q {
+                        MlaQuery::Direct(q) => (None, mat(model, kernels, q, 1)?),
+                        MlaQuery::LowRank { a, a_norm, b } => (
+                            Some((mat(model, kernels, a, 1)?, vector(model, a_norm)?)),
+                            mat(model, kernels, b, 1)?,
+                        ),
+                    };
+                    let n_head = hp.n_head.at(il) as usize;
+                    let kv_b = match &a.kv_b {
+                        // k_b multiplies the plain query parts, a permuted view of q; v_b the
+                        // attention output, which is contiguous
+                        MlaKvB::Absorbed { k_b, v_b } => MlaKvBW::Absorbed {
+                            k_b: mat_as(
+                                model,
+                                kernels,
+                                k_b,
+                                n_head,
+                                Use::Heads { contiguous: false },
+                            )?,
+                            v_b: Box::new(mat_as(
+                                model,
+                                kernels,
+                                v_b,
+                                n_head,
+                                Use::Heads { contiguous: true },
+                            )?),
+                        },
+                        MlaKvB::Legacy(kv_b) => MlaKvBW::Legacy(mat(model, kernels, kv_b, 1)?),
+                    };
+                    AttnW::Mla(Box::new(MlaW {
+                        q_a,
+                        q,
+                        kv_a: mat(model, kernels, a.kv_a_mqa, 1)?,
+                        kv_a_norm: vector(model, a.kv_a_norm)?,
+                        kv_b,
+                    }))
+                }
+            };
             layers.push(LayerW {
                 attn_norm: vector(model, l.attn_norm)?,
-                wq: mat(model, kernels, l.wq, 1)?,
-                wk: mat(model, kernels, l.wk, 1)?,
-                wv: mat(model, kernels, l.wv, 1)?,
+                attn,
                 wo: mat(model, kernels, l.wo, 1)?,
-                bq: opt_vector(model, l.bq)?,
-                bk: opt_vector(model, l.bk)?,
-                bv: opt_vector(model, l.bv)?,
                 bo: opt_vector(model, l.bo)?,
                 sinks: opt_vector(model, l.attn_sinks)?,
-                q_norm: opt_vector(model, l.q_norm)?,
-                k_norm: opt_vector(model, l.k_norm)?,
                 ffn_norm: vector(model, l.ffn_norm)?,
                 ffn,
             });

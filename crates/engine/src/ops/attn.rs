@@ -163,6 +163,7 @@ impl Store {
 pub struct KvPrefix {
     n: usize,
     w: usize,
+    wv: usize,
     k: Vec<Store>,
     v: Vec<Store>,
 }
@@ -187,7 +188,7 @@ impl KvPrefix {
 /// Per-layer key and value cache of one sequence.
 ///
 /// Keys are stored `[layer][pos][kv_head][head_dim]`; values transposed,
-/// `[layer][kv_head][head_dim][pos]`, as llama.cpp stores V without flash attention, so the
+/// `[layer][kv_head][head_dim_v][pos]`, as llama.cpp stores V without flash attention, so the
 /// value product is a contiguous dot over positions.
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -196,12 +197,14 @@ pub struct KvCache {
     n_ctx: usize,
     n_head_kv: usize,
     head_dim: usize,
+    head_dim_v: usize,
     k: Vec<Store>,
     v: Vec<Store>,
 }
 
 impl KvCache {
-    /// An all-zero cache of `n_ctx` cells per layer.
+    /// An all-zero cache of `n_ctx` cells per layer, keys and values of `head_dim` values per
+    /// head.
     pub fn new(
         ty: KvType,
         n_layer: usize,
@@ -209,23 +212,40 @@ impl KvCache {
         n_head_kv: usize,
         head_dim: usize,
     ) -> Result<KvCache, EngineError> {
-        if n_head_kv == 0 || head_dim == 0 {
+        KvCache::with_value_dim(ty, n_layer, n_ctx, n_head_kv, head_dim, head_dim)
+    }
+
+    /// An all-zero cache whose values have `head_dim_v` values per head (multi-head latent
+    /// attention caches a longer key than value).
+    pub fn with_value_dim(
+        ty: KvType,
+        n_layer: usize,
+        n_ctx: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        head_dim_v: usize,
+    ) -> Result<KvCache, EngineError> {
+        if n_head_kv == 0 || head_dim == 0 || head_dim_v == 0 {
             return Err(EngineError::Shape(format!(
-                "KV cache needs at least one head of at least one dimension, got {n_head_kv} x {head_dim}"
+                "KV cache needs at least one head of at least one dimension, got {n_head_kv} x {head_dim} (value {head_dim_v})"
             )));
         }
-        let per_layer = n_ctx
-            .checked_mul(n_head_kv)
-            .and_then(|x| x.checked_mul(head_dim))
-            .ok_or_else(|| EngineError::Shape("KV cache size overflows".into()))?;
+        let size = |d: usize| {
+            n_ctx
+                .checked_mul(n_head_kv)
+                .and_then(|x| x.checked_mul(d))
+                .ok_or_else(|| EngineError::Shape("KV cache size overflows".into()))
+        };
+        let (per_k, per_v) = (size(head_dim)?, size(head_dim_v)?);
         Ok(KvCache {
             ty,
             n_layer,
             n_ctx,
             n_head_kv,
             head_dim,
-            k: (0..n_layer).map(|_| Store::new(ty, per_layer)).collect(),
-            v: (0..n_layer).map(|_| Store::new(ty, per_layer)).collect(),
+            head_dim_v,
+            k: (0..n_layer).map(|_| Store::new(ty, per_k)).collect(),
+            v: (0..n_layer).map(|_| Store::new(ty, per_v)).collect(),
         })
     }
 
@@ -245,9 +265,13 @@ impl KvCache {
     pub fn n_head_kv(&self) -> usize {
         self.n_head_kv
     }
-    /// Head dimension.
+    /// Head dimension (of keys).
     pub fn head_dim(&self) -> usize {
         self.head_dim
+    }
+    /// Head dimension of values.
+    pub fn head_dim_v(&self) -> usize {
+        self.head_dim_v
     }
 
     fn check_head(&self, h: usize) -> Result<(), EngineError> {
@@ -281,21 +305,23 @@ impl KvCache {
     pub fn prefix(&self, n: usize) -> KvPrefix {
         let n = n.min(self.n_ctx);
         let w = self.n_head_kv * self.head_dim;
+        let wv = self.n_head_kv * self.head_dim_v;
         let k = self.k.iter().map(|s| s.slice(0, n * w)).collect();
-        // V is transposed: each of its `w` rows holds the positions.
+        // V is transposed: each of its `wv` rows holds the positions.
         let v = self
             .v
             .iter()
-            .map(|s| s.gather((0..w).map(|i| i * self.n_ctx), n))
+            .map(|s| s.gather((0..wv).map(|i| i * self.n_ctx), n))
             .collect();
-        KvPrefix { n, w, k, v }
+        KvPrefix { n, w, wv, k, v }
     }
 
     /// Write back a [`prefix`](Self::prefix) taken from a cache of the same shape; positions
     /// past it keep what they hold.
     pub fn restore(&mut self, p: &KvPrefix) -> Result<(), EngineError> {
         let w = self.n_head_kv * self.head_dim;
-        if p.w != w || p.k.len() != self.n_layer || p.n > self.n_ctx {
+        let wv = self.n_head_kv * self.head_dim_v;
+        if p.w != w || p.wv != wv || p.k.len() != self.n_layer || p.n > self.n_ctx {
             return Err(EngineError::Shape(format!(
                 "KV prefix of {} layers x {} positions x {} values does not fit a cache of {} \
                  layers x {} cells x {w} values",
@@ -315,7 +341,8 @@ impl KvCache {
         Ok(())
     }
 
-    /// Store the key and value rows (`n_head_kv · head_dim` values each) of position `pos`.
+    /// Store the key and value rows (`n_head_kv · head_dim` and `n_head_kv · head_dim_v`
+    /// values) of position `pos`.
     pub fn store(
         &mut self,
         layer: usize,
@@ -326,7 +353,7 @@ impl KvCache {
         self.check(layer, pos)?;
         let w = self.n_head_kv * self.head_dim;
         check_len("k", w, k.len())?;
-        check_len("v", w, v.len())?;
+        check_len("v", self.n_head_kv * self.head_dim_v, v.len())?;
         for (i, &x) in k.iter().enumerate() {
             self.k[layer].set(pos * w + i, x);
         }
@@ -363,10 +390,10 @@ impl KvCache {
     ) -> Result<(), EngineError> {
         self.check(layer, pos)?;
         self.check_head(h)?;
-        check_len("value", self.head_dim, dst.len())?;
+        check_len("value", self.head_dim_v, dst.len())?;
         for (d, o) in dst.iter_mut().enumerate() {
             let mut one = [0f32];
-            self.v[layer].read((h * self.head_dim + d) * self.n_ctx + pos, &mut one);
+            self.v[layer].read((h * self.head_dim_v + d) * self.n_ctx + pos, &mut one);
             *o = one[0];
         }
         Ok(())
@@ -400,8 +427,8 @@ pub fn attend(
 }
 
 /// Prefill attention for `n_tok` tokens at positions `p0..p0 + n_tok` (their K/V already
-/// stored): token `i` attends to cells `0..=p0 + i` (causal mask). `q` and `out` are
-/// `[n_tok][n_head][head_dim]`. Work is spread over `pool`, one task per (token, head);
+/// stored): token `i` attends to cells `0..=p0 + i` (causal mask). `q` is
+/// `[n_tok][n_head][head_dim]`, `out` `[n_tok][n_head][head_dim_v]`. Work is spread over `pool`, one task per (token, head);
 /// results do not depend on the number of threads.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_batch(
@@ -455,7 +482,7 @@ pub fn attend_batch_with(
     extras: AttnExtras<'_>,
     out: &mut [f32],
 ) -> Result<(), EngineError> {
-    let hd = cache.head_dim;
+    let (hd, hdv) = (cache.head_dim, cache.head_dim_v);
     if let Some(sinks) = extras.sinks
         && sinks.len() != n_head
     {
@@ -478,7 +505,7 @@ pub fn attend_batch_with(
     }
     cache.check(layer, p0 + n_tok - 1)?;
     check_len("q", n_tok * n_head * hd, q.len())?;
-    check_len("out", n_tok * n_head * hd, out.len())?;
+    check_len("out", n_tok * n_head * hdv, out.len())?;
     let group = n_head / n_kv;
     // llama.cpp's KV length for the whole batch (all its tokens share it)
     let row_len = cache.row_len(p0 + n_tok);
@@ -497,7 +524,8 @@ pub fn attend_batch_with(
         .find(|&d| n_tok * n_kv * d >= want)
         .unwrap_or(group);
     let per = group / shares;
-    let slots: Vec<Mutex<&mut [f32]>> = out.chunks_mut((per * hd).max(1)).map(Mutex::new).collect();
+    let slots: Vec<Mutex<&mut [f32]>> =
+        out.chunks_mut((per * hdv).max(1)).map(Mutex::new).collect();
     pool.run(n_tok * n_kv * shares, |task| {
         let (t, rest) = (task / (n_kv * shares), task % (n_kv * shares));
         let (kvh, share) = (rest / shares, rest % shares);
@@ -506,7 +534,7 @@ pub fn attend_batch_with(
         let first = extras.window.map_or(0, |w| n_vis.saturating_sub(w));
         let rows = KvRows::read(cache, layer, kvh, first, n_vis);
         let mut scratch = HeadScratch::default();
-        for (g, o) in dst.chunks_exact_mut(hd).enumerate() {
+        for (g, o) in dst.chunks_exact_mut(hdv).enumerate() {
             let h = kvh * group + share * per + g;
             let head = HeadJob {
                 first,
@@ -584,9 +612,10 @@ impl KvRows {
             }
         }
         let n8 = n.next_multiple_of(8).max(8);
-        let mut v = vec![0f32; hd * n8];
+        let hdv = cache.head_dim_v;
+        let mut v = vec![0f32; hdv * n8];
         for (d, row) in v.chunks_exact_mut(n8).enumerate() {
-            cache.v[layer].read((kvh * hd + d) * cache.n_ctx + skip, &mut row[..n]);
+            cache.v[layer].read((kvh * hdv + d) * cache.n_ctx + skip, &mut row[..n]);
         }
         KvRows { skip, n8, k, v }
     }
