@@ -387,7 +387,29 @@ fn model_json(model: &Model) -> serde_json::Value {
         return serde_json::Value::Null;
     };
     match model::Model::from_gguf(f) {
-        Ok(m) => json!({ "summary": m.summary().lines().collect::<Vec<_>>() }),
+        Ok(m) => {
+            let hp = &m.hparams;
+            let mut doc = json!({
+                "summary": m.summary().lines().collect::<Vec<_>>(),
+                "arch": hp.arch.name(),
+                "layers": hp.n_layer,
+                "moe_layers": hp.n_moe_layers(),
+                "nextn_layers": hp.n_layer_nextn,
+                // what the KV cache holds per token and layer
+                "kv_values_per_token_layer": hp.n_embd_k_gqa(0) + hp.n_embd_v_gqa(0),
+            });
+            if let Some(a) = &hp.mla {
+                doc["mla"] = json!({
+                    "absorbed": a.absorbed,
+                    "q_lora_rank": a.q_lora_rank,
+                    "kv_lora_rank": a.kv_lora_rank,
+                    "head_dim_k": a.head_dim_k,
+                    "head_dim_v": a.head_dim_v,
+                    "rotated_dims": hp.rope.n_rot,
+                });
+            }
+            doc
+        }
         Err(e) => json!({ "error": e.to_string() }),
     }
 }

@@ -169,6 +169,54 @@ fn glm_4_5_air_plan_has_a_dense_lead_shared_experts_and_a_nextn_layer_after_the_
 }
 
 #[test]
+fn deepseek_v3_plan_has_latent_attention_dense_leads_and_256_experts() {
+    for (args, trunk) in [
+        (vec!["--like", "deepseek-v3"], 61u32),
+        (vec!["--like", "deepseek-v3", "--layers", "4"], 4),
+    ] {
+        let (data, layers, rows) = plan(&args);
+        assert_eq!(
+            layers.keys().copied().collect::<Vec<_>>(),
+            (0..trunk).collect::<Vec<_>>()
+        );
+        for l in 0..3 {
+            assert_eq!(layers[&l].0, 0, "layer {l} is dense");
+        }
+        // an expert: Q4_K gate and up (2048 rows of 7168: 28 blocks of 144 bytes a row), down
+        // (7168 rows of 2048: 8 blocks) Q4_K or, on llama.cpp's more-bits layers, Q6_K (210)
+        let gate_up = 2 * 2048 * 28 * 144;
+        let (down_q4, down_q6) = (7168 * 8 * 144, 7168 * 8 * 210);
+        for l in 3..trunk {
+            let x = layers[&l].0;
+            assert!(
+                x == gate_up + down_q4 || x == gate_up + down_q6,
+                "layer {l}: {x}"
+            );
+        }
+        let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+        // attn_k_b's rows of 128 fit no K-quant: Q5_0 (22 bytes per 32), 512 rows x 128 heads
+        assert_eq!(at("blk.3.attn_k_b.weight").2, "q5_0");
+        assert_eq!(at("blk.3.attn_k_b.weight").1, 512 * 128 * 4 * 22);
+        assert_eq!(at("blk.3.attn_v_b.weight").1, 128 * 128 * 2 * 144);
+        assert_eq!(at("blk.3.attn_kv_a_mqa.weight").1, 576 * 28 * 144);
+        for t in [
+            "exp_probs_b.bias",
+            "ffn_gate_shexp.weight",
+            "attn_q_a_norm.weight",
+        ] {
+            assert!(rows.iter().any(|r| r.3 == format!("blk.3.{t}")), "{t}");
+        }
+        assert!(!rows.iter().any(|r| r.3 == "blk.2.ffn_gate_exps.weight"));
+        assert!(
+            !rows.iter().any(|r| r.3.contains("nextn")),
+            "as the published files"
+        );
+        let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+        assert_eq!(last, data);
+    }
+}
+
+#[test]
 fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("olmoe-l1.gguf");

@@ -233,3 +233,42 @@ fn the_routed_experts_are_described() {
         }
     }
 }
+
+#[test]
+fn latent_attention_is_described() {
+    // The tiny deepseek2 fixtures (scripts/fetch_moe_fixtures.sh): absorbed and legacy MLA.
+    let dir = testdata::fixtures_root().join("moe");
+    for (file, absorbed, q_lora, kv) in [
+        ("deepseek2-q8_0.gguf", true, 256, 288 + 256),
+        ("deepseek2-lite-q8_0.gguf", false, 0, 4 * (96 + 64)),
+    ] {
+        let path = dir.join(file);
+        assert!(
+            path.is_file(),
+            "run `bash scripts/fetch_moe_fixtures.sh` ({} missing)",
+            path.display()
+        );
+        let o = sluice(&["inspect", path.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        let line = out
+            .lines()
+            .find(|l| l.contains("latent attention (MLA"))
+            .unwrap_or_else(|| panic!("{file}: no MLA line in\n{out}"));
+        assert!(line.contains("kv rank 256"), "{line}");
+        assert!(
+            line.contains("head 96 = 64 plain + 32 rotated, value 64"),
+            "{line}"
+        );
+        let o = sluice(&["inspect", "--json", path.to_str().unwrap()]);
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let m = &doc["model"];
+        assert_eq!(m["arch"], "deepseek2");
+        assert_eq!(m["mla"]["absorbed"], absorbed, "{file}");
+        assert_eq!(m["mla"]["q_lora_rank"], q_lora, "{file}");
+        assert_eq!(m["mla"]["kv_lora_rank"], 256, "{file}");
+        assert_eq!(m["mla"]["rotated_dims"], 32, "{file}");
+        assert_eq!(m["kv_values_per_token_layer"], kv, "{file}");
+        assert_eq!(m["nextn_layers"], u64::from(absorbed), "{file}");
+    }
+}

@@ -65,6 +65,13 @@ pub enum Like {
     /// expert, n_embd 4096, 96 query / 8 KV heads of 128 with q/k/v biases, rope over half of
     /// each head, vocabulary 151552 (GLM-4.5 tokenizer: filled from Qwen2.5's, padded).
     Glm45Air,
+    /// DeepSeek-V3 (and R1, the same shape): deepseek2, 61 layers (the first 3 dense, of width
+    /// 18432), 256 experts (top-8 of the best 4 of 8 groups, sigmoid routing with a selection
+    /// bias, scaled by 2.5) of width 2048 plus a shared expert, n_embd 7168, 128 heads of
+    /// multi-head latent attention in the absorbed form (query rank 1536, KV rank 512, heads of
+    /// 128 + 64 rotated, values of 128), YaRN (factor 40 over 4096), vocabulary 129280 (filled
+    /// from the Qwen2.5 tokenizer, padded). No NextN layer, as the published GGUFs.
+    DeepseekV3,
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -109,6 +116,9 @@ struct Shape {
     /// glm4moe's extras: a leading dense layer of width `n_ff`, q/k/v biases,
     /// `post_attention_norm`, the selection bias, a shared expert, NextN layers, partial rope.
     glm: Option<GlmExtras>,
+    /// deepseek2's multi-head latent attention (with `glm`'s dense lead, shared expert and
+    /// scale, but none of glm4moe's attention extras).
+    mla: Option<MlaShape>,
     /// The mix the released files use when `--quant` is not given.
     default_quant: FileType,
 }
@@ -128,15 +138,31 @@ struct GlmExtras {
     weights_scale: f32,
 }
 
+/// deepseek2's attention and routing beyond the common shape.
+#[derive(Clone, Copy, Debug)]
+struct MlaShape {
+    q_lora: u64,
+    kv_lora: u64,
+    /// Plain and rotated query/key values per head, and value values per head.
+    nope: u64,
+    rope: u64,
+    v: u64,
+    /// Expert groups and the groups used.
+    groups: (u32, u32),
+    /// YaRN: factor, original context, log multiplier as stored (0.1 × mscale_all_dim).
+    yarn: (f32, u32, f32),
+}
+
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 6] = [
+    pub const ALL: [Like; 7] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
         Like::GptOss20b,
         Like::GptOss120b,
         Like::Glm45Air,
+        Like::DeepseekV3,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -148,6 +174,7 @@ impl Like {
             Like::GptOss20b => "gpt-oss-20b",
             Like::GptOss120b => "gpt-oss-120b",
             Like::Glm45Air => "glm-4.5-air",
+            Like::DeepseekV3 => "deepseek-v3",
         }
     }
 
@@ -187,6 +214,14 @@ impl Like {
                  biases, rope over half of each head, vocabulary 151552 (filled from the Qwen2.5 \
                  tokenizer, padded)"
             }
+            Like::DeepseekV3 => {
+                "DeepSeek-V3/R1: deepseek2, 61 layers (the first 3 dense, width 18432), 256 \
+                 experts (top-8 within the best 4 of 8 groups, sigmoid routing with a selection \
+                 bias, x2.5) of width 2048 plus a shared expert, n_embd 7168, 128 heads of \
+                 multi-head latent attention (absorbed; query rank 1536, KV rank 512, heads of \
+                 128 + 64 rotated, values of 128), YaRN x40, vocabulary 129280 (filled from the \
+                 Qwen2.5 tokenizer, padded); about 400 GB at Q4_K_M: write a --layers cut"
+            }
         }
     }
 
@@ -224,6 +259,7 @@ impl Like {
                 vocab_fixture: "qwen2.5-coder-1.5b.gguf",
                 gpt_oss: false,
                 glm: None,
+                mla: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Olmoe1b7b => Shape {
@@ -248,6 +284,7 @@ impl Like {
                 vocab_fixture: "ggml-vocab-gpt-neox.gguf",
                 gpt_oss: false,
                 glm: None,
+                mla: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Mixtral8x7b => Shape {
@@ -272,6 +309,7 @@ impl Like {
                 vocab_fixture: "ggml-vocab-llama-spm.gguf",
                 gpt_oss: false,
                 glm: None,
+                mla: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::GptOss20b | Like::GptOss120b => {
@@ -298,6 +336,7 @@ impl Like {
                     vocab_fixture: "qwen2.5-coder-1.5b.gguf",
                     gpt_oss: true,
                     glm: None,
+                    mla: None,
                     default_quant: FileType::Mxfp4Moe,
                 }
             }
@@ -328,6 +367,47 @@ impl Like {
                     nextn: 1,
                     rope_dims: 64,
                     weights_scale: 1.0,
+                }),
+                mla: None,
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::DeepseekV3 => Shape {
+                arch: "deepseek2",
+                title: "DeepSeek-V3",
+                n_layer: 61,
+                n_embd: 7168,
+                n_head: 128,
+                // the absorbed form caches one head of kv_lora + rope values
+                n_head_kv: 1,
+                head_dim: 512 + 64,
+                n_expert: 256,
+                n_expert_used: 8,
+                n_ff_exp: 2048,
+                n_ff: 18432,
+                n_vocab: 129_280,
+                ctx_train: 163_840,
+                rope_base: 10_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::None,
+                expert_ff_key: true,
+                rope_dims_key: true,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: Some(GlmExtras {
+                    dense_lead: 3,
+                    shared: 1,
+                    nextn: 0,
+                    rope_dims: 64,
+                    weights_scale: 2.5,
+                }),
+                mla: Some(MlaShape {
+                    q_lora: 1536,
+                    kv_lora: 512,
+                    nope: 128,
+                    rope: 64,
+                    v: 128,
+                    groups: (8, 4),
+                    yarn: (40.0, 4096, 0.1),
                 }),
                 default_quant: FileType::Q4_K_M,
             },
@@ -421,6 +501,10 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
     for il in 0..n_layer + nextn {
         let p = |n: &str| format!("blk.{il}.{n}.weight");
         v.push(t(p("attn_norm"), &[e], Role::Norm));
+        if let (Some(m), Some(g)) = (s.mla, s.glm) {
+            mla_layer(&mut v, s, m, g, il);
+            continue;
+        }
         v.push(t(p("attn_q"), &[e, nq], Role::Weight));
         v.push(t(p("attn_k"), &[e, nkv], Role::Weight));
         v.push(t(p("attn_v"), &[e, nkv], Role::Weight));
@@ -483,6 +567,56 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
     }
     v
+}
+
+/// A deepseek2 layer after its `attn_norm`: multi-head latent attention in the absorbed form,
+/// the FFN norm, then a dense FFN (the leading layers) or the router with its selection bias,
+/// the shared expert and the experts.
+fn mla_layer(v: &mut Vec<Planned>, s: &Shape, m: MlaShape, g: GlmExtras, il: u32) {
+    let t = |name: String, dims: &[u64], role| Planned {
+        name,
+        dims: dims.to_vec(),
+        role,
+    };
+    let p = |n: &str| format!("blk.{il}.{n}.weight");
+    let (e, h) = (s.n_embd, s.n_head);
+    v.push(t(p("attn_q_a"), &[e, m.q_lora], Role::Weight));
+    v.push(t(p("attn_q_a_norm"), &[m.q_lora], Role::Norm));
+    v.push(t(
+        p("attn_q_b"),
+        &[m.q_lora, h * (m.nope + m.rope)],
+        Role::Weight,
+    ));
+    v.push(t(
+        p("attn_kv_a_mqa"),
+        &[e, m.kv_lora + m.rope],
+        Role::Weight,
+    ));
+    v.push(t(p("attn_kv_a_norm"), &[m.kv_lora], Role::Norm));
+    v.push(t(p("attn_k_b"), &[m.nope, m.kv_lora, h], Role::Weight));
+    v.push(t(p("attn_v_b"), &[m.kv_lora, m.v, h], Role::Weight));
+    v.push(t(p("attn_output"), &[h * m.v, e], Role::Weight));
+    v.push(t(p("ffn_norm"), &[e], Role::Norm));
+    if il < g.dense_lead {
+        v.push(t(p("ffn_gate"), &[e, s.n_ff], Role::Weight));
+        v.push(t(p("ffn_up"), &[e, s.n_ff], Role::Weight));
+        v.push(t(p("ffn_down"), &[s.n_ff, e], Role::Weight));
+        return;
+    }
+    let (f, x) = (s.n_ff_exp, s.n_expert);
+    let w = f * g.shared;
+    v.push(t(
+        format!("blk.{il}.exp_probs_b.bias"),
+        &[x],
+        Role::Small(BIAS_STD),
+    ));
+    v.push(t(p("ffn_gate_shexp"), &[e, w], Role::Weight));
+    v.push(t(p("ffn_up_shexp"), &[e, w], Role::Weight));
+    v.push(t(p("ffn_down_shexp"), &[w, e], Role::Weight));
+    v.push(t(p("ffn_gate_inp"), &[e, x], Role::Router));
+    v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
 }
 
 /// FNV-1a of a tensor name, to give every tensor its own random stream.
@@ -1028,7 +1162,30 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
     meta.push((a("feed_forward_length"), Value::U32(s.n_ff as u32)));
     meta.push((a("attention.head_count"), Value::U32(s.n_head as u32)));
     meta.push((a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32)));
-    if s.head_dim * s.n_head != s.n_embd {
+    if let Some(m) = s.mla {
+        // the absorbed form's keys, as llama.cpp's converter writes them
+        meta.push((
+            a("attention.key_length"),
+            Value::U32((m.kv_lora + m.rope) as u32),
+        ));
+        meta.push((a("attention.value_length"), Value::U32(m.kv_lora as u32)));
+        meta.push((
+            a("attention.key_length_mla"),
+            Value::U32((m.nope + m.rope) as u32),
+        ));
+        meta.push((a("attention.value_length_mla"), Value::U32(m.v as u32)));
+        meta.push((a("attention.q_lora_rank"), Value::U32(m.q_lora as u32)));
+        meta.push((a("attention.kv_lora_rank"), Value::U32(m.kv_lora as u32)));
+        meta.push((a("expert_group_count"), Value::U32(m.groups.0)));
+        meta.push((a("expert_group_used_count"), Value::U32(m.groups.1)));
+        meta.push((a("rope.scaling.type"), Value::String("yarn".into())));
+        meta.push((a("rope.scaling.factor"), Value::F32(m.yarn.0)));
+        meta.push((
+            a("rope.scaling.original_context_length"),
+            Value::U32(m.yarn.1),
+        ));
+        meta.push((a("rope.scaling.yarn_log_multiplier"), Value::F32(m.yarn.2)));
+    } else if s.head_dim * s.n_head != s.n_embd {
         meta.push((a("attention.key_length"), Value::U32(s.head_dim as u32)));
         meta.push((a("attention.value_length"), Value::U32(s.head_dim as u32)));
     }
@@ -1053,7 +1210,9 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         meta.push((a("expert_weights_scale"), Value::F32(g.weights_scale)));
         // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
         meta.push((a("expert_gating_func"), Value::U32(2)));
-        meta.push((a("nextn_predict_layers"), Value::U32(g.nextn)));
+        if g.nextn > 0 || s.mla.is_none() {
+            meta.push((a("nextn_predict_layers"), Value::U32(g.nextn)));
+        }
     }
     if s.gpt_oss {
         meta.push((a("attention.sliding_window"), Value::U32(GPT_OSS_SWA)));
