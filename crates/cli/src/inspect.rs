@@ -396,7 +396,7 @@ fn model_json(model: &Model) -> serde_json::Value {
                 "moe_layers": hp.n_moe_layers(),
                 "nextn_layers": hp.n_layer_nextn,
                 // what the KV cache holds per token and layer
-                "kv_values_per_token_layer": hp.n_embd_k_gqa(0) + hp.n_embd_v_gqa(0),
+                "kv_values_per_token_layer": hp.kv_values_per_token(0),
             });
             if let Some(a) = &hp.mla {
                 doc["mla"] = json!({

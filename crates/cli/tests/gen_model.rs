@@ -217,6 +217,27 @@ fn deepseek_v3_plan_has_latent_attention_dense_leads_and_256_experts() {
 }
 
 #[test]
+fn kimi_k2_plan_is_deepseek_v3_with_384_experts_one_dense_layer_and_64_heads() {
+    let (data, layers, rows) = plan(&["--like", "kimi-k2", "--layers", "3"]);
+    assert_eq!(layers[&0].0, 0, "layer 0 is dense");
+    let gate_up = 2 * 2048 * 28 * 144;
+    for l in 1..3 {
+        let x = layers[&l].0;
+        assert!(
+            x == gate_up + 7168 * 8 * 144 || x == gate_up + 7168 * 8 * 210,
+            "layer {l}: {x}"
+        );
+    }
+    let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+    // 64 heads of 128 + 64 query values; 384 experts in the router
+    assert_eq!(at("blk.1.attn_q_b.weight").1, 64 * 192 * 6 * 144);
+    assert_eq!(at("blk.1.ffn_gate_inp.weight").1, 7168 * 384 * 4);
+    assert!(!rows.iter().any(|r| r.3 == "blk.0.ffn_gate_exps.weight"));
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
+#[test]
 fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("olmoe-l1.gguf");

@@ -239,7 +239,7 @@ fn latent_attention_is_described() {
     // The tiny deepseek2 fixtures (scripts/fetch_moe_fixtures.sh): absorbed and legacy MLA.
     let dir = testdata::fixtures_root().join("moe");
     for (file, absorbed, q_lora, kv) in [
-        ("deepseek2-q8_0.gguf", true, 256, 288 + 256),
+        ("deepseek2-q8_0.gguf", true, 256, 288),
         ("deepseek2-lite-q8_0.gguf", false, 0, 4 * (96 + 64)),
     ] {
         let path = dir.join(file);

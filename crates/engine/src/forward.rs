@@ -1267,14 +1267,14 @@ impl<'a> Engine<'a> {
         let kv_cells = cfg.n_ctx.next_multiple_of(KV_CELL_PAD);
         let kv = (0..hp.n_layer as usize)
             .map(|il| {
-                KvCache::with_value_dim(
-                    kv_type,
-                    1,
-                    kv_cells,
-                    hp.n_head_kv.at(il) as usize,
-                    hd,
-                    hp.head_dim_v as usize,
-                )
+                let n_kv = hp.n_head_kv.at(il) as usize;
+                let hdv = hp.head_dim_v as usize;
+                if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
+                    // the cached value is the compressed row that starts the key
+                    KvCache::with_values_in_keys(kv_type, 1, kv_cells, n_kv, hd, hdv)
+                } else {
+                    KvCache::with_value_dim(kv_type, 1, kv_cells, n_kv, hd, hdv)
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
 

@@ -284,6 +284,16 @@ impl HParams {
         self.head_dim_v * self.n_head_kv.at(il)
     }
 
+    /// Values the KV cache holds per token in layer `il`: keys and values, or the keys alone
+    /// in MLA's absorbed form, whose value is the start of its key.
+    pub fn kv_values_per_token(&self, il: usize) -> u32 {
+        if self.mla.as_ref().is_some_and(|m| m.absorbed) {
+            self.n_embd_k_gqa(il)
+        } else {
+            self.n_embd_k_gqa(il) + self.n_embd_v_gqa(il)
+        }
+    }
+
     /// Columns of `attn_output` in layer `il`.
     pub fn n_embd_out(&self, il: usize) -> u32 {
         match &self.mla {

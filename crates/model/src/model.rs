@@ -171,7 +171,7 @@ impl<'a> Model<'a> {
         if let Some(m) = &hp.mla {
             let n_rot = hp.rope.n_rot;
             let n_head = hp.n_head.max();
-            let cached = u64::from(hp.n_embd_k_gqa(0) + hp.n_embd_v_gqa(0));
+            let cached = hp.kv_values_per_token(0);
             let _ = writeln!(
                 s,
                 "latent attention (MLA, {}): query {}, kv rank {}, head {} = {} plain + {} rotated, value {}; cache per token and layer {} values ({}; as plain multi-head attention {} x ({} + {}))",
@@ -192,7 +192,10 @@ impl<'a> Model<'a> {
                 m.head_dim_v,
                 cached,
                 if m.absorbed {
-                    format!("key {} + value {}", hp.head_dim_k, hp.head_dim_v)
+                    format!(
+                        "one key of {}, whose first {} are the value",
+                        hp.head_dim_k, hp.head_dim_v
+                    )
                 } else {
                     format!(
                         "{n_head} heads x (key {} + value {})",

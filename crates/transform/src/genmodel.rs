@@ -72,6 +72,9 @@ pub enum Like {
     /// 128 + 64 rotated, values of 128), YaRN (factor 40 over 4096), vocabulary 129280 (filled
     /// from the Qwen2.5 tokenizer, padded). No NextN layer, as the published GGUFs.
     DeepseekV3,
+    /// Kimi-K2: DeepSeek-V3's architecture with 384 experts (no expert groups, x2.827), one
+    /// leading dense layer, 64 heads, rope base 50000, YaRN x32, vocabulary 163840.
+    KimiK2,
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -155,7 +158,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 7] = [
+    pub const ALL: [Like; 8] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -163,6 +166,7 @@ impl Like {
         Like::GptOss120b,
         Like::Glm45Air,
         Like::DeepseekV3,
+        Like::KimiK2,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -175,6 +179,7 @@ impl Like {
             Like::GptOss120b => "gpt-oss-120b",
             Like::Glm45Air => "glm-4.5-air",
             Like::DeepseekV3 => "deepseek-v3",
+            Like::KimiK2 => "kimi-k2",
         }
     }
 
@@ -221,6 +226,12 @@ impl Like {
                  multi-head latent attention (absorbed; query rank 1536, KV rank 512, heads of \
                  128 + 64 rotated, values of 128), YaRN x40, vocabulary 129280 (filled from the \
                  Qwen2.5 tokenizer, padded); about 400 GB at Q4_K_M: write a --layers cut"
+            }
+            Like::KimiK2 => {
+                "Kimi-K2: deepseek2 as DeepSeek-V3 with 384 experts (top-8, no expert groups, \
+                 x2.827), one leading dense layer, 64 heads, rope base 50000, YaRN x32 over 4096, \
+                 vocabulary 163840 (filled from the Qwen2.5 tokenizer, padded); about 620 GB at \
+                 Q4_K_M: write a --layers cut"
             }
         }
     }
@@ -371,46 +382,49 @@ impl Like {
                 mla: None,
                 default_quant: FileType::Q4_K_M,
             },
-            Like::DeepseekV3 => Shape {
-                arch: "deepseek2",
-                title: "DeepSeek-V3",
-                n_layer: 61,
-                n_embd: 7168,
-                n_head: 128,
-                // the absorbed form caches one head of kv_lora + rope values
-                n_head_kv: 1,
-                head_dim: 512 + 64,
-                n_expert: 256,
-                n_expert_used: 8,
-                n_ff_exp: 2048,
-                n_ff: 18432,
-                n_vocab: 129_280,
-                ctx_train: 163_840,
-                rope_base: 10_000.0,
-                rms_eps: 1e-6,
-                qk_norm: QkNorm::None,
-                expert_ff_key: true,
-                rope_dims_key: true,
-                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
-                gpt_oss: false,
-                glm: Some(GlmExtras {
-                    dense_lead: 3,
-                    shared: 1,
-                    nextn: 0,
-                    rope_dims: 64,
-                    weights_scale: 2.5,
-                }),
-                mla: Some(MlaShape {
-                    q_lora: 1536,
-                    kv_lora: 512,
-                    nope: 128,
-                    rope: 64,
-                    v: 128,
-                    groups: (8, 4),
-                    yarn: (40.0, 4096, 0.1),
-                }),
-                default_quant: FileType::Q4_K_M,
-            },
+            Like::DeepseekV3 | Like::KimiK2 => {
+                let kimi = self == Like::KimiK2;
+                Shape {
+                    arch: "deepseek2",
+                    title: if kimi { "Kimi-K2" } else { "DeepSeek-V3" },
+                    n_layer: 61,
+                    n_embd: 7168,
+                    n_head: if kimi { 64 } else { 128 },
+                    // the absorbed form caches one head of kv_lora + rope values
+                    n_head_kv: 1,
+                    head_dim: 512 + 64,
+                    n_expert: if kimi { 384 } else { 256 },
+                    n_expert_used: 8,
+                    n_ff_exp: 2048,
+                    n_ff: 18432,
+                    n_vocab: if kimi { 163_840 } else { 129_280 },
+                    ctx_train: if kimi { 131_072 } else { 163_840 },
+                    rope_base: if kimi { 50_000.0 } else { 10_000.0 },
+                    rms_eps: 1e-6,
+                    qk_norm: QkNorm::None,
+                    expert_ff_key: true,
+                    rope_dims_key: true,
+                    vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                    gpt_oss: false,
+                    glm: Some(GlmExtras {
+                        dense_lead: if kimi { 1 } else { 3 },
+                        shared: 1,
+                        nextn: 0,
+                        rope_dims: 64,
+                        weights_scale: if kimi { 2.827 } else { 2.5 },
+                    }),
+                    mla: Some(MlaShape {
+                        q_lora: 1536,
+                        kv_lora: 512,
+                        nope: 128,
+                        rope: 64,
+                        v: 128,
+                        groups: if kimi { (1, 1) } else { (8, 4) },
+                        yarn: (if kimi { 32.0 } else { 40.0 }, 4096, 0.1),
+                    }),
+                    default_quant: FileType::Q4_K_M,
+                }
+            }
         }
     }
 }
@@ -1176,8 +1190,10 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         meta.push((a("attention.value_length_mla"), Value::U32(m.v as u32)));
         meta.push((a("attention.q_lora_rank"), Value::U32(m.q_lora as u32)));
         meta.push((a("attention.kv_lora_rank"), Value::U32(m.kv_lora as u32)));
-        meta.push((a("expert_group_count"), Value::U32(m.groups.0)));
-        meta.push((a("expert_group_used_count"), Value::U32(m.groups.1)));
+        if m.groups.0 > 1 {
+            meta.push((a("expert_group_count"), Value::U32(m.groups.0)));
+            meta.push((a("expert_group_used_count"), Value::U32(m.groups.1)));
+        }
         meta.push((a("rope.scaling.type"), Value::String("yarn".into())));
         meta.push((a("rope.scaling.factor"), Value::F32(m.yarn.0)));
         meta.push((

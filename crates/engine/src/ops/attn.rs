@@ -198,6 +198,9 @@ pub struct KvCache {
     n_head_kv: usize,
     head_dim: usize,
     head_dim_v: usize,
+    /// Values are the first `head_dim_v` elements of each key head (multi-head latent
+    /// attention's absorbed form, as llama.cpp reads them); `v` is then empty.
+    v_in_k: bool,
     k: Vec<Store>,
     v: Vec<Store>,
 }
@@ -213,6 +216,30 @@ impl KvCache {
         head_dim: usize,
     ) -> Result<KvCache, EngineError> {
         KvCache::with_value_dim(ty, n_layer, n_ctx, n_head_kv, head_dim, head_dim)
+    }
+
+    /// An all-zero cache whose values are the first `head_dim_v` elements of each key head:
+    /// only keys are stored (multi-head latent attention's absorbed form, whose cached value
+    /// is the compressed row that starts its key). [`store`](Self::store) takes the values
+    /// all the same and checks their length; reading them reads the keys.
+    pub fn with_values_in_keys(
+        ty: KvType,
+        n_layer: usize,
+        n_ctx: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        head_dim_v: usize,
+    ) -> Result<KvCache, EngineError> {
+        if head_dim_v > head_dim {
+            return Err(EngineError::Shape(format!(
+                "values of {head_dim_v} cannot be read from keys of {head_dim}"
+            )));
+        }
+        let mut c = KvCache::with_value_dim(ty, n_layer, n_ctx, n_head_kv, head_dim, 1)?;
+        c.head_dim_v = head_dim_v;
+        c.v_in_k = true;
+        c.v = (0..n_layer).map(|_| Store::new(ty, 0)).collect();
+        Ok(c)
     }
 
     /// An all-zero cache whose values have `head_dim_v` values per head (multi-head latent
@@ -244,6 +271,7 @@ impl KvCache {
             n_head_kv,
             head_dim,
             head_dim_v,
+            v_in_k: false,
             k: (0..n_layer).map(|_| Store::new(ty, per_k)).collect(),
             v: (0..n_layer).map(|_| Store::new(ty, per_v)).collect(),
         })
@@ -308,11 +336,14 @@ impl KvCache {
         let wv = self.n_head_kv * self.head_dim_v;
         let k = self.k.iter().map(|s| s.slice(0, n * w)).collect();
         // V is transposed: each of its `wv` rows holds the positions.
-        let v = self
-            .v
-            .iter()
-            .map(|s| s.gather((0..wv).map(|i| i * self.n_ctx), n))
-            .collect();
+        let v = if self.v_in_k {
+            Vec::new()
+        } else {
+            self.v
+                .iter()
+                .map(|s| s.gather((0..wv).map(|i| i * self.n_ctx), n))
+                .collect()
+        };
         KvPrefix { n, w, wv, k, v }
     }
 
@@ -335,8 +366,10 @@ impl KvCache {
         for (dst, src) in self.k.iter_mut().zip(&p.k) {
             dst.put(0, src)?;
         }
-        for (dst, src) in self.v.iter_mut().zip(&p.v) {
-            dst.scatter(src, p.n, self.n_ctx)?;
+        if !self.v_in_k {
+            for (dst, src) in self.v.iter_mut().zip(&p.v) {
+                dst.scatter(src, p.n, self.n_ctx)?;
+            }
         }
         Ok(())
     }
@@ -356,6 +389,9 @@ impl KvCache {
         check_len("v", self.n_head_kv * self.head_dim_v, v.len())?;
         for (i, &x) in k.iter().enumerate() {
             self.k[layer].set(pos * w + i, x);
+        }
+        if self.v_in_k {
+            return Ok(());
         }
         for (i, &x) in v.iter().enumerate() {
             // element i = (kv_head, d) goes to row i of the transposed layout
@@ -391,6 +427,11 @@ impl KvCache {
         self.check(layer, pos)?;
         self.check_head(h)?;
         check_len("value", self.head_dim_v, dst.len())?;
+        if self.v_in_k {
+            let start = (pos * self.n_head_kv + h) * self.head_dim;
+            self.k[layer].read(start, dst);
+            return Ok(());
+        }
         for (d, o) in dst.iter_mut().enumerate() {
             let mut one = [0f32];
             self.v[layer].read((h * self.head_dim_v + d) * self.n_ctx + pos, &mut one);
@@ -614,8 +655,18 @@ impl KvRows {
         let n8 = n.next_multiple_of(8).max(8);
         let hdv = cache.head_dim_v;
         let mut v = vec![0f32; hdv * n8];
-        for (d, row) in v.chunks_exact_mut(n8).enumerate() {
-            cache.v[layer].read((kvh * hdv + d) * cache.n_ctx + skip, &mut row[..n]);
+        if cache.v_in_k {
+            // the values are the keys' first elements (cells before `first` stay zero: their
+            // probabilities are exact zeros)
+            for (j, krow) in k.chunks_exact(hd.max(1)).enumerate() {
+                for (d, &x) in krow[..hdv].iter().enumerate() {
+                    v[d * n8 + j] = x;
+                }
+            }
+        } else {
+            for (d, row) in v.chunks_exact_mut(n8).enumerate() {
+                cache.v[layer].read((kvh * hdv + d) * cache.n_ctx + skip, &mut row[..n]);
+            }
         }
         KvRows { skip, n8, k, v }
     }
@@ -967,6 +1018,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Values read from the keys (MLA's absorbed form) give the bits of a cache that stores the
+    /// same values apart, for every storage type and token count, and survive a prefix copy.
+    #[test]
+    fn values_read_from_the_keys_equal_stored_values() {
+        let mut rnd = uniform(0x51ed_270b_u64);
+        let (hd, hdv, n_ctx, p0, n_head) = (40, 32, 48, 29, 4);
+        for ty in [KvType::F32, KvType::F16] {
+            let mut apart = KvCache::with_value_dim(ty, 1, n_ctx, 1, hd, hdv).unwrap();
+            let mut view = KvCache::with_values_in_keys(ty, 1, n_ctx, 1, hd, hdv).unwrap();
+            for t in 0..p0 + 3 {
+                let k: Vec<f32> = (0..hd).map(|_| rnd()).collect();
+                apart.store(0, t, &k, &k[..hdv]).unwrap();
+                view.store(0, t, &k, &k[..hdv]).unwrap();
+            }
+            let (mut a, mut b) = (vec![0f32; hdv], vec![0f32; hdv]);
+            apart.value(0, 7, 0, &mut a).unwrap();
+            view.value(0, 7, 0, &mut b).unwrap();
+            assert_eq!(a, b);
+            let pool = ThreadPool::new(2).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for n_tok in [1, 3] {
+                let q: Vec<f32> = (0..n_tok * n_head * hd).map(|_| rnd()).collect();
+                let run = |c: &KvCache| {
+                    let mut out = vec![f32::NAN; n_tok * n_head * hdv];
+                    attend_batch(&pool, &q, c, 0, p0, n_tok, n_head, 0.1, &mut out).unwrap();
+                    out
+                };
+                assert_eq!(bits(&run(&view)), bits(&run(&apart)), "{ty:?} {n_tok}");
+            }
+            // a prefix taken and put back into a cleared cache gives the same attention
+            let p = view.prefix(p0 + 3);
+            let mut fresh = KvCache::with_values_in_keys(ty, 1, n_ctx, 1, hd, hdv).unwrap();
+            fresh.restore(&p).unwrap();
+            let q: Vec<f32> = (0..n_head * hd).map(|_| rnd()).collect();
+            let mut x = vec![0f32; n_head * hdv];
+            let mut y = vec![0f32; n_head * hdv];
+            attend_batch(&pool, &q, &view, 0, p0 + 2, 1, n_head, 0.1, &mut x).unwrap();
+            attend_batch(&pool, &q, &fresh, 0, p0 + 2, 1, n_head, 0.1, &mut y).unwrap();
+            assert_eq!(bits(&x), bits(&y), "{ty:?} restored");
+            assert!(p.bytes() < apart.prefix(p0 + 3).bytes(), "no value copy");
+        }
+        assert!(KvCache::with_values_in_keys(KvType::F32, 1, 8, 1, 16, 17).is_err());
     }
 
     /// The masked cells before a sliding window left out of the work give the bits of the
