@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the tiny mixture-of-experts test models (scripts/gen_moe_fixtures.py: qwen3moe,
 # qwen2moe, olmoe, Mixtral-layout llama and glm4moe, each in F32, BF16, Q8_0, Q4_0 and Q4_1;
-# deepseek2 in F32, BF16, Q8_0 and Q4_0, deepseek2-lite in F32, Q8_0 and Q4_0; all of these then
+# deepseek2 in F32, BF16, Q8_0 and Q4_0, deepseek2-lite in F32, Q8_0 and Q4_0, deepseek2-fused
+# (fused gate_up experts) in F32 and Q8_0; all of these then
 # in Q4_K_M quantized from the F32 model by `sluice quantize`; glm4moe-grouped in F32 and Q8_0;
 # gptoss in F32, BF16, Q8_0 and MXFP4) into $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe),
 # where the tests look for them. The models are not committed: they are regenerated here, byte
@@ -29,7 +30,7 @@ GGUF_VERSION=0.19.0
 NUMPY_VERSION=2.4.6
 REFS=$root/crates/engine/tests/fixtures/moe/refs
 # The models that also get a Q4_K_M version (not gptoss, not glm4moe-grouped).
-ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite"
+ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused"
 STAMP_VERSION="moe-fixtures v2 $(sha256sum "$GEN" | cut -d' ' -f1)"
 
 if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP_VERSION" ]; then

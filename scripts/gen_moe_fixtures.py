@@ -27,7 +27,8 @@ weight types:
                groups, a shared expert and a NextN layer;
                deepseek2-lite is DeepSeek-V2-Lite's: legacy attn_kv_b,
                one query projection, softmax routing, two shared
-               experts
+               experts; deepseek2-fused is deepseek2 with each layer's
+               gate and up experts in one ffn_gate_up_exps tensor
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -204,6 +205,17 @@ MODELS = {
         selection_bias=True, expert_groups=(4, 2), tied=False, rope_base=10_000.0,
         rms_eps=1e-6, yarn_factor=4.0, yarn_orig_ctx=1024, yarn_log_mul=0.1,
         wtypes=("f32", "bf16", "q8_0", "q4_0"),
+    ),
+    # The same model with each MoE layer's gate and up experts in one ffn_gate_up_exps tensor
+    # (per expert the 256 gate rows, then the 256 up rows), which llama.cpp takes for deepseek2.
+    "deepseek2-fused": dict(
+        arch="deepseek2", vocab="qwen2.5-deepseek", seed=1009, n_layer=3, n_nextn=1,
+        n_embd=256, n_head=4, q_lora=256, kv_lora=256, qk_nope=64, qk_rope=32, v_head=64,
+        absorbed=True, n_expert=16, n_expert_used=4, n_ff_exp=256, n_ff_dense=512,
+        n_dense_lead=1, n_shared=1, weights_scale=2.5, weights_norm=True, gating="sigmoid",
+        selection_bias=True, expert_groups=(4, 2), tied=False, rope_base=10_000.0,
+        rms_eps=1e-6, yarn_factor=4.0, yarn_orig_ctx=1024, yarn_log_mul=0.1,
+        fused_gate_up=True, wtypes=("f32", "q8_0"),
     ),
     # DeepSeek-V2-Lite's layout: the legacy MLA form (attn_kv_b, from files converted before
     # the absorbed form), a single query projection (q_lora_rank 0), softmax routing (no
@@ -515,6 +527,21 @@ def make_weights_deepseek2(cfg, n_vocab):
     return w
 
 
+def fuse_gate_up(weights):
+    """The same weights with every ffn_gate_exps / ffn_up_exps pair replaced by one
+    ffn_gate_up_exps (per expert the gate rows, then the up rows), in the gate's place."""
+    out = {}
+    for name, arr in weights.items():
+        if name.endswith("ffn_gate_exps.weight"):
+            up = weights[name.replace("ffn_gate_exps", "ffn_up_exps")]
+            out[name.replace("ffn_gate_exps", "ffn_gate_up_exps")] = np.concatenate(
+                [arr, up], axis=1
+            )
+        elif not name.endswith("ffn_up_exps.weight"):
+            out[name] = arr
+    return out
+
+
 def keep_f32(name, arr):
     return (
         arr.ndim < 2
@@ -663,6 +690,8 @@ def main():
             "deepseek2": make_weights_deepseek2,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
+        if cfg.get("fused_gate_up"):
+            weights = fuse_gate_up(weights)
         for wtype in cfg.get("wtypes", DEFAULT_WTYPES):
             path = os.path.join(out_dir, f"{key}-{wtype}.gguf")
             tmp = path + ".tmp"

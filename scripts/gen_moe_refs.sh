@@ -30,9 +30,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite"
+ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
-KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite"
+KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
 # left as they are).
 if [ -n "${ONLY:-}" ]; then
@@ -51,6 +51,7 @@ declare -A TYPES=(
     [glm4moe-grouped]="f32 q8_0"
     [deepseek2]="f32 bf16 q8_0 q4_0 q4_k_m"
     [deepseek2-lite]="f32 q8_0 q4_0 q4_k_m"
+    [deepseek2-fused]="f32 q8_0 q4_k_m"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose

@@ -1307,10 +1307,12 @@ impl<'a> Engine<'a> {
                 let nope = m.head_dim_nope(nr);
                 let h = hp.n_head.max();
                 let hx = m.q_lora_rank.max(m.kv_lora_rank).max(nope);
-                let hy = m
-                    .kv_lora_rank
-                    .max(m.head_dim_v)
-                    .max(h * (nope + m.head_dim_v));
+                // a head's k_b / v_b output, or the legacy form's whole kv_b output
+                let hy = if m.absorbed {
+                    m.kv_lora_rank.max(m.head_dim_v)
+                } else {
+                    h * (nope + m.head_dim_v)
+                };
                 (
                     h * m.head_dim_k,
                     m.kv_lora_rank + nr,

@@ -218,6 +218,12 @@ impl Arch {
         matches!(self, Arch::Glm4Moe | Arch::Deepseek2)
     }
 
+    /// True when llama.cpp takes the experts' gate and up projections fused in one
+    /// `ffn_gate_up_exps` tensor for this arch (else the tensor is refused as a fused layout).
+    pub fn allows_fused_gate_up(self) -> bool {
+        self == Arch::Deepseek2
+    }
+
     /// True when attention is multi-head latent attention (see [`crate::Mla`]).
     pub fn is_mla(self) -> bool {
         self == Arch::Deepseek2

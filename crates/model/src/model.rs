@@ -326,12 +326,17 @@ impl<'a> Model<'a> {
             if let Ffn::Moe(m) = &l.ffn {
                 let _ = writeln!(
                     s,
-                    "  layer {il}: experts {} ({} bytes; {} per expert; gate {}, up {}, down {})",
+                    "  layer {il}: experts {} ({} bytes; {} per expert; gate {}, up {}{}, down {})",
                     human_bytes(m.expert_bytes().unwrap_or(0), 2),
                     m.expert_bytes().unwrap_or(0),
                     human_bytes(m.bytes_per_expert().unwrap_or(0), 2),
                     m.gate_exps.ty,
                     m.up_exps.ty,
+                    if m.fused_gate_up {
+                        " (fused: ffn_gate_up_exps)"
+                    } else {
+                        ""
+                    },
                     m.down_exps.ty
                 );
             }

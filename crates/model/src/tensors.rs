@@ -231,7 +231,8 @@ impl<'a> LayerTensors<'a> {
                 v.extend([d.gate_b, d.up_b, d.down_b].into_iter().flatten());
             }
             Ffn::Moe(m) => {
-                v.extend([m.router, m.gate_exps, m.up_exps, m.down_exps]);
+                v.push(m.router);
+                v.extend(m.expert_tensors());
                 v.extend(m.selection_bias);
                 if let Some(sh) = &m.shared {
                     v.extend([sh.gate, sh.up, sh.down]);
@@ -278,10 +279,16 @@ pub struct DenseFfn<'a> {
 pub struct MoeFfn<'a> {
     /// `ffn_gate_inp.weight` `{n_embd, n_expert}`: the router.
     pub router: Tensor<'a>,
-    /// `ffn_gate_exps.weight` `{n_embd, n_ff_exp, n_expert}`.
+    /// `ffn_gate_exps.weight` `{n_embd, n_ff_exp, n_expert}`; with a fused layout the
+    /// `ffn_gate_up_exps.weight` tensor (see [`MoeFfn::fused_gate_up`]).
     pub gate_exps: Tensor<'a>,
-    /// `ffn_up_exps.weight` `{n_embd, n_ff_exp, n_expert}`.
+    /// `ffn_up_exps.weight` `{n_embd, n_ff_exp, n_expert}`; with a fused layout the same
+    /// `ffn_gate_up_exps.weight` tensor as `gate_exps`.
     pub up_exps: Tensor<'a>,
+    /// True when gate and up are one `ffn_gate_up_exps.weight` `{n_embd, 2 n_ff_exp,
+    /// n_expert}` (deepseek2): each expert's first `n_ff_exp` rows are its gate projection, the
+    /// next `n_ff_exp` its up projection.
+    pub fused_gate_up: bool,
     /// `ffn_down_exps.weight` `{n_ff_exp, n_embd, n_expert}`.
     pub down_exps: Tensor<'a>,
     /// Number of experts (ne2 of the stacked tensors).
@@ -335,9 +342,13 @@ pub struct ExpertSlice {
 }
 
 impl MoeFfn<'_> {
-    /// The stacked expert tensors in the order gate, up, down.
-    pub fn expert_tensors(&self) -> [&TensorInfo; 3] {
-        [self.gate_exps, self.up_exps, self.down_exps]
+    /// The stacked expert tensors in the order gate, up, down (gate_up, down when fused).
+    pub fn expert_tensors(&self) -> Vec<&TensorInfo> {
+        if self.fused_gate_up {
+            vec![self.gate_exps, self.down_exps]
+        } else {
+            vec![self.gate_exps, self.up_exps, self.down_exps]
+        }
     }
 
     /// Where expert `e`'s part of `t` lies (relative to the tensor's own data); `None` when the
@@ -650,16 +661,25 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
         let n_expert = u64::from(hp.n_expert);
         let n_ff_exp = u64::from(hp.n_ff_exp.at(il));
         let gate_up = n("ffn_gate_up_exps.weight");
-        if ld.exists(&gate_up) {
+        let fused_gate_up = ld.exists(&gate_up);
+        if fused_gate_up && !arch.allows_fused_gate_up() {
             return Err(ModelError::FusedLayout {
                 name: gate_up,
                 layout: "ffn_gate_up_exps",
             });
         }
         let router = ld.req(&n("ffn_gate_inp.weight"), &[n_embd, n_expert])?;
-        let gate_exps = ld.req(&n("ffn_gate_exps.weight"), &[n_embd, n_ff_exp, n_expert])?;
+        // as llama.cpp: a fused tensor, when present, is taken instead of gate and up
+        let (gate_exps, up_exps) = if fused_gate_up {
+            let t = ld.req(&gate_up, &[n_embd, 2 * n_ff_exp, n_expert])?;
+            (t, t)
+        } else {
+            (
+                ld.req(&n("ffn_gate_exps.weight"), &[n_embd, n_ff_exp, n_expert])?,
+                ld.req(&n("ffn_up_exps.weight"), &[n_embd, n_ff_exp, n_expert])?,
+            )
+        };
         let down_exps = ld.req(&n("ffn_down_exps.weight"), &[n_ff_exp, n_embd, n_expert])?;
-        let up_exps = ld.req(&n("ffn_up_exps.weight"), &[n_embd, n_ff_exp, n_expert])?;
         let w = u64::from(hp.n_ff_shexp_at(il));
         let shared = match arch.shared_experts() {
             SharedExperts::None => None,
@@ -695,6 +715,7 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             router,
             gate_exps,
             up_exps,
+            fused_gate_up,
             down_exps,
             n_expert: hp.n_expert,
             shared,

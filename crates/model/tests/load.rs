@@ -1485,6 +1485,47 @@ fn fused_layouts_are_reported() {
 }
 
 #[test]
+fn deepseek2_takes_fused_gate_up_experts() {
+    let fused = |s: &mut Spec, il: u64, rows: u64| {
+        s.skip_tensors
+            .push(format!("blk.{il}.ffn_gate_exps.weight"));
+        s.skip_tensors.push(format!("blk.{il}.ffn_up_exps.weight"));
+        s.extra_tensors.push((
+            format!("blk.{il}.ffn_gate_up_exps.weight"),
+            vec![32, rows, 4],
+        ));
+    };
+    let mut s = spec("deepseek2");
+    for il in 1..3 {
+        fused(&mut s, il, 64);
+    }
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let x = moe(&m.tensors.layers[1]);
+    assert!(x.fused_gate_up);
+    assert_eq!(x.gate_exps.name, "blk.1.ffn_gate_up_exps.weight");
+    assert_eq!(x.expert_tensors().len(), 2);
+    // gate, up and down of one expert: 32 x 64 + 32 x 32 f32 values
+    assert_eq!(x.bytes_per_expert(), Some((32 * 64 + 32 * 32) * 4));
+    let all: u64 = f.tensors().iter().filter_map(|t| t.n_bytes).sum();
+    assert_eq!(
+        m.dense_bytes() + m.expert_bytes(1) + m.nextn_bytes(),
+        all,
+        "every byte counted once"
+    );
+    // a wrong shape is named; a fused tensor next to separate ones is a leftover
+    let mut s = spec("deepseek2");
+    fused(&mut s, 1, 32);
+    assert!(
+        matches!(s.load_err(), ModelError::BadShape { name, .. } if name == "blk.1.ffn_gate_up_exps.weight")
+    );
+    let mut s = spec("deepseek2");
+    s.extra_tensors
+        .push(("blk.1.ffn_gate_up_exps.weight".into(), vec![32, 64, 4]));
+    assert!(matches!(s.load_err(), ModelError::UnusedTensors { .. }));
+}
+
+#[test]
 fn unused_tensors_are_refused() {
     let mut s = spec("qwen3moe");
     s.extra_tensors

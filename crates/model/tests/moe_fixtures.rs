@@ -391,10 +391,18 @@ fn the_glm4moe_model_has_its_dense_lead_shared_expert_selection_bias_and_nextn_l
 fn the_deepseek2_models_have_latent_attention_in_both_forms() {
     let dir = moe_dir();
     // (model, weight types, absorbed, q_lora_rank, shared experts, sigmoid with bias and groups)
-    let models: [(&str, &[&str], bool, u32, u32, bool); 2] = [
+    let models: [(&str, &[&str], bool, u32, u32, bool); 3] = [
         (
             "deepseek2",
             &["f32", "bf16", "q8_0", "q4_0", "q4_k_m"],
+            true,
+            256,
+            1,
+            true,
+        ),
+        (
+            "deepseek2-fused",
+            &["f32", "q8_0", "q4_k_m"],
             true,
             256,
             1,
@@ -462,6 +470,7 @@ fn the_deepseek2_models_have_latent_attention_in_both_forms() {
                     panic!("{what}: a dense MoE layer");
                 };
                 assert_eq!(moe.selection_bias.is_some(), v3, "{what}");
+                assert_eq!(moe.fused_gate_up, key.ends_with("-fused"), "{what}");
                 assert!(layer.mla().is_some(), "{what}");
             }
             let r = refs_dir().join(format!("{key}-{wtype}.gguf"));

@@ -194,6 +194,15 @@ impl CachePolicy {
     }
 }
 
+/// Where one projection of a routed expert is in its cache slot.
+#[derive(Debug, Clone, Copy)]
+struct ProjAt {
+    /// The index of its part in the layer's parts.
+    part: usize,
+    /// Its half of the part (gate 0, up 1 of a fused gate_up), or the whole part.
+    half: Option<usize>,
+}
+
 /// The engine's source of routed experts: cache slots filled by the I/O lanes.
 pub struct StoreSource {
     layout: ExpertLayout,
@@ -202,8 +211,10 @@ pub struct StoreSource {
     lanes: IoLanes,
     cache: ExpertCache<Box<dyn EvictionPolicy + Send>>,
     counters: Arc<StreamCounters>,
-    /// Per layer: index of gate, up and down in the layer's parts.
-    proj_index: Vec<Option<[usize; 3]>>,
+    /// Per layer: where gate, up and down are: the index of their part in the layer's parts
+    /// and their half of it (0, 1; `None` for a whole part), gate and up being the halves of
+    /// a fused gate_up part.
+    proj_index: Vec<Option<[ProjAt; 3]>>,
     /// Distinct experts of the batch being loaded.
     seen: Vec<usize>,
     /// Experts of the batch whose reads are in flight (of layer `batch_layer`).
@@ -388,19 +399,38 @@ impl StoreSource {
         let mut proj_index = vec![None; n_layer];
         for l in &layout.layers {
             let find = |k: PartKind| l.parts.iter().position(|p| p.kind == k);
+            let whole = |i| ProjAt {
+                part: i,
+                half: None,
+            };
+            let half = |i, h| ProjAt {
+                part: i,
+                half: Some(h),
+            };
             match (
                 find(PartKind::Gate),
                 find(PartKind::Up),
+                find(PartKind::GateUp),
                 find(PartKind::Down),
             ) {
                 // Bias parts (gpt-oss) ride along in the slot; the engine adds its resident
                 // copies of them.
-                (Some(g), Some(u), Some(d)) => {
-                    proj_index[l.layer as usize] = Some([g, u, d]);
+                (Some(g), Some(u), None, Some(d)) => {
+                    proj_index[l.layer as usize] = Some([whole(g), whole(u), whole(d)]);
+                }
+                (None, None, Some(gu), Some(d)) => {
+                    if l.parts[gu].stride % 2 != 0 {
+                        fail!(
+                            "layer {}: a fused gate_up expert of {} bytes has no halves",
+                            l.layer,
+                            l.parts[gu].stride
+                        );
+                    }
+                    proj_index[l.layer as usize] = Some([half(gu, 0), half(gu, 1), whole(d)]);
                 }
                 _ => fail!(
-                    "layer {}: only separate gate, up and down expert tensors can be streamed \
-                     yet (a fused gate_up is not supported)",
+                    "layer {}: the expert tensors are neither gate, up and down nor a fused \
+                     gate_up and down",
                     l.layer
                 ),
             }
@@ -463,7 +493,7 @@ impl StoreSource {
         self.lanes.backend()
     }
 
-    fn index(&self, layer: usize, proj: ExpertProj) -> Option<usize> {
+    fn index(&self, layer: usize, proj: ExpertProj) -> Option<ProjAt> {
         let [g, u, d] = (*self.proj_index.get(layer)?)?;
         Some(match proj {
             ExpertProj::Gate => g,
@@ -823,9 +853,10 @@ impl StoreSource {
 
 impl ExpertSource for StoreSource {
     fn proj_bytes(&self, layer: usize, proj: ExpertProj) -> Option<usize> {
-        let i = self.index(layer, proj)?;
+        let at = self.index(layer, proj)?;
         let l = self.layout.layer(layer as u32)?;
-        Some(l.parts[i].stride as usize)
+        let whole = l.parts.get(at.part)?.stride as usize;
+        Some(if at.half.is_some() { whole / 2 } else { whole })
     }
 
     fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String> {
@@ -943,11 +974,18 @@ impl ExpertSource for StoreSource {
 
     fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8] {
         let key = (layer as u32, expert as u32);
-        let (Some(i), Some(slot)) = (self.index(layer, proj), self.cache.slot(key)) else {
+        let (Some(at), Some(slot)) = (self.index(layer, proj), self.cache.slot(key)) else {
             // The engine only asks for experts `load` made resident.
             return &[];
         };
-        self.reader.part(key.0, key.1, i, slot).unwrap_or(&[])
+        let bytes = self.reader.part(key.0, key.1, at.part, slot).unwrap_or(&[]);
+        match at.half {
+            None => bytes,
+            Some(h) => {
+                let n = bytes.len() / 2;
+                &bytes[h * n..(h + 1) * n]
+            }
+        }
     }
 
     fn foresee(&mut self, layer: usize, ranked: &[usize], committed: bool) {

@@ -23,6 +23,10 @@ pub(crate) struct Mat<'a> {
     pub cols: usize,
     /// Bytes of one expert's matrix.
     per_expert: usize,
+    /// Bytes from one expert's slice of the tensor to the next (more than `per_expert` when
+    /// the matrix is half of a fused gate_up tensor), and where the matrix starts in it.
+    stride: usize,
+    offset: usize,
     /// `kernel_one`'s multi-row kernel as the table gave it (see [`Mat::set_multi_row`]).
     multi_row_one: Option<quant::DotRows>,
 }
@@ -40,7 +44,8 @@ impl<'a> Mat<'a> {
 
     /// Expert `e`'s matrix of a stack.
     pub fn expert(&self, e: usize) -> &'a [u8] {
-        &self.data[e * self.per_expert..(e + 1) * self.per_expert]
+        let start = e * self.stride + self.offset;
+        &self.data[start..start + self.per_expert]
     }
 }
 
@@ -289,7 +294,30 @@ fn mat_as<'a>(
         rows,
         cols,
         per_expert,
+        stride: per_expert,
+        offset: 0,
     })
+}
+
+/// The gate (`half` 0) or up (`half` 1) half of a fused `ffn_gate_up_exps` stack of
+/// `n_mats` experts: each expert's first rows are its gate, the rest its up projection. The
+/// kernels are chosen for the fused tensor, the one llama.cpp multiplies.
+fn half_of_fused<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    t: &'a TensorInfo,
+    n_mats: usize,
+    half: usize,
+) -> Result<Mat<'a>, ForwardError> {
+    let mut m = mat(model, kernels, t, n_mats)?;
+    if !m.rows.is_multiple_of(2) {
+        return Err(bad(t, "a fused gate_up tensor with an odd row count"));
+    }
+    m.rows /= 2;
+    m.stride = m.per_expert;
+    m.per_expert /= 2;
+    m.offset = half * m.per_expert;
+    Ok(m)
 }
 
 /// A small tensor (norm weight, bias) as f32.
@@ -364,8 +392,16 @@ impl<'a> Weights<'a> {
                     };
                     FfnW::Moe(Box::new(MoeW {
                         router: mat(model, kernels, m.router, 1)?,
-                        gate: mat(model, kernels, m.gate_exps, x)?,
-                        up: mat(model, kernels, m.up_exps, x)?,
+                        gate: if m.fused_gate_up {
+                            half_of_fused(model, kernels, m.gate_exps, x, 0)?
+                        } else {
+                            mat(model, kernels, m.gate_exps, x)?
+                        },
+                        up: if m.fused_gate_up {
+                            half_of_fused(model, kernels, m.up_exps, x, 1)?
+                        } else {
+                            mat(model, kernels, m.up_exps, x)?
+                        },
                         down: mat(model, kernels, m.down_exps, x)?,
                         n_expert: x,
                         shared,
