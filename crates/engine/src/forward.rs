@@ -330,6 +330,8 @@ pub struct Engine<'a> {
     foresight_tap: Option<ForesightTap<'a>>,
     /// The MoE layers, in order.
     moe_layers: Vec<usize>,
+    /// Tokens per part of the absorbed MLA attention ([`Engine::set_mla_part`]).
+    mla_part: usize,
 }
 
 /// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
@@ -572,6 +574,8 @@ struct Stage<'x, 'a> {
     il: usize,
     n: usize,
     obs: Option<&'x Observer<'a>>,
+    /// Tokens per part of the absorbed MLA attention.
+    mla_part: usize,
 }
 
 impl Stage<'_, '_> {
@@ -616,11 +620,13 @@ fn attention(
     let absorbed = match &lw.attn {
         AttnW::Mha(a) => {
             mha_qkv(st, a, rope, s)?;
-            false
+            None
         }
-        AttnW::Mla(a) => mla_qkv(st, a, rope, s)?,
+        AttnW::Mla(a) => mla_qkv(st, a, rope, s)?.then_some(&**a),
     };
-    st.emit("Qcur", &s.q[..n * n_head * hd]);
+    if absorbed.is_none() {
+        st.emit("Qcur", &s.q[..n * n_head * hd]);
+    }
     st.emit("Kcur", &s.k[..n * kw]);
     st.emit("Vcur", &s.v[..n * vw]);
     // KV store and attention
@@ -636,62 +642,28 @@ fn attention(
     let extras = ops::AttnExtras {
         window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
         sinks: lw.sinks.as_deref(),
+        batch_end: None,
     };
-    ops::attend_batch_with(
-        pool,
-        &s.q[..n * n_head * hd],
-        cache,
-        0,
-        p0,
-        n,
-        n_head,
-        hp.attn_scale(),
-        extras,
-        &mut s.att[..n * aw],
-    )?;
-    st.emit("kqv_out", &s.att[..n * aw]);
-    if absorbed {
-        // from the compressed space back to value heads, head by head
-        let AttnW::Mla(a) = &lw.attn else {
-            return Err(ForwardError::Unsupported(
-                "absorbed MLA without its weights".into(),
-            ));
-        };
-        let MlaKvBW::Absorbed { v_b, .. } = &a.kv_b else {
-            return Err(ForwardError::Unsupported(
-                "absorbed MLA without attn_v_b".into(),
-            ));
-        };
-        let (r, v) = (v_b.cols, v_b.rows);
-        for h in 0..n_head {
-            for t in 0..n {
-                s.hx[t * r..(t + 1) * r].copy_from_slice(&s.att[(t * n_head + h) * r..][..r]);
-            }
-            mm(pool, v_b, v_b.expert(h), &s.hx, n, &mut s.hy, &mut s.qbuf)?;
-            for t in 0..n {
-                s.heads[(t * n_head + h) * v..][..v].copy_from_slice(&s.hy[t * v..(t + 1) * v]);
-            }
-        }
-        mm(
-            pool,
-            &lw.wo,
-            lw.wo.data,
-            &s.heads,
-            n,
-            &mut s.proj,
-            &mut s.qbuf,
-        )?;
+    let heads = if let Some(a) = absorbed {
+        mla_absorbed_attention(st, a, cache, p0, s)?;
+        &s.heads
     } else {
-        mm(
+        ops::attend_batch_with(
             pool,
-            &lw.wo,
-            lw.wo.data,
-            &s.att,
+            &s.q[..n * n_head * hd],
+            cache,
+            0,
+            p0,
             n,
-            &mut s.proj,
-            &mut s.qbuf,
+            n_head,
+            hp.attn_scale(),
+            extras,
+            &mut s.att[..n * aw],
         )?;
-    }
+        st.emit("kqv_out", &s.att[..n * aw]);
+        &s.att
+    };
+    mm(pool, &lw.wo, lw.wo.data, heads, n, &mut s.proj, &mut s.qbuf)?;
     add_bias(&mut s.proj[..n * e], lw.bo.as_ref());
     st.emit("attn_out", &s.proj[..n * e]);
     // residual
@@ -738,6 +710,100 @@ fn mha_qkv(
         let cache = &s.rope[t * nr..(t + 1) * nr];
         rope.apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
         rope.apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
+    }
+    Ok(())
+}
+
+/// Tokens of one part of the absorbed form's attention (see [`mla_absorbed_attention`]).
+const MLA_PART: usize = 32;
+
+/// The parts of a batch of `n` tokens: `MLA_PART` at a time, a last part of one token joined
+/// to the one before, so that no part of a batch of two or more has one token (its products
+/// would take the one-token kernels, whose sums llama.cpp does not use for a batch).
+fn mla_parts(n: usize, part: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let mut t0 = 0;
+    std::iter::from_fn(move || {
+        if t0 >= n {
+            return None;
+        }
+        let mut t1 = (t0 + part).min(n);
+        if n - t1 == 1 {
+            t1 = n;
+        }
+        let r = t0..t1;
+        t0 = t1;
+        Some(r)
+    })
+}
+
+/// The absorbed form's attention of the chunk's `n` tokens (their keys and values stored), a
+/// part of [`MLA_PART`] tokens at a time, into the value heads `s.heads`: per head the query
+/// `[attn_k_b · q_nope; q_pe]` (from `s.qraw`), attention over the one cached head, then
+/// `attn_v_b` on its output. The parts share the whole batch's softmax row length and take
+/// the batch's kernels (see [`mla_parts`]), so the bits are those of one pass over the batch;
+/// the query and attention buffers hold one part (for DeepSeek V3, 128 heads × (576 + 512)
+/// values a token: 570 KB, where a micro-batch of 512 would take 285 MB).
+fn mla_absorbed_attention(
+    st: Stage<'_, '_>,
+    a: &MlaW<'_>,
+    cache: &KvCache,
+    p0: usize,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let (Some(m), MlaKvBW::Absorbed { k_b, v_b }) = (hp.mla.as_ref(), &a.kv_b) else {
+        return Err(ForwardError::Unsupported(
+            "absorbed MLA without its dimensions or attn_k_b/attn_v_b".into(),
+        ));
+    };
+    let n_head = hp.n_head.at(il) as usize;
+    let nr = hp.rope.n_rot as usize;
+    let (dk, r, v) = (m.head_dim_k as usize, m.kv_lora_rank as usize, v_b.rows);
+    let nope = dk - nr;
+    let (qw, kw) = (n_head * dk, r + nr);
+    let extras = ops::AttnExtras {
+        batch_end: Some(p0 + n),
+        ..ops::AttnExtras::default()
+    };
+    for part in mla_parts(n, st.mla_part) {
+        let (t0, pn) = (part.start, part.len());
+        for h in 0..n_head {
+            for t in 0..pn {
+                s.hx[t * nope..(t + 1) * nope]
+                    .copy_from_slice(&s.qraw[(t0 + t) * qw + h * dk..][..nope]);
+            }
+            mm(pool, k_b, k_b.expert(h), &s.hx, pn, &mut s.hy, &mut s.qbuf)?;
+            for t in 0..pn {
+                let qh = &mut s.q[(t * n_head + h) * kw..][..kw];
+                qh[..r].copy_from_slice(&s.hy[t * r..(t + 1) * r]);
+                qh[r..].copy_from_slice(&s.qraw[(t0 + t) * qw + h * dk + nope..][..nr]);
+            }
+        }
+        st.emit("Qcur", &s.q[..pn * n_head * kw]);
+        ops::attend_batch_with(
+            pool,
+            &s.q[..pn * n_head * kw],
+            cache,
+            0,
+            p0 + t0,
+            pn,
+            n_head,
+            hp.attn_scale(),
+            extras,
+            &mut s.att[..pn * n_head * r],
+        )?;
+        st.emit("kqv_out", &s.att[..pn * n_head * r]);
+        // from the compressed space back to value heads, head by head
+        for h in 0..n_head {
+            for t in 0..pn {
+                s.hx[t * r..(t + 1) * r].copy_from_slice(&s.att[(t * n_head + h) * r..][..r]);
+            }
+            mm(pool, v_b, v_b.expert(h), &s.hx, pn, &mut s.hy, &mut s.qbuf)?;
+            for t in 0..pn {
+                s.heads[((t0 + t) * n_head + h) * v..][..v]
+                    .copy_from_slice(&s.hy[t * v..(t + 1) * v]);
+            }
+        }
     }
     Ok(())
 }
@@ -808,20 +874,9 @@ fn mla_qkv(
         }
     }
     match &a.kv_b {
-        MlaKvBW::Absorbed { k_b, .. } => {
+        MlaKvBW::Absorbed { .. } => {
+            // the queries are made part by part with the attention (mla_absorbed_attention)
             let kw = r + nr;
-            for h in 0..n_head {
-                for t in 0..n {
-                    s.hx[t * nope..(t + 1) * nope]
-                        .copy_from_slice(&s.qraw[t * qw + h * dk..][..nope]);
-                }
-                mm(pool, k_b, k_b.expert(h), &s.hx, n, &mut s.hy, &mut s.qbuf)?;
-                for t in 0..n {
-                    let qh = &mut s.q[(t * n_head + h) * kw..][..kw];
-                    qh[..r].copy_from_slice(&s.hy[t * r..(t + 1) * r]);
-                    qh[r..].copy_from_slice(&s.qraw[t * qw + h * dk + nope..][..nr]);
-                }
-            }
             for t in 0..n {
                 let row = &s.kva[t * kaw..(t + 1) * kaw];
                 s.k[t * kw..(t + 1) * kw].copy_from_slice(row);
@@ -1299,6 +1354,12 @@ impl<'a> Engine<'a> {
             .max()
             .unwrap_or(0)
             .max(q_max);
+        // the absorbed form's queries and attention outputs are made a part at a time
+        let att_rows = if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
+            ub.min(MLA_PART + 1)
+        } else {
+            ub
+        };
         // MLA buffers (empty without MLA)
         let (mla_q, mla_kva, mla_hx, mla_hy, mla_heads) = match &hp.mla {
             None => (0, 0, 0, 0, 0),
@@ -1335,10 +1396,10 @@ impl<'a> Engine<'a> {
         let s = Scratch {
             x: vec![0.0; ub * e],
             cur: vec![0.0; ub * e],
-            q: vec![0.0; ub * q_max],
+            q: vec![0.0; att_rows * q_max],
             k: vec![0.0; ub * kv_max],
             v: vec![0.0; ub * kv_max],
-            att: vec![0.0; ub * att_max],
+            att: vec![0.0; att_rows * att_max],
             proj: vec![0.0; ub * e],
             gate: vec![0.0; ub * f_max],
             up: vec![0.0; ub * f_max],
@@ -1389,7 +1450,16 @@ impl<'a> Engine<'a> {
             ahead: AheadState::default(),
             foresight_tap: None,
             moe_layers,
+            mla_part: MLA_PART,
         })
+    }
+
+    /// Run the absorbed form of multi-head latent attention `part` tokens at a time (2 up to
+    /// the default of 32; values outside are clamped). Any part size gives the same bits — the
+    /// parts keep the whole batch's softmax rows and kernels — so this only bounds the query
+    /// and attention buffers; tests use it to split short prompts.
+    pub fn set_mla_part(&mut self, part: usize) {
+        self.mla_part = part.clamp(2, MLA_PART);
     }
 
     /// Install (or remove, with `None`) the observer of named intermediates.
@@ -1737,6 +1807,7 @@ impl<'a> Engine<'a> {
             ahead,
             foresight_tap,
             moe_layers,
+            mla_part,
             ..
         } = self;
         let lw = &w.layers[il];
@@ -1746,6 +1817,7 @@ impl<'a> Engine<'a> {
             il,
             n,
             obs: observer.as_ref(),
+            mla_part: *mla_part,
         };
         attention(st, lw, &mut kv[il], rope, p0, s)?;
         let e = st.e();

@@ -682,6 +682,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
         let extras = ops::AttnExtras {
             window: win,
             sinks: sk,
+            batch_end: None,
         };
         let mut batch = vec![0f32; q.len()];
         ops::attend_batch_with(
@@ -728,6 +729,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
     let wide = ops::AttnExtras {
         window: Some(1000),
         sinks: None,
+        batch_end: None,
     };
     ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, wide, &mut a).unwrap();
     ops::attend_batch(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, &mut b).unwrap();
@@ -736,6 +738,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
     let bad = ops::AttnExtras {
         window: None,
         sinks: Some(&sinks[..3]),
+        batch_end: None,
     };
     assert!(
         ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, bad, &mut a)
@@ -744,6 +747,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
     let zero = ops::AttnExtras {
         window: Some(0),
         sinks: None,
+        batch_end: None,
     };
     assert!(
         ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, zero, &mut a)

@@ -58,6 +58,15 @@ fn tensor_i32(f: &GgufFile, name: &str) -> Vec<u32> {
 /// logits are compared too, not only their argmax). Returns the greedy steps compared, or the
 /// failures.
 fn check(reference: &Path, multi_row: bool) -> Result<usize, Vec<String>> {
+    check_with(reference, multi_row, None)
+}
+
+/// [`check`] with the absorbed MLA attention run `mla_part` tokens at a time.
+fn check_with(
+    reference: &Path,
+    multi_row: bool,
+    mla_part: Option<usize>,
+) -> Result<usize, Vec<String>> {
     let r = GgufFile::open(reference).unwrap();
     let md = r.metadata();
     let name = md.get_str("sluice.ref.model").unwrap().to_owned();
@@ -87,6 +96,9 @@ fn check(reference: &Path, multi_row: bool) -> Result<usize, Vec<String>> {
         };
         let mut e = Engine::new(&model, Kernels::detect(), &pool, cfg).unwrap();
         e.set_multi_row(multi_row);
+        if let Some(p) = mla_part {
+            e.set_mla_part(p);
+        }
         let got = e.forward(&tokens, LogitsWanted::All).unwrap();
         assert_eq!(got.len(), want.len(), "{name} p{p}");
         let nv = e.n_vocab();
@@ -194,4 +206,30 @@ fn one_row_decode_kernels_give_the_same_bits() {
         |n| matched(n) && (n.contains("-q4_k_m") || n.contains("-q8_0") || n.contains("-mxfp4")),
         false,
     );
+}
+
+/// The absorbed MLA attention split into parts of 2 and 3 tokens (the prompts have 4 to 11,
+/// so a batch runs as up to five parts, a last part of one token joined to the one before):
+/// every logit and greedy step still equals llama.cpp's, which runs each batch whole.
+#[test]
+fn latent_attention_in_parts_gives_the_bits_of_the_whole_batch() {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(refs_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("deepseek2-") && !n.starts_with("deepseek2-lite") && matched(&n)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 5, "{names:?}");
+    let mut fails = Vec::new();
+    for p in &names {
+        for part in [2, 3] {
+            if let Err(f) = check_with(p, true, Some(part)) {
+                fails.extend(f.into_iter().map(|m| format!("parts of {part}: {m}")));
+            }
+        }
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
 }

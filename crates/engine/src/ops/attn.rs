@@ -507,6 +507,11 @@ pub struct AttnExtras<'s> {
     pub window: Option<usize>,
     /// Attention sinks, one per query head (see [`super::softmax_sink`]).
     pub sinks: Option<&'s [f32]>,
+    /// When the call computes part of a larger batch's tokens: the position after that batch's
+    /// last token. llama.cpp pads the softmax rows to the whole batch's KV length, which this
+    /// keeps; the kernels follow the call's own token count, so a part of a batch of two or
+    /// more tokens must have two or more too.
+    pub batch_end: Option<usize>,
 }
 
 /// [`attend_batch`] with a sliding window and/or attention sinks.
@@ -549,7 +554,15 @@ pub fn attend_batch_with(
     check_len("out", n_tok * n_head * hdv, out.len())?;
     let group = n_head / n_kv;
     // llama.cpp's KV length for the whole batch (all its tokens share it)
-    let row_len = cache.row_len(p0 + n_tok);
+    let batch_end = extras.batch_end.unwrap_or(p0 + n_tok);
+    if batch_end < p0 + n_tok {
+        return Err(EngineError::Shape(format!(
+            "a batch ending at {batch_end} cannot hold tokens up to {}",
+            p0 + n_tok
+        )));
+    }
+    cache.check(layer, batch_end - 1)?;
+    let row_len = cache.row_len(batch_end);
     let layout = if n_tok >= 2 {
         Layout::Gemm
     } else {
@@ -977,6 +990,7 @@ mod tests {
                         AttnExtras {
                             window: Some(5),
                             sinks: Some(&sinks),
+                            batch_end: None,
                         },
                     ] {
                         let layout = if n_tok >= 2 {
@@ -1017,6 +1031,70 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A batch computed in parts (each of two tokens or more, told the batch's end) gives the
+    /// bits of the whole batch, also where the batch crosses a 256-cell padding boundary.
+    #[test]
+    fn a_batch_in_parts_equals_the_whole_batch() {
+        let mut rnd = uniform(0x1234_5678_u64);
+        let (hd, n_ctx, n_head, p0, n) = (32, 600, 4, 249, 12);
+        for ty in [KvType::F32, KvType::F16] {
+            let mut c = KvCache::new(ty, 1, n_ctx, 1, hd).unwrap();
+            for t in 0..p0 + n {
+                let k: Vec<f32> = (0..hd).map(|_| rnd()).collect();
+                let v: Vec<f32> = (0..hd).map(|_| rnd()).collect();
+                c.store(0, t, &k, &v).unwrap();
+            }
+            let q: Vec<f32> = (0..n * n_head * hd).map(|_| rnd()).collect();
+            let pool = ThreadPool::new(2).unwrap();
+            let mut whole = vec![0f32; n * n_head * hd];
+            attend_batch(&pool, &q, &c, 0, p0, n, n_head, 0.2, &mut whole).unwrap();
+            let mut parts = vec![0f32; n * n_head * hd];
+            let w = n_head * hd;
+            for (t0, t1) in [(0, 5), (5, 7), (7, 12)] {
+                let extras = AttnExtras {
+                    batch_end: Some(p0 + n),
+                    ..AttnExtras::default()
+                };
+                attend_batch_with(
+                    &pool,
+                    &q[t0 * w..t1 * w],
+                    &c,
+                    0,
+                    p0 + t0,
+                    t1 - t0,
+                    n_head,
+                    0.2,
+                    extras,
+                    &mut parts[t0 * w..t1 * w],
+                )
+                .unwrap();
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&parts), bits(&whole), "{ty:?}");
+            // a batch end before the part's own tokens is refused
+            let extras = AttnExtras {
+                batch_end: Some(p0 + 1),
+                ..AttnExtras::default()
+            };
+            let mut out = vec![0f32; 2 * w];
+            assert!(
+                attend_batch_with(
+                    &pool,
+                    &q[..2 * w],
+                    &c,
+                    0,
+                    p0,
+                    2,
+                    n_head,
+                    0.2,
+                    extras,
+                    &mut out
+                )
+                .is_err()
+            );
         }
     }
 
