@@ -1,5 +1,5 @@
 // Reference outputs of ggml's x86 CPU backend for the engine's numerical ops (RoPE with and
-// without YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, RMS norm with a weight,
+// without YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, GELU, GEGLU, RMS norm with a weight,
 // MoE routing, and attention over an F32 or F16 KV cache for one token and for a batch of
 // tokens),
 // written as JSON. Built and run by scripts/gen_engine_refs.sh, linked against one prebuilt
@@ -126,6 +126,29 @@ static void swiglu_case(int n) {
     struct ggml_tensor * y = ggml_swiglu_split(gctx, g, u);
     compute(y);
     begin_case("swiglu");
+    put_array("gate", (float *) g->data, n);
+    put_array("up", (float *) u->data, n);
+    put_array("output", (float *) y->data, n);
+    fprintf(out, "}");
+}
+
+// GELU (tanh form) and GEGLU: ggml's CPU backend looks both up in its f16 table.
+static void gelu_case(int n, float amp) {
+    struct ggml_tensor * x = filled(n, 1, 1, amp);
+    struct ggml_tensor * y = ggml_gelu(gctx, x);
+    compute(y);
+    begin_case("gelu");
+    put_array("input", (float *) x->data, n);
+    put_array("output", (float *) y->data, n);
+    fprintf(out, "}");
+}
+
+static void geglu_case(int n) {
+    struct ggml_tensor * g = filled(n, 1, 1, 12.0f);
+    struct ggml_tensor * u = filled(n, 1, 1, 3.0f);
+    struct ggml_tensor * y = ggml_geglu_split(gctx, g, u);
+    compute(y);
+    begin_case("geglu");
     put_array("gate", (float *) g->data, n);
     put_array("up", (float *) u->data, n);
     put_array("output", (float *) y->data, n);
@@ -289,6 +312,11 @@ int main(int argc, char ** argv) {
     attn_case(GGML_TYPE_F32, 4, 2, 64, 256, 14, 4);
     attn_case(GGML_TYPE_F16, 4, 2, 64, 256, 13, 1);
     attn_case(GGML_TYPE_F16, 4, 2, 64, 256, 14, 4);
+
+    // appended last, so that the cases above keep their inputs
+    gelu_case(4099, 12.0f);
+    gelu_case(203, 0.5f);
+    geglu_case(2051);
 
     fprintf(out, "\n]}\n");
     fclose(out);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate crates/engine/tests/fixtures/ggml_ops.json: RoPE/YaRN, softmax, SiLU, SwiGLU,
+# Regenerate crates/engine/tests/fixtures/ggml_ops.json: RoPE/YaRN, softmax, SiLU, SwiGLU, GELU, GEGLU,
 # sigmoid, RMS norm and non-flash attention computed by ggml's x86 CPU backend (scripts/gen_engine_refs.c).
 #
 # Needs: npm (Node 18+), git, a C compiler, and an x86-64 CPU with AVX2, FMA and F16C.

@@ -136,6 +136,26 @@ fn silu_swiglu_sigmoid_bit_exact_vs_ggml() {
     }
 }
 
+/// GELU and GEGLU through ggml's f16 table: inputs over ±12 (both clamps and the table) and
+/// over ±0.5 (small values, where the table's f16 rounding shows most).
+#[test]
+fn gelu_geglu_bit_exact_vs_ggml() {
+    let gelu = cases("gelu");
+    assert_eq!(gelu.len(), 2);
+    for c in gelu {
+        let x = floats(&c, "input");
+        let mut out = vec![0f32; x.len()];
+        ops::gelu(&x, &mut out);
+        assert_eq!(max_ulps(&out, &floats(&c, "output")), 0);
+    }
+    for c in cases("geglu") {
+        let (g, up) = (floats(&c, "gate"), floats(&c, "up"));
+        let mut out = vec![0f32; g.len()];
+        ops::geglu(&g, &up, &mut out);
+        assert_eq!(max_ulps(&out, &floats(&c, "output")), 0);
+    }
+}
+
 #[test]
 fn rms_norm_bit_exact_vs_ggml() {
     for c in cases("rms_norm") {

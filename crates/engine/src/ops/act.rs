@@ -169,6 +169,58 @@ pub fn sigmoid(x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// ggml's GELU (tanh form) of one value as its CPU backend computes it: inputs at or below
+/// −10 give 0, at or above 10 themselves; the others are rounded to f16 and looked up in the
+/// table ggml fills at start-up with the f16 rounding of
+/// `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))` at every f16 value (`GGML_GELU_FP16`).
+#[inline]
+pub fn gelu_one(x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        let t = half::f16::from_f32(x).to_bits();
+        gelu_table()[t as usize]
+    }
+}
+
+/// The f16 GELU table, as f32 (built once).
+fn gelu_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|i| half::f16::from_f32(gelu_f32(half::f16::from_bits(i).to_f32())).to_f32())
+            .collect()
+    })
+}
+
+/// ggml's `ggml_gelu_f32`, in its order of operations (no fused multiply-adds: ggml is built
+/// as ISO C, which does not contract).
+fn gelu_f32(x: f32) -> f32 {
+    const GELU_COEF_A: f32 = 0.044715;
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
+}
+
+/// GELU of every element ([`gelu_one`]), as ggml's `ggml_gelu` on the CPU.
+pub fn gelu(x: &[f32], out: &mut [f32]) {
+    assert_eq!(x.len(), out.len(), "gelu: length mismatch");
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = gelu_one(v);
+    }
+}
+
+/// `gelu(gate) · up`, as ggml's `ggml_geglu_split` on the CPU (at or above 10 the gate passes
+/// through unchanged before the product).
+pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert_eq!(gate.len(), out.len(), "geglu: length mismatch");
+    assert_eq!(up.len(), out.len(), "geglu: length mismatch");
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = gelu_one(g) * u;
+    }
+}
+
 /// Row softmax as ggml's `soft_max` op: `w = x·scale`, elements at index `>= n_visible` are
 /// masked (as an added `-inf`, so they come out as exactly 0), `m = max w`,
 /// `e_i = exp(w_i - m)`, `sum` accumulated in f64, `out_i = e_i · (f32)(1/sum)`.

@@ -12,8 +12,8 @@ mod rope;
 mod route;
 
 pub use act::{
-    EXP_LANES, exp_ggml, sigmoid, silu, silu_scalar, softmax, softmax_scalar, softmax_sink,
-    softmax_sink_scalar, swiglu, swiglu_oai, swiglu_scalar,
+    EXP_LANES, exp_ggml, geglu, gelu, gelu_one, sigmoid, silu, silu_scalar, softmax,
+    softmax_scalar, softmax_sink, softmax_sink_scalar, swiglu, swiglu_oai, swiglu_scalar,
 };
 pub use attn::{
     AttnExtras, KvCache, KvPrefix, KvType, attend, attend_batch, attend_batch_with, dot_ggml,
