@@ -418,13 +418,39 @@ def make_weights_gptoss(cfg, n_vocab):
     return w
 
 
+def lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias):
+    """The rest of a glm4moe or deepseek2 layer after its FFN norm, in a fixed draw order: a
+    dense FFN in the leading layers, else the router, the selection bias (when the model has
+    one; comparable to the spread of the sigmoid probabilities, so that it changes choices),
+    the experts and the shared experts; then, past the trunk, the NextN tensors."""
+    e, ne, ff = cfg["n_embd"], cfg["n_expert"], cfg["n_ff_exp"]
+    sh = ff * cfg["n_shared"]
+    if il < cfg["n_dense_lead"]:
+        w[p + "ffn_gate.weight"] = lin(cfg["n_ff_dense"], e)
+        w[p + "ffn_up.weight"] = lin(cfg["n_ff_dense"], e)
+        w[p + "ffn_down.weight"] = lin(e, cfg["n_ff_dense"])
+    else:
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        if selection_bias:
+            w[p + "exp_probs_b.bias"] = bias(ne, GLM_SELECTION_BIAS)
+        w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+        w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
+        w[p + "ffn_up_shexp.weight"] = lin(sh, e)
+        w[p + "ffn_down_shexp.weight"] = lin(e, sh)
+    if il >= cfg["n_layer"]:
+        w[p + "nextn.eh_proj.weight"] = lin(e, 2 * e)
+        w[p + "nextn.enorm.weight"] = norm(e)
+        w[p + "nextn.hnorm.weight"] = norm(e)
+        w[p + "nextn.shared_head_norm.weight"] = norm(e)
+
+
 def make_weights_glm4moe(cfg, n_vocab):
     """The glm4moe layout (llama.cpp's LLM_ARCH_GLM4_MOE), in a fixed order like make_weights."""
     rng = np.random.default_rng(cfg["seed"])
     e, hd = cfg["n_embd"], cfg["head_dim"]
     nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
-    ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
-    sh = ff * cfg["n_shared"]
 
     lin, norm, bias = draws(rng)
 
@@ -444,25 +470,7 @@ def make_weights_glm4moe(cfg, n_vocab):
             w[p + "attn_q_norm.weight"] = norm(hd)
             w[p + "attn_k_norm.weight"] = norm(hd)
         w[p + "post_attention_norm.weight"] = norm(e)
-        if il < cfg["n_dense_lead"]:
-            w[p + "ffn_gate.weight"] = lin(cfg["n_ff_dense"], e)
-            w[p + "ffn_up.weight"] = lin(cfg["n_ff_dense"], e)
-            w[p + "ffn_down.weight"] = lin(e, cfg["n_ff_dense"])
-        else:
-            w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
-            # Comparable to the spread of the sigmoid probabilities, so that it changes choices.
-            w[p + "exp_probs_b.bias"] = bias(ne, GLM_SELECTION_BIAS)
-            w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
-            w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
-            w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
-            w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
-            w[p + "ffn_up_shexp.weight"] = lin(sh, e)
-            w[p + "ffn_down_shexp.weight"] = lin(e, sh)
-        if il >= cfg["n_layer"]:
-            w[p + "nextn.eh_proj.weight"] = lin(e, 2 * e)
-            w[p + "nextn.enorm.weight"] = norm(e)
-            w[p + "nextn.hnorm.weight"] = norm(e)
-            w[p + "nextn.shared_head_norm.weight"] = norm(e)
+        lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias=True)
     w["output_norm.weight"] = norm(e)
     w["output.weight"] = lin(n_vocab, e, 4.0)
     return w
@@ -476,8 +484,6 @@ def make_weights_deepseek2(cfg, n_vocab):
     rng = np.random.default_rng(cfg["seed"])
     e, nh = cfg["n_embd"], cfg["n_head"]
     nope, rot, vh, r = cfg["qk_nope"], cfg["qk_rope"], cfg["v_head"], cfg["kv_lora"]
-    ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
-    sh = ff * cfg["n_shared"]
 
     lin, norm, bias = draws(rng)
 
@@ -503,25 +509,7 @@ def make_weights_deepseek2(cfg, n_vocab):
             w[p + "attn_kv_b.weight"] = kv_b
         w[p + "attn_output.weight"] = lin(e, nh * vh)
         w[p + "ffn_norm.weight"] = norm(e)
-        if il < cfg["n_dense_lead"]:
-            w[p + "ffn_gate.weight"] = lin(cfg["n_ff_dense"], e)
-            w[p + "ffn_up.weight"] = lin(cfg["n_ff_dense"], e)
-            w[p + "ffn_down.weight"] = lin(e, cfg["n_ff_dense"])
-        else:
-            w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
-            if cfg["selection_bias"]:
-                w[p + "exp_probs_b.bias"] = bias(ne, GLM_SELECTION_BIAS)
-            w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
-            w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
-            w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
-            w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
-            w[p + "ffn_up_shexp.weight"] = lin(sh, e)
-            w[p + "ffn_down_shexp.weight"] = lin(e, sh)
-        if il >= cfg["n_layer"]:
-            w[p + "nextn.eh_proj.weight"] = lin(e, 2 * e)
-            w[p + "nextn.enorm.weight"] = norm(e)
-            w[p + "nextn.hnorm.weight"] = norm(e)
-            w[p + "nextn.shared_head_norm.weight"] = norm(e)
+        lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias=cfg["selection_bias"])
     w["output_norm.weight"] = norm(e)
     w["output.weight"] = lin(n_vocab, e, 4.0)
     return w
