@@ -391,33 +391,51 @@ fn the_glm4moe_model_has_its_dense_lead_shared_expert_selection_bias_and_nextn_l
 fn the_deepseek2_models_have_latent_attention_in_both_forms() {
     let dir = moe_dir();
     // (model, weight types, absorbed, q_lora_rank, shared experts, sigmoid with bias and groups)
-    let models: [(&str, &[&str], bool, u32, u32, bool); 3] = [
-        (
-            "deepseek2",
-            &["f32", "bf16", "q8_0", "q4_0", "q4_k_m"],
-            true,
-            256,
-            1,
-            true,
-        ),
-        (
-            "deepseek2-fused",
-            &["f32", "q8_0", "q4_k_m"],
-            true,
-            256,
-            1,
-            true,
-        ),
-        (
-            "deepseek2-lite",
-            &["f32", "q8_0", "q4_0", "q4_k_m"],
-            false,
-            0,
-            2,
-            false,
-        ),
+    /// A deepseek2 model: its weight types, MLA form, query rank, shared experts, and whether
+    /// it has V3's sigmoid routing with bias and groups (and a NextN layer).
+    struct Ds {
+        key: &'static str,
+        wtypes: &'static [&'static str],
+        absorbed: bool,
+        q_lora: u32,
+        shared: u32,
+        v3: bool,
+    }
+    let models = [
+        Ds {
+            key: "deepseek2",
+            wtypes: &["f32", "bf16", "q8_0", "q4_0", "q4_k_m"],
+            absorbed: true,
+            q_lora: 256,
+            shared: 1,
+            v3: true,
+        },
+        Ds {
+            key: "deepseek2-fused",
+            wtypes: &["f32", "q8_0", "q4_k_m"],
+            absorbed: true,
+            q_lora: 256,
+            shared: 1,
+            v3: true,
+        },
+        Ds {
+            key: "deepseek2-lite",
+            wtypes: &["f32", "q8_0", "q4_0", "q4_k_m"],
+            absorbed: false,
+            q_lora: 0,
+            shared: 2,
+            v3: false,
+        },
     ];
-    for (key, wtypes, absorbed, q_lora, shared, v3) in models {
+    for Ds {
+        key,
+        wtypes,
+        absorbed,
+        q_lora,
+        shared,
+        v3,
+    } in models
+    {
         for wtype in wtypes {
             let path = model_path(&dir, &format!("{key}-{wtype}.gguf"));
             let file = GgufFile::open(&path).unwrap();
