@@ -217,6 +217,21 @@ MODELS = {
         rms_eps=1e-6, yarn_factor=4.0, yarn_orig_ctx=1024, yarn_log_mul=0.1,
         fused_gate_up=True, wtypes=("f32", "q8_0"),
     ),
+    # Gemma 4's MoE layout (the 26B-A4B's) at a small size: layers 0 and 1 attend through a
+    # sliding window of 8 tokens with heads of 64 (rope over all 64, base 10^4), layer 2
+    # attends fully with heads of 128 whose keys are also its values (no attn_v), rope over
+    # all 128 with per-frequency divisors (rope_freqs, base 10^6); q/k RMSNorm per head and
+    # a weightless RMSNorm of v; every layer has a dense GEGLU MLP (width 512) next to 8
+    # experts (top-2, fused gate_up, a per-expert down scale), each with its own norms; the
+    # router reads the attention output RMS-normalised, scaled by 1/16 and by its own scale
+    # vector; layer 1 has a layer output scale; the logits are soft-capped at 30.
+    "gemma4": dict(
+        arch="gemma4", vocab="qwen2.5", seed=1011, n_layer=3, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=128, head_dim_swa=64, swa_layers=(True, True, False),
+        sliding_window=8, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_dense=512,
+        tied=False, rope_base=1_000_000.0, rope_base_swa=10_000.0, rms_eps=1e-6,
+        softcap=30.0, wtypes=("f32", "q8_0"),
+    ),
     # DeepSeek-V2-Lite's layout: the legacy MLA form (attn_kv_b, from files converted before
     # the absorbed form), a single query projection (q_lora_rank 0), softmax routing (no
     # expert_gating_func key, as in V2 files) without selection bias or renormalisation, two
@@ -530,12 +545,61 @@ def fuse_gate_up(weights):
     return out
 
 
+def make_weights_gemma4(cfg, n_vocab):
+    """The gemma4 layout (llama.cpp's LLM_ARCH_GEMMA4, MoE layers), in a fixed order like
+    make_weights."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, ne, ff, fd = cfg["n_embd"], cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_dense"]
+
+    lin, norm, _ = draws(rng)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    full = [il for il, swa in enumerate(cfg["swa_layers"]) if not swa]
+    # proportional rope: one divisor per rotated pair of the full-attention heads
+    w["rope_freqs.weight"] = (1.0 + 3.0 * rng.random(cfg["head_dim"] // 2)).astype(np.float32)
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        hd = cfg["head_dim_swa"] if cfg["swa_layers"][il] else cfg["head_dim"]
+        nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+        w[p + "attn_norm.weight"] = norm(e)
+        w[p + "attn_q.weight"] = lin(nq, e)
+        w[p + "attn_k.weight"] = lin(nkv, e)
+        if il not in full:
+            w[p + "attn_v.weight"] = lin(nkv, e)
+        w[p + "attn_output.weight"] = lin(e, nq)
+        w[p + "attn_q_norm.weight"] = norm(hd)
+        w[p + "attn_k_norm.weight"] = norm(hd)
+        w[p + "post_attention_norm.weight"] = norm(e)
+        if il == 1:
+            w[p + "layer_output_scale.weight"] = np.array([0.75], dtype=np.float32)
+        w[p + "ffn_norm.weight"] = norm(e)
+        w[p + "ffn_gate.weight"] = lin(fd, e)
+        w[p + "ffn_up.weight"] = lin(fd, e)
+        w[p + "ffn_down.weight"] = lin(e, fd)
+        w[p + "post_ffw_norm.weight"] = norm(e)
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        w[p + "ffn_gate_inp.scale"] = norm(e)
+        w[p + "pre_ffw_norm_2.weight"] = norm(e)
+        w[p + "post_ffw_norm_1.weight"] = norm(e)
+        w[p + "post_ffw_norm_2.weight"] = norm(e)
+        gate = np.stack([lin(ff, e) for _ in range(ne)])
+        up = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_gate_up_exps.weight"] = np.concatenate([gate, up], axis=1)
+        w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+        w[p + "ffn_down_exps.scale"] = (0.5 + rng.random(ne)).astype(np.float32)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
 def keep_f32(name, arr):
     return (
         arr.ndim < 2
         or name.endswith("ffn_gate_inp.weight")
         or name.endswith("ffn_gate_inp_shexp.weight")
         or name.endswith(".bias")
+        or name.endswith(".scale")
     )
 
 
@@ -564,7 +628,19 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
     w.add_feed_forward_length(cfg.get("n_ff_dense", cfg["n_ff_exp"]))
     w.add_head_count(cfg["n_head"])
-    if arch == "deepseek2":
+    if arch == "gemma4":
+        w.add_head_count_kv(cfg["n_head_kv"])
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+        w.add_key_length_swa(cfg["head_dim_swa"])
+        w.add_value_length_swa(cfg["head_dim_swa"])
+        w.add_rope_dimension_count_swa(cfg["head_dim_swa"])
+        w.add_rope_freq_base_swa(cfg["rope_base_swa"])
+        w.add_sliding_window(cfg["sliding_window"])
+        w.add_sliding_window_pattern(list(cfg["swa_layers"]))
+        w.add_embedding_length_per_layer_input(0)
+        w.add_final_logit_softcapping(cfg["softcap"])
+    elif arch == "deepseek2":
         rot, r = cfg["qk_rope"], cfg["kv_lora"]
         # the converter's keys: the absorbed form caches one head of the compressed row and
         # the rotated part
@@ -589,7 +665,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_rope_dimension_count(cfg.get("n_rot", cfg.get("qk_rope", cfg.get("head_dim"))))
     w.add_expert_count(cfg["n_expert"])
     w.add_expert_used_count(cfg["n_expert_used"])
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4"):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     if arch == "deepseek2":
         w.add_leading_dense_block_count(cfg["n_dense_lead"])
@@ -676,6 +752,7 @@ def main():
             "gpt-oss": make_weights_gptoss,
             "glm4moe": make_weights_glm4moe,
             "deepseek2": make_weights_deepseek2,
+            "gemma4": make_weights_gemma4,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         if cfg.get("fused_gate_up"):

@@ -30,7 +30,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused"
+ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
 KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
@@ -52,11 +52,12 @@ declare -A TYPES=(
     [deepseek2]="f32 bf16 q8_0 q4_0 q4_k_m"
     [deepseek2-lite]="f32 q8_0 q4_0 q4_k_m"
     [deepseek2-fused]="f32 q8_0 q4_k_m"
+    [gemma4]="f32 q8_0"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose
 # window leaves earlier tokens out, so the prompt logits themselves cross the window.
-declare -A LONG=([gptoss]=10)
+declare -A LONG=([gptoss]=10 [gemma4]=10)
 N_GEN=32
 
 CANDIDATES=(
