@@ -143,6 +143,26 @@ static void gelu_case(int n, float amp) {
     fprintf(out, "}");
 }
 
+// The whole f16 GELU table: every f16 value strictly inside (-10, 10), as inputs.
+static void gelu_table_case(void) {
+    static float xs[65536];
+    int n = 0;
+    for (int i = 0; i < 65536; i++) {
+        const float x = ggml_fp16_to_fp32((ggml_fp16_t) i);
+        if (x > -10.0f && x < 10.0f) {
+            xs[n++] = x;
+        }
+    }
+    struct ggml_tensor * x = ggml_new_tensor_1d(gctx, GGML_TYPE_F32, n);
+    memcpy(x->data, xs, (size_t) n * sizeof(float));
+    struct ggml_tensor * y = ggml_gelu(gctx, x);
+    compute(y);
+    begin_case("gelu");
+    put_array("input", (float *) x->data, n);
+    put_array("output", (float *) y->data, n);
+    fprintf(out, "}");
+}
+
 static void geglu_case(int n) {
     struct ggml_tensor * g = filled(n, 1, 1, 12.0f);
     struct ggml_tensor * u = filled(n, 1, 1, 3.0f);
@@ -317,6 +337,7 @@ int main(int argc, char ** argv) {
     gelu_case(4099, 12.0f);
     gelu_case(203, 0.5f);
     geglu_case(2051);
+    gelu_table_case();
 
     fprintf(out, "\n]}\n");
     fclose(out);

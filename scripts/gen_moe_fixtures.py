@@ -29,6 +29,11 @@ weight types:
                one query projection, softmax routing, two shared
                experts; deepseek2-fused is deepseek2 with each layer's
                gate and up experts in one ffn_gate_up_exps tensor
+    gemma4      8 experts, top-2: Gemma 4's MoE layout: two sliding-window   vocabulary: qwen2.5
+               layers with heads of 64 and a full layer with heads of
+               128 whose values are its keys, q/k/v norms, proportional
+               rope, a dense GEGLU MLP beside fused experts with a
+               per-expert down scale, soft-capped logits; F32 and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).

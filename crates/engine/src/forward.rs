@@ -305,6 +305,11 @@ struct Scratch {
     hx: Vec<f32>,
     hy: Vec<f32>,
     heads: Vec<f32>,
+    /// Gemma 4: the sliding-window layers' rope table, the router's input, the dense MLP's
+    /// output while the experts run.
+    rope_swa: Vec<f32>,
+    rin: Vec<f32>,
+    mlp: Vec<f32>,
 }
 
 /// A model ready to run, with its KV cache. See the [module docs](self).
@@ -332,6 +337,8 @@ pub struct Engine<'a> {
     moe_layers: Vec<usize>,
     /// Tokens per part of the absorbed MLA attention ([`Engine::set_mla_part`]).
     mla_part: usize,
+    /// Gemma 4: the sliding-window layers' rope.
+    rope_swa: Option<Rope>,
 }
 
 /// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
@@ -498,6 +505,11 @@ fn experts_one_token<'a>(
                 SWIGLU_OAI_LIMIT,
                 &mut s.grp_act[r.clone()],
             ),
+            FfnAct::Geglu => ops::geglu(
+                &s.grp_gate[r.clone()],
+                &s.grp_up[r.clone()],
+                &mut s.grp_act[r.clone()],
+            ),
         }
         (kd.quantize)(&s.grp_act[r], &mut s.grp_qa[i * arb..(i + 1) * arb]);
     }
@@ -599,14 +611,14 @@ fn attention(
     st: Stage<'_, '_>,
     lw: &LayerW<'_>,
     cache: &mut KvCache,
-    rope: &Rope,
+    (rope, rope_swa): (&Rope, Option<&Rope>),
     p0: usize,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
     let e = st.e();
     let n_head = hp.n_head.at(il) as usize;
-    let (hd, hdv) = (hp.head_dim_k as usize, hp.head_dim_v as usize);
+    let (hd, hdv) = (hp.head_dim_k_at(il) as usize, hp.head_dim_v_at(il) as usize);
     let kw = hp.n_embd_k_gqa(il) as usize;
     let vw = hp.n_embd_v_gqa(il) as usize;
 
@@ -619,6 +631,10 @@ fn attention(
     st.emit("attn_norm", &s.cur[..n * e]);
     let absorbed = match &lw.attn {
         AttnW::Mha(a) => {
+            let rope = match rope_swa {
+                Some(r) if hp.is_swa_layer(il) => r,
+                _ => rope,
+            };
             mha_qkv(st, a, rope, s)?;
             None
         }
@@ -665,6 +681,9 @@ fn attention(
     };
     mm(pool, &lw.wo, lw.wo.data, heads, n, &mut s.proj, &mut s.qbuf)?;
     add_bias(&mut s.proj[..n * e], lw.bo.as_ref());
+    if let Some(g) = &lw.gemma {
+        ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_attn_norm, hp.rms_eps);
+    }
     st.emit("attn_out", &s.proj[..n * e]);
     // residual
     for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
@@ -682,13 +701,17 @@ fn mha_qkv(
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
-    let hd = hp.head_dim_k as usize;
+    let hd = hp.head_dim_k_at(il) as usize;
     let qw = hp.n_embd_q(il) as usize;
     let kw = hp.n_embd_k_gqa(il) as usize;
     let eps = hp.rms_eps;
     mm(pool, &a.wq, a.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
     mm(pool, &a.wk, a.wk.data, &s.cur, n, &mut s.k, &mut s.qbuf)?;
-    mm(pool, &a.wv, a.wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?;
+    match &a.wv {
+        Some(wv) => mm(pool, wv, wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?,
+        // Gemma 4's full-attention layers: the values are the keys, before the key norm
+        None => s.v[..n * kw].copy_from_slice(&s.k[..n * kw]),
+    }
     let q = &mut s.q[..n * qw];
     let k = &mut s.k[..n * kw];
     let v = &mut s.v[..n * kw];
@@ -704,10 +727,19 @@ fn mha_qkv(
             ops::rms_norm_inplace(k, kn, eps);
         }
     }
-    // RoPE
-    let nr = hp.rope.n_rot as usize;
+    if hp.arch.is_gemma4() {
+        // a weightless RMS norm of each value head
+        ops::rms_norm_plain_inplace(v, hd, eps);
+    }
+    // RoPE (Gemma 4's sliding-window layers have a rope of their own)
+    let nr = hp.n_rot_at(il) as usize;
+    let table = if hp.arch.is_gemma4() && hp.is_swa_layer(il) {
+        &s.rope_swa
+    } else {
+        &s.rope
+    };
     for t in 0..n {
-        let cache = &s.rope[t * nr..(t + 1) * nr];
+        let cache = &table[t * nr..(t + 1) * nr];
         rope.apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
         rope.apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
     }
@@ -919,7 +951,11 @@ fn swiglu_ffn(
     add_bias(&mut s.gate[..n * f], gate_b);
     mm(pool, up, up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
     add_bias(&mut s.up[..n * f], up_b);
-    ops::swiglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
+    if st.hp.arch.ffn_act() == FfnAct::Geglu {
+        ops::geglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
+    } else {
+        ops::swiglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
+    }
     mm(pool, down, down.data, &s.act, n, &mut s.proj, &mut s.qbuf)?;
     add_bias(&mut s.proj[..n * e], down_b);
     Ok(())
@@ -995,13 +1031,21 @@ fn moe_ffn<'a>(
         let out = &mut s.moe[t * e..(t + 1) * e];
         for slot in 0..k_used {
             let wt = s.wts[t * k_used + slot];
-            let src = &s.slots[(t * k_used + slot) * e..(t * k_used + slot + 1) * e];
+            let src = &mut s.slots[(t * k_used + slot) * e..(t * k_used + slot + 1) * e];
+            // Gemma 4: each expert's output times its scale first (ggml_mul, then the weight)
+            if let Some(ds) = &m.down_scale {
+                let x = s.ids[t * k_used + slot];
+                let f = ds.get(x).copied().unwrap_or(1.0);
+                for v in src.iter_mut() {
+                    *v *= f;
+                }
+            }
             if slot == 0 {
-                for (o, &v) in out.iter_mut().zip(src) {
+                for (o, &v) in out.iter_mut().zip(src.iter()) {
                     *o = v * wt;
                 }
             } else {
-                for (o, &v) in out.iter_mut().zip(src) {
+                for (o, &v) in out.iter_mut().zip(src.iter()) {
                     *o += v * wt;
                 }
             }
@@ -1027,11 +1071,13 @@ fn route(
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
     let x_n = m.n_expert;
     let k_used = replayed.map_or(hp.n_expert_used.at(il) as usize, <[usize]>::len);
+    // Gemma 4's router reads its own input (`s.rin`), the experts the normed rows
+    let rin = if m.router_own_input { &s.rin } else { &s.cur };
     mm(
         pool,
         &m.router,
         m.router.data,
-        &s.cur,
+        rin,
         n,
         &mut s.router,
         &mut s.qbuf,
@@ -1227,6 +1273,11 @@ fn expert_rows<'a>(
             SWIGLU_OAI_LIMIT,
             &mut s.act[..cnt * fe],
         ),
+        FfnAct::Geglu => ops::geglu(
+            &s.gate[..cnt * fe],
+            &s.up[..cnt * fe],
+            &mut s.act[..cnt * fe],
+        ),
     }
     mm(
         pool,
@@ -1295,8 +1346,8 @@ impl<'a> Engine<'a> {
             .map(|(il, _)| il)
             .collect();
         let e = hp.n_embd as usize;
-        let hd = hp.head_dim_k as usize;
         for il in 0..hp.n_layer as usize {
+            let hd = hp.head_dim_k_at(il) as usize;
             if hp.mla.is_none() && hp.n_embd_q(il) as usize != hp.n_head.at(il) as usize * hd {
                 return Err(ForwardError::Unsupported(format!(
                     "layer {il}: q width {} differs from n_head x head_dim",
@@ -1314,6 +1365,16 @@ impl<'a> Engine<'a> {
             });
         }
         let rope = Rope::new(rope_config(&hp, w.rope_freqs.clone()))?;
+        // Gemma 4's sliding-window layers: their own rotated dims and base, no divisors
+        let rope_swa = if hp.arch.is_gemma4() {
+            let mut c = rope_config(&hp, None);
+            c.n_dims = hp.rope.n_rot_swa as usize;
+            c.freq_base = hp.rope.freq_base_swa;
+            c.freq_scale = 1.0;
+            Some(Rope::new(c)?)
+        } else {
+            None
+        };
         let kv_type = cfg.kv_type;
         // llama.cpp rounds its context up to a multiple of 256 cells, and the cell count bounds
         // the (padded) KV length its attention sums over, which decides which kernels and which
@@ -1323,7 +1384,8 @@ impl<'a> Engine<'a> {
         let kv = (0..hp.n_layer as usize)
             .map(|il| {
                 let n_kv = hp.n_head_kv.at(il) as usize;
-                let hdv = hp.head_dim_v as usize;
+                let hd = hp.head_dim_k_at(il) as usize;
+                let hdv = hp.head_dim_v_at(il) as usize;
                 if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
                     // the cached value is the compressed row that starts the key
                     KvCache::with_values_in_keys(kv_type, 1, kv_cells, n_kv, hd, hdv)
@@ -1341,7 +1403,7 @@ impl<'a> Engine<'a> {
             .unwrap_or(0);
         let q_max = q_max.max(
             (0..nl)
-                .map(|il| hp.n_head.at(il) as usize * hd)
+                .map(|il| hp.n_head.at(il) as usize * hp.head_dim_k_at(il) as usize)
                 .max()
                 .unwrap_or(0),
         );
@@ -1350,7 +1412,7 @@ impl<'a> Engine<'a> {
             .max()
             .unwrap_or(0);
         let att_max = (0..nl)
-            .map(|il| (hp.n_head.at(il) * hp.head_dim_v) as usize)
+            .map(|il| (hp.n_head.at(il) * hp.head_dim_v_at(il)) as usize)
             .max()
             .unwrap_or(0)
             .max(q_max);
@@ -1430,6 +1492,9 @@ impl<'a> Engine<'a> {
             hx: vec![0.0; ub * mla_hx as usize],
             hy: vec![0.0; ub * mla_hy as usize],
             heads: vec![0.0; ub * mla_heads as usize],
+            rope_swa: vec![0.0; ub * hp.rope.n_rot_swa as usize],
+            rin: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
+            mlp: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
         };
         Ok(Engine {
             hp,
@@ -1451,6 +1516,7 @@ impl<'a> Engine<'a> {
             foresight_tap: None,
             moe_layers,
             mla_part: MLA_PART,
+            rope_swa,
         })
     }
 
@@ -1761,23 +1827,44 @@ impl<'a> Engine<'a> {
             let row = &emb_data[tok as usize * rb..(tok as usize + 1) * rb];
             quant::dequantize_row(emb.ty, row, &mut self.s.x[t * e..(t + 1) * e])?;
         }
+        if self.hp.arch.is_gemma4() {
+            // Gemma scales the embeddings by sqrt(n_embd) (ggml_scale)
+            let k = (e as f32).sqrt();
+            for v in &mut self.s.x[..n * e] {
+                *v *= k;
+            }
+        }
         // rope tables for the chunk's positions
         let nr = self.hp.rope.n_rot as usize;
         for t in 0..n {
             self.rope
                 .fill_cache((p0 + t) as i64, &mut self.s.rope[t * nr..(t + 1) * nr]);
         }
+        if let Some(r) = &self.rope_swa {
+            let nr = self.hp.rope.n_rot_swa as usize;
+            for t in 0..n {
+                r.fill_cache((p0 + t) as i64, &mut self.s.rope_swa[t * nr..(t + 1) * nr]);
+            }
+        }
         let n_layer = self.hp.n_layer as usize;
         if self.lookahead.any() {
             self.ahead.reset(n_layer, n == 1);
         }
+        // llama.cpp's Gemma 4 graph runs every row through the last layer and picks the
+        // wanted ones after the output norm (its other graphs after the last attention)
+        let late_pick = self.hp.arch.is_gemma4();
         for il in 0..n_layer {
-            let keep = if il + 1 == n_layer {
+            let keep = if il + 1 == n_layer && !late_pick {
                 out_rows.clone()
             } else {
                 0..n
             };
             self.layer(il, n, p0, keep)?;
+        }
+        if late_pick && out_rows != (0..n) {
+            self.s
+                .x
+                .copy_within(out_rows.start * e..out_rows.end * e, 0);
         }
         Ok(())
     }
@@ -1808,6 +1895,7 @@ impl<'a> Engine<'a> {
             foresight_tap,
             moe_layers,
             mla_part,
+            rope_swa,
             ..
         } = self;
         let lw = &w.layers[il];
@@ -1819,7 +1907,7 @@ impl<'a> Engine<'a> {
             obs: observer.as_ref(),
             mla_part: *mla_part,
         };
-        attention(st, lw, &mut kv[il], rope, p0, s)?;
+        attention(st, lw, &mut kv[il], (rope, rope_swa.as_ref()), p0, s)?;
         let e = st.e();
         // only the rows that go on
         if keep != (0..n) {
@@ -1836,6 +1924,38 @@ impl<'a> Engine<'a> {
         st.emit("ffn_inp", &s.x[..n * e]);
         ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, hp.rms_eps, &mut s.cur[..n * e]);
         st.emit("ffn_norm", &s.cur[..n * e]);
+        if let Some(g) = &lw.gemma
+            && let Some(gm) = &g.moe
+        {
+            // the dense MLP, normed, aside; then the experts' input and the router's
+            let d = &gm.mlp;
+            swiglu_ffn(st, [&d.gate, &d.up, &d.down], [None, None, None], s)?;
+            let f = d.gate.rows;
+            st.emit("ffn_gate", &s.gate[..n * f]);
+            st.emit("ffn_up", &s.up[..n * f]);
+            st.emit("ffn_geglu", &s.act[..n * f]);
+            ops::rms_norm(
+                &s.proj[..n * e],
+                &gm.post_norm_1,
+                hp.rms_eps,
+                &mut s.mlp[..n * e],
+            );
+            st.emit("ffn_mlp", &s.mlp[..n * e]);
+            ops::rms_norm(
+                &s.x[..n * e],
+                &gm.pre_norm_2,
+                hp.rms_eps,
+                &mut s.cur[..n * e],
+            );
+            s.rin[..n * e].copy_from_slice(&s.x[..n * e]);
+            let inv = 1.0 / (e as f32).sqrt();
+            for row in s.rin[..n * e].chunks_exact_mut(e) {
+                ops::rms_norm_plain_inplace(row, e, hp.rms_eps);
+                for (v, &w) in row.iter_mut().zip(&gm.router_scale) {
+                    *v = *v * inv * w;
+                }
+            }
+        }
         match &lw.ffn {
             FfnW::Dense(d) => {
                 swiglu_ffn(
@@ -1865,9 +1985,24 @@ impl<'a> Engine<'a> {
                 moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }
         }
+        if let Some(g) = &lw.gemma {
+            if let Some(gm) = &g.moe {
+                // the experts' output normed, added to the MLP's (mlp + moe)
+                ops::rms_norm_inplace(&mut s.proj[..n * e], &gm.post_norm_2, hp.rms_eps);
+                for (p, &m) in s.proj[..n * e].iter_mut().zip(&s.mlp[..n * e]) {
+                    *p += m;
+                }
+            }
+            ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_ffn_norm, hp.rms_eps);
+        }
         st.emit("ffn_out", &s.proj[..n * e]);
         for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
             *xv += a;
+        }
+        if let Some(k) = lw.gemma.as_ref().and_then(|g| g.out_scale) {
+            for v in &mut s.x[..n * e] {
+                *v *= k;
+            }
         }
         st.emit("l_out", &s.x[..n * e]);
         Ok(())
@@ -1889,6 +2024,14 @@ impl<'a> Engine<'a> {
         let o = &self.w.output;
         mm(self.pool, o, o.data, &s.cur, n, dst, &mut s.qbuf)?;
         add_bias(dst, self.w.output_bias.as_ref());
+        let cap = self.hp.logit_softcap;
+        if cap != 0.0 {
+            // as ggml: scale by 1/cap, tanh, scale by cap
+            let inv = 1.0 / cap;
+            for v in dst.iter_mut() {
+                *v = (*v * inv).tanh() * cap;
+            }
+        }
         self.emit("result_output", None, dst);
         Ok(())
     }

@@ -136,12 +136,14 @@ fn silu_swiglu_sigmoid_bit_exact_vs_ggml() {
     }
 }
 
-/// GELU and GEGLU through ggml's f16 table: inputs over ±12 (both clamps and the table) and
-/// over ±0.5 (small values, where the table's f16 rounding shows most).
+/// GELU and GEGLU through ggml's f16 table: inputs over ±12 (both clamps and the table), over
+/// ±0.5 (small values, where the table's f16 rounding shows most), and every entry of the table
+/// (where the contracted multiply-add of ggml's build shows).
 #[test]
 fn gelu_geglu_bit_exact_vs_ggml() {
     let gelu = cases("gelu");
-    assert_eq!(gelu.len(), 2);
+    // random inputs over ±12 and ±0.5, and every f16 value inside ±10 (the whole table)
+    assert_eq!(gelu.len(), 3);
     for c in gelu {
         let x = floats(&c, "input");
         let mut out = vec![0f32; x.len()];

@@ -4,7 +4,7 @@ use crate::error::ModelError;
 
 /// Names accepted in `general.architecture`, for messages.
 pub const SUPPORTED_ARCHS: &str =
-    "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, deepseek2, llama, qwen2, qwen3";
+    "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, deepseek2, gemma4, llama, qwen2, qwen3";
 
 /// A model architecture, from `general.architecture`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,6 +39,13 @@ pub enum Arch {
     /// routing, an optional selection bias, group-limited top-k and ungated shared experts;
     /// NextN layers after the trunk that decoding does not run.
     Deepseek2,
+    /// Gemma 4 (llama.cpp's `LLM_ARCH_GEMMA4`): sliding-window and full-attention layers with
+    /// their own head sizes and rope (per-frequency divisors on the full ones), q/k RMSNorm per
+    /// head and a weightless RMSNorm of v (v is k where `attn_v` is absent), attention scale
+    /// 1, norms after the attention and the FFN, a dense GEGLU MLP in every layer and, with
+    /// experts, a MoE block beside it with its own norms and router input; embeddings scaled
+    /// by sqrt(n_embd), soft-capped logits.
+    Gemma4,
 }
 
 /// How a MoE layer turns router logits into expert weights.
@@ -93,6 +100,8 @@ pub enum FfnAct {
     Swiglu,
     /// gpt-oss: `g = min(gate, 7)`, `u = clamp(up, -7, 7)`, `g * sigmoid(1.702 g) * (u + 1)`.
     SwigluOai,
+    /// Gemma 4: `gelu(gate) * up` (ggml's tanh GELU through its f16 table).
+    Geglu,
 }
 
 /// How rotary embeddings pair the elements of a head.
@@ -127,13 +136,14 @@ pub enum QDim {
 
 impl Arch {
     /// Every supported architecture.
-    pub const ALL: [Arch; 9] = [
+    pub const ALL: [Arch; 10] = [
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
         Arch::Olmoe,
         Arch::GptOss,
         Arch::Glm4Moe,
         Arch::Deepseek2,
+        Arch::Gemma4,
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -159,6 +169,7 @@ impl Arch {
             Arch::GptOss => "gpt-oss",
             Arch::Glm4Moe => "glm4moe",
             Arch::Deepseek2 => "deepseek2",
+            Arch::Gemma4 => "gemma4",
         }
     }
 
@@ -173,7 +184,7 @@ impl Arch {
     /// QK-norm kind.
     pub fn qk_norm(self) -> QkNorm {
         match self {
-            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Glm4Moe => QkNorm::PerHead,
+            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Glm4Moe | Arch::Gemma4 => QkNorm::PerHead,
             Arch::Olmoe => QkNorm::Whole,
             _ => QkNorm::None,
         }
@@ -187,7 +198,7 @@ impl Arch {
 
     /// True when rope may rotate only the first `rope.dimension_count` elements of a head.
     pub fn partial_rope(self) -> bool {
-        self == Arch::Glm4Moe
+        matches!(self, Arch::Glm4Moe | Arch::Gemma4)
     }
 
     /// True when the norm before the FFN is stored as `post_attention_norm.weight`.
@@ -221,7 +232,12 @@ impl Arch {
     /// True when llama.cpp takes the experts' gate and up projections fused in one
     /// `ffn_gate_up_exps` tensor for this arch (else the tensor is refused as a fused layout).
     pub fn allows_fused_gate_up(self) -> bool {
-        self == Arch::Deepseek2
+        matches!(self, Arch::Deepseek2 | Arch::Gemma4)
+    }
+
+    /// True for Gemma 4's layer: see [`Arch::Gemma4`].
+    pub fn is_gemma4(self) -> bool {
+        self == Arch::Gemma4
     }
 
     /// True when attention is multi-head latent attention (see [`crate::Mla`]).
@@ -237,7 +253,8 @@ impl Arch {
             | Arch::Llama
             | Arch::GptOss
             | Arch::Glm4Moe
-            | Arch::Deepseek2 => QDim::HeadDimTimesHeads,
+            | Arch::Deepseek2
+            | Arch::Gemma4 => QDim::HeadDimTimesHeads,
             Arch::Qwen2Moe | Arch::Olmoe | Arch::Qwen2 => QDim::Embd,
         }
     }
@@ -266,13 +283,14 @@ impl Arch {
                 | Arch::GptOss
                 | Arch::Glm4Moe
                 | Arch::Deepseek2
+                | Arch::Gemma4
         )
     }
 
     /// Whether llama.cpp renormalises the top-k router weights to sum 1 for this arch
     /// (`norm_w` of its MoE graph). Used as the default of `{arch}.expert_weights_norm`.
     pub fn default_expert_weights_norm(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::Llama)
+        matches!(self, Arch::Qwen3Moe | Arch::Llama | Arch::Gemma4)
     }
 
     /// True when `output.weight` must be present; otherwise it falls back to `token_embd.weight`.
@@ -303,6 +321,7 @@ impl Arch {
     pub fn ffn_act(self) -> FfnAct {
         match self {
             Arch::GptOss => FfnAct::SwigluOai,
+            Arch::Gemma4 => FfnAct::Geglu,
             _ => FfnAct::Swiglu,
         }
     }
@@ -319,6 +338,8 @@ impl Arch {
     pub fn default_swa_pattern(self) -> u32 {
         match self {
             Arch::GptOss => 2,
+            // llama.cpp requires the pattern for gemma4 (see `sliding_window`)
+            Arch::Gemma4 => u32::MAX,
             _ => 0,
         }
     }

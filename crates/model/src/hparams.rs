@@ -83,6 +83,12 @@ pub struct Rope {
     pub yarn_beta_slow: f32,
     /// `rope.scaling.finetuned` (default false; informational).
     pub finetuned: bool,
+    /// Rotated elements per head in sliding-window layers (`rope.dimension_count_swa`,
+    /// gemma4; else `n_rot`).
+    pub n_rot_swa: u32,
+    /// Rope base of sliding-window layers (`rope.freq_base_swa`; gemma4: 10000 when absent,
+    /// as llama.cpp; else `freq_base`).
+    pub freq_base_swa: f32,
     /// deepseek2: `rope.scaling.yarn_log_multiplier` / 0.1 (llama.cpp undoes the converter's
     /// factor of 0.1); 0 when absent and for the other archs, which do not read it.
     pub yarn_log_mul: f32,
@@ -218,6 +224,13 @@ pub struct HParams {
     pub swa_layers: Vec<bool>,
     /// Multi-head latent attention (deepseek2), else `None`.
     pub mla: Option<Mla>,
+    /// Key and value head sizes of the sliding-window layers (`attention.key_length_swa` /
+    /// `value_length_swa`, gemma4; else `head_dim_k` / `head_dim_v`).
+    pub head_dim_k_swa: u32,
+    /// See [`HParams::head_dim_k_swa`].
+    pub head_dim_v_swa: u32,
+    /// `final_logit_softcapping` (gemma4): logits become `cap · tanh(logit / cap)`; 0: none.
+    pub logit_softcap: f32,
 }
 
 impl HParams {
@@ -262,6 +275,33 @@ impl HParams {
         }
     }
 
+    /// Key head size of layer `il` (the sliding-window layers' own in gemma4).
+    pub fn head_dim_k_at(&self, il: usize) -> u32 {
+        if self.is_swa_layer(il) {
+            self.head_dim_k_swa
+        } else {
+            self.head_dim_k
+        }
+    }
+
+    /// Value head size of layer `il`.
+    pub fn head_dim_v_at(&self, il: usize) -> u32 {
+        if self.is_swa_layer(il) {
+            self.head_dim_v_swa
+        } else {
+            self.head_dim_v
+        }
+    }
+
+    /// Rotated elements per head in layer `il`.
+    pub fn n_rot_at(&self, il: usize) -> u32 {
+        if self.is_swa_layer(il) {
+            self.rope.n_rot_swa
+        } else {
+            self.rope.n_rot
+        }
+    }
+
     /// Rows of the q projection (and columns of attn_output) in layer `il`; with MLA, the
     /// rows of the q projection (`attn_q_b` or `attn_q`).
     pub fn n_embd_q(&self, il: usize) -> u32 {
@@ -269,19 +309,19 @@ impl HParams {
             return m.head_dim_k * self.n_head.at(il);
         }
         match self.arch.q_dim() {
-            QDim::HeadDimTimesHeads => self.head_dim_k * self.n_head.at(il),
+            QDim::HeadDimTimesHeads => self.head_dim_k_at(il) * self.n_head.at(il),
             QDim::Embd => self.n_embd,
         }
     }
 
     /// Rows of the k projection in layer `il`.
     pub fn n_embd_k_gqa(&self, il: usize) -> u32 {
-        self.head_dim_k * self.n_head_kv.at(il)
+        self.head_dim_k_at(il) * self.n_head_kv.at(il)
     }
 
     /// Rows of the v projection in layer `il`.
     pub fn n_embd_v_gqa(&self, il: usize) -> u32 {
-        self.head_dim_v * self.n_head_kv.at(il)
+        self.head_dim_v_at(il) * self.n_head_kv.at(il)
     }
 
     /// Values the KV cache holds per token in layer `il`: keys and values, or the keys alone
@@ -306,6 +346,10 @@ impl HParams {
     /// `mscale² / sqrt(head_dim_k of the model)`, where `mscale` carries the YaRN magnitude
     /// correction (`1 + 0.1 · yarn_log_mul · ln(factor)` over the original attention factor).
     pub fn attn_scale(&self) -> f32 {
+        if self.arch.is_gemma4() {
+            // llama.cpp's f_attention_scale for Gemma 4 (the q/k norms take its place)
+            return 1.0;
+        }
         match &self.mla {
             None => 1.0 / (self.head_dim_k as f32).sqrt(),
             Some(m) => {
@@ -604,7 +648,8 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
     let is_moe = |il: usize| n_expert > 0 && il >= n_layer_dense_lead as usize;
 
     for il in 0..nl {
-        if !is_moe(il) && n_ff.at(il) == 0 {
+        // gemma4 has its dense MLP next to the experts
+        if (!is_moe(il) || arch.is_gemma4()) && n_ff.at(il) == 0 {
             return Err(match md.get(&k("feed_forward_length")) {
                 None => ModelError::MissingKey(k("feed_forward_length")),
                 Some(_) => invalid(
@@ -617,9 +662,12 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
 
     let n_ff_exp_key = k("expert_feed_forward_length");
     let n_ff_exp_file = match arch {
-        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2 => {
-            kv.per_layer(&n_ff_exp_key, n_layer_all)?
-        }
+        Arch::Qwen3Moe
+        | Arch::Qwen2Moe
+        | Arch::GptOss
+        | Arch::Glm4Moe
+        | Arch::Deepseek2
+        | Arch::Gemma4 => kv.per_layer(&n_ff_exp_key, n_layer_all)?,
         _ => None,
     };
     let mut n_ff_exp = vec![0u32; nl];
@@ -637,7 +685,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                 }
             }
             // llama.cpp requires the key for gpt-oss, glm4moe and deepseek2
-            Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2 => {
+            Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2 | Arch::Gemma4 => {
                 n_ff_exp_file.as_ref().map_or(0, |p| p.at(il))
             }
             _ => n_ff.at(il),
@@ -648,11 +696,15 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
                 | Arch::Qwen2Moe
                 | Arch::GptOss
                 | Arch::Glm4Moe
-                | Arch::Deepseek2 => n_ff_exp_key.clone(),
+                | Arch::Deepseek2
+                | Arch::Gemma4 => n_ff_exp_key.clone(),
                 _ => k("feed_forward_length"),
             };
             // gpt-oss, glm4moe and deepseek2 take no fallback from feed_forward_length
-            let no_fallback = matches!(arch, Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2);
+            let no_fallback = matches!(
+                arch,
+                Arch::GptOss | Arch::Glm4Moe | Arch::Deepseek2 | Arch::Gemma4
+            );
             return Err(
                 if md.get(&key).is_none()
                     && (no_fallback || md.get(&k("feed_forward_length")).is_none())
@@ -771,6 +823,25 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
     if head_dim_k == 0 {
         return Err(invalid(k("attention.key_length"), "head size is 0"));
     }
+    let (head_dim_k_swa, head_dim_v_swa) = if arch.is_gemma4() {
+        let ks = kv
+            .u32(&k("attention.key_length_swa"))?
+            .unwrap_or(head_dim_k);
+        let vs = kv
+            .u32(&k("attention.value_length_swa"))?
+            .unwrap_or(head_dim_v);
+        if ks == 0 || ks != vs {
+            return Err(invalid(
+                k("attention.value_length_swa"),
+                format!(
+                    "sliding-window heads of key {ks} and value {vs}; gemma4 needs them equal and > 0"
+                ),
+            ));
+        }
+        (ks, vs)
+    } else {
+        (head_dim_k, head_dim_v)
+    };
     let mla = if arch.is_mla() {
         Some(mla(
             &kv, n_layer, n_vocab, head_dim_k, head_dim_v, &n_head, &n_head_kv,
@@ -918,7 +989,44 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         }
     };
     let (n_swa, swa_layers) = sliding_window(arch, &kv, n_layer_all)?;
+    let (n_rot_swa, freq_base_swa) = if arch.is_gemma4() {
+        let r = kv.u32(&k("rope.dimension_count_swa"))?.unwrap_or(n_rot);
+        if r == 0 || !r.is_multiple_of(2) || r > head_dim_k_swa {
+            return Err(invalid(
+                k("rope.dimension_count_swa"),
+                format!("{r} rotated dimensions; must be even and in 2..={head_dim_k_swa}"),
+            ));
+        }
+        (r, kv.f32(&k("rope.freq_base_swa"))?.unwrap_or(10000.0))
+    } else {
+        (n_rot, freq_base)
+    };
+    if arch.is_gemma4() {
+        for (key, what) in [
+            (
+                "embedding_length_per_layer_input",
+                "per-layer token embeddings (Gemma 4 E2B/E4B)",
+            ),
+            (
+                "attention.shared_kv_layers",
+                "layers that reuse other layers' KV (Gemma 4 E2B/E4B)",
+            ),
+        ] {
+            let v = if key.starts_with("embedding") {
+                kv.u32_req(&k(key))?
+            } else {
+                kv.u32(&k(key))?.unwrap_or(0)
+            };
+            if v > 0 {
+                return Err(ModelError::Unsupported(format!(
+                    "{what} ({} = {v})",
+                    k(key)
+                )));
+            }
+        }
+    }
     if n_swa > 0
+        && !arch.is_gemma4()
         && let Some(base_swa) = kv.f32(&k("rope.freq_base_swa"))?
         && base_swa != freq_base
     {
@@ -942,6 +1050,8 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         yarn_beta_fast: kv.f32(&k("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
         yarn_beta_slow: kv.f32(&k("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
         finetuned: kv.bool(&k("rope.scaling.finetuned"))?.unwrap_or(false),
+        n_rot_swa,
+        freq_base_swa,
         yarn_log_mul: if arch.is_mla() {
             kv.f32(&k("rope.scaling.yarn_log_multiplier"))?
                 .map_or(0.0, |v| v / 0.1)
@@ -988,6 +1098,13 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         n_swa,
         swa_layers,
         mla,
+        head_dim_k_swa,
+        head_dim_v_swa,
+        logit_softcap: if arch.is_gemma4() {
+            kv.f32(&k("final_logit_softcapping"))?.unwrap_or(0.0)
+        } else {
+            0.0
+        },
     })
 }
 
@@ -1118,6 +1235,7 @@ fn sliding_window(arch: Arch, kv: &Kv<'_>, n_layer: u32) -> Result<(u32, Vec<boo
                 found: format!("array of {}", a.elem_type()),
             });
         }
+        None if default_pattern == u32::MAX => return Err(ModelError::MissingKey(pattern_key)),
         _ => {
             let n = kv.u32(&pattern_key)?.unwrap_or(default_pattern);
             (0..n_layer).map(|il| n == 0 || il % n < n - 1).collect()

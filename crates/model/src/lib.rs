@@ -25,6 +25,6 @@ pub use hparams::{
 };
 pub use model::{Model, arch_of, human_bytes};
 pub use tensors::{
-    Attn, DenseFfn, ExpertSlice, Ffn, LayerTensors, MhaTensors, MlaKvB, MlaQuery, MlaTensors,
-    ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert, Tensor,
+    Attn, DenseFfn, ExpertSlice, Ffn, GemmaLayer, GemmaMoe, LayerTensors, MhaTensors, MlaKvB,
+    MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert, Tensor,
 };

@@ -207,6 +207,50 @@ impl<'a> Model<'a> {
                 m.head_dim_v
             );
         }
+        if hp.arch.is_gemma4() {
+            let n_swa_layers = (0..hp.n_layer as usize)
+                .filter(|&il| hp.is_swa_layer(il))
+                .count();
+            let _ = writeln!(
+                s,
+                "layer types: {} sliding-window (window {}, heads of {}, rope over {} base {}), {} full (heads of {}, rope over {} base {}{}); attention scale 1, V = rms_norm(V){}; a dense GEGLU MLP in every layer{}{}",
+                n_swa_layers,
+                hp.n_swa,
+                hp.head_dim_k_swa,
+                hp.rope.n_rot_swa,
+                hp.rope.freq_base_swa,
+                hp.n_layer as usize - n_swa_layers,
+                hp.head_dim_k,
+                hp.rope.n_rot,
+                hp.rope.freq_base,
+                if self.tensors.rope_freqs.is_some() {
+                    ", divided per frequency by rope_freqs"
+                } else {
+                    ""
+                },
+                if self
+                    .tensors
+                    .layers
+                    .iter()
+                    .filter_map(|l| l.mha())
+                    .any(|a| a.wv.is_none())
+                {
+                    ", V = K where attn_v is absent"
+                } else {
+                    ""
+                },
+                if hp.n_expert > 0 {
+                    ", experts beside it"
+                } else {
+                    ""
+                },
+                if hp.logit_softcap != 0.0 {
+                    format!("; logits soft-capped at {}", hp.logit_softcap)
+                } else {
+                    String::new()
+                }
+            );
+        }
         let scaling = if hp.rope.freq_scale == 1.0 && hp.rope.yarn_ext_factor == 0.0 {
             "off".to_owned()
         } else {

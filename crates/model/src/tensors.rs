@@ -95,6 +95,40 @@ pub struct LayerTensors<'a> {
     pub ffn_norm: Tensor<'a>,
     /// The feed-forward block.
     pub ffn: Ffn<'a>,
+    /// Gemma 4's extras (see [`GemmaLayer`]).
+    pub gemma: Option<GemmaLayer<'a>>,
+}
+
+/// What a Gemma 4 layer has beyond the common ones.
+#[derive(Debug, Clone)]
+pub struct GemmaLayer<'a> {
+    /// `post_attention_norm.weight` `{n_embd}`: RMS norm of the attention output before the
+    /// residual.
+    pub post_attn_norm: Tensor<'a>,
+    /// `post_ffw_norm.weight` `{n_embd}`: RMS norm of the FFN output before the residual.
+    pub post_ffn_norm: Tensor<'a>,
+    /// `layer_output_scale.weight` `{1}` (optional): the layer's output is multiplied by it.
+    pub out_scale: Option<Tensor<'a>>,
+    /// With experts: the MoE block beside the dense MLP (which is then in `ffn_gate`/`up`/
+    /// `down` with `ffn_norm`).
+    pub moe: Option<GemmaMoe<'a>>,
+}
+
+/// Gemma 4's MoE block: its norms, the router's input scale and the experts' down scale.
+#[derive(Debug, Clone)]
+pub struct GemmaMoe<'a> {
+    /// The dense MLP (`ffn_gate`, `ffn_up`, `ffn_down`).
+    pub mlp: DenseFfn<'a>,
+    /// `post_ffw_norm_1.weight` `{n_embd}`: norm of the dense MLP's output.
+    pub post_norm_1: Tensor<'a>,
+    /// `pre_ffw_norm_2.weight` `{n_embd}`: norm of the experts' input.
+    pub pre_norm_2: Tensor<'a>,
+    /// `post_ffw_norm_2.weight` `{n_embd}`: norm of the experts' output.
+    pub post_norm_2: Tensor<'a>,
+    /// `ffn_gate_inp.scale` `{n_embd}`: multiplies the router's input.
+    pub router_scale: Tensor<'a>,
+    /// `ffn_down_exps.scale` `{n_expert}` (optional): multiplies each expert's output.
+    pub down_scale: Option<Tensor<'a>>,
 }
 
 /// How a layer makes its queries, keys and values.
@@ -113,8 +147,9 @@ pub struct MhaTensors<'a> {
     pub wq: Tensor<'a>,
     /// `attn_k.weight` `{n_embd, n_embd_k_gqa}`.
     pub wk: Tensor<'a>,
-    /// `attn_v.weight` `{n_embd, n_embd_v_gqa}`.
-    pub wv: Tensor<'a>,
+    /// `attn_v.weight` `{n_embd, n_embd_v_gqa}`; absent in Gemma 4's full-attention layers,
+    /// whose values are their keys (before the key norm).
+    pub wv: Option<Tensor<'a>>,
     /// `attn_q.bias` `{n_embd_q}` (optional; present in Qwen2 files).
     pub bq: Option<Tensor<'a>>,
     /// `attn_k.bias` `{n_embd_k_gqa}` (optional).
@@ -182,8 +217,12 @@ impl Attn<'_> {
     pub fn tensors(&self) -> Vec<&TensorInfo> {
         match self {
             Attn::Mha(m) => {
-                let mut v = vec![m.wq, m.wk, m.wv];
-                v.extend([m.bq, m.bk, m.bv, m.q_norm, m.k_norm].into_iter().flatten());
+                let mut v = vec![m.wq, m.wk];
+                v.extend(
+                    [m.wv, m.bq, m.bk, m.bv, m.q_norm, m.k_norm]
+                        .into_iter()
+                        .flatten(),
+                );
                 v
             }
             Attn::Mla(m) => {
@@ -225,6 +264,15 @@ impl<'a> LayerTensors<'a> {
         v.extend(self.attn.tensors());
         v.extend([self.wo, self.ffn_norm]);
         v.extend([self.bo, self.attn_sinks].into_iter().flatten());
+        if let Some(g) = &self.gemma {
+            v.extend([g.post_attn_norm, g.post_ffn_norm]);
+            v.extend(g.out_scale);
+            if let Some(m) = &g.moe {
+                v.extend([m.mlp.gate, m.mlp.up, m.mlp.down]);
+                v.extend([m.post_norm_1, m.pre_norm_2, m.post_norm_2, m.router_scale]);
+                v.extend(m.down_scale);
+            }
+        }
         match &self.ffn {
             Ffn::Dense(d) => {
                 v.extend([d.gate, d.up, d.down]);
@@ -455,6 +503,9 @@ impl<'a> ModelTensors<'a> {
         };
         let rope_freqs = if arch == Arch::Llama {
             ld.opt("rope_freqs.weight", &[u64::from(hp.rope.n_rot / 2)])?
+        } else if arch.is_gemma4() && (0..hp.n_layer as usize).any(|il| !hp.is_swa_layer(il)) {
+            // the full-attention layers' proportional rope (one tensor for all of them)
+            Some(ld.req("rope_freqs.weight", &[u64::from(hp.head_dim_k / 2)])?)
         } else {
             None
         };
@@ -544,21 +595,25 @@ fn mha<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<MhaTensors<'a
     }
     let wq = ld.req(&n("attn_q.weight"), &[n_embd, n_q])?;
     let wk = ld.req(&n("attn_k.weight"), &[n_embd, n_k])?;
-    let wv = ld.req(&n("attn_v.weight"), &[n_embd, n_v])?;
+    let wv = if hp.arch.is_gemma4() {
+        ld.opt(&n("attn_v.weight"), &[n_embd, n_v])?
+    } else {
+        Some(ld.req(&n("attn_v.weight"), &[n_embd, n_v])?)
+    };
     let bq = ld.opt(&n("attn_q.bias"), &[n_q])?;
     let bk = ld.opt(&n("attn_k.bias"), &[n_k])?;
     let bv = ld.opt(&n("attn_v.bias"), &[n_v])?;
     let (q_norm, k_norm) = match hp.qk_norm {
         QkNorm::None => (None, None),
         QkNorm::PerHead if hp.arch.qk_norm_optional() => {
-            let d = u64::from(hp.head_dim_k);
+            let d = u64::from(hp.head_dim_k_at(il));
             (
                 ld.opt(&n("attn_q_norm.weight"), &[d])?,
                 ld.opt(&n("attn_k_norm.weight"), &[d])?,
             )
         }
         QkNorm::PerHead => {
-            let d = u64::from(hp.head_dim_k);
+            let d = u64::from(hp.head_dim_k_at(il));
             (
                 Some(ld.req(&n("attn_q_norm.weight"), &[d])?),
                 Some(ld.req(&n("attn_k_norm.weight"), &[d])?),
@@ -657,6 +712,51 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
         ld.req(&n("ffn_norm.weight"), &[n_embd])?
     };
 
+    let dense = |ld: &mut Loader<'a>| -> Result<DenseFfn<'a>, ModelError> {
+        let n_ff = u64::from(hp.n_ff.at(il));
+        let gate = ld.req(&n("ffn_gate.weight"), &[n_embd, n_ff])?;
+        let down = ld.req(&n("ffn_down.weight"), &[n_ff, n_embd])?;
+        let up = ld.req(&n("ffn_up.weight"), &[n_embd, n_ff])?;
+        let (gate_b, down_b, up_b) = if arch == Arch::Llama {
+            (
+                ld.opt(&n("ffn_gate.bias"), &[n_ff])?,
+                ld.opt(&n("ffn_down.bias"), &[n_embd])?,
+                ld.opt(&n("ffn_up.bias"), &[n_ff])?,
+            )
+        } else {
+            (None, None, None)
+        };
+        Ok(DenseFfn {
+            gate,
+            up,
+            down,
+            gate_b,
+            up_b,
+            down_b,
+        })
+    };
+    let gemma = if arch.is_gemma4() {
+        let moe = if hp.stored_layer_has_experts(il) {
+            Some(GemmaMoe {
+                mlp: dense(ld)?,
+                post_norm_1: ld.req(&n("post_ffw_norm_1.weight"), &[n_embd])?,
+                pre_norm_2: ld.req(&n("pre_ffw_norm_2.weight"), &[n_embd])?,
+                post_norm_2: ld.req(&n("post_ffw_norm_2.weight"), &[n_embd])?,
+                router_scale: ld.req(&n("ffn_gate_inp.scale"), &[n_embd])?,
+                down_scale: ld.opt(&n("ffn_down_exps.scale"), &[u64::from(hp.n_expert)])?,
+            })
+        } else {
+            None
+        };
+        Some(GemmaLayer {
+            post_attn_norm: ld.req(&n("post_attention_norm.weight"), &[n_embd])?,
+            post_ffn_norm: ld.req(&n("post_ffw_norm.weight"), &[n_embd])?,
+            out_scale: ld.opt(&n("layer_output_scale.weight"), &[1])?,
+            moe,
+        })
+    } else {
+        None
+    };
     let ffn = if hp.stored_layer_has_experts(il) {
         let n_expert = u64::from(hp.n_expert);
         let n_ff_exp = u64::from(hp.n_ff_exp.at(il));
@@ -723,27 +823,7 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
             biases,
         })
     } else {
-        let n_ff = u64::from(hp.n_ff.at(il));
-        let gate = ld.req(&n("ffn_gate.weight"), &[n_embd, n_ff])?;
-        let down = ld.req(&n("ffn_down.weight"), &[n_ff, n_embd])?;
-        let up = ld.req(&n("ffn_up.weight"), &[n_embd, n_ff])?;
-        let (gate_b, down_b, up_b) = if arch == Arch::Llama {
-            (
-                ld.opt(&n("ffn_gate.bias"), &[n_ff])?,
-                ld.opt(&n("ffn_down.bias"), &[n_embd])?,
-                ld.opt(&n("ffn_up.bias"), &[n_ff])?,
-            )
-        } else {
-            (None, None, None)
-        };
-        Ffn::Dense(DenseFfn {
-            gate,
-            up,
-            down,
-            gate_b,
-            up_b,
-            down_b,
-        })
+        Ffn::Dense(dense(ld)?)
     };
 
     Ok(LayerTensors {
@@ -754,5 +834,6 @@ fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensor
         attn_sinks,
         ffn_norm,
         ffn,
+        gemma,
     })
 }

@@ -500,3 +500,141 @@ fn the_deepseek2_models_have_latent_attention_in_both_forms() {
         }
     }
 }
+
+/// The gemma4 fixture written again with `drop` left out, `reshape` given other dims (zero
+/// bytes of the new size) and `kv` keys set: for the refusal tests.
+fn gemma4_variant(
+    dir: &Path,
+    drop: &[&str],
+    reshape: &[(&str, Vec<u64>)],
+    kv: &[(&str, gguf::Value)],
+) -> (tempfile::TempDir, PathBuf) {
+    let src = GgufFile::open(model_path(dir, "gemma4-f32.gguf")).unwrap();
+    let mut w = gguf::GgufWriter::new();
+    for (k, v) in src.metadata().iter() {
+        let v = kv
+            .iter()
+            .find(|(key, _)| *key == k)
+            .map_or_else(|| v.clone(), |(_, v)| v.clone());
+        w.add_metadata(k, v).unwrap();
+    }
+    for (k, v) in kv {
+        if src.metadata().get(k).is_none() {
+            w.add_metadata(*k, v.clone()).unwrap();
+        }
+    }
+    for t in src.tensors() {
+        if drop.contains(&t.name.as_str()) {
+            continue;
+        }
+        let TensorType::Known(ty) = t.ty else {
+            panic!("{}: unknown type", t.name)
+        };
+        match reshape.iter().find(|(n, _)| *n == t.name) {
+            Some((_, dims)) => {
+                let n: u64 = dims.iter().product();
+                let bytes = vec![0u8; ty.row_bytes(n).unwrap() as usize];
+                w.add_tensor(t.name.clone(), dims, ty, bytes).unwrap();
+            }
+            None => {
+                let data = src.tensor_data(t).unwrap().to_vec();
+                w.add_tensor(t.name.clone(), &t.dims, ty, data).unwrap();
+            }
+        }
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("g.gguf");
+    w.write_to_path(&p).unwrap();
+    (d, p)
+}
+
+#[test]
+fn the_gemma4_model_has_its_layer_types_norms_and_experts() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in [("f32", GgmlType::F32), ("q8_0", GgmlType::Q8_0)] {
+        let path = model_path(&dir, &format!("gemma4-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch(), Arch::Gemma4, "{what}");
+        assert_eq!(hp.swa_layers, vec![true, true, false], "{what}");
+        assert_eq!(hp.n_swa, 8, "{what}");
+        assert_eq!(
+            (
+                hp.head_dim_k_at(0),
+                hp.head_dim_k_at(2),
+                hp.n_rot_at(0),
+                hp.n_rot_at(2)
+            ),
+            (64, 128, 64, 128),
+            "{what}"
+        );
+        assert_eq!(
+            (hp.rope.freq_base, hp.rope.freq_base_swa),
+            (1_000_000.0, 10_000.0),
+            "{what}"
+        );
+        assert_eq!(hp.logit_softcap, 30.0, "{what}");
+        assert_eq!(hp.attn_scale(), 1.0, "{what}");
+        assert!(m.tensors.rope_freqs.is_some(), "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            let a = layer.mha().unwrap();
+            assert_eq!(a.wv.is_none(), il == 2, "{what}: V = K on the full layer");
+            let g = layer.gemma.as_ref().expect("gemma4 extras");
+            assert_eq!(g.out_scale.is_some(), il == 1, "{what}");
+            let gm = g.moe.as_ref().expect("MoE block");
+            assert!(gm.down_scale.is_some(), "{what}");
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} dense")
+            };
+            assert!(moe.fused_gate_up, "{what}");
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+        }
+        let r = refs_dir().join(format!("gemma4-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn gemma4_refusals_name_the_key_or_tensor() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], reshape: &[(&str, Vec<u64>)], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = gemma4_variant(&dir, drop, reshape, kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|_| ()).unwrap_err()
+    };
+    for name in [
+        "blk.1.post_attention_norm.weight",
+        "blk.0.pre_ffw_norm_2.weight",
+        "blk.2.ffn_gate_inp.scale",
+        "blk.0.attn_k_norm.weight",
+        "rope_freqs.weight",
+    ] {
+        assert_eq!(
+            load(&[name], &[], &[]),
+            ModelError::MissingTensor(name.into())
+        );
+    }
+    let e = load(&[], &[("blk.2.attn_q.weight", vec![256, 256])], &[]);
+    assert!(
+        matches!(&e, ModelError::BadShape { name, .. } if name == "blk.2.attn_q.weight"),
+        "{e}"
+    );
+    let e = load(&[], &[("rope_freqs.weight", vec![32])], &[]);
+    assert!(
+        matches!(&e, ModelError::BadShape { name, .. } if name == "rope_freqs.weight"),
+        "{e}"
+    );
+    for (key, what) in [
+        ("gemma4.embedding_length_per_layer_input", "per-layer"),
+        ("gemma4.attention.shared_kv_layers", "reuse"),
+    ] {
+        let e = load(&[], &[], &[(key, gguf::Value::U32(4))]);
+        assert!(
+            matches!(&e, ModelError::Unsupported(m) if m.contains(what) && m.contains(key)),
+            "{e}"
+        );
+    }
+}

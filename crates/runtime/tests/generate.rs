@@ -45,6 +45,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "gptoss-mxfp4.gguf",
         "glm4moe-q8_0.gguf",
         "deepseek2-q8_0.gguf",
+        "gemma4-f32.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;

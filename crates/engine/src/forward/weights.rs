@@ -75,6 +75,10 @@ pub(crate) struct MoeW<'a> {
     pub biases: Option<MoeBiasW>,
     /// The selection bias `{n_expert}` (glm4moe's `exp_probs_b`).
     pub sel_bias: Option<Vec<f32>>,
+    /// Gemma 4: the router reads `Scratch::rin`, not the experts' input.
+    pub router_own_input: bool,
+    /// Gemma 4: each expert's output is multiplied by its scale `{n_expert}`.
+    pub down_scale: Option<Vec<f32>>,
 }
 
 /// gpt-oss's MoE biases as f32: the router's `{n_expert}` and each projection's, expert after
@@ -99,6 +103,23 @@ pub(crate) struct LayerW<'a> {
     pub sinks: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
     pub ffn: FfnW<'a>,
+    pub gemma: Option<Box<GemmaW<'a>>>,
+}
+
+/// A Gemma 4 layer's extras (see `model::GemmaLayer`).
+pub(crate) struct GemmaW<'a> {
+    pub post_attn_norm: Vec<f32>,
+    pub post_ffn_norm: Vec<f32>,
+    pub out_scale: Option<f32>,
+    pub moe: Option<GemmaMoeW<'a>>,
+}
+
+pub(crate) struct GemmaMoeW<'a> {
+    pub mlp: DenseW<'a>,
+    pub post_norm_1: Vec<f32>,
+    pub pre_norm_2: Vec<f32>,
+    pub post_norm_2: Vec<f32>,
+    pub router_scale: Vec<f32>,
 }
 
 pub(crate) enum AttnW<'a> {
@@ -109,7 +130,8 @@ pub(crate) enum AttnW<'a> {
 pub(crate) struct MhaW<'a> {
     pub wq: Mat<'a>,
     pub wk: Mat<'a>,
-    pub wv: Mat<'a>,
+    /// `None`: the values are the keys (Gemma 4's full-attention layers).
+    pub wv: Option<Mat<'a>>,
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
@@ -160,7 +182,13 @@ impl<'a> Weights<'a> {
         let mut v: Vec<&mut Mat<'a>> = vec![&mut self.output];
         for l in &mut self.layers {
             match &mut l.attn {
-                AttnW::Mha(a) => v.extend([&mut a.wq, &mut a.wk, &mut a.wv]),
+                AttnW::Mha(a) => {
+                    let a = &mut **a;
+                    v.extend([&mut a.wq, &mut a.wk]);
+                    if let Some(wv) = &mut a.wv {
+                        v.push(wv);
+                    }
+                }
                 AttnW::Mla(a) => {
                     let a = &mut **a;
                     if let Some((q_a, _)) = &mut a.q_a {
@@ -174,6 +202,11 @@ impl<'a> Weights<'a> {
                 }
             }
             v.push(&mut l.wo);
+            if let Some(g) = &mut l.gemma
+                && let Some(m) = &mut g.moe
+            {
+                v.extend([&mut m.mlp.gate, &mut m.mlp.up, &mut m.mlp.down]);
+            }
             match &mut l.ffn {
                 FfnW::Dense(d) => v.extend([&mut d.gate, &mut d.up, &mut d.down]),
                 FfnW::Moe(m) => {
@@ -406,6 +439,13 @@ impl<'a> Weights<'a> {
                         n_expert: x,
                         shared,
                         sel_bias: opt_vector(model, m.selection_bias)?,
+                        router_own_input: l.gemma.as_ref().is_some_and(|g| g.moe.is_some()),
+                        down_scale: match &l.gemma {
+                            Some(model::GemmaLayer { moe: Some(g), .. }) => {
+                                opt_vector(model, g.down_scale)?
+                            }
+                            _ => None,
+                        },
                         biases: match &m.biases {
                             None => None,
                             Some(b) => Some(MoeBiasW {
@@ -422,7 +462,7 @@ impl<'a> Weights<'a> {
                 Attn::Mha(a) => AttnW::Mha(Box::new(MhaW {
                     wq: mat(model, kernels, a.wq, 1)?,
                     wk: mat(model, kernels, a.wk, 1)?,
-                    wv: mat(model, kernels, a.wv, 1)?,
+                    wv: a.wv.map(|t| mat(model, kernels, t, 1)).transpose()?,
                     bq: opt_vector(model, a.bq)?,
                     bk: opt_vector(model, a.bk)?,
                     bv: opt_vector(model, a.bv)?,
@@ -468,6 +508,34 @@ impl<'a> Weights<'a> {
                     }))
                 }
             };
+            let gemma = match &l.gemma {
+                None => None,
+                Some(g) => Some(Box::new(GemmaW {
+                    post_attn_norm: vector(model, g.post_attn_norm)?,
+                    post_ffn_norm: vector(model, g.post_ffn_norm)?,
+                    out_scale: match g.out_scale {
+                        Some(t) => vector(model, t)?.first().copied(),
+                        None => None,
+                    },
+                    moe: match &g.moe {
+                        None => None,
+                        Some(m) => Some(GemmaMoeW {
+                            mlp: DenseW {
+                                gate: mat(model, kernels, m.mlp.gate, 1)?,
+                                up: mat(model, kernels, m.mlp.up, 1)?,
+                                down: mat(model, kernels, m.mlp.down, 1)?,
+                                gate_b: None,
+                                up_b: None,
+                                down_b: None,
+                            },
+                            post_norm_1: vector(model, m.post_norm_1)?,
+                            pre_norm_2: vector(model, m.pre_norm_2)?,
+                            post_norm_2: vector(model, m.post_norm_2)?,
+                            router_scale: vector(model, m.router_scale)?,
+                        }),
+                    },
+                })),
+            };
             layers.push(LayerW {
                 attn_norm: vector(model, l.attn_norm)?,
                 attn,
@@ -476,6 +544,7 @@ impl<'a> Weights<'a> {
                 sinks: opt_vector(model, l.attn_sinks)?,
                 ffn_norm: vector(model, l.ffn_norm)?,
                 ffn,
+                gemma,
             });
         }
         Ok(Weights {

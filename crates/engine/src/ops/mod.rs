@@ -19,7 +19,7 @@ pub use attn::{
     AttnExtras, KvCache, KvPrefix, KvType, attend, attend_batch, attend_batch_with, dot_ggml,
     dot_ggml_scalar, dot_tinyblas, dot_tinyblas_scalar,
 };
-pub use norm::{rms_norm, rms_norm_inplace};
+pub use norm::{rms_norm, rms_norm_inplace, rms_norm_plain_inplace};
 pub use rope::{Rope, RopeConfig, RopeMode};
 pub use route::{
     Gating, RouteScratch, Selection, argsort_desc, argsort_desc_into, gate_probs, route,

@@ -42,6 +42,24 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
+/// RMS norm without a weight of each row of `n` elements, in place: `x · s` (ggml's
+/// `rms_norm` alone; Gemma 4's value heads).
+///
+/// # Panics
+/// If `x` is not a whole number of rows.
+pub fn rms_norm_plain_inplace(x: &mut [f32], n: usize, eps: f32) {
+    if n == 0 {
+        return;
+    }
+    assert_eq!(x.len() % n, 0, "rms_norm: not a whole number of rows");
+    for xr in x.chunks_exact_mut(n) {
+        let s = rms_scale(xr, eps);
+        for v in xr.iter_mut() {
+            *v *= s;
+        }
+    }
+}
+
 #[inline]
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
