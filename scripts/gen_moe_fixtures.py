@@ -34,6 +34,12 @@ weight types:
                128 whose values are its keys, q/k/v norms, proportional
                rope, a dense GEGLU MLP beside fused experts with a
                per-expert down scale, soft-capped logits; F32 and Q8_0
+    qwen35moe  16 experts, top-4: Qwen3.6's hybrid layout: three Gated       vocabulary: qwen2.5
+               DeltaNet linear-attention layers (short convolution,
+               recurrent state, gated output norm) and a full-attention
+               layer with a sigmoid output gate and interleaved M-RoPE,
+               post-attention norm, a sigmoid-gated shared expert; F32
+               and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -236,6 +242,19 @@ MODELS = {
         sliding_window=8, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_dense=512,
         tied=False, rope_base=1_000_000.0, rope_base_swa=10_000.0, rms_eps=1e-6,
         softcap=30.0, wtypes=("f32", "q8_0"),
+    ),
+    # Qwen3.6's layout (qwen35moe) at a small size: layers 0-2 are Gated DeltaNet linear
+    # attention (2 key heads and 4 value heads of 64, a causal convolution over 4 positions),
+    # layer 3 full attention (the default interval of 4) with a sigmoid output gate from a
+    # doubled q projection, q/k RMSNorm per head and interleaved M-RoPE over 16 of 64 dims in
+    # sections of 2/2/2/2 pairs (the last section's pairs rotate by the fourth position, 0 for
+    # text); 16 experts top-4 plus a sigmoid-gated shared expert after a post-attention norm.
+    "qwen35moe": dict(
+        arch="qwen35moe", vocab="qwen2.5", seed=1012, n_layer=4, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=64, n_rot=16, rope_sections=(2, 2, 2, 2), n_expert=16,
+        n_expert_used=4, n_ff_exp=256, n_ff_shexp=256, ssm_state=64, ssm_k_heads=2,
+        ssm_v_heads=4, ssm_conv=4, full_attention_interval=4, tied=False,
+        rope_base=10_000_000.0, rms_eps=1e-6, wtypes=("f32", "q8_0"),
     ),
     # DeepSeek-V2-Lite's layout: the legacy MLA form (attn_kv_b, from files converted before
     # the absorbed form), a single query projection (q_lora_rank 0), softmax routing (no
@@ -598,9 +617,63 @@ def make_weights_gemma4(cfg, n_vocab):
     return w
 
 
+def make_weights_qwen35moe(cfg, n_vocab):
+    """The qwen35moe layout (llama.cpp's LLM_ARCH_QWEN35MOE), in a fixed order like
+    make_weights."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff, sh = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_shexp"]
+    sk, hk, hv = cfg["ssm_state"], cfg["ssm_k_heads"], cfg["ssm_v_heads"]
+    key_dim, value_dim = sk * hk, sk * hv
+    conv_dim = 2 * key_dim + value_dim
+
+    lin, norm, bias = draws(rng)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        if (il + 1) % cfg["full_attention_interval"] != 0:
+            w[p + "attn_qkv.weight"] = lin(conv_dim, e)
+            w[p + "attn_gate.weight"] = lin(value_dim, e)
+            w[p + "ssm_conv1d.weight"] = lin(conv_dim, cfg["ssm_conv"])
+            # decay exp(softplus(alpha + dt) * a): about 0.8 per token for alpha near 0
+            w[p + "ssm_dt.bias"] = bias(hv, 0.5) - 1.0
+            w[p + "ssm_a"] = -(0.1 + rng.random(hv)).astype(np.float32)
+            w[p + "ssm_beta.weight"] = lin(hv, e)
+            w[p + "ssm_alpha.weight"] = lin(hv, e)
+            w[p + "ssm_norm.weight"] = norm(sk)
+            w[p + "ssm_out.weight"] = lin(e, value_dim)
+        else:
+            w[p + "attn_q.weight"] = lin(2 * nq, e)
+            w[p + "attn_k.weight"] = lin(nkv, e)
+            w[p + "attn_v.weight"] = lin(nkv, e)
+            w[p + "attn_output.weight"] = lin(e, nq)
+            w[p + "attn_q_norm.weight"] = norm(hd)
+            w[p + "attn_k_norm.weight"] = norm(hd)
+        w[p + "post_attention_norm.weight"] = norm(e)
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+        w[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(e) / np.sqrt(e)).astype(
+            np.float32
+        )
+        w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
+        w[p + "ffn_up_shexp.weight"] = lin(sh, e)
+        w[p + "ffn_down_shexp.weight"] = lin(e, sh)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
 def keep_f32(name, arr):
+    # llama.cpp's quantizer leaves ssm_conv1d in F32 (and its rows of 4 fit no block)
     return (
         arr.ndim < 2
+        or name.endswith("ssm_conv1d.weight")
         or name.endswith("ffn_gate_inp.weight")
         or name.endswith("ffn_gate_inp_shexp.weight")
         or name.endswith(".bias")
@@ -645,6 +718,17 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_sliding_window_pattern(list(cfg["swa_layers"]))
         w.add_embedding_length_per_layer_input(0)
         w.add_final_logit_softcapping(cfg["softcap"])
+    elif arch == "qwen35moe":
+        w.add_head_count_kv(cfg["n_head_kv"])
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+        w.add_rope_dimension_sections(list(cfg["rope_sections"]))
+        w.add_full_attention_interval(cfg["full_attention_interval"])
+        w.add_ssm_conv_kernel(cfg["ssm_conv"])
+        w.add_ssm_inner_size(cfg["ssm_state"] * cfg["ssm_v_heads"])
+        w.add_ssm_state_size(cfg["ssm_state"])
+        w.add_ssm_time_step_rank(cfg["ssm_v_heads"])
+        w.add_ssm_group_count(cfg["ssm_k_heads"])
     elif arch == "deepseek2":
         rot, r = cfg["qk_rope"], cfg["kv_lora"]
         # the converter's keys: the absorbed form caches one head of the compressed row and
@@ -670,7 +754,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_rope_dimension_count(cfg.get("n_rot", cfg.get("qk_rope", cfg.get("head_dim"))))
     w.add_expert_count(cfg["n_expert"])
     w.add_expert_used_count(cfg["n_expert_used"])
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe"):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     if arch == "deepseek2":
         w.add_leading_dense_block_count(cfg["n_dense_lead"])
@@ -697,7 +781,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     if "expert_groups" in cfg:
         w.add_expert_group_count(cfg["expert_groups"][0])
         w.add_expert_group_used_count(cfg["expert_groups"][1])
-    if arch == "qwen2moe":
+    if arch in ("qwen2moe", "qwen35moe"):
         w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
     if arch == "gpt-oss":
         w.add_sliding_window(cfg["sliding_window"])
@@ -758,6 +842,7 @@ def main():
             "glm4moe": make_weights_glm4moe,
             "deepseek2": make_weights_deepseek2,
             "gemma4": make_weights_gemma4,
+            "qwen35moe": make_weights_qwen35moe,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         if cfg.get("fused_gate_up"):

@@ -6,10 +6,11 @@
 //       matrix); FTYPE is a llama_ftype number (default 15, LLAMA_FTYPE_MOSTLY_Q4_K_M); `pure`
 //       and `requantize` set llama_model_quantize_params.pure (every quantized tensor gets the
 //       default type) and .allow_requantize.
-//   gen_moe_refs ref MODEL.gguf OUT.json [-n N] (-p TEXT)...
+//   gen_moe_refs ref MODEL.gguf OUT.json [-n N] [-u UBATCH] (-p TEXT)...
 //       For every prompt: the token ids (llama.cpp's tokenizer, special tokens added as the
 //       vocabulary asks, special-token text not parsed), the logits of every prompt position
-//       from one llama_decode of the whole prompt, then N greedy tokens decoded one at a time
+//       from one llama_decode of the whole prompt (run in micro-batches of UBATCH tokens where
+//       -u is given), then N greedy tokens decoded one at a time
 //       (argmax, lowest id on ties; decoding continues past end-of-generation tokens), the gap
 //       between the two largest logits at each greedy step, and the routing margin: the
 //       smallest difference between the k-th and (k+1)-th largest router probability over
@@ -155,11 +156,14 @@ bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
     return true;
 }
 
+// Tokens per llama_decode micro-batch (-u; 0: the whole prompt in one).
+static int g_ubatch = 0;
+
 llama_context * make_ctx(llama_model * model, int n_ctx, ggml_backend_sched_eval_callback cb, void * ud) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_batch = n_ctx;
-    cp.n_ubatch = n_ctx;
+    cp.n_ubatch = g_ubatch > 0 && g_ubatch < n_ctx ? g_ubatch : n_ctx;
     cp.n_seq_max = 1;
     cp.n_threads = 1;
     cp.n_threads_batch = 1;
@@ -342,7 +346,7 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
 
 int main(int argc, char ** argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s quantize IN OUT [FTYPE [pure] [requantize]] | ref MODEL OUT.json [-n N] (-p TEXT)...\n", argv[0]);
+        fprintf(stderr, "usage: %s quantize IN OUT [FTYPE [pure] [requantize]] | ref MODEL OUT.json [-n N] [-u UBATCH] (-p TEXT)...\n", argv[0]);
         return 2;
     }
     llama_log_set(log_cb, nullptr);
@@ -372,6 +376,8 @@ int main(int argc, char ** argv) {
     for (int i = 4; i < argc; i++) {
         if (!strcmp(argv[i], "-n") && i + 1 < argc) {
             n_gen = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "-u") && i + 1 < argc) {
+            g_ubatch = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "-p") && i + 1 < argc) {
             prompts.emplace_back(argv[++i]);
         } else {

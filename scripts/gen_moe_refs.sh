@@ -30,7 +30,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4"
+ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
 KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
@@ -53,11 +53,15 @@ declare -A TYPES=(
     [deepseek2-lite]="f32 q8_0 q4_0 q4_k_m"
     [deepseek2-fused]="f32 q8_0 q4_k_m"
     [gemma4]="f32 q8_0"
+    [qwen35moe]="f32 q8_0"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose
 # window leaves earlier tokens out, so the prompt logits themselves cross the window.
-declare -A LONG=([gptoss]=10 [gemma4]=10)
+declare -A LONG=([gptoss]=10 [gemma4]=10 [qwen35moe]=10)
+# Micro-batch of the prompt runs, where it is not the whole prompt: qwen35moe's recurrent
+# layers carry their state from one micro-batch of 4 tokens to the next inside the prompt.
+declare -A UBATCH=([qwen35moe]=4)
 N_GEN=32
 
 CANDIDATES=(
@@ -195,7 +199,7 @@ cand_args=()
 for p in "${CANDIDATES[@]}"; do cand_args+=(-p "$p"); done
 for a in $ARCHS; do
     for t in ${TYPES[$a]}; do
-        run ref "$MODELS/$a-$t.gguf" "$work/cand-$a-$t.json" -n "$N_GEN" "${cand_args[@]}" \
+        run ref "$MODELS/$a-$t.gguf" "$work/cand-$a-$t.json" -n "$N_GEN" -u "${UBATCH[$a]:-0}" "${cand_args[@]}" \
             > "$work/log/cand-$a-$t.log" 2>&1
     done
     mapfile -t chosen < <("$PY" - "$work" "$a" "${TYPES[$a]}" "${EXCLUDE[$a]:-}" "${LONG[$a]:-0}" "${CANDIDATES[@]}" <<'PY'
@@ -224,13 +228,15 @@ PY
     for p in "${chosen[@]}"; do args+=(-p "$p"); done
     for t in ${TYPES[$a]}; do
         m=$a-$t
-        run ref "$MODELS/$m.gguf" "$work/$m.json" -n "$N_GEN" "${args[@]}" > "$work/log/ref-$m.log" 2>&1
-        "$PY" - "$MODELS/$m.gguf" "$work/$m.json" "$REFS/$m.gguf" "$N_GEN" "${chosen[@]}" <<'PY'
+        ub=${UBATCH[$a]:-0}
+        run ref "$MODELS/$m.gguf" "$work/$m.json" -n "$N_GEN" -u "$ub" "${args[@]}" > "$work/log/ref-$m.log" 2>&1
+        "$PY" - "$MODELS/$m.gguf" "$work/$m.json" "$REFS/$m.gguf" "$N_GEN" "$ub" "${chosen[@]}" <<'PY'
 import hashlib, json, os, sys
 import numpy as np
 import gguf
 
-model, js, out, n_gen, prompts = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
+model, js, out, n_gen, ubatch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+prompts = sys.argv[6:]
 with open(model, "rb") as f:
     sha = hashlib.sha256(f.read()).hexdigest()
 with open(js) as f:
@@ -244,7 +250,11 @@ w.add_string("sluice.ref.model_sha256", sha)
 w.add_string("sluice.ref.kv_type", "f32")
 w.add_bool("sluice.ref.flash_attn", False)
 w.add_uint32("sluice.ref.threads", 1)
-w.add_string("sluice.ref.batch_mode", "prompt: one llama_decode of all tokens; greedy: one llama_decode per token")
+if ubatch:
+    w.add_string("sluice.ref.batch_mode", f"prompt: one llama_decode of all tokens in micro-batches of {ubatch}; greedy: one llama_decode per token")
+    w.add_uint32("sluice.ref.n_ubatch", ubatch)
+else:
+    w.add_string("sluice.ref.batch_mode", "prompt: one llama_decode of all tokens; greedy: one llama_decode per token")
 w.add_uint32("sluice.ref.n_vocab", n_vocab)
 w.add_uint32("sluice.ref.n_prompts", len(prompts))
 for i, (text, p) in enumerate(zip(prompts, ref["prompts"])):

@@ -20,7 +20,7 @@ use thiserror::Error;
 use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
 use ahead::{Ahead, AheadState};
-use weights::{AttnW, FfnW, LayerW, Mat, MhaW, MlaKvBW, MlaW, MoeW, SharedW, Weights};
+use weights::{AttnW, FfnW, GdnW, LayerW, Mat, MhaW, MlaKvBW, MlaW, MoeW, SharedW, Weights};
 
 /// Errors of building or running an [`Engine`].
 #[derive(Debug, Error)]
@@ -310,6 +310,36 @@ struct Scratch {
     rope_swa: Vec<f32>,
     rin: Vec<f32>,
     mlp: Vec<f32>,
+    /// Gated DeltaNet: the qkv projection (then the convolved, activated channels), the
+    /// convolution's output, the contiguous queries, keys and values, the output gate (z, then
+    /// silu(z)), beta and the decay gate.
+    gdn_qkv: Vec<f32>,
+    gdn_conv: Vec<f32>,
+    gdn_q: Vec<f32>,
+    gdn_k: Vec<f32>,
+    gdn_v: Vec<f32>,
+    gdn_z: Vec<f32>,
+    gdn_b: Vec<f32>,
+    gdn_g: Vec<f32>,
+}
+
+/// A linear-attention layer's state after the context's tokens: the convolution's last
+/// inputs and the delta rule's matrices (see `ops::causal_conv`, `ops::gated_delta_rule`).
+#[derive(Debug, Clone)]
+pub(crate) struct RecState {
+    conv: Vec<f32>,
+    ssm: Vec<f32>,
+}
+
+impl RecState {
+    fn clear(&mut self) {
+        self.conv.fill(0.0);
+        self.ssm.fill(0.0);
+    }
+
+    fn bytes(&self) -> usize {
+        (self.conv.len() + self.ssm.len()) * 4
+    }
 }
 
 /// A model ready to run, with its KV cache. See the [module docs](self).
@@ -339,6 +369,9 @@ pub struct Engine<'a> {
     mla_part: usize,
     /// Gemma 4: the sliding-window layers' rope.
     rope_swa: Option<Rope>,
+    /// The linear-attention layers' states (`None` for the other layers), valid for the
+    /// `n_past` tokens of the context.
+    rs: Vec<Option<RecState>>,
 }
 
 /// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
@@ -350,6 +383,8 @@ pub type AbortCheck<'a> = Box<dyn FnMut() -> bool + Send + 'a>;
 pub struct KvState {
     n_past: usize,
     layers: Vec<ops::KvPrefix>,
+    /// The linear-attention layers' states at `n_past`.
+    recurrent: Vec<Option<RecState>>,
 }
 
 impl KvState {
@@ -360,7 +395,13 @@ impl KvState {
 
     /// Bytes of memory the copy holds.
     pub fn bytes(&self) -> usize {
-        self.layers.iter().map(ops::KvPrefix::bytes).sum()
+        self.layers.iter().map(ops::KvPrefix::bytes).sum::<usize>()
+            + self
+                .recurrent
+                .iter()
+                .flatten()
+                .map(RecState::bytes)
+                .sum::<usize>()
     }
 }
 
@@ -390,6 +431,7 @@ fn rope_config(hp: &HParams, freq_factors: Option<Vec<f32>>) -> RopeConfig {
         beta_slow: r.yarn_beta_slow,
         n_ctx_orig: r.n_ctx_orig,
         freq_factors,
+        imrope_sections: hp.arch.imrope().then_some(r.sections),
     }
 }
 
@@ -639,6 +681,11 @@ fn attention(
             None
         }
         AttnW::Mla(a) => mla_qkv(st, a, rope, s)?.then_some(&**a),
+        AttnW::Gdn(_) => {
+            return Err(ForwardError::Unsupported(format!(
+                "layer {il}: linear attention has no KV attention"
+            )));
+        }
     };
     if absorbed.is_none() {
         st.emit("Qcur", &s.q[..n * n_head * hd]);
@@ -677,6 +724,14 @@ fn attention(
             &mut s.att[..n * aw],
         )?;
         st.emit("kqv_out", &s.att[..n * aw]);
+        if hp.arch.gated_q() {
+            // the output gate (made by mha_qkv in s.gate): attention · sigmoid(gate)
+            ops::sigmoid(&s.gate[..n * aw], &mut s.up[..n * aw]);
+            for (a, &g) in s.att[..n * aw].iter_mut().zip(&s.up[..n * aw]) {
+                *a *= g;
+            }
+            st.emit("attn_gated", &s.att[..n * aw]);
+        }
         &s.att
     };
     mm(pool, &lw.wo, lw.wo.data, heads, n, &mut s.proj, &mut s.qbuf)?;
@@ -686,6 +741,143 @@ fn attention(
     }
     st.emit("attn_out", &s.proj[..n * e]);
     // residual
+    for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
+        *xv += a;
+    }
+    Ok(())
+}
+
+/// The Gated DeltaNet block of linear-attention layer `st.il` over the chunk's rows, as
+/// llama.cpp's qwen35moe graph: norm; the qkv, gate (z), beta and alpha projections; the
+/// causal convolution continuing from the layer's state, SiLU; L2 norm of the query and key
+/// heads; the gated delta rule (`beta` through a sigmoid, decay gate `softplus(alpha +
+/// dt_bias) · a`) updating the state; RMSNorm of each output head times `silu(z)`; `ssm_out`
+/// (the layer's `wo`) and the residual added into `s.x`.
+fn gdn_attention(
+    st: Stage<'_, '_>,
+    lw: &LayerW<'_>,
+    g: &GdnW<'_>,
+    state: &mut RecState,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let e = st.e();
+    let m = hp.ssm.as_ref().ok_or_else(|| {
+        ForwardError::Unsupported(format!("layer {il}: linear attention without ssm sizes"))
+    })?;
+    let d = m.d_state as usize;
+    let (hk, hv) = (m.n_k_heads as usize, m.n_v_heads as usize);
+    let (kd, vd) = (d * hk, d * hv);
+    let ch = 2 * kd + vd;
+    let eps = hp.rms_eps;
+
+    ops::rms_norm(
+        &s.x[..n * e],
+        &lw.attn_norm,
+        hp.rms_eps,
+        &mut s.cur[..n * e],
+    );
+    st.emit("attn_norm", &s.cur[..n * e]);
+    mm(
+        pool,
+        &g.qkv,
+        g.qkv.data,
+        &s.cur,
+        n,
+        &mut s.gdn_qkv,
+        &mut s.qbuf,
+    )?;
+    mm(
+        pool,
+        &g.gate,
+        g.gate.data,
+        &s.cur,
+        n,
+        &mut s.gdn_z,
+        &mut s.qbuf,
+    )?;
+    mm(
+        pool,
+        &g.beta,
+        g.beta.data,
+        &s.cur,
+        n,
+        &mut s.gdn_conv,
+        &mut s.qbuf,
+    )?;
+    ops::sigmoid(&s.gdn_conv[..n * hv], &mut s.gdn_b[..n * hv]);
+    mm(
+        pool,
+        &g.alpha,
+        g.alpha.data,
+        &s.cur,
+        n,
+        &mut s.gdn_g,
+        &mut s.qbuf,
+    )?;
+    for row in s.gdn_g[..n * hv].chunks_exact_mut(hv) {
+        for ((x, &dt), &a) in row.iter_mut().zip(&g.dt_bias).zip(&g.a) {
+            *x = ops::softplus(*x + dt) * a;
+        }
+    }
+    st.emit("linear_attn_qkv_mixed", &s.gdn_qkv[..n * ch]);
+    ops::causal_conv(
+        &s.gdn_qkv[..n * ch],
+        &g.conv1d,
+        &mut state.conv,
+        ch,
+        m.d_conv as usize,
+        &mut s.gdn_conv[..n * ch],
+    );
+    st.emit("conv_output_raw", &s.gdn_conv[..n * ch]);
+    // SiLU row by row (ggml's vector kernel runs per row), then the heads apart
+    for (x, y) in s.gdn_conv[..n * ch]
+        .chunks_exact(ch)
+        .zip(s.gdn_qkv[..n * ch].chunks_exact_mut(ch))
+    {
+        ops::silu(x, y);
+    }
+    for t in 0..n {
+        let row = &s.gdn_qkv[t * ch..(t + 1) * ch];
+        s.gdn_q[t * kd..(t + 1) * kd].copy_from_slice(&row[..kd]);
+        s.gdn_k[t * kd..(t + 1) * kd].copy_from_slice(&row[kd..2 * kd]);
+        s.gdn_v[t * vd..(t + 1) * vd].copy_from_slice(&row[2 * kd..]);
+    }
+    ops::l2_norm_inplace(&mut s.gdn_q[..n * kd], d, eps);
+    ops::l2_norm_inplace(&mut s.gdn_k[..n * kd], d, eps);
+    ops::gated_delta_rule(
+        &mut state.ssm,
+        &s.gdn_q[..n * kd],
+        &s.gdn_k[..n * kd],
+        &s.gdn_v[..n * vd],
+        &s.gdn_g[..n * hv],
+        &s.gdn_b[..n * hv],
+        (d, hk, hv),
+        &mut s.att[..n * vd],
+    );
+    st.emit("attn_output", &s.att[..n * vd]);
+    // the gated norm: rms_norm(out) · ssm_norm · silu(z)
+    ops::rms_norm_inplace(&mut s.att[..n * vd], &g.norm, eps);
+    for (z, y) in s.gdn_z[..n * vd]
+        .chunks_exact(vd)
+        .zip(s.gdn_v[..n * vd].chunks_exact_mut(vd))
+    {
+        ops::silu(z, y);
+    }
+    for (a, &zs) in s.att[..n * vd].iter_mut().zip(&s.gdn_v[..n * vd]) {
+        *a *= zs;
+    }
+    st.emit("final_output", &s.att[..n * vd]);
+    mm(
+        pool,
+        &lw.wo,
+        lw.wo.data,
+        &s.att,
+        n,
+        &mut s.proj,
+        &mut s.qbuf,
+    )?;
+    st.emit("attn_out", &s.proj[..n * e]);
     for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
         *xv += a;
     }
@@ -702,10 +894,24 @@ fn mha_qkv(
 ) -> Result<(), ForwardError> {
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
     let hd = hp.head_dim_k_at(il) as usize;
-    let qw = hp.n_embd_q(il) as usize;
+    let mut qw = hp.n_embd_q(il) as usize;
     let kw = hp.n_embd_k_gqa(il) as usize;
     let eps = hp.rms_eps;
     mm(pool, &a.wq, a.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
+    if hp.arch.gated_q() {
+        // per head the queries, then the output gate: the gates to s.gate, the queries
+        // packed to the front of s.q (each moves to a lower or equal index)
+        let heads = qw / (2 * hd);
+        for t in 0..n {
+            for h in 0..heads {
+                let src = (t * heads + h) * 2 * hd;
+                let dst = (t * heads + h) * hd;
+                s.gate[dst..dst + hd].copy_from_slice(&s.q[src + hd..src + 2 * hd]);
+                s.q.copy_within(src..src + hd, dst);
+            }
+        }
+        qw /= 2;
+    }
     mm(pool, &a.wk, a.wk.data, &s.cur, n, &mut s.k, &mut s.qbuf)?;
     match &a.wv {
         Some(wv) => mm(pool, wv, wv.data, &s.cur, n, &mut s.v, &mut s.qbuf)?,
@@ -1305,12 +1511,19 @@ fn shared_expert(st: Stage<'_, '_>, sh: &SharedW<'_>, s: &mut Scratch) -> Result
     swiglu_ffn(st, [&sh.gate, &sh.up, &sh.down], [None; 3], s)?;
     if let Some(g) = &sh.gate_inp {
         mm(pool, g, g.data, &s.cur, n, &mut s.shg, &mut s.qbuf)?;
+        let plain = st.hp.arch.shared_gate_sigmoid_op();
         for t in 0..n {
-            // llama.cpp builds this sigmoid as silu(x) / x
             let gx = s.shg[t];
-            let mut si = [0f32];
-            ops::silu(&[gx], &mut si);
-            let gate = si[0] / gx;
+            let gate = if plain {
+                let mut sg = [0f32];
+                ops::sigmoid(&[gx], &mut sg);
+                sg[0]
+            } else {
+                // llama.cpp builds qwen2moe's sigmoid as silu(x) / x
+                let mut si = [0f32];
+                ops::silu(&[gx], &mut si);
+                si[0] / gx
+            };
             for v in &mut s.proj[t * e..(t + 1) * e] {
                 *v *= gate;
             }
@@ -1348,7 +1561,11 @@ impl<'a> Engine<'a> {
         let e = hp.n_embd as usize;
         for il in 0..hp.n_layer as usize {
             let hd = hp.head_dim_k_at(il) as usize;
-            if hp.mla.is_none() && hp.n_embd_q(il) as usize != hp.n_head.at(il) as usize * hd {
+            let gate = if hp.arch.gated_q() { 2 } else { 1 };
+            if hp.mla.is_none()
+                && !hp.is_recurrent(il)
+                && hp.n_embd_q(il) as usize != gate * hp.n_head.at(il) as usize * hd
+            {
                 return Err(ForwardError::Unsupported(format!(
                     "layer {il}: q width {} differs from n_head x head_dim",
                     hp.n_embd_q(il)
@@ -1383,6 +1600,10 @@ impl<'a> Engine<'a> {
         let kv_cells = cfg.n_ctx.next_multiple_of(KV_CELL_PAD);
         let kv = (0..hp.n_layer as usize)
             .map(|il| {
+                if hp.is_recurrent(il) {
+                    // no KV cells: the layer's state is in `rs`
+                    return KvCache::with_value_dim(kv_type, 1, 0, 1, 1, 1);
+                }
                 let n_kv = hp.n_head_kv.at(il) as usize;
                 let hd = hp.head_dim_k_at(il) as usize;
                 let hdv = hp.head_dim_v_at(il) as usize;
@@ -1416,6 +1637,26 @@ impl<'a> Engine<'a> {
             .max()
             .unwrap_or(0)
             .max(q_max);
+        // the linear-attention layers' buffers and states (empty without them)
+        let (g_ch, g_kd, g_vd, g_hv) = match &hp.ssm {
+            Some(m) => (
+                m.conv_channels() as usize,
+                m.key_dim() as usize,
+                m.value_dim() as usize,
+                m.n_v_heads as usize,
+            ),
+            None => (0, 0, 0, 0),
+        };
+        let att_max = att_max.max(g_vd);
+        let rs = (0..nl)
+            .map(|il| {
+                let m = hp.ssm.as_ref().filter(|_| hp.is_recurrent(il))?;
+                Some(RecState {
+                    conv: vec![0.0; m.conv_state_len()],
+                    ssm: vec![0.0; m.state_len()],
+                })
+            })
+            .collect();
         // the absorbed form's queries and attention outputs are made a part at a time
         let att_rows = if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
             ub.min(MLA_PART + 1)
@@ -1449,6 +1690,8 @@ impl<'a> Engine<'a> {
             hp.n_ff.max() as usize,
             hp.n_ff_exp.max() as usize,
             hp.n_ff_shexp as usize,
+            // the gated attention's gate and its sigmoid use `gate` and `up`
+            if hp.arch.gated_q() { att_max } else { 0 },
         ]
         .into_iter()
         .max()
@@ -1495,6 +1738,14 @@ impl<'a> Engine<'a> {
             rope_swa: vec![0.0; ub * hp.rope.n_rot_swa as usize],
             rin: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
             mlp: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
+            gdn_qkv: vec![0.0; ub * g_ch],
+            gdn_conv: vec![0.0; ub * g_ch],
+            gdn_q: vec![0.0; ub * g_kd],
+            gdn_k: vec![0.0; ub * g_kd],
+            gdn_v: vec![0.0; ub * g_vd],
+            gdn_z: vec![0.0; ub * g_vd],
+            gdn_b: vec![0.0; ub * g_hv],
+            gdn_g: vec![0.0; ub * g_hv],
         };
         Ok(Engine {
             hp,
@@ -1517,6 +1768,7 @@ impl<'a> Engine<'a> {
             moe_layers,
             mla_part: MLA_PART,
             rope_swa,
+            rs,
         })
     }
 
@@ -1682,13 +1934,32 @@ impl<'a> Engine<'a> {
 
     /// Forget every token after the first `n` (nothing happens when `n >= n_past`); the next
     /// [`forward`](Self::forward) continues at position `n`.
+    ///
+    /// A model with linear-attention layers (qwen35moe) keeps their state for the whole
+    /// context only, not per position: cutting it anywhere short of its end empties the
+    /// context (`n_past` becomes 0), and the caller runs the kept tokens again (or restores a
+    /// state saved at that point with [`restore_state`](Self::restore_state)).
     pub fn truncate(&mut self, n: usize) {
+        if n < self.n_past && self.has_recurrent_state() {
+            self.reset();
+            return;
+        }
         self.n_past = self.n_past.min(n);
     }
 
     /// Empty the context.
     pub fn reset(&mut self) {
         self.n_past = 0;
+        for st in self.rs.iter_mut().flatten() {
+            st.clear();
+        }
+    }
+
+    /// True when some layers carry a recurrent state instead of per-position KV cells, so that
+    /// the context can only be cut back by [`reset`](Self::reset) or
+    /// [`restore_state`](Self::restore_state).
+    pub fn has_recurrent_state(&self) -> bool {
+        self.rs.iter().any(Option::is_some)
     }
 
     /// A copy of the context's state (every layer's keys and values of the tokens in it).
@@ -1696,13 +1967,26 @@ impl<'a> Engine<'a> {
         KvState {
             n_past: self.n_past,
             layers: self.kv.iter().map(|c| c.prefix(self.n_past)).collect(),
+            recurrent: self.rs.clone(),
         }
     }
 
     /// Put back a state saved from this engine: the context becomes exactly the one saved
     /// (what the positions after it held is never read again).
     pub fn restore_state(&mut self, state: &KvState) -> Result<(), ForwardError> {
-        if state.layers.len() != self.kv.len() || state.n_past > self.cfg.n_ctx {
+        let rs_fits = state.recurrent.len() == self.rs.len()
+            && state
+                .recurrent
+                .iter()
+                .zip(&self.rs)
+                .all(|(a, b)| match (a, b) {
+                    (Some(a), Some(b)) => {
+                        a.conv.len() == b.conv.len() && a.ssm.len() == b.ssm.len()
+                    }
+                    (None, None) => true,
+                    _ => false,
+                });
+        if state.layers.len() != self.kv.len() || state.n_past > self.cfg.n_ctx || !rs_fits {
             return Err(ForwardError::Config(format!(
                 "a saved state of {} layers and {} tokens does not fit this engine ({} layers, \
                  context {})",
@@ -1715,6 +1999,12 @@ impl<'a> Engine<'a> {
         for (cache, p) in self.kv.iter_mut().zip(&state.layers) {
             cache.restore(p)?;
         }
+        for (dst, src) in self.rs.iter_mut().zip(&state.recurrent) {
+            if let (Some(d), Some(s)) = (dst, src) {
+                d.conv.copy_from_slice(&s.conv);
+                d.ssm.copy_from_slice(&s.ssm);
+            }
+        }
         self.n_past = state.n_past;
         Ok(())
     }
@@ -1722,7 +2012,9 @@ impl<'a> Engine<'a> {
     /// Install (or remove) the check asked before each chunk of tokens a
     /// [`forward`](Self::forward) call runs (a prefill runs several; a decode step one): when
     /// it answers `true` the call stops with [`ForwardError::Cancelled`] and the context is left
-    /// as it was before the call.
+    /// as it was before the call — except on a model with linear-attention layers once a chunk
+    /// has run: their state has moved on, so the context is emptied (see
+    /// [`truncate`](Self::truncate)).
     pub fn set_abort(&mut self, abort: Option<AbortCheck<'a>>) {
         self.abort = abort;
     }
@@ -1762,7 +2054,7 @@ impl<'a> Engine<'a> {
             if let Some(abort) = &mut self.abort
                 && abort()
             {
-                self.n_past = start;
+                self.rewind(start, ci > 0);
                 return Err(ForwardError::Cancelled);
             }
             let last_chunk = ci + 1 == n_chunks;
@@ -1781,14 +2073,14 @@ impl<'a> Engine<'a> {
             }
             self.replaying = false;
             if let Err(e) = ran {
-                self.n_past = start;
+                self.rewind(start, true);
                 return Err(e);
             }
             if !want.is_empty() {
                 let n = want.len();
                 let dst = &mut out[written * n_vocab..(written + n) * n_vocab];
                 if let Err(e) = self.output(n, dst) {
-                    self.n_past = start;
+                    self.rewind(start, true);
                     return Err(e);
                 }
                 written += n;
@@ -1796,6 +2088,17 @@ impl<'a> Engine<'a> {
             self.n_past += chunk.len();
         }
         Ok(out)
+    }
+
+    /// Back to the context of `start` tokens after a failed or cancelled call; when
+    /// `state_moved` (some layer ran) and the model has linear-attention states, the context is
+    /// emptied instead.
+    fn rewind(&mut self, start: usize, state_moved: bool) {
+        if state_moved && self.has_recurrent_state() {
+            self.reset();
+        } else {
+            self.n_past = start;
+        }
     }
 
     fn emit(&self, name: &str, layer: Option<usize>, data: &[f32]) {
@@ -1850,9 +2153,9 @@ impl<'a> Engine<'a> {
         if self.lookahead.any() {
             self.ahead.reset(n_layer, n == 1);
         }
-        // llama.cpp's Gemma 4 graph runs every row through the last layer and picks the
+        // llama.cpp's Gemma 4 and Qwen3.5 graphs run every row through the last layer and picks the
         // wanted ones after the output norm (its other graphs after the last attention)
-        let late_pick = self.hp.arch.is_gemma4();
+        let late_pick = self.hp.arch.is_gemma4() || self.hp.arch.is_hybrid_recurrent();
         for il in 0..n_layer {
             let keep = if il + 1 == n_layer && !late_pick {
                 out_rows.clone()
@@ -1896,6 +2199,7 @@ impl<'a> Engine<'a> {
             moe_layers,
             mla_part,
             rope_swa,
+            rs,
             ..
         } = self;
         let lw = &w.layers[il];
@@ -1907,7 +2211,15 @@ impl<'a> Engine<'a> {
             obs: observer.as_ref(),
             mla_part: *mla_part,
         };
-        attention(st, lw, &mut kv[il], (rope, rope_swa.as_ref()), p0, s)?;
+        match (&lw.attn, rs[il].as_mut()) {
+            (AttnW::Gdn(g), Some(state)) => gdn_attention(st, lw, g, state, s)?,
+            (AttnW::Gdn(_), None) => {
+                return Err(ForwardError::Unsupported(format!(
+                    "layer {il} has linear-attention weights but no recurrent state"
+                )));
+            }
+            _ => attention(st, lw, &mut kv[il], (rope, rope_swa.as_ref()), p0, s)?,
+        }
         let e = st.e();
         // only the rows that go on
         if keep != (0..n) {

@@ -92,7 +92,11 @@ fn check_with(
         let cfg = EngineConfig {
             n_ctx: tokens.len() + greedy.len() + 1,
             kv_type: KvType::F32,
-            ubatch: 512,
+            // the micro-batch llama.cpp ran the prompt in, where the reference names one
+            // (qwen35moe's: its recurrent state crosses micro-batches inside the prompt)
+            ubatch: md
+                .get_u32("sluice.ref.n_ubatch")
+                .map_or(512, |u| u as usize),
         };
         let mut e = Engine::new(&model, Kernels::detect(), &pool, cfg).unwrap();
         e.set_multi_row(multi_row);

@@ -73,6 +73,7 @@ fn rope_bit_exact_vs_ggml() {
             beta_slow: f(&c, "beta_slow"),
             n_ctx_orig: u(&c, "n_ctx_orig") as u32,
             freq_factors: None,
+            imrope_sections: None,
         };
         let rope = Rope::new(cfg.clone()).unwrap();
         let mut x = floats(&c, "input");

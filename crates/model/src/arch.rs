@@ -3,8 +3,7 @@
 use crate::error::ModelError;
 
 /// Names accepted in `general.architecture`, for messages.
-pub const SUPPORTED_ARCHS: &str =
-    "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, deepseek2, gemma4, llama, qwen2, qwen3";
+pub const SUPPORTED_ARCHS: &str = "qwen3moe, qwen2moe, olmoe, gpt-oss, glm4moe, deepseek2, gemma4, qwen35moe, llama, qwen2, qwen3";
 
 /// A model architecture, from `general.architecture`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,6 +45,9 @@ pub enum Arch {
     /// experts, a MoE block beside it with its own norms and router input; embeddings scaled
     /// by sqrt(n_embd), soft-capped logits.
     Gemma4,
+    /// Qwen3.5/3.6 MoE (`qwen35moe`): Gated DeltaNet linear-attention layers between
+    /// full-attention layers with a gated output, experts plus a gated shared expert.
+    Qwen35Moe,
 }
 
 /// How a MoE layer turns router logits into expert weights.
@@ -136,7 +138,7 @@ pub enum QDim {
 
 impl Arch {
     /// Every supported architecture.
-    pub const ALL: [Arch; 10] = [
+    pub const ALL: [Arch; 11] = [
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
         Arch::Olmoe,
@@ -144,6 +146,7 @@ impl Arch {
         Arch::Glm4Moe,
         Arch::Deepseek2,
         Arch::Gemma4,
+        Arch::Qwen35Moe,
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -170,6 +173,7 @@ impl Arch {
             Arch::Glm4Moe => "glm4moe",
             Arch::Deepseek2 => "deepseek2",
             Arch::Gemma4 => "gemma4",
+            Arch::Qwen35Moe => "qwen35moe",
         }
     }
 
@@ -184,7 +188,9 @@ impl Arch {
     /// QK-norm kind.
     pub fn qk_norm(self) -> QkNorm {
         match self {
-            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Glm4Moe | Arch::Gemma4 => QkNorm::PerHead,
+            Arch::Qwen3Moe | Arch::Qwen3 | Arch::Glm4Moe | Arch::Gemma4 | Arch::Qwen35Moe => {
+                QkNorm::PerHead
+            }
             Arch::Olmoe => QkNorm::Whole,
             _ => QkNorm::None,
         }
@@ -198,12 +204,12 @@ impl Arch {
 
     /// True when rope may rotate only the first `rope.dimension_count` elements of a head.
     pub fn partial_rope(self) -> bool {
-        matches!(self, Arch::Glm4Moe | Arch::Gemma4)
+        matches!(self, Arch::Glm4Moe | Arch::Gemma4 | Arch::Qwen35Moe)
     }
 
     /// True when the norm before the FFN is stored as `post_attention_norm.weight`.
     pub fn post_attention_norm(self) -> bool {
-        matches!(self, Arch::GptOss | Arch::Glm4Moe)
+        matches!(self, Arch::GptOss | Arch::Glm4Moe | Arch::Qwen35Moe)
     }
 
     /// Whether each MoE layer carries `exp_probs_b.bias` `{n_expert}`, added to the gating
@@ -221,7 +227,7 @@ impl Arch {
     /// True when the file may hold `nextn_predict_layers` NextN (multi-token prediction)
     /// layers after the trunk's, counted in `block_count`.
     pub fn has_nextn(self) -> bool {
-        matches!(self, Arch::Glm4Moe | Arch::Deepseek2)
+        matches!(self, Arch::Glm4Moe | Arch::Deepseek2 | Arch::Qwen35Moe)
     }
 
     /// True when llama.cpp reads `expert_gating_func` for this arch.
@@ -232,7 +238,7 @@ impl Arch {
     /// True when llama.cpp takes the experts' gate and up projections fused in one
     /// `ffn_gate_up_exps` tensor for this arch (else the tensor is refused as a fused layout).
     pub fn allows_fused_gate_up(self) -> bool {
-        matches!(self, Arch::Deepseek2 | Arch::Gemma4)
+        matches!(self, Arch::Deepseek2 | Arch::Gemma4 | Arch::Qwen35Moe)
     }
 
     /// True for Gemma 4's layer: see [`Arch::Gemma4`].
@@ -245,6 +251,31 @@ impl Arch {
         self == Arch::Deepseek2
     }
 
+    /// True for the hybrid stacks whose linear-attention layers carry a recurrent state
+    /// (Gated DeltaNet) instead of KV cells.
+    pub fn is_hybrid_recurrent(self) -> bool {
+        self == Arch::Qwen35Moe
+    }
+
+    /// True where the full-attention q projection also makes a per-head output gate
+    /// (interleaved per head: the head's queries, then its gate), applied as a sigmoid to the
+    /// attention output before `attn_output`.
+    pub fn gated_q(self) -> bool {
+        self == Arch::Qwen35Moe
+    }
+
+    /// True where llama.cpp gates the shared expert with its sigmoid op (qwen35moe); qwen2moe's
+    /// graph computes the same sigmoid as `silu(x) / x`, which rounds differently.
+    pub fn shared_gate_sigmoid_op(self) -> bool {
+        self == Arch::Qwen35Moe
+    }
+
+    /// True where rope positions are interleaved multi-section (IMRoPE): text tokens rotate
+    /// by their position in the first three sections and by 0 in the fourth.
+    pub fn imrope(self) -> bool {
+        self == Arch::Qwen35Moe
+    }
+
     /// Width of q / attn_output.
     pub fn q_dim(self) -> QDim {
         match self {
@@ -254,7 +285,8 @@ impl Arch {
             | Arch::GptOss
             | Arch::Glm4Moe
             | Arch::Deepseek2
-            | Arch::Gemma4 => QDim::HeadDimTimesHeads,
+            | Arch::Gemma4
+            | Arch::Qwen35Moe => QDim::HeadDimTimesHeads,
             Arch::Qwen2Moe | Arch::Olmoe | Arch::Qwen2 => QDim::Embd,
         }
     }
@@ -269,6 +301,7 @@ impl Arch {
                 | Arch::GptOss
                 | Arch::Glm4Moe
                 | Arch::Deepseek2
+                | Arch::Qwen35Moe
         )
     }
 
@@ -284,13 +317,17 @@ impl Arch {
                 | Arch::Glm4Moe
                 | Arch::Deepseek2
                 | Arch::Gemma4
+                | Arch::Qwen35Moe
         )
     }
 
     /// Whether llama.cpp renormalises the top-k router weights to sum 1 for this arch
     /// (`norm_w` of its MoE graph). Used as the default of `{arch}.expert_weights_norm`.
     pub fn default_expert_weights_norm(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::Llama | Arch::Gemma4)
+        matches!(
+            self,
+            Arch::Qwen3Moe | Arch::Llama | Arch::Gemma4 | Arch::Qwen35Moe
+        )
     }
 
     /// True when `output.weight` must be present; otherwise it falls back to `token_embd.weight`.
@@ -301,7 +338,7 @@ impl Arch {
     /// The shared experts of the MoE layers.
     pub fn shared_experts(self) -> SharedExperts {
         match self {
-            Arch::Qwen2Moe => SharedExperts::Gated,
+            Arch::Qwen2Moe | Arch::Qwen35Moe => SharedExperts::Gated,
             Arch::Glm4Moe | Arch::Deepseek2 => SharedExperts::Counted,
             _ => SharedExperts::None,
         }

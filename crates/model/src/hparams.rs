@@ -92,6 +92,9 @@ pub struct Rope {
     /// deepseek2: `rope.scaling.yarn_log_multiplier` / 0.1 (llama.cpp undoes the converter's
     /// factor of 0.1); 0 when absent and for the other archs, which do not read it.
     pub yarn_log_mul: f32,
+    /// IMRoPE's sections (`rope.dimension_sections`, rotated pairs per position stream), all
+    /// zero where the arch has none.
+    pub sections: [u32; 4],
 }
 
 impl Rope {
@@ -149,6 +152,48 @@ impl Mla {
     /// The plain (not rotated) part of a query/key head.
     pub fn head_dim_nope(&self, n_rot: u32) -> u32 {
         self.head_dim_k - n_rot
+    }
+}
+
+/// The sizes of the Gated DeltaNet (linear attention) layers of a hybrid stack (qwen35moe), as
+/// llama.cpp reads them from the `ssm.*` keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ssm {
+    /// Width of the causal convolution (`ssm.conv_kernel`).
+    pub d_conv: u32,
+    /// Key and value head size (`ssm.state_size`).
+    pub d_state: u32,
+    /// Key heads (`ssm.group_count`).
+    pub n_k_heads: u32,
+    /// Value heads (`ssm.time_step_rank`); a multiple of the key heads.
+    pub n_v_heads: u32,
+}
+
+impl Ssm {
+    /// Values of all key heads (of the queries, likewise).
+    pub fn key_dim(&self) -> u32 {
+        self.d_state * self.n_k_heads
+    }
+
+    /// Values of all value heads (`ssm.inner_size`).
+    pub fn value_dim(&self) -> u32 {
+        self.d_state * self.n_v_heads
+    }
+
+    /// Channels of the convolution: queries, keys and values.
+    pub fn conv_channels(&self) -> u32 {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// Floats of a layer's convolution state: the last `d_conv - 1` inputs of every channel.
+    pub fn conv_state_len(&self) -> usize {
+        (self.d_conv as usize - 1) * self.conv_channels() as usize
+    }
+
+    /// Floats of a layer's recurrent state: one `d_state` x `d_state` matrix per value head.
+    pub fn state_len(&self) -> usize {
+        let d = self.d_state as usize;
+        d * d * self.n_v_heads as usize
     }
 }
 
@@ -231,12 +276,21 @@ pub struct HParams {
     pub head_dim_v_swa: u32,
     /// `final_logit_softcapping` (gemma4): logits become `cap · tanh(logit / cap)`; 0: none.
     pub logit_softcap: f32,
+    /// Linear-attention sizes of a hybrid stack (qwen35moe).
+    pub ssm: Option<Ssm>,
+    /// Per stored layer: true for a linear-attention (recurrent) layer.
+    pub recurrent: Vec<bool>,
 }
 
 impl HParams {
     /// True when layer `il` attends through the sliding window of `n_swa` positions.
     pub fn is_swa_layer(&self, il: usize) -> bool {
         self.n_swa > 0 && self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// True when layer `il` is a linear-attention layer with a recurrent state (no KV cells).
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        self.recurrent.get(il).copied().unwrap_or(false)
     }
 
     /// True when layer `il` has a routed-expert FFN.
@@ -309,6 +363,10 @@ impl HParams {
             return m.head_dim_k * self.n_head.at(il);
         }
         match self.arch.q_dim() {
+            // queries and their output gate, interleaved per head
+            QDim::HeadDimTimesHeads if self.arch.gated_q() => {
+                2 * self.head_dim_k_at(il) * self.n_head.at(il)
+            }
             QDim::HeadDimTimesHeads => self.head_dim_k_at(il) * self.n_head.at(il),
             QDim::Embd => self.n_embd,
         }
@@ -327,6 +385,9 @@ impl HParams {
     /// Values the KV cache holds per token in layer `il`: keys and values, or the keys alone
     /// in MLA's absorbed form, whose value is the start of its key.
     pub fn kv_values_per_token(&self, il: usize) -> u32 {
+        if self.is_recurrent(il) {
+            return 0;
+        }
         if self.mla.as_ref().is_some_and(|m| m.absorbed) {
             self.n_embd_k_gqa(il)
         } else {
@@ -336,8 +397,12 @@ impl HParams {
 
     /// Columns of `attn_output` in layer `il`.
     pub fn n_embd_out(&self, il: usize) -> u32 {
+        if let Some(ssm) = self.ssm.as_ref().filter(|_| self.is_recurrent(il)) {
+            return ssm.value_dim();
+        }
         match &self.mla {
             Some(m) => m.head_dim_v * self.n_head.at(il),
+            None if self.arch.gated_q() => self.head_dim_v_at(il) * self.n_head.at(il),
             None => self.n_embd_q(il),
         }
     }
@@ -663,6 +728,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
     let n_ff_exp_key = k("expert_feed_forward_length");
     let n_ff_exp_file = match arch {
         Arch::Qwen3Moe
+        | Arch::Qwen35Moe
         | Arch::Qwen2Moe
         | Arch::GptOss
         | Arch::Glm4Moe
@@ -676,7 +742,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             continue;
         }
         let w = match arch {
-            Arch::Qwen3Moe | Arch::Qwen2Moe => {
+            Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Qwen35Moe => {
                 let from_key = n_ff_exp_file.as_ref().map_or(0, |p| p.at(il));
                 if from_key != 0 {
                     from_key
@@ -694,6 +760,7 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
             let key = match arch {
                 Arch::Qwen3Moe
                 | Arch::Qwen2Moe
+                | Arch::Qwen35Moe
                 | Arch::GptOss
                 | Arch::Glm4Moe
                 | Arch::Deepseek2
@@ -932,7 +999,47 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         ));
     }
     let sections_key = k("rope.dimension_sections");
-    if let Some(Value::Array(a)) = md.get(&sections_key) {
+    let mut sections = [0u32; 4];
+    if arch.imrope() {
+        // llama.cpp requires the key (four sections) for IMRoPE
+        let Some(Value::Array(a)) = md.get(&sections_key) else {
+            return Err(match md.get(&sections_key) {
+                None => ModelError::MissingKey(sections_key),
+                Some(v) => ModelError::KeyType {
+                    key: sections_key,
+                    expected: "array of 4 integers",
+                    found: value_type_name(v),
+                },
+            });
+        };
+        if a.len() < 4 {
+            return Err(ModelError::ArrayLength {
+                key: sections_key,
+                expected: 4,
+                found: a.len(),
+            });
+        }
+        for (i, slot) in sections.iter_mut().enumerate() {
+            let v = a.get(i).and_then(|v| v.as_u64()).ok_or_else(|| {
+                invalid(
+                    sections_key.clone(),
+                    format!("element {i} is not an integer"),
+                )
+            })?;
+            *slot = u32::try_from(v)
+                .map_err(|_| invalid(sections_key.clone(), format!("element {i} is {v}")))?;
+        }
+        let sum: u64 = sections.iter().map(|&v| u64::from(v)).sum();
+        if sum == 0 || 2 * sum > u64::from(head_dim_k) {
+            return Err(invalid(
+                sections_key,
+                format!(
+                    "sections {sections:?} cover {sum} rotated pairs; must be 1..={}",
+                    head_dim_k / 2
+                ),
+            ));
+        }
+    } else if let Some(Value::Array(a)) = md.get(&sections_key) {
         let at = |i: usize| a.get(i).and_then(|v| v.as_u64()).unwrap_or(0);
         // llama.cpp's use_mrope(): the first two sections non-zero
         if at(0) > 0 && at(1) > 0 {
@@ -1052,12 +1159,18 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         finetuned: kv.bool(&k("rope.scaling.finetuned"))?.unwrap_or(false),
         n_rot_swa,
         freq_base_swa,
+        sections,
         yarn_log_mul: if arch.is_mla() {
             kv.f32(&k("rope.scaling.yarn_log_multiplier"))?
                 .map_or(0.0, |v| v / 0.1)
         } else {
             0.0
         },
+    };
+    let (ssm, recurrent) = if arch.is_hybrid_recurrent() {
+        hybrid(&kv, n_layer, n_layer_all)?
+    } else {
+        (None, vec![false; nl])
     };
     if arch.is_mla()
         && let Some(t) = kv.f32(&k("attention.temperature_scale"))?
@@ -1105,7 +1218,89 @@ fn read(arch: Arch, md: &Metadata) -> Result<HParams, ModelError> {
         } else {
             0.0
         },
+        ssm,
+        recurrent,
     })
+}
+
+/// The linear-attention sizes and the recurrent layers of a hybrid stack, as llama.cpp's
+/// qwen35moe loader reads them: `attention.recurrent_layers` (one bool per stored layer) or
+/// else every layer but each `full_attention_interval`-th (default 4) of the trunk; NextN
+/// layers are never recurrent.
+fn hybrid(
+    kv: &Kv<'_>,
+    n_layer: u32,
+    n_layer_all: u32,
+) -> Result<(Option<Ssm>, Vec<bool>), ModelError> {
+    let k = |s: &str| kv.key(s);
+    let nl = n_layer_all as usize;
+    let d_conv = kv.u32_req(&k("ssm.conv_kernel"))?;
+    let d_inner = kv.u32_req(&k("ssm.inner_size"))?;
+    let d_state = kv.u32_req(&k("ssm.state_size"))?;
+    let n_v_heads = kv.u32_req(&k("ssm.time_step_rank"))?;
+    let n_k_heads = kv.u32_req(&k("ssm.group_count"))?;
+    if d_conv < 2 {
+        return Err(invalid(
+            k("ssm.conv_kernel"),
+            format!("{d_conv}; the convolution needs a width of at least 2"),
+        ));
+    }
+    if d_state == 0 || n_k_heads == 0 || n_v_heads == 0 || !n_v_heads.is_multiple_of(n_k_heads) {
+        return Err(invalid(
+            k("ssm.time_step_rank"),
+            format!(
+                "{n_v_heads} value heads of {d_state} over {n_k_heads} key heads (ssm.group_count); \
+                 need a positive multiple of the key heads and a positive head size"
+            ),
+        ));
+    }
+    if d_state.checked_mul(n_v_heads) != Some(d_inner) {
+        return Err(invalid(
+            k("ssm.inner_size"),
+            format!("{d_inner} is not {n_v_heads} value heads x head size {d_state}"),
+        ));
+    }
+    let layers_key = k("attention.recurrent_layers");
+    let recurrent = match kv.md.get(&layers_key) {
+        Some(Value::Array(ArrayValue::Bool(b))) => {
+            if b.len() != nl {
+                return Err(ModelError::ArrayLength {
+                    key: layers_key,
+                    expected: nl,
+                    found: b.len(),
+                });
+            }
+            b.iter()
+                .enumerate()
+                .map(|(il, &r)| r && il < n_layer as usize)
+                .collect()
+        }
+        Some(v) => {
+            return Err(ModelError::KeyType {
+                key: layers_key,
+                expected: "array of bools",
+                found: value_type_name(v),
+            });
+        }
+        None => {
+            let every = kv.u32(&k("full_attention_interval"))?.unwrap_or(4);
+            if every == 0 {
+                return Err(invalid(k("full_attention_interval"), "must be > 0"));
+            }
+            (0..n_layer_all)
+                .map(|il| il < n_layer && !(il + 1).is_multiple_of(every))
+                .collect()
+        }
+    };
+    Ok((
+        Some(Ssm {
+            d_conv,
+            d_state,
+            n_k_heads,
+            n_v_heads,
+        }),
+        recurrent,
+    ))
 }
 
 /// The MLA dimensions of a deepseek2 file, checked against the cached head sizes

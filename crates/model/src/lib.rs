@@ -22,9 +22,11 @@ pub use arch::{
 pub use error::ModelError;
 pub use hparams::{
     HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Rope, RopeScalingType,
+    Ssm,
 };
 pub use model::{Model, arch_of, human_bytes};
 pub use tensors::{
-    Attn, DenseFfn, ExpertSlice, Ffn, GemmaLayer, GemmaMoe, LayerTensors, MhaTensors, MlaKvB,
-    MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert, Tensor,
+    Attn, DenseFfn, ExpertSlice, Ffn, GdnTensors, GemmaLayer, GemmaMoe, LayerTensors, MhaTensors,
+    MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert,
+    Tensor,
 };

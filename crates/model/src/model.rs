@@ -251,6 +251,27 @@ impl<'a> Model<'a> {
                 }
             );
         }
+        if let Some(ssm) = &hp.ssm {
+            let n_rec = (0..hp.n_layer as usize)
+                .filter(|&il| hp.is_recurrent(il))
+                .count();
+            let state = ssm.conv_state_len() + ssm.state_len();
+            let _ = writeln!(
+                s,
+                "layer types: {n_rec} linear attention (Gated DeltaNet: {} key heads, {} value heads of {}, convolution over {} of {} channels; state per sequence and layer {} floats = convolution {} + recurrent {}, {} in all), {} full attention (sigmoid-gated output, IMRoPE sections {:?})",
+                ssm.n_k_heads,
+                ssm.n_v_heads,
+                ssm.d_state,
+                ssm.d_conv,
+                ssm.conv_channels(),
+                state,
+                ssm.conv_state_len(),
+                ssm.state_len(),
+                human_bytes((state * n_rec * 4) as u64, 1),
+                hp.n_layer as usize - n_rec,
+                hp.rope.sections,
+            );
+        }
         let scaling = if hp.rope.freq_scale == 1.0 && hp.rope.yarn_ext_factor == 0.0 {
             "off".to_owned()
         } else {

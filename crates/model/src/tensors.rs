@@ -7,7 +7,7 @@ use gguf::{GgufFile, TensorInfo};
 
 use crate::arch::{Arch, QkNorm, SharedExperts};
 use crate::error::ModelError;
-use crate::hparams::{HParams, Mla};
+use crate::hparams::{HParams, Mla, Ssm};
 
 /// A tensor of the file: name, type, dims (ggml order, ne0 first), offset and shard. Its bytes
 /// are borrowed from the mapped file with [`GgufFile::tensor_data`].
@@ -138,6 +138,32 @@ pub enum Attn<'a> {
     Mha(MhaTensors<'a>),
     /// Multi-head latent attention (deepseek2; see [`crate::Mla`]).
     Mla(MlaTensors<'a>),
+    /// Gated DeltaNet linear attention (qwen35moe's recurrent layers); the layer's `wo` is
+    /// its `ssm_out`.
+    Gdn(GdnTensors<'a>),
+}
+
+/// The tensors of a Gated DeltaNet linear-attention layer, as llama.cpp's qwen35moe loader
+/// shapes them (ggml order: columns first).
+#[derive(Debug, Clone, Copy)]
+pub struct GdnTensors<'a> {
+    /// `attn_qkv` {n_embd, 2 key_dim + value_dim}: the queries, keys and values before the
+    /// convolution.
+    pub qkv: Tensor<'a>,
+    /// `attn_gate` {n_embd, value_dim}: the output gate (z).
+    pub gate: Tensor<'a>,
+    /// `ssm_conv1d` {d_conv, channels}: the causal convolution's weights.
+    pub conv1d: Tensor<'a>,
+    /// `ssm_dt.bias` {value heads}: added to alpha before the softplus.
+    pub dt_bias: Tensor<'a>,
+    /// `ssm_a` {value heads}: the decay rates (-exp(A_log)).
+    pub a: Tensor<'a>,
+    /// `ssm_beta` {n_embd, value heads}: the write strengths (through a sigmoid).
+    pub beta: Tensor<'a>,
+    /// `ssm_alpha` {n_embd, value heads}: the decay inputs.
+    pub alpha: Tensor<'a>,
+    /// `ssm_norm` {head size}: the output's RMSNorm weights.
+    pub norm: Tensor<'a>,
 }
 
 /// The q, k and v projections of multi-head attention.
@@ -237,6 +263,9 @@ impl Attn<'_> {
                 }
                 v
             }
+            Attn::Gdn(g) => vec![
+                g.qkv, g.gate, g.conv1d, g.dt_bias, g.a, g.beta, g.alpha, g.norm,
+            ],
         }
     }
 }
@@ -246,7 +275,7 @@ impl<'a> LayerTensors<'a> {
     pub fn mha(&self) -> Option<&MhaTensors<'a>> {
         match &self.attn {
             Attn::Mha(m) => Some(m),
-            Attn::Mla(_) => None,
+            Attn::Mla(_) | Attn::Gdn(_) => None,
         }
     }
 
@@ -254,7 +283,7 @@ impl<'a> LayerTensors<'a> {
     pub fn mla(&self) -> Option<&MlaTensors<'a>> {
         match &self.attn {
             Attn::Mla(m) => Some(m),
-            Attn::Mha(_) => None,
+            Attn::Mha(_) | Attn::Gdn(_) => None,
         }
     }
 
@@ -682,20 +711,53 @@ fn mla<'a>(
     })
 }
 
+/// The tensors of linear-attention layer `il`.
+fn gdn<'a>(
+    ld: &mut Loader<'a>,
+    ssm: &Ssm,
+    n_embd: u64,
+    il: usize,
+) -> Result<GdnTensors<'a>, ModelError> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let hv = u64::from(ssm.n_v_heads);
+    Ok(GdnTensors {
+        qkv: ld.req(
+            &n("attn_qkv.weight"),
+            &[n_embd, u64::from(ssm.conv_channels())],
+        )?,
+        gate: ld.req(
+            &n("attn_gate.weight"),
+            &[n_embd, u64::from(ssm.value_dim())],
+        )?,
+        conv1d: ld.req(
+            &n("ssm_conv1d.weight"),
+            &[u64::from(ssm.d_conv), u64::from(ssm.conv_channels())],
+        )?,
+        dt_bias: ld.req(&n("ssm_dt.bias"), &[hv])?,
+        a: ld.req(&n("ssm_a"), &[hv])?,
+        beta: ld.req(&n("ssm_beta.weight"), &[n_embd, hv])?,
+        alpha: ld.req(&n("ssm_alpha.weight"), &[n_embd, hv])?,
+        norm: ld.req(&n("ssm_norm.weight"), &[u64::from(ssm.d_state)])?,
+    })
+}
+
 fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensors<'a>, ModelError> {
     let arch = hp.arch;
     let n = |s: &str| format!("blk.{il}.{s}");
     let n_embd = u64::from(hp.n_embd);
 
     let attn_norm = ld.req(&n("attn_norm.weight"), &[n_embd])?;
-    let attn = match &hp.mla {
-        Some(m) => Attn::Mla(mla(ld, hp, m, il)?),
-        None => Attn::Mha(mha(ld, hp, il)?),
+    let attn = match (&hp.mla, &hp.ssm) {
+        (Some(m), _) => Attn::Mla(mla(ld, hp, m, il)?),
+        (None, Some(ssm)) if hp.is_recurrent(il) => Attn::Gdn(gdn(ld, ssm, n_embd, il)?),
+        _ => Attn::Mha(mha(ld, hp, il)?),
     };
-    let wo = ld.req(
-        &n("attn_output.weight"),
-        &[u64::from(hp.n_embd_out(il)), n_embd],
-    )?;
+    let wo_name = if matches!(attn, Attn::Gdn(_)) {
+        "ssm_out.weight"
+    } else {
+        "attn_output.weight"
+    };
+    let wo = ld.req(&n(wo_name), &[u64::from(hp.n_embd_out(il)), n_embd])?;
     let bo = match arch {
         Arch::Llama => ld.opt(&n("attn_output.bias"), &[n_embd])?,
         Arch::GptOss => Some(ld.req(&n("attn_output.bias"), &[n_embd])?),

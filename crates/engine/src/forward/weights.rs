@@ -125,6 +125,21 @@ pub(crate) struct GemmaMoeW<'a> {
 pub(crate) enum AttnW<'a> {
     Mha(Box<MhaW<'a>>),
     Mla(Box<MlaW<'a>>),
+    Gdn(Box<GdnW<'a>>),
+}
+
+/// A Gated DeltaNet layer's projections and its small tensors as f32 (see
+/// `model::GdnTensors`; the output projection is the layer's `wo`).
+pub(crate) struct GdnW<'a> {
+    pub qkv: Mat<'a>,
+    pub gate: Mat<'a>,
+    pub beta: Mat<'a>,
+    pub alpha: Mat<'a>,
+    /// `{d_conv, channels}`: each channel's `d_conv` weights, oldest input first.
+    pub conv1d: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub a: Vec<f32>,
+    pub norm: Vec<f32>,
 }
 
 pub(crate) struct MhaW<'a> {
@@ -199,6 +214,10 @@ impl<'a> Weights<'a> {
                         MlaKvBW::Absorbed { k_b, v_b } => v.extend([k_b, &mut **v_b]),
                         MlaKvBW::Legacy(kv_b) => v.push(kv_b),
                     }
+                }
+                AttnW::Gdn(g) => {
+                    let g = &mut **g;
+                    v.extend([&mut g.qkv, &mut g.gate, &mut g.beta, &mut g.alpha]);
                 }
             }
             v.push(&mut l.wo);
@@ -507,6 +526,16 @@ impl<'a> Weights<'a> {
                         kv_b,
                     }))
                 }
+                Attn::Gdn(g) => AttnW::Gdn(Box::new(GdnW {
+                    qkv: mat(model, kernels, g.qkv, 1)?,
+                    gate: mat(model, kernels, g.gate, 1)?,
+                    beta: mat(model, kernels, g.beta, 1)?,
+                    alpha: mat(model, kernels, g.alpha, 1)?,
+                    conv1d: vector(model, g.conv1d)?,
+                    dt_bias: vector(model, g.dt_bias)?,
+                    a: vector(model, g.a)?,
+                    norm: vector(model, g.norm)?,
+                })),
             };
             let gemma = match &l.gemma {
                 None => None,

@@ -34,6 +34,11 @@ pub struct RopeConfig {
     pub n_ctx_orig: u32,
     /// Optional per-pair frequency divisors (`rope_freqs` tensor), `n_dims/2` values.
     pub freq_factors: Option<Vec<f32>>,
+    /// Interleaved multi-section rope (ggml's IMRoPE) of text tokens: the rotated pairs per
+    /// position stream. A text token's first three streams hold its position and the fourth
+    /// 0, so a pair rotates by the position unless ggml's interleaving gives it the fourth
+    /// stream, where it does not rotate. `None`: plain rope.
+    pub imrope_sections: Option<[u32; 4]>,
 }
 
 impl RopeConfig {
@@ -50,6 +55,7 @@ impl RopeConfig {
             beta_slow: 1.0,
             n_ctx_orig,
             freq_factors: None,
+            imrope_sections: None,
         }
     }
 }
@@ -115,7 +121,12 @@ impl Rope {
         let mut theta = pos as f32;
         for (i, cs) in cache.chunks_exact_mut(2).enumerate() {
             let ff = cfg.freq_factors.as_ref().map_or(1.0, |f| f[i]);
-            let theta_extrap = theta / ff;
+            // the fourth stream's position is 0, and so is its angle at every pair
+            let theta_i = match &cfg.imrope_sections {
+                Some(sec) if imrope_fourth_stream(sec, i) => 0.0,
+                _ => theta,
+            };
+            let theta_extrap = theta_i / ff;
             let theta_interp = cfg.freq_scale * theta_extrap;
             let mut t = theta_interp;
             let mut mscale = cfg.attn_factor;
@@ -203,6 +214,19 @@ fn rotate(x0: f32, x1: f32, cos: f32, sin: f32) -> (f32, f32) {
     (x0.mul_add(cos, -(x1 * sin)), x0.mul_add(sin, x1 * cos))
 }
 
+/// True when ggml's IMRoPE gives rotated pair `i` the fourth position stream: the sector
+/// `i mod (sum of sections)` goes to stream `sector mod 3` while that stream has pairs left
+/// (sector below 3 × its section), else to the fourth.
+fn imrope_fourth_stream(sections: &[u32; 4], i: usize) -> bool {
+    let total: usize = sections.iter().map(|&s| s as usize).sum();
+    if total == 0 {
+        return false;
+    }
+    let sector = i % total;
+    let stream = sector % 3;
+    sector >= 3 * sections[stream] as usize
+}
+
 /// YaRN ramp: 1 below `low`, 0 above `high`, linear between, indexed by the pair `i0/2`.
 fn ramp(low: f32, high: f32, i0: usize) -> f32 {
     let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
@@ -212,6 +236,26 @@ fn ramp(low: f32, high: f32, i0: usize) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ggml's IMRoPE sectors: stream `sector mod 3` while it has pairs left, else the fourth.
+    #[test]
+    fn imrope_streams() {
+        let fourth = |sec: [u32; 4]| -> Vec<usize> {
+            (0..32).filter(|&i| imrope_fourth_stream(&sec, i)).collect()
+        };
+        // Qwen3.5/3.6's sections: every pair of the 64 rotated dims takes a text position
+        assert!(fourth([11, 11, 10, 0]).is_empty());
+        // 2/2/2/2: sectors 6 and 7 of each 8 (stream 0 and 1 already have their 2 pairs)
+        assert_eq!(fourth([2, 2, 2, 2]), vec![6, 7, 14, 15, 22, 23, 30, 31]);
+        // with position 0 there, those pairs of the cache do not rotate
+        let mut cfg = RopeConfig::plain(16, RopeMode::Neox, 10000.0, 4096);
+        cfg.imrope_sections = Some([2, 2, 2, 2]);
+        let rope = Rope::new(cfg).unwrap();
+        let mut cache = vec![0f32; 16];
+        rope.fill_cache(5, &mut cache);
+        assert_eq!(&cache[12..16], &[1.0, 0.0, 1.0, 0.0]);
+        assert_ne!(cache[10], 1.0);
+    }
 
     #[test]
     fn yarn_ramp_shape() {

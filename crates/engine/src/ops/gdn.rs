@@ -1,0 +1,288 @@
+//! Gated DeltaNet linear attention (Qwen3.5/3.6's recurrent layers), as ggml's CPU ops compute
+//! it: the causal convolution (`ssm_conv`), the L2 norm (`l2_norm`), softplus, and the fused
+//! gated delta rule (`gated_delta_net`), a token-by-token recurrence over one `d × d` state
+//! matrix per value head.
+//!
+//! The recurrence keeps ggml's layout and order: the state of a head is stored transposed
+//! (`m[j·d + i]` is `S[i][j]`), each token scales it by `exp(g)`, reads `S·k` with ggml's
+//! `vec_dot_f32` ([`super::dot_ggml`]), writes `k · delta[j]` into row `j` with a fused
+//! multiply-add per element (ggml's `vec_mad_f32`), and reads the output `S·q` scaled by
+//! `1/sqrt(d)`. Value head `h` reads query and key head `h mod n_k_heads`, as ggml's op does.
+
+/// The L2 norm of each row of `n` values, in place, as ggml's `l2_norm`: the squares (f32)
+/// summed in f64, `scale = 1 / max(sqrt(sum), eps)` in f32, every value times `scale`.
+///
+/// # Panics
+/// If `x` is not a whole number of rows.
+pub fn l2_norm_inplace(x: &mut [f32], n: usize, eps: f32) {
+    if n == 0 {
+        return;
+    }
+    assert_eq!(x.len() % n, 0, "l2_norm: not a whole number of rows");
+    for row in x.chunks_exact_mut(n) {
+        let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
+        let scale = 1.0 / (sum as f32).sqrt().max(eps);
+        for v in row.iter_mut() {
+            *v *= scale;
+        }
+    }
+}
+
+/// ggml's softplus: `x` above 20, else `ln(1 + exp(x))` in f32.
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { (1.0 + x.exp()).ln() }
+}
+
+/// The causal convolution of `n` tokens' inputs (`x`, `[n][channels]`) with `w`
+/// (`[channels][d_conv]`, oldest input first), continuing from `state` (`[channels][d_conv -
+/// 1]`, the channel's last inputs, oldest first), into `out` (`[n][channels]`); `state` then
+/// holds the last `d_conv - 1` inputs of every channel. Each output is ggml's `ssm_conv` sum:
+/// `d_conv` products, each rounded, added in order from the oldest input (ggml's x86 build
+/// leaves `sum += s · c` uncontracted here: a fused multiply-add gives other bits, which the
+/// qwen35moe fixtures tell apart).
+///
+/// # Panics
+/// If a length does not match `channels` and `d_conv`.
+pub fn causal_conv(
+    x: &[f32],
+    w: &[f32],
+    state: &mut [f32],
+    channels: usize,
+    d_conv: usize,
+    out: &mut [f32],
+) {
+    let k = d_conv - 1;
+    let n = x.len() / channels;
+    assert!(
+        x.len() == n * channels && out.len() == x.len(),
+        "causal_conv: inputs and outputs must be whole tokens"
+    );
+    assert_eq!(w.len(), channels * d_conv, "causal_conv: weight length");
+    assert_eq!(state.len(), channels * k, "causal_conv: state length");
+    let mut window = vec![0f32; k + n];
+    for c in 0..channels {
+        window[..k].copy_from_slice(&state[c * k..(c + 1) * k]);
+        for t in 0..n {
+            window[k + t] = x[t * channels + c];
+        }
+        let wc = &w[c * d_conv..(c + 1) * d_conv];
+        for t in 0..n {
+            let mut sum = 0f32;
+            for (&s, &cw) in window[t..t + d_conv].iter().zip(wc) {
+                sum += s * cw;
+            }
+            out[t * channels + c] = sum;
+        }
+        state[c * k..(c + 1) * k].copy_from_slice(&window[n..n + k]);
+    }
+}
+
+/// The gated delta rule over `n` tokens for `n_v` value heads of size `d`, with the state
+/// `state` (`n_v` matrices of `d × d`, transposed as ggml keeps them) updated in place:
+/// for each token and head `h` (query and key head `h mod n_k`):
+/// `S ·= exp(g)`, `delta = (v − Sᵀk) · beta`, `S += k ⊗ delta`, `out = (Sᵀq) / sqrt(d)`.
+///
+/// `q`, `k`: `[n][n_k][d]`; `v`, `out`: `[n][n_v][d]`; `g`, `beta`: `[n][n_v]`.
+///
+/// # Panics
+/// If a length does not match.
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_rule(
+    state: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    (d, n_k, n_v): (usize, usize, usize),
+    out: &mut [f32],
+) {
+    let n = g.len() / n_v.max(1);
+    assert!(
+        n_k > 0
+            && n_v.is_multiple_of(n_k)
+            && state.len() == n_v * d * d
+            && q.len() == n * n_k * d
+            && k.len() == q.len()
+            && v.len() == n * n_v * d
+            && out.len() == v.len()
+            && g.len() == n * n_v
+            && beta.len() == g.len(),
+        "gated_delta_rule: lengths do not match"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: AVX2 and FMA were detected on this CPU just above.
+        unsafe { rule_fma(state, q, k, v, g, beta, (d, n_k, n_v), out) };
+        return;
+    }
+    rule(state, q, k, v, g, beta, (d, n_k, n_v), out);
+}
+
+/// [`rule`] compiled with FMA enabled, so `mul_add` is one instruction instead of a library
+/// call; the results are the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn rule_fma(
+    state: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    dims: (usize, usize, usize),
+    out: &mut [f32],
+) {
+    rule(state, q, k, v, g, beta, dims, out);
+}
+
+/// The scalar reference of [`gated_delta_rule`] (also its body on every CPU: the dot products
+/// go through [`super::dot_ggml`], which picks its own kernel).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn rule(
+    state: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    (d, n_k, n_v): (usize, usize, usize),
+    out: &mut [f32],
+) {
+    let n = g.len() / n_v;
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut delta = vec![0f32; d];
+    for h in 0..n_v {
+        let hk = h % n_k;
+        let m = &mut state[h * d * d..(h + 1) * d * d];
+        for t in 0..n {
+            let qt = &q[(t * n_k + hk) * d..(t * n_k + hk + 1) * d];
+            let kt = &k[(t * n_k + hk) * d..(t * n_k + hk + 1) * d];
+            let vt = &v[(t * n_v + h) * d..(t * n_v + h + 1) * d];
+            let decay = g[t * n_v + h].exp();
+            let b = beta[t * n_v + h];
+            for x in m.iter_mut() {
+                *x *= decay;
+            }
+            for (j, dj) in delta.iter_mut().enumerate() {
+                let sum = super::dot_ggml(&m[j * d..(j + 1) * d], kt);
+                *dj = (vt[j] - sum) * b;
+            }
+            for (row, &dj) in m.chunks_exact_mut(d).zip(&delta) {
+                for (x, &ki) in row.iter_mut().zip(kt) {
+                    *x = ki.mul_add(dj, *x);
+                }
+            }
+            let o = &mut out[(t * n_v + h) * d..(t * n_v + h + 1) * d];
+            for (j, oj) in o.iter_mut().enumerate() {
+                *oj = super::dot_ggml(&m[j * d..(j + 1) * d], qt) * scale;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule against a plain f64 evaluation of the same recurrence (state not transposed).
+    #[test]
+    fn delta_rule_matches_f64_recurrence() {
+        let (d, n_k, n_v, n) = (8, 2, 4, 5);
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+        };
+        let q: Vec<f32> = (0..n * n_k * d).map(|_| rnd()).collect();
+        let k: Vec<f32> = (0..n * n_k * d).map(|_| rnd()).collect();
+        let v: Vec<f32> = (0..n * n_v * d).map(|_| rnd()).collect();
+        let g: Vec<f32> = (0..n * n_v).map(|_| rnd() - 0.3).collect();
+        let beta: Vec<f32> = (0..n * n_v).map(|_| rnd() + 0.5).collect();
+        let mut state: Vec<f32> = (0..n_v * d * d).map(|_| rnd()).collect();
+        // f64: s[h][i][j] = S[i][j] = state[h][j][i]
+        let mut s64: Vec<f64> = vec![0.0; n_v * d * d];
+        for h in 0..n_v {
+            for i in 0..d {
+                for j in 0..d {
+                    s64[(h * d + i) * d + j] = f64::from(state[(h * d + j) * d + i]);
+                }
+            }
+        }
+        let mut out = vec![0f32; n * n_v * d];
+        gated_delta_rule(&mut state, &q, &k, &v, &g, &beta, (d, n_k, n_v), &mut out);
+        for t in 0..n {
+            for h in 0..n_v {
+                let hk = h % n_k;
+                let s = &mut s64[h * d * d..(h + 1) * d * d];
+                let decay = f64::from(g[t * n_v + h]).exp();
+                s.iter_mut().for_each(|x| *x *= decay);
+                let kt = |i: usize| f64::from(k[(t * n_k + hk) * d + i]);
+                let qt = |i: usize| f64::from(q[(t * n_k + hk) * d + i]);
+                let mut delta = vec![0f64; d];
+                for (j, dj) in delta.iter_mut().enumerate() {
+                    let sk: f64 = (0..d).map(|i| s[i * d + j] * kt(i)).sum();
+                    *dj = (f64::from(v[(t * n_v + h) * d + j]) - sk) * f64::from(beta[t * n_v + h]);
+                }
+                for i in 0..d {
+                    for j in 0..d {
+                        s[i * d + j] += kt(i) * delta[j];
+                    }
+                }
+                for j in 0..d {
+                    let o: f64 =
+                        (0..d).map(|i| s[i * d + j] * qt(i)).sum::<f64>() / (d as f64).sqrt();
+                    let got = f64::from(out[(t * n_v + h) * d + j]);
+                    assert!(
+                        (got - o).abs() < 1e-4 * (1.0 + o.abs()),
+                        "t{t} h{h} j{j}: {got} vs {o}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn conv_continues_from_its_state() {
+        // two channels, width 3: the same outputs whether the tokens come at once or one by one
+        let w = [0.5, -1.0, 2.0, 1.5, 0.25, -0.75];
+        let x = [1.0, 2.0, -1.0, 0.5, 3.0, -2.0, 0.25, 1.0];
+        let mut st_all = vec![0.1, 0.2, -0.3, 0.4];
+        let mut all = vec![0f32; 8];
+        causal_conv(&x, &w, &mut st_all, 2, 3, &mut all);
+        let mut st = vec![0.1, 0.2, -0.3, 0.4];
+        let mut one = vec![0f32; 8];
+        for t in 0..4 {
+            causal_conv(
+                &x[t * 2..t * 2 + 2],
+                &w,
+                &mut st,
+                2,
+                3,
+                &mut one[t * 2..t * 2 + 2],
+            );
+        }
+        assert_eq!(all, one);
+        assert_eq!(st_all, st);
+        // channel 0, token 0: window [0.1, 0.2, 1.0]
+        let want = 0.1f32 * 0.5 + 0.2 * -1.0 + 1.0 * 2.0;
+        assert_eq!(all[0], want);
+        // the state is the last two inputs of each channel
+        assert_eq!(st, vec![3.0, 0.25, -2.0, 1.0]);
+    }
+
+    #[test]
+    fn l2_norm_and_softplus() {
+        let mut x = vec![3.0, 4.0, 0.0, 0.0];
+        l2_norm_inplace(&mut x, 2, 1e-6);
+        assert_eq!(&x[..2], &[0.6, 0.8]);
+        // a zero row stays zero (scale 1/eps)
+        assert_eq!(&x[2..], &[0.0, 0.0]);
+        assert_eq!(softplus(25.0), 25.0);
+        assert!((softplus(0.0) - 2f32.ln()).abs() < 1e-7);
+    }
+}
