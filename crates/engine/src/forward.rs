@@ -372,6 +372,10 @@ pub struct Engine<'a> {
     /// The linear-attention layers' states (`None` for the other layers), valid for the
     /// `n_past` tokens of the context.
     rs: Vec<Option<RecState>>,
+    /// With [`Engine::set_rollback`]: those states as they were at the start of the last
+    /// [`Engine::forward`] call, and that position.
+    rs_snap: Option<(usize, Vec<Option<RecState>>)>,
+    rollback: bool,
 }
 
 /// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
@@ -1769,6 +1773,8 @@ impl<'a> Engine<'a> {
             mla_part: MLA_PART,
             rope_swa,
             rs,
+            rs_snap: None,
+            rollback: false,
         })
     }
 
@@ -1936,12 +1942,14 @@ impl<'a> Engine<'a> {
     /// [`forward`](Self::forward) continues at position `n`.
     ///
     /// A model with linear-attention layers (qwen35moe) keeps their state for the whole
-    /// context only, not per position: cutting it anywhere short of its end empties the
-    /// context (`n_past` becomes 0), and the caller runs the kept tokens again (or restores a
-    /// state saved at that point with [`restore_state`](Self::restore_state)).
+    /// context, not per position: it can go back to where the last `forward` call started
+    /// when [`set_rollback`](Self::set_rollback) is on (so a chat continues after its last
+    /// answer's final token, which the next prompt renders anew); cutting it anywhere else
+    /// empties the context (`n_past` becomes 0), and the caller runs the kept tokens again
+    /// (or restores a state saved there with [`restore_state`](Self::restore_state)).
     pub fn truncate(&mut self, n: usize) {
         if n < self.n_past && self.has_recurrent_state() {
-            self.reset();
+            self.back_to(n);
             return;
         }
         self.n_past = self.n_past.min(n);
@@ -1950,8 +1958,38 @@ impl<'a> Engine<'a> {
     /// Empty the context.
     pub fn reset(&mut self) {
         self.n_past = 0;
+        self.rs_snap = None;
         for st in self.rs.iter_mut().flatten() {
             st.clear();
+        }
+    }
+
+    /// Keep (or not) the linear-attention states as they were at the start of each
+    /// [`forward`](Self::forward) call, so that [`truncate`](Self::truncate) and a cancelled
+    /// or failed call can go back there exactly. Costs a copy of the states per call (for
+    /// Qwen3.6-35B-A3B about 63 MB); nothing without linear-attention layers.
+    pub fn set_rollback(&mut self, on: bool) {
+        self.rollback = on;
+        if !on {
+            self.rs_snap = None;
+        }
+    }
+
+    /// A model with recurrent state at `n` tokens (below `n_past`): the snapshot when it is
+    /// at `n`, else the empty context.
+    fn back_to(&mut self, n: usize) {
+        match self.rs_snap.take() {
+            Some((at, snap)) if at == n => {
+                for (dst, src) in self.rs.iter_mut().zip(&snap) {
+                    if let (Some(d), Some(s)) = (dst, src) {
+                        d.conv.copy_from_slice(&s.conv);
+                        d.ssm.copy_from_slice(&s.ssm);
+                    }
+                }
+                self.n_past = n;
+                self.rs_snap = Some((at, snap));
+            }
+            _ => self.reset(),
         }
     }
 
@@ -2006,15 +2044,16 @@ impl<'a> Engine<'a> {
             }
         }
         self.n_past = state.n_past;
+        self.rs_snap = None;
         Ok(())
     }
 
     /// Install (or remove) the check asked before each chunk of tokens a
     /// [`forward`](Self::forward) call runs (a prefill runs several; a decode step one): when
     /// it answers `true` the call stops with [`ForwardError::Cancelled`] and the context is left
-    /// as it was before the call — except on a model with linear-attention layers once a chunk
-    /// has run: their state has moved on, so the context is emptied (see
-    /// [`truncate`](Self::truncate)).
+    /// as it was before the call — on a model with linear-attention layers once a chunk has
+    /// run only with [`set_rollback`](Self::set_rollback) on; without it the context is
+    /// emptied (their state has moved on).
     pub fn set_abort(&mut self, abort: Option<AbortCheck<'a>>) {
         self.abort = abort;
     }
@@ -2047,6 +2086,11 @@ impl<'a> Engine<'a> {
         };
         let mut out = vec![0f32; n_out * n_vocab];
         let start = self.n_past;
+        if self.rollback && self.has_recurrent_state() {
+            let snap = self.rs_snap.get_or_insert_with(|| (0, Vec::new()));
+            snap.0 = start;
+            snap.1.clone_from(&self.rs);
+        }
         let chunks = tokens.chunks(self.cfg.ubatch);
         let n_chunks = chunks.len();
         let mut written = 0;
@@ -2091,11 +2135,11 @@ impl<'a> Engine<'a> {
     }
 
     /// Back to the context of `start` tokens after a failed or cancelled call; when
-    /// `state_moved` (some layer ran) and the model has linear-attention states, the context is
-    /// emptied instead.
+    /// `state_moved` (some layer ran) and the model has linear-attention states, through the
+    /// snapshot of the call's start (or to the empty context without one).
     fn rewind(&mut self, start: usize, state_moved: bool) {
         if state_moved && self.has_recurrent_state() {
-            self.reset();
+            self.back_to(start);
         } else {
             self.n_past = start;
         }

@@ -637,3 +637,85 @@ fn abort_before_a_chunk_leaves_the_context_unchanged() {
     e.set_abort(None);
     assert_eq!(e.forward(&PROMPT[2..], LogitsWanted::Last).unwrap(), want);
 }
+
+fn qwen35moe_path() -> PathBuf {
+    let p = testdata::fixtures_root()
+        .join("moe")
+        .join("qwen35moe-q8_0.gguf");
+    assert!(
+        p.is_file(),
+        "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh` ({} not found)",
+        p.display()
+    );
+    p
+}
+
+/// A hybrid model's linear-attention layers hold one state for the whole context: going back
+/// to where the last call started (with rollback on) gives the same bits as never having gone
+/// on; going anywhere else empties the context; a saved state carries the recurrent state.
+#[test]
+fn hybrid_context_goes_back_through_its_snapshot_or_to_empty() {
+    let file = GgufFile::open(qwen35moe_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let k = Kernels::detect();
+    let prompt = &PROMPT[..7];
+    let mut e = Engine::new(&model, k, &pool, cfg(64, 4)).unwrap();
+    assert!(e.has_recurrent_state());
+    e.set_rollback(true);
+    e.forward(prompt, LogitsWanted::Last).unwrap();
+    let state = e.save_state();
+    assert!(state.bytes() > 0);
+    let want = e.forward(&[9], LogitsWanted::Last).unwrap();
+    // back to the start of that call, and the same token again
+    e.truncate(7);
+    assert_eq!(e.n_past(), 7);
+    assert_eq!(e.forward(&[9], LogitsWanted::Last).unwrap(), want);
+    // not where the last call started: the context is emptied
+    e.truncate(5);
+    assert_eq!(e.n_past(), 0);
+    e.restore_state(&state).unwrap();
+    assert_eq!(e.n_past(), 7);
+    assert_eq!(e.forward(&[9], LogitsWanted::Last).unwrap(), want);
+    // without rollback, going back is going to empty
+    e.set_rollback(false);
+    e.forward(&[3], LogitsWanted::Last).unwrap();
+    e.truncate(8);
+    assert_eq!(e.n_past(), 0);
+    // and the same tokens run again from empty give the same bits
+    e.forward(prompt, LogitsWanted::Last).unwrap();
+    assert_eq!(e.forward(&[9], LogitsWanted::Last).unwrap(), want);
+}
+
+/// A call stopped after some of its chunks ran: the recurrent state has moved on, so the
+/// context goes back through the snapshot of the call's start (rollback on) or to empty.
+#[test]
+fn hybrid_abort_after_a_chunk_rolls_back_or_empties() {
+    let file = GgufFile::open(qwen35moe_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let k = Kernels::detect();
+    let mut fresh = Engine::new(&model, k, &pool, cfg(64, 2)).unwrap();
+    fresh.forward(&PROMPT[..2], LogitsWanted::Last).unwrap();
+    let want = fresh.forward(&PROMPT[2..], LogitsWanted::Last).unwrap();
+    for rollback in [true, false] {
+        let mut e = Engine::new(&model, k, &pool, cfg(64, 2)).unwrap();
+        e.set_rollback(rollback);
+        e.forward(&PROMPT[..2], LogitsWanted::Last).unwrap();
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = std::sync::Arc::clone(&asked);
+        e.set_abort(Some(Box::new(move || {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 2
+        })));
+        let err = e.forward(&PROMPT[2..], LogitsWanted::Last).unwrap_err();
+        assert!(matches!(err, ForwardError::Cancelled), "{err}");
+        e.set_abort(None);
+        if rollback {
+            assert_eq!(e.n_past(), 2);
+        } else {
+            assert_eq!(e.n_past(), 0);
+            e.forward(&PROMPT[..2], LogitsWanted::Last).unwrap();
+        }
+        assert_eq!(e.forward(&PROMPT[2..], LogitsWanted::Last).unwrap(), want);
+    }
+}

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use gguf::{GgmlType, GgufFile, TensorType};
-use model::{Arch, Ffn, Model, QkNorm, RopeType};
+use model::{Arch, Attn, Ffn, Model, QkNorm, RopeType};
 
 const HINT: &str = "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh`";
 
@@ -501,17 +501,22 @@ fn the_deepseek2_models_have_latent_attention_in_both_forms() {
     }
 }
 
-/// The gemma4 fixture written again with `drop` left out, `reshape` given other dims (zero
-/// bytes of the new size) and `kv` keys set: for the refusal tests.
-fn gemma4_variant(
+/// The fixture `file` written again with the tensors and metadata keys of `drop` left out,
+/// `reshape` given other dims (zero bytes of the new size) and `kv` keys set: for the refusal
+/// tests.
+fn fixture_variant(
     dir: &Path,
+    file: &str,
     drop: &[&str],
     reshape: &[(&str, Vec<u64>)],
     kv: &[(&str, gguf::Value)],
 ) -> (tempfile::TempDir, PathBuf) {
-    let src = GgufFile::open(model_path(dir, "gemma4-f32.gguf")).unwrap();
+    let src = GgufFile::open(model_path(dir, file)).unwrap();
     let mut w = gguf::GgufWriter::new();
     for (k, v) in src.metadata().iter() {
+        if drop.contains(&k) {
+            continue;
+        }
         let v = kv
             .iter()
             .find(|(key, _)| *key == k)
@@ -601,7 +606,7 @@ fn gemma4_refusals_name_the_key_or_tensor() {
     use model::ModelError;
     let dir = moe_dir();
     let load = |drop: &[&str], reshape: &[(&str, Vec<u64>)], kv: &[(&str, gguf::Value)]| {
-        let (_d, p) = gemma4_variant(&dir, drop, reshape, kv);
+        let (_d, p) = fixture_variant(&dir, "gemma4-f32.gguf", drop, reshape, kv);
         let f = GgufFile::open(&p).unwrap();
         Model::from_gguf(&f).map(|_| ()).unwrap_err()
     };
@@ -637,4 +642,111 @@ fn gemma4_refusals_name_the_key_or_tensor() {
             "{e}"
         );
     }
+}
+
+#[test]
+fn the_qwen35moe_model_has_linear_and_full_attention_layers() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in [("f32", GgmlType::F32), ("q8_0", GgmlType::Q8_0)] {
+        let path = model_path(&dir, &format!("qwen35moe-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch(), Arch::Qwen35Moe, "{what}");
+        assert_eq!(hp.recurrent, vec![true, true, true, false], "{what}");
+        let ssm = hp.ssm.as_ref().expect("ssm sizes");
+        assert_eq!(
+            (ssm.d_conv, ssm.d_state, ssm.n_k_heads, ssm.n_v_heads),
+            (4, 64, 2, 4),
+            "{what}"
+        );
+        assert_eq!(ssm.conv_channels(), 512, "{what}");
+        assert_eq!(hp.rope.sections, [2, 2, 2, 2], "{what}");
+        assert_eq!(hp.rope.n_rot, 16, "{what}");
+        // the gated q projection: queries and gate of 4 heads of 64
+        assert_eq!(hp.n_embd_q(3), 512, "{what}");
+        assert_eq!(hp.n_embd_out(3), 256, "{what}");
+        assert_eq!(hp.n_embd_out(0), 256, "{what}");
+        assert_eq!(hp.kv_values_per_token(0), 0, "{what}");
+        assert_eq!(hp.kv_values_per_token(3), 256, "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            match (&layer.attn, il) {
+                (Attn::Gdn(g), 0..=2) => {
+                    assert_eq!(layer.wo.name, format!("blk.{il}.ssm_out.weight"), "{what}");
+                    assert_eq!(g.conv1d.ty, TensorType::Known(GgmlType::F32), "{what}");
+                }
+                (Attn::Mha(a), 3) => {
+                    assert!(a.q_norm.is_some() && a.k_norm.is_some(), "{what}");
+                }
+                _ => panic!("{what}: layer {il} has the wrong attention"),
+            }
+            assert_eq!(
+                layer.ffn_norm.name,
+                format!("blk.{il}.post_attention_norm.weight"),
+                "{what}"
+            );
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} dense")
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            let sh = moe.shared.as_ref().expect("shared expert");
+            assert!(sh.gate_inp.is_some(), "{what}: the shared expert is gated");
+        }
+        let r = refs_dir().join(format!("qwen35moe-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn qwen35moe_refusals_name_the_key_or_tensor() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], reshape: &[(&str, Vec<u64>)], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = fixture_variant(&dir, "qwen35moe-f32.gguf", drop, reshape, kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|_| ()).unwrap_err()
+    };
+    for name in [
+        "blk.0.ssm_a",
+        "blk.1.ssm_conv1d.weight",
+        "blk.2.attn_gate.weight",
+        "blk.0.ssm_out.weight",
+        "blk.3.attn_q_norm.weight",
+        "blk.3.post_attention_norm.weight",
+        "blk.1.ffn_gate_inp_shexp.weight",
+    ] {
+        assert_eq!(
+            load(&[name], &[], &[]),
+            ModelError::MissingTensor(name.into())
+        );
+    }
+    for (name, dims) in [
+        ("blk.0.attn_qkv.weight", vec![256, 384]),
+        ("blk.3.attn_q.weight", vec![256, 256]),
+        ("blk.2.ssm_norm.weight", vec![32]),
+    ] {
+        let e = load(&[], &[(name, dims)], &[]);
+        assert!(
+            matches!(&e, ModelError::BadShape { name: n, .. } if n == name),
+            "{e}"
+        );
+    }
+    for key in [
+        "qwen35moe.ssm.conv_kernel",
+        "qwen35moe.ssm.state_size",
+        "qwen35moe.rope.dimension_sections",
+    ] {
+        assert_eq!(load(&[key], &[], &[]), ModelError::MissingKey(key.into()));
+    }
+    // an inner size that is not value heads x head size
+    let e = load(
+        &[],
+        &[],
+        &[("qwen35moe.ssm.inner_size", gguf::Value::U32(200))],
+    );
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key, .. } if key == "qwen35moe.ssm.inner_size"),
+        "{e}"
+    );
 }

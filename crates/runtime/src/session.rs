@@ -346,8 +346,11 @@ impl Session {
         if reuse == a.ids.len() {
             reuse -= 1;
         }
+        // a model with linear-attention layers may go back further than asked (to an empty
+        // context), and then prefills the whole prompt
+        rt.engine.set_rollback(true);
         rt.engine.truncate(reuse);
-        self.kv_tokens.truncate(reuse);
+        self.kv_tokens.truncate(reuse.min(rt.engine.n_past()));
         let o = rt.generate(
             &Turn {
                 ids: &a.ids,

@@ -46,6 +46,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "glm4moe-q8_0.gguf",
         "deepseek2-q8_0.gguf",
         "gemma4-f32.gguf",
+        "qwen35moe-f32.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;
