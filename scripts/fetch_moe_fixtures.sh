@@ -2,9 +2,9 @@
 # Writes the tiny mixture-of-experts test models (scripts/gen_moe_fixtures.py: qwen3moe,
 # qwen2moe, olmoe, Mixtral-layout llama and glm4moe, each in F32, BF16, Q8_0, Q4_0 and Q4_1;
 # deepseek2 in F32, BF16, Q8_0 and Q4_0, deepseek2-lite in F32, Q8_0 and Q4_0, deepseek2-fused
-# (fused gate_up experts) in F32 and Q8_0; all of these then
-# in Q4_K_M quantized from the F32 model by `sluice quantize`; glm4moe-grouped and gemma4 in F32
-# and Q8_0;
+# (fused gate_up experts) and qwen35moe (Qwen3.5/3.6's hybrid of linear and full attention) in
+# F32 and Q8_0; all of these then in Q4_K_M quantized from the F32 model by `sluice quantize`;
+# glm4moe-grouped and gemma4 in F32 and Q8_0;
 # gptoss in F32, BF16, Q8_0 and MXFP4) into $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe),
 # where the tests look for them. The models are not committed: they are regenerated here, byte
 # for byte, from fixed seeds and the real vocabularies and chat templates that
@@ -16,7 +16,7 @@
 # private venv next to the data gets them from PyPI. The Q4_K_M step builds sluice with cargo
 # (the `test` profile, so `cargo test` reuses the build).
 # Idempotent: a finished run leaves moe/STAMP (naming the generator's hash); later runs return
-# at once unless the generator changed.
+# at once unless the generator or this script changed.
 #
 # SLUICE_MOE_NO_REF_CHECK=1 skips comparing the Q4_K_M models with the SHA-256 recorded in the
 # references (scripts/gen_moe_refs.sh sets it: it regenerates the references and checks the
@@ -31,8 +31,9 @@ GGUF_VERSION=0.19.0
 NUMPY_VERSION=2.4.6
 REFS=$root/crates/engine/tests/fixtures/moe/refs
 # The models that also get a Q4_K_M version (not gptoss, not glm4moe-grouped).
-ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused"
-STAMP_VERSION="moe-fixtures v2 $(sha256sum "$GEN" | cut -d' ' -f1)"
+ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe"
+# the generator's and this script's hashes (its ARCHS decide which Q4_K_M models exist)
+STAMP_VERSION="moe-fixtures v3 $(cat "$GEN" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 
 if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP_VERSION" ]; then
     exit 0

@@ -32,7 +32,7 @@ MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
 ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
-KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused"
+KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
 # left as they are).
 if [ -n "${ONLY:-}" ]; then
@@ -53,7 +53,7 @@ declare -A TYPES=(
     [deepseek2-lite]="f32 q8_0 q4_0 q4_k_m"
     [deepseek2-fused]="f32 q8_0 q4_k_m"
     [gemma4]="f32 q8_0"
-    [qwen35moe]="f32 q8_0"
+    [qwen35moe]="f32 q8_0 q4_k_m"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose

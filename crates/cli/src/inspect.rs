@@ -408,6 +408,24 @@ fn model_json(model: &Model) -> serde_json::Value {
                     "rotated_dims": hp.rope.n_rot,
                 });
             }
+            if let Some(s) = &hp.ssm {
+                let layers: Vec<usize> = (0..hp.n_layer as usize)
+                    .filter(|&il| hp.is_recurrent(il))
+                    .collect();
+                // what one sequence's context holds in those layers, whatever its length
+                let floats = (s.conv_state_len() + s.state_len()) * layers.len();
+                doc["linear_attention"] = json!({
+                    "layers": layers,
+                    "key_heads": s.n_k_heads,
+                    "value_heads": s.n_v_heads,
+                    "head_dim": s.d_state,
+                    "conv_kernel": s.d_conv,
+                    "conv_state_floats_per_layer": s.conv_state_len(),
+                    "recurrent_state_floats_per_layer": s.state_len(),
+                    "state_bytes": floats * 4,
+                });
+                doc["rope_sections"] = json!(hp.rope.sections);
+            }
             doc
         }
         Err(e) => json!({ "error": e.to_string() }),

@@ -238,6 +238,43 @@ fn kimi_k2_plan_is_deepseek_v3_with_384_experts_one_dense_layer_and_64_heads() {
 }
 
 #[test]
+fn qwen3_6_plan_has_linear_and_full_attention_layers_and_256_experts() {
+    let (data, layers, rows) = plan(&["--like", "qwen3.6-35b-a3b"]);
+    assert_eq!(
+        layers.keys().copied().collect::<Vec<_>>(),
+        (0..40).collect::<Vec<_>>()
+    );
+    // an expert: Q4_K gate and up (512 rows of 2048: 8 blocks of 144 bytes a row), down (2048
+    // rows of 512: 2 blocks) Q4_K or, on llama.cpp's more-bits layers, Q6_K (210)
+    let gate_up = 2 * 512 * 8 * 144;
+    let (down_q4, down_q6) = (2048 * 2 * 144, 2048 * 2 * 210);
+    for (l, (x, _)) in &layers {
+        assert!(
+            *x == gate_up + down_q4 || *x == gate_up + down_q6,
+            "layer {l}: {x}"
+        );
+    }
+    let has = |name: &str| rows.iter().any(|r| r.3 == name);
+    for il in 0..40 {
+        let full = (il + 1) % 4 == 0;
+        assert_eq!(has(&format!("blk.{il}.attn_q.weight")), full, "layer {il}");
+        assert_eq!(
+            has(&format!("blk.{il}.ssm_out.weight")),
+            !full,
+            "layer {il}"
+        );
+        assert!(has(&format!("blk.{il}.ffn_gate_inp_shexp.weight")));
+    }
+    let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+    // the gated q: 2 x 16 heads of 256 rows of 2048; the convolution stays F32
+    assert_eq!(at("blk.3.attn_q.weight").1, 8192 * 8 * 144);
+    assert_eq!(at("blk.0.ssm_conv1d.weight").2, "f32");
+    assert_eq!(at("blk.0.ssm_conv1d.weight").1, 4 * 8192 * 4);
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
+#[test]
 fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("olmoe-l1.gguf");

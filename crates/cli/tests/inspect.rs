@@ -272,3 +272,47 @@ fn latent_attention_is_described() {
         assert_eq!(m["nextn_layers"], u64::from(absorbed), "{file}");
     }
 }
+
+#[test]
+fn linear_attention_layers_are_described() {
+    // The tiny qwen35moe fixture: three Gated DeltaNet layers, then a full-attention one.
+    let path = testdata::fixtures_root()
+        .join("moe")
+        .join("qwen35moe-q8_0.gguf");
+    assert!(
+        path.is_file(),
+        "run `bash scripts/fetch_moe_fixtures.sh` ({} missing)",
+        path.display()
+    );
+    let o = sluice(&["inspect", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("linear attention (Gated DeltaNet"))
+        .unwrap_or_else(|| panic!("no linear-attention line in\n{out}"));
+    assert!(
+        line.trim_start()
+            .starts_with("layer types: 3 linear attention"),
+        "{line}"
+    );
+    assert!(line.contains("2 key heads, 4 value heads of 64"), "{line}");
+    // 3 x 512 convolution inputs + 4 x 64 x 64 state values
+    assert!(
+        line.contains("17920 floats = convolution 1536 + recurrent 16384"),
+        "{line}"
+    );
+    assert!(line.contains("1 full attention"), "{line}");
+    let o = sluice(&["inspect", "--json", path.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = &doc["model"];
+    assert_eq!(m["arch"], "qwen35moe");
+    let la = &m["linear_attention"];
+    assert_eq!(la["layers"], serde_json::json!([0, 1, 2]));
+    assert_eq!(la["key_heads"], 2);
+    assert_eq!(la["value_heads"], 4);
+    assert_eq!(la["state_bytes"], 3 * 17920 * 4);
+    assert_eq!(m["rope_sections"], serde_json::json!([2, 2, 2, 2]));
+    // layer 0 holds no KV cells
+    assert_eq!(m["kv_values_per_token_layer"], 0);
+}

@@ -75,6 +75,12 @@ pub enum Like {
     /// Kimi-K2: DeepSeek-V3's architecture with 384 experts (no expert groups, x2.827), one
     /// leading dense layer, 64 heads, rope base 50000, YaRN x32, vocabulary 163840.
     KimiK2,
+    /// Qwen3.6-35B-A3B (and Qwen3.5-35B-A3B, the same shape): qwen35moe, 40 layers of which
+    /// every fourth attends fully (16 query / 2 KV heads of 256 with an output gate, IMRoPE over
+    /// 64 dims) and the rest are Gated DeltaNet linear attention (16 key / 32 value heads of
+    /// 128, convolution over 4), 256 experts (top-8) of width 512 plus a gated shared expert of
+    /// 512, n_embd 2048, vocabulary 248320 (filled from the Qwen2.5 tokenizer, padded).
+    Qwen36_35bA3b,
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -122,8 +128,27 @@ struct Shape {
     /// deepseek2's multi-head latent attention (with `glm`'s dense lead, shared expert and
     /// scale, but none of glm4moe's attention extras).
     mla: Option<MlaShape>,
+    /// qwen35moe's linear-attention layers, gated attention and shared expert.
+    hybrid: Option<HybridShape>,
     /// The mix the released files use when `--quant` is not given.
     default_quant: FileType,
+}
+
+/// What a qwen35moe model has beyond the common shape.
+#[derive(Clone, Copy, Debug)]
+struct HybridShape {
+    /// Every `interval`-th layer attends fully, the others are linear attention.
+    interval: u32,
+    /// Linear attention: key heads, value heads, head size, convolution width.
+    k_heads: u64,
+    v_heads: u64,
+    head: u64,
+    conv: u64,
+    /// Rotated dims of the full-attention heads and the IMRoPE sections.
+    rope_dims: u64,
+    sections: [u32; 4],
+    /// Width of the shared expert.
+    shexp: u64,
 }
 
 /// What a glm4moe model has beyond the common shape.
@@ -158,7 +183,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 8] = [
+    pub const ALL: [Like; 9] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -167,6 +192,7 @@ impl Like {
         Like::Glm45Air,
         Like::DeepseekV3,
         Like::KimiK2,
+        Like::Qwen36_35bA3b,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -180,6 +206,7 @@ impl Like {
             Like::Glm45Air => "glm-4.5-air",
             Like::DeepseekV3 => "deepseek-v3",
             Like::KimiK2 => "kimi-k2",
+            Like::Qwen36_35bA3b => "qwen3.6-35b-a3b",
         }
     }
 
@@ -233,6 +260,13 @@ impl Like {
                  vocabulary 163840 (filled from the Qwen2.5 tokenizer, padded); about 620 GB at \
                  Q4_K_M: write a --layers cut"
             }
+            Like::Qwen36_35bA3b => {
+                "Qwen3.6-35B-A3B: qwen35moe, 40 layers: 30 Gated DeltaNet linear-attention layers \
+                 (16 key / 32 value heads of 128, convolution over 4) and every fourth full \
+                 attention (16 query / 2 KV heads of 256, sigmoid output gate, IMRoPE over 64 \
+                 dims), 256 experts (top-8) of width 512 plus a gated shared expert of 512, \
+                 n_embd 2048, vocabulary 248320 (filled from the Qwen2.5 tokenizer, padded)"
+            }
         }
     }
 
@@ -271,6 +305,7 @@ impl Like {
                 gpt_oss: false,
                 glm: None,
                 mla: None,
+                hybrid: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Olmoe1b7b => Shape {
@@ -296,6 +331,7 @@ impl Like {
                 gpt_oss: false,
                 glm: None,
                 mla: None,
+                hybrid: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Mixtral8x7b => Shape {
@@ -321,6 +357,7 @@ impl Like {
                 gpt_oss: false,
                 glm: None,
                 mla: None,
+                hybrid: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::GptOss20b | Like::GptOss120b => {
@@ -348,6 +385,7 @@ impl Like {
                     gpt_oss: true,
                     glm: None,
                     mla: None,
+                    hybrid: None,
                     default_quant: FileType::Mxfp4Moe,
                 }
             }
@@ -380,6 +418,7 @@ impl Like {
                     weights_scale: 1.0,
                 }),
                 mla: None,
+                hybrid: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::DeepseekV3 | Like::KimiK2 => {
@@ -422,9 +461,45 @@ impl Like {
                         groups: if kimi { (1, 1) } else { (8, 4) },
                         yarn: (if kimi { 32.0 } else { 40.0 }, 4096, 0.1),
                     }),
+                    hybrid: None,
                     default_quant: FileType::Q4_K_M,
                 }
             }
+            Like::Qwen36_35bA3b => Shape {
+                arch: "qwen35moe",
+                title: "Qwen3.6-35B-A3B",
+                n_layer: 40,
+                n_embd: 2048,
+                n_head: 16,
+                n_head_kv: 2,
+                head_dim: 256,
+                n_expert: 256,
+                n_expert_used: 8,
+                n_ff_exp: 512,
+                n_ff: 512,
+                n_vocab: 248_320,
+                ctx_train: 262_144,
+                rope_base: 10_000_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::PerHead,
+                expert_ff_key: true,
+                rope_dims_key: true,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: Some(HybridShape {
+                    interval: 4,
+                    k_heads: 16,
+                    v_heads: 32,
+                    head: 128,
+                    conv: 4,
+                    rope_dims: 64,
+                    sections: [11, 11, 10, 0],
+                    shexp: 512,
+                }),
+                default_quant: FileType::Q4_K_M,
+            },
         }
     }
 }
@@ -480,6 +555,8 @@ enum Role {
     /// A small F32 tensor (bias, attention sink) of normal values with this standard
     /// deviation.
     Small(f32),
+    /// An F32 tensor of this one value (qwen35moe's decay rates, which must be negative).
+    Fill(f32),
 }
 
 /// Standard deviation of gpt-oss's synthetic biases.
@@ -517,6 +594,10 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         v.push(t(p("attn_norm"), &[e], Role::Norm));
         if let (Some(m), Some(g)) = (s.mla, s.glm) {
             mla_layer(&mut v, s, m, g, il);
+            continue;
+        }
+        if let Some(h) = s.hybrid {
+            hybrid_layer(&mut v, s, h, il);
             continue;
         }
         v.push(t(p("attn_q"), &[e, nq], Role::Weight));
@@ -631,6 +712,56 @@ fn mla_layer(v: &mut Vec<Planned>, s: &Shape, m: MlaShape, g: GlmExtras, il: u32
     v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
     v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
     v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
+}
+
+/// A qwen35moe layer after its `attn_norm`: linear attention (Gated DeltaNet) or, every
+/// `interval`-th layer, gated full attention; then the post-attention norm, the router, the
+/// gated shared expert and the experts.
+fn hybrid_layer(v: &mut Vec<Planned>, s: &Shape, h: HybridShape, il: u32) {
+    let t = |name: String, dims: &[u64], role| Planned {
+        name,
+        dims: dims.to_vec(),
+        role,
+    };
+    let p = |n: &str| format!("blk.{il}.{n}.weight");
+    let e = s.n_embd;
+    if !(il + 1).is_multiple_of(h.interval) {
+        let (kd, vd) = (h.k_heads * h.head, h.v_heads * h.head);
+        let ch = 2 * kd + vd;
+        v.push(t(p("attn_qkv"), &[e, ch], Role::Weight));
+        v.push(t(p("attn_gate"), &[e, vd], Role::Weight));
+        v.push(t(p("ssm_conv1d"), &[h.conv, ch], Role::Small(0.2)));
+        v.push(t(
+            format!("blk.{il}.ssm_dt.bias"),
+            &[h.v_heads],
+            Role::Fill(0.0),
+        ));
+        // decay exp(softplus(alpha) · a): about 0.7 per token for alpha near 0
+        v.push(t(format!("blk.{il}.ssm_a"), &[h.v_heads], Role::Fill(-0.5)));
+        v.push(t(p("ssm_beta"), &[e, h.v_heads], Role::Weight));
+        v.push(t(p("ssm_alpha"), &[e, h.v_heads], Role::Weight));
+        v.push(t(p("ssm_norm"), &[h.head], Role::Norm));
+        v.push(t(p("ssm_out"), &[vd, e], Role::Weight));
+    } else {
+        let nq = s.n_head * s.head_dim;
+        let nkv = s.n_head_kv * s.head_dim;
+        v.push(t(p("attn_q"), &[e, 2 * nq], Role::Weight));
+        v.push(t(p("attn_k"), &[e, nkv], Role::Weight));
+        v.push(t(p("attn_v"), &[e, nkv], Role::Weight));
+        v.push(t(p("attn_output"), &[nq, e], Role::Weight));
+        v.push(t(p("attn_q_norm"), &[s.head_dim], Role::Norm));
+        v.push(t(p("attn_k_norm"), &[s.head_dim], Role::Norm));
+    }
+    v.push(t(p("post_attention_norm"), &[e], Role::Norm));
+    let (f, x) = (s.n_ff_exp, s.n_expert);
+    v.push(t(p("ffn_gate_inp"), &[e, x], Role::Router));
+    v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
+    v.push(t(p("ffn_gate_inp_shexp"), &[e], Role::Small(BIAS_STD)));
+    v.push(t(p("ffn_gate_shexp"), &[e, h.shexp], Role::Weight));
+    v.push(t(p("ffn_up_shexp"), &[e, h.shexp], Role::Weight));
+    v.push(t(p("ffn_down_shexp"), &[h.shexp, e], Role::Weight));
 }
 
 /// FNV-1a of a tensor name, to give every tensor its own random stream.
@@ -1208,8 +1339,28 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
     meta.push((a("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)));
     meta.push((a("rope.freq_base"), Value::F32(s.rope_base)));
     if s.rope_dims_key {
-        let dims = s.glm.map_or(s.head_dim, |g| g.rope_dims);
+        let dims = match (s.glm, s.hybrid) {
+            (Some(g), _) => g.rope_dims,
+            (None, Some(h)) => h.rope_dims,
+            (None, None) => s.head_dim,
+        };
         meta.push((a("rope.dimension_count"), Value::U32(dims as u32)));
+    }
+    if let Some(h) = s.hybrid {
+        meta.push((
+            a("rope.dimension_sections"),
+            Value::Array(ArrayValue::I32(h.sections.map(|x| x as i32).to_vec())),
+        ));
+        meta.push((a("full_attention_interval"), Value::U32(h.interval)));
+        meta.push((a("ssm.conv_kernel"), Value::U32(h.conv as u32)));
+        meta.push((a("ssm.state_size"), Value::U32(h.head as u32)));
+        meta.push((a("ssm.group_count"), Value::U32(h.k_heads as u32)));
+        meta.push((a("ssm.time_step_rank"), Value::U32(h.v_heads as u32)));
+        meta.push((a("ssm.inner_size"), Value::U32((h.head * h.v_heads) as u32)));
+        meta.push((
+            a("expert_shared_feed_forward_length"),
+            Value::U32(h.shexp as u32),
+        ));
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
     meta.push((a("expert_used_count"), Value::U32(s.n_expert_used)));
@@ -1288,6 +1439,10 @@ pub fn write(plan: Plan, out: &Path, on: &mut dyn FnMut(Event)) -> Result<Writte
                     vals.extend((0..cols).map(|_| (rng.normal() * sd * gain) as f32));
                 }
                 w.add_tensor(t.name.clone(), &t.dims, ty, f32_bytes(vals))?;
+            }
+            Role::Fill(x) => {
+                let n: u64 = t.dims.iter().product();
+                w.add_tensor(t.name.clone(), &t.dims, ty, f32_bytes((0..n).map(|_| x)))?;
             }
             Role::Small(sd) => {
                 let n: u64 = t.dims.iter().product();
