@@ -340,6 +340,16 @@ impl RecState {
     fn bytes(&self) -> usize {
         (self.conv.len() + self.ssm.len()) * 4
     }
+
+    /// Every layer's state from `src` (same shapes, checked by the callers) into `dst`.
+    fn copy_all(dst: &mut [Option<RecState>], src: &[Option<RecState>]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            if let (Some(d), Some(s)) = (d, s) {
+                d.conv.copy_from_slice(&s.conv);
+                d.ssm.copy_from_slice(&s.ssm);
+            }
+        }
+    }
 }
 
 /// A model ready to run, with its KV cache. See the [module docs](self).
@@ -650,6 +660,22 @@ impl Stage<'_, '_> {
     }
 }
 
+/// The attention block's input: `s.cur = rmsnorm(s.x) · attn_norm` for the chunk's rows.
+fn attn_input(st: Stage<'_, '_>, lw: &LayerW<'_>, s: &mut Scratch) {
+    let len = st.n * st.e();
+    ops::rms_norm(&s.x[..len], &lw.attn_norm, st.hp.rms_eps, &mut s.cur[..len]);
+    st.emit("attn_norm", &s.cur[..len]);
+}
+
+/// The attention block's output `s.proj`, shown and added into the residual stream `s.x`.
+fn attn_residual(st: Stage<'_, '_>, s: &mut Scratch) {
+    let len = st.n * st.e();
+    st.emit("attn_out", &s.proj[..len]);
+    for (xv, &a) in s.x[..len].iter_mut().zip(&s.proj[..len]) {
+        *xv += a;
+    }
+}
+
 /// The attention block of layer `st.il` over the chunk's rows at positions `p0..`: norm, the
 /// queries, keys and values ([`mha_qkv`] or [`mla_qkv`]), the KV store, attention, the output
 /// projection, and the residual added into `s.x`.
@@ -668,13 +694,7 @@ fn attention(
     let kw = hp.n_embd_k_gqa(il) as usize;
     let vw = hp.n_embd_v_gqa(il) as usize;
 
-    ops::rms_norm(
-        &s.x[..n * e],
-        &lw.attn_norm,
-        hp.rms_eps,
-        &mut s.cur[..n * e],
-    );
-    st.emit("attn_norm", &s.cur[..n * e]);
+    attn_input(st, lw, s);
     let absorbed = match &lw.attn {
         AttnW::Mha(a) => {
             let rope = match rope_swa {
@@ -743,11 +763,7 @@ fn attention(
     if let Some(g) = &lw.gemma {
         ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_attn_norm, hp.rms_eps);
     }
-    st.emit("attn_out", &s.proj[..n * e]);
-    // residual
-    for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
-        *xv += a;
-    }
+    attn_residual(st, s);
     Ok(())
 }
 
@@ -765,7 +781,6 @@ fn gdn_attention(
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
-    let e = st.e();
     let m = hp.ssm.as_ref().ok_or_else(|| {
         ForwardError::Unsupported(format!("layer {il}: linear attention without ssm sizes"))
     })?;
@@ -775,13 +790,7 @@ fn gdn_attention(
     let ch = 2 * kd + vd;
     let eps = hp.rms_eps;
 
-    ops::rms_norm(
-        &s.x[..n * e],
-        &lw.attn_norm,
-        hp.rms_eps,
-        &mut s.cur[..n * e],
-    );
-    st.emit("attn_norm", &s.cur[..n * e]);
+    attn_input(st, lw, s);
     mm(
         pool,
         &g.qkv,
@@ -881,10 +890,7 @@ fn gdn_attention(
         &mut s.proj,
         &mut s.qbuf,
     )?;
-    st.emit("attn_out", &s.proj[..n * e]);
-    for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
-        *xv += a;
-    }
+    attn_residual(st, s);
     Ok(())
 }
 
@@ -1980,12 +1986,7 @@ impl<'a> Engine<'a> {
     fn back_to(&mut self, n: usize) {
         match self.rs_snap.take() {
             Some((at, snap)) if at == n => {
-                for (dst, src) in self.rs.iter_mut().zip(&snap) {
-                    if let (Some(d), Some(s)) = (dst, src) {
-                        d.conv.copy_from_slice(&s.conv);
-                        d.ssm.copy_from_slice(&s.ssm);
-                    }
-                }
+                RecState::copy_all(&mut self.rs, &snap);
                 self.n_past = n;
                 self.rs_snap = Some((at, snap));
             }
@@ -2037,12 +2038,7 @@ impl<'a> Engine<'a> {
         for (cache, p) in self.kv.iter_mut().zip(&state.layers) {
             cache.restore(p)?;
         }
-        for (dst, src) in self.rs.iter_mut().zip(&state.recurrent) {
-            if let (Some(d), Some(s)) = (dst, src) {
-                d.conv.copy_from_slice(&s.conv);
-                d.ssm.copy_from_slice(&s.ssm);
-            }
-        }
+        RecState::copy_all(&mut self.rs, &state.recurrent);
         self.n_past = state.n_past;
         self.rs_snap = None;
         Ok(())
