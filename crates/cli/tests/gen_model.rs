@@ -275,6 +275,50 @@ fn qwen3_6_plan_has_linear_and_full_attention_layers_and_256_experts() {
 }
 
 #[test]
+fn gemma_4_plan_has_sliding_and_full_layers_a_dense_mlp_and_fused_experts() {
+    let (data, layers, rows) = plan(&["--like", "gemma-4-26b-a4b"]);
+    assert_eq!(
+        layers.keys().copied().collect::<Vec<_>>(),
+        (0..30).collect::<Vec<_>>()
+    );
+    let has = |name: &str| rows.iter().any(|r| r.3 == name);
+    let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+    // tied embeddings and the full layers' proportional rope divisors
+    assert!(!has("output.weight"));
+    assert_eq!(at("rope_freqs.weight").1, 256 * 4);
+    for il in 0..30 {
+        let full = (il + 1) % 6 == 0;
+        // the full layers' keys are their values: no attn_v
+        assert_eq!(has(&format!("blk.{il}.attn_v.weight")), !full, "layer {il}");
+        for t in [
+            "ffn_gate_up_exps.weight",
+            "ffn_down_exps.scale",
+            "ffn_gate.weight",
+        ] {
+            assert!(has(&format!("blk.{il}.{t}")), "layer {il}: {t}");
+        }
+    }
+    // heads: 16 x 256 on the sliding layers, 16 x 512 on the full ones (Q4_K rows of 2816:
+    // 11 blocks of 144 bytes); the full layers' k: 2 heads of 512
+    assert_eq!(at("blk.0.attn_q.weight").1, 4096 * 11 * 144);
+    assert_eq!(at("blk.5.attn_q.weight").1, 8192 * 11 * 144);
+    assert_eq!(at("blk.5.attn_k.weight").1, 1024 * 11 * 144);
+    // an expert: the fused gate/up Q4_K (1408 rows of 2816); down's rows of 704 fit no
+    // K-quant, llama.cpp's fallback gives Q5_0 (22 bytes per 32) or, on the more-bits
+    // layers, Q8_0 (34)
+    let gate_up = 1408 * 11 * 144;
+    let (down_q5, down_q8) = (2816 * 22 * 22, 2816 * 22 * 34);
+    for (l, (x, _)) in &layers {
+        assert!(
+            *x == gate_up + down_q5 || *x == gate_up + down_q8,
+            "layer {l}: {x}"
+        );
+    }
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
+#[test]
 fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("olmoe-l1.gguf");

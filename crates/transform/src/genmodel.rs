@@ -81,6 +81,12 @@ pub enum Like {
     /// 128, convolution over 4), 256 experts (top-8) of width 512 plus a gated shared expert of
     /// 512, n_embd 2048, vocabulary 248320 (filled from the Qwen2.5 tokenizer, padded).
     Qwen36_35bA3b,
+    /// Gemma-4-26B-A4B: gemma4, 30 layers: 25 sliding-window (1024; 16 query / 8 KV heads of
+    /// 256) and every sixth full attention (16 query / 2 KV heads of 512, keys as values,
+    /// proportional rope over a quarter), a dense GEGLU MLP of 2112 beside 128 fused experts
+    /// (top-8) of width 704 in every layer, n_embd 2816, vocabulary 262144 (Gemma 4 tokenizer),
+    /// tied embeddings, logits soft-capped at 30.
+    Gemma4_26bA4b,
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -130,8 +136,26 @@ struct Shape {
     mla: Option<MlaShape>,
     /// qwen35moe's linear-attention layers, gated attention and shared expert.
     hybrid: Option<HybridShape>,
+    /// gemma4's layer types, norms, dense MLP and fused experts (`head_dim` and `n_head_kv`
+    /// are the sliding-window layers').
+    gemma: Option<GemmaShape>,
     /// The mix the released files use when `--quant` is not given.
     default_quant: FileType,
+}
+
+/// What a gemma4 model has beyond the common shape.
+#[derive(Clone, Copy, Debug)]
+struct GemmaShape {
+    /// Every `period`-th layer attends fully, the others through the window.
+    period: u32,
+    window: u32,
+    /// The full-attention layers' head size and KV heads (their keys are their values).
+    head_full: u64,
+    kv_full: u64,
+    /// Rotated pairs of a full-attention head (the rest get `rope_freqs` of 1e30).
+    rot_pairs_full: u64,
+    rope_base_swa: f32,
+    softcap: f32,
 }
 
 /// What a qwen35moe model has beyond the common shape.
@@ -183,7 +207,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 9] = [
+    pub const ALL: [Like; 10] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -193,6 +217,7 @@ impl Like {
         Like::DeepseekV3,
         Like::KimiK2,
         Like::Qwen36_35bA3b,
+        Like::Gemma4_26bA4b,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -207,6 +232,7 @@ impl Like {
             Like::DeepseekV3 => "deepseek-v3",
             Like::KimiK2 => "kimi-k2",
             Like::Qwen36_35bA3b => "qwen3.6-35b-a3b",
+            Like::Gemma4_26bA4b => "gemma-4-26b-a4b",
         }
     }
 
@@ -267,6 +293,13 @@ impl Like {
                  dims), 256 experts (top-8) of width 512 plus a gated shared expert of 512, \
                  n_embd 2048, vocabulary 248320 (filled from the Qwen2.5 tokenizer, padded)"
             }
+            Like::Gemma4_26bA4b => {
+                "Gemma-4-26B-A4B: gemma4, 30 layers: 25 sliding-window (1024; 16 query / 8 KV \
+                 heads of 256) and every sixth full attention (16 query / 2 KV heads of 512, \
+                 keys as values, proportional rope), a dense GEGLU MLP of width 2112 beside 128 \
+                 fused experts (top-8) of width 704 in every layer, n_embd 2816, vocabulary \
+                 262144 (Gemma 4 tokenizer), tied embeddings, logits soft-capped at 30"
+            }
         }
     }
 
@@ -306,6 +339,7 @@ impl Like {
                 glm: None,
                 mla: None,
                 hybrid: None,
+                gemma: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Olmoe1b7b => Shape {
@@ -332,6 +366,7 @@ impl Like {
                 glm: None,
                 mla: None,
                 hybrid: None,
+                gemma: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Mixtral8x7b => Shape {
@@ -358,6 +393,7 @@ impl Like {
                 glm: None,
                 mla: None,
                 hybrid: None,
+                gemma: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::GptOss20b | Like::GptOss120b => {
@@ -386,6 +422,7 @@ impl Like {
                     glm: None,
                     mla: None,
                     hybrid: None,
+                    gemma: None,
                     default_quant: FileType::Mxfp4Moe,
                 }
             }
@@ -419,6 +456,7 @@ impl Like {
                 }),
                 mla: None,
                 hybrid: None,
+                gemma: None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::DeepseekV3 | Like::KimiK2 => {
@@ -462,6 +500,7 @@ impl Like {
                         yarn: (if kimi { 32.0 } else { 40.0 }, 4096, 0.1),
                     }),
                     hybrid: None,
+                    gemma: None,
                     default_quant: FileType::Q4_K_M,
                 }
             }
@@ -497,6 +536,42 @@ impl Like {
                     rope_dims: 64,
                     sections: [11, 11, 10, 0],
                     shexp: 512,
+                }),
+                gemma: None,
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::Gemma4_26bA4b => Shape {
+                arch: "gemma4",
+                title: "Gemma-4-26B-A4B",
+                n_layer: 30,
+                n_embd: 2816,
+                n_head: 16,
+                n_head_kv: 8,
+                head_dim: 256,
+                n_expert: 128,
+                n_expert_used: 8,
+                n_ff_exp: 704,
+                n_ff: 2112,
+                n_vocab: 262_144,
+                ctx_train: 262_144,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::PerHead,
+                expert_ff_key: true,
+                rope_dims_key: true,
+                vocab_fixture: "ggml-vocab-gemma-4.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: None,
+                gemma: Some(GemmaShape {
+                    period: 6,
+                    window: 1024,
+                    head_full: 512,
+                    kv_full: 2,
+                    rot_pairs_full: 64,
+                    rope_base_swa: 10_000.0,
+                    softcap: 30.0,
                 }),
                 default_quant: FileType::Q4_K_M,
             },
@@ -557,6 +632,9 @@ enum Role {
     Small(f32),
     /// An F32 tensor of this one value (qwen35moe's decay rates, which must be negative).
     Fill(f32),
+    /// gemma4's proportional rope divisors: 1 for the first `rotated` pairs, 1e30 (no
+    /// rotation) for the rest, as llama.cpp's converter writes them.
+    RopeFreqs { rotated: u64 },
 }
 
 /// Standard deviation of gpt-oss's synthetic biases.
@@ -586,8 +664,19 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
     let mut v = vec![
         t("token_embd.weight".into(), &[e, s.n_vocab], Role::Weight),
         t("output_norm.weight".into(), &[e], Role::Norm),
-        t("output.weight".into(), &[e, s.n_vocab], Role::Weight),
     ];
+    if let Some(g) = s.gemma {
+        // tied embeddings, as the released files
+        v.push(t(
+            "rope_freqs.weight".into(),
+            &[g.head_full / 2],
+            Role::RopeFreqs {
+                rotated: g.rot_pairs_full,
+            },
+        ));
+    } else {
+        v.push(t("output.weight".into(), &[e, s.n_vocab], Role::Weight));
+    }
     let nextn = s.glm.map_or(0, |g| g.nextn);
     for il in 0..n_layer + nextn {
         let p = |n: &str| format!("blk.{il}.{n}.weight");
@@ -598,6 +687,10 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         }
         if let Some(h) = s.hybrid {
             hybrid_layer(&mut v, s, h, il);
+            continue;
+        }
+        if let Some(g) = s.gemma {
+            gemma_layer(&mut v, s, g, il);
             continue;
         }
         v.push(t(p("attn_q"), &[e, nq], Role::Weight));
@@ -762,6 +855,54 @@ fn hybrid_layer(v: &mut Vec<Planned>, s: &Shape, h: HybridShape, il: u32) {
     v.push(t(p("ffn_gate_shexp"), &[e, h.shexp], Role::Weight));
     v.push(t(p("ffn_up_shexp"), &[e, h.shexp], Role::Weight));
     v.push(t(p("ffn_down_shexp"), &[h.shexp, e], Role::Weight));
+}
+
+/// A gemma4 layer after its `attn_norm`: attention through the window (or, every
+/// `period`-th layer, full attention whose keys are its values), its post norm, the dense
+/// GEGLU MLP with its norms, and the router, norms and fused experts of the MoE block.
+fn gemma_layer(v: &mut Vec<Planned>, s: &Shape, g: GemmaShape, il: u32) {
+    let t = |name: String, dims: &[u64], role| Planned {
+        name,
+        dims: dims.to_vec(),
+        role,
+    };
+    let p = |n: &str| format!("blk.{il}.{n}.weight");
+    let e = s.n_embd;
+    let full = (il + 1).is_multiple_of(g.period);
+    let (hd, kv) = if full {
+        (g.head_full, g.kv_full)
+    } else {
+        (s.head_dim, s.n_head_kv)
+    };
+    let nq = s.n_head * hd;
+    v.push(t(p("attn_q"), &[e, nq], Role::Weight));
+    v.push(t(p("attn_k"), &[e, kv * hd], Role::Weight));
+    if !full {
+        v.push(t(p("attn_v"), &[e, kv * hd], Role::Weight));
+    }
+    v.push(t(p("attn_output"), &[nq, e], Role::Weight));
+    v.push(t(p("attn_q_norm"), &[hd], Role::Norm));
+    v.push(t(p("attn_k_norm"), &[hd], Role::Norm));
+    v.push(t(p("post_attention_norm"), &[e], Role::Norm));
+    v.push(t(p("layer_output_scale"), &[1], Role::Fill(1.0)));
+    v.push(t(p("ffn_norm"), &[e], Role::Norm));
+    v.push(t(p("ffn_gate"), &[e, s.n_ff], Role::Weight));
+    v.push(t(p("ffn_up"), &[e, s.n_ff], Role::Weight));
+    v.push(t(p("ffn_down"), &[s.n_ff, e], Role::Weight));
+    v.push(t(p("post_ffw_norm"), &[e], Role::Norm));
+    let (f, x) = (s.n_ff_exp, s.n_expert);
+    v.push(t(p("ffn_gate_inp"), &[e, x], Role::Router));
+    v.push(t(format!("blk.{il}.ffn_gate_inp.scale"), &[e], Role::Norm));
+    v.push(t(p("pre_ffw_norm_2"), &[e], Role::Norm));
+    v.push(t(p("post_ffw_norm_1"), &[e], Role::Norm));
+    v.push(t(p("post_ffw_norm_2"), &[e], Role::Norm));
+    v.push(t(p("ffn_gate_up_exps"), &[e, 2 * f, x], Role::Weight));
+    v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
+    v.push(t(
+        format!("blk.{il}.ffn_down_exps.scale"),
+        &[x],
+        Role::Fill(1.0),
+    ));
 }
 
 /// FNV-1a of a tensor name, to give every tensor its own random stream.
@@ -1306,7 +1447,24 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
     ));
     meta.push((a("feed_forward_length"), Value::U32(s.n_ff as u32)));
     meta.push((a("attention.head_count"), Value::U32(s.n_head as u32)));
-    meta.push((a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32)));
+    match s.gemma {
+        Some(g) => {
+            let kv: Vec<i32> = (0..s.n_layer)
+                .map(|il| {
+                    if (il + 1).is_multiple_of(g.period) {
+                        g.kv_full as i32
+                    } else {
+                        s.n_head_kv as i32
+                    }
+                })
+                .collect();
+            meta.push((
+                a("attention.head_count_kv"),
+                Value::Array(ArrayValue::I32(kv)),
+            ));
+        }
+        None => meta.push((a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32))),
+    }
     if let Some(m) = s.mla {
         // the absorbed form's keys, as llama.cpp's converter writes them
         meta.push((
@@ -1332,6 +1490,25 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             Value::U32(m.yarn.1),
         ));
         meta.push((a("rope.scaling.yarn_log_multiplier"), Value::F32(m.yarn.2)));
+    } else if let Some(g) = s.gemma {
+        let pattern: Vec<bool> = (0..s.n_layer)
+            .map(|il| !(il + 1).is_multiple_of(g.period))
+            .collect();
+        let u = |v: u64| Value::U32(v as u32);
+        meta.push((a("attention.key_length"), u(g.head_full)));
+        meta.push((a("attention.value_length"), u(g.head_full)));
+        meta.push((a("attention.key_length_swa"), u(s.head_dim)));
+        meta.push((a("attention.value_length_swa"), u(s.head_dim)));
+        meta.push((a("attention.sliding_window"), Value::U32(g.window)));
+        meta.push((
+            a("attention.sliding_window_pattern"),
+            Value::Array(ArrayValue::Bool(pattern)),
+        ));
+        meta.push((a("attention.shared_kv_layers"), Value::U32(0)));
+        meta.push((a("embedding_length_per_layer_input"), Value::U32(0)));
+        meta.push((a("rope.dimension_count_swa"), u(s.head_dim)));
+        meta.push((a("rope.freq_base_swa"), Value::F32(g.rope_base_swa)));
+        meta.push((a("final_logit_softcapping"), Value::F32(g.softcap)));
     } else if s.head_dim * s.n_head != s.n_embd {
         meta.push((a("attention.key_length"), Value::U32(s.head_dim as u32)));
         meta.push((a("attention.value_length"), Value::U32(s.head_dim as u32)));
@@ -1339,10 +1516,12 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
     meta.push((a("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)));
     meta.push((a("rope.freq_base"), Value::F32(s.rope_base)));
     if s.rope_dims_key {
-        let dims = match (s.glm, s.hybrid) {
-            (Some(g), _) => g.rope_dims,
-            (None, Some(h)) => h.rope_dims,
-            (None, None) => s.head_dim,
+        let dims = match (s.glm, s.hybrid, s.gemma) {
+            (Some(g), _, _) => g.rope_dims,
+            (None, Some(h), _) => h.rope_dims,
+            // the full-attention heads, whole (rope_freqs leaves most pairs unrotated)
+            (None, None, Some(g)) => g.head_full,
+            (None, None, None) => s.head_dim,
         };
         meta.push((a("rope.dimension_count"), Value::U32(dims as u32)));
     }
@@ -1438,6 +1617,11 @@ pub fn write(plan: Plan, out: &Path, on: &mut dyn FnMut(Event)) -> Result<Writte
                     let gain = (f64::from(plan.router_skew) * gain_rng.normal()).exp();
                     vals.extend((0..cols).map(|_| (rng.normal() * sd * gain) as f32));
                 }
+                w.add_tensor(t.name.clone(), &t.dims, ty, f32_bytes(vals))?;
+            }
+            Role::RopeFreqs { rotated } => {
+                let n: u64 = t.dims.iter().product();
+                let vals = (0..n).map(|i| if i < rotated { 1.0 } else { 1e30 });
                 w.add_tensor(t.name.clone(), &t.dims, ty, f32_bytes(vals))?;
             }
             Role::Fill(x) => {
