@@ -325,10 +325,26 @@ struct Scratch {
 
 /// A linear-attention layer's state after the context's tokens: the convolution's last
 /// inputs and the delta rule's matrices (see `ops::causal_conv`, `ops::gated_delta_rule`).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct RecState {
     conv: Vec<f32>,
     ssm: Vec<f32>,
+}
+
+impl Clone for RecState {
+    fn clone(&self) -> Self {
+        RecState {
+            conv: self.conv.clone(),
+            ssm: self.ssm.clone(),
+        }
+    }
+
+    /// Into the existing buffers (the per-call snapshot of [`Engine::set_rollback`] reuses
+    /// them instead of allocating the states again).
+    fn clone_from(&mut self, src: &Self) {
+        self.conv.clone_from(&src.conv);
+        self.ssm.clone_from(&src.ssm);
+    }
 }
 
 impl RecState {
