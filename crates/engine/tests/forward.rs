@@ -719,3 +719,79 @@ fn hybrid_abort_after_a_chunk_rolls_back_or_empties() {
         assert_eq!(e.forward(&PROMPT[2..], LogitsWanted::Last).unwrap(), want);
     }
 }
+
+/// A qwen35moe file with a NextN (MTP) block after the trunk, as llama.cpp's converter can
+/// write: the block is a full-attention layer with the gated q, the MoE FFN and the nextn
+/// tensors. It loads (never recurrent, listed as NextN) and the trunk's logits do not change:
+/// the block is not run.
+#[test]
+fn hybrid_nextn_block_loads_and_is_not_run() {
+    use gguf::{GgmlType, GgufWriter, TensorType, Value};
+    let src = GgufFile::open(qwen35moe_path()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata().iter() {
+        let v = if k == "qwen35moe.block_count" {
+            Value::U32(5)
+        } else {
+            v.clone()
+        };
+        w.add_metadata(k, v).unwrap();
+    }
+    w.add_metadata("qwen35moe.nextn_predict_layers", Value::U32(1))
+        .unwrap();
+    let known = |t: &gguf::TensorInfo| match t.ty {
+        TensorType::Known(ty) => ty,
+        _ => panic!("{}: unknown type", t.name),
+    };
+    for t in src.tensors() {
+        let data = src.tensor_data(t).unwrap().to_vec();
+        w.add_tensor(t.name.clone(), &t.dims, known(t), data)
+            .unwrap();
+    }
+    // the NextN block: layer 3's tensors (a full-attention layer) as blk.4, and its own
+    for t in src.tensors() {
+        if let Some(rest) = t.name.strip_prefix("blk.3.") {
+            let data = src.tensor_data(t).unwrap().to_vec();
+            w.add_tensor(format!("blk.4.{rest}"), &t.dims, known(t), data)
+                .unwrap();
+        }
+    }
+    let e = 256u64;
+    let f32s = |n: u64, v: f32| -> Vec<u8> { (0..n).flat_map(|_| v.to_le_bytes()).collect() };
+    w.add_tensor(
+        "blk.4.nextn.eh_proj.weight",
+        &[2 * e, e],
+        GgmlType::F32,
+        f32s(2 * e * e, 0.01),
+    )
+    .unwrap();
+    for n in ["enorm", "hnorm", "shared_head_norm"] {
+        w.add_tensor(
+            format!("blk.4.nextn.{n}.weight"),
+            &[e],
+            GgmlType::F32,
+            f32s(e, 1.0),
+        )
+        .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nextn.gguf");
+    w.write_to_path(&path).unwrap();
+
+    let file = GgufFile::open(&path).unwrap();
+    let with = Model::from_gguf(&file).unwrap();
+    let hp = &with.hparams;
+    assert_eq!((hp.n_layer, hp.n_layer_nextn), (4, 1));
+    assert_eq!(hp.recurrent, vec![true, true, true, false, false]);
+    assert_eq!(with.tensors.nextn.len(), 1);
+    assert_eq!(with.tensors.nextn[0].layer, 4);
+    assert!(with.tensors.nextn[0].block.mha().is_some());
+    let trunk = Model::from_gguf(&src).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let k = Kernels::detect();
+    let run = |m: &Model<'_>| {
+        let mut e = Engine::new(m, k, &pool, cfg(64, 4)).unwrap();
+        e.forward(&PROMPT, LogitsWanted::All).unwrap()
+    };
+    assert_eq!(run(&with), run(&trunk));
+}
