@@ -269,7 +269,8 @@ mod tests {
         assert_eq!(all, one);
         assert_eq!(st_all, st);
         // channel 0, token 0: window [0.1, 0.2, 1.0]
-        let want = 0.1f32 * 0.5 + 0.2 * -1.0 + 1.0 * 2.0;
+        let window = [0.1f32, 0.2, 1.0];
+        let want = window.iter().zip(&w[..3]).fold(0f32, |s, (a, b)| s + a * b);
         assert_eq!(all[0], want);
         // the state is the last two inputs of each channel
         assert_eq!(st, vec![3.0, 0.25, -2.0, 1.0]);
