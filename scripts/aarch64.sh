@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# An aarch64 cross toolchain from Debian's package registry, and cargo run with it (tests under
+# qemu-user). Phones are ARM: this is how the portable and NEON paths are built and tested on an
+# x86 machine without downloads from outside the package registries.
+#
+#   bash scripts/aarch64.sh setup             # once per machine: about a minute, 2.7 GB on disk
+#   bash scripts/aarch64.sh cargo ARGS...      # `cargo ARGS --target aarch64-unknown-linux-gnu`
+#                                              # in the checkout, test binaries run by qemu-aarch64
+#
+# The toolchain: a minimal Debian sid root made by debootstrap, with rustc/cargo 1.97.1 and
+# libstd-rust-dev:arm64 (the aarch64 standard library of that same compiler),
+# gcc-aarch64-linux-gnu (the linker), libc6-dev-arm64-cross and qemu-user. It lives in
+# ${SLUICE_AARCH64:-${XDG_CACHE_HOME:-~/.cache}/sluice/aarch64}, outside the checkout; `setup`
+# is idempotent (a STAMP names the package set). sid's Release file in the registry this
+# machine reaches is past its Valid-Until date, so apt is told not to check that date.
+#
+# `cargo` runs inside the root in a private mount namespace (nothing stays mounted afterwards):
+# the checkout is mounted at /src, the host's cargo home (its registry: the crates the host
+# build already fetched, so the cross build runs --offline) at /cargo-home, and the fixture
+# cache at the same path as on the host; build output goes to the root's /target-aarch64.
+# Needs root (debootstrap, chroot, mount), as the other set-up scripts' apt steps do.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DIR=${SLUICE_AARCH64:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/aarch64}
+CHROOT=$DIR/root
+SUITE=sid
+MIRROR=http://deb.debian.org/debian
+PACKAGES="rustc cargo libstd-rust-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+STAMP_VERSION="aarch64 v1 $SUITE $PACKAGES"
+FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
+CARGO_HOME_HOST=${CARGO_HOME:-$HOME/.cargo}
+
+die() {
+    echo "scripts/aarch64.sh: $*" >&2
+    exit 1
+}
+
+setup() {
+    if [ -f "$DIR/STAMP" ] && [ "$(cat "$DIR/STAMP")" = "$STAMP_VERSION" ]; then
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || die "setup needs root (debootstrap and chroot)"
+    if ! command -v debootstrap > /dev/null; then
+        echo "# installing debootstrap from Debian's packages" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap > /dev/null \
+            || die "cannot install debootstrap (is Debian's package registry reachable?)"
+    fi
+    rm -rf "$CHROOT"
+    mkdir -p "$DIR"
+    echo "# debootstrap: a minimal Debian $SUITE root in $CHROOT" >&2
+    debootstrap --variant=minbase "$SUITE" "$CHROOT" "$MIRROR" > "$DIR/debootstrap.log" 2>&1 \
+        || die "debootstrap failed (see $DIR/debootstrap.log)"
+    echo "# installing $PACKAGES" >&2
+    unshare -m sh -c "
+        mount -t proc proc '$CHROOT/proc'
+        chroot '$CHROOT' /bin/sh -c '
+            dpkg --add-architecture arm64 &&
+            apt-get -o Acquire::Check-Valid-Until=false update -q &&
+            DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false \
+                install -y -q --no-install-recommends $PACKAGES'
+    " > "$DIR/apt.log" 2>&1 || die "installing the toolchain failed (see $DIR/apt.log)"
+    chroot "$CHROOT" rustc --version >&2
+    echo "$STAMP_VERSION" > "$DIR/STAMP"
+}
+
+run_cargo() {
+    [ -f "$DIR/STAMP" ] || die "no toolchain: run \`bash scripts/aarch64.sh setup\` first"
+    [ "$(id -u)" = 0 ] || die "needs root (chroot and mount)"
+    mkdir -p "$CHROOT/src" "$CHROOT/cargo-home" "$CHROOT$FIX"
+    # the crates the cross build needs are those of the host build: fetch them on the host
+    (cd "$root" && cargo fetch --locked -q)
+    local args
+    args=$(printf ' %q' "$@")
+    unshare -m sh -c "
+        mount -t proc proc '$CHROOT/proc'
+        mount --bind '$root' '$CHROOT/src'
+        mount --bind '$CARGO_HOME_HOST' '$CHROOT/cargo-home'
+        mount --bind '$FIX' '$CHROOT$FIX'
+        exec chroot '$CHROOT' /bin/sh -c '
+            cd /src &&
+            export HOME=$HOME SLUICE_FIXTURES=$FIX CARGO_HOME=/cargo-home \
+                CARGO_TARGET_DIR=/target-aarch64 \
+                CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+                CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=\"qemu-aarch64 -L /usr/aarch64-linux-gnu\" &&
+            exec cargo $args --offline --target aarch64-unknown-linux-gnu'
+    "
+}
+
+case "${1:-}" in
+    setup) setup ;;
+    cargo)
+        shift
+        run_cargo "$@"
+        ;;
+    *)
+        echo "usage: bash scripts/aarch64.sh setup | cargo ARGS..." >&2
+        exit 2
+        ;;
+esac
