@@ -18,7 +18,8 @@
 # the checkout is mounted at /src, the host's cargo home (its registry: the crates the host
 # build already fetched, so the cross build runs --offline) at /cargo-home, and the fixture
 # cache at the same path as on the host; build output goes to the root's /target-aarch64.
-# Needs root (debootstrap, chroot, mount), as the other set-up scripts' apt steps do.
+# Needs root (debootstrap, chroot, mount), as the other set-up scripts' apt steps do; run by
+# another user it goes on through password-less sudo where there is one.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,11 +37,21 @@ die() {
     exit 1
 }
 
+# Root from here on: as another user, fetch the crates as that user (so the cargo home stays
+# theirs), then go on through password-less sudo.
+if [ "$(id -u)" != 0 ]; then
+    if [ "${1:-}" = cargo ]; then
+        (cd "$root" && cargo fetch --locked -q)
+    fi
+    sudo -n true 2> /dev/null || die "needs root (debootstrap, chroot, mount) or password-less sudo"
+    exec sudo -n env HOME="$HOME" PATH="$PATH" SLUICE_AARCH64="$DIR" SLUICE_FIXTURES="$FIX" \
+        CARGO_HOME="$CARGO_HOME_HOST" SLUICE_AARCH64_FETCHED=1 bash "${BASH_SOURCE[0]}" "$@"
+fi
+
 setup() {
     if [ -f "$DIR/STAMP" ] && [ "$(cat "$DIR/STAMP")" = "$STAMP_VERSION" ]; then
         return 0
     fi
-    [ "$(id -u)" = 0 ] || die "setup needs root (debootstrap and chroot)"
     if ! command -v debootstrap > /dev/null; then
         echo "# installing debootstrap from Debian's packages" >&2
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap > /dev/null \
@@ -66,10 +77,11 @@ setup() {
 
 run_cargo() {
     [ -f "$DIR/STAMP" ] || die "no toolchain: run \`bash scripts/aarch64.sh setup\` first"
-    [ "$(id -u)" = 0 ] || die "needs root (chroot and mount)"
     mkdir -p "$CHROOT/src" "$CHROOT/cargo-home" "$CHROOT$FIX"
     # the crates the cross build needs are those of the host build: fetch them on the host
-    (cd "$root" && cargo fetch --locked -q)
+    if [ -z "${SLUICE_AARCH64_FETCHED:-}" ]; then
+        (cd "$root" && cargo fetch --locked -q)
+    fi
     local args
     args=$(printf ' %q' "$@")
     unshare -m sh -c "
