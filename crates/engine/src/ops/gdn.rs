@@ -59,21 +59,28 @@ pub fn causal_conv(
     );
     assert_eq!(w.len(), channels * d_conv, "causal_conv: weight length");
     assert_eq!(state.len(), channels * k, "causal_conv: state length");
-    let mut window = vec![0f32; k + n];
     for c in 0..channels {
-        window[..k].copy_from_slice(&state[c * k..(c + 1) * k]);
-        for t in 0..n {
-            window[k + t] = x[t * channels + c];
-        }
+        let st = &mut state[c * k..(c + 1) * k];
+        // input `i` of the channel's sequence: the state's, then the new tokens'
+        let at = |st: &[f32], i: usize| {
+            if i < k {
+                st[i]
+            } else {
+                x[(i - k) * channels + c]
+            }
+        };
         let wc = &w[c * d_conv..(c + 1) * d_conv];
         for t in 0..n {
             let mut sum = 0f32;
-            for (&s, &cw) in window[t..t + d_conv].iter().zip(wc) {
-                sum += s * cw;
+            for (i, &cw) in wc.iter().enumerate() {
+                sum += at(st, t + i) * cw;
             }
             out[t * channels + c] = sum;
         }
-        state[c * k..(c + 1) * k].copy_from_slice(&window[n..n + k]);
+        // the last k inputs (each read before it is overwritten: n + j >= j)
+        for j in 0..k {
+            st[j] = at(st, n + j);
+        }
     }
 }
 
@@ -153,7 +160,6 @@ pub fn rule(
 ) {
     let n = g.len() / n_v;
     let scale = 1.0 / (d as f32).sqrt();
-    let mut delta = vec![0f32; d];
     for h in 0..n_v {
         let hk = h % n_k;
         let m = &mut state[h * d * d..(h + 1) * d * d];
@@ -163,21 +169,19 @@ pub fn rule(
             let vt = &v[(t * n_v + h) * d..(t * n_v + h + 1) * d];
             let decay = g[t * n_v + h].exp();
             let b = beta[t * n_v + h];
-            for x in m.iter_mut() {
-                *x *= decay;
-            }
-            for (j, dj) in delta.iter_mut().enumerate() {
-                let sum = super::dot_ggml(&m[j * d..(j + 1) * d], kt);
-                *dj = (vt[j] - sum) * b;
-            }
-            for (row, &dj) in m.chunks_exact_mut(d).zip(&delta) {
+            let o = &mut out[(t * n_v + h) * d..(t * n_v + h + 1) * d];
+            // Row j of the state only ever meets delta_j and its own values, so ggml's three
+            // passes (all deltas, all updates, all outputs) run row by row in one: the same
+            // operations on the same values, one pass over the matrix, no delta buffer.
+            for ((row, &vj), oj) in m.chunks_exact_mut(d).zip(vt).zip(o.iter_mut()) {
+                for x in row.iter_mut() {
+                    *x *= decay;
+                }
+                let dj = (vj - super::dot_ggml(row, kt)) * b;
                 for (x, &ki) in row.iter_mut().zip(kt) {
                     *x = ki.mul_add(dj, *x);
                 }
-            }
-            let o = &mut out[(t * n_v + h) * d..(t * n_v + h + 1) * d];
-            for (j, oj) in o.iter_mut().enumerate() {
-                *oj = super::dot_ggml(&m[j * d..(j + 1) * d], qt) * scale;
+                *oj = super::dot_ggml(row, qt) * scale;
             }
         }
     }
