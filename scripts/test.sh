@@ -10,6 +10,8 @@
 # committed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# One clean build: incremental caches would double the target directory for nothing.
+export CARGO_INCREMENTAL=0
 bash scripts/fetch_text_fixtures.sh
 bash scripts/fetch_moe_fixtures.sh
 bash scripts/fetch_real_models.sh
