@@ -6,6 +6,14 @@
 #   bash scripts/aarch64.sh setup             # once per machine: about a minute, 2.7 GB on disk
 #   bash scripts/aarch64.sh cargo ARGS...      # `cargo ARGS --target aarch64-unknown-linux-gnu`
 #                                              # in the checkout, test binaries run by qemu-aarch64
+#   bash scripts/aarch64.sh apt PACKAGES...    # install more packages into the root (the
+#                                              # reference generators' C/C++ cross compilers)
+#   bash scripts/aarch64.sh sh 'COMMANDS'      # a shell in the root, the checkout at /src
+#
+# Emulated CPU: qemu-aarch64 runs as a Cortex-A76 (QEMU_CPU, default cortex-a76): Armv8.2-A with
+# the dot-product and FP16 extensions and no SVE or I8MM, the phone core the aarch64 references
+# of llama.cpp were made on (scripts/gen_cpu_refs_aarch64.sh). qemu's default, `max`, would
+# report every extension it emulates and so choose other kernels than a phone does.
 #
 # The toolchain: a minimal Debian sid root made by debootstrap, with rustc/cargo 1.97.1 and
 # libstd-rust-dev:arm64 (the aarch64 standard library of that same compiler),
@@ -17,7 +25,8 @@
 # `cargo` runs inside the root in a private mount namespace (nothing stays mounted afterwards):
 # the checkout is mounted at /src, the host's cargo home (its registry: the crates the host
 # build already fetched, so the cross build runs --offline) at /cargo-home, and the fixture
-# cache at the same path as on the host; build output goes to the root's /target-aarch64.
+# cache at the same path as on the host; build output goes to the root's /target-aarch64 (or
+# SLUICE_AARCH64_TARGET, a path inside the root, for a second build beside it).
 # Needs root (debootstrap, chroot, mount), as the other set-up scripts' apt steps do; run by
 # another user it goes on through password-less sudo where there is one.
 set -euo pipefail
@@ -75,28 +84,47 @@ setup() {
     echo "$STAMP_VERSION" > "$DIR/STAMP"
 }
 
-run_cargo() {
+QEMU_CPU=${QEMU_CPU:-cortex-a76}
+
+# Run shell commands ($1) inside the root in a private mount namespace, with the checkout at
+# /src, the host's cargo home at /cargo-home and the fixture cache at its host path.
+in_root() {
     [ -f "$DIR/STAMP" ] || die "no toolchain: run \`bash scripts/aarch64.sh setup\` first"
-    mkdir -p "$CHROOT/src" "$CHROOT/cargo-home" "$CHROOT$FIX"
+    mkdir -p "$CHROOT/src" "$CHROOT/cargo-home" "$CHROOT$FIX" "$FIX"
+    local cmd
+    cmd=$(printf '%q' "$1")
+    unshare -m bash -c "
+        mount -t proc proc '$CHROOT/proc'
+        mount --bind '$root' '$CHROOT/src'
+        mount --bind '$CARGO_HOME_HOST' '$CHROOT/cargo-home'
+        mount --bind '$FIX' '$CHROOT$FIX'
+        exec chroot '$CHROOT' /usr/bin/env HOME='$HOME' SLUICE_FIXTURES='$FIX' \
+            QEMU_CPU='$QEMU_CPU' QEMU_LD_PREFIX=/usr/aarch64-linux-gnu /bin/sh -c $cmd
+    "
+}
+
+run_cargo() {
     # the crates the cross build needs are those of the host build: fetch them on the host
     if [ -z "${SLUICE_AARCH64_FETCHED:-}" ]; then
         (cd "$root" && cargo fetch --locked -q)
     fi
     local args
     args=$(printf ' %q' "$@")
+    in_root "cd /src &&
+        export CARGO_HOME=/cargo-home CARGO_TARGET_DIR=${SLUICE_AARCH64_TARGET:-/target-aarch64} \
+            CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+            CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64 &&
+        exec cargo $args --offline --target aarch64-unknown-linux-gnu"
+}
+
+apt_install() {
+    [ -f "$DIR/STAMP" ] || die "no toolchain: run \`bash scripts/aarch64.sh setup\` first"
     unshare -m sh -c "
         mount -t proc proc '$CHROOT/proc'
-        mount --bind '$root' '$CHROOT/src'
-        mount --bind '$CARGO_HOME_HOST' '$CHROOT/cargo-home'
-        mount --bind '$FIX' '$CHROOT$FIX'
-        exec chroot '$CHROOT' /bin/sh -c '
-            cd /src &&
-            export HOME=$HOME SLUICE_FIXTURES=$FIX CARGO_HOME=/cargo-home \
-                CARGO_TARGET_DIR=/target-aarch64 \
-                CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-                CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=\"qemu-aarch64 -L /usr/aarch64-linux-gnu\" &&
-            exec cargo $args --offline --target aarch64-unknown-linux-gnu'
-    "
+        chroot '$CHROOT' /bin/sh -c '
+            DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false \
+                install -y -q --no-install-recommends $*'
+    " > "$DIR/apt-extra.log" 2>&1 || die "installing $* failed (see $DIR/apt-extra.log)"
 }
 
 case "${1:-}" in
@@ -105,8 +133,16 @@ case "${1:-}" in
         shift
         run_cargo "$@"
         ;;
+    apt)
+        shift
+        apt_install "$@"
+        ;;
+    sh)
+        [ $# = 2 ] || die "usage: bash scripts/aarch64.sh sh 'COMMANDS'"
+        in_root "$2"
+        ;;
     *)
-        echo "usage: bash scripts/aarch64.sh setup | cargo ARGS..." >&2
+        echo "usage: bash scripts/aarch64.sh setup | cargo ARGS... | apt PACKAGES... | sh 'COMMANDS'" >&2
         exit 2
         ;;
 esac

@@ -1,7 +1,8 @@
-// Reference activation quantization and dot products computed by ggml's x86 CPU backend,
-// written as a GGUF file with ggml's own GGUF writer. Built and run by
-// scripts/gen_cpu_refs.sh, linked against one prebuilt CPU backend variant of the npm
-// package node-llama-cpp (see that script for versions and the variant).
+// Reference activation quantization and dot products computed by ggml's CPU backend, written
+// as a GGUF file with ggml's own GGUF writer. Built and run by scripts/gen_cpu_refs.sh (x86:
+// linked against one prebuilt CPU backend variant of the npm package node-llama-cpp, see that
+// script for versions and the variant) and scripts/gen_cpu_refs_aarch64.sh (aarch64: the same
+// llama.cpp release built from source for a Cortex-A76 and run under qemu).
 //
 // Usage: gen_cpu_refs OUT.gguf
 //
@@ -35,9 +36,11 @@
 #include "ggml-cpu.h"
 #include "gguf.h"
 
+#if !defined(__aarch64__)
 // Exported by every CPU backend variant library: 0 if this CPU lacks the variant's
 // features, otherwise a positive priority.
 int ggml_backend_score(void);
+#endif
 
 #define REF_SEED 0xC0FFEE15C0DE5EEDULL
 #include "ref_rand.h"
@@ -235,6 +238,17 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "usage: %s OUT.gguf\n", argv[0]);
         return 2;
     }
+#if defined(__aarch64__)
+    ggml_cpu_init();
+    if (!ggml_cpu_has_neon() || !ggml_cpu_has_dotprod() || !ggml_cpu_has_fp16_va() ||
+        ggml_cpu_has_matmul_int8() || ggml_cpu_has_sve()) {
+        fprintf(stderr, "expected a CPU and backend with NEON, dotprod and FP16, without I8MM and SVE\n");
+        return 1;
+    }
+    const char * reference =
+        "ggml CPU backend of llama.cpp release v0.4.0 (source from node-llama-cpp 3.21.1), built for "
+        "aarch64 -march=armv8.2-a+dotprod+fp16 by scripts/llamacpp-aarch64.sh, run by qemu-aarch64 -cpu cortex-a76";
+#else
     if (ggml_backend_score() <= 0) {
         fprintf(stderr, "this CPU lacks the features of the linked CPU backend variant\n");
         return 1;
@@ -244,14 +258,16 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "expected a CPU backend built for AVX2/FMA/F16C without AVX-512\n");
         return 1;
     }
+    const char * reference =
+        "ggml CPU backend from node-llama-cpp 3.21.1 (llama.cpp release v0.4.0), libggml-cpu-haswell.so";
+#endif
 
     struct ggml_init_params params = { 16u << 20, NULL, false };
     gctx = ggml_init(params);
     out = gguf_init_empty();
     gguf_set_val_str(out, "general.architecture", "cpu-kernel-fixture");
     gguf_set_val_str(out, "fixture.generator", "scripts/gen_cpu_refs.c");
-    gguf_set_val_str(out, "fixture.reference",
-        "ggml CPU backend from node-llama-cpp 3.21.1 (llama.cpp release v0.4.0), libggml-cpu-haswell.so");
+    gguf_set_val_str(out, "fixture.reference", reference);
 
     char name[64];
 

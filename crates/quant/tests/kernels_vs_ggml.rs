@@ -1,15 +1,18 @@
-//! Activation quantizers and dot kernels against what ggml's x86 CPU backend computes.
+//! Activation quantizers and dot kernels against what ggml's CPU backend computes.
 //!
-//! The fixture `cpu_ggml.gguf` (see `tests/fixtures/README.md`) holds activation rows, the
-//! bytes the CPU backend's `from_float` makes of them (Q8_0, Q8_1, Q8_K, F16, BF16), weight
-//! rows of every type with a dot kernel here, and the backend's `vec_dot` of each weight
-//! row with each quantized activation row at several lengths. It was produced by the
-//! backend's AVX2/FMA/F16C build ("haswell" variant).
+//! The fixtures (see `tests/fixtures/README.md`) hold activation rows, the bytes the CPU
+//! backend's `from_float` makes of them (Q8_0, Q8_1, Q8_K, F16, BF16), weight rows of every
+//! type with a dot kernel here, and the backend's `vec_dot` of each weight row with each
+//! quantized activation row at several lengths. `cpu_ggml.gguf` was produced by the x86
+//! backend's AVX2/FMA/F16C build ("haswell" variant), `cpu_ggml_aarch64.gguf` by its ARM
+//! build for NEON + dotprod + FP16 (a Cortex-A76), run under qemu.
 //!
-//! * Quantizers: both kernel tables must reproduce ggml's bytes exactly.
-//! * Dot kernels, AVX2 table (when this CPU has it): the kernels follow ggml's x86 order of
-//!   operations (the F32 tail included), so the result must be the same f32, bit for bit.
-//! * Dot kernels, scalar table: within the tolerance (its additions run in another order).
+//! * Quantizers: the scalar table reproduces the x86 bytes, the AVX2 table (when this CPU
+//!   has it) the x86 bytes, the NEON table (when this CPU has it) the ARM bytes, exactly.
+//! * Dot kernels, AVX2 / NEON table: the kernels follow ggml's order of operations on that
+//!   architecture, so the result must be the same f32, bit for bit.
+//! * Dot kernels, scalar table: within the tolerance of both fixtures (its additions run in
+//!   another order).
 //!
 //! Tolerance (the bounds of `kernels_legacy.rs` and `kernels_kquants.rs`, taken for two
 //! implementations). Both sides compute exact integer or exact-product block sums and
@@ -53,12 +56,45 @@ const WEIGHTS: [GgmlType; 16] = [
     T::IQ4_XS,
 ];
 
-fn open() -> GgufFile {
-    let path = format!(
-        "{}/tests/fixtures/cpu_ggml.gguf",
-        env!("CARGO_MANIFEST_DIR")
-    );
+/// The x86 fixture (AVX2 build of ggml's CPU backend).
+const X86: &str = "cpu_ggml.gguf";
+/// The aarch64 fixture (NEON + dotprod + FP16 build).
+const ARM: &str = "cpu_ggml_aarch64.gguf";
+
+fn open(name: &str) -> GgufFile {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     GgufFile::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A kernel table and the fixture it is checked against.
+struct Case {
+    fixture: &'static str,
+    k: &'static Kernels,
+    /// Dot products must be bit-identical (else: within the tolerance).
+    exact: bool,
+    /// The activation quantizers must reproduce the fixture's bytes.
+    quantizers: bool,
+}
+
+fn cases() -> Vec<Case> {
+    let scalar = |fixture, quantizers| Case {
+        fixture,
+        k: Kernels::scalar(),
+        exact: false,
+        quantizers,
+    };
+    let best = |fixture| Case {
+        fixture,
+        k: Kernels::detect(),
+        exact: true,
+        quantizers: true,
+    };
+    match Kernels::detect().isa() {
+        Isa::Scalar => vec![scalar(X86, true)],
+        Isa::Avx2 => vec![scalar(X86, true), best(X86)],
+        // (the scalar table against the ARM data: its own test below)
+        Isa::Neon => vec![scalar(X86, true), best(ARM)],
+    }
 }
 
 /// A tensor's info, data and row length (ne0), checking its type.
@@ -82,14 +118,6 @@ fn quantize(k: &Kernels, ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut out = vec![0xAAu8; ty.row_bytes(x.len() as u64).unwrap() as usize];
     q(x, &mut out);
     out
-}
-
-fn tables() -> Vec<&'static Kernels> {
-    let mut v = vec![Kernels::scalar()];
-    if Kernels::detect().isa() != Isa::Scalar {
-        v.push(Kernels::detect());
-    }
-    v
 }
 
 // ---------------------------------------------------------------------------------------
@@ -131,11 +159,11 @@ fn check_quantizer(f: &GgufFile, input: &str, prefix: &str, ty: GgmlType, k: &Ke
 
 #[test]
 fn activation_quantizers_match_ggml_bytes() {
-    let f = open();
-    for k in tables() {
+    for case in cases().iter().filter(|c| c.quantizers) {
+        let f = open(case.fixture);
         for ty in ACTS {
-            check_quantizer(&f, "act.input", "act", ty, k);
-            check_quantizer(&f, "edge.input", "edge", ty, k);
+            check_quantizer(&f, "act.input", "act", ty, case.k);
+            check_quantizer(&f, "edge.input", "edge", ty, case.k);
         }
     }
 }
@@ -193,13 +221,24 @@ fn magnitude(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f64 {
     s
 }
 
-fn tolerance(ty: GgmlType, n: usize, m: f64) -> f64 {
+/// The allowed difference; `eps` is the machine epsilon of the reference's accumulators.
+fn tolerance(ty: GgmlType, n: usize, m: f64, eps: f64) -> f64 {
     let factor = match ty.block_size() {
         1 => 2.0 * ((n / 32 + 5 + n % 32) as f64 + 4.0),
         32 => 2.0 * ((n / 32 + 3) as f64 + 4.0),
         _ => (n / 256) as f64 + 8.0,
     };
-    factor * EPS * m + 1e-30
+    factor * eps * m + 1e-30
+}
+
+/// ggml's ARM build with FP16 arithmetic multiplies and accumulates F16 rows in f16 lanes
+/// (`vfmaq_f16`): its F16 dot products carry f16 rounding, machine epsilon 2^-10.
+fn reference_eps(fixture: &str, ty: GgmlType) -> f64 {
+    if fixture == ARM && ty == T::F16 {
+        2f64.powi(-10)
+    } else {
+        EPS
+    }
 }
 
 /// Distance between two finite f32 in units in the last place.
@@ -227,11 +266,19 @@ struct Worst {
 
 #[test]
 fn dot_kernels_match_ggml() {
-    let f = open();
-    let (_, input, input_len) = tensor(&f, "act.input", T::F32);
-    let avx2 = Kernels::detect().isa() == Isa::Avx2;
     let mut report = Vec::new();
     let mut failures = Vec::new();
+    for case in cases() {
+        check_dots(&case, &mut report, &mut failures);
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn check_dots(case: &Case, report: &mut Vec<String>, failures: &mut Vec<String>) {
+    let f = open(case.fixture);
+    let (_, input, input_len) = tensor(&f, "act.input", T::F32);
+    let k = case.k;
     for ty in WEIGHTS {
         let act = vec_dot_type(ty).unwrap();
         let (_, wb, w_len) = tensor(&f, &format!("w.{}", ty.name()), ty);
@@ -255,7 +302,7 @@ fn dot_kernels_match_ggml() {
         };
         assert_eq!(want.len(), lengths.len() * w_rows * a_rows);
 
-        let mut worst: Vec<Worst> = tables().iter().map(|_| Worst::default()).collect();
+        let mut worst = Worst::default();
         let mut want = want.into_iter();
         for &n in &lengths {
             assert!(n <= w_len && n <= a_len);
@@ -268,57 +315,76 @@ fn dot_kernels_match_ggml() {
                     let a_stride = ab.len() / a_rows;
                     let a = &ab[ai * a_stride..ai * a_stride + ar];
                     let expect = want.next().unwrap();
-                    let tol = tolerance(ty, n, magnitude(ty, n, w, a));
-                    for (k, worst) in tables().into_iter().zip(&mut worst) {
-                        let got = k.dot(ty).expect("dot kernel registered")(n, w, a);
-                        let diff = (f64::from(got) - f64::from(expect)).abs();
-                        worst.cases += 1;
+                    let tol = tolerance(
+                        ty,
+                        n,
+                        magnitude(ty, n, w, a),
+                        reference_eps(case.fixture, ty),
+                    );
+                    let got = k.dot(ty).expect("dot kernel registered")(n, w, a);
+                    let diff = (f64::from(got) - f64::from(expect)).abs();
+                    worst.cases += 1;
+                    if got.to_bits() != expect.to_bits() {
+                        worst.differing += 1;
+                        worst.ulps = worst.ulps.max(ulps(got, expect));
+                        worst.of_tolerance = worst.of_tolerance.max(diff / tol);
+                    }
+                    let what = format!(
+                        "{ty} {} vs {} n={n} weight row {wi} activation row {ai}: ours {got:e} ggml {expect:e}",
+                        k.isa().name(),
+                        case.fixture
+                    );
+                    if case.exact {
                         if got.to_bits() != expect.to_bits() {
-                            worst.differing += 1;
-                            worst.ulps = worst.ulps.max(ulps(got, expect));
-                            worst.of_tolerance = worst.of_tolerance.max(diff / tol);
+                            failures.push(format!("{what}: not bit-identical"));
                         }
-                        let what = format!(
-                            "{ty} {} n={n} weight row {wi} activation row {ai}: ours {got:e} ggml {expect:e}",
-                            k.isa().name()
-                        );
-                        if avx2 && k.isa() == Isa::Avx2 {
-                            if got.to_bits() != expect.to_bits() {
-                                failures.push(format!("{what}: not bit-identical"));
-                            }
-                        } else if diff > tol {
-                            failures.push(format!("{what}: beyond tolerance {tol:e}"));
-                        }
+                    } else if diff > tol {
+                        failures.push(format!("{what}: beyond tolerance {tol:e}"));
                     }
                 }
             }
         }
-        for (k, w) in tables().into_iter().zip(&worst) {
-            report.push(format!(
-                "{:>7} {:>6}: {:>3} of {:>3} differ, max {:>4} ulps, {:.3} of tolerance",
-                ty.name(),
-                k.isa().name(),
-                w.differing,
-                w.cases,
-                w.ulps,
-                w.of_tolerance
-            ));
-        }
+        report.push(format!(
+            "{:>7} {:>6} vs {}: {:>3} of {:>3} differ, max {:>4} ulps, {:.3} of tolerance",
+            ty.name(),
+            k.isa().name(),
+            case.fixture,
+            worst.differing,
+            worst.cases,
+            worst.ulps,
+            worst.of_tolerance
+        ));
     }
-    eprintln!("{}", report.join("\n"));
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
-fn fixture_covers_every_dot_kernel() {
-    let f = open();
-    for ty in GgmlType::ALL {
-        let has_kernel = Kernels::scalar().dot(*ty).is_some();
-        let in_fixture = f.tensor(&format!("dot.{}", ty.name())).is_some();
-        assert_eq!(
-            has_kernel, in_fixture,
-            "{ty}: kernel registered {has_kernel}, fixture reference {in_fixture}"
-        );
-        assert_eq!(WEIGHTS.contains(ty), has_kernel, "{ty}");
+fn fixtures_cover_every_dot_kernel() {
+    for name in [X86, ARM] {
+        let f = open(name);
+        for ty in GgmlType::ALL {
+            let has_kernel = Kernels::scalar().dot(*ty).is_some();
+            let in_fixture = f.tensor(&format!("dot.{}", ty.name())).is_some();
+            assert_eq!(
+                has_kernel, in_fixture,
+                "{ty}: kernel registered {has_kernel}, {name} reference {in_fixture}"
+            );
+            assert_eq!(WEIGHTS.contains(ty), has_kernel, "{ty}");
+        }
     }
+}
+
+/// The scalar table's dot products against the ARM reference too, on every machine (the
+/// NEON table's exact check runs only on aarch64, under qemu in CI).
+#[test]
+fn scalar_dots_within_tolerance_of_the_arm_reference() {
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    let case = Case {
+        fixture: ARM,
+        k: Kernels::scalar(),
+        exact: false,
+        quantizers: false,
+    };
+    check_dots(&case, &mut report, &mut failures);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -177,6 +177,99 @@ pub(super) fn register(k: &mut Kernels) {
         #[cfg(target_arch = "x86_64")]
         avx2::register(k);
     }
+    if k.isa() == Isa::Neon {
+        #[cfg(target_arch = "aarch64")]
+        neon::register(k);
+    }
+}
+
+/// ggml's ARM activation quantizers (`arch/arm/quants.c`). Q8_0 / Q8_1 differ from the x86
+/// ones in the multiplier: `id = 1 / d` with `d = amax / 127` (x86: `127 / amax`), and the
+/// quants are `vcvtnq` conversions (round half to even; NaN gives 0, out of range saturates)
+/// whose low byte is stored. The f16 scale is the hardware conversion (round to nearest
+/// even). Q8_K, F16 and BF16 are the portable ones, as on ARM.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use super::super::legacy::{Q8_0_BYTES, Q8_1_BYTES, QK, f32_to_f16};
+    use super::{Kernels, check_act};
+    use crate::GgmlType;
+
+    pub(super) fn register(k: &mut Kernels) {
+        k.set_quantize(GgmlType::Q8_0, quantize_q8_0);
+        k.set_quantize(GgmlType::Q8_1, quantize_q8_1);
+    }
+
+    /// One block: the f32 scale and the quants as eight vectors of i32.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn q8_block(x: &[f32; QK]) -> (f32, [int32x4_t; 8]) {
+        let (v, _) = x.as_chunks::<4>();
+        // SAFETY: each `v[j]` is 4 readable f32.
+        let src: [float32x4_t; 8] = std::array::from_fn(|j| unsafe { vld1q_f32(v[j].as_ptr()) });
+        let a: [float32x4_t; 8] = std::array::from_fn(|j| vabsq_f32(src[j]));
+        // ggml's reduction tree: pairs, then pairs of pairs, then the two halves
+        let m: [float32x4_t; 4] = std::array::from_fn(|j| vmaxq_f32(a[2 * j], a[2 * j + 1]));
+        let m = [vmaxq_f32(m[0], m[1]), vmaxq_f32(m[2], m[3])];
+        let amax = vmaxvq_f32(vmaxq_f32(m[0], m[1]));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        (
+            d,
+            std::array::from_fn(|j| vcvtnq_s32_f32(vmulq_n_f32(src[j], id))),
+        )
+    }
+
+    /// The low bytes of the quants (ggml stores `int32 -> int8` conversions).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn store(q: &[int32x4_t; 8], out: &mut [u8]) {
+        for (o, v) in out.chunks_exact_mut(4).zip(q) {
+            let mut l = [0i32; 4];
+            // SAFETY: `l` is 4 writable i32.
+            unsafe { vst1q_s32(l.as_mut_ptr(), *v) };
+            for (b, &x) in o.iter_mut().zip(&l) {
+                *b = x as u8;
+            }
+        }
+    }
+
+    fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+        // SAFETY: NEON is part of the aarch64 baseline every aarch64 target has.
+        unsafe { quantize_q8_0_neon(x, out) }
+    }
+
+    fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
+        // SAFETY: as for `quantize_q8_0`.
+        unsafe { quantize_q8_1_neon(x, out) }
+    }
+
+    #[target_feature(enable = "neon")]
+    fn quantize_q8_0_neon(x: &[f32], out: &mut [u8]) {
+        check_act(x, out, GgmlType::Q8_0, QK, Q8_0_BYTES);
+        let (x, _) = x.as_chunks::<QK>();
+        let (out, _) = out.as_chunks_mut::<Q8_0_BYTES>();
+        for (x, o) in x.iter().zip(out) {
+            let (d, q) = q8_block(x);
+            o[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+            store(&q, &mut o[2..]);
+        }
+    }
+
+    #[target_feature(enable = "neon")]
+    fn quantize_q8_1_neon(x: &[f32], out: &mut [u8]) {
+        check_act(x, out, GgmlType::Q8_1, QK, Q8_1_BYTES);
+        let (x, _) = x.as_chunks::<QK>();
+        let (out, _) = out.as_chunks_mut::<Q8_1_BYTES>();
+        for (x, o) in x.iter().zip(out) {
+            let (d, q) = q8_block(x);
+            let acc = q.iter().fold(vdupq_n_s32(0), |s, &v| vaddq_s32(s, v));
+            o[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+            o[2..4].copy_from_slice(&f32_to_f16(d * vaddvq_s32(acc) as f32).to_le_bytes());
+            store(&q, &mut o[4..]);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

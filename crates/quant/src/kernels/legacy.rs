@@ -14,6 +14,8 @@ use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "aarch64")]
+pub(super) mod neon;
 
 /// Elements per block of every type in this module (and of Q8_0 / Q8_1).
 pub(super) const QK: usize = 32;
@@ -283,5 +285,9 @@ pub(super) fn register(k: &mut Kernels) {
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]
         avx2::register(k);
+    }
+    if k.isa() == Isa::Neon {
+        #[cfg(target_arch = "aarch64")]
+        neon::register(k);
     }
 }

@@ -81,6 +81,10 @@ pub enum Isa {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2,
+    /// aarch64 with NEON, the int8 dot product (`dotprod`) and FP16 arithmetic (`fp16`):
+    /// Armv8.2-A phone cores from the Cortex-A55/A75 on. The kernels follow llama.cpp's ARM
+    /// build for that feature level (no I8MM, no SVE).
+    Neon,
 }
 
 impl Isa {
@@ -89,6 +93,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::Neon => "neon",
         }
     }
 }
@@ -346,6 +351,15 @@ impl Kernels {
                 && std::arch::is_x86_feature_detected!("f16c")
             {
                 return Isa::Avx2;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if std::arch::is_aarch64_feature_detected!("neon")
+                && std::arch::is_aarch64_feature_detected!("dotprod")
+                && std::arch::is_aarch64_feature_detected!("fp16")
+            {
+                return Isa::Neon;
             }
         }
         Isa::Scalar

@@ -111,6 +111,8 @@ pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<Grouped
         Isa::Avx2 => Some(avx2::grouped_q4_k(scalar)),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 => Some(scalar),
+        // the x86 repacked order has no NEON kernels (llama.cpp's ARM repacking differs)
+        Isa::Neon => Some(scalar),
     }
 }
 
