@@ -23,8 +23,8 @@
 # machine reaches is past its Valid-Until date, so apt is told not to check that date.
 #
 # `cargo` runs inside the root in a private mount namespace (nothing stays mounted afterwards):
-# the checkout is mounted at /src, the host's cargo home (its registry: the crates the host
-# build already fetched, so the cross build runs --offline) at /cargo-home, and the fixture
+# the checkout is mounted at /src, the host cargo home's registry (the crates the host build
+# already fetched, so the cross build runs --offline) under /cargo-home, and the fixture
 # cache at the same path as on the host; build output goes to the root's /target-aarch64 (or
 # SLUICE_AARCH64_TARGET, a path inside the root, for a second build beside it).
 # Needs root (debootstrap, chroot, mount), as the other set-up scripts' apt steps do; run by
@@ -36,7 +36,7 @@ DIR=${SLUICE_AARCH64:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/aarch64}
 CHROOT=$DIR/root
 SUITE=sid
 MIRROR=http://deb.debian.org/debian
-PACKAGES="rustc cargo libstd-rust-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+PACKAGES="rustc cargo rust-clippy libstd-rust-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 STAMP_VERSION="aarch64 v1 $SUITE $PACKAGES"
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 CARGO_HOME_HOST=${CARGO_HOME:-$HOME/.cargo}
@@ -66,11 +66,14 @@ setup() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap > /dev/null \
             || die "cannot install debootstrap (is Debian's package registry reachable?)"
     fi
-    rm -rf "$CHROOT"
-    mkdir -p "$DIR"
-    echo "# debootstrap: a minimal Debian $SUITE root in $CHROOT" >&2
-    debootstrap --variant=minbase "$SUITE" "$CHROOT" "$MIRROR" > "$DIR/debootstrap.log" 2>&1 \
-        || die "debootstrap failed (see $DIR/debootstrap.log)"
+    # a root made by an earlier package set only needs the packages: keep it
+    if [ ! -f "$DIR/STAMP" ] || [ ! -x "$CHROOT/usr/bin/rustc" ]; then
+        rm -rf "$CHROOT"
+        mkdir -p "$DIR"
+        echo "# debootstrap: a minimal Debian $SUITE root in $CHROOT" >&2
+        debootstrap --variant=minbase "$SUITE" "$CHROOT" "$MIRROR" > "$DIR/debootstrap.log" 2>&1 \
+            || die "debootstrap failed (see $DIR/debootstrap.log)"
+    fi
     echo "# installing $PACKAGES" >&2
     unshare -m sh -c "
         mount -t proc proc '$CHROOT/proc'
@@ -87,7 +90,7 @@ setup() {
 QEMU_CPU=${QEMU_CPU:-cortex-a76}
 
 # Run shell commands ($1) inside the root in a private mount namespace, with the checkout at
-# /src, the host's cargo home at /cargo-home and the fixture cache at its host path.
+# /src, the host cargo home's registry under /cargo-home and the fixture cache at its host path.
 in_root() {
     [ -f "$DIR/STAMP" ] || die "no toolchain: run \`bash scripts/aarch64.sh setup\` first"
     mkdir -p "$CHROOT/src" "$CHROOT/cargo-home" "$CHROOT$FIX" "$FIX"
@@ -96,7 +99,8 @@ in_root() {
     unshare -m bash -c "
         mount -t proc proc '$CHROOT/proc'
         mount --bind '$root' '$CHROOT/src'
-        mount --bind '$CARGO_HOME_HOST' '$CHROOT/cargo-home'
+        mkdir -p '$CARGO_HOME_HOST/registry' '$CHROOT/cargo-home/registry'
+        mount --bind '$CARGO_HOME_HOST/registry' '$CHROOT/cargo-home/registry'
         mount --bind '$FIX' '$CHROOT$FIX'
         exec chroot '$CHROOT' /usr/bin/env HOME='$HOME' SLUICE_FIXTURES='$FIX' \
             QEMU_CPU='$QEMU_CPU' QEMU_LD_PREFIX=/usr/aarch64-linux-gnu /bin/sh -c $cmd
@@ -108,13 +112,15 @@ run_cargo() {
     if [ -z "${SLUICE_AARCH64_FETCHED:-}" ]; then
         (cd "$root" && cargo fetch --locked -q)
     fi
-    local args
+    # the subcommand first, then our options, then the caller's (which may end in `-- ...`)
+    local sub=$1 args
+    shift
     args=$(printf ' %q' "$@")
     in_root "cd /src &&
         export CARGO_HOME=/cargo-home CARGO_TARGET_DIR=${SLUICE_AARCH64_TARGET:-/target-aarch64} \
             CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
             CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64 &&
-        exec cargo $args --offline --target aarch64-unknown-linux-gnu"
+        exec cargo $sub --offline --target aarch64-unknown-linux-gnu $args"
 }
 
 apt_install() {

@@ -157,7 +157,7 @@ impl Chunk<'_> {
         }
         let get = |p: usize| if fold { self.lower(p) } else { self.cpt(p) };
         let n1 = get(pos + 1);
-        if [b's', b't', b'm', b'd'].iter().any(|&c| n1 == u32::from(c)) {
+        if b"stmd".iter().any(|&c| n1 == u32::from(c)) {
             return 2;
         }
         if pos + 2 < self.end {
@@ -361,7 +361,7 @@ fn split_kimi_k2(c: &mut Chunk<'_>) {
                 }
                 if c.cpt(pos) == u32::from(b'\'') && pos + 1 < c.end {
                     let n1 = c.lower(pos + 1);
-                    if [b's', b't', b'm', b'd'].iter().any(|&x| n1 == u32::from(x)) {
+                    if b"stmd".iter().any(|&x| n1 == u32::from(x)) {
                         pos += 2;
                     } else if pos + 2 < c.end {
                         let n2 = c.lower(pos + 2);

@@ -27,6 +27,8 @@
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
 //! `-(-128)`; the other kernels accept the full `i8` range.
 
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod q8k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -113,6 +115,10 @@ pub(super) fn register(k: &mut Kernels) {
             x86::register(k);
             x86_rows::register(k);
         }
+    }
+    if k.isa() == Isa::Neon {
+        #[cfg(target_arch = "aarch64")]
+        neon::register(k);
     }
 }
 

@@ -15,13 +15,21 @@
 //!   per-type contraction noted at each kernel.
 //! * IQ4_NL, MXFP4: blocks in pairs, one scalar sum, `sum + fma(., ., .)` per pair (the two
 //!   types contract opposite products), an odd last block fused.
+//! * F32: four f32x4 FMA accumulators over 16 elements, reduced as `(a0 + a2) + (a1 + a3)`
+//!   and pairwise; of the `n % 16` leftovers, whole fours are multiplied as a vector and their
+//!   products added one by one, the last `n % 4` fused one by one.
+//! * F16: with FP16 arithmetic ggml accumulates in half precision: four f16x8 FMA
+//!   accumulators over 32 elements (each step rounded to f16), reduced in f16 as F32's, the
+//!   two halves widened to f32, added and reduced pairwise; the `n % 32` leftovers' f32
+//!   products are added one by one in f64. BF16 has no ARM kernel in ggml (its portable loop
+//!   is the scalar table's, bit for bit).
 
 use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::{
     IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES,
-    Q8_1_BYTES, check_blocks, f16_to_f32,
+    Q8_1_BYTES, check_blocks, check_floats, f16_to_f32,
 };
 use crate::GgmlType;
 use crate::kernels::Kernels;
@@ -29,6 +37,8 @@ use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
 
 pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
+    k.set_dot(F32, dot_f32);
+    k.set_dot(F16, dot_f16);
     k.set_dot(Q8_0, dot_q8_0);
     k.set_dot(Q4_0, dot_q4_0);
     k.set_dot(Q4_1, dot_q4_1);
@@ -128,6 +138,9 @@ fn high_bits(qh: u32) -> (uint8x16_t, uint8x16_t) {
     (spread(qh & 0xffff), spread(qh >> 16))
 }
 
+/// A weight block and its activation block.
+type Block<'a, const WB: usize, const AB: usize> = (&'a [u8; WB], &'a [u8; AB]);
+
 /// ggml's NEON pair loop for the types with vector accumulators: even blocks into one f32x4
 /// accumulator, odd blocks into another, each step `acc + float(sums) · scale` (two
 /// roundings); returns the sum of the two reduced accumulators and the last block if the count
@@ -139,7 +152,7 @@ fn pairs<'a, const WB: usize, const AB: usize>(
     a: &'a [u8],
     block: impl Fn(&[u8; WB], &[u8; AB]) -> (f32, int32x4_t),
     mut extra: impl FnMut(&[u8; WB], &[u8; AB], &[u8; WB], &[u8; AB]),
-) -> (f32, Option<(&'a [u8; WB], &'a [u8; AB])>) {
+) -> (f32, Option<Block<'a, WB, AB>>) {
     let (w, _) = w.as_chunks::<WB>();
     let (a, _) = a.as_chunks::<AB>();
     let mut acc0 = vdupq_n_f32(0.0);
@@ -364,8 +377,135 @@ fn mxfp4_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 
 // ---------------------------------------------------------------------------------------
+// Float kernels.
+
+/// Four f32 from 16 bytes (little-endian, any alignment).
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_f32x4(b: &[u8]) -> float32x4_t {
+    vreinterpretq_f32_u8(load_u8(arr(b)))
+}
+
+#[target_feature(enable = "neon")]
+fn f32_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_floats(n, w, a, 4);
+    let np = n & !15;
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    for (x, y) in w[..4 * np].chunks_exact(64).zip(a.chunks_exact(64)) {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let o = 16 * j;
+            *acc = vfmaq_f32(*acc, load_f32x4(&x[o..]), load_f32x4(&y[o..]));
+        }
+    }
+    let mut sum = hsum(vaddq_f32(
+        vaddq_f32(acc[0], acc[2]),
+        vaddq_f32(acc[1], acc[3]),
+    ));
+    let (w, _) = w[4 * np..].as_chunks::<4>();
+    let (a, _) = a[4 * np..].as_chunks::<4>();
+    let f = |b: &[u8; 4]| f32::from_le_bytes(*b);
+    let fours = w.len() / 4 * 4;
+    for (x, y) in w[..fours].chunks_exact(4).zip(a.chunks_exact(4)) {
+        for (x, y) in x.iter().zip(y) {
+            sum += f(x) * f(y);
+        }
+    }
+    for (x, y) in w[fours..].iter().zip(&a[fours..]) {
+        sum = f(x).mul_add(f(y), sum);
+    }
+    sum
+}
+
+/// Eight halves (as bits) from 16 bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_f16x8(b: &[u8]) -> uint16x8_t {
+    vreinterpretq_u16_u8(load_u8(arr(b)))
+}
+
+/// `acc + x · y` in each of eight f16 lanes, one rounding (FP16 `fmla`; Rust has no stable
+/// f16 vector type).
+#[inline]
+#[target_feature(enable = "neon,fp16")]
+fn fmla_f16(mut acc: uint16x8_t, x: uint16x8_t, y: uint16x8_t) -> uint16x8_t {
+    // SAFETY: a register-only instruction of the FP16 extension this function is compiled
+    // for.
+    unsafe {
+        asm!(
+            "fmla {acc:v}.8h, {x:v}.8h, {y:v}.8h",
+            acc = inout(vreg) acc,
+            x = in(vreg) x,
+            y = in(vreg) y,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// `x + y` in each of eight f16 lanes.
+#[inline]
+#[target_feature(enable = "neon,fp16")]
+fn fadd_f16(x: uint16x8_t, y: uint16x8_t) -> uint16x8_t {
+    let r: uint16x8_t;
+    // SAFETY: as for `fmla_f16`.
+    unsafe {
+        asm!(
+            "fadd {r:v}.8h, {x:v}.8h, {y:v}.8h",
+            r = lateout(vreg) r,
+            x = in(vreg) x,
+            y = in(vreg) y,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    r
+}
+
+/// The low and the high four f16 lanes widened to f32 (exact).
+#[inline]
+#[target_feature(enable = "neon,fp16")]
+fn widen_f16(x: uint16x8_t) -> (float32x4_t, float32x4_t) {
+    let (lo, hi): (float32x4_t, float32x4_t);
+    // SAFETY: as for `fmla_f16`. (`lo` is written before `x` is read the second time, so it
+    // must not share `x`'s register: `out`, not `lateout`.)
+    unsafe {
+        asm!(
+            "fcvtl {lo:v}.4s, {x:v}.4h",
+            "fcvtl2 {hi:v}.4s, {x:v}.8h",
+            lo = out(vreg) lo,
+            hi = lateout(vreg) hi,
+            x = in(vreg) x,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    (lo, hi)
+}
+
+#[target_feature(enable = "neon,fp16")]
+fn f16_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_floats(n, w, a, 2);
+    let np = n & !31;
+    let mut acc = [vdupq_n_u16(0); 4];
+    for (x, y) in w[..2 * np].chunks_exact(64).zip(a.chunks_exact(64)) {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let o = 16 * j;
+            *acc = fmla_f16(*acc, load_f16x8(&x[o..]), load_f16x8(&y[o..]));
+        }
+    }
+    let r = fadd_f16(fadd_f16(acc[0], acc[2]), fadd_f16(acc[1], acc[3]));
+    let (lo, hi) = widen_f16(r);
+    let mut sum = f64::from(hsum(vaddq_f32(lo, hi)));
+    let (w, _) = w[2 * np..].as_chunks::<2>();
+    let (a, _) = a[2 * np..].as_chunks::<2>();
+    for (x, y) in w.iter().zip(a) {
+        let p = f16_to_f32(u16::from_le_bytes(*x)) * f16_to_f32(u16::from_le_bytes(*y));
+        sum += f64::from(p);
+    }
+    sum as f32
+}
+
+// ---------------------------------------------------------------------------------------
 // DotFn wrappers. They are registered only in a table built for `Isa::Neon`, which
-// `Kernels::detect` builds only after it detected NEON and the dot product at run time.
+// `Kernels::detect` builds only after it detected NEON, the dot product and FP16 at run time.
 
 macro_rules! wrap {
     ($($name:ident => $imp:ident),* $(,)?) => {$(
@@ -378,6 +518,8 @@ macro_rules! wrap {
 }
 
 wrap! {
+    dot_f32 => f32_neon,
+    dot_f16 => f16_neon,
     dot_q8_0 => q8_0_neon,
     dot_q4_0 => q4_0_neon,
     dot_q4_1 => q4_1_neon,
