@@ -33,6 +33,8 @@
 #include <string.h>
 
 #include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "gguf.h"
 
@@ -371,6 +373,80 @@ int main(int argc, char ** argv) {
         free(dots);
         free(w);
     }
+
+#if defined(__aarch64__)
+    // (c) Repacked products (aarch64 only): the weight in the CPU backend's CPU_REPACK buffer,
+    // which interleaves it (Q4_0 and Q8_0 4x4, Q4_K 8x4 on this feature level), multiplied
+    // by 1, 4 and 5 activation rows (gemv; gemm; gemm + gemv for the fifth) through a graph.
+    {
+        ggml_backend_t cpu = ggml_backend_cpu_init();
+        ggml_backend_cpu_set_n_threads(cpu, 1);
+        ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+        ggml_backend_dev_get_extra_bufts_t get_extra =
+            (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+        ggml_backend_buffer_type_t repack = NULL;
+        for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(dev) : NULL; b && *b; ++b) {
+            if (!strcmp(ggml_backend_buft_name(*b), "CPU_REPACK")) repack = *b;
+        }
+        if (!repack) {
+            fprintf(stderr, "no CPU_REPACK buffer type\n");
+            return 1;
+        }
+        static const enum ggml_type rp_types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K };
+        const int64_t RP_ROWS = 8, RP_LEN = 1024, RP_TOK = 5;
+        float * xf = malloc(sizeof(float) * RP_LEN * RP_TOK);
+        for (int r = 0; r < RP_TOK; ++r) weight_floats(xf + r * RP_LEN, (int) RP_LEN);
+        add("rp.x", GGML_TYPE_F32, RP_LEN, RP_TOK, 1, xf);
+        for (size_t k = 0; k < sizeof rp_types / sizeof rp_types[0]; ++k) {
+            const enum ggml_type t = rp_types[k];
+            const size_t wrs = ggml_row_size(t, RP_LEN);
+            uint8_t * w = malloc(wrs * RP_ROWS);
+            for (int r = 0; r < RP_ROWS; ++r) {
+                if (r % 2 == 0) {
+                    weight_floats(wf, (int) RP_LEN);
+                    ggml_quantize_chunk(t, wf, w + wrs * r, 0, 1, RP_LEN, NULL);
+                } else {
+                    random_row(t, w + wrs * r, RP_LEN);
+                }
+            }
+            snprintf(name, sizeof name, "rp.%s.w", ggml_type_name(t));
+            add(name, t, RP_LEN, RP_ROWS, 1, w);
+            static const int toks[] = { 1, 4, 5 };
+            for (int ti = 0; ti < 3; ++ti) {
+                const int nt = toks[ti];
+                struct ggml_init_params wp = { ggml_tensor_overhead() * 4 + ggml_graph_overhead(), NULL, true };
+                struct ggml_context * wctx = ggml_init(wp);
+                struct ggml_tensor * wt = ggml_new_tensor_2d(wctx, t, RP_LEN, RP_ROWS);
+                ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, repack);
+                ggml_backend_tensor_set(wt, w, 0, wrs * RP_ROWS);
+                struct ggml_context * xctx = ggml_init(wp);
+                struct ggml_tensor * xt = ggml_new_tensor_2d(xctx, GGML_TYPE_F32, RP_LEN, nt);
+                struct ggml_tensor * yt = ggml_mul_mat(xctx, wt, xt);
+                struct ggml_cgraph * g = ggml_new_graph(xctx);
+                ggml_build_forward_expand(g, yt);
+                ggml_backend_buffer_t xbuf = ggml_backend_alloc_ctx_tensors_from_buft(xctx, ggml_backend_get_default_buffer_type(cpu));
+                ggml_backend_tensor_set(xt, xf, 0, sizeof(float) * RP_LEN * nt);
+                if (ggml_backend_graph_compute(cpu, g) != GGML_STATUS_SUCCESS) {
+                    fprintf(stderr, "repacked %s: compute failed\n", ggml_type_name(t));
+                    return 1;
+                }
+                float * y = malloc(sizeof(float) * RP_ROWS * nt);
+                ggml_backend_tensor_get(yt, y, 0, sizeof(float) * RP_ROWS * nt);
+                snprintf(name, sizeof name, "rp.%s.y%d", ggml_type_name(t), nt);
+                add(name, GGML_TYPE_F32, RP_ROWS, nt, 1, y);
+                free(y);
+                ggml_backend_buffer_free(xbuf);
+                ggml_backend_buffer_free(wbuf);
+                ggml_free(xctx);
+                ggml_free(wctx);
+            }
+            free(w);
+        }
+        free(xf);
+        ggml_backend_free(cpu);
+    }
+#endif
 
     if (!gguf_write_to_file(out, argv[1], false)) {
         fprintf(stderr, "failed to write %s\n", argv[1]);

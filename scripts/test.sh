@@ -20,12 +20,16 @@ bash scripts/fetch_serve_deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
-# Phones are ARM: the workspace builds for aarch64 and the portable paths' tests run under
-# qemu-user, with a toolchain from Debian's package registry (scripts/aarch64.sh: a cached sid
-# root with rustc 1.97 and the aarch64 standard library; about a minute the first time). The
-# parity tests against llama.cpp's x86 references are not among them: their sums follow the
-# x86 kernels, and aarch64 references are [ARM]'s work.
+# Phones are ARM: the workspace is linted and built for aarch64 and its kernels, forward pass,
+# store and a streamed == resident subset are tested under qemu-user (a Cortex-A76: NEON,
+# dotprod, FP16), with a toolchain from Debian's package registry (scripts/aarch64.sh: a cached
+# sid root with rustc 1.97 and the aarch64 standard library; about a minute the first time).
+# The NEON kernels are checked bit for bit against llama.cpp's aarch64 build
+# (crates/quant/tests/fixtures/cpu_ggml_aarch64.gguf), the forward pass's greedy tokens against
+# the same build's (crates/engine/tests/fixtures/moe/refs-aarch64).
 bash scripts/aarch64.sh setup
+bash scripts/aarch64.sh cargo clippy --workspace --all-targets --locked -- -D warnings
 bash scripts/aarch64.sh cargo build --workspace --locked
-bash scripts/aarch64.sh cargo test --locked -p quant --lib
-bash scripts/aarch64.sh cargo test --locked -p engine --lib --test ops --test forward
+bash scripts/aarch64.sh cargo test --locked -p quant -p store
+bash scripts/aarch64.sh cargo test --locked -p engine --lib --test ops --test forward --test parity
+bash scripts/aarch64.sh cargo test --locked -p runtime --test generate

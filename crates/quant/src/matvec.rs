@@ -117,7 +117,7 @@ impl RowKernel {
         })
     }
 
-    /// The kernels llama.cpp's order prescribes for a weight ([`SumOrder::for_weight`]).
+    /// The kernels llama.cpp's order prescribes for a weight ([`Kernels::order_for`]).
     pub fn for_weight(
         kernels: &Kernels,
         wtype: GgmlType,
@@ -125,7 +125,7 @@ impl RowKernel {
         cols: usize,
         expert: bool,
     ) -> Result<RowKernel, QuantError> {
-        let order = SumOrder::for_weight(wtype, rows, cols, expert);
+        let order = kernels.order_for(wtype, rows, cols, expert);
         let mut k = RowKernel::lookup_in(kernels, wtype, order)?;
         if expert {
             // llama.cpp's MUL_MAT_ID multiplies every row with its single-row kernel.

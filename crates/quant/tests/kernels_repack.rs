@@ -11,7 +11,9 @@
 //!   activation rows of a plain Q4_K matrix, and the single-row order for the rest, for
 //!   single rows and for expert stacks.
 //!
-//! That these orders are llama.cpp's is checked end to end by the engine's parity test.
+//! That these orders are llama.cpp's is checked end to end by the engine's parity test. (These
+//! are the x86 orders: on aarch64 the NEON table's repacked kernels follow llama.cpp's ARM
+//! build, `kernels_vs_ggml.rs`, and the tests here check the scalar table's.)
 
 mod common;
 
@@ -108,6 +110,16 @@ fn activation_bytes(
     a
 }
 
+/// The best table whose `SumOrder::Repacked` is llama.cpp's x86 order: this CPU's, except on
+/// aarch64, whose NEON table follows llama.cpp's ARM repacked kernels instead (checked against
+/// that build in `kernels_vs_ggml.rs`); there the scalar table's x86-order kernels are checked.
+fn best() -> &'static Kernels {
+    match Kernels::detect().isa() {
+        Isa::Neon => Kernels::scalar(),
+        _ => Kernels::detect(),
+    }
+}
+
 fn dot_in(k: &Kernels, ty: GgmlType) -> DotFn {
     k.dot_in(SumOrder::Repacked, ty)
         .expect("every table has the Repacked kernels")
@@ -155,7 +167,7 @@ proptest! {
         let mut rng = Rng(seed);
         let w = weights(ty, 8, n, &mut rng);
         let a = activation_bytes(act_type(ty), n, &mut rng, None);
-        let (s, best) = (Kernels::scalar(), Kernels::detect());
+        let (s, best) = (Kernels::scalar(), best());
         let dot_rows = best.dot_rows_in(SumOrder::Repacked, ty);
         if best.isa() == Isa::Avx2 {
             prop_assert!(dot_rows.is_some());
@@ -174,7 +186,7 @@ proptest! {
 #[test]
 fn exact_where_nothing_rounds() {
     let mut rng = Rng(7);
-    for table in [Kernels::scalar(), Kernels::detect()] {
+    for table in [Kernels::scalar(), best()] {
         for ty in TYPES {
             let act = act_type(ty);
             for blocks in [1usize, 2, 3] {
@@ -248,7 +260,7 @@ fn products_use_the_grouped_order_for_whole_groups_of_four() {
     let pool = ThreadPool::new(2).unwrap();
     let rb = row_bytes(GgmlType::Q4_K, cols);
     let ab = row_bytes(GgmlType::Q8_K, cols);
-    for table in [Kernels::scalar(), Kernels::detect()] {
+    for table in [Kernels::scalar(), best()] {
         let g = grouped(table);
         let plain_dot = dot_in(table, GgmlType::Q4_K);
         let plain_q = table.quantize(GgmlType::Q8_K).unwrap();
@@ -365,7 +377,7 @@ fn repacked_types_with_row_counts_divisible_by_8() {
         assert_eq!(SumOrder::for_weight(ty, 64, 256, false), SumOrder::VecDot);
     }
     // Only the Repacked Q4_K has grouped kernels.
-    for isa in [Isa::Scalar, Kernels::detect().isa()] {
+    for isa in [Isa::Scalar, best().isa()] {
         assert!(grouped_kernels(isa, SumOrder::Repacked, GgmlType::Q4_K).is_some());
         assert!(grouped_kernels(isa, SumOrder::VecDot, GgmlType::Q4_K).is_none());
         assert!(grouped_kernels(isa, SumOrder::Repacked, GgmlType::Q4_0).is_none());
@@ -379,7 +391,7 @@ fn repacked_types_with_row_counts_divisible_by_8() {
 /// The best table's single-row, 8-row and grouped kernels give the scalar bits.
 #[test]
 fn extreme_values_give_the_scalar_bits() {
-    let (s, best) = (Kernels::scalar(), Kernels::detect());
+    let (s, best) = (Kernels::scalar(), best());
     let mut rng = Rng(5);
     for ty in TYPES {
         let act = act_type(ty);
@@ -443,7 +455,7 @@ fn extreme_values_give_the_scalar_bits() {
 #[test]
 fn matrix_products_give_the_scalar_bits() {
     let pool = ThreadPool::new(2).unwrap();
-    let (s, best) = (Kernels::scalar(), Kernels::detect());
+    let (s, best) = (Kernels::scalar(), best());
     let mut rng = Rng(13);
     for ty in TYPES {
         for (rows, blocks) in [(64usize, 3usize), (136, 16), (8, 40)] {

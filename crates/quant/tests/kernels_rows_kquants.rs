@@ -15,7 +15,7 @@ use quant::{DotRows, GgmlType, Isa, Kernels, QK_K, quantize_row};
 
 const Q8K_BYTES: usize = 292;
 
-/// The types whose AVX2 table has a multi-row kernel.
+/// The types whose SIMD tables (AVX2 and NEON) have a multi-row kernel.
 const TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 
 /// Byte offsets of the f16 super-block scale `d` and (if any) `dmin` inside a block.
@@ -107,7 +107,7 @@ fn case(
     })
 }
 
-/// The multi-row kernel of `ty` in the detected table (None without AVX2).
+/// The multi-row kernel of `ty` in the detected table (None in the scalar table).
 fn rows_kernel(ty: GgmlType) -> Option<DotRows> {
     Kernels::detect().dot_rows(ty)
 }
@@ -179,21 +179,22 @@ type_tests! {
 }
 
 #[test]
-fn avx2_table_has_multi_row_kernels() {
+fn simd_table_has_multi_row_kernels() {
     for ty in TYPES {
         assert!(
             Kernels::scalar().dot_rows(ty).is_none(),
             "{ty}: the scalar table has no multi-row kernels"
         );
     }
-    if Kernels::detect().isa() != Isa::Avx2 {
-        eprintln!("note: no AVX2 on this CPU; the multi-row kernels are not tested");
+    let isa = Kernels::detect().isa();
+    if isa == Isa::Scalar {
+        eprintln!("note: no SIMD table on this CPU; the multi-row kernels are not tested");
         return;
     }
     for ty in TYPES {
         let k = Kernels::detect()
             .dot_rows(ty)
-            .unwrap_or_else(|| panic!("{ty}: no multi-row kernel in the AVX2 table"));
+            .unwrap_or_else(|| panic!("{ty}: no multi-row kernel in the {} table", isa.name()));
         assert!(
             [2, 4, 8].contains(&k.rows),
             "{ty}: {} rows per call",

@@ -13,7 +13,7 @@ use common::Rng;
 use proptest::prelude::*;
 use quant::{GgmlType, Isa, Kernels, vec_dot_type};
 
-/// Weight types that get a multi-row kernel on AVX2.
+/// Weight types that get a multi-row kernel in the SIMD tables (AVX2 and NEON).
 const TYPES: [GgmlType; 5] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
@@ -134,16 +134,23 @@ fn lengths() -> impl Strategy<Value = usize> {
 }
 
 #[test]
-fn avx2_table_has_a_rows_kernel_for_each_type() {
+fn simd_table_has_a_rows_kernel_for_each_type() {
+    for ty in TYPES {
+        assert!(
+            Kernels::scalar().dot_rows(ty).is_none(),
+            "{ty}: the scalar table has no multi-row kernels"
+        );
+    }
     let k = Kernels::detect();
-    if k.isa() != Isa::Avx2 {
-        eprintln!("no AVX2 on this CPU: nothing to check");
+    if k.isa() == Isa::Scalar {
+        eprintln!("no SIMD table on this CPU: nothing to check");
         return;
     }
+    let isa = k.isa().name();
     for ty in TYPES {
         let dr = k
             .dot_rows(ty)
-            .unwrap_or_else(|| panic!("AVX2 table has no multi-row {ty} kernel"));
+            .unwrap_or_else(|| panic!("{isa} table has no multi-row {ty} kernel"));
         assert!(
             (2..=8).contains(&dr.rows),
             "{ty}: {} rows per call",
@@ -154,7 +161,7 @@ fn avx2_table_has_a_rows_kernel_for_each_type() {
         .iter()
         .map(|(ty, dr)| format!("{ty}×{}", dr.rows))
         .collect();
-    eprintln!("multi-row kernels: {}", names.join(" "));
+    eprintln!("{isa} multi-row kernels: {}", names.join(" "));
 }
 
 proptest! {

@@ -388,3 +388,69 @@ fn scalar_dots_within_tolerance_of_the_arm_reference() {
     check_dots(&case, &mut report, &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// On aarch64: the NEON table's products of the weights llama.cpp's ARM build repacks
+/// (`rp.<t>.w`: Q4_0 and Q8_0 4x4, Q4_K 8x4, 8 rows of 1024) with 1, 4 and 5 activation rows
+/// (`rp.x`) equal that build's matrix products (`rp.<t>.y<n>`, computed through its CPU_REPACK
+/// buffer: gemv for one row, gemm for four, gemm and gemv for five) bit for bit, through the
+/// kernels [`Kernels::order_for`] picks for such a weight.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn repacked_products_match_ggml_aarch64() {
+    use quant::{RowKernel, ThreadPool, matmul_with, matvec_with};
+    let k = Kernels::detect();
+    if k.isa() != Isa::Neon {
+        panic!(
+            "an aarch64 test machine without NEON, dotprod and FP16: the CI emulates a Cortex-A76"
+        );
+    }
+    let f = open(ARM);
+    let (_, xb, cols) = tensor(&f, "rp.x", T::F32);
+    let x = f32s(xb);
+    let pool = ThreadPool::new(1).unwrap();
+    let mut failures = Vec::new();
+    for ty in [T::Q4_0, T::Q8_0, T::Q4_K] {
+        let (info, w, len) = tensor(&f, &format!("rp.{}.w", ty.name()), ty);
+        assert_eq!(len, cols);
+        let rows = info.dims[1] as usize;
+        assert_eq!(
+            k.order_for(ty, rows, cols, false),
+            quant::SumOrder::Repacked,
+            "{ty}"
+        );
+        let kernel = RowKernel::for_weight(k, ty, rows, cols, false).unwrap();
+        for n_tok in [1usize, 4, 5] {
+            let (_, yb, _) = tensor(&f, &format!("rp.{}.y{n_tok}", ty.name()), T::F32);
+            let want = f32s(yb);
+            let mut out = vec![0f32; rows * n_tok];
+            let mut scratch = Vec::new();
+            let xs = &x[..cols * n_tok];
+            if n_tok == 1 {
+                matvec_with(&pool, &kernel, w, rows, cols, xs, &mut out, &mut scratch).unwrap();
+            } else {
+                matmul_with(
+                    &pool,
+                    &kernel,
+                    w,
+                    rows,
+                    cols,
+                    xs,
+                    n_tok,
+                    &mut out,
+                    &mut scratch,
+                )
+                .unwrap();
+            }
+            for (i, (g, e)) in out.iter().zip(&want).enumerate() {
+                if g.to_bits() != e.to_bits() {
+                    failures.push(format!(
+                        "{ty} {n_tok} tokens: token {} row {}: ours {g:e} ggml {e:e}",
+                        i / rows,
+                        i % rows
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -308,7 +308,7 @@ fn mat_as<'a>(
     let kernel = match usage {
         Use::Plain => RowKernel::for_weight(kernels, ty, rows, cols, t.dims.len() > 2),
         Use::Heads { contiguous } => {
-            let order = match quant::SumOrder::for_weight(ty, rows, cols, false) {
+            let order = match kernels.order_for(ty, rows, cols, false) {
                 quant::SumOrder::Repacked => quant::SumOrder::VecDot,
                 quant::SumOrder::TinyBlas if !contiguous && ty == GgmlType::F32 => {
                     quant::SumOrder::VecDot

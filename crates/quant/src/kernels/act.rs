@@ -188,6 +188,10 @@ pub(super) fn register(k: &mut Kernels) {
 /// quants are `vcvtnq` conversions (round half to even; NaN gives 0, out of range saturates)
 /// whose low byte is stored. The f16 scale is the hardware conversion (round to nearest
 /// even). Q8_K, F16 and BF16 are the portable ones, as on ARM.
+/// ggml's ARM Q8_0 activation quantizer (also what its repacked ARM kernels quantize with).
+#[cfg(target_arch = "aarch64")]
+pub(super) use neon::quantize_q8_0 as quantize_q8_0_neon;
+
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use std::arch::aarch64::*;
@@ -235,7 +239,7 @@ mod neon {
         }
     }
 
-    fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    pub(in crate::kernels) fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
         // SAFETY: NEON is part of the aarch64 baseline every aarch64 target has.
         unsafe { quantize_q8_0_neon(x, out) }
     }

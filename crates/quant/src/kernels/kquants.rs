@@ -21,7 +21,8 @@
 //!
 //! On x86-64 the AVX2 table also has multi-row kernels for Q4_K, Q5_K and Q6_K (several
 //! consecutive rows against one activation row per call, `x86_rows.rs`), each result
-//! bit-identical to the single-row AVX2 kernel on that row.
+//! bit-identical to the single-row AVX2 kernel on that row. The NEON table has them too
+//! (`neon_rows.rs`), each bit-identical to the single-row NEON kernel.
 //!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
@@ -29,6 +30,8 @@
 
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_rows;
 mod q8k;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -118,7 +121,10 @@ pub(super) fn register(k: &mut Kernels) {
     }
     if k.isa() == Isa::Neon {
         #[cfg(target_arch = "aarch64")]
-        neon::register(k);
+        {
+            neon::register(k);
+            neon_rows::register(k);
+        }
     }
 }
 

@@ -48,6 +48,8 @@ use crate::{GgmlType, QK_K};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 /// Q4_K block: `d`, `dmin` (f16), `scales[12]` (8 scales and 8 mins, 6 bits each), `qs[128]`.
 const Q4K_BYTES: usize = 144;
@@ -66,6 +68,13 @@ const Q4_0_VALUES: [i8; 16] = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5,
 pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
     let r = SumOrder::Repacked;
+    if k.isa() == Isa::Neon {
+        // llama.cpp's ARM repacked orders are others: repack/neon.rs (Q4_0, Q8_0) and
+        // kquants/neon.rs (Q4_K), registered there
+        #[cfg(target_arch = "aarch64")]
+        neon::register(k);
+        return;
+    }
     k.set_dot_in(r, Q4_0, dot_q4_0);
     k.set_dot_in(r, IQ4_NL, dot_iq4_nl);
     k.set_dot_in(r, MXFP4, dot_mxfp4);
@@ -96,7 +105,18 @@ pub struct GroupedDot {
 /// (llama.cpp's Q4_K gemm sums differently from its gemv; for Q4_0, IQ4_NL and MXFP4 the two
 /// agree).
 pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
-    if order != SumOrder::Repacked || w != GgmlType::Q4_K {
+    if order != SumOrder::Repacked {
+        return None;
+    }
+    if isa == Isa::Neon {
+        // llama.cpp's ARM order: Q8_0's gemm sums differently from its gemv (Q4_0's do not)
+        #[cfg(target_arch = "aarch64")]
+        if w == GgmlType::Q8_0 {
+            return Some(neon::grouped_q8_0());
+        }
+        return None;
+    }
+    if w != GgmlType::Q4_K {
         return None;
     }
     let scalar = GroupedDot {
@@ -111,8 +131,7 @@ pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<Grouped
         Isa::Avx2 => Some(avx2::grouped_q4_k(scalar)),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 => Some(scalar),
-        // the x86 repacked order has no NEON kernels (llama.cpp's ARM repacking differs)
-        Isa::Neon => Some(scalar),
+        Isa::Neon => None, // returned above
     }
 }
 

@@ -30,8 +30,8 @@ use super::{
     unpack_scales_q3k,
 };
 use crate::GgmlType;
-use crate::kernels::Kernels;
 use crate::kernels::legacy::neon::{arr, load_s8, load_u8, sdot};
+use crate::kernels::{Kernels, SumOrder};
 use crate::tables::KVALUES_IQ4NL;
 
 pub(super) fn register(k: &mut Kernels) {
@@ -41,9 +41,11 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q5_K, dot_q5_k);
     k.set_dot(GgmlType::Q6_K, dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, dot_iq4_xs);
+    // llama.cpp's ARM build repacks Q4_K 8x4 (see `Kernels::order_for`)
+    k.set_dot_in(SumOrder::Repacked, GgmlType::Q4_K, dot_q4_k_repacked);
 }
 
-type Q8KBlock = [u8; Q8K_BYTES];
+pub(super) type Q8KBlock = [u8; Q8K_BYTES];
 
 // ---------------------------------------------------------------------------------------
 // Helpers.
@@ -51,28 +53,28 @@ type Q8KBlock = [u8; Q8K_BYTES];
 /// 16 bytes of `b` from `off`, unsigned (panics only on a caller bug: `b` too short).
 #[inline]
 #[target_feature(enable = "neon")]
-fn ld_u8(b: &[u8], off: usize) -> uint8x16_t {
+pub(super) fn ld_u8(b: &[u8], off: usize) -> uint8x16_t {
     load_u8(arr(&b[off..]))
 }
 
 /// 16 bytes of `b` from `off`, signed.
 #[inline]
 #[target_feature(enable = "neon")]
-fn ld_s8(b: &[u8], off: usize) -> int8x16_t {
+pub(super) fn ld_s8(b: &[u8], off: usize) -> int8x16_t {
     load_s8(arr(&b[off..]))
 }
 
 /// Unsigned bytes reinterpreted as signed (the weight quants here are below 128).
 #[inline]
 #[target_feature(enable = "neon")]
-fn s8(v: uint8x16_t) -> int8x16_t {
+pub(super) fn s8(v: uint8x16_t) -> int8x16_t {
     vreinterpretq_s8_u8(v)
 }
 
 /// The 16 activation group sums of a Q8_K block, as two i16x8.
 #[inline]
 #[target_feature(enable = "neon")]
-fn bsums(y: &Q8KBlock) -> (int16x8_t, int16x8_t) {
+pub(super) fn bsums(y: &Q8KBlock) -> (int16x8_t, int16x8_t) {
     (
         vreinterpretq_s16_s8(ld_s8(y, Q8K_BSUMS)),
         vreinterpretq_s16_s8(ld_s8(y, Q8K_BSUMS + 16)),
@@ -159,6 +161,39 @@ fn q4_k_neon(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
         sumf = (vaddvq_s32(acc) as f32).mul_add(d, sumf);
     }
     sumf
+}
+
+/// The order of llama.cpp's ARM Q4_K 8x4 gemv and gemm (the same per output; the compiled
+/// reference fuses the scale step and not the minimum step): per super-block, per pair of
+/// sub-blocks `acc = fma(d_w · d_a, scale_lo · Σ_lo + scale_hi · Σ_hi, acc)`, then
+/// `acc = acc - (Σ_g pairsum_g · min_g) · (dmin_w · d_a)`, multiply then subtract.
+#[target_feature(enable = "neon,dotprod")]
+fn q4_k_repacked_neon(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let m4 = vdupq_n_u8(0x0f);
+    let mut acc = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        let dy = f32_at(y, 0);
+        let d = f16_at(x, q4k::D) * dy;
+        let dmin = f16_at(x, q4k::DMIN) * dy;
+        let sm_bytes = unpack_scales_mins_k4(&x[q4k::SCALES..q4k::SCALES + 12]);
+        for j in 0..4 {
+            let q0 = ld_u8(x, q4k::QS + 32 * j);
+            let q1 = ld_u8(x, q4k::QS + 32 * j + 16);
+            let lo = dot32(s8(vandq_u8(q0, m4)), s8(vandq_u8(q1, m4)), y, 64 * j);
+            let hi = dot32(
+                s8(vshrq_n_u8::<4>(q0)),
+                s8(vshrq_n_u8::<4>(q1)),
+                y,
+                64 * j + 32,
+            );
+            let sumi = vaddvq_s32(lo) * i32::from(sm_bytes[2 * j])
+                + vaddvq_s32(hi) * i32::from(sm_bytes[2 * j + 1]);
+            acc = d.mul_add(sumi as f32, acc);
+        }
+        let mins = k4_mins(load_u8(&sm_bytes), y);
+        acc -= mins as f32 * dmin;
+    }
+    acc
 }
 
 #[target_feature(enable = "neon,dotprod")]
@@ -387,6 +422,12 @@ macro_rules! entry {
 entry!(dot_q2_k, GgmlType::Q2_K, q2k::BYTES, q2_k_neon);
 entry!(dot_q3_k, GgmlType::Q3_K, q3k::BYTES, q3_k_neon);
 entry!(dot_q4_k, GgmlType::Q4_K, q4k::BYTES, q4_k_neon);
+entry!(
+    dot_q4_k_repacked,
+    GgmlType::Q4_K,
+    q4k::BYTES,
+    q4_k_repacked_neon
+);
 entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5_k_neon);
 entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6_k_neon);
 entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4_xs_neon);

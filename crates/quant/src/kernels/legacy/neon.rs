@@ -35,6 +35,8 @@ use crate::GgmlType;
 use crate::kernels::Kernels;
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
 
+mod rows;
+
 pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
     k.set_dot(F32, dot_f32);
@@ -46,6 +48,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(Q5_1, dot_q5_1);
     k.set_dot(IQ4_NL, dot_iq4_nl);
     k.set_dot(MXFP4, dot_mxfp4);
+    rows::register(k);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -101,14 +104,14 @@ pub(crate) fn arr<const M: usize>(s: &[u8]) -> &[u8; M] {
 }
 
 #[inline(always)]
-fn f16_at(b: &[u8], at: usize) -> f32 {
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes(*arr(&b[at..])))
 }
 
 /// Low and high nibbles of 16 bytes (elements 0..16 and 16..32 of a block).
 #[inline]
 #[target_feature(enable = "neon")]
-fn nibbles(b: &[u8; 16]) -> (uint8x16_t, uint8x16_t) {
+pub(crate) fn nibbles(b: &[u8; 16]) -> (uint8x16_t, uint8x16_t) {
     let v = load_u8(b);
     (vandq_u8(v, vdupq_n_u8(0x0f)), vshrq_n_u8::<4>(v))
 }
@@ -116,7 +119,7 @@ fn nibbles(b: &[u8; 16]) -> (uint8x16_t, uint8x16_t) {
 /// `Σ lo · a[0..16] + Σ hi · a[16..32]` in four lanes.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn dot32(lo: int8x16_t, hi: int8x16_t, a: &[u8]) -> int32x4_t {
+pub(crate) fn dot32(lo: int8x16_t, hi: int8x16_t, a: &[u8]) -> int32x4_t {
     let acc = sdot(vdupq_n_s32(0), lo, load_s8(arr(a)));
     sdot(acc, hi, load_s8(arr(&a[16..])))
 }
@@ -174,7 +177,7 @@ fn pairs<'a, const WB: usize, const AB: usize>(
 /// The block sums as one i32 (exact), then as f32 (exact: |sum| < 2^24).
 #[inline]
 #[target_feature(enable = "neon")]
-fn total(s: int32x4_t) -> f32 {
+pub(crate) fn total(s: int32x4_t) -> f32 {
     vaddvq_s32(s) as f32
 }
 
@@ -202,7 +205,7 @@ fn q8_0_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// Q4_0 quants minus 8, as signed bytes.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q4_0_quants(x: &[u8]) -> (int8x16_t, int8x16_t) {
+pub(crate) fn q4_0_quants(x: &[u8]) -> (int8x16_t, int8x16_t) {
     let (lo, hi) = nibbles(arr(x));
     let eight = vdupq_n_s8(8);
     (
@@ -491,11 +494,19 @@ fn f16_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
             *acc = fmla_f16(*acc, load_f16x8(&x[o..]), load_f16x8(&y[o..]));
         }
     }
+    f16_finish(acc, &w[2 * np..], &a[2 * np..])
+}
+
+/// The end of the F16 kernel: the four f16x8 accumulators reduced in f16, widened and
+/// reduced in f32, then the leftover elements (`w`, `a`: their bytes) added in f64.
+#[inline]
+#[target_feature(enable = "neon,fp16")]
+fn f16_finish(acc: [uint16x8_t; 4], w: &[u8], a: &[u8]) -> f32 {
     let r = fadd_f16(fadd_f16(acc[0], acc[2]), fadd_f16(acc[1], acc[3]));
     let (lo, hi) = widen_f16(r);
     let mut sum = f64::from(hsum(vaddq_f32(lo, hi)));
-    let (w, _) = w[2 * np..].as_chunks::<2>();
-    let (a, _) = a[2 * np..].as_chunks::<2>();
+    let (w, _) = w.as_chunks::<2>();
+    let (a, _) = a.as_chunks::<2>();
     for (x, y) in w.iter().zip(a) {
         let p = f16_to_f32(u16::from_le_bytes(*x)) * f16_to_f32(u16::from_le_bytes(*y));
         sum += f64::from(p);
