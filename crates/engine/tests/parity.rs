@@ -373,9 +373,10 @@ fn greedy_tokens_equal_llama_cpp_aarch64_where_it_agrees_with_x86() {
                 got.len(),
                 greedy.len()
             );
-            // Q4_K_M files hold Q5_K and Q6_K matrices, which llama.cpp's ARM build repacks
-            // 8x4: that order has no NEON kernels yet (`Kernels::order_for`), so their greedy
-            // tokens are reported, not required
+            // Q4_K_M files: every matrix product follows llama.cpp's ARM order (Q4_K, Q5_K, Q6_K
+            // 8x4, Q8_0 4x4), but no prompt's logits are bit-identical yet and two prompts part
+            // before llama.cpp's builds do (F32 router products through its NEON tinyBLAS and
+            // the per-token ops still sum in the x86 layouts): reported, not required
             if same < n_agree && !name.ends_with("-q4_k_m.gguf") {
                 fails.push(format!(
                     "{name} p{p}: greedy step {same} differs from llama.cpp aarch64 (its builds agree for {n_agree})"

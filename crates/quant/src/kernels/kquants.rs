@@ -29,7 +29,7 @@
 //! `-(-128)`; the other kernels accept the full `i8` range.
 
 #[cfg(target_arch = "aarch64")]
-mod neon;
+pub(super) mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_rows;
 mod q8k;

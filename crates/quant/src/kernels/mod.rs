@@ -332,18 +332,20 @@ impl Kernels {
     ///
     /// The scalar and AVX2 tables follow llama.cpp's x86 AVX2 backend ([`SumOrder::for_weight`]).
     /// The NEON table follows llama.cpp's ARM build (NEON + dotprod): Q4_0 and Q8_0 weights
-    /// with a row count divisible by 4, which it repacks 4x4, and Q4_K with a row count
-    /// divisible by 8, which it repacks 8x4, in [`SumOrder::Repacked`] (those layouts' gemv and
-    /// gemm orders, plain matrices and expert stacks alike); everything else in the `vec_dot`
-    /// order. That build also repacks IQ4_NL and MXFP4 (4x4) and Q5_K and Q6_K (8x4) and takes
-    /// float products to its NEON tinyBLAS: those orders have no NEON kernels here yet, so such
+    /// with a row count divisible by 4, which it repacks 4x4, and Q4_K, Q5_K and Q6_K with a
+    /// row count divisible by 8, which it repacks 8x4, in [`SumOrder::Repacked`] (those
+    /// layouts' gemv and gemm orders, plain matrices and expert stacks alike); everything else
+    /// in the `vec_dot` order. That build also repacks IQ4_NL and MXFP4 (4x4) and takes float
+    /// products to its NEON tinyBLAS: those orders have no NEON kernels here yet, so such
     /// weights take `vec_dot` (the x86 orders' kernels in this table would be the portable
     /// ones, several times slower on a phone).
     pub fn order_for(&self, w: GgmlType, rows: usize, cols: usize, expert: bool) -> SumOrder {
         match self.isa {
             Isa::Neon => match w {
                 GgmlType::Q4_0 | GgmlType::Q8_0 if rows.is_multiple_of(4) => SumOrder::Repacked,
-                GgmlType::Q4_K if rows.is_multiple_of(8) => SumOrder::Repacked,
+                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K if rows.is_multiple_of(8) => {
+                    SumOrder::Repacked
+                }
                 _ => SumOrder::VecDot,
             },
             Isa::Scalar | Isa::Avx2 => SumOrder::for_weight(w, rows, cols, expert),

@@ -109,10 +109,13 @@ pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<Grouped
         return None;
     }
     if isa == Isa::Neon {
-        // llama.cpp's ARM order: Q8_0's gemm sums differently from its gemv (Q4_0's do not)
+        // llama.cpp's ARM order: Q8_0's and Q6_K's gemm sum differently from their gemv (Q4_0's,
+        // Q4_K's and Q5_K's do not)
         #[cfg(target_arch = "aarch64")]
-        if w == GgmlType::Q8_0 {
-            return Some(neon::grouped_q8_0());
+        match w {
+            GgmlType::Q8_0 => return Some(neon::grouped_q8_0()),
+            GgmlType::Q6_K => return Some(super::kquants::neon::grouped_q6_k()),
+            _ => {}
         }
         return None;
     }

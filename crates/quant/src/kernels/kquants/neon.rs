@@ -41,8 +41,22 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q5_K, dot_q5_k);
     k.set_dot(GgmlType::Q6_K, dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, dot_iq4_xs);
-    // llama.cpp's ARM build repacks Q4_K 8x4 (see `Kernels::order_for`)
-    k.set_dot_in(SumOrder::Repacked, GgmlType::Q4_K, dot_q4_k_repacked);
+    // llama.cpp's ARM build repacks Q4_K, Q5_K and Q6_K 8x4 (see `Kernels::order_for`); Q6_K's
+    // gemv sums as its vec_dot, its gemm otherwise (`grouped_q6_k`)
+    let r = SumOrder::Repacked;
+    k.set_dot_in(r, GgmlType::Q4_K, dot_q4_k_repacked);
+    k.set_dot_in(r, GgmlType::Q5_K, dot_q5_k_repacked);
+    k.set_dot_in(r, GgmlType::Q6_K, dot_q6_k);
+}
+
+/// The Q6_K 8x4 gemm's order for whole groups of four activation rows of a plain product.
+pub(in crate::kernels) fn grouped_q6_k() -> crate::kernels::GroupedDot {
+    crate::kernels::GroupedDot {
+        group: 4,
+        dot: dot_q6_k_gemm,
+        dot_rows: None,
+        quantize: super::q8k::quantize_row_q8_k,
+    }
 }
 
 pub(super) type Q8KBlock = [u8; Q8K_BYTES];
@@ -198,9 +212,6 @@ fn q4_k_repacked_neon(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
 
 #[target_feature(enable = "neon,dotprod")]
 fn q5_k_neon(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let m4 = vdupq_n_u8(0x0f);
-    let one = vdupq_n_u8(1);
-    let two = vdupq_n_u8(2);
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         let dy = f32_at(y, 0);
@@ -208,83 +219,128 @@ fn q5_k_neon(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
         let dmin = dy * f16_at(x, q5k::DMIN);
         let sm_bytes = unpack_scales_mins_k4(&x[q5k::SCALES..q5k::SCALES + 12]);
         let mins = k4_mins(load_u8(&sm_bytes), y);
-
-        // bit 2j of qh[l]: the fifth bit of element 64j + l; bit 2j + 1: of 64j + 32 + l
-        let mut qh0 = ld_u8(x, q5k::QH);
-        let mut qh1 = ld_u8(x, q5k::QH + 16);
-        let mut acc = vdupq_n_s32(0);
-        for j in 0..4 {
-            let q0 = ld_u8(x, q5k::QS + 32 * j);
-            let q1 = ld_u8(x, q5k::QS + 32 * j + 16);
-            let h0 = vshlq_n_u8::<4>(vandq_u8(one, qh0));
-            let h1 = vshlq_n_u8::<4>(vandq_u8(one, qh1));
-            let h2 = vshlq_n_u8::<3>(vandq_u8(two, qh0));
-            let h3 = vshlq_n_u8::<3>(vandq_u8(two, qh1));
-            qh0 = vshrq_n_u8::<2>(qh0);
-            qh1 = vshrq_n_u8::<2>(qh1);
-            let lo = dot32(
-                s8(vorrq_u8(vandq_u8(q0, m4), h0)),
-                s8(vorrq_u8(vandq_u8(q1, m4), h1)),
-                y,
-                64 * j,
-            );
-            let hi = dot32(
-                s8(vorrq_u8(vshrq_n_u8::<4>(q0), h2)),
-                s8(vorrq_u8(vshrq_n_u8::<4>(q1), h3)),
-                y,
-                64 * j + 32,
-            );
-            acc = vmlaq_n_s32(acc, lo, i32::from(sm_bytes[2 * j]));
-            acc = vmlaq_n_s32(acc, hi, i32::from(sm_bytes[2 * j + 1]));
-        }
+        let isum: i32 = q5_k_pair_sums(x, y, &sm_bytes).iter().sum();
         // sum + fma(isum, d, -(mins · dmin))
-        let isum = vaddvq_s32(acc) as f32;
-        sumf += isum.mul_add(d, -(mins as f32 * dmin));
+        sumf += (isum as f32).mul_add(d, -(mins as f32 * dmin));
     }
     sumf
 }
 
+/// Per pair of Q5_K sub-blocks `j`: `scale_2j · Σ_2j + scale_2j+1 · Σ_2j+1` (exact).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn q5_k_pair_sums(x: &[u8; q5k::BYTES], y: &Q8KBlock, sm_bytes: &[u8; 16]) -> [i32; 4] {
+    let m4 = vdupq_n_u8(0x0f);
+    let one = vdupq_n_u8(1);
+    let two = vdupq_n_u8(2);
+    // bit 2j of qh[l]: the fifth bit of element 64j + l; bit 2j + 1: of 64j + 32 + l
+    let mut qh0 = ld_u8(x, q5k::QH);
+    let mut qh1 = ld_u8(x, q5k::QH + 16);
+    let mut out = [0i32; 4];
+    for (j, o) in out.iter_mut().enumerate() {
+        let q0 = ld_u8(x, q5k::QS + 32 * j);
+        let q1 = ld_u8(x, q5k::QS + 32 * j + 16);
+        let h0 = vshlq_n_u8::<4>(vandq_u8(one, qh0));
+        let h1 = vshlq_n_u8::<4>(vandq_u8(one, qh1));
+        let h2 = vshlq_n_u8::<3>(vandq_u8(two, qh0));
+        let h3 = vshlq_n_u8::<3>(vandq_u8(two, qh1));
+        qh0 = vshrq_n_u8::<2>(qh0);
+        qh1 = vshrq_n_u8::<2>(qh1);
+        let lo = dot32(
+            s8(vorrq_u8(vandq_u8(q0, m4), h0)),
+            s8(vorrq_u8(vandq_u8(q1, m4), h1)),
+            y,
+            64 * j,
+        );
+        let hi = dot32(
+            s8(vorrq_u8(vshrq_n_u8::<4>(q0), h2)),
+            s8(vorrq_u8(vshrq_n_u8::<4>(q1), h3)),
+            y,
+            64 * j + 32,
+        );
+        *o = vaddvq_s32(lo) * i32::from(sm_bytes[2 * j])
+            + vaddvq_s32(hi) * i32::from(sm_bytes[2 * j + 1]);
+    }
+    out
+}
+
+/// The order of llama.cpp's ARM Q5_K 8x4 gemv and gemm: as Q4_K's
+/// ([`q4_k_repacked_neon`]).
+#[target_feature(enable = "neon,dotprod")]
+fn q5_k_repacked_neon(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        let dy = f32_at(y, 0);
+        let d = f16_at(x, q5k::D) * dy;
+        let dmin = f16_at(x, q5k::DMIN) * dy;
+        let sm_bytes = unpack_scales_mins_k4(&x[q5k::SCALES..q5k::SCALES + 12]);
+        for sumi in q5_k_pair_sums(x, y, &sm_bytes) {
+            acc = d.mul_add(sumi as f32, acc);
+        }
+        let mins = k4_mins(load_u8(&sm_bytes), y);
+        acc -= mins as f32 * dmin;
+    }
+    acc
+}
+
 #[target_feature(enable = "neon,dotprod")]
 fn q6_k_neon(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let m4 = vdupq_n_u8(0x0f);
-    let m3 = vdupq_n_u8(3);
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let d_all = f16_at(x, q6k::D);
-        let sc = ld_s8(x, q6k::SCALES);
-        let mins = group_sums(vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc), y);
-        let scale = |g: usize| i32::from(x[q6k::SCALES + g] as i8);
-
-        // quants taken unsigned (0..64), the offset -32 applied through the group sums
-        let mut acc = vdupq_n_s32(0);
-        for j in 0..2 {
-            let qh0 = ld_u8(x, q6k::QH + 32 * j);
-            let qh1 = ld_u8(x, q6k::QH + 32 * j + 16);
-            let ql = |k: usize| ld_u8(x, q6k::QL + 64 * j + 16 * k);
-            let (l0, l1, l2, l3) = (ql(0), ql(1), ql(2), ql(3));
-            let high = |qh: uint8x16_t, shift: i8| {
-                vshlq_n_u8::<4>(vandq_u8(m3, vshlq_u8(qh, vdupq_n_s8(-shift))))
-            };
-            let quants = [
-                vorrq_u8(vandq_u8(l0, m4), high(qh0, 0)),
-                vorrq_u8(vandq_u8(l1, m4), high(qh1, 0)),
-                vorrq_u8(vandq_u8(l2, m4), high(qh0, 2)),
-                vorrq_u8(vandq_u8(l3, m4), high(qh1, 2)),
-                vorrq_u8(vshrq_n_u8::<4>(l0), high(qh0, 4)),
-                vorrq_u8(vshrq_n_u8::<4>(l1), high(qh1, 4)),
-                vorrq_u8(vshrq_n_u8::<4>(l2), high(qh0, 6)),
-                vorrq_u8(vshrq_n_u8::<4>(l3), high(qh1, 6)),
-            ];
-            for (k, q) in quants.into_iter().enumerate() {
-                let g = 8 * j + k;
-                acc = vmlaq_n_s32(acc, dot16(s8(q), y, 16 * g), scale(g));
-            }
-        }
-        let isum = vaddvq_s32(acc) - 32 * mins;
-        // sum + (d · dy) · isum, fused
-        sumf = (d_all * f32_at(y, 0)).mul_add(isum as f32, sumf);
+        let isum = q6_k_isum(x, y);
+        // sum + (d · dy) · isum, fused (also the order of llama.cpp's ARM Q6_K 8x4 gemv)
+        sumf = (f16_at(x, q6k::D) * f32_at(y, 0)).mul_add(isum as f32, sumf);
     }
     sumf
+}
+
+/// The order of llama.cpp's ARM Q6_K 8x4 gemm: `acc + isum · (d_w · d_a)`, multiply then add.
+#[target_feature(enable = "neon,dotprod")]
+fn q6_k_gemm_neon(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        let isum = q6_k_isum(x, y);
+        acc += isum as f32 * (f16_at(x, q6k::D) * f32_at(y, 0));
+    }
+    acc
+}
+
+/// `Σ_g scale_g · Σ (q - 32) · a` over a Q6_K super-block (exact).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn q6_k_isum(x: &[u8; q6k::BYTES], y: &Q8KBlock) -> i32 {
+    let m4 = vdupq_n_u8(0x0f);
+    let m3 = vdupq_n_u8(3);
+    let sc = ld_s8(x, q6k::SCALES);
+    let mins = group_sums(vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc), y);
+    let scale = |g: usize| i32::from(x[q6k::SCALES + g] as i8);
+
+    // quants taken unsigned (0..64), the offset -32 applied through the group sums
+    let mut acc = vdupq_n_s32(0);
+    for j in 0..2 {
+        let qh0 = ld_u8(x, q6k::QH + 32 * j);
+        let qh1 = ld_u8(x, q6k::QH + 32 * j + 16);
+        let ql = |k: usize| ld_u8(x, q6k::QL + 64 * j + 16 * k);
+        let (l0, l1, l2, l3) = (ql(0), ql(1), ql(2), ql(3));
+        let high = |qh: uint8x16_t, shift: i8| {
+            vshlq_n_u8::<4>(vandq_u8(m3, vshlq_u8(qh, vdupq_n_s8(-shift))))
+        };
+        let quants = [
+            vorrq_u8(vandq_u8(l0, m4), high(qh0, 0)),
+            vorrq_u8(vandq_u8(l1, m4), high(qh1, 0)),
+            vorrq_u8(vandq_u8(l2, m4), high(qh0, 2)),
+            vorrq_u8(vandq_u8(l3, m4), high(qh1, 2)),
+            vorrq_u8(vshrq_n_u8::<4>(l0), high(qh0, 4)),
+            vorrq_u8(vshrq_n_u8::<4>(l1), high(qh1, 4)),
+            vorrq_u8(vshrq_n_u8::<4>(l2), high(qh0, 6)),
+            vorrq_u8(vshrq_n_u8::<4>(l3), high(qh1, 6)),
+        ];
+        for (k, q) in quants.into_iter().enumerate() {
+            let g = 8 * j + k;
+            acc = vmlaq_n_s32(acc, dot16(s8(q), y, 16 * g), scale(g));
+        }
+    }
+    vaddvq_s32(acc) - 32 * mins
 }
 
 #[target_feature(enable = "neon,dotprod")]
@@ -428,6 +484,13 @@ entry!(
     q4k::BYTES,
     q4_k_repacked_neon
 );
+entry!(
+    dot_q5_k_repacked,
+    GgmlType::Q5_K,
+    q5k::BYTES,
+    q5_k_repacked_neon
+);
+entry!(dot_q6_k_gemm, GgmlType::Q6_K, q6k::BYTES, q6_k_gemm_neon);
 entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5_k_neon);
 entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6_k_neon);
 entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4_xs_neon);
