@@ -1,9 +1,9 @@
-// Reference outputs of ggml's x86 CPU backend for the engine's numerical ops (RoPE with and
-// without YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, GELU, GEGLU, RMS norm with a weight,
+// Reference outputs of ggml's CPU backend for the engine's numerical ops (RoPE with and without
+// YaRN, softmax with scale and mask, SiLU, SwiGLU, sigmoid, GELU, GEGLU, RMS norm with a weight,
 // MoE routing, and attention over an F32 or F16 KV cache for one token and for a batch of
-// tokens),
-// written as JSON. Built and run by scripts/gen_engine_refs.sh, linked against one prebuilt
-// CPU backend variant of the npm package node-llama-cpp (see that script for versions).
+// tokens), written as JSON. Built and run by scripts/gen_engine_refs.sh (x86: linked against one
+// prebuilt CPU backend variant of the npm package node-llama-cpp, see that script for versions)
+// and scripts/gen_engine_refs_aarch64.sh (the same release built for aarch64, run under qemu).
 //
 // Usage: gen_engine_refs OUT.json
 //
@@ -21,7 +21,10 @@
 #include "ggml.h"
 #include "ggml-cpu.h"
 
+#if !defined(__aarch64__)
+// Exported by every CPU backend variant library: 0 if this CPU lacks the variant's features.
 int ggml_backend_score(void);
+#endif
 
 #define REF_SEED 0x5EED0E9E7E5E0A11ULL
 #include "ref_rand.h"
@@ -288,11 +291,26 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "usage: %s OUT.json\n", argv[0]);
         return 2;
     }
+#if defined(__aarch64__)
+    ggml_cpu_init();
+    if (!ggml_cpu_has_neon() || !ggml_cpu_has_dotprod() || !ggml_cpu_has_fp16_va() ||
+        ggml_cpu_has_matmul_int8() || ggml_cpu_has_sve()) {
+        fprintf(stderr, "expected a CPU and backend with NEON, dotprod and FP16, without I8MM and SVE\n");
+        return 1;
+    }
+    const char * reference =
+        "llama.cpp v0.4.0 (source from npm node-llama-cpp 3.21.1), CPU backend built for aarch64 "
+        "-march=armv8.2-a+dotprod+fp16 by scripts/llamacpp-aarch64.sh, run by qemu-aarch64 -cpu cortex-a76";
+    const char * generator = "scripts/gen_engine_refs_aarch64.sh";
+#else
     if (ggml_backend_score() <= 0) {
         fprintf(stderr, "this CPU lacks the features of the linked backend variant\n");
         return 1;
     }
     ggml_cpu_init();
+    const char * reference = "llama.cpp v0.4.0 (npm node-llama-cpp 3.21.1), CPU backend haswell";
+    const char * generator = "scripts/gen_engine_refs.sh";
+#endif
     struct ggml_init_params params = { 64u << 20, NULL, false };
     gctx = ggml_init(params);
     out = fopen(argv[1], "w");
@@ -300,7 +318,7 @@ int main(int argc, char ** argv) {
         perror(argv[1]);
         return 1;
     }
-    fprintf(out, "{\"generator\":\"scripts/gen_engine_refs.sh\",\"ggml\":\"llama.cpp v0.4.0 (npm node-llama-cpp 3.21.1), CPU backend haswell\",\"cases\":[");
+    fprintf(out, "{\"generator\":\"%s\",\"ggml\":\"%s\",\"cases\":[", generator, reference);
 
     rope_case(GGML_ROPE_TYPE_NORMAL, 64, 10000.0f, 1.0f, 0.0f, 1.0f, 4096);
     rope_case(GGML_ROPE_TYPE_NEOX, 64, 1000000.0f, 1.0f, 0.0f, 1.0f, 32768);
@@ -338,6 +356,9 @@ int main(int argc, char ** argv) {
     gelu_case(203, 0.5f);
     geglu_case(2051);
     gelu_table_case();
+    // batches of 8 tokens: on aarch64 the F16 cache's products go to tinyBLAS in f16 from 8
+    attn_case(GGML_TYPE_F32, 4, 2, 64, 256, 20, 8);
+    attn_case(GGML_TYPE_F16, 4, 2, 64, 256, 20, 8);
 
     fprintf(out, "\n]}\n");
     fclose(out);

@@ -465,7 +465,8 @@ fn rope_config(hp: &HParams, freq_factors: Option<Vec<f32>>) -> RopeConfig {
     }
 }
 
-/// `out = W · x` for `n` tokens: matrix × vector for one token, batched otherwise.
+/// `out = W · x` for `n` tokens: matrix × vector for one token, batched otherwise (in the
+/// single-token order below the weight's `min_tokens`).
 fn mm(
     pool: &ThreadPool,
     m: &Mat<'_>,
@@ -479,6 +480,8 @@ fn mm(
     let out = &mut out[..n * m.rows];
     if n == 1 {
         quant::matvec_with(pool, &m.kernel_one, data, m.rows, m.cols, x, out, qbuf)
+    } else if n < m.min_tokens {
+        quant::matmul_with(pool, &m.kernel_one, data, m.rows, m.cols, x, n, out, qbuf)
     } else {
         quant::matmul_with(pool, &m.kernel, data, m.rows, m.cols, x, n, out, qbuf)
     }

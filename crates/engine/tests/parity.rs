@@ -311,8 +311,9 @@ fn aarch64_references_pair_with_the_x86_ones() {
 /// On aarch64 (under qemu in CI): the engine's greedy tokens equal those of llama.cpp's ARM
 /// build for as long as that build's equal its x86 build's (`greedy_as_x86`); beyond, the two
 /// builds of llama.cpp themselves part at a near tie. Logits are compared but not required to
-/// be bit-identical: the ARM order of the forward pass (repacked layouts, per-token ops) is not
-/// all followed yet; the report says how far they are.
+/// be bit-identical: the ARM order of the forward pass is not all followed yet (F32 and F16
+/// weights' batched products through its NEON tinyBLAS, IQ4_NL and MXFP4 repacked 4x4); the
+/// report says how far they are.
 #[cfg(target_arch = "aarch64")]
 #[test]
 fn greedy_tokens_equal_llama_cpp_aarch64_where_it_agrees_with_x86() {
@@ -373,11 +374,7 @@ fn greedy_tokens_equal_llama_cpp_aarch64_where_it_agrees_with_x86() {
                 got.len(),
                 greedy.len()
             );
-            // Q4_K_M files: every matrix product follows llama.cpp's ARM order (Q4_K, Q5_K, Q6_K
-            // 8x4, Q8_0 4x4), but no prompt's logits are bit-identical yet and two prompts part
-            // before llama.cpp's builds do (F32 router products through its NEON tinyBLAS and
-            // the per-token ops still sum in the x86 layouts): reported, not required
-            if same < n_agree && !name.ends_with("-q4_k_m.gguf") {
+            if same < n_agree {
                 fails.push(format!(
                     "{name} p{p}: greedy step {same} differs from llama.cpp aarch64 (its builds agree for {n_agree})"
                 ));

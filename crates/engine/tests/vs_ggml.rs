@@ -1,12 +1,19 @@
-//! The ops against outputs of ggml's own CPU backend (x86 "haswell" build of llama.cpp
-//! v0.4.0), from `tests/fixtures/ggml_ops.json` written by `scripts/gen_engine_refs.sh`.
-//! Floats are stored as bit patterns; the comparison is in units in the last place.
+//! The ops against outputs of ggml's own CPU backend of llama.cpp v0.4.0 for the architecture
+//! the test runs on: on x86 its "haswell" build (`tests/fixtures/ggml_ops.json`, written by
+//! `scripts/gen_engine_refs.sh`), on aarch64 its ARM build (NEON, dotprod, FP16;
+//! `tests/fixtures/ggml_ops_aarch64.json`, written by `scripts/gen_engine_refs_aarch64.sh`), the
+//! same cases with the same inputs. Floats are stored as bit patterns; the comparison is in
+//! units in the last place.
 
 use engine::ops::{self, Rope, RopeConfig, RopeMode};
 use serde_json::Value;
 
 fn fixture() -> Value {
-    let text = include_str!("fixtures/ggml_ops.json");
+    let text = if cfg!(target_arch = "aarch64") {
+        include_str!("fixtures/ggml_ops_aarch64.json")
+    } else {
+        include_str!("fixtures/ggml_ops.json")
+    };
     serde_json::from_str(text).unwrap()
 }
 

@@ -5,7 +5,9 @@
 //!   `((l4 + l0) + (l6 + l2)) + ((l5 + l1) + (l7 + l3))`; checked against an independent
 //!   emulation written here.
 //! * The best table's kernels (AVX2 on x86-64) give the same bits as the scalar ones, for
-//!   every row length (also those that are not a multiple of 8) and for special values.
+//!   every row length (also those that are not a multiple of 8) and for special values. The
+//!   NEON table sums F32 and F16 as llama.cpp's ARM build does (4 f32 lanes; 8 f16 lanes):
+//!   F32 is checked against an emulation of that order, F16 against the exact sum.
 //! * Each output of a multi-row kernel equals the single-row kernel on that row, bit for bit.
 //! * [`SumOrder::for_weight`] picks the order for plain float weights with the sizes
 //!   llama.cpp's `llamafile_sgemm` accepts, and the vec_dot order otherwise.
@@ -76,6 +78,19 @@ fn emulate(w: &[f32], a: &[f32]) -> f32 {
     (t[0] + t[2]) + (t[1] + t[3])
 }
 
+/// llama.cpp's ARM tinyBLAS order for F32, written independently of the library: 4 lanes,
+/// a last partial group's missing lanes multiplied as zeros, then `(l0 + l1) + (l2 + l3)`.
+fn emulate_arm_f32(w: &[f32], a: &[f32]) -> f32 {
+    let mut lane = [0f32; 4];
+    for (wg, ag) in w.chunks(4).zip(a.chunks(4)) {
+        for (l, acc) in lane.iter_mut().enumerate() {
+            let (x, y) = (wg.get(l).copied(), ag.get(l).copied());
+            *acc = x.unwrap_or(0.0).mul_add(y.unwrap_or(0.0), *acc);
+        }
+    }
+    (lane[0] + lane[1]) + (lane[2] + lane[3])
+}
+
 fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
@@ -105,9 +120,44 @@ proptest! {
         let mut rng = Rng(seed);
         let (wb, _) = row(ty, n, &mut rng, special);
         let (ab, _) = row(ty, n, &mut rng, special);
+        let k = Kernels::detect();
+        let got = tiny(k, ty)(n, &wb, &ab);
+        if k.isa() == quant::Isa::Neon && ty != GgmlType::BF16 {
+            // llama.cpp's ARM order (F32 here; F16, in half precision, below)
+            if ty == GgmlType::F32 {
+                let f = |b: &[u8]| -> Vec<f32> {
+                    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+                };
+                let want = emulate_arm_f32(&f(&wb), &f(&ab));
+                prop_assert!(same(got, want), "{ty} n={n}: {got:e} vs ARM order {want:e}");
+            }
+            return Ok(());
+        }
         let want = tiny(Kernels::scalar(), ty)(n, &wb, &ab);
-        let got = tiny(Kernels::detect(), ty)(n, &wb, &ab);
         prop_assert!(same(got, want), "{ty} n={n}: {got:e} vs scalar {want:e}");
+    }
+
+    /// The NEON F16 kernel accumulates in half precision (as llama.cpp's ARM tinyBLAS does;
+    /// bit-exact against it in the engine's attention fixture): within f16 rounding of the
+    /// exact sum, on values small enough not to overflow f16.
+    #[test]
+    fn neon_f16_is_within_half_precision_rounding(seed in any::<u64>(), n in 1usize..700) {
+        let k = Kernels::detect();
+        if k.isa() != quant::Isa::Neon {
+            return Ok(());
+        }
+        let mut rng = Rng(seed);
+        let mut half_row = || -> (Vec<u8>, Vec<f64>) {
+            let v: Vec<half::f16> = (0..n).map(|_| half::f16::from_f32(rng.normal().clamp(-2.0, 2.0))).collect();
+            (v.iter().flat_map(|h| h.to_le_bytes()).collect(), v.iter().map(|h| f64::from(h.to_f32())).collect())
+        };
+        let (wb, wv) = half_row();
+        let (ab, av) = half_row();
+        let got = f64::from(tiny(k, GgmlType::F16)(n, &wb, &ab));
+        let exact: f64 = wv.iter().zip(&av).map(|(x, y)| x * y).sum();
+        let mag: f64 = wv.iter().zip(&av).map(|(x, y)| (x * y).abs()).sum();
+        let tol = (n as f64 / 8.0 + 4.0) * mag * f64::powi(2.0, -10);
+        prop_assert!((got - exact).abs() <= tol, "n={n}: {got} vs exact {exact} (tolerance {tol})");
     }
 
     #[test]
@@ -153,14 +203,26 @@ fn for_weight_picks_tinyblas_for_plain_float_weights_llamafile_accepts() {
         assert_eq!(SumOrder::for_weight(ty, 1, 256, false), SumOrder::VecDot);
         // ... and a row length that is not a multiple of 8
         assert_eq!(SumOrder::for_weight(ty, 256, 260, false), SumOrder::VecDot);
-        // (the NEON table takes every float weight in the vec_dot order: Kernels::order_for)
         let tables = [Kernels::scalar(), Kernels::detect()];
-        for k in tables.into_iter().filter(|k| k.isa() != quant::Isa::Neon) {
+        for k in tables {
             let rk = RowKernel::for_weight(k, ty, 256, 256, false).unwrap();
-            assert_eq!(rk.order, SumOrder::TinyBlas);
-            assert_eq!(rk.act_type, ty);
-            let rk = RowKernel::for_weight(k, ty, 256, 256, true).unwrap();
-            assert_eq!(rk.order, SumOrder::VecDot);
+            let rk_expert = RowKernel::for_weight(k, ty, 256, 256, true).unwrap();
+            assert_eq!(rk_expert.order, SumOrder::VecDot);
+            if k.isa() == quant::Isa::Neon {
+                // llama.cpp's ARM build: tinyBLAS for F32 from 4 tokens, F16 from 8, never BF16
+                let (order, min) = match ty {
+                    GgmlType::F32 => (SumOrder::TinyBlas, 4),
+                    GgmlType::F16 => (SumOrder::TinyBlas, 8),
+                    _ => (SumOrder::VecDot, 2),
+                };
+                assert_eq!(rk.order, order, "{ty}");
+                assert_eq!(k.min_tokens(rk.order, ty), min, "{ty}");
+                assert_eq!(k.order_for(ty, 256, 258, false), SumOrder::VecDot);
+            } else {
+                assert_eq!(rk.order, SumOrder::TinyBlas);
+                assert_eq!(rk.act_type, ty);
+                assert_eq!(k.min_tokens(rk.order, ty), 2);
+            }
         }
     }
 }

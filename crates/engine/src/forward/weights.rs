@@ -10,8 +10,11 @@ use super::{ForwardError, type_name};
 /// A weight matrix (or a stack of expert matrices) ready for `matvec`/`matmul`.
 pub(crate) struct Mat<'a> {
     pub name: &'a str,
-    /// Kernels for products with two or more activation rows.
+    /// Kernels for products with `min_tokens` or more activation rows.
     pub kernel: RowKernel,
+    /// The fewest activation rows `kernel` is for ([`Kernels::min_tokens`]); fewer take
+    /// `kernel_one`.
+    pub min_tokens: usize,
     /// Kernels for a product with one activation row (llama.cpp may sum those in another
     /// order, [`quant::SumOrder::single_row`]).
     pub kernel_one: RowKernel,
@@ -339,6 +342,7 @@ fn mat_as<'a>(
     }
     Ok(Mat {
         name: &t.name,
+        min_tokens: kernels.min_tokens(kernel.order, ty),
         multi_row_one: kernel_one.dot_rows,
         kernel,
         kernel_one,

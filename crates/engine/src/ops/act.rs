@@ -7,9 +7,13 @@
 //! calls the same library). The operations here keep that split, so the same element gets the
 //! same bits as in ggml. The scalar functions are the reference; the AVX2 ones give identical
 //! bits and are chosen at run time.
+//!
+//! ggml's aarch64 build (NEON) runs the same approximation lane for lane on groups of 4, so on
+//! aarch64 the split is at `len % 4` and a softmax group's sum is NEON's pairwise one.
 
-/// Width of ggml's AVX2 vector loops: rows are processed in groups of this many elements.
-pub const EXP_LANES: usize = 8;
+/// Width of ggml's vector loops on this architecture: rows are processed in groups of this
+/// many elements (AVX2: 8; NEON: 4).
+pub const EXP_LANES: usize = if cfg!(target_arch = "aarch64") { 4 } else { 8 };
 
 const EXP_SHIFT: u32 = 0x4b40_0000; // 0x1.8p23: adding it rounds to an integer
 const EXP_LOG2E: u32 = 0x3fb8_aa3b; // 0x1.715476p+0
@@ -364,7 +368,7 @@ pub(crate) fn softmax_rows_scalar(
                 out[i + l] = *vl;
             }
         }
-        sum += f64::from(hsum8(&v));
+        sum += f64::from(hsum_group(&v));
         i += EXP_LANES;
     }
     // Tail of the row: libm expf, one by one.
@@ -381,12 +385,20 @@ pub(crate) fn softmax_rows_scalar(
     }
 }
 
-/// Horizontal sum of 8 lanes in the order of ggml's AVX2 reduction:
-/// `((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7))`.
+/// Horizontal sum of one group in the order of ggml's reduction on this architecture: on x86
+/// (AVX2, 8 lanes) `((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7))`, on aarch64 (NEON's `vaddvq_f32`, 4
+/// lanes) `(v0+v1)+(v2+v3)`.
 #[inline(always)]
-fn hsum8(v: &[f32; EXP_LANES]) -> f32 {
-    let a = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
-    (a[0] + a[2]) + (a[1] + a[3])
+fn hsum_group(v: &[f32; EXP_LANES]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    {
+        (v[0] + v[1]) + (v[2] + v[3])
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        let a = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+        (a[0] + a[2]) + (a[1] + a[3])
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -528,7 +540,7 @@ mod avx2 {
                     out[i + l] = *vl;
                 }
             }
-            sum += f64::from(hsum8(&v));
+            sum += f64::from(hsum_group(&v));
             i = n;
         }
         while i < n {
@@ -555,7 +567,7 @@ mod avx2 {
         }
     }
 
-    /// Horizontal sum in ggml's reduction order (see `hsum8`).
+    /// Horizontal sum in ggml's reduction order (see `hsum_group`).
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     fn hsum(v: __m256) -> f32 {
@@ -591,9 +603,13 @@ mod tests {
 
     #[test]
     fn exp_split_follows_row_length() {
-        // In a row of 11, elements 0..8 use the vector exponential and 8..11 libm expf.
+        // In a row of 11, elements 0..8 use the vector exponential and 8..11 libm expf (on
+        // aarch64, whose groups are of 4, too).
         assert_eq!(vec_end(11), 8);
-        assert_eq!(vec_end(7), 0);
+        assert_eq!(
+            vec_end(7),
+            if cfg!(target_arch = "aarch64") { 4 } else { 0 }
+        );
         assert_eq!(vec_end(16), 16);
         let x = [-1.3f32; 11];
         let mut out = [0f32; 11];
@@ -603,12 +619,23 @@ mod tests {
     }
 
     #[test]
-    fn hsum8_order() {
+    #[cfg(not(target_arch = "aarch64"))]
+    fn hsum_group_order() {
         // 1e8 absorbs 1.0 unless the small values are added together first; the expected
         // value follows the grouping ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)).
         let v = [1e8f32, 1.0, -1e8, 1.0, 1.0, 1.0, 1.0, 1.0];
         let want = ((1e8f32 + 1.0) + (-1e8f32 + 1.0)) + ((1.0f32 + 1.0) + (1.0f32 + 1.0));
-        assert_eq!(hsum8(&v), want);
+        assert_eq!(hsum_group(&v), want);
         assert_eq!(want, 4.0);
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn hsum_group_order() {
+        // NEON's pairwise sum: (v0+v1)+(v2+v3); 1e8 absorbs the 1.0 added to it first.
+        let v = [1e8f32, 1.0, -1e8, 1.0];
+        assert_eq!(hsum_group(&v), 0.0);
+        let v = [1e8f32, -1e8, 1.0, 1.0];
+        assert_eq!(hsum_group(&v), 2.0);
     }
 }

@@ -5,7 +5,10 @@
 //! `out = Σ_t P_t · V_t`. With an F16 cache, K and V are stored rounded to f16 (round to
 //! nearest even), `q` is rounded to f16 before the dot and `P` is rounded to f16 before the V
 //! product, as ggml converts the second operand of a matrix product to the first one's type.
-//! Dot products accumulate in f32 with ggml's AVX2 layout (see [`dot_ggml`]).
+//! Dot products accumulate with the layouts of the kernels ggml reaches on this architecture:
+//! on x86 in f32 with its AVX2 layouts ([`dot_ggml`], [`dot_tinyblas`]); on aarch64 through the
+//! NEON kernels of `quant` that sum as llama.cpp's ARM build (`vec_dot_f32`, `vec_dot_f16` with
+//! f16 accumulators, and tinyBLAS), see [`products`].
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
@@ -563,11 +566,6 @@ pub fn attend_batch_with(
     }
     cache.check(layer, batch_end - 1)?;
     let row_len = cache.row_len(batch_end);
-    let layout = if n_tok >= 2 {
-        Layout::Gemm
-    } else {
-        Layout::Gemv
-    };
     // One task per token, KV head and share of its query-head group: the cells it sees are
     // read (converted from f16) once per task and serve every query head of the share. The
     // group is split (into a number of shares that divides it) only as far as it takes to
@@ -594,7 +592,7 @@ pub fn attend_batch_with(
                 first,
                 n_vis,
                 row_len,
-                layout,
+                n_tok,
                 sink: extras.sinks.map(|s| s[h]),
             };
             let q_h = &q[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
@@ -604,17 +602,62 @@ pub fn attend_batch_with(
     Ok(())
 }
 
-/// Which of ggml's matrix-product kernels llama.cpp's graph reaches, which decides the
-/// accumulation order of the dot products.
+/// Which of ggml's matrix-product kernels llama.cpp's graph reaches for one of attention's
+/// two products, which decides the accumulation order of its dot products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layout {
-    /// One token: ggml's `vec_dot` kernels ([`dot_ggml`]) for both products.
-    Gemv,
-    /// Two or more tokens: llamafile's tinyBLAS ([`dot_tinyblas`]) wherever ggml hands the
-    /// product to it (the V product always; the K product only with an F16 cache, where Q is
-    /// converted to a contiguous F16 copy first), `vec_dot` elsewhere.
-    Gemm,
+enum Product {
+    /// ggml's `vec_dot` kernel ([`dot_ggml`] on x86).
+    VecDot,
+    /// llamafile's tinyBLAS ([`dot_tinyblas`] on x86).
+    TinyBlas,
 }
+
+/// The kernels of the K and the V product for a batch of `n_tok` tokens whose softmax rows
+/// are `row_len` long (head sizes `hd`, `hdv`).
+///
+/// `llamafile_sgemm` takes a product only for two or more activation columns (tokens) and
+/// only a contiguous activation: the permuted F32 Q is not, so an F32 cache's K product stays
+/// with `vec_dot`; with an F16 cache Q is converted into a contiguous F16 copy first, and so
+/// is the F32 softmax output for the V product.
+/// * x86 (AVX2): tinyBLAS for the V product of two or more tokens (row length divisible by
+///   8) and, with an F16 cache, for the K product too.
+/// * aarch64 (NEON with FP16 arithmetic): tinyBLAS<4> for F32 from four tokens, tinyBLAS<8>
+///   in f16 for F16 from eight, each only for a row count divisible by 4 and a row length
+///   divisible by its lane count.
+fn products(
+    f16_cache: bool,
+    hd: usize,
+    hdv: usize,
+    row_len: usize,
+    n_tok: usize,
+) -> (Product, Product) {
+    let pick = |tiny: bool| {
+        if tiny {
+            Product::TinyBlas
+        } else {
+            Product::VecDot
+        }
+    };
+    if cfg!(target_arch = "aarch64") {
+        let k = f16_cache && n_tok >= 8 && hd.is_multiple_of(8) && row_len.is_multiple_of(4);
+        let v = if f16_cache {
+            n_tok >= 8 && hdv.is_multiple_of(4) && row_len.is_multiple_of(8)
+        } else {
+            n_tok >= 4 && hdv.is_multiple_of(4) && row_len.is_multiple_of(4)
+        };
+        (pick(k), pick(v))
+    } else {
+        let k = n_tok >= 2 && f16_cache && hd.is_multiple_of(8);
+        let v = n_tok >= 2 && row_len.is_multiple_of(8);
+        (pick(k), pick(v))
+    }
+}
+
+/// Value rows and probabilities are zero-padded to a multiple of this many cells: whole
+/// groups of every layout the V product sums in (8 lanes on x86; the 32 of ggml's ARM
+/// `vec_dot_f16`, which would otherwise finish a row in a scalar loop that ggml's padded KV
+/// length never reaches).
+const V_PAD: usize = if cfg!(target_arch = "aarch64") { 32 } else { 8 };
 
 /// One query head of one token.
 struct HeadJob {
@@ -624,7 +667,8 @@ struct HeadJob {
     n_vis: usize,
     /// llama.cpp's softmax row length (KV length of the batch, padded).
     row_len: usize,
-    layout: Layout,
+    /// Tokens in the batch (which decides the products' kernels, see [`products`]).
+    n_tok: usize,
     /// The head's attention sink.
     sink: Option<f32>,
 }
@@ -632,12 +676,16 @@ struct HeadJob {
 /// The keys and values of one KV head over the cells one token sees, as f32: key of cell
 /// `skip + j` at `k[j · hd..]`, value dimension `d` of the cells at `v[d · n8..]` (`n` cells
 /// from `skip`, the first cell kept, see [`SKIP_ALIGN`]; each value row zero-padded to `n8`,
-/// a whole number of 8-lane groups, which every dot product here pads to anyway).
+/// a whole number of [`V_PAD`] cells, which every dot product here pads to anyway). On
+/// aarch64 with an F16 cache also the same values as f16 (`k16`, `v16`), which its kernels
+/// multiply in half precision.
 struct KvRows {
     skip: usize,
     n8: usize,
     k: Vec<f32>,
     v: Vec<f32>,
+    k16: Vec<u16>,
+    v16: Vec<u16>,
 }
 
 /// Buffers one task reuses for the query heads of its group.
@@ -646,6 +694,8 @@ struct HeadScratch {
     qv: Vec<f32>,
     scores: Vec<f32>,
     probs: Vec<f32>,
+    /// The second operand of the current product as f16 bits (aarch64, F16 cache).
+    half: Vec<u16>,
 }
 
 impl KvRows {
@@ -665,7 +715,7 @@ impl KvRows {
                 cache.k[layer].read((skip + j) * kw + kvh * hd, row);
             }
         }
-        let n8 = n.next_multiple_of(8).max(8);
+        let n8 = n.next_multiple_of(V_PAD).max(V_PAD);
         let hdv = cache.head_dim_v;
         let mut v = vec![0f32; hdv * n8];
         if cache.v_in_k {
@@ -681,7 +731,19 @@ impl KvRows {
                 cache.v[layer].read((kvh * hdv + d) * cache.n_ctx + skip, &mut row[..n]);
             }
         }
-        KvRows { skip, n8, k, v }
+        let (k16, v16) = if cfg!(target_arch = "aarch64") && cache.ty == KvType::F16 {
+            (to_f16_bits(&k), to_f16_bits(&v))
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        KvRows {
+            skip,
+            n8,
+            k,
+            v,
+            k16,
+            v16,
+        }
     }
 }
 
@@ -722,30 +784,33 @@ fn attend_head_rows(
         first,
         n_vis,
         row_len,
-        layout,
+        n_tok,
         sink,
     } = *job;
     let hd = cache.head_dim;
     let f16_cache = cache.ty == KvType::F16;
-    let HeadScratch { qv, scores, probs } = scratch;
+    let (k_prod, v_prod) = products(f16_cache, hd, cache.head_dim_v, row_len, n_tok);
+    let HeadScratch {
+        qv,
+        scores,
+        probs,
+        half,
+    } = scratch;
     qv.clear();
     if f16_cache {
         qv.extend(q.iter().map(|&x| f16::from_f32(x).to_f32()));
     } else {
         qv.extend_from_slice(q);
     }
-    let tiny_k = layout == Layout::Gemm && f16_cache && hd.is_multiple_of(8);
     let skip = rows.skip;
     let n = n_vis - skip;
     scores.clear();
     scores.resize(n, f32::NEG_INFINITY);
+    let kd = KernelDot::new(k_prod, f16_cache);
+    kd.half_of(qv, half);
     for (j, s) in scores.iter_mut().enumerate().skip(first - skip) {
-        let krow = &rows.k[j * hd..(j + 1) * hd];
-        *s = if tiny_k {
-            dot_tinyblas(krow, qv)
-        } else {
-            dot_ggml(krow, qv)
-        };
+        let at = j * hd..(j + 1) * hd;
+        *s = kd.dot(&rows.k[at.clone()], rows.k16.get(at), qv, half);
     }
     // The probabilities, zero-padded as the value rows are: a padded lane adds 0 · 0 to a
     // sum, as the dot products' own zero-filled tails do, so no bit changes.
@@ -757,14 +822,108 @@ fn attend_head_rows(
             *p = f16::from_f32(*p).to_f32();
         }
     }
-    let tiny_v = layout == Layout::Gemm && row_len.is_multiple_of(8);
-    for (o, vrow) in out.iter_mut().zip(rows.v.chunks_exact(rows.n8)) {
-        *o = if tiny_v {
-            dot_tinyblas(vrow, probs)
-        } else {
-            dot_ggml(vrow, probs)
-        };
+    let vd = KernelDot::new(v_prod, f16_cache);
+    vd.half_of(probs, half);
+    for (d, o) in out.iter_mut().enumerate() {
+        let at = d * rows.n8..(d + 1) * rows.n8;
+        *o = vd.dot(&rows.v[at.clone()], rows.v16.get(at), probs, half);
     }
+}
+
+/// f16 bit patterns of values that are f16 values (exact).
+fn to_f16_bits(x: &[f32]) -> Vec<u16> {
+    x.iter().map(|&v| f16::from_f32(v).to_bits()).collect()
+}
+
+/// One of attention's products on this architecture: on x86 [`dot_ggml`] or
+/// [`dot_tinyblas`] on f32 values (ggml's AVX2 kernels accumulate F16 in f32 too); on aarch64
+/// the NEON table's F32 or F16 kernel of that order, on the values' f32 or f16 bytes.
+struct KernelDot {
+    product: Product,
+    #[cfg(target_arch = "aarch64")]
+    kernel: Option<(quant::DotFn, bool)>,
+}
+
+impl KernelDot {
+    fn new(product: Product, f16_cache: bool) -> KernelDot {
+        #[cfg(target_arch = "aarch64")]
+        {
+            let (ty, order) = (
+                if f16_cache {
+                    quant::GgmlType::F16
+                } else {
+                    quant::GgmlType::F32
+                },
+                match product {
+                    Product::VecDot => quant::SumOrder::VecDot,
+                    Product::TinyBlas => quant::SumOrder::TinyBlas,
+                },
+            );
+            let kernel = quant::Kernels::detect()
+                .dot_in(order, ty)
+                .map(|f| (f, f16_cache));
+            KernelDot { product, kernel }
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        {
+            let _ = f16_cache;
+            KernelDot { product }
+        }
+    }
+
+    /// The f16 bits of the second operand `b`, where this product multiplies f16 (aarch64 with
+    /// an F16 cache); empty otherwise.
+    fn half_of(&self, b: &[f32], half: &mut Vec<u16>) {
+        half.clear();
+        #[cfg(target_arch = "aarch64")]
+        if let Some((_, true)) = self.kernel {
+            half.extend(b.iter().map(|&v| f16::from_f32(v).to_bits()));
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        let _ = b;
+    }
+
+    /// `a · b` (`a16`, `b16`: the same values as f16 bits, where [`KernelDot::half_of`] made
+    /// them).
+    #[inline]
+    fn dot(&self, a: &[f32], a16: Option<&[u16]>, b: &[f32], b16: &[u16]) -> f32 {
+        #[cfg(target_arch = "aarch64")]
+        if let Some((f, half)) = self.kernel {
+            return if half
+                && let Some(a16) = a16
+                && b16.len() == a16.len()
+            {
+                f(a16.len(), u16_bytes(a16), u16_bytes(b16))
+            } else if half {
+                // (not reached: both operands are converted whenever the kernel is F16)
+                let a16: Vec<u16> = a.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+                let b16: Vec<u16> = b.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+                f(a16.len(), u16_bytes(&a16), u16_bytes(&b16))
+            } else {
+                f(a.len(), f32_bytes(a), f32_bytes(b))
+            };
+        }
+        let _ = (a16, b16);
+        match self.product {
+            Product::TinyBlas => dot_tinyblas(a, b),
+            Product::VecDot => dot_ggml(a, b),
+        }
+    }
+}
+
+/// The bytes of an f32 slice (little-endian on every target sluice builds for).
+#[cfg(target_arch = "aarch64")]
+fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: any initialized f32 is 4 initialized bytes; u8 has alignment 1, and the length
+    // covers exactly the slice's memory.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), 4 * x.len()) }
+}
+
+/// The bytes of a u16 slice (little-endian).
+#[cfg(target_arch = "aarch64")]
+fn u16_bytes(x: &[u16]) -> &[u8] {
+    // SAFETY: as for `f32_bytes`, 2 bytes per element.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), 2 * x.len()) }
 }
 
 /// Masked cells before a sliding window are skipped in whole groups of this many: the period
@@ -993,11 +1152,6 @@ mod tests {
                             batch_end: None,
                         },
                     ] {
-                        let layout = if n_tok >= 2 {
-                            Layout::Gemm
-                        } else {
-                            Layout::Gemv
-                        };
                         let row_len = c.row_len(p0 + n_tok);
                         let mut want = vec![0f32; n_tok * n_head * hd];
                         for (task, o) in want.chunks_exact_mut(hd).enumerate() {
@@ -1007,7 +1161,7 @@ mod tests {
                                 first: extras.window.map_or(0, |w| n_vis.saturating_sub(w)),
                                 n_vis,
                                 row_len,
-                                layout,
+                                n_tok,
                                 sink: extras.sinks.map(|s| s[h]),
                             };
                             let q_h = &q[task * hd..(task + 1) * hd];
@@ -1157,13 +1311,13 @@ mod tests {
             }
             let q: Vec<f32> = (0..hd).map(|_| rnd()).collect();
             for (n_vis, first) in [(300, 172), (300, 160), (300, 1), (555, 427), (40, 33)] {
-                for layout in [Layout::Gemv, Layout::Gemm] {
+                for n_tok in [1, 4, 8] {
                     for sink in [None, Some(0.7f32)] {
                         let job = HeadJob {
                             first,
                             n_vis,
                             row_len: c.row_len(n_vis),
-                            layout,
+                            n_tok,
                             sink,
                         };
                         let mut got = vec![0f32; hd];
@@ -1175,16 +1329,17 @@ mod tests {
                         } else {
                             q.clone()
                         };
-                        let tiny_k = layout == Layout::Gemm && f16c;
+                        let (k_prod, v_prod) = products(f16c, hd, hd, job.row_len, n_tok);
+                        let (kd, vd) = (KernelDot::new(k_prod, f16c), KernelDot::new(v_prod, f16c));
+                        let bits = |x: &[f32]| if f16c { to_f16_bits(x) } else { Vec::new() };
                         let mut buf = Vec::new();
                         let mut scores = vec![f32::NEG_INFINITY; n_vis];
+                        let mut half = Vec::new();
+                        kd.half_of(&qv, &mut half);
                         for (t, sc) in scores.iter_mut().enumerate().skip(first) {
                             let krow = c.k[0].row(t * n_kv * hd + hd, hd, &mut buf);
-                            *sc = if tiny_k {
-                                dot_tinyblas(krow, &qv)
-                            } else {
-                                dot_ggml(krow, &qv)
-                            };
+                            let k16 = bits(krow);
+                            *sc = kd.dot(krow, (!k16.is_empty()).then_some(&k16[..]), &qv, &half);
                         }
                         let mut probs = vec![0f32; n_vis];
                         softmax_visible(&scores, 0.125, job.row_len, sink, &mut probs);
@@ -1193,18 +1348,19 @@ mod tests {
                                 *p = f16::from_f32(*p).to_f32();
                             }
                         }
-                        let tiny_v = layout == Layout::Gemm && job.row_len.is_multiple_of(8);
+                        // (padded to whole groups, as the value rows are)
+                        probs.resize(n_vis.next_multiple_of(V_PAD), 0.0);
+                        vd.half_of(&probs, &mut half);
                         for (d, &g) in got.iter().enumerate() {
-                            let vrow = c.v[0].row((hd + d) * n_ctx, n_vis, &mut buf);
-                            let want = if tiny_v {
-                                dot_tinyblas(vrow, &probs)
-                            } else {
-                                dot_ggml(vrow, &probs)
-                            };
+                            let mut vrow = c.v[0].row((hd + d) * n_ctx, n_vis, &mut buf).to_vec();
+                            vrow.resize(probs.len(), 0.0);
+                            let v16 = bits(&vrow);
+                            let want =
+                                vd.dot(&vrow, (!v16.is_empty()).then_some(&v16[..]), &probs, &half);
                             assert_eq!(
                                 g.to_bits(),
                                 want.to_bits(),
-                                "{ty:?} {layout:?} n_vis {n_vis} first {first} dim {d}"
+                                "{ty:?} {n_tok} tokens, n_vis {n_vis} first {first} dim {d}"
                             );
                         }
                     }

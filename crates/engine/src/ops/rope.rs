@@ -190,28 +190,51 @@ fn rotate_heads_fma(mode: RopeMode, nd: usize, x: &mut [f32], head_dim: usize, c
 
 #[inline(always)]
 fn rotate_heads(mode: RopeMode, nd: usize, x: &mut [f32], head_dim: usize, cache: &[f32]) {
+    let vec_pairs = vector_pairs(nd / 2);
     for head in x.chunks_exact_mut(head_dim) {
         match mode {
             RopeMode::Norm => {
-                for (p, cs) in head[..nd].chunks_exact_mut(2).zip(cache.chunks_exact(2)) {
-                    (p[0], p[1]) = rotate(p[0], p[1], cs[0], cs[1]);
+                let pairs = head[..nd].chunks_exact_mut(2).zip(cache.chunks_exact(2));
+                for (i, (p, cs)) in pairs.enumerate() {
+                    (p[0], p[1]) = rotate(p[0], p[1], cs[0], cs[1], i < vec_pairs);
                 }
             }
             RopeMode::Neox => {
                 let (a, b) = head[..nd].split_at_mut(nd / 2);
-                for ((x0, x1), cs) in a.iter_mut().zip(b.iter_mut()).zip(cache.chunks_exact(2)) {
-                    (*x0, *x1) = rotate(*x0, *x1, cs[0], cs[1]);
+                let pairs = a.iter_mut().zip(b.iter_mut()).zip(cache.chunks_exact(2));
+                for (i, ((x0, x1), cs)) in pairs.enumerate() {
+                    (*x0, *x1) = rotate(*x0, *x1, cs[0], cs[1], i < vec_pairs);
                 }
             }
         }
     }
 }
 
-/// One rotation with the operation order of ggml's x86 build (contracted to FMA):
-/// `(fma(x0, cos, -(x1·sin)), fma(x0, sin, x1·cos))`.
+/// How many of a head's `pairs` rotated pairs ggml's build for this architecture rotates in
+/// its compiler-vectorized loop. On aarch64 GCC vectorizes ggml's `rotate_pairs` four pairs at
+/// a time and contracts the first output differently there (see [`rotate`]); the last
+/// `pairs % 4` go through the scalar loop. ggml's x86 build contracts both loops alike.
 #[inline(always)]
-fn rotate(x0: f32, x1: f32, cos: f32, sin: f32) -> (f32, f32) {
-    (x0.mul_add(cos, -(x1 * sin)), x0.mul_add(sin, x1 * cos))
+fn vector_pairs(pairs: usize) -> usize {
+    if cfg!(target_arch = "aarch64") {
+        pairs - pairs % 4
+    } else {
+        0
+    }
+}
+
+/// One rotation with the operation order of ggml's build (contracted to FMA):
+/// `(fma(x0, cos, -(x1·sin)), fma(x0, sin, x1·cos))`; in aarch64's vectorized loop
+/// (`vector`) the first output is `fma(-x1, sin, x0·cos)` (`fmul` then `fmls`), the second
+/// the same as in the scalar loop.
+#[inline(always)]
+fn rotate(x0: f32, x1: f32, cos: f32, sin: f32, vector: bool) -> (f32, f32) {
+    let first = if vector {
+        (-x1).mul_add(sin, x0 * cos)
+    } else {
+        x0.mul_add(cos, -(x1 * sin))
+    };
+    (first, x0.mul_add(sin, x1 * cos))
 }
 
 /// True when ggml's IMRoPE gives rotated pair `i` the fourth position stream: the sector

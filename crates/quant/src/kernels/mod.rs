@@ -335,10 +335,12 @@ impl Kernels {
     /// with a row count divisible by 4, which it repacks 4x4, and Q4_K, Q5_K and Q6_K with a
     /// row count divisible by 8, which it repacks 8x4, in [`SumOrder::Repacked`] (those
     /// layouts' gemv and gemm orders, plain matrices and expert stacks alike); everything else
-    /// in the `vec_dot` order. That build also repacks IQ4_NL and MXFP4 (4x4) and takes float
-    /// products to its NEON tinyBLAS: those orders have no NEON kernels here yet, so such
-    /// weights take `vec_dot` (the x86 orders' kernels in this table would be the portable
-    /// ones, several times slower on a phone).
+    /// in the `vec_dot` order; plain F32 weights with a row count divisible by 4 and a row
+    /// length divisible by 4, and plain F16 ones with row length divisible by 8, in its NEON
+    /// tinyBLAS order ([`SumOrder::TinyBlas`], from [`Kernels::min_tokens`] activation rows
+    /// on). That build also repacks IQ4_NL and MXFP4 (4x4): that order has no NEON kernels
+    /// here yet, so such weights take `vec_dot` (the x86 orders' kernels in this table would be
+    /// the portable ones, several times slower on a phone).
     pub fn order_for(&self, w: GgmlType, rows: usize, cols: usize, expert: bool) -> SumOrder {
         match self.isa {
             Isa::Neon => match w {
@@ -346,9 +348,27 @@ impl Kernels {
                 GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K if rows.is_multiple_of(8) => {
                     SumOrder::Repacked
                 }
+                GgmlType::F32 if !expert && rows.is_multiple_of(4) && cols.is_multiple_of(4) => {
+                    SumOrder::TinyBlas
+                }
+                GgmlType::F16 if !expert && rows.is_multiple_of(4) && cols.is_multiple_of(8) => {
+                    SumOrder::TinyBlas
+                }
                 _ => SumOrder::VecDot,
             },
             Isa::Scalar | Isa::Avx2 => SumOrder::for_weight(w, rows, cols, expert),
+        }
+    }
+
+    /// The fewest activation rows (tokens) for which llama.cpp multiplies a weight of type
+    /// `w` in `order`; fewer go through [`SumOrder::single_row`]'s order, token by token.
+    /// `llamafile_sgemm` declines fewer than 2 rows on x86, and on ARM fewer than 4 (F32) or 8
+    /// (F16, computed in half precision); the other orders apply from 2.
+    pub fn min_tokens(&self, order: SumOrder, w: GgmlType) -> usize {
+        match (self.isa, order, w) {
+            (Isa::Neon, SumOrder::TinyBlas, GgmlType::F32) => 4,
+            (Isa::Neon, SumOrder::TinyBlas, GgmlType::F16) => 8,
+            _ => 2,
         }
     }
 

@@ -29,6 +29,8 @@ use crate::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 /// Lanes of the accumulator (AVX2: one `__m256`).
 pub(super) const LANES: usize = 8;
@@ -74,5 +76,12 @@ pub(super) fn register(k: &mut Kernels) {
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]
         avx2::register(k);
+    }
+    // llama.cpp's aarch64 build sums F32 and F16 in its own tinyBLAS order (4 f32 lanes; 8 f16
+    // lanes): the NEON table holds those (`tinyblas/neon.rs`) and BF16 keeps the order above
+    // (Kernels::order_for never picks tinyBLAS for it on ARM).
+    if k.isa() == Isa::Neon {
+        #[cfg(target_arch = "aarch64")]
+        neon::register(k);
     }
 }

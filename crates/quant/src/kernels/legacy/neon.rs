@@ -422,7 +422,7 @@ fn f32_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// Eight halves (as bits) from 16 bytes.
 #[inline]
 #[target_feature(enable = "neon")]
-fn load_f16x8(b: &[u8]) -> uint16x8_t {
+pub(crate) fn load_f16x8(b: &[u8]) -> uint16x8_t {
     vreinterpretq_u16_u8(load_u8(arr(b)))
 }
 
@@ -430,7 +430,7 @@ fn load_f16x8(b: &[u8]) -> uint16x8_t {
 /// f16 vector type).
 #[inline]
 #[target_feature(enable = "neon,fp16")]
-fn fmla_f16(mut acc: uint16x8_t, x: uint16x8_t, y: uint16x8_t) -> uint16x8_t {
+pub(crate) fn fmla_f16(mut acc: uint16x8_t, x: uint16x8_t, y: uint16x8_t) -> uint16x8_t {
     // SAFETY: a register-only instruction of the FP16 extension this function is compiled
     // for.
     unsafe {
@@ -466,7 +466,7 @@ fn fadd_f16(x: uint16x8_t, y: uint16x8_t) -> uint16x8_t {
 /// The low and the high four f16 lanes widened to f32 (exact).
 #[inline]
 #[target_feature(enable = "neon,fp16")]
-fn widen_f16(x: uint16x8_t) -> (float32x4_t, float32x4_t) {
+pub(crate) fn widen_f16(x: uint16x8_t) -> (float32x4_t, float32x4_t) {
     let (lo, hi): (float32x4_t, float32x4_t);
     // SAFETY: as for `fmla_f16`. (`lo` is written before `x` is read the second time, so it
     // must not share `x`'s register: `out`, not `lateout`.)
