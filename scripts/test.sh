@@ -25,11 +25,12 @@ cargo test --workspace --locked
 # dotprod, FP16), with a toolchain from Debian's package registry (scripts/aarch64.sh: a cached
 # sid root with rustc 1.97 and the aarch64 standard library; about a minute the first time).
 # The NEON kernels are checked bit for bit against llama.cpp's aarch64 build
-# (crates/quant/tests/fixtures/cpu_ggml_aarch64.gguf), the forward pass's greedy tokens against
+# (crates/quant/tests/fixtures/cpu_ggml_aarch64.gguf), the per-token ops too
+# (crates/engine/tests/fixtures/ggml_ops_aarch64.json), the forward pass's greedy tokens against
 # the same build's (crates/engine/tests/fixtures/moe/refs-aarch64).
 bash scripts/aarch64.sh setup
 bash scripts/aarch64.sh cargo clippy --workspace --all-targets --locked -- -D warnings
 bash scripts/aarch64.sh cargo build --workspace --locked
 bash scripts/aarch64.sh cargo test --locked -p quant -p store
-bash scripts/aarch64.sh cargo test --locked -p engine --lib --test ops --test forward --test parity
+bash scripts/aarch64.sh cargo test --locked -p engine --lib --test ops --test vs_ggml --test forward --test parity
 bash scripts/aarch64.sh cargo test --locked -p runtime --test generate
