@@ -476,11 +476,28 @@ fn mm(
     out: &mut [f32],
     qbuf: &mut Vec<u8>,
 ) -> Result<(), QuantError> {
+    mm_part(pool, m, data, x, n, n, out, qbuf)
+}
+
+/// [`mm`] for `n` tokens that are part of a batch of `batch_n` (llama.cpp multiplies the whole
+/// batch at once, so the batch's size chooses the kernels; a part of a batch of two or more
+/// has two or more tokens, see [`mla_parts`]).
+#[allow(clippy::too_many_arguments)]
+fn mm_part(
+    pool: &ThreadPool,
+    m: &Mat<'_>,
+    data: &[u8],
+    x: &[f32],
+    n: usize,
+    batch_n: usize,
+    out: &mut [f32],
+    qbuf: &mut Vec<u8>,
+) -> Result<(), QuantError> {
     let x = &x[..n * m.cols];
     let out = &mut out[..n * m.rows];
     if n == 1 {
         quant::matvec_with(pool, &m.kernel_one, data, m.rows, m.cols, x, out, qbuf)
-    } else if n < m.min_tokens {
+    } else if batch_n < m.min_tokens {
         quant::matmul_with(pool, &m.kernel_one, data, m.rows, m.cols, x, n, out, qbuf)
     } else {
         quant::matmul_with(pool, &m.kernel, data, m.rows, m.cols, x, n, out, qbuf)
@@ -749,6 +766,7 @@ fn attention(
         window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
         sinks: lw.sinks.as_deref(),
         batch_end: None,
+        batch_tokens: None,
     };
     let heads = if let Some(a) = absorbed {
         mla_absorbed_attention(st, a, cache, p0, s)?;
@@ -1030,6 +1048,7 @@ fn mla_absorbed_attention(
     let (qw, kw) = (n_head * dk, r + nr);
     let extras = ops::AttnExtras {
         batch_end: Some(p0 + n),
+        batch_tokens: Some(n),
         ..ops::AttnExtras::default()
     };
     for part in mla_parts(n, st.mla_part) {
@@ -1039,7 +1058,16 @@ fn mla_absorbed_attention(
                 s.hx[t * nope..(t + 1) * nope]
                     .copy_from_slice(&s.qraw[(t0 + t) * qw + h * dk..][..nope]);
             }
-            mm(pool, k_b, k_b.expert(h), &s.hx, pn, &mut s.hy, &mut s.qbuf)?;
+            mm_part(
+                pool,
+                k_b,
+                k_b.expert(h),
+                &s.hx,
+                pn,
+                n,
+                &mut s.hy,
+                &mut s.qbuf,
+            )?;
             for t in 0..pn {
                 let qh = &mut s.q[(t * n_head + h) * kw..][..kw];
                 qh[..r].copy_from_slice(&s.hy[t * r..(t + 1) * r]);
@@ -1065,7 +1093,16 @@ fn mla_absorbed_attention(
             for t in 0..pn {
                 s.hx[t * r..(t + 1) * r].copy_from_slice(&s.att[(t * n_head + h) * r..][..r]);
             }
-            mm(pool, v_b, v_b.expert(h), &s.hx, pn, &mut s.hy, &mut s.qbuf)?;
+            mm_part(
+                pool,
+                v_b,
+                v_b.expert(h),
+                &s.hx,
+                pn,
+                n,
+                &mut s.hy,
+                &mut s.qbuf,
+            )?;
             for t in 0..pn {
                 s.heads[((t0 + t) * n_head + h) * v..][..v]
                     .copy_from_slice(&s.hy[t * v..(t + 1) * v]);

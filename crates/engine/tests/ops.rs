@@ -683,6 +683,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
             window: win,
             sinks: sk,
             batch_end: None,
+            batch_tokens: None,
         };
         let mut batch = vec![0f32; q.len()];
         ops::attend_batch_with(
@@ -730,6 +731,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
         window: Some(1000),
         sinks: None,
         batch_end: None,
+        batch_tokens: None,
     };
     ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, wide, &mut a).unwrap();
     ops::attend_batch(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, &mut b).unwrap();
@@ -739,6 +741,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
         window: None,
         sinks: Some(&sinks[..3]),
         batch_end: None,
+        batch_tokens: None,
     };
     assert!(
         ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, bad, &mut a)
@@ -748,6 +751,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
         window: Some(0),
         sinks: None,
         batch_end: None,
+        batch_tokens: None,
     };
     assert!(
         ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, zero, &mut a)

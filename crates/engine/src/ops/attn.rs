@@ -512,9 +512,12 @@ pub struct AttnExtras<'s> {
     pub sinks: Option<&'s [f32]>,
     /// When the call computes part of a larger batch's tokens: the position after that batch's
     /// last token. llama.cpp pads the softmax rows to the whole batch's KV length, which this
-    /// keeps; the kernels follow the call's own token count, so a part of a batch of two or
-    /// more tokens must have two or more too.
+    /// keeps.
     pub batch_end: Option<usize>,
+    /// When the call computes part of a larger batch's tokens: that batch's token count, which
+    /// chooses the products' kernels as in llama.cpp (see `products`; the call's own count
+    /// otherwise). A part of a batch of two or more tokens must have two or more too.
+    pub batch_tokens: Option<usize>,
 }
 
 /// [`attend_batch`] with a sliding window and/or attention sinks.
@@ -592,7 +595,7 @@ pub fn attend_batch_with(
                 first,
                 n_vis,
                 row_len,
-                n_tok,
+                n_tok: extras.batch_tokens.unwrap_or(n_tok).max(n_tok),
                 sink: extras.sinks.map(|s| s[h]),
             };
             let q_h = &q[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
@@ -1150,6 +1153,7 @@ mod tests {
                             window: Some(5),
                             sinks: Some(&sinks),
                             batch_end: None,
+                            batch_tokens: None,
                         },
                     ] {
                         let row_len = c.row_len(p0 + n_tok);
@@ -1188,7 +1192,7 @@ mod tests {
         }
     }
 
-    /// A batch computed in parts (each of two tokens or more, told the batch's end) gives the
+    /// A batch computed in parts (each of two tokens or more, told the batch's end and size) gives the
     /// bits of the whole batch, also where the batch crosses a 256-cell padding boundary.
     #[test]
     fn a_batch_in_parts_equals_the_whole_batch() {
@@ -1210,6 +1214,7 @@ mod tests {
             for (t0, t1) in [(0, 5), (5, 7), (7, 12)] {
                 let extras = AttnExtras {
                     batch_end: Some(p0 + n),
+                    batch_tokens: Some(n),
                     ..AttnExtras::default()
                 };
                 attend_batch_with(
