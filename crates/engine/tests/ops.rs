@@ -579,8 +579,14 @@ fn attention_decode_and_prefill_match_naive_gqa() {
                 let err = max_abs_diff(got, &want);
                 // f32 dot of 64 terms and f32 softmax, on values of order 1; with F16 the
                 // probabilities are rounded to f16, so a last-bit difference in a score can
-                // move one of them by an f16 ulp (2^-11 relative)
-                let tol = if f16c { 2e-5 } else { 2e-6 };
+                // move one of them by an f16 ulp (2^-11 relative). On aarch64 an F16 cache's
+                // products accumulate in half precision, as in llama.cpp's ARM build (about
+                // 2^-11 relative per step over the ~270 cells).
+                let tol = match (f16c, cfg!(target_arch = "aarch64")) {
+                    (true, true) => 1e-3,
+                    (true, false) => 2e-5,
+                    (false, _) => 2e-6,
+                };
                 assert!(err < tol, "{ty:?} {what} token {i}: {err:e}");
             }
         }

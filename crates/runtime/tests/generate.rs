@@ -377,9 +377,16 @@ fn a_text_is_scored_alike_in_one_prefill_and_one_token_at_a_time() {
     let step = runtime::score::score_text(&mut rt, text, true).expect("stepped");
     let n = loaded_len(&rt, text) - 1;
     assert_eq!((whole.score.n, step.score.n), (n, n));
-    // One prefill and single-token passes sum in different orders: close, not equal.
+    // One prefill and single-token passes sum in different orders: close, not equal. (On
+    // aarch64 the F16 cache's attention products accumulate in half precision, as in
+    // llama.cpp's ARM build, which widens the gap.)
     let (a, b) = (whole.score.perplexity(), step.score.perplexity());
-    assert!((a - b).abs() < 1e-3 * a, "{a} vs {b}");
+    let rel = if cfg!(target_arch = "aarch64") {
+        2e-2
+    } else {
+        1e-3
+    };
+    assert!((a - b).abs() < rel * a, "{a} vs {b}");
     assert!(a > 1.0);
     // Too short to score: refused, not failed.
     let e = runtime::score::score_text(&mut rt, "", false).unwrap_err();
