@@ -813,7 +813,12 @@ fn attend_head_rows(
     kd.half_of(qv, half);
     for (j, s) in scores.iter_mut().enumerate().skip(first - skip) {
         let at = j * hd..(j + 1) * hd;
-        *s = kd.dot(&rows.k[at.clone()], rows.k16.get(at), qv, half);
+        *s = kd.dot(
+            &rows.k[at.clone()],
+            rows.k16.get(at).unwrap_or(&[]),
+            qv,
+            half,
+        );
     }
     // The probabilities, zero-padded as the value rows are: a padded lane adds 0 · 0 to a
     // sum, as the dot products' own zero-filled tails do, so no bit changes.
@@ -829,7 +834,12 @@ fn attend_head_rows(
     vd.half_of(probs, half);
     for (d, o) in out.iter_mut().enumerate() {
         let at = d * rows.n8..(d + 1) * rows.n8;
-        *o = vd.dot(&rows.v[at.clone()], rows.v16.get(at), probs, half);
+        *o = vd.dot(
+            &rows.v[at.clone()],
+            rows.v16.get(at).unwrap_or(&[]),
+            probs,
+            half,
+        );
     }
 }
 
@@ -886,22 +896,14 @@ impl KernelDot {
         let _ = b;
     }
 
-    /// `a · b` (`a16`, `b16`: the same values as f16 bits, where [`KernelDot::half_of`] made
-    /// them).
+    /// `a · b` (`a16`, `b16`: the same values as f16 bits where this product multiplies f16,
+    /// made by [`KvRows::read`] and [`KernelDot::half_of`]; empty otherwise).
     #[inline]
-    fn dot(&self, a: &[f32], a16: Option<&[u16]>, b: &[f32], b16: &[u16]) -> f32 {
+    fn dot(&self, a: &[f32], a16: &[u16], b: &[f32], b16: &[u16]) -> f32 {
         #[cfg(target_arch = "aarch64")]
         if let Some((f, half)) = self.kernel {
-            return if half
-                && let Some(a16) = a16
-                && b16.len() == a16.len()
-            {
+            return if half {
                 f(a16.len(), u16_bytes(a16), u16_bytes(b16))
-            } else if half {
-                // (not reached: both operands are converted whenever the kernel is F16)
-                let a16: Vec<u16> = a.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
-                let b16: Vec<u16> = b.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
-                f(a16.len(), u16_bytes(&a16), u16_bytes(&b16))
             } else {
                 f(a.len(), f32_bytes(a), f32_bytes(b))
             };
@@ -1344,7 +1346,7 @@ mod tests {
                         for (t, sc) in scores.iter_mut().enumerate().skip(first) {
                             let krow = c.k[0].row(t * n_kv * hd + hd, hd, &mut buf);
                             let k16 = bits(krow);
-                            *sc = kd.dot(krow, (!k16.is_empty()).then_some(&k16[..]), &qv, &half);
+                            *sc = kd.dot(krow, &k16, &qv, &half);
                         }
                         let mut probs = vec![0f32; n_vis];
                         softmax_visible(&scores, 0.125, job.row_len, sink, &mut probs);
@@ -1360,8 +1362,7 @@ mod tests {
                             let mut vrow = c.v[0].row((hd + d) * n_ctx, n_vis, &mut buf).to_vec();
                             vrow.resize(probs.len(), 0.0);
                             let v16 = bits(&vrow);
-                            let want =
-                                vd.dot(&vrow, (!v16.is_empty()).then_some(&v16[..]), &probs, &half);
+                            let want = vd.dot(&vrow, &v16, &probs, &half);
                             assert_eq!(
                                 g.to_bits(),
                                 want.to_bits(),
