@@ -13,23 +13,6 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/crates/quant/tests/fixtures/cpu_ggml_aarch64.gguf}
-out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
-case "$out" in
-    "$root"/*) rel=${out#"$root"/} ;;
-    *) echo "error: $out is outside the checkout (the root sees only the checkout)" >&2; exit 2 ;;
-esac
-
 # shellcheck source=llamacpp-aarch64.sh
 . "$root/scripts/llamacpp-aarch64.sh"
-llamacpp_aarch64_build ggml
-b=$LLAMACPP_AARCH64_BUILD/bin
-inc="-I$LLAMACPP_AARCH64_SRC/ggml/include"
-bash "$root/scripts/aarch64.sh" sh "
-    set -e
-    mkdir -p /llama-aarch64/refs
-    aarch64-linux-gnu-gcc -O2 -std=c11 -Wall -Wextra -o /llama-aarch64/refs/gen_cpu_refs \
-        /src/scripts/gen_cpu_refs.c $inc $b/libggml.so $b/libggml-cpu.so $b/libggml-base.so -Wl,-rpath,$b
-    qemu-aarch64 /llama-aarch64/refs/gen_cpu_refs /src/$rel
-"
-echo "wrote $out"
+llamacpp_aarch64_generate gen_cpu_refs "${1:-$root/crates/quant/tests/fixtures/cpu_ggml_aarch64.gguf}"

@@ -12,24 +12,6 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/crates/engine/tests/fixtures/ggml_ops_aarch64.json}
-out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
-case "$out" in
-    "$root"/*) rel=${out#"$root"/} ;;
-    *) echo "error: $out is outside the checkout (the root sees only the checkout)" >&2; exit 2 ;;
-esac
-
 # shellcheck source=llamacpp-aarch64.sh
 . "$root/scripts/llamacpp-aarch64.sh"
-llamacpp_aarch64_build ggml
-b=$LLAMACPP_AARCH64_BUILD/bin
-inc="-I$LLAMACPP_AARCH64_SRC/ggml/include"
-bash "$root/scripts/aarch64.sh" sh "
-    set -e
-    mkdir -p /llama-aarch64/refs
-    aarch64-linux-gnu-gcc -O2 -std=c11 -Wall -Wextra -Wno-unused-function \
-        -o /llama-aarch64/refs/gen_engine_refs /src/scripts/gen_engine_refs.c -I/src/scripts $inc \
-        $b/libggml.so $b/libggml-cpu.so $b/libggml-base.so -Wl,-rpath,$b -lm
-    qemu-aarch64 -cpu cortex-a76 /llama-aarch64/refs/gen_engine_refs /src/$rel
-"
-echo "wrote $out"
+llamacpp_aarch64_generate gen_engine_refs "${1:-$root/crates/engine/tests/fixtures/ggml_ops_aarch64.json}" -Wno-unused-function

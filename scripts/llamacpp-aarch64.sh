@@ -50,3 +50,30 @@ llamacpp_aarch64_build() {
         cmake --build $LLAMACPP_AARCH64_BUILD -j 2 --target $* > /dev/null
     "
 }
+
+# llamacpp_aarch64_generate GENERATOR OUT [CFLAGS...]: build scripts/GENERATOR.c (a reference
+# generator taking its output path as its one argument) against the aarch64 ggml libraries and
+# run it under qemu-aarch64, writing OUT (a path inside the checkout: the root sees only it).
+llamacpp_aarch64_generate() {
+    local gen=$1 out=$2
+    shift 2
+    local here root rel
+    here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+    root=$(cd "$here/.." && pwd)
+    out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
+    case "$out" in
+        "$root"/*) rel=${out#"$root"/} ;;
+        *) echo "error: $out is outside the checkout (the root sees only the checkout)" >&2; return 2 ;;
+    esac
+    llamacpp_aarch64_build ggml
+    local b=$LLAMACPP_AARCH64_BUILD/bin
+    bash "$here/aarch64.sh" sh "
+        set -e
+        mkdir -p /llama-aarch64/refs
+        aarch64-linux-gnu-gcc -O2 -std=c11 -Wall -Wextra $* -o /llama-aarch64/refs/$gen \
+            /src/scripts/$gen.c -I/src/scripts -I$LLAMACPP_AARCH64_SRC/ggml/include \
+            $b/libggml.so $b/libggml-cpu.so $b/libggml-base.so -Wl,-rpath,$b -lm
+        qemu-aarch64 /llama-aarch64/refs/$gen /src/$rel
+    "
+    echo "wrote $out"
+}
