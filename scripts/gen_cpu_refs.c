@@ -443,6 +443,53 @@ int main(int argc, char ** argv) {
             }
             free(w);
         }
+
+        // (d) Plain products of Q4_0 and Q8_0 weights the repack does not take (6 rows, not
+        // a multiple of 4), in the default CPU buffer: llamafile_sgemm's tinyBLAS_Q0_ARM for
+        // 2 and 5 activation rows (tiles of 3x2 and 3x3 + 3x2), vec_dot for one.
+        static const enum ggml_type tb_types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 };
+        const int64_t TB_ROWS = 6;
+        for (size_t k = 0; k < sizeof tb_types / sizeof tb_types[0]; ++k) {
+            const enum ggml_type t = tb_types[k];
+            const size_t wrs = ggml_row_size(t, RP_LEN);
+            uint8_t * w = malloc(wrs * TB_ROWS);
+            for (int r = 0; r < TB_ROWS; ++r) {
+                if (r % 2 == 0) {
+                    weight_floats(wf, (int) RP_LEN);
+                    ggml_quantize_chunk(t, wf, w + wrs * r, 0, 1, RP_LEN, NULL);
+                } else {
+                    random_row(t, w + wrs * r, RP_LEN);
+                }
+            }
+            snprintf(name, sizeof name, "tb.%s.w", ggml_type_name(t));
+            add(name, t, RP_LEN, TB_ROWS, 1, w);
+            static const int toks[] = { 1, 2, 5 };
+            for (int ti = 0; ti < 3; ++ti) {
+                const int nt = toks[ti];
+                struct ggml_init_params wp = { ggml_tensor_overhead() * 4 + ggml_graph_overhead(), NULL, true };
+                struct ggml_context * ctx = ggml_init(wp);
+                struct ggml_tensor * wt = ggml_new_tensor_2d(ctx, t, RP_LEN, TB_ROWS);
+                struct ggml_tensor * xt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, RP_LEN, nt);
+                struct ggml_tensor * yt = ggml_mul_mat(ctx, wt, xt);
+                struct ggml_cgraph * g = ggml_new_graph(ctx);
+                ggml_build_forward_expand(g, yt);
+                ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_get_default_buffer_type(cpu));
+                ggml_backend_tensor_set(wt, w, 0, wrs * TB_ROWS);
+                ggml_backend_tensor_set(xt, xf, 0, sizeof(float) * RP_LEN * nt);
+                if (ggml_backend_graph_compute(cpu, g) != GGML_STATUS_SUCCESS) {
+                    fprintf(stderr, "plain %s: compute failed\n", ggml_type_name(t));
+                    return 1;
+                }
+                float * y = malloc(sizeof(float) * TB_ROWS * nt);
+                ggml_backend_tensor_get(yt, y, 0, sizeof(float) * TB_ROWS * nt);
+                snprintf(name, sizeof name, "tb.%s.y%d", ggml_type_name(t), nt);
+                add(name, GGML_TYPE_F32, TB_ROWS, nt, 1, y);
+                free(y);
+                ggml_backend_buffer_free(buf);
+                ggml_free(ctx);
+            }
+            free(w);
+        }
         free(xf);
         ggml_backend_free(cpu);
     }

@@ -11,11 +11,16 @@
 //! * Each output of a multi-row kernel equals the single-row kernel on that row, bit for bit.
 //! * [`SumOrder::for_weight`] picks the order for plain float weights with the sizes
 //!   llama.cpp's `llamafile_sgemm` accepts, and the vec_dot order otherwise.
+//! * The ARM order of Q4_0 and Q8_0 weights (`tinyBLAS_Q0_ARM`, [`arm_q0_reference`]): the
+//!   scalar reference equals an independent emulation written here, and the exact dot product
+//!   where nothing rounds; on aarch64 the NEON table's kernels equal it bit for bit. (That it
+//!   is llama.cpp's ARM order is checked on that build's outputs in `kernels_vs_ggml.rs`.)
 
 mod common;
 
 use common::Rng;
 use proptest::prelude::*;
+use quant::kernels::arm_q0_reference;
 use quant::{GgmlType, Kernels, RowKernel, SumOrder};
 
 const TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
@@ -100,8 +105,103 @@ fn tiny(k: &Kernels, ty: GgmlType) -> quant::DotFn {
         .unwrap_or_else(|| panic!("no tinyBLAS kernel for {ty}"))
 }
 
+/// `nb` random Q8_0 or Q4_0 blocks: random quant bytes, scales from `scale`.
+fn q0_blocks(
+    ty: GgmlType,
+    nb: usize,
+    rng: &mut Rng,
+    scale: &mut dyn FnMut(&mut Rng) -> [u8; 2],
+) -> Vec<u8> {
+    let bs = ty.type_size();
+    let mut b: Vec<u8> = (0..nb * bs).map(|_| rng.byte()).collect();
+    for blk in b.chunks_exact_mut(bs) {
+        blk[..2].copy_from_slice(&scale(rng));
+    }
+    b
+}
+
+/// The quants of one Q8_0 / Q4_0 block, elements 0..32.
+fn q0_quants(ty: GgmlType, blk: &[u8]) -> Vec<i32> {
+    match ty {
+        GgmlType::Q8_0 => blk[2..34].iter().map(|&q| i32::from(q as i8)).collect(),
+        _ => (0..32)
+            .map(|j| {
+                let b = blk[2 + j % 16];
+                i32::from(if j < 16 { b & 15 } else { b >> 4 }) - 8
+            })
+            .collect(),
+    }
+}
+
+fn f16_of(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// `tinyBLAS_Q0_ARM` written independently of the library, from its source: lane `t` sums
+/// `vdotq_s32` lane `t` of the low and the high 16 quants, converts, multiplies by the
+/// product of the scales and adds; then `vaddvq_f32`.
+fn emulate_arm_q0(ty: GgmlType, w: &[u8], a: &[u8]) -> f32 {
+    let mut lane = [0f32; 4];
+    for (x, y) in w.chunks_exact(ty.type_size()).zip(a.chunks_exact(34)) {
+        let (qx, qy) = (q0_quants(ty, x), q0_quants(GgmlType::Q8_0, y));
+        let d = f16_of(x) * f16_of(y);
+        for (t, l) in lane.iter_mut().enumerate() {
+            let lo: i32 = (4 * t..4 * t + 4).map(|j| qx[j] * qy[j]).sum();
+            let hi: i32 = (16 + 4 * t..16 + 4 * t + 4).map(|j| qx[j] * qy[j]).sum();
+            let p = (lo + hi) as f32 * d;
+            *l += p;
+        }
+    }
+    (lane[0] + lane[1]) + (lane[2] + lane[3])
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn arm_q0_reference_follows_the_documented_order(seed in any::<u64>(), nb in 1usize..40, q8 in any::<bool>()) {
+        let ty = if q8 { GgmlType::Q8_0 } else { GgmlType::Q4_0 };
+        let mut rng = Rng(seed);
+        let w = q0_blocks(ty, nb, &mut rng, &mut Rng::f16_scale);
+        let a = q0_blocks(GgmlType::Q8_0, nb, &mut rng, &mut Rng::f16_scale);
+        let got = arm_q0_reference(ty).unwrap()(32 * nb, &w, &a);
+        let want = emulate_arm_q0(ty, &w, &a);
+        prop_assert!(same(got, want), "{ty} {nb} blocks: {got:e} vs {want:e}");
+    }
+
+    /// With scales 1 or 2 and at most 4 blocks nothing rounds (every partial sum is an
+    /// integer below 2^24): the result is the exact dot product of the dequantized rows (the
+    /// quants are read right).
+    #[test]
+    fn arm_q0_reference_is_exact_where_nothing_rounds(seed in any::<u64>(), nb in 1usize..5, q8 in any::<bool>()) {
+        let ty = if q8 { GgmlType::Q8_0 } else { GgmlType::Q4_0 };
+        let mut rng = Rng(seed);
+        let mut pow2 = |r: &mut Rng| half::f16::from_f32(f32::powi(2.0, r.below(2) as i32)).to_le_bytes();
+        let w = q0_blocks(ty, nb, &mut rng, &mut pow2);
+        let a = q0_blocks(GgmlType::Q8_0, nb, &mut rng, &mut pow2);
+        let exact: f64 = w.chunks_exact(ty.type_size()).zip(a.chunks_exact(34)).map(|(x, y)| {
+            let s: i32 = q0_quants(ty, x).iter().zip(q0_quants(GgmlType::Q8_0, y)).map(|(p, q)| p * q).sum();
+            f64::from(s) * f64::from(f16_of(x)) * f64::from(f16_of(y))
+        }).sum();
+        let got = arm_q0_reference(ty).unwrap()(32 * nb, &w, &a);
+        prop_assert_eq!(f64::from(got), exact, "{} {} blocks", ty, nb);
+    }
+
+    /// On aarch64 the NEON table's Q4_0 / Q8_0 tinyBLAS kernels give the reference's bits.
+    #[test]
+    fn neon_arm_q0_equals_reference(seed in any::<u64>(), nb in 1usize..80, q8 in any::<bool>()) {
+        let k = Kernels::detect();
+        if k.isa() != quant::Isa::Neon {
+            return Ok(());
+        }
+        let ty = if q8 { GgmlType::Q8_0 } else { GgmlType::Q4_0 };
+        let mut rng = Rng(seed);
+        let w = q0_blocks(ty, nb, &mut rng, &mut Rng::f16_scale);
+        let a = q0_blocks(GgmlType::Q8_0, nb, &mut rng, &mut Rng::f16_scale);
+        let got = tiny(k, ty)(32 * nb, &w, &a);
+        let want = arm_q0_reference(ty).unwrap()(32 * nb, &w, &a);
+        prop_assert!(same(got, want), "{ty} {nb} blocks: {got:e} vs {want:e}");
+    }
 
     #[test]
     fn scalar_follows_the_documented_order(seed in any::<u64>(), n in 1usize..300, t in 0usize..3) {
@@ -223,6 +323,36 @@ fn for_weight_picks_tinyblas_for_plain_float_weights_llamafile_accepts() {
                 assert_eq!(rk.act_type, ty);
                 assert_eq!(k.min_tokens(rk.order, ty), 2);
             }
+        }
+    }
+}
+
+/// Which order a Q4_0 / Q8_0 weight takes: on ARM the repack's 4x4 order for row counts
+/// divisible by 4, tinyBLAS_Q0_ARM for the other plain weights (and for any unrepacked one),
+/// `vec_dot` for the other expert stacks; on x86 (scalar, AVX2) never tinyBLAS.
+#[test]
+fn q0_weights_take_arm_tinyblas_where_the_repack_declines_them() {
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        for k in [Kernels::scalar(), Kernels::detect()] {
+            let neon = k.isa() == quant::Isa::Neon;
+            let plain_odd = k.order_for(ty, 1030, 256, false);
+            let expert_odd = k.order_for(ty, 1030, 256, true);
+            let heads = k.order_unrepacked(ty, 512, 256);
+            if neon {
+                assert_eq!(plain_odd, SumOrder::TinyBlas, "{ty}");
+                assert_eq!(heads, SumOrder::TinyBlas, "{ty}");
+                assert_eq!(k.order_for(ty, 512, 256, false), SumOrder::Repacked);
+                assert_eq!(k.min_tokens(SumOrder::TinyBlas, ty), 2);
+                let rk = RowKernel::for_weight(k, ty, 1030, 256, false).unwrap();
+                assert_eq!(
+                    (rk.order, rk.act_type),
+                    (SumOrder::TinyBlas, GgmlType::Q8_0)
+                );
+            } else {
+                assert_eq!(plain_odd, SumOrder::VecDot, "{ty}");
+                assert_eq!(heads, SumOrder::VecDot, "{ty}");
+            }
+            assert_eq!(expert_odd, SumOrder::VecDot, "{ty}");
         }
     }
 }

@@ -389,6 +389,119 @@ fn scalar_dots_within_tolerance_of_the_arm_reference() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// llama.cpp's ARM Q8_0 quantizer (NEON `quantize_row_q8_0`), for finite input: `d = amax /
+/// 127` and the quants `x · (1 / d)` rounded to nearest even. (The x86 one, and the scalar
+/// table's, multiply by `127 / amax`, which differs in the last bit now and then.)
+fn arm_quantize_q8_0(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / 32 * 34);
+    for b in x.chunks_exact(32) {
+        let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend(half::f16::from_f32(d).to_le_bytes());
+        out.extend(b.iter().map(|v| (v * id).round_ties_even() as i8 as u8));
+    }
+    out
+}
+
+/// llama.cpp's ARM build multiplies a plain Q4_0 / Q8_0 weight the repack declines (`tb.<t>.w`:
+/// 6 rows of 1024, in the default buffer) by 2 and 5 activation rows (`rp.x`) in
+/// `tinyBLAS_Q0_ARM` (`tb.<t>.y<n>`). The scalar reference of that order
+/// ([`quant::kernels::arm_q0_reference`]) gives its bits on every target, the activation rows
+/// quantized as llama.cpp's ARM build does ([`arm_quantize_q8_0`]).
+#[test]
+fn arm_q0_reference_matches_ggml_aarch64_tinyblas() {
+    let f = open(ARM);
+    let (_, xb, cols) = tensor(&f, "rp.x", T::F32);
+    let x = f32s(xb);
+    let mut failures = Vec::new();
+    for ty in [T::Q4_0, T::Q8_0] {
+        let (info, w, len) = tensor(&f, &format!("tb.{}.w", ty.name()), ty);
+        assert_eq!(len, cols);
+        let rows = info.dims[1] as usize;
+        let rb = w.len() / rows;
+        let dot = quant::kernels::arm_q0_reference(ty).unwrap();
+        for n_tok in [2usize, 5] {
+            let (_, yb, _) = tensor(&f, &format!("tb.{}.y{n_tok}", ty.name()), T::F32);
+            let want = f32s(yb);
+            for t in 0..n_tok {
+                let a = arm_quantize_q8_0(&x[t * cols..(t + 1) * cols]);
+                for r in 0..rows {
+                    let g = dot(cols, &w[r * rb..(r + 1) * rb], &a);
+                    let e = want[t * rows + r];
+                    if g.to_bits() != e.to_bits() {
+                        failures.push(format!(
+                            "{ty} {n_tok} tokens: token {t} row {r}: ours {g:e} ggml {e:e}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// On aarch64: the NEON table multiplies those weights (`tb.<t>.w`) by 1, 2 and 5 activation
+/// rows with the kernels [`Kernels::order_for`] picks (vec_dot for one row, tinyBLAS from two)
+/// and gives llama.cpp's ARM products (`tb.<t>.y<n>`) bit for bit.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn plain_q0_products_match_ggml_aarch64() {
+    use quant::{RowKernel, ThreadPool, matmul_with, matvec_with};
+    let k = Kernels::detect();
+    assert_eq!(k.isa(), Isa::Neon, "the CI emulates a Cortex-A76");
+    let f = open(ARM);
+    let (_, xb, cols) = tensor(&f, "rp.x", T::F32);
+    let x = f32s(xb);
+    let pool = ThreadPool::new(1).unwrap();
+    let mut failures = Vec::new();
+    for ty in [T::Q4_0, T::Q8_0] {
+        let (info, w, _) = tensor(&f, &format!("tb.{}.w", ty.name()), ty);
+        let rows = info.dims[1] as usize;
+        assert_eq!(
+            k.order_for(ty, rows, cols, false),
+            quant::SumOrder::TinyBlas
+        );
+        let kernel = RowKernel::for_weight(k, ty, rows, cols, false).unwrap();
+        let one = RowKernel::for_weight(k, ty, rows, cols, false)
+            .and_then(|_| RowKernel::lookup_in(k, ty, quant::SumOrder::VecDot))
+            .unwrap();
+        for n_tok in [1usize, 2, 5] {
+            let (_, yb, _) = tensor(&f, &format!("tb.{}.y{n_tok}", ty.name()), T::F32);
+            let want = f32s(yb);
+            let mut out = vec![0f32; rows * n_tok];
+            let mut scratch = Vec::new();
+            let xs = &x[..cols * n_tok];
+            if n_tok == 1 {
+                matvec_with(&pool, &one, w, rows, cols, xs, &mut out, &mut scratch).unwrap();
+            } else {
+                matmul_with(
+                    &pool,
+                    &kernel,
+                    w,
+                    rows,
+                    cols,
+                    xs,
+                    n_tok,
+                    &mut out,
+                    &mut scratch,
+                )
+                .unwrap();
+            }
+            for (i, (g, e)) in out.iter().zip(&want).enumerate() {
+                if g.to_bits() != e.to_bits() {
+                    failures.push(format!(
+                        "{ty} {n_tok} tokens: token {} row {}: ours {g:e} ggml {e:e}",
+                        i / rows,
+                        i % rows
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// On aarch64: the NEON table's products of the weights llama.cpp's ARM build repacks
 /// (`rp.<t>.w`: Q4_0 and Q8_0 4x4, Q4_K, Q5_K and Q6_K 8x4, 8 rows of 1024) with 1, 4 and 5 activation rows
 /// (`rp.x`) equal that build's matrix products (`rp.<t>.y<n>`, computed through its CPU_REPACK

@@ -311,8 +311,7 @@ fn mat_as<'a>(
     let kernel = match usage {
         Use::Plain => RowKernel::for_weight(kernels, ty, rows, cols, t.dims.len() > 2),
         Use::Heads { contiguous } => {
-            let order = match kernels.order_for(ty, rows, cols, false) {
-                quant::SumOrder::Repacked => quant::SumOrder::VecDot,
+            let order = match kernels.order_unrepacked(ty, rows, cols) {
                 quant::SumOrder::TinyBlas if !contiguous && ty == GgmlType::F32 => {
                     quant::SumOrder::VecDot
                 }

@@ -23,6 +23,7 @@ mod repack;
 mod tinyblas;
 
 pub use repack::{GroupedDot, grouped_kernels, quantize_row_q8_k_grouped};
+pub use tinyblas::arm_q0_reference;
 
 /// `dot(n, weight_row_bytes, activation_row_bytes) -> f32`.
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
@@ -118,7 +119,7 @@ pub enum SumOrder {
     /// activation rows of a plain product ([`Kernels::grouped_in`]).
     Repacked,
     /// llamafile's tinyBLAS, which llama.cpp uses for plain (`MUL_MAT`) products of F32,
-    /// F16 and BF16 weights.
+    /// F16 and BF16 weights, and on ARM of the Q4_0 and Q8_0 weights it does not repack.
     TinyBlas,
 }
 
@@ -334,29 +335,58 @@ impl Kernels {
     /// The NEON table follows llama.cpp's ARM build (NEON + dotprod): Q4_0 and Q8_0 weights
     /// with a row count divisible by 4, which it repacks 4x4, and Q4_K, Q5_K and Q6_K with a
     /// row count divisible by 8, which it repacks 8x4, in [`SumOrder::Repacked`] (those
-    /// layouts' gemv and gemm orders, plain matrices and expert stacks alike); everything else
-    /// in the `vec_dot` order; plain F32 weights with a row count divisible by 4 and a row
-    /// length divisible by 4, and plain F16 ones with row length divisible by 8, in its NEON
-    /// tinyBLAS order ([`SumOrder::TinyBlas`], from [`Kernels::min_tokens`] activation rows
-    /// on). That build also repacks IQ4_NL and MXFP4 (4x4): that order has no NEON kernels
-    /// here yet, so such weights take `vec_dot` (the x86 orders' kernels in this table would be
-    /// the portable ones, several times slower on a phone).
+    /// layouts' gemv and gemm orders, plain matrices and expert stacks alike); expert stacks
+    /// it does not repack in the `vec_dot` order; the other plain weights as
+    /// [`Kernels::order_unrepacked`] says. That build also repacks IQ4_NL and MXFP4 (4x4):
+    /// that order has no NEON kernels here yet, so such weights take `vec_dot` (the x86
+    /// orders' kernels in this table would be the portable ones, several times slower on a
+    /// phone).
     pub fn order_for(&self, w: GgmlType, rows: usize, cols: usize, expert: bool) -> SumOrder {
-        match self.isa {
+        let repacked = match self.isa {
             Isa::Neon => match w {
-                GgmlType::Q4_0 | GgmlType::Q8_0 if rows.is_multiple_of(4) => SumOrder::Repacked,
-                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K if rows.is_multiple_of(8) => {
-                    SumOrder::Repacked
-                }
-                GgmlType::F32 if !expert && rows.is_multiple_of(4) && cols.is_multiple_of(4) => {
-                    SumOrder::TinyBlas
-                }
-                GgmlType::F16 if !expert && rows.is_multiple_of(4) && cols.is_multiple_of(8) => {
-                    SumOrder::TinyBlas
-                }
-                _ => SumOrder::VecDot,
+                GgmlType::Q4_0 | GgmlType::Q8_0 => rows.is_multiple_of(4),
+                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => rows.is_multiple_of(8),
+                _ => false,
             },
-            Isa::Scalar | Isa::Avx2 => SumOrder::for_weight(w, rows, cols, expert),
+            Isa::Scalar | Isa::Avx2 => {
+                SumOrder::for_weight(w, rows, cols, expert) == SumOrder::Repacked
+            }
+        };
+        if repacked {
+            SumOrder::Repacked
+        } else if expert {
+            SumOrder::VecDot
+        } else {
+            self.order_unrepacked(w, rows, cols)
+        }
+    }
+
+    /// The order of a plain (`MUL_MAT`) product of a weight llama.cpp keeps in its default
+    /// buffer, unrepacked (also a weight of a repackable type that is multiplied per head, as
+    /// MLA's absorbed matrices are), for a batch of at least [`Kernels::min_tokens`] rows:
+    /// what `llamafile_sgemm` accepts, `vec_dot` otherwise.
+    ///
+    /// x86 (AVX2): F32, F16 and BF16 with a row count divisible by 4 and a row length
+    /// divisible by 8 in tinyBLAS order; its quantized tinyBLAS sums as `vec_dot` does. ARM
+    /// (NEON + dotprod): F32 with row count and row length divisible by 4, F16 with row count
+    /// divisible by 4 and row length by 8, and Q4_0 and Q8_0 of any shape
+    /// (`tinyBLAS_Q0_ARM`, [`arm_q0_reference`]) in its tinyBLAS orders.
+    pub fn order_unrepacked(&self, w: GgmlType, rows: usize, cols: usize) -> SumOrder {
+        let tiny = match self.isa {
+            Isa::Neon => match w {
+                GgmlType::F32 => rows.is_multiple_of(4) && cols.is_multiple_of(4),
+                GgmlType::F16 => rows.is_multiple_of(4) && cols.is_multiple_of(8),
+                GgmlType::Q4_0 | GgmlType::Q8_0 => true,
+                _ => false,
+            },
+            Isa::Scalar | Isa::Avx2 => {
+                SumOrder::for_weight(w, rows, cols, false) == SumOrder::TinyBlas
+            }
+        };
+        if tiny {
+            SumOrder::TinyBlas
+        } else {
+            SumOrder::VecDot
         }
     }
 

@@ -23,8 +23,10 @@
 //! `f32::mul_add` and plain adds, so every target computes the same bits as the AVX2 kernels
 //! (in `tinyblas/avx2.rs`).
 
-use super::legacy::{bf16_to_f32, check_floats, f16_to_f32};
-use super::{Isa, Kernels, SumOrder};
+use super::legacy::{
+    Q4_0_BYTES, Q8_0_BYTES, QK, bf16_to_f32, check_blocks, check_floats, f16_to_f32,
+};
+use super::{DotFn, Isa, Kernels, SumOrder};
 use crate::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
@@ -66,6 +68,65 @@ fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_lanes::<2>(n, w, a, |b| bf16_to_f32(u16::from_le_bytes(b)))
+}
+
+/// The order of llama.cpp's aarch64 tinyBLAS for quantized weights (`tinyBLAS_Q0_ARM`, built
+/// with the dot-product extension), which `llamafile_sgemm` takes for a plain product of a
+/// Q4_0 or Q8_0 weight the repack declines (row count not a multiple of 4), or one outside
+/// the repacked buffer (the per-head matrices of MLA), from two activation rows on:
+///
+/// * one 4-lane f32 accumulator per output; lane `t` takes, per block, the exact integer sum
+///   of elements `4t..4t+4` and `16+4t..16+4t+4` (two `sdot`s), converted to f32, times the
+///   block's `d_w · d_a` (rounded to f32), **then** added (`fmul` and `fadd`: the compiled
+///   reference does not fuse them);
+/// * the lanes are added as `vaddvq_f32`: `(l0 + l1) + (l2 + l3)`.
+///
+/// This scalar kernel is the reference of the NEON one (`tinyblas/neon.rs`) and runs on every
+/// target; `w` is Q4_0 or Q8_0, the activation Q8_0. `None` for other types.
+pub fn arm_q0_reference(w: GgmlType) -> Option<DotFn> {
+    match w {
+        GgmlType::Q8_0 => Some(arm_q0_q8_0),
+        GgmlType::Q4_0 => Some(arm_q0_q4_0),
+        _ => None,
+    }
+}
+
+/// One output of `tinyBLAS_Q0_ARM` over blocks of `WB` bytes, element `j` of a weight block
+/// given by `q(block, j)`.
+#[inline(always)]
+fn arm_q0<const WB: usize>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    q: impl Fn(&[u8; WB], usize) -> i32,
+) -> f32 {
+    check_blocks(n, w, WB, a, Q8_0_BYTES);
+    let (w, _) = w.as_chunks::<WB>();
+    let (a, _) = a.as_chunks::<Q8_0_BYTES>();
+    let mut lanes = [0f32; 4];
+    for (x, y) in w.iter().zip(a) {
+        let d = f16_to_f32(u16::from_le_bytes([x[0], x[1]]))
+            * f16_to_f32(u16::from_le_bytes([y[0], y[1]]));
+        for (t, lane) in lanes.iter_mut().enumerate() {
+            let s: i32 = (0..4)
+                .flat_map(|i| [4 * t + i, QK / 2 + 4 * t + i])
+                .map(|j| q(x, j) * i32::from(y[2 + j] as i8))
+                .sum();
+            *lane += s as f32 * d;
+        }
+    }
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+}
+
+fn arm_q0_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    arm_q0::<Q8_0_BYTES>(n, w, a, |x, j| i32::from(x[2 + j] as i8))
+}
+
+fn arm_q0_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    arm_q0::<Q4_0_BYTES>(n, w, a, |x, j| {
+        let b = x[2 + j % (QK / 2)];
+        i32::from(if j < QK / 2 { b & 0x0f } else { b >> 4 }) - 8
+    })
 }
 
 pub(super) fn register(k: &mut Kernels) {
