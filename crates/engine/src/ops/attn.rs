@@ -918,7 +918,7 @@ impl KernelDot {
 
 /// The bytes of an f32 slice (little-endian on every target sluice builds for).
 #[cfg(target_arch = "aarch64")]
-fn f32_bytes(x: &[f32]) -> &[u8] {
+pub(super) fn f32_bytes(x: &[f32]) -> &[u8] {
     // SAFETY: any initialized f32 is 4 initialized bytes; u8 has alignment 1, and the length
     // covers exactly the slice's memory.
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), 4 * x.len()) }

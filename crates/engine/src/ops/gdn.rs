@@ -5,7 +5,7 @@
 //!
 //! The recurrence keeps ggml's layout and order: the state of a head is stored transposed
 //! (`m[j·d + i]` is `S[i][j]`), each token scales it by `exp(g)`, reads `S·k` with ggml's
-//! `vec_dot_f32` ([`super::dot_ggml`]), writes `k · delta[j]` into row `j` with a fused
+//! `vec_dot_f32` (in the layout of the build for this architecture, [`F32Dot`]), writes `k · delta[j]` into row `j` with a fused
 //! multiply-add per element (ggml's `vec_mad_f32`), and reads the output `S·q` scaled by
 //! `1/sqrt(d)`. Value head `h` reads query and key head `h mod n_k_heads`, as ggml's op does.
 
@@ -144,8 +144,45 @@ fn rule_fma(
     rule(state, q, k, v, g, beta, dims, out);
 }
 
+/// ggml's `vec_dot_f32` as llama.cpp's build for this architecture sums it: on x86 the AVX2
+/// layout ([`super::dot_ggml`]); on aarch64 the NEON table's F32 `vec_dot` kernel, llama.cpp's
+/// ARM layout (checked against that build in the quant crate's fixtures).
+#[derive(Clone, Copy)]
+pub(crate) struct F32Dot {
+    #[cfg(target_arch = "aarch64")]
+    kernel: Option<quant::DotFn>,
+}
+
+impl F32Dot {
+    /// The layout of the kernels this CPU runs.
+    pub(crate) fn detect() -> F32Dot {
+        F32Dot {
+            #[cfg(target_arch = "aarch64")]
+            kernel: quant::Kernels::detect().dot(quant::GgmlType::F32),
+        }
+    }
+
+    /// `a · b`.
+    ///
+    /// # Panics
+    /// If the slices differ in length.
+    #[inline]
+    pub(crate) fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        #[cfg(target_arch = "aarch64")]
+        if let Some(f) = self.kernel {
+            assert_eq!(a.len(), b.len(), "dot: length mismatch");
+            return f(
+                a.len(),
+                super::attn::f32_bytes(a),
+                super::attn::f32_bytes(b),
+            );
+        }
+        super::dot_ggml(a, b)
+    }
+}
+
 /// The scalar reference of [`gated_delta_rule`] (also its body on every CPU: the dot products
-/// go through [`super::dot_ggml`], which picks its own kernel).
+/// go through [`F32Dot`], which picks its own kernel).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn rule(
@@ -160,6 +197,7 @@ pub fn rule(
 ) {
     let n = g.len() / n_v;
     let scale = 1.0 / (d as f32).sqrt();
+    let dot = F32Dot::detect();
     for h in 0..n_v {
         let hk = h % n_k;
         let m = &mut state[h * d * d..(h + 1) * d * d];
@@ -177,11 +215,11 @@ pub fn rule(
                 for x in row.iter_mut() {
                     *x *= decay;
                 }
-                let dj = (vj - super::dot_ggml(row, kt)) * b;
+                let dj = (vj - dot.dot(row, kt)) * b;
                 for (x, &ki) in row.iter_mut().zip(kt) {
                     *x = ki.mul_add(dj, *x);
                 }
-                *oj = super::dot_ggml(row, qt) * scale;
+                *oj = dot.dot(row, qt) * scale;
             }
         }
     }
