@@ -27,6 +27,7 @@
 //
 // Everything is deterministic: a splitmix64 generator and integer-derived floats, no libm.
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,6 +399,46 @@ int main(int argc, char ** argv) {
         float * xf = malloc(sizeof(float) * RP_LEN * RP_TOK);
         for (int r = 0; r < RP_TOK; ++r) weight_floats(xf + r * RP_LEN, (int) RP_LEN);
         add("rp.x", GGML_TYPE_F32, RP_LEN, RP_TOK, 1, xf);
+
+        // Near-halves for the Q8_K quantizer (4 rows): each 256-block starts with its largest
+        // magnitude M, so iscale = -127/M (inexact); the other elements are floats v whose
+        // f32 product v * iscale is exactly a half k + 1/2 while the exact product is not.
+        // The ARM build's quantizers fuse that product into the rounding (GCC contracts it),
+        // so these tell the roundings apart. No random numbers: the later tensors stay put.
+        const int TIE_ROWS = 4;
+        float * tie = malloc(sizeof(float) * RP_LEN * TIE_ROWS);
+        for (int r = 0; r < TIE_ROWS; ++r) {
+            for (int b = 0; b < RP_LEN / 256; ++b) {
+                float * blk = tie + r * RP_LEN + b * 256;
+                const float M = 100.0f + (float) r + 0.25f * (float) b;
+                const float iscale = -127.f / M;
+                blk[0] = M;
+                for (int j = 1; j < 256; ++j) {
+                    const int k = (j * 7 + r * 13 + b * 31) % 119 + 1;
+                    const float target = (j % 2 ? 1.0f : -1.0f) * ((float) k + 0.5f);
+                    float v = target / iscale;
+                    blk[j] = v;
+                    for (int step = 0; step < 64; ++step) {
+                        volatile float prod = v * iscale;
+                        if (prod == target && (double) v * (double) iscale != (double) target) {
+                            blk[j] = v;
+                            break;
+                        }
+                        v = nextafterf(v, 2.0f * v);
+                    }
+                }
+            }
+        }
+        add("tie.x", GGML_TYPE_F32, RP_LEN, TIE_ROWS, 1, tie);
+        {
+            const size_t qrs = ggml_row_size(GGML_TYPE_Q8_K, RP_LEN);
+            uint8_t * tq = malloc(qrs * TIE_ROWS);
+            for (int r = 0; r < TIE_ROWS; ++r) {
+                cpu_traits(GGML_TYPE_Q8_K)->from_float(tie + r * RP_LEN, tq + qrs * r, RP_LEN);
+            }
+            add("tie.q8_K", GGML_TYPE_Q8_K, RP_LEN, TIE_ROWS, 1, tq);
+            free(tq);
+        }
         for (size_t k = 0; k < sizeof rp_types / sizeof rp_types[0]; ++k) {
             const enum ggml_type t = rp_types[k];
             const size_t wrs = ggml_row_size(t, RP_LEN);
@@ -435,6 +476,17 @@ int main(int argc, char ** argv) {
                 ggml_backend_tensor_get(yt, y, 0, sizeof(float) * RP_ROWS * nt);
                 snprintf(name, sizeof name, "rp.%s.y%d", ggml_type_name(t), nt);
                 add(name, GGML_TYPE_F32, RP_ROWS, nt, 1, y);
+                // the k-quants' gemm on the near-halves (quantized by ggml_quantize_mat_q8_K_4x4)
+                if (nt == 4 && ggml_blck_size(t) == 256) {
+                    ggml_backend_tensor_set(xt, tie, 0, sizeof(float) * RP_LEN * nt);
+                    if (ggml_backend_graph_compute(cpu, g) != GGML_STATUS_SUCCESS) {
+                        fprintf(stderr, "repacked %s: compute failed\n", ggml_type_name(t));
+                        return 1;
+                    }
+                    ggml_backend_tensor_get(yt, y, 0, sizeof(float) * RP_ROWS * nt);
+                    snprintf(name, sizeof name, "tie.%s.y4", ggml_type_name(t));
+                    add(name, GGML_TYPE_F32, RP_ROWS, nt, 1, y);
+                }
                 free(y);
                 ggml_backend_buffer_free(xbuf);
                 ggml_backend_buffer_free(wbuf);
@@ -443,6 +495,7 @@ int main(int argc, char ** argv) {
             }
             free(w);
         }
+        free(tie);
 
         // (d) Plain products of Q4_0 and Q8_0 weights the repack does not take (6 rows, not
         // a multiple of 4), in the default CPU buffer: llamafile_sgemm's tinyBLAS_Q0_ARM for

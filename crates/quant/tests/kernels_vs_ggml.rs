@@ -389,6 +389,42 @@ fn scalar_dots_within_tolerance_of_the_arm_reference() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// llama.cpp's ARM build quantizes Q8_K activations rounding the exact product `iscale · x`
+/// (GCC fuses it): on the near-halves of `tie.x` its bytes (`tie.q8_K`) are those of
+/// [`quant::kernels::quantize_row_q8_k_fused`] on every target, and not those of the x86
+/// rounding (the scalar table's), which the data tells apart.
+#[test]
+fn arm_q8_k_quantizer_matches_ggml_aarch64() {
+    let f = open(ARM);
+    let (_, xb, cols) = tensor(&f, "tie.x", T::F32);
+    let x = f32s(xb);
+    let (_, want, _) = tensor(&f, "tie.q8_K", T::Q8_K);
+    let rb = T::Q8_K.row_bytes(cols as u64).unwrap() as usize;
+    let mut parted = 0;
+    for (r, (row, want)) in x.chunks_exact(cols).zip(want.chunks_exact(rb)).enumerate() {
+        let mut got = vec![0u8; rb];
+        quant::kernels::quantize_row_q8_k_fused(row, &mut got);
+        assert!(
+            got == want,
+            "row {r}: the fused Q8_K bytes differ from llama.cpp aarch64's"
+        );
+        parted += usize::from(quantize(Kernels::scalar(), T::Q8_K, row) != want);
+    }
+    assert!(
+        parted > 0,
+        "the near-halves did not tell the two roundings apart"
+    );
+    let k = Kernels::detect();
+    if k.isa() == Isa::Neon {
+        for (row, want) in x.chunks_exact(cols).zip(want.chunks_exact(rb)) {
+            assert!(
+                quantize(k, T::Q8_K, row) == want,
+                "the NEON table's Q8_K quantizer"
+            );
+        }
+    }
+}
+
 /// llama.cpp's ARM Q8_0 quantizer (NEON `quantize_row_q8_0`), for finite input: `d = amax /
 /// 127` and the quants `x · (1 / d)` rounded to nearest even. (The x86 one, and the scalar
 /// table's, multiply by `127 / amax`, which differs in the last bit now and then.)
@@ -532,6 +568,35 @@ fn repacked_products_match_ggml_aarch64() {
             "{ty}"
         );
         let kernel = RowKernel::for_weight(k, ty, rows, cols, false).unwrap();
+        // the k-quants' gemm on the Q8_K near-halves (`tie.x`, four rows)
+        if ty.block_size() == 256 {
+            let (_, tb, _) = tensor(&f, "tie.x", T::F32);
+            let (_, yb, _) = tensor(&f, &format!("tie.{}.y4", ty.name()), T::F32);
+            let (tie, want) = (f32s(tb), f32s(yb));
+            let mut out = vec![0f32; rows * 4];
+            let mut scratch = Vec::new();
+            matmul_with(
+                &pool,
+                &kernel,
+                w,
+                rows,
+                cols,
+                &tie,
+                4,
+                &mut out,
+                &mut scratch,
+            )
+            .unwrap();
+            for (i, (g, e)) in out.iter().zip(&want).enumerate() {
+                if g.to_bits() != e.to_bits() {
+                    failures.push(format!(
+                        "{ty} near-halves: token {} row {}: ours {g:e} ggml {e:e}",
+                        i / rows,
+                        i % rows
+                    ));
+                }
+            }
+        }
         for n_tok in [1usize, 4, 5] {
             let (_, yb, _) = tensor(&f, &format!("rp.{}.y{n_tok}", ty.name()), T::F32);
             let want = f32s(yb);

@@ -33,6 +33,7 @@ pub(super) mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_rows;
 mod q8k;
+pub use q8k::quantize_row_q8_k_fused;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86;

@@ -22,6 +22,7 @@ mod legacy;
 mod repack;
 mod tinyblas;
 
+pub use kquants::quantize_row_q8_k_fused;
 pub use repack::{GroupedDot, grouped_kernels, quantize_row_q8_k_grouped};
 pub use tinyblas::arm_q0_reference;
 

@@ -35,6 +35,8 @@ use crate::kernels::{Kernels, SumOrder};
 use crate::tables::KVALUES_IQ4NL;
 
 pub(super) fn register(k: &mut Kernels) {
+    // llama.cpp's ARM build rounds the Q8_K quants from the exact product (GCC fuses it)
+    k.set_quantize(GgmlType::Q8_K, super::q8k::quantize_row_q8_k_fused);
     k.set_dot(GgmlType::Q2_K, dot_q2_k);
     k.set_dot(GgmlType::Q3_K, dot_q3_k);
     k.set_dot(GgmlType::Q4_K, dot_q4_k);
@@ -55,7 +57,7 @@ pub(in crate::kernels) fn grouped_q6_k() -> crate::kernels::GroupedDot {
         group: 4,
         dot: dot_q6_k_gemm,
         dot_rows: None,
-        quantize: super::q8k::quantize_row_q8_k,
+        quantize: super::q8k::quantize_row_q8_k_fused,
     }
 }
 
