@@ -377,7 +377,7 @@ int main(int argc, char ** argv) {
 
 #if defined(__aarch64__)
     // (c) Repacked products (aarch64 only): the weight in the CPU backend's CPU_REPACK buffer,
-    // which interleaves it (Q4_0 and Q8_0 4x4, Q4_K, Q5_K and Q6_K 8x4 on this feature level), multiplied
+    // which interleaves it (Q4_0, Q8_0, IQ4_NL and MXFP4 4x4, Q4_K, Q5_K and Q6_K 8x4 on this feature level), multiplied
     // by 1, 4 and 5 activation rows (gemv; gemm; gemm + gemv for the fifth) through a graph.
     {
         ggml_backend_t cpu = ggml_backend_cpu_init();
@@ -394,7 +394,7 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "no CPU_REPACK buffer type\n");
             return 1;
         }
-        static const enum ggml_type rp_types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+        static const enum ggml_type rp_types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4 };
         const int64_t RP_ROWS = 8, RP_LEN = 1024, RP_TOK = 5;
         float * xf = malloc(sizeof(float) * RP_LEN * RP_TOK);
         for (int r = 0; r < RP_TOK; ++r) weight_floats(xf + r * RP_LEN, (int) RP_LEN);

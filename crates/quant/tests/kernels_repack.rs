@@ -181,6 +181,61 @@ proptest! {
     }
 }
 
+/// llama.cpp's ARM 4x4 gemv and gemm of IQ4_NL and MXFP4, written independently of the
+/// library from its source: per block the exact sum of table values times activation quants,
+/// then `acc + (d_a · d_w) · Σ`, each step rounded (no fused multiply-add).
+fn emulate_arm_lut_4x4(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (table, off) = match ty {
+        GgmlType::IQ4_NL => (quant::tables::KVALUES_IQ4NL, 2),
+        _ => (quant::tables::KVALUES_MXFP4, 1),
+    };
+    let mut acc = 0f32;
+    for (x, y) in w
+        .chunks_exact(ty.type_size())
+        .zip(a.chunks_exact(34))
+        .take(n / 32)
+    {
+        let sum: i32 = (0..32)
+            .map(|j| {
+                let b = x[off + j % 16];
+                let q = if j < 16 { b & 15 } else { b >> 4 };
+                i32::from(table[q as usize]) * i32::from(y[2 + j] as i8)
+            })
+            .sum();
+        let d_a = half::f16::from_le_bytes([y[0], y[1]]).to_f32();
+        let d_w = match ty {
+            GgmlType::IQ4_NL => half::f16::from_le_bytes([x[0], x[1]]).to_f32(),
+            _ => quant::tables::e8m0_to_f32_half(x[0]),
+        };
+        let p = d_a * d_w * sum as f32;
+        acc += p;
+    }
+    acc
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// On aarch64 the NEON table's repacked IQ4_NL and MXFP4 kernels (llama.cpp's ARM 4x4
+    /// order, also checked against that build's outputs in `kernels_vs_ggml.rs`) equal the
+    /// emulation above bit for bit.
+    #[test]
+    fn neon_lut_4x4_follows_the_arm_order(mx in any::<bool>(), blocks in 1usize..=40, seed in any::<u64>()) {
+        let k = Kernels::detect();
+        if k.isa() != Isa::Neon {
+            return Ok(());
+        }
+        let ty = if mx { GgmlType::MXFP4 } else { GgmlType::IQ4_NL };
+        let n = blocks * 32;
+        let mut rng = Rng(seed);
+        let w = weights(ty, 1, n, &mut rng);
+        let a = activation_bytes(GgmlType::Q8_0, n, &mut rng, None);
+        let got = dot_in(k, ty)(n, &w, &a);
+        let want = emulate_arm_lut_4x4(ty, n, &w, &a);
+        prop_assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{ty} n={n}: {got:e} vs {want:e}");
+    }
+}
+
 /// Power-of-two scales and few blocks: every product and partial sum is exact in f32, so each
 /// kernel must return the exact dot product of the dequantized rows.
 #[test]

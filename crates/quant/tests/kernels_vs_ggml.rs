@@ -539,7 +539,8 @@ fn plain_q0_products_match_ggml_aarch64() {
 }
 
 /// On aarch64: the NEON table's products of the weights llama.cpp's ARM build repacks
-/// (`rp.<t>.w`: Q4_0 and Q8_0 4x4, Q4_K, Q5_K and Q6_K 8x4, 8 rows of 1024) with 1, 4 and 5 activation rows
+/// (`rp.<t>.w`: Q4_0, Q8_0, IQ4_NL and MXFP4 4x4, Q4_K, Q5_K and Q6_K 8x4, 8 rows of 1024)
+/// with 1, 4 and 5 activation rows
 /// (`rp.x`) equal that build's matrix products (`rp.<t>.y<n>`, computed through its CPU_REPACK
 /// buffer: gemv for one row, gemm for four, gemm and gemv for five) bit for bit, through the
 /// kernels [`Kernels::order_for`] picks for such a weight.
@@ -558,7 +559,15 @@ fn repacked_products_match_ggml_aarch64() {
     let x = f32s(xb);
     let pool = ThreadPool::new(1).unwrap();
     let mut failures = Vec::new();
-    for ty in [T::Q4_0, T::Q8_0, T::Q4_K, T::Q5_K, T::Q6_K] {
+    for ty in [
+        T::Q4_0,
+        T::Q8_0,
+        T::Q4_K,
+        T::Q5_K,
+        T::Q6_K,
+        T::IQ4_NL,
+        T::MXFP4,
+    ] {
         let (info, w, len) = tensor(&f, &format!("rp.{}.w", ty.name()), ty);
         assert_eq!(len, cols);
         let rows = info.dims[1] as usize;

@@ -333,19 +333,18 @@ impl Kernels {
     /// The order this table multiplies a weight in ([`SumOrder::for_weight`]'s arguments).
     ///
     /// The scalar and AVX2 tables follow llama.cpp's x86 AVX2 backend ([`SumOrder::for_weight`]).
-    /// The NEON table follows llama.cpp's ARM build (NEON + dotprod): Q4_0 and Q8_0 weights
-    /// with a row count divisible by 4, which it repacks 4x4, and Q4_K, Q5_K and Q6_K with a
-    /// row count divisible by 8, which it repacks 8x4, in [`SumOrder::Repacked`] (those
-    /// layouts' gemv and gemm orders, plain matrices and expert stacks alike); expert stacks
-    /// it does not repack in the `vec_dot` order; the other plain weights as
-    /// [`Kernels::order_unrepacked`] says. That build also repacks IQ4_NL and MXFP4 (4x4):
-    /// that order has no NEON kernels here yet, so such weights take `vec_dot` (the x86
-    /// orders' kernels in this table would be the portable ones, several times slower on a
-    /// phone).
+    /// The NEON table follows llama.cpp's ARM build (NEON + dotprod): Q4_0, Q8_0, IQ4_NL and
+    /// MXFP4 weights with a row count divisible by 4, which it repacks 4x4, and Q4_K, Q5_K and
+    /// Q6_K with a row count divisible by 8, which it repacks 8x4, in [`SumOrder::Repacked`]
+    /// (those layouts' gemv and gemm orders, plain matrices and expert stacks alike); expert
+    /// stacks it does not repack in the `vec_dot` order; the other plain weights as
+    /// [`Kernels::order_unrepacked`] says.
     pub fn order_for(&self, w: GgmlType, rows: usize, cols: usize, expert: bool) -> SumOrder {
         let repacked = match self.isa {
             Isa::Neon => match w {
-                GgmlType::Q4_0 | GgmlType::Q8_0 => rows.is_multiple_of(4),
+                GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+                    rows.is_multiple_of(4)
+                }
                 GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => rows.is_multiple_of(8),
                 _ => false,
             },

@@ -318,7 +318,7 @@ fn q5_1_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// times the activation quants, summed.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn lut_block(table: int8x16_t, qs: &[u8], y: &[u8; Q8_0_BYTES]) -> f32 {
+pub(crate) fn lut_block(table: int8x16_t, qs: &[u8], y: &[u8; Q8_0_BYTES]) -> f32 {
     let (lo, hi) = nibbles(arr(qs));
     let s = dot32(vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi), &y[2..]);
     total(s)
@@ -326,7 +326,7 @@ fn lut_block(table: int8x16_t, qs: &[u8], y: &[u8; Q8_0_BYTES]) -> f32 {
 
 #[inline]
 #[target_feature(enable = "neon")]
-fn load_table(t: &[i8; 16]) -> int8x16_t {
+pub(crate) fn load_table(t: &[i8; 16]) -> int8x16_t {
     // SAFETY: `t` is 16 readable bytes.
     unsafe { vld1q_s8(t.as_ptr()) }
 }

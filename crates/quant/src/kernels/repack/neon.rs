@@ -13,17 +13,26 @@
 //! the rows as stored. Which activation rows take the gemm: the first `n - n % 4` of a plain
 //! product (llama.cpp's expert products take the gemv for every row), see
 //! [`super::GroupedDot`].
+//!
+//! IQ4_NL and MXFP4 are repacked 4x4 too; their gemv and gemm (NEON intrinsics) both take
+//! `acc = acc + (d_a · d_w) · Σ`, a multiply then an add (the compiled reference does not
+//! fuse them), `Σ` over the table values (MXFP4's doubled, with half its E8M0 scale).
 
 use super::super::act::quantize_q8_0_neon;
-use super::super::legacy::neon::{dot32, f16_at, load_s8, q4_0_quants, total};
-use super::super::legacy::{Q4_0_BYTES, Q8_0_BYTES, check_blocks};
+use super::super::legacy::neon::{
+    dot32, f16_at, load_s8, load_table, lut_block, q4_0_quants, total,
+};
+use super::super::legacy::{IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, check_blocks};
 use super::{GroupedDot, Kernels, SumOrder};
 use crate::GgmlType;
+use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
 
 pub(super) fn register(k: &mut Kernels) {
     let r = SumOrder::Repacked;
     k.set_dot_in(r, GgmlType::Q4_0, dot_q4_0);
     k.set_dot_in(r, GgmlType::Q8_0, dot_q8_0);
+    k.set_dot_in(r, GgmlType::IQ4_NL, dot_iq4_nl);
+    k.set_dot_in(r, GgmlType::MXFP4, dot_mxfp4);
 }
 
 /// The Q8_0 gemm's order for the grouped activation rows.
@@ -85,6 +94,32 @@ fn q4_0_gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
     acc
 }
 
+#[target_feature(enable = "neon,dotprod")]
+fn iq4_nl_4x4(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, IQ4_NL_BYTES, a, Q8_0_BYTES);
+    let table = load_table(&KVALUES_IQ4NL);
+    let (w, _) = w.as_chunks::<IQ4_NL_BYTES>();
+    let (a, _) = a.as_chunks::<Q8_0_BYTES>();
+    let mut acc = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        acc += f16_at(y, 0) * f16_at(x, 0) * lut_block(table, &x[2..], y);
+    }
+    acc
+}
+
+#[target_feature(enable = "neon,dotprod")]
+fn mxfp4_4x4(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_blocks(n, w, MXFP4_BYTES, a, Q8_0_BYTES);
+    let table = load_table(&KVALUES_MXFP4);
+    let (w, _) = w.as_chunks::<MXFP4_BYTES>();
+    let (a, _) = a.as_chunks::<Q8_0_BYTES>();
+    let mut acc = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        acc += f16_at(y, 0) * e8m0_to_f32_half(x[0]) * lut_block(table, &x[1..], y);
+    }
+    acc
+}
+
 // DotFn wrappers: registered only in a table built for `Isa::Neon`, which `Kernels::detect`
 // builds only after it detected NEON, the dot product and FP16 at run time.
 
@@ -101,4 +136,14 @@ fn dot_q8_0_gemm(n: usize, w: &[u8], a: &[u8]) -> f32 {
 fn dot_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // SAFETY: as for `dot_q8_0`.
     unsafe { q4_0_gemv(n, w, a) }
+}
+
+fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: as for `dot_q8_0`.
+    unsafe { iq4_nl_4x4(n, w, a) }
+}
+
+fn dot_mxfp4(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: as for `dot_q8_0`.
+    unsafe { mxfp4_4x4(n, w, a) }
 }
