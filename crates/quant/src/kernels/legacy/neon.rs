@@ -124,21 +124,27 @@ pub(crate) fn dot32(lo: int8x16_t, hi: int8x16_t, a: &[u8]) -> int32x4_t {
     sdot(acc, hi, load_s8(arr(&a[16..])))
 }
 
-/// The fifth bits of a Q5 block as bytes: 0x10 where bit j of `qh` is set (elements 0..16
-/// from bits 0..16, 16..32 from bits 16..32).
+/// The bits of a Q5 block's `qh` as byte masks: 0xff where bit j is set (elements 0..16 from
+/// bits 0..16, 16..32 from bits 16..32). One broadcast of `qh`, two table lookups that spread
+/// its bytes over the lanes, two tests against the bit of each lane.
 #[inline]
 #[target_feature(enable = "neon")]
-fn high_bits(qh: u32) -> (uint8x16_t, uint8x16_t) {
-    let mask = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
-    let spread = |bits: u32| {
-        let b = [bits as u8, (bits >> 8) as u8];
-        let lo = vdup_n_u8(b[0]);
-        let hi = vdup_n_u8(b[1]);
-        let v = vcombine_u8(lo, hi);
-        // 0xff where set, then keep 0x10
-        vandq_u8(vtstq_u8(v, mask), vdupq_n_u8(0x10))
-    };
-    (spread(qh & 0xffff), spread(qh >> 16))
+fn bit_masks(qh: u32) -> (uint8x16_t, uint8x16_t) {
+    const SPREAD_LO: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
+    const SPREAD_HI: [u8; 16] = [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3];
+    let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+    let v = vreinterpretq_u8_u32(vdupq_n_u32(qh));
+    let lo = vqtbl1q_u8(v, load_u8(&SPREAD_LO));
+    let hi = vqtbl1q_u8(v, load_u8(&SPREAD_HI));
+    (vtstq_u8(lo, bit), vtstq_u8(hi, bit))
+}
+
+/// `nibble | 0x10` where `mask` is 0xff, `nibble` elsewhere (a nibble has bit 4 clear), as
+/// one bit select.
+#[inline]
+#[target_feature(enable = "neon")]
+fn with_bit4(mask: uint8x16_t, nibble: uint8x16_t) -> uint8x16_t {
+    vbslq_u8(vdupq_n_u8(0x10), mask, nibble)
 }
 
 /// A weight block and its activation block.
@@ -256,16 +262,18 @@ fn q4_1_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
     }
 }
 
-/// Q5_0 quants: nibble plus the fifth bit, minus 16, as signed bytes.
+/// Q5_0 quants: nibble plus the fifth bit, minus 16, as signed bytes. That is the nibble
+/// where the bit is set and the nibble with the high four bits set (`nibble - 16` as i8)
+/// where it is clear: the masks of the inverted `qh` select 0xf0 into the high bits.
 #[inline]
 #[target_feature(enable = "neon")]
 fn q5_0_quants(x: &[u8; Q5_0_BYTES]) -> (int8x16_t, int8x16_t) {
-    let (hl, hh) = high_bits(u32::from_le_bytes(*arr(&x[2..])));
+    let (cl, ch) = bit_masks(!u32::from_le_bytes(*arr(&x[2..])));
     let (lo, hi) = nibbles(arr(&x[6..]));
-    let sixteen = vdupq_n_u8(16);
+    let high = vdupq_n_u8(0xf0);
     (
-        vreinterpretq_s8_u8(vsubq_u8(vorrq_u8(lo, hl), sixteen)),
-        vreinterpretq_s8_u8(vsubq_u8(vorrq_u8(hi, hh), sixteen)),
+        vreinterpretq_s8_u8(vbslq_u8(high, cl, lo)),
+        vreinterpretq_s8_u8(vbslq_u8(high, ch, hi)),
     )
 }
 
@@ -291,10 +299,10 @@ fn q5_0_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
 fn q5_1_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_blocks(n, w, Q5_1_BYTES, a, Q8_1_BYTES);
     let block = |x: &[u8; Q5_1_BYTES], y: &[u8; Q8_1_BYTES]| {
-        let (hl, hh) = high_bits(u32::from_le_bytes(*arr(&x[4..])));
+        let (ml, mh) = bit_masks(u32::from_le_bytes(*arr(&x[4..])));
         let (lo, hi) = nibbles(arr(&x[8..]));
-        let lo = vreinterpretq_s8_u8(vorrq_u8(lo, hl));
-        let hi = vreinterpretq_s8_u8(vorrq_u8(hi, hh));
+        let lo = vreinterpretq_s8_u8(with_bit4(ml, lo));
+        let hi = vreinterpretq_s8_u8(with_bit4(mh, hi));
         (f16_at(x, 0) * f16_at(y, 0), dot32(lo, hi, &y[4..]))
     };
     // a fused running sum of m · s per parity
