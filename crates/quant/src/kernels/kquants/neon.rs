@@ -26,11 +26,10 @@ use std::arch::aarch64::*;
 
 use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
 use super::{
-    Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, unpack_scales_mins_k4,
-    unpack_scales_q3k,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, unpack_scales_mins_k4, unpack_scales_q3k,
 };
 use crate::GgmlType;
-use crate::kernels::legacy::neon::{arr, load_s8, load_u8, sdot};
+use crate::kernels::legacy::neon::{arr, f16_at, load_s8, load_u8, sdot};
 use crate::kernels::{Kernels, SumOrder};
 use crate::tables::KVALUES_IQ4NL;
 
