@@ -344,6 +344,39 @@ fn q6_k_isum(x: &[u8; q6k::BYTES], y: &Q8KBlock) -> i32 {
     vaddvq_s32(acc) - 32 * mins
 }
 
+/// 16 signed bytes (one scale per 16-element group) widened to four i32x4: group `g` is lane
+/// `g % 4` of vector `g / 4`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn widen_i32(v: int8x16_t) -> [int32x4_t; 4] {
+    let (lo, hi) = (vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v));
+    [
+        vmovl_s16(vget_low_s16(lo)),
+        vmovl_high_s16(lo),
+        vmovl_s16(vget_low_s16(hi)),
+        vmovl_high_s16(hi),
+    ]
+}
+
+/// `acc + p0 · scale[g] + p1 · scale[g + 1]` for an even group `g`, the scales taken as
+/// lanes of [`widen_i32`]'s vectors (one `mla` by element each).
+#[inline]
+#[target_feature(enable = "neon")]
+fn mla_groups(
+    acc: int32x4_t,
+    p0: int32x4_t,
+    p1: int32x4_t,
+    scales: &[int32x4_t; 4],
+    g: usize,
+) -> int32x4_t {
+    let v = scales[g / 4];
+    if g.is_multiple_of(4) {
+        vmlaq_laneq_s32::<1>(vmlaq_laneq_s32::<0>(acc, p0, v), p1, v)
+    } else {
+        vmlaq_laneq_s32::<3>(vmlaq_laneq_s32::<2>(acc, p0, v), p1, v)
+    }
+}
+
 #[target_feature(enable = "neon,dotprod")]
 fn q3_k_neon(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
     let m3 = vdupq_n_u8(3);
@@ -357,6 +390,7 @@ fn q3_k_neon(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
 
         // element 128h + 32s + l: bits 2s..2s+2 of qs[32h + l], minus 4 where bit 4h + s of
         // hmask[l] is clear; 16-element group 8h + 2s + l / 16
+        let scales = widen_i32(vsubq_s8(s8(load_u8(&scales)), vdupq_n_s8(32)));
         let mut acc = vdupq_n_s32(0);
         for h in 0..2 {
             let q0 = ld_u8(x, q3k::QS + 32 * h);
@@ -369,12 +403,10 @@ fn q3_k_neon(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
                     let off = vbicq_u8(four, vtstq_u8(hm, bit));
                     vsubq_s8(s8(low), s8(off))
                 };
-                let g = 8 * h + 2 * s;
                 let e = 128 * h + 32 * s;
                 let p0 = dot16(quant(q0, hm0), y, e);
                 let p1 = dot16(quant(q1, hm1), y, e + 16);
-                acc = vmlaq_n_s32(acc, p0, i32::from(scales[g]) - 32);
-                acc = vmlaq_n_s32(acc, p1, i32::from(scales[g + 1]) - 32);
+                acc = mla_groups(acc, p0, p1, &scales, 8 * h + 2 * s);
             }
         }
         // sum + isum · d, fused
@@ -401,20 +433,20 @@ fn q2_k_neon(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
         // sum + mins · (-dmin), fused
         sumf = (mins as f32).mul_add(dmin, sumf);
 
-        // element 128h + 32s + l: bits 2s..2s+2 of qs[32h + l]; group 8h + 2s + l / 16
-        let scale = |g: usize| i32::from(x[q2k::SCALES + g] & 0x0f);
+        // element 128h + 32s + l: bits 2s..2s+2 of qs[32h + l]; group 8h + 2s + l / 16.
+        // The 16 scales widened to four i32x4 once; each group's product then takes its
+        // scale as a lane (`mla` by element) instead of a scalar moved into a vector.
+        let scales = widen_i32(s8(vandq_u8(sc, vdupq_n_u8(0x0f))));
         let mut acc = vdupq_n_s32(0);
         for h in 0..2 {
             let q0 = ld_u8(x, q2k::QS + 32 * h);
             let q1 = ld_u8(x, q2k::QS + 32 * h + 16);
             for s in 0..4 {
                 let shift = vdupq_n_s8(-2 * s as i8);
-                let g = 8 * h + 2 * s;
                 let e = 128 * h + 32 * s;
                 let p0 = dot16(s8(vandq_u8(vshlq_u8(q0, shift), m3)), y, e);
                 let p1 = dot16(s8(vandq_u8(vshlq_u8(q1, shift), m3)), y, e + 16);
-                acc = vmlaq_n_s32(acc, p0, scale(g));
-                acc = vmlaq_n_s32(acc, p1, scale(g + 1));
+                acc = mla_groups(acc, p0, p1, &scales, 8 * h + 2 * s);
             }
         }
         // sum + isum · d, fused
