@@ -344,22 +344,25 @@ fn q6_k_isum(x: &[u8; q6k::BYTES], y: &Q8KBlock) -> i32 {
     vaddvq_s32(acc) - 32 * mins
 }
 
-/// 16 signed bytes (one scale per 16-element group) widened to four i32x4: group `g` is lane
-/// `g % 4` of vector `g / 4`.
+/// 16 unsigned bytes (one scale per 16-element group) widened to four i32x4, group `g` in
+/// lane `g % 4` of vector `g / 4`, by four table lookups (out-of-range indices give the zero
+/// bytes). Unlike a chain of widening moves, the
+/// compiler keeps these vectors and multiplies by their lanes.
 #[inline]
 #[target_feature(enable = "neon")]
-fn widen_i32(v: int8x16_t) -> [int32x4_t; 4] {
-    let (lo, hi) = (vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v));
-    [
-        vmovl_s16(vget_low_s16(lo)),
-        vmovl_high_s16(lo),
-        vmovl_s16(vget_low_s16(hi)),
-        vmovl_high_s16(hi),
-    ]
+fn spread_u8_i32(v: uint8x16_t) -> [int32x4_t; 4] {
+    const Z: u8 = 0xff;
+    const IDX: [[u8; 16]; 4] = [
+        [0, Z, Z, Z, 1, Z, Z, Z, 2, Z, Z, Z, 3, Z, Z, Z],
+        [4, Z, Z, Z, 5, Z, Z, Z, 6, Z, Z, Z, 7, Z, Z, Z],
+        [8, Z, Z, Z, 9, Z, Z, Z, 10, Z, Z, Z, 11, Z, Z, Z],
+        [12, Z, Z, Z, 13, Z, Z, Z, 14, Z, Z, Z, 15, Z, Z, Z],
+    ];
+    IDX.map(|i| vreinterpretq_s32_u8(vqtbl1q_u8(v, load_u8(&i))))
 }
 
 /// `acc + p0 · scale[g] + p1 · scale[g + 1]` for an even group `g`, the scales taken as
-/// lanes of [`widen_i32`]'s vectors (one `mla` by element each).
+/// lanes of [`spread_u8_i32`]'s vectors (one `mla` by element each).
 #[inline]
 #[target_feature(enable = "neon")]
 fn mla_groups(
@@ -390,7 +393,7 @@ fn q3_k_neon(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
 
         // element 128h + 32s + l: bits 2s..2s+2 of qs[32h + l], minus 4 where bit 4h + s of
         // hmask[l] is clear; 16-element group 8h + 2s + l / 16
-        let scales = widen_i32(vsubq_s8(s8(load_u8(&scales)), vdupq_n_s8(32)));
+        let scales = spread_u8_i32(load_u8(&scales)).map(|v| vsubq_s32(v, vdupq_n_s32(32)));
         let mut acc = vdupq_n_s32(0);
         for h in 0..2 {
             let q0 = ld_u8(x, q3k::QS + 32 * h);
@@ -436,7 +439,7 @@ fn q2_k_neon(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
         // element 128h + 32s + l: bits 2s..2s+2 of qs[32h + l]; group 8h + 2s + l / 16.
         // The 16 scales widened to four i32x4 once; each group's product then takes its
         // scale as a lane (`mla` by element) instead of a scalar moved into a vector.
-        let scales = widen_i32(s8(vandq_u8(sc, vdupq_n_u8(0x0f))));
+        let scales = spread_u8_i32(vandq_u8(sc, vdupq_n_u8(0x0f)));
         let mut acc = vdupq_n_s32(0);
         for h in 0..2 {
             let q0 = ld_u8(x, q2k::QS + 32 * h);
