@@ -21,15 +21,18 @@
 //! * F16: with FP16 arithmetic ggml accumulates in half precision: four f16x8 FMA
 //!   accumulators over 32 elements (each step rounded to f16), reduced in f16 as F32's, the
 //!   two halves widened to f32, added and reduced pairwise; the `n % 32` leftovers' f32
-//!   products are added one by one in f64. BF16 has no ARM kernel in ggml (its portable loop
-//!   is the scalar table's, bit for bit).
+//!   products are added one by one in f64.
+//! * BF16: ggml's portable loop (no BF16 instructions on this feature level): each f32
+//!   product (exact: 8-bit significands) widened and added to one f64 sum, in order. The NEON
+//!   kernel widens and multiplies eight at a time and keeps the adds in order: the scalar
+//!   table's bits.
 
 use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::{
     IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES,
-    Q8_1_BYTES, check_blocks, check_floats, f16_to_f32,
+    Q8_1_BYTES, bf16_to_f32, check_blocks, check_floats, f16_to_f32,
 };
 use crate::GgmlType;
 use crate::kernels::Kernels;
@@ -41,6 +44,7 @@ pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
     k.set_dot(F32, dot_f32);
     k.set_dot(F16, dot_f16);
+    k.set_dot(BF16, dot_bf16);
     k.set_dot(Q8_0, dot_q8_0);
     k.set_dot(Q4_0, dot_q4_0);
     k.set_dot(Q4_1, dot_q4_1);
@@ -427,6 +431,39 @@ fn f32_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
+#[target_feature(enable = "neon")]
+fn bf16_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_floats(n, w, a, 2);
+    let (w, a) = (&w[..2 * n], &a[..2 * n]);
+    let (wc, wt) = w.as_chunks::<16>();
+    let (ac, at) = a.as_chunks::<16>();
+    // bf16 bits shifted into the high half of a u32 are the f32
+    let widen = |v: uint16x8_t| {
+        (
+            vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(v))),
+            vreinterpretq_f32_u32(vshll_high_n_u16::<16>(v)),
+        )
+    };
+    let mut sum = 0f64;
+    for (x, y) in wc.iter().zip(ac) {
+        let (x0, x1) = widen(vreinterpretq_u16_u8(load_u8(x)));
+        let (y0, y1) = widen(vreinterpretq_u16_u8(load_u8(y)));
+        for p in [vmulq_f32(x0, y0), vmulq_f32(x1, y1)] {
+            for d in [vcvt_f64_f32(vget_low_f32(p)), vcvt_high_f64_f32(p)] {
+                sum += vgetq_lane_f64::<0>(d);
+                sum += vgetq_lane_f64::<1>(d);
+            }
+        }
+    }
+    let (wt, _) = wt.as_chunks::<2>();
+    let (at, _) = at.as_chunks::<2>();
+    for (x, y) in wt.iter().zip(at) {
+        let p = bf16_to_f32(u16::from_le_bytes(*x)) * bf16_to_f32(u16::from_le_bytes(*y));
+        sum += f64::from(p);
+    }
+    sum as f32
+}
+
 /// Eight halves (as bits) from 16 bytes.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -539,6 +576,7 @@ macro_rules! wrap {
 wrap! {
     dot_f32 => f32_neon,
     dot_f16 => f16_neon,
+    dot_bf16 => bf16_neon,
     dot_q8_0 => q8_0_neon,
     dot_q4_0 => q4_0_neon,
     dot_q4_1 => q4_1_neon,
