@@ -345,22 +345,30 @@ pub(crate) fn load_table(t: &[i8; 16]) -> int8x16_t {
 
 #[target_feature(enable = "neon,dotprod")]
 fn iq4_nl_neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    check_blocks(n, w, IQ4_NL_BYTES, a, Q8_0_BYTES);
+    let nb = check_blocks(n, w, IQ4_NL_BYTES, a, Q8_0_BYTES);
     let table = load_table(&KVALUES_IQ4NL);
-    let (w, _) = w.as_chunks::<IQ4_NL_BYTES>();
-    let (a, _) = a.as_chunks::<Q8_0_BYTES>();
+    // pairs of blocks as arrays (one index for both sides), the slices cut to the block count
+    // (known from `n` by a shift) so that the chunking needs no division
+    let (wp, wl) = w[..nb * IQ4_NL_BYTES].as_chunks::<{ 2 * IQ4_NL_BYTES }>();
+    let (ap, al) = a[..nb * Q8_0_BYTES].as_chunks::<{ 2 * Q8_0_BYTES }>();
     let mut sum = 0f32;
-    let mut wp = w.chunks_exact(2);
-    let mut ap = a.chunks_exact(2);
-    for (x, y) in (&mut wp).zip(&mut ap) {
-        let s0 = lut_block(table, &x[0][2..], &y[0]);
-        let s1 = lut_block(table, &x[1][2..], &y[1]);
-        let d0 = f16_at(&x[0], 0) * f16_at(&y[0], 0);
-        let d1 = f16_at(&x[1], 0) * f16_at(&y[1], 0);
+    for (x, y) in wp.iter().zip(ap) {
+        let (x0, x1) = (
+            arr::<IQ4_NL_BYTES>(x),
+            arr::<IQ4_NL_BYTES>(&x[IQ4_NL_BYTES..]),
+        );
+        let (y0, y1) = (arr::<Q8_0_BYTES>(y), arr::<Q8_0_BYTES>(&y[Q8_0_BYTES..]));
+        let s0 = lut_block(table, &x0[2..], y0);
+        let s1 = lut_block(table, &x1[2..], y1);
+        let d0 = f16_at(x0, 0) * f16_at(y0, 0);
+        let d1 = f16_at(x1, 0) * f16_at(y1, 0);
         // sum + fma(d0, s0, s1 · d1)
         sum += d0.mul_add(s0, s1 * d1);
     }
-    if let (Some(x), Some(y)) = (wp.remainder().first(), ap.remainder().first()) {
+    if let (Some(x), Some(y)) = (
+        wl.first_chunk::<IQ4_NL_BYTES>(),
+        al.first_chunk::<Q8_0_BYTES>(),
+    ) {
         let s = lut_block(table, &x[2..], y);
         sum = s.mul_add(f16_at(y, 0) * f16_at(x, 0), sum);
     }
