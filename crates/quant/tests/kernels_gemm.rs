@@ -241,12 +241,26 @@ proptest! {
 }
 
 #[test]
-fn avx2_table_has_multi_token_kernels() {
+fn simd_tables_have_multi_token_kernels() {
     for (ty, order) in CASES {
         assert!(
             Kernels::scalar().dot_tokens_in(order, ty).is_none(),
             "{ty}: the scalar table has no multi-token kernels"
         );
+    }
+    if Kernels::detect().isa() == Isa::Neon {
+        // the NEON table: F32 and F16 in its tinyBLAS order
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            let k = tile_kernel(ty, SumOrder::TinyBlas)
+                .unwrap_or_else(|| panic!("{ty}: no multi-token kernel in the NEON table"));
+            assert!(
+                k.rows > 0 && k.tokens > 1,
+                "{ty}: tile {}x{}",
+                k.rows,
+                k.tokens
+            );
+        }
+        return;
     }
     if Kernels::detect().isa() != Isa::Avx2 {
         eprintln!("note: no AVX2 on this CPU; the multi-token kernels are not tested");

@@ -13,8 +13,9 @@
 //! `out[t * R + r]` has the bits of `dot(n, row r, activation t)`, and a product's results do
 //! not depend on how its rows and tokens were tiled or split between threads.
 //!
-//! Only the AVX2 table has multi-token kernels; elsewhere (and for the rows and tokens outside
-//! whole tiles) callers use the one-token kernels, which give the same bits.
+//! The AVX2 table has multi-token kernels for Q8_0, Q4_K, Q5_K, Q6_K and the float types, the
+//! NEON table for F32 and F16 in its tinyBLAS order; elsewhere (and for the rows and tokens
+//! outside whole tiles) callers use the one-token kernels, which give the same bits.
 
 use super::{Isa, Kernels};
 
@@ -22,6 +23,8 @@ use super::{Isa, Kernels};
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod kquants;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(target_arch = "x86_64")]
 mod tinyblas;
 
@@ -34,11 +37,15 @@ pub(super) fn register(k: &mut Kernels) {
             tinyblas::register(k);
         }
     }
+    if k.isa() == Isa::Neon {
+        #[cfg(target_arch = "aarch64")]
+        neon::register(k);
+    }
 }
 
 /// Asserts the [`super::DotTokensFn`] contract for `R` weight rows of `w_row` bytes and `T`
 /// activation rows of `a_row` bytes, given the row length `n` and the block size of both.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline]
 #[allow(clippy::too_many_arguments)]
 fn check_tile(

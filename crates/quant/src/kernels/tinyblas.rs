@@ -32,7 +32,7 @@ use crate::GgmlType;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2;
 #[cfg(target_arch = "aarch64")]
-mod neon;
+pub(super) mod neon;
 
 /// Lanes of the accumulator (AVX2: one `__m256`).
 pub(super) const LANES: usize = 8;

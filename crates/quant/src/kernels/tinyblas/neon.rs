@@ -30,14 +30,14 @@ use crate::GgmlType;
 /// Four f32 from 16 bytes.
 #[inline]
 #[target_feature(enable = "neon")]
-fn load_f32x4(b: &[u8]) -> float32x4_t {
+pub(in crate::kernels) fn load_f32x4(b: &[u8]) -> float32x4_t {
     // SAFETY: `arr` gives 16 readable bytes; `vld1q` has no alignment requirement.
     unsafe { vld1q_f32(arr::<16>(b).as_ptr().cast()) }
 }
 
 /// `b` (at most `g` bytes) zero-padded to a whole group of `g` bytes.
 #[inline(always)]
-fn padded<const G: usize>(b: &[u8]) -> [u8; G] {
+pub(in crate::kernels) fn padded<const G: usize>(b: &[u8]) -> [u8; G] {
     let mut t = [0u8; G];
     t[..b.len()].copy_from_slice(b);
     t
