@@ -117,6 +117,13 @@ pub fn silu(x: &[f32], out: &mut [f32]) {
         unsafe { avx2::silu(x, out) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: NEON is part of every aarch64 CPU (the target's baseline).
+        unsafe { neon::silu(x, out) };
+        return;
+    }
+    #[allow(unreachable_code)]
     silu_scalar(x, out);
 }
 
@@ -133,6 +140,13 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
         unsafe { avx2::swiglu(gate, up, out) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: NEON is part of every aarch64 CPU (the target's baseline).
+        unsafe { neon::swiglu(gate, up, out) };
+        return;
+    }
+    #[allow(unreachable_code)]
     swiglu_scalar(gate, up, out);
 }
 
@@ -309,6 +323,13 @@ pub(crate) fn softmax_visible(
         unsafe { avx2::softmax(x, scale, row_len, sink, out) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: NEON is part of every aarch64 CPU (the target's baseline).
+        unsafe { neon::softmax(x, scale, row_len, sink, out) };
+        return;
+    }
+    #[allow(unreachable_code)]
     softmax_rows_scalar(x, scale, row_len, sink, out);
 }
 
@@ -575,6 +596,159 @@ mod avx2 {
         let v2 = _mm_add_ps(v2, _mm_movehl_ps(v2, v2));
         let v2 = _mm_add_ss(v2, _mm_movehdup_ps(v2));
         _mm_cvtss_f32(v2)
+    }
+}
+
+/// The NEON versions (every aarch64 CPU has NEON and its fused multiply-add): ggml's ARM
+/// build's `ggml_v_expf`, `ggml_v_silu` and soft-max loop on groups of 4, lane for lane the
+/// operations of [`exp_ggml`] and the scalar functions above, so the bits are the same.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use std::arch::aarch64::*;
+
+    /// ggml's NEON exponential on 4 lanes (same operations as [`exp_ggml`]).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn exp4(x: float32x4_t) -> float32x4_t {
+        let r = vdupq_n_f32(c(EXP_SHIFT));
+        let z = vfmaq_f32(r, x, vdupq_n_f32(c(EXP_LOG2E)));
+        let n = vsubq_f32(z, r);
+        let b = vfmsq_f32(
+            vfmsq_f32(x, n, vdupq_n_f32(c(EXP_LN2_HI))),
+            n,
+            vdupq_n_f32(c(EXP_LN2_LO)),
+        );
+        let e = vshlq_n_u32::<23>(vreinterpretq_u32_f32(z));
+        let k = vreinterpretq_f32_u32(vaddq_u32(e, vreinterpretq_u32_f32(vdupq_n_f32(1.0))));
+        let cmask = vcagtq_f32(n, vdupq_n_f32(126.0));
+        let u = vmulq_f32(b, b);
+        let j = vfmaq_f32(
+            vmulq_f32(vdupq_n_f32(c(EXP_C1)), b),
+            vfmaq_f32(
+                vfmaq_f32(vdupq_n_f32(c(EXP_C2)), vdupq_n_f32(c(EXP_C3)), b),
+                vfmaq_f32(vdupq_n_f32(c(EXP_C4)), vdupq_n_f32(c(EXP_C5)), b),
+                u,
+            ),
+            u,
+        );
+        if vmaxvq_u32(cmask) == 0 {
+            return vfmaq_f32(k, j, k);
+        }
+        let d = vandq_u32(vclezq_f32(n), vdupq_n_u32(0x8200_0000));
+        let s1 = vreinterpretq_f32_u32(vaddq_u32(d, vdupq_n_u32(0x7f00_0000)));
+        let s2 = vreinterpretq_f32_u32(vsubq_u32(e, d));
+        vbslq_f32(
+            vcagtq_f32(n, vdupq_n_f32(192.0)),
+            vmulq_f32(s1, s1),
+            vbslq_f32(
+                cmask,
+                vmulq_f32(vfmaq_f32(s2, s2, j), s1),
+                vfmaq_f32(k, k, j),
+            ),
+        )
+    }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn silu4(x: float32x4_t) -> float32x4_t {
+        let e = exp4(vsubq_f32(vdupq_n_f32(0.0), x));
+        vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0), e))
+    }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn load(x: &[f32]) -> float32x4_t {
+        let a: &[f32; 4] = &x.as_chunks::<4>().0[0];
+        // SAFETY: `a` is 4 readable f32; `vld1q` has no alignment requirement.
+        unsafe { vld1q_f32(a.as_ptr()) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn store(v: float32x4_t, out: &mut [f32]) {
+        let a: &mut [f32; 4] = &mut out.as_chunks_mut::<4>().0[0];
+        // SAFETY: `a` is 4 writable f32; `vst1q` has no alignment requirement.
+        unsafe { vst1q_f32(a.as_mut_ptr(), v) }
+    }
+
+    #[target_feature(enable = "neon")]
+    pub(super) fn silu(x: &[f32], out: &mut [f32]) {
+        let ve = vec_end(x.len());
+        for (xc, oc) in x[..ve].chunks_exact(4).zip(out[..ve].chunks_exact_mut(4)) {
+            store(silu4(load(xc)), oc);
+        }
+        for (o, &v) in out[ve..].iter_mut().zip(&x[ve..]) {
+            *o = silu_one(v, false);
+        }
+    }
+
+    #[target_feature(enable = "neon")]
+    pub(super) fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        let ve = vec_end(gate.len());
+        for ((gc, uc), oc) in gate[..ve]
+            .chunks_exact(4)
+            .zip(up[..ve].chunks_exact(4))
+            .zip(out[..ve].chunks_exact_mut(4))
+        {
+            store(vmulq_f32(silu4(load(gc)), load(uc)), oc);
+        }
+        for ((o, &g), &u) in out[ve..].iter_mut().zip(&gate[ve..]).zip(&up[ve..]) {
+            *o = silu_one(g, false) * u;
+        }
+    }
+
+    /// Softmax of a visible prefix (see `softmax_visible`).
+    #[target_feature(enable = "neon")]
+    pub(super) fn softmax(
+        x: &[f32],
+        scale: f32,
+        row_len: usize,
+        sink: Option<f32>,
+        out: &mut [f32],
+    ) {
+        let n = x.len();
+        if n == 0 {
+            return;
+        }
+        let max = with_sink(scaled_max(x, scale), sink);
+        let ve = vec_end(row_len);
+        let full = ve.min(n) - ve.min(n) % 4;
+        let (vmax, vscale) = (vdupq_n_f32(max), vdupq_n_f32(scale));
+        let mut sum = 0f64;
+        for (xc, oc) in x[..full]
+            .chunks_exact(4)
+            .zip(out[..full].chunks_exact_mut(4))
+        {
+            let val = exp4(vsubq_f32(vmulq_f32(load(xc), vscale), vmax));
+            store(val, oc);
+            // `vaddvq_f32`: (v0 + v1) + (v2 + v3), as ggml's reduction
+            sum += f64::from(vaddvq_f32(val));
+        }
+        let mut i = full;
+        if i < n && i < ve {
+            // A partial group: the visible prefix ends inside a vector group of the row.
+            let mut v = [0f32; EXP_LANES];
+            for (l, vl) in v.iter_mut().enumerate() {
+                if i + l < n {
+                    *vl = exp_ggml(x[i + l] * scale - max);
+                    out[i + l] = *vl;
+                }
+            }
+            sum += f64::from(hsum_group(&v));
+            i = n;
+        }
+        while i < n {
+            let v = (x[i] * scale - max).exp();
+            sum += f64::from(v);
+            out[i] = v;
+            i += 1;
+        }
+        sum += sink_term(max, sink);
+        let inv = (1.0 / sum) as f32;
+        for o in out.iter_mut() {
+            *o *= inv;
+        }
     }
 }
 

@@ -5,9 +5,9 @@
 //!
 //! The recurrence keeps ggml's layout and order: the state of a head is stored transposed
 //! (`m[j·d + i]` is `S[i][j]`), each token scales it by `exp(g)`, reads `S·k` with ggml's
-//! `vec_dot_f32` (in the layout of the build for this architecture, [`F32Dot`]), writes `k · delta[j]` into row `j` with a fused
-//! multiply-add per element (ggml's `vec_mad_f32`), and reads the output `S·q` scaled by
-//! `1/sqrt(d)`. Value head `h` reads query and key head `h mod n_k_heads`, as ggml's op does.
+//! `vec_dot_f32` (in the layout of llama.cpp's build for this architecture, [`F32Dot`]),
+//! writes `k · delta[j]` into row `j` with a fused multiply-add per element (ggml's
+//! `vec_mad_f32`), and reads the output `S·q` scaled by `1/sqrt(d)`. Value head `h` reads query and key head `h mod n_k_heads`, as ggml's op does.
 
 /// The L2 norm of each row of `n` values, in place, as ggml's `l2_norm`: the squares (f32)
 /// summed in f64, `scale = 1 / max(sqrt(sum), eps)` in f32, every value times `scale`.

@@ -346,8 +346,8 @@ fn q6_k_isum(x: &[u8; q6k::BYTES], y: &Q8KBlock) -> i32 {
 
 /// 16 unsigned bytes (one scale per 16-element group) widened to four i32x4, group `g` in
 /// lane `g % 4` of vector `g / 4`, by four table lookups (out-of-range indices give the zero
-/// bytes). Unlike a chain of widening moves, the
-/// compiler keeps these vectors and multiplies by their lanes.
+/// bytes). Unlike a chain of widening moves, the compiler keeps these vectors and multiplies
+/// by their lanes.
 #[inline]
 #[target_feature(enable = "neon")]
 fn spread_u8_i32(v: uint8x16_t) -> [int32x4_t; 4] {
