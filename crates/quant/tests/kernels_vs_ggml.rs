@@ -477,19 +477,67 @@ fn arm_q0_reference_matches_ggml_aarch64_tinyblas() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The product of the `rows` weight rows `w` with the first `n_tok` rows of `x` as the engine
+/// forms it (one token: `matvec_with` with the kernels of `kernel.order.single_row()`; more:
+/// `matmul_with`), compared with llama.cpp's `want` bit for bit; each differing output is a
+/// line in `failures`.
+#[cfg(target_arch = "aarch64")]
+#[allow(clippy::too_many_arguments)]
+fn check_product(
+    label: &str,
+    kernel: &quant::RowKernel,
+    w: &[u8],
+    (rows, cols): (usize, usize),
+    x: &[f32],
+    n_tok: usize,
+    want: &[f32],
+    failures: &mut Vec<String>,
+) {
+    use quant::{RowKernel, ThreadPool, matmul_with, matvec_with};
+    let pool = ThreadPool::new(1).unwrap();
+    let mut out = vec![0f32; rows * n_tok];
+    let mut scratch = Vec::new();
+    let xs = &x[..cols * n_tok];
+    if n_tok == 1 {
+        let k = Kernels::detect();
+        let one = RowKernel::lookup_in(k, kernel.wtype, kernel.order.single_row()).unwrap();
+        matvec_with(&pool, &one, w, rows, cols, xs, &mut out, &mut scratch).unwrap();
+    } else {
+        matmul_with(
+            &pool,
+            kernel,
+            w,
+            rows,
+            cols,
+            xs,
+            n_tok,
+            &mut out,
+            &mut scratch,
+        )
+        .unwrap();
+    }
+    for (i, (g, e)) in out.iter().zip(want).enumerate() {
+        if g.to_bits() != e.to_bits() {
+            failures.push(format!(
+                "{label}: token {} row {}: ours {g:e} ggml {e:e}",
+                i / rows,
+                i % rows
+            ));
+        }
+    }
+}
+
 /// On aarch64: the NEON table multiplies those weights (`tb.<t>.w`) by 1, 2 and 5 activation
 /// rows with the kernels [`Kernels::order_for`] picks (vec_dot for one row, tinyBLAS from two)
 /// and gives llama.cpp's ARM products (`tb.<t>.y<n>`) bit for bit.
 #[cfg(target_arch = "aarch64")]
 #[test]
 fn plain_q0_products_match_ggml_aarch64() {
-    use quant::{RowKernel, ThreadPool, matmul_with, matvec_with};
     let k = Kernels::detect();
     assert_eq!(k.isa(), Isa::Neon, "the CI emulates a Cortex-A76");
     let f = open(ARM);
     let (_, xb, cols) = tensor(&f, "rp.x", T::F32);
     let x = f32s(xb);
-    let pool = ThreadPool::new(1).unwrap();
     let mut failures = Vec::new();
     for ty in [T::Q4_0, T::Q8_0] {
         let (info, w, _) = tensor(&f, &format!("tb.{}.w", ty.name()), ty);
@@ -498,41 +546,21 @@ fn plain_q0_products_match_ggml_aarch64() {
             k.order_for(ty, rows, cols, false),
             quant::SumOrder::TinyBlas
         );
-        let kernel = RowKernel::for_weight(k, ty, rows, cols, false).unwrap();
-        let one = RowKernel::for_weight(k, ty, rows, cols, false)
-            .and_then(|_| RowKernel::lookup_in(k, ty, quant::SumOrder::VecDot))
-            .unwrap();
+        let kernel = quant::RowKernel::for_weight(k, ty, rows, cols, false).unwrap();
         for n_tok in [1usize, 2, 5] {
             let (_, yb, _) = tensor(&f, &format!("tb.{}.y{n_tok}", ty.name()), T::F32);
+            let label = format!("{ty} {n_tok} tokens");
             let want = f32s(yb);
-            let mut out = vec![0f32; rows * n_tok];
-            let mut scratch = Vec::new();
-            let xs = &x[..cols * n_tok];
-            if n_tok == 1 {
-                matvec_with(&pool, &one, w, rows, cols, xs, &mut out, &mut scratch).unwrap();
-            } else {
-                matmul_with(
-                    &pool,
-                    &kernel,
-                    w,
-                    rows,
-                    cols,
-                    xs,
-                    n_tok,
-                    &mut out,
-                    &mut scratch,
-                )
-                .unwrap();
-            }
-            for (i, (g, e)) in out.iter().zip(&want).enumerate() {
-                if g.to_bits() != e.to_bits() {
-                    failures.push(format!(
-                        "{ty} {n_tok} tokens: token {} row {}: ours {g:e} ggml {e:e}",
-                        i / rows,
-                        i % rows
-                    ));
-                }
-            }
+            check_product(
+                &label,
+                &kernel,
+                w,
+                (rows, cols),
+                &x,
+                n_tok,
+                &want,
+                &mut failures,
+            );
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -540,24 +568,20 @@ fn plain_q0_products_match_ggml_aarch64() {
 
 /// On aarch64: the NEON table's products of the weights llama.cpp's ARM build repacks
 /// (`rp.<t>.w`: Q4_0, Q8_0, IQ4_NL and MXFP4 4x4, Q4_K, Q5_K and Q6_K 8x4, 8 rows of 1024)
-/// with 1, 4 and 5 activation rows
-/// (`rp.x`) equal that build's matrix products (`rp.<t>.y<n>`, computed through its CPU_REPACK
-/// buffer: gemv for one row, gemm for four, gemm and gemv for five) bit for bit, through the
-/// kernels [`Kernels::order_for`] picks for such a weight.
+/// with 1, 4 and 5 activation rows (`rp.x`) equal that build's matrix products
+/// (`rp.<t>.y<n>`, computed through its CPU_REPACK buffer: gemv for one row, gemm for four,
+/// gemm and gemv for five) bit for bit, through the kernels [`Kernels::order_for`] picks for
+/// such a weight; so do the k-quants' gemm products of the Q8_K near-halves (`tie.<t>.y4`).
 #[cfg(target_arch = "aarch64")]
 #[test]
 fn repacked_products_match_ggml_aarch64() {
-    use quant::{RowKernel, ThreadPool, matmul_with, matvec_with};
     let k = Kernels::detect();
-    if k.isa() != Isa::Neon {
-        panic!(
-            "an aarch64 test machine without NEON, dotprod and FP16: the CI emulates a Cortex-A76"
-        );
-    }
+    assert_eq!(k.isa(), Isa::Neon, "the CI emulates a Cortex-A76");
     let f = open(ARM);
     let (_, xb, cols) = tensor(&f, "rp.x", T::F32);
     let x = f32s(xb);
-    let pool = ThreadPool::new(1).unwrap();
+    let (_, tb, _) = tensor(&f, "tie.x", T::F32);
+    let tie = f32s(tb);
     let mut failures = Vec::new();
     for ty in [
         T::Q4_0,
@@ -576,67 +600,36 @@ fn repacked_products_match_ggml_aarch64() {
             quant::SumOrder::Repacked,
             "{ty}"
         );
-        let kernel = RowKernel::for_weight(k, ty, rows, cols, false).unwrap();
-        // the k-quants' gemm on the Q8_K near-halves (`tie.x`, four rows)
+        let kernel = quant::RowKernel::for_weight(k, ty, rows, cols, false).unwrap();
         if ty.block_size() == 256 {
-            let (_, tb, _) = tensor(&f, "tie.x", T::F32);
             let (_, yb, _) = tensor(&f, &format!("tie.{}.y4", ty.name()), T::F32);
-            let (tie, want) = (f32s(tb), f32s(yb));
-            let mut out = vec![0f32; rows * 4];
-            let mut scratch = Vec::new();
-            matmul_with(
-                &pool,
+            let label = format!("{ty} near-halves");
+            let want = f32s(yb);
+            check_product(
+                &label,
                 &kernel,
                 w,
-                rows,
-                cols,
+                (rows, cols),
                 &tie,
                 4,
-                &mut out,
-                &mut scratch,
-            )
-            .unwrap();
-            for (i, (g, e)) in out.iter().zip(&want).enumerate() {
-                if g.to_bits() != e.to_bits() {
-                    failures.push(format!(
-                        "{ty} near-halves: token {} row {}: ours {g:e} ggml {e:e}",
-                        i / rows,
-                        i % rows
-                    ));
-                }
-            }
+                &want,
+                &mut failures,
+            );
         }
         for n_tok in [1usize, 4, 5] {
             let (_, yb, _) = tensor(&f, &format!("rp.{}.y{n_tok}", ty.name()), T::F32);
+            let label = format!("{ty} {n_tok} tokens");
             let want = f32s(yb);
-            let mut out = vec![0f32; rows * n_tok];
-            let mut scratch = Vec::new();
-            let xs = &x[..cols * n_tok];
-            if n_tok == 1 {
-                matvec_with(&pool, &kernel, w, rows, cols, xs, &mut out, &mut scratch).unwrap();
-            } else {
-                matmul_with(
-                    &pool,
-                    &kernel,
-                    w,
-                    rows,
-                    cols,
-                    xs,
-                    n_tok,
-                    &mut out,
-                    &mut scratch,
-                )
-                .unwrap();
-            }
-            for (i, (g, e)) in out.iter().zip(&want).enumerate() {
-                if g.to_bits() != e.to_bits() {
-                    failures.push(format!(
-                        "{ty} {n_tok} tokens: token {} row {}: ours {g:e} ggml {e:e}",
-                        i / rows,
-                        i % rows
-                    ));
-                }
-            }
+            check_product(
+                &label,
+                &kernel,
+                w,
+                (rows, cols),
+                &x,
+                n_tok,
+                &want,
+                &mut failures,
+            );
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -406,6 +406,41 @@ pub(crate) fn softmax_rows_scalar(
     }
 }
 
+/// The part of a softmax row after its whole vector groups (which end at `full`; the row's
+/// groups at `ve`), for the SIMD versions: a partial group, where the visible prefix `x` ends
+/// inside one, through the vector approximation and the group sum; the tail of the row
+/// through `expf`; then the sink's term. Takes the groups' sum, returns the normaliser.
+fn softmax_rest(
+    x: &[f32],
+    (scale, max): (f32, f32),
+    (full, ve): (usize, usize),
+    sink: Option<f32>,
+    out: &mut [f32],
+    mut sum: f64,
+) -> f64 {
+    let n = x.len();
+    let mut i = full;
+    if i < n && i < ve {
+        // A partial group: the visible prefix ends inside a vector group of the row.
+        let mut v = [0f32; EXP_LANES];
+        for (l, vl) in v.iter_mut().enumerate() {
+            if i + l < n {
+                *vl = exp_ggml(x[i + l] * scale - max);
+                out[i + l] = *vl;
+            }
+        }
+        sum += f64::from(hsum_group(&v));
+        i = n;
+    }
+    while i < n {
+        let v = (x[i] * scale - max).exp();
+        sum += f64::from(v);
+        out[i] = v;
+        i += 1;
+    }
+    sum + sink_term(max, sink)
+}
+
 /// Horizontal sum of one group in the order of ggml's reduction on this architecture: on x86
 /// (AVX2, 8 lanes) `((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7))`, on aarch64 (NEON's `vaddvq_f32`, 4
 /// lanes) `(v0+v1)+(v2+v3)`.
@@ -551,26 +586,7 @@ mod avx2 {
             };
             sum += f64::from(hsum(val));
         }
-        let mut i = full;
-        if i < n && i < ve {
-            // A partial group: the visible prefix ends inside a vector group of the row.
-            let mut v = [0f32; EXP_LANES];
-            for (l, vl) in v.iter_mut().enumerate() {
-                if i + l < n {
-                    *vl = exp_ggml(x[i + l] * scale - max);
-                    out[i + l] = *vl;
-                }
-            }
-            sum += f64::from(hsum_group(&v));
-            i = n;
-        }
-        while i < n {
-            let v = (x[i] * scale - max).exp();
-            sum += f64::from(v);
-            out[i] = v;
-            i += 1;
-        }
-        sum += sink_term(max, sink);
+        let sum = softmax_rest(x, (scale, max), (full, ve), sink, out, sum);
         let inv = _mm256_set1_ps((1.0 / sum) as f32);
         let mut oc = out.chunks_exact_mut(8);
         for o in &mut oc {
@@ -725,26 +741,7 @@ mod neon {
             // `vaddvq_f32`: (v0 + v1) + (v2 + v3), as ggml's reduction
             sum += f64::from(vaddvq_f32(val));
         }
-        let mut i = full;
-        if i < n && i < ve {
-            // A partial group: the visible prefix ends inside a vector group of the row.
-            let mut v = [0f32; EXP_LANES];
-            for (l, vl) in v.iter_mut().enumerate() {
-                if i + l < n {
-                    *vl = exp_ggml(x[i + l] * scale - max);
-                    out[i + l] = *vl;
-                }
-            }
-            sum += f64::from(hsum_group(&v));
-            i = n;
-        }
-        while i < n {
-            let v = (x[i] * scale - max).exp();
-            sum += f64::from(v);
-            out[i] = v;
-            i += 1;
-        }
-        sum += sink_term(max, sink);
+        let sum = softmax_rest(x, (scale, max), (full, ve), sink, out, sum);
         let inv = (1.0 / sum) as f32;
         for o in out.iter_mut() {
             *o *= inv;
