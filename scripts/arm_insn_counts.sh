@@ -17,7 +17,11 @@
 # counts the logged instructions between them. Per item, (count of 3 operations - count of 1
 # operation) / 2 is one operation (marker and warm-up effects cancel): a matvec of ROWS = 64
 # weight rows of 4096 elements against one activation row (reported per row), or the
-# quantization of one activation row of 4096 values. The counts do not depend on the host CPU.
+# quantization of one activation row of 4096 values; and a whole product (activation
+# quantization included) of the 64 x 4096 weight, repacked as llama.cpp's ARM build loads it,
+# with 1 and with 4 activation rows: llama.cpp's graph (CPU_REPACK buffer, gemv / gemm, one
+# thread) against sluice's matvec_with / matmul_with in the order Kernels::order_for gives (the
+# multi-row and multi-token kernels). The counts do not depend on the host CPU.
 #
 # Usage (from anywhere; needs root or password-less sudo, as scripts/aarch64.sh does):
 #     bash scripts/arm_insn_counts.sh
@@ -30,7 +34,7 @@ target=${SLUICE_AARCH64_TARGET:-/target-aarch64}
 
 # shellcheck source=llamacpp-aarch64.sh
 . "$root/scripts/llamacpp-aarch64.sh"
-llamacpp_aarch64_build ggml-cpu
+llamacpp_aarch64_build ggml ggml-cpu
 b=$LLAMACPP_AARCH64_BUILD/bin
 inc="-I$LLAMACPP_AARCH64_SRC/ggml/include"
 
@@ -44,7 +48,7 @@ bash "$root/scripts/aarch64.sh" sh "
     w=/arm-insn
     rm -rf \$w && mkdir -p \$w/data
     aarch64-linux-gnu-gcc -O2 -std=c11 -Wall -Wextra -Werror -o \$w/probe_c \
-        /src/scripts/arm_insn_probe.c -I/src/scripts $inc $b/libggml-cpu.so $b/libggml-base.so \
+        /src/scripts/arm_insn_probe.c -I/src/scripts $inc $b/libggml.so $b/libggml-cpu.so $b/libggml-base.so \
         -Wl,-rpath,$b
     qemu-aarch64 -cpu cortex-a76 \$w/probe_c gen \$w/data
     rust=$target/aarch64-unknown-linux-gnu/release/examples/arm_insn_probe
@@ -68,12 +72,12 @@ bash "$root/scripts/aarch64.sh" sh "
     wait
     grep -q '^kernel table: neon\$' \$w/rust.out || {
         echo 'the Rust probe did not pick the NEON kernel table:' >&2; cat \$w/rust.out >&2; exit 1; }
-    grep -E '^(dot|quant|checksum) ' \$w/c.out > \$w/c.items
-    grep -E '^(dot|quant|checksum) ' \$w/rust.out > \$w/rust.items
+    grep -E '^(dot|quant|mm|checksum) ' \$w/c.out > \$w/c.items
+    grep -E '^(dot|quant|mm|checksum) ' \$w/rust.out > \$w/rust.items
     cmp -s \$w/c.items \$w/rust.items || {
         echo 'the probes differ in their items or results (checksum):' >&2
         diff \$w/c.items \$w/rust.items >&2 || true; exit 1; }
-    grep -E '^(dot|quant) ' \$w/c.items > \$w/items
+    grep -E '^(dot|quant|mm) ' \$w/c.items > \$w/items
     for side in c rust; do
         sed '1d;\$d' \$w/\$side.seg | paste -d' ' - - - | awk '{ printf \"%.1f\\n\", (\$3 - \$2) / 2 }' \
             > \$w/\$side.per_op
@@ -115,6 +119,7 @@ $1 == "dot" {
     printf "| %s | %d | %.1f | %.1f | %.3f | %.3f | %.3f |\n", $2, rb, c, r, c / rb, r / rb, r / c
 }
 $1 == "quant" { q[++nq] = $0 }
+$1 == "mm" { m[++nm] = $0 }
 $1 == "dot" { d[++nd] = $0 }
 END {
     # An estimate from the counts, not a timing: weight bytes per second a core retiring
@@ -126,6 +131,14 @@ END {
         split(d[i], f, " ")
         rb = row_bytes(f[2]); c = f[3] / 64 / rb; r = f[4] / 64 / rb
         printf "| %s | %.1f-%.1f | %.1f-%.1f |\n", f[2], GHZ * 3 / c, GHZ * 4 / c, GHZ * 3 / r, GHZ * 4 / r
+    }
+    print ""
+    print "| repacked product (64 rows x 4096) | tokens | llama.cpp insns/row/token | ours insns/row/token | llama.cpp insns/byte/token | ours insns/byte/token | ours / llama.cpp |"
+    print "|---|---:|---:|---:|---:|---:|---:|"
+    for (i = 1; i <= nm; i++) {
+        split(m[i], f, " ")
+        rb = row_bytes(f[2]); c = f[4] / 64 / f[3]; r = f[5] / 64 / f[3]
+        printf "| %s | %d | %.1f | %.1f | %.3f | %.3f | %.3f |\n", f[2], f[3], c, r, c / rb, r / rb, r / c
     }
     print ""
     print "| activation quantization (one row of 4096 f32) | llama.cpp insns/row | ours insns/row | llama.cpp insns/element | ours insns/element | ours / llama.cpp |"

@@ -7,6 +7,7 @@
 // Usage:
 //   arm_insn_probe gen DIR     write the inputs both probes read (no counting needed):
 //                              DIR/act.f32   ACT_N f32 activation values (one row)
+//                              DIR/act4.f32  MM_TOK more rows of ACT_N (batched products)
 //                              DIR/w.<type>  ROWS weight rows of ACT_N elements of <type>
 //                                            (ggml type names): random valid blocks as
 //                                            scripts/gen_cpu_refs.c makes them (random bits,
@@ -25,6 +26,12 @@
 // activation row, nrc = 1: the plain vec_dot path, not the repacked gemv) and one
 // from_float call of a row of ACT_N values for a quantizer.
 //
+// Then "mm <type> <tokens>" items: the whole product of the ROWS x ACT_N weight in the CPU
+// backend's CPU_REPACK buffer (interleaved as the backend does when it loads a model: Q4_0,
+// Q8_0, IQ4_NL and MXFP4 4x4, Q4_K, Q5_K and Q6_K 8x4 on this feature level) with 1 (gemv) or
+// MM_TOK (gemm) activation rows, through a one-node graph on one thread: the activation
+// quantization, the repacked kernels and the graph's own dispatch.
+//
 // Everything is deterministic (splitmix64 inputs, see ref_rand.h).
 
 #include <stdint.h>
@@ -34,6 +41,8 @@
 #include <unistd.h>
 
 #include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 
 #define REF_SEED 0xA7C0DE5EED5EED01ULL
@@ -41,6 +50,7 @@
 
 #define ACT_N 4096
 #define ROWS 64
+#define MM_TOK 4
 
 static const enum ggml_type W_TYPES[] = {
     GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
@@ -48,6 +58,11 @@ static const enum ggml_type W_TYPES[] = {
     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16, GGML_TYPE_F32,
     GGML_TYPE_BF16,
 };
+static const enum ggml_type MM_TYPES[] = {
+    GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4, GGML_TYPE_Q4_K,
+    GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+};
+static const int MM_TOKS[] = { 1, MM_TOK };
 static const enum ggml_type A_TYPES[] = {
     GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16,
 };
@@ -145,6 +160,13 @@ static void gen(const char * dir) {
         write_file(dir, name, w, len);
         free(w);
     }
+    float * x4 = malloc(sizeof(float) * ACT_N * MM_TOK);
+    for (int i = 0; i < ACT_N * MM_TOK; i += 32) {
+        const float spread = pow2f(-6 + (int) rnd(7));
+        for (int j = i; j < i + 32; ++j) x4[j] = normalish() * spread;
+    }
+    write_file(dir, "act4.f32", x4, sizeof(float) * ACT_N * MM_TOK);
+    free(x4);
 }
 
 static void marker(void) { (void) getppid(); }
@@ -156,6 +178,73 @@ static void matvec(const struct ggml_type_traits_cpu * tr, const uint8_t * w, si
     for (int r = 0; r < ROWS; ++r) {
         tr->vec_dot(ACT_N, out + r, 0, w + rb * (size_t) r, 0, a, 0, 1);
     }
+}
+
+static void compute(ggml_backend_t cpu, struct ggml_cgraph * g) {
+    if (ggml_backend_graph_compute(cpu, g) != GGML_STATUS_SUCCESS) die("graph compute failed", NULL);
+}
+
+// The "mm" items: products of the repacked weights (see the top of the file); the first
+// activation row is `x`, the others from DIR/act4.f32.
+static void mm_items(const char * dir, const float * x) {
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(cpu, 1);
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+    ggml_backend_dev_get_extra_bufts_t get_extra = (ggml_backend_dev_get_extra_bufts_t)
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+    ggml_backend_buffer_type_t repack = NULL;
+    for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(dev) : NULL; b && *b; ++b) {
+        if (!strcmp(ggml_backend_buft_name(*b), "CPU_REPACK")) repack = *b;
+    }
+    if (!repack) die("no CPU_REPACK buffer type", NULL);
+    float * xs = malloc(sizeof(float) * ACT_N * MM_TOK);
+    float * x4 = read_file(dir, "act4.f32", sizeof(float) * ACT_N * MM_TOK);
+    memcpy(xs, x, sizeof(float) * ACT_N);
+    memcpy(xs + ACT_N, x4, sizeof(float) * ACT_N * (MM_TOK - 1));
+    free(x4);
+    float * y = malloc(sizeof(float) * ROWS * MM_TOK);
+    char name[64];
+    for (int k = 0; k < COUNT(MM_TYPES); ++k) {
+        const enum ggml_type t = MM_TYPES[k];
+        const size_t rb = ggml_row_size(t, ACT_N);
+        snprintf(name, sizeof name, "w.%s", ggml_type_name(t));
+        uint8_t * w = read_file(dir, name, rb * ROWS);
+        for (int ti = 0; ti < COUNT(MM_TOKS); ++ti) {
+            const int nt = MM_TOKS[ti];
+            struct ggml_init_params p = { ggml_tensor_overhead() * 4 + ggml_graph_overhead(), NULL, true };
+            struct ggml_context * wctx = ggml_init(p);
+            struct ggml_tensor * wt = ggml_new_tensor_2d(wctx, t, ACT_N, ROWS);
+            ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, repack);
+            if (!wbuf) die("cannot allocate a repacked weight of", ggml_type_name(t));
+            ggml_backend_tensor_set(wt, w, 0, rb * ROWS);
+            struct ggml_context * xctx = ggml_init(p);
+            struct ggml_tensor * xt = ggml_new_tensor_2d(xctx, GGML_TYPE_F32, ACT_N, nt);
+            struct ggml_tensor * yt = ggml_mul_mat(xctx, wt, xt);
+            struct ggml_cgraph * g = ggml_new_graph(xctx);
+            ggml_build_forward_expand(g, yt);
+            ggml_backend_buffer_t xbuf = ggml_backend_alloc_ctx_tensors_from_buft(
+                xctx, ggml_backend_get_default_buffer_type(cpu));
+            ggml_backend_tensor_set(xt, xs, 0, sizeof(float) * ACT_N * (size_t) nt);
+            printf("mm %s %d\n", ggml_type_name(t), nt);
+            compute(cpu, g); // warm-up
+            marker();
+            compute(cpu, g);
+            marker();
+            for (int i = 0; i < 3; ++i) compute(cpu, g);
+            marker();
+            ggml_backend_tensor_get(yt, y, 0, sizeof(float) * ROWS * (size_t) nt);
+            for (int i = 0; i < ROWS * nt; ++i) sink += y[i];
+            ggml_backend_buffer_free(xbuf);
+            ggml_backend_buffer_free(wbuf);
+            ggml_free(xctx);
+            ggml_free(wctx);
+        }
+        free(w);
+    }
+    free(y);
+    free(xs);
+    ggml_backend_free(cpu);
 }
 
 static void count(const char * dir) {
@@ -205,10 +294,12 @@ static void count(const char * dir) {
         marker();
         sink += (float) a[0];
     }
-    free(x);
     free(a);
-    // the sum of the first row's result of every matvec and first byte of every quantized row
-    // (the same sum in the same order as the Rust probe: equal bits, equal results)
+    mm_items(dir, x);
+    free(x);
+    // the sum of the first row's result of every matvec, the first byte of every quantized
+    // row and every result of every repacked product (the same sum in the same order as the
+    // Rust probe: equal bits, equal results)
     uint32_t bits;
     memcpy(&bits, &sink, sizeof bits);
     printf("checksum %08x\n", bits);

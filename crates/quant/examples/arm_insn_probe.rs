@@ -14,13 +14,16 @@
 //! preparation and warm-up call, marker, the operation once, marker, three times, marker.
 //! An operation is a matvec for a dot kernel (the single-row dot of the item's weight type for
 //! each of `ROWS` rows of `ACT_N` elements against one activation row) and one quantizer call
-//! on a row of `ACT_N` values. The example runs (and means nothing) on any target; only the
-//! log of an aarch64 run is read.
+//! on a row of `ACT_N` values. Then `mm <type> <tokens>` items: the whole product of the
+//! `ROWS` × `ACT_N` weight with 1 or `MM_TOK` activation rows as the engine runs it
+//! (`RowKernel::for_weight`, `matvec_with` / `matmul_with` on a one-thread pool: activation
+//! quantization, the kernels of the order the table prescribes, the pool's dispatch). The
+//! example runs (and means nothing) on any target; only the log of an aarch64 run is read.
 
 use std::hint::black_box;
 use std::path::Path;
 
-use quant::{GgmlType, Kernels, vec_dot_type};
+use quant::{GgmlType, Kernels, RowKernel, ThreadPool, matmul_with, matvec_with, vec_dot_type};
 
 /// Elements per row (must match `ACT_N` of scripts/arm_insn_probe.c).
 const ACT_N: usize = 4096;
@@ -33,6 +36,12 @@ const W_TYPES: [GgmlType; 16] = {
         Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, F16,
         F32, BF16,
     ]
+};
+/// Activation rows of the batched products (must match `MM_TOK` of scripts/arm_insn_probe.c).
+const MM_TOK: usize = 4;
+const MM_TYPES: [GgmlType; 7] = {
+    use GgmlType::*;
+    [Q4_0, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K]
 };
 const A_TYPES: [GgmlType; 5] = {
     use GgmlType::*;
@@ -63,14 +72,16 @@ fn read(dir: &Path, name: &str, len: usize) -> Result<Vec<u8>, String> {
     Ok(b)
 }
 
+fn floats(raw: &[u8]) -> Vec<f32> {
+    raw.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 fn run(dir: &Path) -> Result<(), String> {
     let k = Kernels::detect();
     println!("kernel table: {}", k.isa().name());
-    let raw = read(dir, "act.f32", ACT_N * 4)?;
-    let x: Vec<f32> = raw
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let x = floats(&read(dir, "act.f32", ACT_N * 4)?);
     let mut out = [0f32; ROWS];
     let mut sink = 0f32;
     marker();
@@ -120,6 +131,60 @@ fn run(dir: &Path) -> Result<(), String> {
         }
         marker();
         sink += f32::from(a[0]);
+    }
+    // the batched products: the first activation row, then those of act4.f32
+    let mut xs = x.clone();
+    xs.extend(floats(&read(dir, "act4.f32", ACT_N * 4 * MM_TOK)?));
+    xs.truncate(ACT_N * MM_TOK);
+    let pool = ThreadPool::new(1).map_err(|e| format!("thread pool: {e}"))?;
+    let mut y = vec![0f32; ROWS * MM_TOK];
+    let mut scratch = Vec::new();
+    for ty in MM_TYPES {
+        let kernel = RowKernel::for_weight(k, ty, ROWS, ACT_N, false).map_err(|e| e.to_string())?;
+        let rb = row_bytes(ty);
+        let w = read(dir, &format!("w.{}", ty.name()), rb * ROWS)?;
+        for nt in [1, MM_TOK] {
+            println!("mm {} {nt}", ty.name());
+            let (x, y) = (&xs[..ACT_N * nt], &mut y[..ROWS * nt]);
+            let mut product = || {
+                let r = if nt == 1 {
+                    matvec_with(
+                        &pool,
+                        &kernel,
+                        black_box(&w),
+                        ROWS,
+                        ACT_N,
+                        x,
+                        y,
+                        &mut scratch,
+                    )
+                } else {
+                    matmul_with(
+                        &pool,
+                        &kernel,
+                        black_box(&w),
+                        ROWS,
+                        ACT_N,
+                        x,
+                        nt,
+                        y,
+                        &mut scratch,
+                    )
+                };
+                r.map_err(|e| e.to_string())
+            };
+            product()?; // warm-up, as on the C side
+            marker();
+            product()?;
+            marker();
+            for _ in 0..3 {
+                product()?;
+            }
+            marker();
+            for &v in y.iter() {
+                sink += v;
+            }
+        }
     }
     // the C probe's checksum: equal bits for equal inputs and results
     println!("checksum {:08x}", sink.to_bits());

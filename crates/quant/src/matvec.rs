@@ -386,15 +386,35 @@ pub fn matmul_with(
     let xq: &[u8] = scratch;
     let rb = shape.w_row_bytes;
     let arb = shape.act_row_bytes;
-    let tiles = kernel
-        .dot_tokens
-        .filter(|t| t.rows > 0 && t.tokens > 0 && t.rows * t.tokens <= MAX_TILE)
-        .filter(|t| n_tok - n_grouped >= t.tokens);
-    let prefetch = kernel.prefetch && (tiles.is_none() || TILE_PREFETCH);
-    let rows_width = kernel.dot_rows.map_or(1, |d| d.rows.max(1));
-    let group = tiles.map_or(rows_width, |t| lcm(rows_width, t.rows));
-    let plain = (kernel.dot, kernel.dot_rows);
-    let grouped = kernel.grouped.map_or(plain, |g| (g.dot, g.dot_rows));
+    // The grouped activation rows, then the others: each with its kernels, its tile kernel
+    // (for the whole tiles that fit in it) and its multi-row kernel.
+    let fits = |t: &DotTokens, len: usize| {
+        t.rows > 0 && t.tokens > 0 && t.rows * t.tokens <= MAX_TILE && len >= t.tokens
+    };
+    let segments = [
+        kernel.grouped.map(|g| Segment {
+            tokens: 0..n_grouped,
+            dots: (g.dot, g.dot_rows),
+            tiles: g.dot_tokens.filter(|t| fits(t, n_grouped)),
+        }),
+        Some(Segment {
+            tokens: n_grouped..n_tok,
+            dots: (kernel.dot, kernel.dot_rows),
+            tiles: kernel.dot_tokens.filter(|t| fits(t, n_tok - n_grouped)),
+        }),
+    ];
+    let segments: Vec<Segment> = segments
+        .into_iter()
+        .flatten()
+        .filter(|s| !s.tokens.is_empty())
+        .collect();
+    let any_tiles = segments.iter().any(|s| s.tiles.is_some());
+    let prefetch = kernel.prefetch && (!any_tiles || TILE_PREFETCH);
+    // Rows per step: a whole number of every multi-row and tile kernel's rows.
+    let group = segments.iter().fold(1, |g, s| {
+        let g = lcm(g, s.dots.1.map_or(1, |d| d.rows.max(1)));
+        s.tiles.map_or(g, |t| lcm(g, t.rows))
+    });
 
     let ch = chunk_rows(rows, pool.n_threads());
     let n_chunks = rows.div_ceil(ch);
@@ -424,70 +444,81 @@ pub fn matmul_with(
         let w_chunk = &w[c * ch * rb..(c * ch + n) * rb];
         let mut ahead = RowPrefetcher::new(prefetch, w_chunk, rb);
         // Walk the chunk a group of weight rows at a time (a whole number of the multi-row
-        // kernel's and the tile kernel's widths), multiplying each group with every token
-        // while it is in cache.
+        // and tile kernels' widths), multiplying each group with every token while it is in
+        // cache. The prefetcher runs ahead once per group, with the group's first pass.
         let mut j = 0;
         while j < n {
             let g = group.min(n - j);
             let w_group = &w_chunk[j * rb..(j + g) * rb];
             let mut ahead_group = RowPrefetcher::disabled(w_group, rb);
-            let mut first = 0;
-            if let Some(t) = tiles {
-                // The tokens of whole tiles (after the grouped ones), through the tile kernel
-                // for the rows of whole tiles.
-                let tiled_rows = g - g % t.rows;
-                let n_tiles = (n_tok - n_grouped) / t.tokens;
-                if tiled_rows > 0 && n_tiles > 0 {
-                    for _ in 0..g {
-                        ahead.advance();
-                    }
-                    let mut buf = [0f32; MAX_TILE];
-                    let buf = &mut buf[..t.rows * t.tokens];
-                    for tile in 0..n_tiles {
-                        let t0 = n_grouped + tile * t.tokens;
-                        let a = &xq[t0 * arb..(t0 + t.tokens) * arb];
-                        for r0 in (0..tiled_rows).step_by(t.rows) {
-                            let w_tile = &w_group[r0 * rb..(r0 + t.rows) * rb];
-                            (t.f)(cols, w_tile, a, buf);
-                            for (u, o) in buf.chunks_exact(t.rows).enumerate() {
-                                dst[t0 + u][j + r0..j + r0 + t.rows].copy_from_slice(o);
+            let mut advanced = false;
+            for seg in &segments {
+                let mut k0 = seg.tokens.start;
+                if let Some(t) = seg.tiles {
+                    // The tokens of whole tiles, through the tile kernel for the rows of
+                    // whole tiles.
+                    let tiled_rows = g - g % t.rows;
+                    let n_tiles = seg.tokens.len() / t.tokens;
+                    if tiled_rows > 0 && n_tiles > 0 {
+                        if !advanced {
+                            for _ in 0..g {
+                                ahead.advance();
+                            }
+                            advanced = true;
+                        }
+                        let mut buf = [0f32; MAX_TILE];
+                        let buf = &mut buf[..t.rows * t.tokens];
+                        for tile in 0..n_tiles {
+                            let t0 = seg.tokens.start + tile * t.tokens;
+                            let a = &xq[t0 * arb..(t0 + t.tokens) * arb];
+                            for r0 in (0..tiled_rows).step_by(t.rows) {
+                                let w_tile = &w_group[r0 * rb..(r0 + t.rows) * rb];
+                                (t.f)(cols, w_tile, a, buf);
+                                for (u, o) in buf.chunks_exact(t.rows).enumerate() {
+                                    dst[t0 + u][j + r0..j + r0 + t.rows].copy_from_slice(o);
+                                }
+                            }
+                            if tiled_rows < g {
+                                for (u, a_row) in a.chunks_exact(arb).enumerate() {
+                                    let d = &mut dst[t0 + u][j + tiled_rows..j + g];
+                                    let w_rest = &w_group[tiled_rows * rb..];
+                                    rows_times_vector(
+                                        seg.dots,
+                                        cols,
+                                        w_rest,
+                                        rb,
+                                        a_row,
+                                        d,
+                                        &mut ahead_group,
+                                    );
+                                }
                             }
                         }
-                        if tiled_rows < g {
-                            for (u, a_row) in a.chunks_exact(arb).enumerate() {
-                                let d = &mut dst[t0 + u][j + tiled_rows..j + g];
-                                let w_rest = &w_group[tiled_rows * rb..];
-                                rows_times_vector(
-                                    plain,
-                                    cols,
-                                    w_rest,
-                                    rb,
-                                    a_row,
-                                    d,
-                                    &mut ahead_group,
-                                );
-                            }
-                        }
+                        k0 += n_tiles * t.tokens;
                     }
-                    first = n_grouped + n_tiles * t.tokens;
                 }
-            }
-            for (k, (d, a_row)) in dst.iter_mut().zip(xq.chunks_exact(arb)).enumerate() {
-                if (n_grouped..first).contains(&k) {
-                    continue;
+                for k in k0..seg.tokens.end {
+                    let a = if advanced {
+                        &mut ahead_group
+                    } else {
+                        advanced = true;
+                        &mut ahead
+                    };
+                    let a_row = &xq[k * arb..(k + 1) * arb];
+                    rows_times_vector(seg.dots, cols, w_group, rb, a_row, &mut dst[k][j..j + g], a);
                 }
-                let a = if k == 0 && first == 0 {
-                    &mut ahead
-                } else {
-                    &mut ahead_group
-                };
-                let dots = if k < n_grouped { grouped } else { plain };
-                rows_times_vector(dots, cols, w_group, rb, a_row, &mut d[j..j + g], a);
             }
             j += g;
         }
     });
     Ok(())
+}
+
+/// The activation rows `tokens` of a batched product and the kernels they are multiplied with.
+struct Segment {
+    tokens: std::ops::Range<usize>,
+    dots: (DotFn, Option<DotRows>),
+    tiles: Option<DotTokens>,
 }
 
 /// Most outputs of one tile kernel call ([`DotTokens`]) that [`matmul_with`] takes.

@@ -11,14 +11,14 @@ mod common;
 
 use common::Rng;
 use proptest::prelude::*;
-use quant::kernels::DotTokens;
+use quant::kernels::{DotTokens, DotTokensFn};
 use quant::{
-    GgmlType, Isa, Kernels, RowKernel, SumOrder, ThreadPool, matmul_with, quantize_row,
-    vec_dot_type,
+    DotFn, DotRows, GgmlType, Isa, Kernels, QuantizeFn, RowKernel, SumOrder, ThreadPool,
+    matmul_with, quantize_row, vec_dot_type,
 };
 
 /// Weight types and orders that may have a multi-token kernel.
-const CASES: [(GgmlType, SumOrder); 7] = [
+const CASES: [(GgmlType, SumOrder); 14] = [
     (GgmlType::Q8_0, SumOrder::VecDot),
     (GgmlType::Q4_K, SumOrder::VecDot),
     (GgmlType::Q5_K, SumOrder::VecDot),
@@ -26,12 +26,19 @@ const CASES: [(GgmlType, SumOrder); 7] = [
     (GgmlType::F32, SumOrder::TinyBlas),
     (GgmlType::F16, SumOrder::TinyBlas),
     (GgmlType::BF16, SumOrder::TinyBlas),
+    (GgmlType::Q4_0, SumOrder::Repacked),
+    (GgmlType::Q8_0, SumOrder::Repacked),
+    (GgmlType::IQ4_NL, SumOrder::Repacked),
+    (GgmlType::MXFP4, SumOrder::Repacked),
+    (GgmlType::Q4_K, SumOrder::Repacked),
+    (GgmlType::Q5_K, SumOrder::Repacked),
+    (GgmlType::Q6_K, SumOrder::Repacked),
 ];
 
 /// Byte offsets of the f16 scales inside a block of `ty` (empty for the float types).
 fn scale_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {
-        GgmlType::Q8_0 => &[0],
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => &[0],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         _ => &[],
@@ -55,6 +62,10 @@ fn random_weights(ty: GgmlType, rows: usize, n: usize, rng: &mut Rng) -> Vec<u8>
             for b in w.chunks_exact_mut(ty.type_size()) {
                 for &off in scale_offsets(ty) {
                     b[off..off + 2].copy_from_slice(&rng.f16_scale());
+                }
+                if ty == GgmlType::MXFP4 {
+                    // a finite E8M0 scale, 2^-27 ..= 2^27
+                    b[0] = 100 + rng.below(55) as u8;
                 }
             }
             w
@@ -88,11 +99,16 @@ fn floats(len: usize, rng: &mut Rng) -> Vec<f32> {
     x
 }
 
-/// `tokens` activation rows quantized with the quantizer the order's kernels use.
-fn activations(ty: GgmlType, order: SumOrder, tokens: usize, n: usize, rng: &mut Rng) -> Vec<u8> {
-    let k = Kernels::detect();
+/// `tokens` activation rows of `n` elements quantized with `quantize` to `ty`'s activation
+/// type.
+fn activations(
+    ty: GgmlType,
+    quantize: QuantizeFn,
+    tokens: usize,
+    n: usize,
+    rng: &mut Rng,
+) -> Vec<u8> {
     let act = vec_dot_type(ty).expect("activation type");
-    let quantize = k.quantize_in(order, act).expect("activation quantizer");
     let arb = act.row_bytes(n as u64).unwrap() as usize;
     let x = floats(tokens * n, rng);
     let mut a = vec![0u8; tokens * arb];
@@ -115,7 +131,81 @@ fn tile_kernel(ty: GgmlType, order: SumOrder) -> Option<DotTokens> {
     Kernels::detect().dot_tokens_in(order, ty)
 }
 
-/// One tile call against `dot` on every (row, token).
+/// The kernels of one order of `ty` under test: the single-row kernel and the quantizer of
+/// its activations, with the multi-row and multi-token kernels that must give its bits.
+struct Under {
+    label: String,
+    dot: DotFn,
+    quantize: QuantizeFn,
+    dot_rows: Option<DotRows>,
+    dot_tokens: Option<DotTokens>,
+}
+
+/// The detected table's kernels of `ty` in `order` and, where that order multiplies whole
+/// groups of activation rows in another order, those grouped kernels.
+fn kernels_under(ty: GgmlType, order: SumOrder) -> Vec<Under> {
+    let k = Kernels::detect();
+    let mut out = Vec::new();
+    let act = vec_dot_type(ty).expect("activation type");
+    if let (Some(dot), Some(quantize)) = (k.dot_in(order, ty), k.quantize_in(order, act)) {
+        out.push(Under {
+            label: format!("{ty} {order:?}"),
+            dot,
+            quantize,
+            dot_rows: k.dot_rows_in(order, ty),
+            dot_tokens: k.dot_tokens_in(order, ty),
+        });
+    }
+    if let Some(g) = k.grouped_in(order, ty) {
+        out.push(Under {
+            label: format!("{ty} {order:?} grouped"),
+            dot: g.dot,
+            quantize: g.quantize,
+            dot_rows: g.dot_rows,
+            dot_tokens: g.dot_tokens,
+        });
+    }
+    out
+}
+
+/// One call of a tile of `rows` × `tokens` (`f`) against `dot` on every (row, token).
+#[allow(clippy::too_many_arguments)]
+fn check_tile_fn(
+    ty: GgmlType,
+    u: &Under,
+    (rows, tokens): (usize, usize),
+    f: DotTokensFn,
+    (nb, tail): (usize, usize),
+    quantized: bool,
+    seed: u64,
+) {
+    let mut rng = Rng(seed);
+    let n = row_len(ty, nb, tail);
+    let w = if quantized && quant::can_quantize(ty) {
+        quantized_weights(ty, rows, n, &mut rng)
+    } else {
+        random_weights(ty, rows, n, &mut rng)
+    };
+    let a = activations(ty, u.quantize, tokens, n, &mut rng);
+    let mut out = vec![f32::NAN; rows * tokens];
+    f(n, &w, &a, &mut out);
+    let rb = w.len() / rows;
+    let arb = a.len() / tokens;
+    for (t, a_row) in a.chunks_exact(arb).enumerate() {
+        for (r, w_row) in w.chunks_exact(rb).enumerate() {
+            let (got, want) = (out[t * rows + r], (u.dot)(n, w_row, a_row));
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{} n={n} tile {rows}x{tokens} row {r} token {t}: tile {got}, dot {want}",
+                u.label
+            );
+        }
+    }
+}
+
+/// The multi-token and multi-row kernels of `ty` in `order` (and of its grouped kernels)
+/// against their single-row kernel.
 fn check_tile(
     ty: GgmlType,
     order: SumOrder,
@@ -123,32 +213,12 @@ fn check_tile(
     quantized: bool,
     seed: u64,
 ) {
-    let Some(k) = tile_kernel(ty, order) else {
-        return;
-    };
-    let dot = Kernels::detect()
-        .dot_in(order, ty)
-        .expect("single-row kernel");
-    let mut rng = Rng(seed);
-    let n = row_len(ty, nb, tail);
-    let w = if quantized {
-        quantized_weights(ty, k.rows, n, &mut rng)
-    } else {
-        random_weights(ty, k.rows, n, &mut rng)
-    };
-    let a = activations(ty, order, k.tokens, n, &mut rng);
-    let mut out = vec![f32::NAN; k.rows * k.tokens];
-    (k.f)(n, &w, &a, &mut out);
-    let rb = w.len() / k.rows;
-    let arb = a.len() / k.tokens;
-    for (t, a_row) in a.chunks_exact(arb).enumerate() {
-        for (r, w_row) in w.chunks_exact(rb).enumerate() {
-            let (got, want) = (out[t * k.rows + r], dot(n, w_row, a_row));
-            assert_eq!(
-                got.to_bits(),
-                want.to_bits(),
-                "{ty} {order:?} n={n} row {r} token {t}: tile {got}, dot {want}"
-            );
+    for u in kernels_under(ty, order) {
+        if let Some(k) = u.dot_tokens {
+            check_tile_fn(ty, &u, (k.rows, k.tokens), k.f, (nb, tail), quantized, seed);
+        }
+        if let Some(k) = u.dot_rows {
+            check_tile_fn(ty, &u, (k.rows, 1), k.f, (nb, tail), quantized, seed);
         }
     }
 }
@@ -187,12 +257,18 @@ fn check_matmul(
     let rb = w.len() / rows;
     let act = kernel.act_type;
     let arb = act.row_bytes(cols as u64).unwrap() as usize;
+    // the first n_tok - n_tok % group activation rows in the grouped order, if any
+    let n_grouped = kernel.grouped.map_or(0, |g| n_tok - n_tok % g.group);
     let mut want = vec![0f32; n_tok * rows];
     let mut aq = vec![0u8; arb];
     for (t, xr) in x.chunks_exact(cols).enumerate() {
-        (kernel.quantize)(xr, &mut aq);
+        let (quantize, dot) = match kernel.grouped {
+            Some(g) if t < n_grouped => (g.quantize, g.dot),
+            _ => (kernel.quantize, kernel.dot),
+        };
+        quantize(xr, &mut aq);
         for (r, w_row) in w.chunks_exact(rb).enumerate() {
-            want[t * rows + r] = (kernel.dot)(cols, w_row, &aq);
+            want[t * rows + r] = dot(cols, w_row, &aq);
         }
     }
     for threads in [1, 2] {
@@ -249,10 +325,35 @@ fn simd_tables_have_multi_token_kernels() {
         );
     }
     if Kernels::detect().isa() == Isa::Neon {
-        // the NEON table: F32 and F16 in its tinyBLAS order
-        for ty in [GgmlType::F32, GgmlType::F16] {
-            let k = tile_kernel(ty, SumOrder::TinyBlas)
-                .unwrap_or_else(|| panic!("{ty}: no multi-token kernel in the NEON table"));
+        // the NEON table: F32 and F16 in its tinyBLAS order, the k-quants in their vec_dot
+        // order, and every type llama.cpp's ARM build repacks in its repacked order (with
+        // multi-row kernels there too, also for the grouped rows of Q8_0 and Q6_K)
+        let mut cases = vec![
+            (GgmlType::F32, SumOrder::TinyBlas),
+            (GgmlType::F16, SumOrder::TinyBlas),
+        ];
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            cases.push((ty, SumOrder::VecDot));
+        }
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::IQ4_NL,
+            GgmlType::MXFP4,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            cases.push((ty, SumOrder::Repacked));
+            for u in kernels_under(ty, SumOrder::Repacked) {
+                assert!(u.dot_rows.is_some(), "{}: no multi-row kernel", u.label);
+                assert!(u.dot_tokens.is_some(), "{}: no multi-token kernel", u.label);
+            }
+        }
+        for (ty, order) in cases {
+            let k = tile_kernel(ty, order).unwrap_or_else(|| {
+                panic!("{ty} {order:?}: no multi-token kernel in the NEON table")
+            });
             assert!(
                 k.rows > 0 && k.tokens > 1,
                 "{ty}: tile {}x{}",

@@ -32,6 +32,8 @@
 pub(super) mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_rows;
+#[cfg(target_arch = "aarch64")]
+mod neon_tiles;
 mod q8k;
 pub use q8k::quantize_row_q8_k_fused;
 mod scalar;
@@ -125,6 +127,7 @@ pub(super) fn register(k: &mut Kernels) {
         {
             neon::register(k);
             neon_rows::register(k);
+            neon_tiles::register(k);
         }
     }
 }

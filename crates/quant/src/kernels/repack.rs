@@ -42,7 +42,7 @@
 use super::legacy::{
     IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, QK, check_blocks, f16_to_f32,
 };
-use super::{DotFn, DotRows, Isa, Kernels, QuantizeFn, SumOrder};
+use super::{DotFn, DotRows, DotTokens, Isa, Kernels, QuantizeFn, SumOrder};
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::{GgmlType, QK_K};
 
@@ -96,6 +96,9 @@ pub struct GroupedDot {
     pub dot: DotFn,
     /// Multi-row kernel of the grouped order (same bits per row as `dot`).
     pub dot_rows: Option<DotRows>,
+    /// Multi-token kernel of the grouped order (same bits per output as `dot`), for the
+    /// whole tiles among the grouped rows.
+    pub dot_tokens: Option<DotTokens>,
     /// Activation quantizer for the grouped rows.
     pub quantize: QuantizeFn,
 }
@@ -126,6 +129,7 @@ pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<Grouped
         group: 4,
         dot: dot_q4_k_pairs,
         dot_rows: None,
+        dot_tokens: None,
         quantize: quantize_row_q8_k_grouped,
     };
     match isa {

@@ -52,10 +52,12 @@ pub(super) fn register(k: &mut Kernels) {
 
 /// The Q6_K 8x4 gemm's order for whole groups of four activation rows of a plain product.
 pub(in crate::kernels) fn grouped_q6_k() -> crate::kernels::GroupedDot {
+    let (rows, tokens) = super::neon_tiles::q6k_gemm();
     crate::kernels::GroupedDot {
         group: 4,
         dot: dot_q6_k_gemm,
-        dot_rows: None,
+        dot_rows: Some(rows),
+        dot_tokens: Some(tokens),
         quantize: super::q8k::quantize_row_q8_k_fused,
     }
 }

@@ -62,8 +62,8 @@ fn split_rows<'w, const B: usize>(
 /// NEON table, which [`Kernels::detect`] builds only after it detected NEON, the dot product
 /// and FP16 at run time.
 macro_rules! entry {
-    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
-        fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    ($vis:vis $name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
+        $vis fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
             let rows = split_rows::<{ $bytes }>($ty, n, w, a, out);
             let (a, _) = a.as_chunks::<Q8K_BYTES>();
             // SAFETY: only reachable through the NEON table (see above), so the CPU has the
@@ -76,7 +76,7 @@ macro_rules! entry {
 
 entry!(dot_rows_q4_k, GgmlType::Q4_K, q4k::BYTES, q4k_rows);
 entry!(dot_rows_q5_k, GgmlType::Q5_K, q5k::BYTES, q5k_rows);
-entry!(dot_rows_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_rows);
+entry!(pub(super) dot_rows_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_rows);
 
 // ---------------------------------------------------------------------------------------
 // Helpers.
@@ -84,7 +84,7 @@ entry!(dot_rows_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_rows);
 /// The totals of four i32x4 vectors, one per lane (exact modulo 2^32, as integers).
 #[inline]
 #[target_feature(enable = "neon")]
-fn totals4(v: [int32x4_t; ROWS]) -> int32x4_t {
+pub(super) fn totals4(v: [int32x4_t; ROWS]) -> int32x4_t {
     vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]))
 }
 
@@ -92,7 +92,7 @@ fn totals4(v: [int32x4_t; ROWS]) -> int32x4_t {
 /// the single-row kernels' scalar conversion uses).
 #[inline]
 #[target_feature(enable = "neon")]
-fn f16x4<const B: usize>(x: [&[u8; B]; ROWS], off: usize) -> float32x4_t {
+pub(super) fn f16x4<const B: usize>(x: [&[u8; B]; ROWS], off: usize) -> float32x4_t {
     let bits = x.map(|x| u16::from_le_bytes([x[off], x[off + 1]]));
     // SAFETY: `bits` is four readable u16.
     let h = unsafe { vld1_u16(bits.as_ptr()) };
@@ -122,7 +122,7 @@ fn lanes(v: float32x4_t) -> [f32; ROWS] {
 /// The 64 activation quants of `y` from element `e` as four vectors.
 #[inline]
 #[target_feature(enable = "neon")]
-fn act64(y: &Q8KBlock, e: usize) -> [int8x16_t; 4] {
+pub(super) fn act64(y: &Q8KBlock, e: usize) -> [int8x16_t; 4] {
     [0, 1, 2, 3].map(|k| ld_s8(y, Q8K_QS + e + 16 * k))
 }
 
@@ -130,7 +130,7 @@ fn act64(y: &Q8KBlock, e: usize) -> [int8x16_t; 4] {
 /// consecutive group sums (`q8sums`) times the row's eight minimums (the high half of `sm`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn k4_mins_lanes(sm: &[u8; 16], q8sums: int16x8_t) -> int32x4_t {
+pub(super) fn k4_mins_lanes(sm: &[u8; 16], q8sums: int16x8_t) -> int32x4_t {
     let mins = vreinterpretq_s16_u16(vmovl_high_u8(load_u8(sm)));
     vaddq_s32(
         vmull_s16(vget_low_s16(q8sums), vget_low_s16(mins)),
@@ -141,7 +141,7 @@ fn k4_mins_lanes(sm: &[u8; 16], q8sums: int16x8_t) -> int32x4_t {
 /// `Σ lo · y[0] + Σ hi · y[1]` in four lanes.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn dot32(lo: int8x16_t, hi: int8x16_t, y0: int8x16_t, y1: int8x16_t) -> int32x4_t {
+pub(super) fn dot32(lo: int8x16_t, hi: int8x16_t, y0: int8x16_t, y1: int8x16_t) -> int32x4_t {
     sdot(sdot(vdupq_n_s32(0), lo, y0), hi, y1)
 }
 

@@ -27,20 +27,31 @@ use super::{GroupedDot, Kernels, SumOrder};
 use crate::GgmlType;
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
 
+mod tiles;
+
 pub(super) fn register(k: &mut Kernels) {
+    use GgmlType::*;
     let r = SumOrder::Repacked;
-    k.set_dot_in(r, GgmlType::Q4_0, dot_q4_0);
-    k.set_dot_in(r, GgmlType::Q8_0, dot_q8_0);
-    k.set_dot_in(r, GgmlType::IQ4_NL, dot_iq4_nl);
-    k.set_dot_in(r, GgmlType::MXFP4, dot_mxfp4);
+    k.set_dot_in(r, Q4_0, dot_q4_0);
+    k.set_dot_in(r, Q8_0, dot_q8_0);
+    k.set_dot_in(r, IQ4_NL, dot_iq4_nl);
+    k.set_dot_in(r, MXFP4, dot_mxfp4);
+    for ty in [Q4_0, Q8_0, IQ4_NL, MXFP4] {
+        if let Some((rows, tokens)) = tiles::kernels(ty, false) {
+            k.set_dot_rows_in(r, ty, rows.rows, rows.f);
+            k.set_dot_tokens_in(r, ty, tokens.rows, tokens.tokens, tokens.f);
+        }
+    }
 }
 
 /// The Q8_0 gemm's order for the grouped activation rows.
 pub(super) fn grouped_q8_0() -> GroupedDot {
+    let gemm = tiles::kernels(GgmlType::Q8_0, true);
     GroupedDot {
         group: 4,
         dot: dot_q8_0_gemm,
-        dot_rows: None,
+        dot_rows: gemm.map(|(r, _)| r),
+        dot_tokens: gemm.map(|(_, t)| t),
         quantize: quantize_q8_0_neon,
     }
 }

@@ -1,0 +1,348 @@
+//! NEON multi-token kernels ([`crate::kernels::DotTokensFn`]) of Q4_K, Q5_K and Q6_K, and the
+//! multi-row kernels of llama.cpp's ARM 8x4 orders: four weight rows (one f32 lane each, as
+//! in `neon_rows.rs`) × `T` Q8_K activation rows.
+//!
+//! Each output keeps the float steps of its single-row kernel in `neon.rs`, lane by lane:
+//!
+//! * `SumOrder::VecDot` (`vec_dot`): Q4_K `sum = fma(-mins, dy · dmin, sum)` then
+//!   `sum = fma(isum, dy · d, sum)`; Q5_K `sum = sum + fma(isum, dy · d, -(mins · (dy · dmin)))`;
+//!   Q6_K `sum = fma(d · dy, isum, sum)`.
+//! * `SumOrder::Repacked` (the 8x4 gemv and gemm): Q4_K and Q5_K
+//!   `acc = fma(d · dy, isum_j, acc)` per pair of sub-blocks `j`, then
+//!   `acc = acc - mins · (dmin · dy)`; Q6_K's gemv as its `vec_dot`, its gemm
+//!   `acc = acc + isum · (d · dy)`.
+//!
+//! Per super-block, the quants, sub-block scales and f16 scales of the four rows are unpacked
+//! once for the `T` tokens; each token's activation quants are loaded once per group of
+//! sub-blocks for the four rows. Integer sums are exact, so the four rows' totals come from
+//! one pairwise reduction.
+//!
+//! `T = 1` is the multi-row kernel of a one-token product (the repacked orders', which the
+//! NEON table uses for every weight llama.cpp's ARM build repacks), `T = 4` the tile of a
+//! batched one.
+
+use std::arch::aarch64::*;
+
+use super::layout::{q4k, q5k, q6k};
+use super::neon::{Q8KBlock, bsums, ld_s8, ld_u8, s8};
+use super::neon_rows::{act64, dot32, f16x4, k4_mins_lanes, totals4};
+use super::{Q8K_BYTES, Q8K_QS, f32_at, unpack_scales_mins_k4};
+use crate::kernels::legacy::neon::sdot;
+use crate::kernels::{DotRows, DotRowsFn, DotTokens, DotTokensFn, SumOrder};
+use crate::{GgmlType, QK_K};
+
+/// Weight rows per call: one f32 lane each.
+const ROWS: usize = 4;
+/// Activation rows per call of the multi-token kernels.
+const TOKENS: usize = 4;
+
+/// `w` as [`ROWS`] rows and `a` as `T` rows of `n / 256` blocks, after checking the
+/// [`crate::kernels::DotTokensFn`] contract.
+#[inline]
+#[allow(clippy::type_complexity)]
+fn split<'w, 'a, const B: usize, const T: usize>(
+    ty: GgmlType,
+    n: usize,
+    w: &'w [u8],
+    a: &'a [u8],
+    out: &[f32],
+) -> ([&'w [[u8; B]]; ROWS], [&'a [Q8KBlock]; T]) {
+    let nb = n / QK_K;
+    assert!(
+        n.is_multiple_of(QK_K)
+            && w.len() == ROWS * nb * B
+            && a.len() == T * nb * Q8K_BYTES
+            && out.len() == ROWS * T,
+        "{ty} tile contract violated: n = {n}, weight bytes {} ({ROWS} rows), activation \
+         bytes {} ({T} rows), {} outputs",
+        w.len(),
+        a.len(),
+        out.len()
+    );
+    (
+        std::array::from_fn(|r| w[r * nb * B..(r + 1) * nb * B].as_chunks::<B>().0),
+        std::array::from_fn(|t| {
+            a[t * nb * Q8K_BYTES..(t + 1) * nb * Q8K_BYTES]
+                .as_chunks::<Q8K_BYTES>()
+                .0
+        }),
+    )
+}
+
+/// Stores the `T` accumulators (lane `r` = row `r`) token-major into `out`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn store<const T: usize>(acc: [float32x4_t; T], out: &mut [f32]) {
+    for (o, acc) in out.as_chunks_mut::<ROWS>().0.iter_mut().zip(acc) {
+        // SAFETY: `o` is four writable f32.
+        unsafe { vst1q_f32(o.as_mut_ptr(), acc) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Q4_K and Q5_K.
+
+/// The float steps of a Q4_K / Q5_K super-block.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum K4Order {
+    /// Q4_K's `vec_dot`.
+    VecDotQ4,
+    /// Q5_K's `vec_dot`.
+    VecDotQ5,
+    /// The 8x4 gemv and gemm of both.
+    Repacked,
+}
+
+/// The tile for Q4_K (`Q5 = false`) or Q5_K weights (blocks of `B` bytes) in `order`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn k4_tile<const B: usize, const T: usize, const Q5: bool>(
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    order: K4Order,
+) {
+    // both layouts start with d, dmin, scales[12]; Q5_K has qh[32] before its qs
+    const { assert!(q4k::D == q5k::D && q4k::DMIN == q5k::DMIN && q4k::SCALES == q5k::SCALES) };
+    let qs = if Q5 { q5k::QS } else { q4k::QS };
+    let (w, a) = split::<B, T>(ty, n, w, a, out);
+    let m4 = vdupq_n_u8(0x0f);
+    let one = vdupq_n_u8(1);
+    let two = vdupq_n_u8(2);
+    let mut acc = [vdupq_n_f32(0.0); T];
+    for b in 0..n / QK_K {
+        let x = w.map(|row| &row[b]);
+        let y: [&Q8KBlock; T] = a.map(|act| &act[b]);
+        let dw = f16x4(x, q4k::D);
+        let dminw = f16x4(x, q4k::DMIN);
+        let sm = x.map(|x| unpack_scales_mins_k4(&x[q4k::SCALES..q4k::SCALES + 12]));
+        // bit 2j of qh[l]: the fifth bit of element 64j + l; bit 2j + 1: of 64j + 32 + l
+        let mut qh = x.map(|x| {
+            if Q5 {
+                (ld_u8(x, q5k::QH), ld_u8(x, q5k::QH + 16))
+            } else {
+                (vdupq_n_u8(0), vdupq_n_u8(0))
+            }
+        });
+        // per token, per pair of sub-blocks: scale_2j · Σ_2j + scale_2j+1 · Σ_2j+1, one row
+        // per lane
+        let mut pair = [[vdupq_n_s32(0); 4]; T];
+        for j in 0..4 {
+            // the 64 quants of pair j of each row: low nibbles (sub-block 2j), high nibbles
+            // (sub-block 2j + 1), with the fifth bit for Q5_K
+            let q: [[int8x16_t; 4]; ROWS] = std::array::from_fn(|r| {
+                let q0 = ld_u8(x[r], qs + 32 * j);
+                let q1 = ld_u8(x[r], qs + 32 * j + 16);
+                let mut v = [
+                    vandq_u8(q0, m4),
+                    vandq_u8(q1, m4),
+                    vshrq_n_u8::<4>(q0),
+                    vshrq_n_u8::<4>(q1),
+                ];
+                if Q5 {
+                    let (qh0, qh1) = &mut qh[r];
+                    v[0] = vorrq_u8(v[0], vshlq_n_u8::<4>(vandq_u8(one, *qh0)));
+                    v[1] = vorrq_u8(v[1], vshlq_n_u8::<4>(vandq_u8(one, *qh1)));
+                    v[2] = vorrq_u8(v[2], vshlq_n_u8::<3>(vandq_u8(two, *qh0)));
+                    v[3] = vorrq_u8(v[3], vshlq_n_u8::<3>(vandq_u8(two, *qh1)));
+                    *qh0 = vshrq_n_u8::<2>(*qh0);
+                    *qh1 = vshrq_n_u8::<2>(*qh1);
+                }
+                v.map(|v| s8(v))
+            });
+            for (pair, y) in pair.iter_mut().zip(y) {
+                let yq = act64(y, 64 * j);
+                let v: [int32x4_t; ROWS] = std::array::from_fn(|r| {
+                    let lo = dot32(q[r][0], q[r][1], yq[0], yq[1]);
+                    let hi = dot32(q[r][2], q[r][3], yq[2], yq[3]);
+                    let s = vmulq_n_s32(lo, i32::from(sm[r][2 * j]));
+                    vmlaq_n_s32(s, hi, i32::from(sm[r][2 * j + 1]))
+                });
+                pair[j] = totals4(v);
+            }
+        }
+        for ((acc, pair), y) in acc.iter_mut().zip(pair).zip(y) {
+            let (b0, b1) = bsums(y);
+            let q8sums = vpaddq_s16(b0, b1);
+            let mins = vcvtq_f32_s32(totals4(sm.map(|sm| k4_mins_lanes(&sm, q8sums))));
+            let dy = f32_at(y, 0);
+            // d · dy and dmin · dy
+            let d = vmulq_n_f32(dw, dy);
+            let dmin = vmulq_n_f32(dminw, dy);
+            match order {
+                K4Order::Repacked => {
+                    for p in pair {
+                        *acc = vfmaq_f32(*acc, d, vcvtq_f32_s32(p));
+                    }
+                    *acc = vsubq_f32(*acc, vmulq_f32(mins, dmin));
+                }
+                K4Order::VecDotQ4 => {
+                    let isum = vaddq_s32(vaddq_s32(pair[0], pair[1]), vaddq_s32(pair[2], pair[3]));
+                    *acc = vfmaq_f32(*acc, vnegq_f32(mins), dmin);
+                    *acc = vfmaq_f32(*acc, vcvtq_f32_s32(isum), d);
+                }
+                K4Order::VecDotQ5 => {
+                    let isum = vaddq_s32(vaddq_s32(pair[0], pair[1]), vaddq_s32(pair[2], pair[3]));
+                    let neg_mins = vnegq_f32(vmulq_f32(mins, dmin));
+                    *acc = vaddq_f32(*acc, vfmaq_f32(neg_mins, vcvtq_f32_s32(isum), d));
+                }
+            }
+        }
+    }
+    store(acc, out);
+}
+
+// ---------------------------------------------------------------------------------------
+// Q6_K.
+
+/// The tile for Q6_K weights: `gemm` false for `vec_dot` and the 8x4 gemv, true for the 8x4
+/// gemm.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn q6k_tile<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32], gemm: bool) {
+    let (w, a) = split::<{ q6k::BYTES }, T>(GgmlType::Q6_K, n, w, a, out);
+    let m4 = vdupq_n_u8(0x0f);
+    let m3 = vdupq_n_u8(0x03);
+    let m30 = vdupq_n_u8(0x30);
+    let mc = vdupq_n_u8(0x0c);
+    let mut acc = [vdupq_n_f32(0.0); T];
+    for b in 0..n / QK_K {
+        let x = w.map(|row| &row[b]);
+        let y: [&Q8KBlock; T] = a.map(|act| &act[b]);
+        let scales: [[i32; 16]; ROWS] =
+            x.map(|x| std::array::from_fn(|g| i32::from(x[q6k::SCALES + g] as i8)));
+        // per token and row: Σ_g scale_g · Σ q · a (quants taken unsigned, 0..64)
+        let mut isum = [[vdupq_n_s32(0); ROWS]; T];
+        for j in 0..2 {
+            for (r, &x) in x.iter().enumerate() {
+                let qh0 = ld_u8(x, q6k::QH + 32 * j);
+                let qh1 = ld_u8(x, q6k::QH + 32 * j + 16);
+                let ql = |k: usize| ld_u8(x, q6k::QL + 64 * j + 16 * k);
+                let (l0, l1, l2, l3) = (ql(0), ql(1), ql(2), ql(3));
+                // bits 2s..2s+2 of qh moved to bits 4..6
+                let h0 = |qh: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(qh, m3));
+                let h2 = |qh: uint8x16_t| vshlq_n_u8::<2>(vandq_u8(qh, mc));
+                let h4 = |qh: uint8x16_t| vandq_u8(qh, m30);
+                let h6 = |qh: uint8x16_t| vandq_u8(vshrq_n_u8::<2>(qh), m30);
+                let quants = [
+                    vorrq_u8(vandq_u8(l0, m4), h0(qh0)),
+                    vorrq_u8(vandq_u8(l1, m4), h0(qh1)),
+                    vorrq_u8(vandq_u8(l2, m4), h2(qh0)),
+                    vorrq_u8(vandq_u8(l3, m4), h2(qh1)),
+                    vorrq_u8(vshrq_n_u8::<4>(l0), h4(qh0)),
+                    vorrq_u8(vshrq_n_u8::<4>(l1), h4(qh1)),
+                    vorrq_u8(vshrq_n_u8::<4>(l2), h6(qh0)),
+                    vorrq_u8(vshrq_n_u8::<4>(l3), h6(qh1)),
+                ]
+                .map(|v| s8(v));
+                for (isum, y) in isum.iter_mut().zip(y) {
+                    let mut s = isum[r];
+                    for (k, &q) in quants.iter().enumerate() {
+                        let yk = ld_s8(y, Q8K_QS + 128 * j + 16 * k);
+                        s = vmlaq_n_s32(s, sdot(vdupq_n_s32(0), q, yk), scales[r][8 * j + k]);
+                    }
+                    isum[r] = s;
+                }
+            }
+        }
+        let dw = f16x4(x, q6k::D);
+        for ((acc, isum), y) in acc.iter_mut().zip(isum).zip(y) {
+            let (b0, b1) = bsums(y);
+            // Σ_g bsums[g] · scales[g] per row, before its horizontal sum
+            let mins = totals4(x.map(|x| {
+                let sc = ld_s8(x, q6k::SCALES);
+                let (v0, v1) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
+                let p0 = vaddq_s32(
+                    vmull_s16(vget_low_s16(b0), vget_low_s16(v0)),
+                    vmull_high_s16(b0, v0),
+                );
+                let p1 = vaddq_s32(
+                    vmull_s16(vget_low_s16(b1), vget_low_s16(v1)),
+                    vmull_high_s16(b1, v1),
+                );
+                vaddq_s32(p0, p1)
+            }));
+            // the offset -32 applied through the group sums
+            let isum = vcvtq_f32_s32(vsubq_s32(totals4(isum), vshlq_n_s32::<5>(mins)));
+            // d · dy
+            let d = vmulq_n_f32(dw, f32_at(y, 0));
+            *acc = if gemm {
+                vaddq_f32(*acc, vmulq_f32(isum, d))
+            } else {
+                vfmaq_f32(*acc, d, isum)
+            };
+        }
+    }
+    store(acc, out);
+}
+
+// ---------------------------------------------------------------------------------------
+// Entry points with the `DotRowsFn` / `DotTokensFn` signature. They are registered only in
+// the NEON table, which `Kernels::detect` builds only after it detected NEON, the dot
+// product and FP16 at run time.
+
+macro_rules! entries {
+    ($($name:ident => |$n:ident, $w:ident, $a:ident, $out:ident| $body:expr);* $(;)?) => {$(
+        fn $name($n: usize, $w: &[u8], $a: &[u8], $out: &mut [f32]) {
+            // SAFETY: only reachable through the NEON table (see above), so the CPU has the
+            // features the kernel is compiled for.
+            unsafe { $body }
+        }
+    )*};
+}
+
+const Q4: usize = q4k::BYTES;
+const Q5: usize = q5k::BYTES;
+
+entries! {
+    q4k_vecdot_tokens => |n, w, a, out|
+        k4_tile::<Q4, TOKENS, false>(GgmlType::Q4_K, n, w, a, out, K4Order::VecDotQ4);
+    q5k_vecdot_tokens => |n, w, a, out|
+        k4_tile::<Q5, TOKENS, true>(GgmlType::Q5_K, n, w, a, out, K4Order::VecDotQ5);
+    q6k_vecdot_tokens => |n, w, a, out| q6k_tile::<TOKENS>(n, w, a, out, false);
+    q4k_repacked_rows => |n, w, a, out|
+        k4_tile::<Q4, 1, false>(GgmlType::Q4_K, n, w, a, out, K4Order::Repacked);
+    q4k_repacked_tokens => |n, w, a, out|
+        k4_tile::<Q4, TOKENS, false>(GgmlType::Q4_K, n, w, a, out, K4Order::Repacked);
+    q5k_repacked_rows => |n, w, a, out|
+        k4_tile::<Q5, 1, true>(GgmlType::Q5_K, n, w, a, out, K4Order::Repacked);
+    q5k_repacked_tokens => |n, w, a, out|
+        k4_tile::<Q5, TOKENS, true>(GgmlType::Q5_K, n, w, a, out, K4Order::Repacked);
+    q6k_gemm_rows => |n, w, a, out| q6k_tile::<1>(n, w, a, out, true);
+    q6k_gemm_tokens => |n, w, a, out| q6k_tile::<TOKENS>(n, w, a, out, true);
+}
+
+fn tokens(f: DotTokensFn) -> DotTokens {
+    DotTokens {
+        rows: ROWS,
+        tokens: TOKENS,
+        f,
+    }
+}
+
+fn rows(f: DotRowsFn) -> DotRows {
+    DotRows { rows: ROWS, f }
+}
+
+pub(super) fn register(k: &mut crate::kernels::Kernels) {
+    use GgmlType::*;
+    let v = SumOrder::VecDot;
+    k.set_dot_tokens_in(v, Q4_K, ROWS, TOKENS, q4k_vecdot_tokens);
+    k.set_dot_tokens_in(v, Q5_K, ROWS, TOKENS, q5k_vecdot_tokens);
+    k.set_dot_tokens_in(v, Q6_K, ROWS, TOKENS, q6k_vecdot_tokens);
+    // the 8x4 orders; Q6_K's gemv sums as its vec_dot (the multi-row kernel of `neon_rows.rs`)
+    let r = SumOrder::Repacked;
+    k.set_dot_rows_in(r, Q4_K, ROWS, q4k_repacked_rows);
+    k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, q4k_repacked_tokens);
+    k.set_dot_rows_in(r, Q5_K, ROWS, q5k_repacked_rows);
+    k.set_dot_tokens_in(r, Q5_K, ROWS, TOKENS, q5k_repacked_tokens);
+    k.set_dot_rows_in(r, Q6_K, ROWS, super::neon_rows::dot_rows_q6_k);
+    k.set_dot_tokens_in(r, Q6_K, ROWS, TOKENS, q6k_vecdot_tokens);
+}
+
+/// The multi-row and multi-token kernels of Q6_K's 8x4 gemm order.
+pub(super) fn q6k_gemm() -> (DotRows, DotTokens) {
+    (rows(q6k_gemm_rows), tokens(q6k_gemm_tokens))
+}
