@@ -26,7 +26,8 @@ use std::arch::aarch64::*;
 use super::layout::{q4k, q5k, q6k};
 use super::neon::{Q8KBlock, bsums, ld_s8, ld_u8, s8};
 use super::neon_rows::{act64, dot32, f16x4, k4_mins_lanes, totals4};
-use super::{Q8K_BYTES, Q8K_QS, f32_at, unpack_scales_mins_k4};
+use super::{Q8K_BYTES, Q8K_QS, f32_at};
+use crate::kernels::legacy::neon::load_u8;
 use crate::kernels::legacy::neon::sdot;
 use crate::kernels::{DotRows, DotRowsFn, DotTokens, DotTokensFn, SumOrder};
 use crate::{GgmlType, QK_K};
@@ -82,6 +83,36 @@ fn store<const T: usize>(acc: [float32x4_t; T], out: &mut [f32]) {
 // ---------------------------------------------------------------------------------------
 // Q4_K and Q5_K.
 
+/// The 12 scale bytes of a Q4_K / Q5_K block `x` unpacked as `unpack_scales_mins_k4` does:
+/// the eight 6-bit scales, then the eight 6-bit minimums (with `s` the 12 bytes: scales and
+/// minimums 0..4 are the low 6 bits of `s[0..4]` and `s[4..8]`, 4..8 the low and high
+/// nibbles of `s[8..12]` with the top 2 bits of `s[0..4]` and `s[4..8]` above them).
+#[inline]
+#[target_feature(enable = "neon")]
+fn k4_scales_mins<const B: usize>(x: &[u8; B]) -> [u8; 16] {
+    const Z: u8 = 0xff;
+    // [s0..4, s8..12, s4..8, s8..12] and [0, s0..4, 0, s4..8]
+    const LOW: [u8; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11];
+    const TOP: [u8; 16] = [Z, Z, Z, Z, 0, 1, 2, 3, Z, Z, Z, Z, 4, 5, 6, 7];
+    const SHIFT: [i8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -4, -4, -4, -4];
+    const MASK: [u8; 16] = [
+        0x3f, 0x3f, 0x3f, 0x3f, 0x0f, 0x0f, 0x0f, 0x0f, 0x3f, 0x3f, 0x3f, 0x3f, 0x0f, 0x0f, 0x0f,
+        0x0f,
+    ];
+    const { assert!(q4k::SCALES + 16 <= B) };
+    let s = ld_u8(x, q4k::SCALES);
+    let low = vqtbl1q_u8(s, load_u8(&LOW));
+    let top = vqtbl1q_u8(s, load_u8(&TOP));
+    // SAFETY: `SHIFT` is 16 readable bytes.
+    let shift = unsafe { vld1q_s8(SHIFT.as_ptr()) };
+    let low = vandq_u8(vshlq_u8(low, shift), load_u8(&MASK));
+    let top = vandq_u8(vshrq_n_u8::<2>(top), vdupq_n_u8(0x30));
+    let mut out = [0u8; 16];
+    // SAFETY: `out` is 16 writable bytes.
+    unsafe { vst1q_u8(out.as_mut_ptr(), vorrq_u8(low, top)) };
+    out
+}
+
 /// The float steps of a Q4_K / Q5_K super-block.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum K4Order {
@@ -117,7 +148,7 @@ fn k4_tile<const B: usize, const T: usize, const Q5: bool>(
         let y: [&Q8KBlock; T] = a.map(|act| &act[b]);
         let dw = f16x4(x, q4k::D);
         let dminw = f16x4(x, q4k::DMIN);
-        let sm = x.map(|x| unpack_scales_mins_k4(&x[q4k::SCALES..q4k::SCALES + 12]));
+        let sm = x.map(|x| k4_scales_mins(x));
         // bit 2j of qh[l]: the fifth bit of element 64j + l; bit 2j + 1: of 64j + 32 + l
         let mut qh = x.map(|x| {
             if Q5 {
@@ -126,9 +157,11 @@ fn k4_tile<const B: usize, const T: usize, const Q5: bool>(
                 (vdupq_n_u8(0), vdupq_n_u8(0))
             }
         });
-        // per token, per pair of sub-blocks: scale_2j · Σ_2j + scale_2j+1 · Σ_2j+1, one row
-        // per lane
-        let mut pair = [[vdupq_n_s32(0); 4]; T];
+        // per token: d · dy and dmin · dy
+        let dy: [f32; T] = y.map(|y| f32_at(y, 0));
+        let d = dy.map(|dy| vmulq_n_f32(dw, dy));
+        // per token, the vec_dot orders' integer sum over the super-block
+        let mut isum = [vdupq_n_s32(0); T];
         for j in 0..4 {
             // the 64 quants of pair j of each row: low nibbles (sub-block 2j), high nibbles
             // (sub-block 2j + 1), with the fifth bit for Q5_K
@@ -152,39 +185,37 @@ fn k4_tile<const B: usize, const T: usize, const Q5: bool>(
                 }
                 v.map(|v| s8(v))
             });
-            for (pair, y) in pair.iter_mut().zip(y) {
+            for (((acc, isum), y), d) in acc.iter_mut().zip(&mut isum).zip(y).zip(d) {
                 let yq = act64(y, 64 * j);
+                // scale_2j · Σ_2j + scale_2j+1 · Σ_2j+1, one row per lane
                 let v: [int32x4_t; ROWS] = std::array::from_fn(|r| {
                     let lo = dot32(q[r][0], q[r][1], yq[0], yq[1]);
                     let hi = dot32(q[r][2], q[r][3], yq[2], yq[3]);
                     let s = vmulq_n_s32(lo, i32::from(sm[r][2 * j]));
                     vmlaq_n_s32(s, hi, i32::from(sm[r][2 * j + 1]))
                 });
-                pair[j] = totals4(v);
+                let pair = totals4(v);
+                if order == K4Order::Repacked {
+                    *acc = vfmaq_f32(*acc, d, vcvtq_f32_s32(pair));
+                } else {
+                    *isum = vaddq_s32(*isum, pair);
+                }
             }
         }
-        for ((acc, pair), y) in acc.iter_mut().zip(pair).zip(y) {
+        for (((acc, isum), y), (d, dy)) in
+            acc.iter_mut().zip(isum).zip(y).zip(d.into_iter().zip(dy))
+        {
             let (b0, b1) = bsums(y);
             let q8sums = vpaddq_s16(b0, b1);
             let mins = vcvtq_f32_s32(totals4(sm.map(|sm| k4_mins_lanes(&sm, q8sums))));
-            let dy = f32_at(y, 0);
-            // d · dy and dmin · dy
-            let d = vmulq_n_f32(dw, dy);
             let dmin = vmulq_n_f32(dminw, dy);
             match order {
-                K4Order::Repacked => {
-                    for p in pair {
-                        *acc = vfmaq_f32(*acc, d, vcvtq_f32_s32(p));
-                    }
-                    *acc = vsubq_f32(*acc, vmulq_f32(mins, dmin));
-                }
+                K4Order::Repacked => *acc = vsubq_f32(*acc, vmulq_f32(mins, dmin)),
                 K4Order::VecDotQ4 => {
-                    let isum = vaddq_s32(vaddq_s32(pair[0], pair[1]), vaddq_s32(pair[2], pair[3]));
                     *acc = vfmaq_f32(*acc, vnegq_f32(mins), dmin);
                     *acc = vfmaq_f32(*acc, vcvtq_f32_s32(isum), d);
                 }
                 K4Order::VecDotQ5 => {
-                    let isum = vaddq_s32(vaddq_s32(pair[0], pair[1]), vaddq_s32(pair[2], pair[3]));
                     let neg_mins = vnegq_f32(vmulq_f32(mins, dmin));
                     *acc = vaddq_f32(*acc, vfmaq_f32(neg_mins, vcvtq_f32_s32(isum), d));
                 }

@@ -15,7 +15,7 @@
 
 use std::arch::aarch64::*;
 
-use crate::kernels::legacy::neon::{arr, f16_at, load_s8, load_table, nibbles, sdot};
+use crate::kernels::legacy::neon::{arr, f16_at, load_s8, load_table, load_u8, nibbles, sdot};
 use crate::kernels::legacy::{IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, QK};
 use crate::kernels::{DotRows, DotRowsFn, DotTokens, DotTokensFn};
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half};
@@ -50,17 +50,46 @@ fn f32x4(v: [f32; ROWS]) -> float32x4_t {
     unsafe { vld1q_f32(v.as_ptr()) }
 }
 
+/// The f16 scales at the start of four blocks as f32 (exact: four lane loads, one `fcvtl`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn f16_scales<const WB: usize>(x: [&[u8; WB]; ROWS]) -> float32x4_t {
+    const { assert!(WB >= 2) };
+    let f: float32x4_t;
+    // SAFETY: reads two bytes at the start of each block (`WB >= 2`, checked at compile
+    // time); single-lane loads have no alignment requirement; registers only otherwise.
+    unsafe {
+        std::arch::asm!(
+            "ld1 {{{h:v}.h}}[0], [{p0}]",
+            "ld1 {{{h:v}.h}}[1], [{p1}]",
+            "ld1 {{{h:v}.h}}[2], [{p2}]",
+            "ld1 {{{h:v}.h}}[3], [{p3}]",
+            "fcvtl {f:v}.4s, {h:v}.4h",
+            p0 = in(reg) x[0].as_ptr(),
+            p1 = in(reg) x[1].as_ptr(),
+            p2 = in(reg) x[2].as_ptr(),
+            p3 = in(reg) x[3].as_ptr(),
+            h = out(vreg) _,
+            f = lateout(vreg) f,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+    }
+    f
+}
+
 /// The tile of [`ROWS`] weight rows (blocks of `WB` bytes; `quants` gives a block's 32 quants
-/// as signed bytes, `scale` its scale) × `T` activation rows, with the block step `step`.
+/// as signed bytes, times 16 if `FRAC16`, `scales` the four blocks' scales) × `T` activation rows,
+/// with the block step `step`.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn tile<const T: usize, const WB: usize>(
+#[allow(clippy::too_many_arguments)]
+fn tile<const T: usize, const WB: usize, const FRAC16: bool>(
     n: usize,
     w: &[u8],
     a: &[u8],
     out: &mut [f32],
     quants: impl Fn(&[u8; WB]) -> (int8x16_t, int8x16_t),
-    scale: impl Fn(&[u8; WB]) -> f32,
+    scales: impl Fn([&[u8; WB]; ROWS]) -> float32x4_t,
     step: Step,
 ) {
     let nb = n / QK;
@@ -83,15 +112,32 @@ fn tile<const T: usize, const WB: usize>(
             .0
     });
     let mut acc = [vdupq_n_f32(0.0); T];
-    for b in 0..nb {
-        let x = rows.map(|row| &row[b]);
+    // Per token and row, the running integer dot product over the blocks so far (modulo
+    // 2^32), and per token the rows' totals after the previous block: a block's totals are
+    // the difference (exact modulo 2^32, and each block's true total fits in an i32), which
+    // spares zeroing an accumulator per row and block.
+    let mut run = [[vdupq_n_s32(0); ROWS]; T];
+    let mut prev = [vdupq_n_s32(0); T];
+    let blocks = rows[0].iter().zip(rows[1]).zip(rows[2]).zip(rows[3]);
+    for (b, (((x0, x1), x2), x3)) in blocks.enumerate() {
+        let x = [x0, x1, x2, x3];
         let q = x.map(&quants);
-        let dx = f32x4(x.map(&scale));
-        for (acc, act) in acc.iter_mut().zip(&acts) {
+        let dx = scales(x);
+        for (((acc, act), run), prev) in acc.iter_mut().zip(&acts).zip(&mut run).zip(&mut prev) {
             let y = &act[b];
             let (ylo, yhi) = (load_s8(arr(&y[2..])), load_s8(arr(&y[18..])));
-            let s = q.map(|(lo, hi)| sdot(sdot(vdupq_n_s32(0), lo, ylo), hi, yhi));
-            let s = vcvtq_f32_s32(totals4(s));
+            for (run, (lo, hi)) in run.iter_mut().zip(q) {
+                *run = sdot(sdot(*run, lo, ylo), hi, yhi);
+            }
+            let total = totals4(*run);
+            let s = vsubq_s32(total, *prev);
+            *prev = total;
+            // Σ (exact; 16 Σ converted with 4 fraction bits where the quants are 16 q)
+            let s = if FRAC16 {
+                vcvtq_n_f32_s32::<4>(s)
+            } else {
+                vcvtq_f32_s32(s)
+            };
             // d_w · d_a
             let d = vmulq_n_f32(dx, f16_at(y, 0));
             *acc = match step {
@@ -108,15 +154,16 @@ fn tile<const T: usize, const WB: usize>(
 
 #[target_feature(enable = "neon,dotprod")]
 fn q4_0<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // the nibbles q with 8 flipped are q - 8 as 4-bit two's complement; in the high half of
+    // a byte, 16 · (q - 8)
     let quants = |x: &[u8; Q4_0_BYTES]| {
-        let (lo, hi) = nibbles(arr(&x[2..]));
-        let eight = vdupq_n_s8(8);
+        let v = veorq_u8(load_u8(arr(&x[2..])), vdupq_n_u8(0x88));
         (
-            vsubq_s8(vreinterpretq_s8_u8(lo), eight),
-            vsubq_s8(vreinterpretq_s8_u8(hi), eight),
+            vreinterpretq_s8_u8(vshlq_n_u8::<4>(v)),
+            vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0xf0))),
         )
     };
-    tile::<T, Q4_0_BYTES>(n, w, a, out, quants, |x| f16_at(x, 0), Step::Fused);
+    tile::<T, Q4_0_BYTES, true>(n, w, a, out, quants, |x| f16_scales(x), Step::Fused);
 }
 
 #[inline]
@@ -127,26 +174,26 @@ fn q8_0_quants(x: &[u8; Q8_0_BYTES]) -> (int8x16_t, int8x16_t) {
 
 #[target_feature(enable = "neon,dotprod")]
 fn q8_0_gemv<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    tile::<T, Q8_0_BYTES>(
+    tile::<T, Q8_0_BYTES, false>(
         n,
         w,
         a,
         out,
         |x| q8_0_quants(x),
-        |x| f16_at(x, 0),
+        |x| f16_scales(x),
         Step::Fused,
     );
 }
 
 #[target_feature(enable = "neon,dotprod")]
 fn q8_0_gemm<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    tile::<T, Q8_0_BYTES>(
+    tile::<T, Q8_0_BYTES, false>(
         n,
         w,
         a,
         out,
         |x| q8_0_quants(x),
-        |x| f16_at(x, 0),
+        |x| f16_scales(x),
         Step::MulAdd,
     );
 }
@@ -158,7 +205,7 @@ fn iq4_nl<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
         let (lo, hi) = nibbles(arr(&x[2..]));
         (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi))
     };
-    tile::<T, IQ4_NL_BYTES>(n, w, a, out, quants, |x| f16_at(x, 0), Step::MulAdd);
+    tile::<T, IQ4_NL_BYTES, false>(n, w, a, out, quants, |x| f16_scales(x), Step::MulAdd);
 }
 
 #[target_feature(enable = "neon,dotprod")]
@@ -168,8 +215,8 @@ fn mxfp4<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
         let (lo, hi) = nibbles(arr(&x[1..]));
         (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi))
     };
-    let scale = |x: &[u8; MXFP4_BYTES]| e8m0_to_f32_half(x[0]);
-    tile::<T, MXFP4_BYTES>(n, w, a, out, quants, scale, Step::MulAdd);
+    let scales = |x: [&[u8; MXFP4_BYTES]; ROWS]| f32x4(x.map(|x| e8m0_to_f32_half(x[0])));
+    tile::<T, MXFP4_BYTES, false>(n, w, a, out, quants, scales, Step::MulAdd);
 }
 
 // Entry points with the `DotRowsFn` / `DotTokensFn` signature. They are registered only in a
