@@ -25,6 +25,12 @@
 //! (`quant::SumOrder`; default vecdot; a type without kernels of the order keeps vec_dot's), and
 //! the isa column gets `-repacked` or `-tinyblas`.
 //!
+//! `--tokens N` (default 1) times `matmul_with` on N activation rows instead (prompt
+//! processing; the mode column gets `-tN`); `--tiles on,off` measures it with and without the
+//! multi-token kernels (`RowKernel::dot_tokens` and the grouped rows' ones; the isa column gets
+//! `-notiles` without them); `--expert` multiplies as an expert stack is (no grouped rows: with
+//! `--order repacked` every row in the gemv order, as llama.cpp's `MUL_MAT_ID` does).
+//!
 //! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
 //! runs exactly N timed iterations (for instruction counting under callgrind).
 //! `--pool-overhead` instead times an empty `ThreadPool::run` (one no-op task per thread),
@@ -35,7 +41,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use half::{bf16, f16};
-use quant::{GgmlType, Kernels, RowKernel, SumOrder, ThreadPool, matvec_with};
+use quant::{GgmlType, Kernels, RowKernel, SumOrder, ThreadPool, matmul_with, matvec_with};
 
 struct Args {
     types: Vec<GgmlType>,
@@ -55,6 +61,12 @@ struct Args {
     scalar: bool,
     pool_overhead: bool,
     order: SumOrder,
+    /// Activation rows per product (1: `matvec_with`, more: `matmul_with`).
+    tokens: usize,
+    /// With (true) and/or without (false) the multi-token kernels.
+    tiles: Vec<bool>,
+    /// Multiply as an expert stack (no grouped rows).
+    expert: bool,
 }
 
 const DEFAULT_SHAPES: &str = "2048x768,768x2048,2048x4096,4096x2048,151936x2048";
@@ -74,6 +86,9 @@ fn parse_args() -> Result<Args, String> {
         scalar: false,
         pool_overhead: false,
         order: SumOrder::VecDot,
+        tokens: 1,
+        tiles: vec![true],
+        expert: false,
     };
     let mut types = "q4_K,q6_K,q8_0,mxfp4,f16".to_owned();
     let mut shapes = DEFAULT_SHAPES.to_owned();
@@ -85,6 +100,10 @@ fn parse_args() -> Result<Args, String> {
         }
         if opt == "--pool-overhead" {
             a.pool_overhead = true;
+            continue;
+        }
+        if opt == "--expert" {
+            a.expert = true;
             continue;
         }
         let v = it.next().ok_or(format!("missing value after {opt}"))?;
@@ -114,6 +133,14 @@ fn parse_args() -> Result<Args, String> {
             }
             "--prefetch" => a.prefetch = on_off(&opt, &v)?,
             "--multi-row" => a.multi_row = on_off(&opt, &v)?,
+            "--tiles" => a.tiles = on_off(&opt, &v)?,
+            "--tokens" => {
+                a.tokens = v
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .ok_or(format!("--tokens {v}: expected a positive count"))?
+            }
             "--order" => {
                 a.order = match v.as_str() {
                     "vecdot" => SumOrder::VecDot,
@@ -305,7 +332,10 @@ fn run(a: &Args) -> Result<(), String> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut scratch = Vec::new();
     for &t in &a.types {
-        let base = RowKernel::lookup_in(kernels, t, a.order).map_err(|e| e.to_string())?;
+        let mut base = RowKernel::lookup_in(kernels, t, a.order).map_err(|e| e.to_string())?;
+        if a.expert {
+            base.grouped = None;
+        }
         let order = match base.order {
             SumOrder::VecDot => "",
             SumOrder::Repacked => "-repacked",
@@ -314,8 +344,9 @@ fn run(a: &Args) -> Result<(), String> {
         for &(rows, cols) in &a.shapes {
             let w0 = random_weights(t, rows, cols, &mut rng)?;
             let w_bytes = w0.len();
-            let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
-            let mut out = vec![0.0f32; rows];
+            let n_tok = a.tokens;
+            let x: Vec<f32> = (0..cols * n_tok).map(|_| rng.f32()).collect();
+            let mut out = vec![0.0f32; rows * n_tok];
             let mut copies = vec![w0];
             for &cold in &a.modes {
                 // Cold: enough copies to total `cold_bytes`, a different one each iteration.
@@ -328,14 +359,20 @@ fn run(a: &Args) -> Result<(), String> {
                 while copies.len() < n_copies {
                     copies.push(copies[0].clone());
                 }
-                for (&multi, &prefetch) in a
-                    .multi_row
-                    .iter()
-                    .flat_map(|m| a.prefetch.iter().map(move |p| (m, p)))
-                {
+                let settings = a.multi_row.iter().flat_map(|&m| {
+                    a.prefetch
+                        .iter()
+                        .flat_map(move |&p| a.tiles.iter().map(move |&tl| (m, p, tl)))
+                });
+                for (multi, prefetch, tiles) in settings {
                     let kernel = RowKernel {
                         prefetch,
                         dot_rows: if multi { base.dot_rows } else { None },
+                        dot_tokens: if tiles { base.dot_tokens } else { None },
+                        grouped: base.grouped.map(|g| quant::kernels::GroupedDot {
+                            dot_tokens: if tiles { g.dot_tokens } else { None },
+                            ..g
+                        }),
                         ..base
                     };
                     for pool in &pools {
@@ -343,18 +380,47 @@ fn run(a: &Args) -> Result<(), String> {
                         let mut once = || {
                             let w = &copies[next_copy];
                             next_copy = (next_copy + 1) % copies.len();
-                            matvec_with(pool, &kernel, w, rows, cols, &x, &mut out, &mut scratch)
-                                .map_err(|e| format!("{t} {rows}x{cols}: {e}"))
+                            let r = if n_tok == 1 {
+                                matvec_with(
+                                    pool,
+                                    &kernel,
+                                    w,
+                                    rows,
+                                    cols,
+                                    &x,
+                                    &mut out,
+                                    &mut scratch,
+                                )
+                            } else {
+                                matmul_with(
+                                    pool,
+                                    &kernel,
+                                    w,
+                                    rows,
+                                    cols,
+                                    &x,
+                                    n_tok,
+                                    &mut out,
+                                    &mut scratch,
+                                )
+                            };
+                            r.map_err(|e| format!("{t} {rows}x{cols}: {e}"))
                         };
                         let Some((iters, med)) = time(a, &mut once)? else {
                             continue;
                         };
                         println!(
-                            "sluice\t{}{order}{}{}\t{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
+                            "sluice\t{}{order}{}{}{}\t{}{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
                             kernels.isa().name(),
                             if multi { "" } else { "-1row" },
                             if prefetch { "" } else { "-nopf" },
+                            if tiles { "" } else { "-notiles" },
                             if cold { "plain-cold" } else { "plain" },
+                            if n_tok > 1 {
+                                format!("-t{n_tok}")
+                            } else {
+                                String::new()
+                            },
                             t.name(),
                             pool.n_threads(),
                             med * 1e6,

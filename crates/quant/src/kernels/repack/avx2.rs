@@ -27,24 +27,30 @@ use super::{
     Q8K_QS,
 };
 use crate::kernels::kquants::x86::WORD_CTL;
-use crate::kernels::{DotRows, Kernels, SumOrder};
+use crate::kernels::{DotRows, DotTokens, Kernels, SumOrder};
 use crate::tables::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::{GgmlType, QK_K};
 
-/// Rows per call of the multi-row kernels.
+/// Rows per call of the multi-row and multi-token kernels.
 const ROWS: usize = 8;
+/// Activation rows per call of the multi-token kernels.
+const TOKENS: usize = 4;
 
 pub(super) fn register(k: &mut Kernels) {
     use GgmlType::*;
     let r = SumOrder::Repacked;
     k.set_dot_in(r, Q4_0, dot_q4_0);
     k.set_dot_rows_in(r, Q4_0, ROWS, dot_rows_q4_0);
+    k.set_dot_tokens_in(r, Q4_0, ROWS, TOKENS, dot_tokens_q4_0);
     k.set_dot_in(r, IQ4_NL, dot_iq4_nl);
     k.set_dot_rows_in(r, IQ4_NL, ROWS, dot_rows_iq4_nl);
+    k.set_dot_tokens_in(r, IQ4_NL, ROWS, TOKENS, dot_tokens_iq4_nl);
     k.set_dot_in(r, MXFP4, dot_mxfp4);
     k.set_dot_rows_in(r, MXFP4, ROWS, dot_rows_mxfp4);
+    k.set_dot_tokens_in(r, MXFP4, ROWS, TOKENS, dot_tokens_mxfp4);
     k.set_dot_in(r, Q4_K, dot_q4_k);
     k.set_dot_rows_in(r, Q4_K, ROWS, dot_rows_q4_k);
+    k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k);
 }
 
 /// The grouped (gemm-order) Q4_K kernels of this instruction set; the quantizer stays the
@@ -55,6 +61,11 @@ pub(super) fn grouped_q4_k(scalar: GroupedDot) -> GroupedDot {
         dot_rows: Some(DotRows {
             rows: ROWS,
             f: dot_rows_q4_k_pairs,
+        }),
+        dot_tokens: Some(DotTokens {
+            rows: ROWS,
+            tokens: TOKENS,
+            f: dot_tokens_q4_k_pairs,
         }),
         ..scalar
     }
@@ -590,4 +601,62 @@ fn dot_rows_q4_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 fn dot_rows_q4_k_pairs(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: as in `dot_q4_k`.
     unsafe { q4k8::q4_k_rows8::<true>(n, w, a, out) }
+}
+
+fn dot_tokens_q4_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4k8::q4_k_tile8::<false, TOKENS>(n, w, a, out) }
+}
+
+fn dot_tokens_q4_k_pairs(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { q4k8::q4_k_tile8::<true, TOKENS>(n, w, a, out) }
+}
+
+/// The multi-token kernels of the lookup-table types: 8 rows × `TOKENS` activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lut_tokens(ty: GgmlType, n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    let f16 = |x: &[&[u8; Q4_0_BYTES]; ROWS], _: &RowWords, _: &Rows<'_, ROWS, Q4_0_BYTES>, _| {
+        lut8::f16_lanes8(x, 0)
+    };
+    match ty {
+        GgmlType::Q4_0 => {
+            lut8::lut4_tile8::<Q4_0_BYTES, TOKENS>(n, w, a, out, 2, None, Decode::Offset(8), f16)
+        }
+        GgmlType::IQ4_NL => lut8::lut4_tile8::<IQ4_NL_BYTES, TOKENS>(
+            n,
+            w,
+            a,
+            out,
+            2,
+            Some(&KVALUES_IQ4NL),
+            Decode::Signed,
+            |x, _, _, _| lut8::f16_lanes8(x, 0),
+        ),
+        _ => lut8::lut4_tile8::<MXFP4_BYTES, TOKENS>(
+            n,
+            w,
+            a,
+            out,
+            1,
+            Some(&MXFP4_PLUS_12),
+            Decode::Offset(12),
+            |_, g, rows, b| lut8::e8m0_lanes8(g, rows, b, 0),
+        ),
+    }
+}
+
+fn dot_tokens_q4_0(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { lut_tokens(GgmlType::Q4_0, n, w, a, out) }
+}
+
+fn dot_tokens_iq4_nl(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { lut_tokens(GgmlType::IQ4_NL, n, w, a, out) }
+}
+
+fn dot_tokens_mxfp4(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`.
+    unsafe { lut_tokens(GgmlType::MXFP4, n, w, a, out) }
 }

@@ -67,9 +67,37 @@ pub(super) fn lut4_rows8<const WB: usize>(
     decode: Decode,
     d_w: impl Fn(&[&[u8; WB]; ROWS], &RowWords, &Rows<'_, ROWS, WB>, usize) -> __m256,
 ) {
-    let rows = Rows::<ROWS, WB>::new(n, QK, w, a.len(), Q8_0_BYTES, out.len());
-    let (a, _) = a.as_chunks::<Q8_0_BYTES>();
-    let nb = a.len();
+    lut4_tile8::<WB, 1>(n, w, a, out, qs, table, decode, d_w);
+}
+
+/// [`lut4_rows8`] against `T` Q8_0 rows (`out[t * 8 + r]`, each output in its order): the
+/// quants and scales of each block of the eight rows are decoded once for the `T` tokens.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn lut4_tile8<const WB: usize, const T: usize>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    qs: usize,
+    table: Option<&[i8; 16]>,
+    decode: Decode,
+    d_w: impl Fn(&[&[u8; WB]; ROWS], &RowWords, &Rows<'_, ROWS, WB>, usize) -> __m256,
+) {
+    assert!(
+        T > 0 && a.len().is_multiple_of(T) && out.len() == ROWS * T,
+        "lookup-table tile contract violated: {} activation bytes for {T} rows, {} outputs",
+        a.len(),
+        out.len()
+    );
+    let rows = Rows::<ROWS, WB>::new(n, QK, w, a.len() / T, Q8_0_BYTES, ROWS);
+    let nb = n / QK;
+    let acts: [&[[u8; Q8_0_BYTES]]; T] = std::array::from_fn(|t| {
+        a[t * nb * Q8_0_BYTES..(t + 1) * nb * Q8_0_BYTES]
+            .as_chunks::<Q8_0_BYTES>()
+            .0
+    });
     let table = table.map(|t| {
         let b: [u8; 16] = t.map(|v| v as u8);
         _mm256_broadcastsi128_si256(load128(&b))
@@ -77,8 +105,8 @@ pub(super) fn lut4_rows8<const WB: usize>(
     let m4 = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let words = RowWords::new(&rows);
-    let mut acc = _mm256_setzero_ps();
-    for (b, y) in a.iter().enumerate() {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
         let x: [&[u8; WB]; ROWS] = std::array::from_fn(|r| &rows.rows[r][b]);
         if b % 2 == 0 {
             for xr in x {
@@ -87,56 +115,69 @@ pub(super) fn lut4_rows8<const WB: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(xr.as_ptr().wrapping_add(ROWS * nb * WB).cast());
             }
         }
-        // Activation quants 0..16 and 16..32, each in both 128-bit lanes.
-        let ylo = _mm256_broadcastsi128_si256(load128(&y[2..]));
-        let yhi = _mm256_broadcastsi128_si256(load128(&y[18..]));
-        let (ylo_abs, yhi_abs) = (_mm256_sign_epi8(ylo, ylo), _mm256_sign_epi8(yhi, yhi));
-        let corr = match decode {
-            Decode::Offset(c) => {
-                let c = _mm256_set1_epi8(c as i8);
-                _mm256_add_epi16(_mm256_maddubs_epi16(c, ylo), _mm256_maddubs_epi16(c, yhi))
-            }
-            Decode::Signed => _mm256_setzero_si256(),
-        };
-        let mut v = [_mm256_setzero_si256(); 4];
-        for (p, s) in v.iter_mut().enumerate() {
+        // The decoded quants of rows p (low 128-bit lane) and p + 4 (high lane): elements
+        // 0..16 (low nibbles) and 16..32 (high nibbles).
+        let q: [(__m256i, __m256i); 4] = std::array::from_fn(|p| {
             let raw = _mm256_inserti128_si256::<1>(
                 _mm256_castsi128_si256(load128(&x[p][qs..])),
                 load128(&x[p + 4][qs..]),
             );
             let lo = _mm256_and_si256(raw, m4);
             let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
-            let (lo, hi) = match table {
+            match table {
                 Some(t) => (_mm256_shuffle_epi8(t, lo), _mm256_shuffle_epi8(t, hi)),
                 None => (lo, hi),
-            };
-            *s = match decode {
-                Decode::Offset(_) => {
-                    let p16 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, ylo),
-                        _mm256_maddubs_epi16(hi, yhi),
+            }
+        });
+        let dw = d_w(&x, &words, &rows, b);
+        for (acc, act) in acc.iter_mut().zip(&acts) {
+            let y = &act[b];
+            // Activation quants 0..16 and 16..32, each in both 128-bit lanes.
+            let ylo = _mm256_broadcastsi128_si256(load128(&y[2..]));
+            let yhi = _mm256_broadcastsi128_si256(load128(&y[18..]));
+            let v: [__m256i; 4] = match decode {
+                Decode::Offset(c) => {
+                    let c = _mm256_set1_epi8(c as i8);
+                    let corr = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(c, ylo),
+                        _mm256_maddubs_epi16(c, yhi),
                     );
-                    _mm256_madd_epi16(_mm256_sub_epi16(p16, corr), ones)
+                    q.map(|(lo, hi)| {
+                        let p16 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(lo, ylo),
+                            _mm256_maddubs_epi16(hi, yhi),
+                        );
+                        _mm256_madd_epi16(_mm256_sub_epi16(p16, corr), ones)
+                    })
                 }
-                Decode::Signed => _mm256_add_epi32(
-                    _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(ylo_abs, _mm256_sign_epi8(lo, ylo)),
-                        ones,
-                    ),
-                    _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(yhi_abs, _mm256_sign_epi8(hi, yhi)),
-                        ones,
-                    ),
-                ),
+                Decode::Signed => {
+                    let (ylo_abs, yhi_abs) =
+                        (_mm256_sign_epi8(ylo, ylo), _mm256_sign_epi8(yhi, yhi));
+                    q.map(|(lo, hi)| {
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(ylo_abs, _mm256_sign_epi8(lo, ylo)),
+                                ones,
+                            ),
+                            _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(yhi_abs, _mm256_sign_epi8(hi, yhi)),
+                                ones,
+                            ),
+                        )
+                    })
+                }
             };
+            // Rows p (low lane) and p + 4 (high lane) in v[p] → row r in lane r.
+            let total =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            let scale = _mm256_mul_ps(
+                dw,
+                _mm256_set1_ps(f16_to_f32(u16::from_le_bytes([y[0], y[1]]))),
+            );
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, *acc);
         }
-        // Rows p (low lane) and p + 4 (high lane) in v[p] → row r in lane r.
-        let total = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-        let scale = _mm256_mul_ps(
-            d_w(&x, &words, &rows, b),
-            _mm256_set1_ps(f16_to_f32(u16::from_le_bytes([y[0], y[1]]))),
-        );
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, acc);
     }
-    store::<ROWS>(acc, out);
+    for (t, acc) in acc.into_iter().enumerate() {
+        store::<ROWS>(acc, &mut out[t * ROWS..(t + 1) * ROWS]);
+    }
 }

@@ -152,11 +152,11 @@ fn reduce8(v: &[__m256i; 8]) -> __m256i {
     )
 }
 
-/// `(d · da, dmin · da)` of eight blocks, row `r`'s in lane `r` of each, from their heads
-/// (rows p and p + 4 in `heads[p]`, as [`heads_x2`] loads them).
+/// `(d, dmin)` of eight blocks as f32, row `r`'s in lane `r` of each, from their heads (rows
+/// p and p + 4 in `heads[p]`, as [`heads_x2`] loads them).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn d_dmin(heads: &[__m256i; 4], da: __m256) -> (__m256, __m256) {
+fn d_dmin_w(heads: &[__m256i; 4]) -> (__m256, __m256) {
     // The first word (d, dmin) of each lane: rows 0..4 in the low lane, 4..8 in the high.
     let v = _mm256_unpacklo_epi64(
         _mm256_unpacklo_epi32(heads[0], heads[1]),
@@ -172,8 +172,8 @@ fn d_dmin(heads: &[__m256i; 4], da: __m256) -> (__m256, __m256) {
     // The eight d in the low lane, the eight dmin in the high lane.
     let s = _mm256_permute4x64_epi64::<0xd8>(s);
     (
-        _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(s)), da),
-        _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256::<1>(s)), da),
+        _mm256_cvtph_ps(_mm256_castsi256_si128(s)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(s)),
     )
 }
 
@@ -181,34 +181,52 @@ fn d_dmin(heads: &[__m256i; 4], da: __m256) -> (__m256, __m256) {
 /// pair of sub-blocks) over the gemv order (per super-block).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q4_k_rows8<const PAIRS: bool>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    let rows = Rows::<ROWS, Q4K_BYTES>::new(n, QK_K, w, a.len(), Q8K_BYTES, out.len());
-    let (a, _) = a.as_chunks::<Q8K_BYTES>();
-    let nb = a.len();
+    q4_k_tile8::<PAIRS, 1>(n, w, a, out);
+}
+
+/// 8 rows of Q4_K against `T` Q8_K rows (`out[t * 8 + r]`), each output in the order of
+/// [`q4_k_rows8`] (`PAIRS` as there): the weight side of a super-block (scales and minimums,
+/// f16 scales, the nibbles of each pair of sub-blocks) is unpacked once for the `T` tokens.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_tile8<const PAIRS: bool, const T: usize>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+) {
+    assert!(
+        T > 0 && a.len().is_multiple_of(T) && out.len() == ROWS * T,
+        "Q4_K tile contract violated: {} activation bytes for {T} rows, {} outputs",
+        a.len(),
+        out.len()
+    );
+    let rows = Rows::<ROWS, Q4K_BYTES>::new(n, QK_K, w, a.len() / T, Q8K_BYTES, ROWS);
+    let nb = n / QK_K;
+    let acts: [&[[u8; Q8K_BYTES]]; T] = std::array::from_fn(|t| {
+        a[t * nb * Q8K_BYTES..(t + 1) * nb * Q8K_BYTES]
+            .as_chunks::<Q8K_BYTES>()
+            .0
+    });
     let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_min = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_min = [_mm256_setzero_ps(); T];
     // Scale words of rows p and p + 4: sbuf[2p] sub-blocks 0..4, sbuf[2p + 1] sub-blocks
     // 4..8; row p's in words 0..4, row p + 4's in words 4..8.
     let mut sbuf = Aligned([[0i32; 8]; 8]);
-    for (b, y) in a.iter().enumerate() {
+    for b in 0..nb {
         let x: [&[u8; Q4K_BYTES]; ROWS] = std::array::from_fn(|r| &rows.rows[r][b]);
         for xr in x {
             // A prefetch is a hint: it never faults, whatever the address (past the end of
             // the matrix it is merely wasted).
             _mm_prefetch::<_MM_HINT_T0>(xr.as_ptr().wrapping_add(ROWS * nb * Q4K_BYTES).cast());
         }
+        let y: [&[u8; Q8K_BYTES]; T] = acts.map(|act| &act[b]);
 
-        // Sums of the activation quants per 32-element sub-block (i16), both lanes.
-        let bs = load256(&y[Q8K_BSUMS..]);
-        let q8s = _mm256_broadcastsi128_si256(_mm_hadd_epi16(
-            _mm256_castsi256_si128(bs),
-            _mm256_extracti128_si256::<1>(bs),
-        ));
-        // Per pair of sub-blocks j: min · sum + min · sum of row p (lanes 0..4) and row
-        // p + 4 (lanes 4..8).
+        // Per pair of sub-blocks: the minimums of row p (lanes 0..4) and row p + 4 (lanes
+        // 4..8) as i16, to meet the activation sub-block sums.
         let heads: [__m256i; 4] = std::array::from_fn(|p| heads_x2(x[p], x[p + 4]));
-        let mut mp = [_mm256_setzero_si256(); 4];
-        for (p, m) in mp.iter_mut().enumerate() {
+        let mut mins16 = [_mm256_setzero_si256(); 4];
+        for (p, m) in mins16.iter_mut().enumerate() {
             let sm = scales_mins_x2(heads[p]);
             for h in 0..2 {
                 let words = _mm256_shuffle_epi8(sm, scale_words_ctl(h as i8));
@@ -216,59 +234,94 @@ pub(super) fn q4_k_rows8<const PAIRS: bool>(n: usize, w: &[u8], a: &[u8], out: &
                 // requirement.
                 unsafe { _mm256_storeu_si256(sbuf.0[2 * p + h].as_mut_ptr().cast(), words) };
             }
-            *m = _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mins_ctl()), q8s);
+            *m = _mm256_shuffle_epi8(sm, mins_ctl());
         }
-        let da = _mm256_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]]));
-        let (d, dmin) = d_dmin(&heads, da);
+        let (dw, dminw) = d_dmin_w(&heads);
+        // Per token: min · sum + min · sum of each pair of sub-blocks, rows p and p + 4 in
+        // mp[p]; the scales times the activation scale.
+        let mp: [[__m256i; 4]; T] = y.map(|y| {
+            // Sums of the activation quants per 32-element sub-block (i16), both lanes.
+            let bs = load256(&y[Q8K_BSUMS..]);
+            let q8s = _mm256_broadcastsi128_si256(_mm_hadd_epi16(
+                _mm256_castsi256_si128(bs),
+                _mm256_extracti128_si256::<1>(bs),
+            ));
+            mins16.map(|m| _mm256_madd_epi16(m, q8s))
+        });
+        let da = y.map(|y| _mm256_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]])));
+        let d = da.map(|da| _mm256_mul_ps(dw, da));
+        let dmin = da.map(|da| _mm256_mul_ps(dminw, da));
         // Read the scale words back from memory: a broadcast load costs no shuffle.
         let sb = std::hint::black_box(&sbuf.0);
         let sw =
             |r: usize, i: usize| _mm256_set1_epi32(sb[2 * (r % 4) + i / 4][4 * (r / 4) + i % 4]);
-        // `scale · Σ q·a` of sub-blocks 2j and 2j + 1 of row r, in eight i32 lanes.
-        let pair = |r: usize, j: usize, q8l: __m256i, q8h: __m256i| {
+        // The nibbles of sub-blocks 2j (low) and 2j + 1 (high) of row r.
+        let nibbles = |r: usize, j: usize| {
             let bits = load256(&x[r][Q4K_QS + 32 * j..]);
-            let ql = _mm256_and_si256(bits, m4);
-            let qh = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+            (
+                _mm256_and_si256(bits, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
+            )
+        };
+        // `scale · Σ q·a` of sub-blocks 2j and 2j + 1 of row r, in eight i32 lanes.
+        let pair = |r: usize, j: usize, (ql, qh): (__m256i, __m256i), q8l, q8h| {
             // Nibbles (0..=15) times activation quants: pair sums at most 2 · 15 · 128.
             let pl = _mm256_madd_epi16(sw(r, 2 * j), _mm256_maddubs_epi16(ql, q8l));
             let ph = _mm256_madd_epi16(sw(r, 2 * j + 1), _mm256_maddubs_epi16(qh, q8h));
             _mm256_add_epi32(pl, ph)
         };
         if PAIRS {
-            // Row r's pair-j min term in lane r of min_pairs[j].
-            let t0 = _mm256_unpacklo_epi32(mp[0], mp[1]);
-            let t1 = _mm256_unpacklo_epi32(mp[2], mp[3]);
-            let t2 = _mm256_unpackhi_epi32(mp[0], mp[1]);
-            let t3 = _mm256_unpackhi_epi32(mp[2], mp[3]);
-            let min_pairs = [
-                _mm256_unpacklo_epi64(t0, t1),
-                _mm256_unpackhi_epi64(t0, t1),
-                _mm256_unpacklo_epi64(t2, t3),
-                _mm256_unpackhi_epi64(t2, t3),
-            ];
-            unroll4!(j => {
-                let q8l = load256(&y[Q8K_QS + 64 * j..]);
-                let q8h = load256(&y[Q8K_QS + 64 * j + 32..]);
-                let s: [__m256i; ROWS] = std::array::from_fn(|r| pair(r, j, q8l, q8h));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&s)), d, acc);
-                acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_pairs[j]), dmin, acc_min);
+            // Row r's pair-j min term in lane r of min_pairs[t][j].
+            let min_pairs = mp.map(|mp| {
+                let t0 = _mm256_unpacklo_epi32(mp[0], mp[1]);
+                let t1 = _mm256_unpacklo_epi32(mp[2], mp[3]);
+                let t2 = _mm256_unpackhi_epi32(mp[0], mp[1]);
+                let t3 = _mm256_unpackhi_epi32(mp[2], mp[3]);
+                [
+                    _mm256_unpacklo_epi64(t0, t1),
+                    _mm256_unpackhi_epi64(t0, t1),
+                    _mm256_unpacklo_epi64(t2, t3),
+                    _mm256_unpackhi_epi64(t2, t3),
+                ]
             });
-        } else {
-            let mins = _mm256_hadd_epi32(
-                _mm256_hadd_epi32(mp[0], mp[1]),
-                _mm256_hadd_epi32(mp[2], mp[3]),
-            );
-            let mut sumi = [_mm256_setzero_si256(); ROWS];
             unroll4!(j => {
-                let q8l = load256(&y[Q8K_QS + 64 * j..]);
-                let q8h = load256(&y[Q8K_QS + 64 * j + 32..]);
-                for (r, s) in sumi.iter_mut().enumerate() {
-                    *s = _mm256_add_epi32(*s, pair(r, j, q8l, q8h));
+                let q: [(__m256i, __m256i); ROWS] = std::array::from_fn(|r| nibbles(r, j));
+                for t in 0..T {
+                    let q8l = load256(&y[t][Q8K_QS + 64 * j..]);
+                    let q8h = load256(&y[t][Q8K_QS + 64 * j + 32..]);
+                    let s: [__m256i; ROWS] = std::array::from_fn(|r| pair(r, j, q[r], q8l, q8h));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&s)), d[t], acc[t]);
+                    acc_min[t] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_pairs[t][j]), dmin[t], acc_min[t]);
                 }
             });
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&sumi)), d, acc);
-            acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin, acc_min);
+        } else {
+            let mut sumi = [[_mm256_setzero_si256(); ROWS]; T];
+            unroll4!(j => {
+                let q: [(__m256i, __m256i); ROWS] = std::array::from_fn(|r| nibbles(r, j));
+                for (sumi, y) in sumi.iter_mut().zip(y) {
+                    let q8l = load256(&y[Q8K_QS + 64 * j..]);
+                    let q8h = load256(&y[Q8K_QS + 64 * j + 32..]);
+                    for (r, s) in sumi.iter_mut().enumerate() {
+                        *s = _mm256_add_epi32(*s, pair(r, j, q[r], q8l, q8h));
+                    }
+                }
+            });
+            for t in 0..T {
+                let mp = mp[t];
+                let mins = _mm256_hadd_epi32(
+                    _mm256_hadd_epi32(mp[0], mp[1]),
+                    _mm256_hadd_epi32(mp[2], mp[3]),
+                );
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&sumi[t])), d[t], acc[t]);
+                acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin[t], acc_min[t]);
+            }
         }
     }
-    store::<ROWS>(_mm256_sub_ps(acc, acc_min), out);
+    for t in 0..T {
+        store::<ROWS>(
+            _mm256_sub_ps(acc[t], acc_min[t]),
+            &mut out[t * ROWS..(t + 1) * ROWS],
+        );
+    }
 }
