@@ -325,14 +325,19 @@ fn simd_tables_have_multi_token_kernels() {
         );
     }
     if Kernels::detect().isa() == Isa::Neon {
-        // the NEON table: F32 and F16 in its tinyBLAS order, the k-quants in their vec_dot
+        // the NEON table: F32 and F16 in its tinyBLAS order, Q8_0 and the k-quants in their vec_dot
         // order, and every type llama.cpp's ARM build repacks in its repacked order (with
         // multi-row kernels there too, also for the grouped rows of Q8_0 and Q6_K)
         let mut cases = vec![
             (GgmlType::F32, SumOrder::TinyBlas),
             (GgmlType::F16, SumOrder::TinyBlas),
         ];
-        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
             cases.push((ty, SumOrder::VecDot));
         }
         for ty in [

@@ -39,7 +39,17 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot_rows(IQ4_NL, LANES, dot_rows_iq4_nl);
     k.set_dot_rows(MXFP4, LANES, dot_rows_mxfp4);
     k.set_dot_rows(F16, F16_ROWS, dot_rows_f16);
+    k.set_dot_tokens_in(
+        crate::kernels::SumOrder::VecDot,
+        Q8_0,
+        Q8_0_TILE.0,
+        Q8_0_TILE.1,
+        dot_tokens_q8_0,
+    );
 }
+
+/// The Q8_0 multi-token tile (rows × tokens): two f32x4 accumulators per output, 16 in all.
+const Q8_0_TILE: (usize, usize) = (4, 2);
 
 // ---------------------------------------------------------------------------------------
 // Helpers.
@@ -141,6 +151,85 @@ fn vector_pairs<const R: usize, const WB: usize>(
             None => sum,
         };
     }
+}
+
+/// [`vector_pairs`] for `R` rows × `T` activation rows (`out[t * R + r]`): each weight
+/// block's quants and scale are loaded once for the `T` tokens; every output keeps its own
+/// two accumulators and the single-row kernel's steps.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn vector_pairs_tile<const R: usize, const T: usize, const WB: usize>(
+    rows: [&[[u8; WB]]; R],
+    acts: [&[ActBlock]; T],
+    out: &mut [f32],
+    quants: impl Fn(&[u8; WB]) -> (int8x16_t, int8x16_t),
+    tail: impl Fn(f32, f32, f32, f32) -> f32,
+) {
+    let nb = acts[0].len();
+    let mut acc0 = [[vdupq_n_f32(0.0); R]; T];
+    let mut acc1 = [[vdupq_n_f32(0.0); R]; T];
+    for p in 0..nb / 2 {
+        for (b, acc) in [(2 * p, &mut acc0), (2 * p + 1, &mut acc1)] {
+            let q: [(int8x16_t, int8x16_t, f32); R] = std::array::from_fn(|r| {
+                let x = &rows[r][b];
+                let (lo, hi) = quants(x);
+                (lo, hi, f16_at(x, 0))
+            });
+            for (acc, y) in acc.iter_mut().zip(acts) {
+                let (ylo, yhi, dy) = act(&y[b]);
+                for (acc, &(lo, hi, dx)) in acc.iter_mut().zip(&q) {
+                    let s = dot32(lo, hi, ylo, yhi);
+                    *acc = vaddq_f32(*acc, vmulq_n_f32(vcvtq_f32_s32(s), dx * dy));
+                }
+            }
+        }
+    }
+    for (t, y) in acts.iter().enumerate() {
+        let last = (nb % 2 == 1).then(|| act(&y[nb - 1]));
+        for (r, row) in rows.iter().enumerate() {
+            let sum = hsum(acc0[t][r]) + hsum(acc1[t][r]);
+            out[t * R + r] = match last {
+                Some((ylo, yhi, dy)) => {
+                    let x = &row[nb - 1];
+                    let (lo, hi) = quants(x);
+                    tail(sum, total(dot32(lo, hi, ylo, yhi)), f16_at(x, 0), dy)
+                }
+                None => sum,
+            };
+        }
+    }
+}
+
+#[target_feature(enable = "neon,dotprod")]
+fn q8_0_tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    const R: usize = Q8_0_TILE.0;
+    const T: usize = Q8_0_TILE.1;
+    let nb = n / QK;
+    assert!(
+        n.is_multiple_of(QK)
+            && w.len() == R * nb * Q8_0_BYTES
+            && a.len() == T * nb * Q8_0_BYTES
+            && out.len() == R * T,
+        "Q8_0 tile contract violated: n = {n}, weight bytes {} ({R} rows), activation bytes \
+         {} ({T} rows), {} outputs",
+        w.len(),
+        a.len(),
+        out.len()
+    );
+    let rows = split::<R, Q8_0_BYTES>(w, nb);
+    let acts: [&[ActBlock]; T] = std::array::from_fn(|t| {
+        a[t * nb * Q8_0_BYTES..(t + 1) * nb * Q8_0_BYTES]
+            .as_chunks::<Q8_0_BYTES>()
+            .0
+    });
+    vector_pairs_tile(
+        rows,
+        acts,
+        out,
+        |x| (load_s8(arr(&x[2..])), load_s8(arr(&x[18..]))),
+        // sum + sums · (d_w · d_a), fused
+        |sum, s, dx, dy| s.mul_add(dx * dy, sum),
+    );
 }
 
 #[target_feature(enable = "neon,dotprod")]
@@ -304,6 +393,7 @@ macro_rules! wrap_rows {
 }
 
 wrap_rows! {
+    dot_tokens_q8_0 => q8_0_tile;
     dot_rows_q8_0 => q8_0_rows::<Q8_0_ROWS>;
     dot_rows_q4_0 => q4_0_rows::<Q4_0_ROWS>;
     dot_rows_iq4_nl => iq4_nl_rows;
