@@ -18,7 +18,7 @@ use quant::{
 };
 
 /// Weight types and orders that may have a multi-token kernel.
-const CASES: [(GgmlType, SumOrder); 14] = [
+const CASES: [(GgmlType, SumOrder); 17] = [
     (GgmlType::Q8_0, SumOrder::VecDot),
     (GgmlType::Q4_K, SumOrder::VecDot),
     (GgmlType::Q5_K, SumOrder::VecDot),
@@ -33,14 +33,19 @@ const CASES: [(GgmlType, SumOrder); 14] = [
     (GgmlType::Q4_K, SumOrder::Repacked),
     (GgmlType::Q5_K, SumOrder::Repacked),
     (GgmlType::Q6_K, SumOrder::Repacked),
+    (GgmlType::Q2_K, SumOrder::VecDot),
+    (GgmlType::Q3_K, SumOrder::VecDot),
+    (GgmlType::IQ4_XS, SumOrder::VecDot),
 ];
 
 /// Byte offsets of the f16 scales inside a block of `ty` (empty for the float types).
 fn scale_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {
-        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => &[0],
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         _ => &[],
     }
 }
@@ -377,6 +382,9 @@ fn simd_tables_have_multi_token_kernels() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::IQ4_XS,
     ] {
         let k = tile_kernel(ty, SumOrder::VecDot)
             .unwrap_or_else(|| panic!("{ty}: no multi-token kernel in the AVX2 table"));

@@ -14,8 +14,9 @@
 use std::arch::x86_64::*;
 
 use super::check_tile;
-use crate::kernels::kquants::x86::WORD_CTL;
+use crate::kernels::kquants::x86::{WORD_CTL, group16_scales, iq4xs_scales, q3k_scales, splat32};
 use crate::kernels::{Kernels, SumOrder};
+use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
 /// Bytes of one Q8_K block: `d: f32`, `qs: [i8; 256]`, `bsums: [i16; 16]`.
@@ -48,12 +49,41 @@ const Q6K_D: usize = 208;
 const Q4K_TILE: (usize, usize) = (4, 8);
 const Q5K_TILE: (usize, usize) = (4, 8);
 const Q6K_TILE: (usize, usize) = (4, 4);
+/// Q2_K, Q3_K and IQ4_XS: as Q6_K's (not tuned by measurement).
+const Q2K_TILE: (usize, usize) = (4, 4);
+const Q3K_TILE: (usize, usize) = (4, 4);
+const IQ4XS_TILE: (usize, usize) = (4, 4);
+
+/// Q2_K block: `scales[16]` (low nibble scale, high nibble min), `qs[64]`, `d`, `dmin`.
+const Q2K_BYTES: usize = 84;
+const Q2K_SCALES: usize = 0;
+const Q2K_QS: usize = 16;
+const Q2K_D: usize = 80;
+/// Q3_K block: `hmask[32]`, `qs[64]`, `scales[12]`, `d`.
+const Q3K_BYTES: usize = 110;
+const Q3K_HMASK: usize = 0;
+const Q3K_QS: usize = 32;
+const Q3K_SCALES: usize = 96;
+const Q3K_D: usize = 108;
+/// IQ4_XS block: `d`, `scales_h`, `scales_l[4]`, `qs[128]`.
+const IQ4XS_BYTES: usize = 136;
+const IQ4XS_D: usize = 0;
+const IQ4XS_QS: usize = 8;
 
 pub(super) fn register(k: &mut Kernels) {
     let o = SumOrder::VecDot;
     k.set_dot_tokens_in(o, GgmlType::Q4_K, Q4K_TILE.0, Q4K_TILE.1, dot_tokens_q4_k);
     k.set_dot_tokens_in(o, GgmlType::Q5_K, Q5K_TILE.0, Q5K_TILE.1, dot_tokens_q5_k);
     k.set_dot_tokens_in(o, GgmlType::Q6_K, Q6K_TILE.0, Q6K_TILE.1, dot_tokens_q6_k);
+    k.set_dot_tokens_in(o, GgmlType::Q2_K, Q2K_TILE.0, Q2K_TILE.1, dot_tokens_q2_k);
+    k.set_dot_tokens_in(o, GgmlType::Q3_K, Q3K_TILE.0, Q3K_TILE.1, dot_tokens_q3_k);
+    k.set_dot_tokens_in(
+        o,
+        GgmlType::IQ4_XS,
+        IQ4XS_TILE.0,
+        IQ4XS_TILE.1,
+        dot_tokens_iq4_xs,
+    );
 }
 
 /// 32 bytes of `b` from `off`.
@@ -361,6 +391,185 @@ fn q6k_tile<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: &
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Q2_K, Q3_K, IQ4_XS: the float steps of `kquants/x86.rs` (`q2k_avx2`, `q3k_avx2`,
+// `iq4xs_avx2`) per output: per super-block Q2_K `acc = fnmadd(dmin·yd, mins, acc)` then
+// `acc = fma(d·yd, sumi, acc)` in eight lanes, Q3_K and IQ4_XS `acc = fma(d·yd, sumi, acc)`;
+// then the eight lanes' sum.
+
+/// `T` tokens' worth of one Q2_K weight row; writes `out[t * stride]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], stride: usize) {
+    let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let (x_row, _) = x_row.as_chunks::<Q2K_BYTES>();
+    for (b, x) in x_row.iter().enumerate().take(nb) {
+        let ys = act_blocks::<T>(a, nb, b);
+        // (d, dmin) as an f16 pair in every 64-bit element, converted exactly.
+        let pair = _mm256_cvtph_ps(_mm_set1_epi32(u32_at(x, Q2K_D) as i32));
+        let mins_and_scales = load128(x, Q2K_SCALES);
+        let scales8 = _mm_and_si128(mins_and_scales, m4);
+        let mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(mins_and_scales), m4));
+        let mut d = [_mm256_setzero_ps(); T];
+        for t in 0..T {
+            let v = _mm256_mul_ps(pair, _mm256_set1_ps(f32_at(ys[t], 0)));
+            d[t] = _mm256_moveldup_ps(v);
+            let dmin = _mm256_movehdup_ps(v);
+            let prod = _mm256_madd_epi16(mins, ld(ys[t], Q8K_BSUMS));
+            acc[t] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc[t]);
+        }
+        let scales = [group16_scales(scales8, 0), group16_scales(scales8, 1)];
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for (j, sc) in scales.iter().enumerate() {
+            let bits = ld(x, Q2K_QS + 32 * j);
+            let q2 = [
+                _mm256_and_si256(bits, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
+            ];
+            for (k, &q) in q2.iter().enumerate() {
+                let s = splat32(*sc, k);
+                for t in 0..T {
+                    let p16 = _mm256_maddubs_epi16(q, ld(ys[t], Q8K_QS + 128 * j + 32 * k));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s, p16));
+                }
+            }
+        }
+        for t in 0..T {
+            acc[t] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
+    }
+    for t in 0..T {
+        out[t * stride] = hsum_ps(acc[t]);
+    }
+}
+
+/// `T` tokens' worth of one Q3_K weight row; writes `out[t * stride]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], stride: usize) {
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); T];
+    let (x_row, _) = x_row.as_chunks::<Q3K_BYTES>();
+    for (b, x) in x_row.iter().enumerate().take(nb) {
+        let ys = act_blocks::<T>(a, nb, b);
+        let scales128 = _mm_sub_epi8(q3k_scales(x, Q3K_SCALES), _mm_set1_epi8(32));
+        let scales = [group16_scales(scales128, 0), group16_scales(scales128, 1)];
+        let hbits = ld(x, Q3K_HMASK);
+        // Bit (e / 32) of hmask[e % 32] is the high bit of element e; this byte mask walks
+        // 1, 2, 4, ..., 128 over the eight 32-element groups.
+        let mut hm = _mm256_set1_epi8(1);
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for (j, sc) in scales.iter().enumerate() {
+            let bits = ld(x, Q3K_QS + 32 * j);
+            let q3l = [
+                _mm256_and_si256(bits, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
+            ];
+            for (k, &ql) in q3l.iter().enumerate() {
+                // 4 where the high bit is clear, else 0: the amount to subtract.
+                let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero);
+                let qh = _mm256_and_si256(clear, four);
+                hm = _mm256_add_epi8(hm, hm);
+                let s = splat32(*sc, k);
+                for t in 0..T {
+                    let q8 = ld(ys[t], Q8K_QS + 128 * j + 32 * k);
+                    let p16 = _mm256_sub_epi16(
+                        _mm256_maddubs_epi16(ql, q8),
+                        _mm256_maddubs_epi16(qh, q8),
+                    );
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s, p16));
+                }
+            }
+        }
+        let h = i16::from_le_bytes([x[Q3K_D], x[Q3K_D + 1]]);
+        let dx = _mm256_cvtph_ps(_mm_set1_epi16(h));
+        for t in 0..T {
+            let d = _mm256_mul_ps(dx, _mm256_set1_ps(f32_at(ys[t], 0)));
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
+    }
+    for t in 0..T {
+        out[t * stride] = hsum_ps(acc[t]);
+    }
+}
+
+/// `T` tokens' worth of one IQ4_XS weight row; writes `out[t * stride]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq4xs_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], stride: usize) {
+    let values = _mm256_broadcastsi128_si256(load128(&KVALUES_IQ4NL.map(|v| v as u8), 0));
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let (x_row, _) = x_row.as_chunks::<IQ4XS_BYTES>();
+    for (b, x) in x_row.iter().enumerate().take(nb) {
+        let ys = act_blocks::<T>(a, nb, b);
+        let scales = iq4xs_scales(x);
+        let ctl = std::hint::black_box(&WORD_CTL);
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for ib in 0..4 {
+            // Two 32-element sub-blocks: 16 packed bytes each, low nibbles first; the low
+            // lane takes the low nibbles, the high lane the high ones.
+            let nib = |off: usize| {
+                let bits = load128(x, off);
+                let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(bits), bits), m4);
+                _mm256_shuffle_epi8(values, idx)
+            };
+            let q4_1 = nib(IQ4XS_QS + 32 * ib);
+            let q4_2 = nib(IQ4XS_QS + 32 * ib + 16);
+            let (abs_1, abs_2) = (_mm256_sign_epi8(q4_1, q4_1), _mm256_sign_epi8(q4_2, q4_2));
+            let ls1 = _mm256_shuffle_epi8(scales, ld(&ctl[2 * ib], 0));
+            let ls2 = _mm256_shuffle_epi8(scales, ld(&ctl[2 * ib + 1], 0));
+            for t in 0..T {
+                let q8_1 = ld(ys[t], Q8K_QS + 64 * ib);
+                let q8_2 = ld(ys[t], Q8K_QS + 64 * ib + 32);
+                // Signed × signed through vpmaddubsw: |w| times the activation carrying w's
+                // sign.
+                let p16_1 = _mm256_maddubs_epi16(abs_1, _mm256_sign_epi8(q8_1, q4_1));
+                let p16_2 = _mm256_maddubs_epi16(abs_2, _mm256_sign_epi8(q8_2, q4_2));
+                let p =
+                    _mm256_add_epi32(_mm256_madd_epi16(p16_1, ls1), _mm256_madd_epi16(p16_2, ls2));
+                sumi[t] = _mm256_add_epi32(sumi[t], p);
+            }
+        }
+        let h = i16::from_le_bytes([x[IQ4XS_D], x[IQ4XS_D + 1]]);
+        let dx = _mm256_cvtph_ps(_mm_set1_epi16(h));
+        for t in 0..T {
+            let d = _mm256_mul_ps(dx, _mm256_set1_ps(f32_at(ys[t], 0)));
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
+    }
+    for t in 0..T {
+        out[t * stride] = hsum_ps(acc[t]);
+    }
+}
+
+/// A tile of `R` rows × `T` tokens of blocks of `B` bytes, one row at a time through `row`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows_tile<const R: usize, const B: usize>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    tokens: usize,
+    row: impl Fn(&[u8], &[u8], usize, &mut [f32], usize),
+) {
+    let nb = n / QK_K;
+    let rb = nb * B;
+    check_tile(n, QK_K, w, rb, a, nb * Q8K_BYTES, out, (R, tokens));
+    for r in 0..R {
+        row(&w[r * rb..(r + 1) * rb], a, nb, &mut out[r..], R);
+    }
+}
+
 // Entry points with the `DotTokensFn` signature. They are registered only in the AVX2 table,
 // which `Kernels::detect` builds only after it detected AVX2, FMA and F16C at run time.
 
@@ -377,4 +586,34 @@ fn dot_tokens_q5_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 fn dot_tokens_q6_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: only reachable through the AVX2 table (see above).
     unsafe { q6k_tile::<{ Q6K_TILE.0 }, { Q6K_TILE.1 }>(n, w, a, out) }
+}
+
+fn dot_tokens_q2_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    const T: usize = Q2K_TILE.1;
+    // SAFETY: only reachable through the AVX2 table (see above).
+    unsafe {
+        rows_tile::<{ Q2K_TILE.0 }, Q2K_BYTES>(n, w, a, out, T, |x, a, nb, o, s| {
+            q2k_row::<T>(x, a, nb, o, s)
+        })
+    }
+}
+
+fn dot_tokens_q3_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    const T: usize = Q3K_TILE.1;
+    // SAFETY: only reachable through the AVX2 table (see above).
+    unsafe {
+        rows_tile::<{ Q3K_TILE.0 }, Q3K_BYTES>(n, w, a, out, T, |x, a, nb, o, s| {
+            q3k_row::<T>(x, a, nb, o, s)
+        })
+    }
+}
+
+fn dot_tokens_iq4_xs(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    const T: usize = IQ4XS_TILE.1;
+    // SAFETY: only reachable through the AVX2 table (see above).
+    unsafe {
+        rows_tile::<{ IQ4XS_TILE.0 }, IQ4XS_BYTES>(n, w, a, out, T, |x, a, nb, o, s| {
+            iq4xs_row::<T>(x, a, nb, o, s)
+        })
+    }
 }

@@ -129,7 +129,7 @@ fn k4_scales_mins(b: &[u8], off: usize) -> __m128i {
 /// 16 bytes from `off - 2`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn q3k_scales(b: &[u8], off: usize) -> __m128i {
+pub(in crate::kernels) fn q3k_scales(b: &[u8], off: usize) -> __m128i {
     let v = load128(b, off - 2);
     // Words of `a`: s[0..4], s[4..8], s[0..4], s[4..8] (low nibbles, then high nibbles).
     let a = _mm_shuffle_epi8(
@@ -194,7 +194,7 @@ const fn word_controls() -> [[u8; 32]; 8] {
 /// Broadcast 32-bit element `i` (0..4) within each 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn splat32(v: __m256i, i: usize) -> __m256i {
+pub(in crate::kernels) fn splat32(v: __m256i, i: usize) -> __m256i {
     match i {
         0 => _mm256_shuffle_epi32::<0x00>(v),
         1 => _mm256_shuffle_epi32::<0x55>(v),
@@ -209,7 +209,7 @@ fn splat32(v: __m256i, i: usize) -> __m256i {
 /// first 16 elements use scale `8h + 2k` and last 16 use `8h + 2k + 1`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn group16_scales(s: __m128i, h: usize) -> __m256i {
+pub(in crate::kernels) fn group16_scales(s: __m128i, h: usize) -> __m256i {
     let ctl = if h == 0 {
         _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 1, 1, 3, 3, 5, 5, 7, 7)
     } else {
@@ -466,7 +466,7 @@ fn q6k_avx2(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
 /// field to the top, and a shift brings it down.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn iq4xs_scales(b: &[u8]) -> __m256i {
+pub(in crate::kernels) fn iq4xs_scales(b: &[u8]) -> __m256i {
     let l = _mm_cvtsi32_si128(u32_at(b, iq4xs::SCALES_L) as i32);
     let l = _mm_unpacklo_epi16(l, l);
     // Low 16 bits of scales_l in lanes 0..4, high 16 bits in lanes 4..8.
