@@ -330,7 +330,7 @@ fn simd_tables_have_multi_token_kernels() {
         );
     }
     if Kernels::detect().isa() == Isa::Neon {
-        // the NEON table: F32 and F16 in its tinyBLAS order, Q8_0 and the k-quants in their vec_dot
+        // the NEON table: F32 and F16 in its tinyBLAS order, Q8_0, the k-quants and IQ4_XS in their vec_dot
         // order, and every type llama.cpp's ARM build repacks in its repacked order (with
         // multi-row kernels there too, also for the grouped rows of Q8_0 and Q6_K)
         let mut cases = vec![
@@ -342,6 +342,9 @@ fn simd_tables_have_multi_token_kernels() {
             GgmlType::Q4_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::IQ4_XS,
         ] {
             cases.push((ty, SumOrder::VecDot));
         }

@@ -23,13 +23,14 @@
 
 use std::arch::aarch64::*;
 
-use super::layout::{q4k, q5k, q6k};
+use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
 use super::neon::{Q8KBlock, bsums, ld_s8, ld_u8, s8};
 use super::neon_rows::{act64, dot32, f16x4, k4_mins_lanes, totals4};
-use super::{Q8K_BYTES, Q8K_QS, f32_at};
+use super::{Q8K_BYTES, Q8K_QS, f32_at, unpack_scales_q3k};
 use crate::kernels::legacy::neon::load_u8;
 use crate::kernels::legacy::neon::sdot;
 use crate::kernels::{DotRows, DotRowsFn, DotTokens, DotTokensFn, SumOrder};
+use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
 /// Weight rows per call: one f32 lane each.
@@ -310,6 +311,177 @@ fn q6k_tile<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32], gemm:
 }
 
 // ---------------------------------------------------------------------------------------
+// Q2_K, Q3_K, IQ4_XS (vec_dot order only: llama.cpp's ARM build does not repack them).
+
+/// A super-block's 256 quants as 16 groups of 16 signed bytes and each group's scale: the
+/// integer sum against an activation block is `Σ_g scale[g] · Σ q[g] · a[16g..16g + 16]`.
+struct Groups {
+    q: [int8x16_t; 16],
+    scale: [i32; 16],
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn q2k_groups(x: &[u8; q2k::BYTES]) -> Groups {
+    let m3 = vdupq_n_u8(3);
+    let mut q = [vdupq_n_s8(0); 16];
+    // element 128h + 32s + l: bits 2s..2s+2 of qs[32h + l]; group 8h + 2s + l / 16
+    for h in 0..2 {
+        let q0 = ld_u8(x, q2k::QS + 32 * h);
+        let q1 = ld_u8(x, q2k::QS + 32 * h + 16);
+        for s in 0..4 {
+            let shift = vdupq_n_s8(-2 * s as i8);
+            q[8 * h + 2 * s] = s8(vandq_u8(vshlq_u8(q0, shift), m3));
+            q[8 * h + 2 * s + 1] = s8(vandq_u8(vshlq_u8(q1, shift), m3));
+        }
+    }
+    let scale = std::array::from_fn(|g| i32::from(x[q2k::SCALES + g] & 0x0f));
+    Groups { q, scale }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn q3k_groups(x: &[u8; q3k::BYTES]) -> Groups {
+    let m3 = vdupq_n_u8(3);
+    let four = vdupq_n_u8(4);
+    let hm0 = ld_u8(x, q3k::HMASK);
+    let hm1 = ld_u8(x, q3k::HMASK + 16);
+    let mut q = [vdupq_n_s8(0); 16];
+    // element 128h + 32s + l: bits 2s..2s+2 of qs[32h + l], minus 4 where bit 4h + s of
+    // hmask[l] is clear; group 8h + 2s + l / 16
+    for h in 0..2 {
+        let q0 = ld_u8(x, q3k::QS + 32 * h);
+        let q1 = ld_u8(x, q3k::QS + 32 * h + 16);
+        for s in 0..4 {
+            let bit = vdupq_n_u8(1 << (4 * h + s));
+            let shift = vdupq_n_s8(-2 * s as i8);
+            let quant = |v: uint8x16_t, hm: uint8x16_t| {
+                let low = vandq_u8(vshlq_u8(v, shift), m3);
+                let off = vbicq_u8(four, vtstq_u8(hm, bit));
+                vsubq_s8(s8(low), s8(off))
+            };
+            q[8 * h + 2 * s] = quant(q0, hm0);
+            q[8 * h + 2 * s + 1] = quant(q1, hm1);
+        }
+    }
+    let sc = unpack_scales_q3k(&x[q3k::SCALES..q3k::SCALES + 12]);
+    let scale = std::array::from_fn(|g| i32::from(sc[g]) - 32);
+    Groups { q, scale }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn iq4xs_groups(x: &[u8; iq4xs::BYTES]) -> Groups {
+    // SAFETY: `KVALUES_IQ4NL` is 16 readable bytes.
+    let values = unsafe { vld1q_s8(KVALUES_IQ4NL.as_ptr()) };
+    let m4 = vdupq_n_u8(0x0f);
+    let lut = |v: uint8x16_t| vqtbl1q_s8(values, v);
+    let mut q = [vdupq_n_s8(0); 16];
+    let mut scale = [0i32; 16];
+    let h = u32::from(u16::from_le_bytes([
+        x[iq4xs::SCALES_H],
+        x[iq4xs::SCALES_H + 1],
+    ]));
+    // sub-block 2ib: the low then the high nibbles of qs[32ib..32ib + 16] (groups 4ib,
+    // 4ib + 1); sub-block 2ib + 1: those of qs[32ib + 16..32ib + 32]
+    for ib in 0..4 {
+        let q0 = ld_u8(x, iq4xs::QS + 32 * ib);
+        let q1 = ld_u8(x, iq4xs::QS + 32 * ib + 16);
+        q[4 * ib] = lut(vandq_u8(q0, m4));
+        q[4 * ib + 1] = lut(vshrq_n_u8::<4>(q0));
+        q[4 * ib + 2] = lut(vandq_u8(q1, m4));
+        q[4 * ib + 3] = lut(vshrq_n_u8::<4>(q1));
+        let sl = u32::from(x[iq4xs::SCALES_L + ib]);
+        let hb = h >> (4 * ib);
+        let ls1 = ((sl & 0xf) | ((hb << 4) & 0x30)) as i32 - 32;
+        let ls2 = ((sl >> 4) | ((hb << 2) & 0x30)) as i32 - 32;
+        scale[4 * ib..4 * ib + 4].copy_from_slice(&[ls1, ls1, ls2, ls2]);
+    }
+    Groups { q, scale }
+}
+
+/// The float steps of a Q2_K / Q3_K / IQ4_XS super-block (their `vec_dot` ones).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GroupOrder {
+    /// `sum = fma(mins, -(dy · dmin), sum)`, then `sum = fma(isum, dy · d, sum)`.
+    Q2,
+    /// `sum = fma(isum, dy · d, sum)`.
+    Q3,
+    /// `sum = fma(d · dy, isum, sum)`.
+    Iq4Xs,
+}
+
+/// The tile for a type whose super-blocks `groups` decodes (blocks of `B` bytes, the f16 `d`
+/// at `d_at`, Q2_K's `dmin` right after it), with the float steps of `order`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+#[allow(clippy::too_many_arguments)]
+fn groups_tile<const B: usize, const T: usize>(
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    groups: impl Fn(&[u8; B]) -> Groups,
+    d_at: usize,
+    order: GroupOrder,
+) {
+    let (w, a) = split::<B, T>(ty, n, w, a, out);
+    let mut acc = [vdupq_n_f32(0.0); T];
+    for b in 0..n / QK_K {
+        let x = w.map(|row| &row[b]);
+        let y: [&Q8KBlock; T] = a.map(|act| &act[b]);
+        // per token and row: the integer sum of the super-block
+        let mut isum = [[vdupq_n_s32(0); ROWS]; T];
+        for (r, x) in x.iter().enumerate() {
+            let g = groups(x);
+            for (isum, y) in isum.iter_mut().zip(y) {
+                let mut s = vdupq_n_s32(0);
+                for (k, (&q, &sc)) in g.q.iter().zip(&g.scale).enumerate() {
+                    let p = sdot(vdupq_n_s32(0), q, ld_s8(y, Q8K_QS + 16 * k));
+                    s = vmlaq_n_s32(s, p, sc);
+                }
+                isum[r] = s;
+            }
+        }
+        let dw = f16x4(x, d_at);
+        for ((acc, isum), y) in acc.iter_mut().zip(isum).zip(y) {
+            let dy = f32_at(y, 0);
+            let isum = vcvtq_f32_s32(totals4(isum));
+            // dy · d (= d · dy)
+            let d = vmulq_n_f32(dw, dy);
+            match order {
+                GroupOrder::Q2 => {
+                    // Σ_g bsums[g] · min[g] per row, before its horizontal sum
+                    let (b0, b1) = bsums(y);
+                    let mins = totals4(x.map(|x| {
+                        let m = vshrq_n_u8::<4>(ld_u8(x, q2k::SCALES));
+                        let (v0, v1) = (
+                            vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m))),
+                            vreinterpretq_s16_u16(vmovl_high_u8(m)),
+                        );
+                        let p0 = vaddq_s32(
+                            vmull_s16(vget_low_s16(b0), vget_low_s16(v0)),
+                            vmull_high_s16(b0, v0),
+                        );
+                        let p1 = vaddq_s32(
+                            vmull_s16(vget_low_s16(b1), vget_low_s16(v1)),
+                            vmull_high_s16(b1, v1),
+                        );
+                        vaddq_s32(p0, p1)
+                    }));
+                    let dmin = vnegq_f32(vmulq_n_f32(f16x4(x, q2k::DMIN), dy));
+                    *acc = vfmaq_f32(*acc, vcvtq_f32_s32(mins), dmin);
+                    *acc = vfmaq_f32(*acc, isum, d);
+                }
+                GroupOrder::Q3 | GroupOrder::Iq4Xs => *acc = vfmaq_f32(*acc, isum, d),
+            }
+        }
+    }
+    store(acc, out);
+}
+
+// ---------------------------------------------------------------------------------------
 // Entry points with the `DotRowsFn` / `DotTokensFn` signature. They are registered only in
 // the NEON table, which `Kernels::detect` builds only after it detected NEON, the dot
 // product and FP16 at run time.
@@ -342,6 +514,12 @@ entries! {
     q5k_repacked_tokens => |n, w, a, out|
         k4_tile::<Q5, TOKENS, true>(GgmlType::Q5_K, n, w, a, out, K4Order::Repacked);
     q6k_gemm_rows => |n, w, a, out| q6k_tile::<1>(n, w, a, out, true);
+    q2k_vecdot_tokens => |n, w, a, out| groups_tile::<{ q2k::BYTES }, TOKENS>(
+        GgmlType::Q2_K, n, w, a, out, |x| q2k_groups(x), q2k::D, GroupOrder::Q2);
+    q3k_vecdot_tokens => |n, w, a, out| groups_tile::<{ q3k::BYTES }, TOKENS>(
+        GgmlType::Q3_K, n, w, a, out, |x| q3k_groups(x), q3k::D, GroupOrder::Q3);
+    iq4xs_vecdot_tokens => |n, w, a, out| groups_tile::<{ iq4xs::BYTES }, TOKENS>(
+        GgmlType::IQ4_XS, n, w, a, out, |x| iq4xs_groups(x), iq4xs::D, GroupOrder::Iq4Xs);
     q6k_gemm_tokens => |n, w, a, out| q6k_tile::<TOKENS>(n, w, a, out, true);
 }
 
@@ -363,6 +541,9 @@ pub(super) fn register(k: &mut crate::kernels::Kernels) {
     k.set_dot_tokens_in(v, Q4_K, ROWS, TOKENS, q4k_vecdot_tokens);
     k.set_dot_tokens_in(v, Q5_K, ROWS, TOKENS, q5k_vecdot_tokens);
     k.set_dot_tokens_in(v, Q6_K, ROWS, TOKENS, q6k_vecdot_tokens);
+    k.set_dot_tokens_in(v, Q2_K, ROWS, TOKENS, q2k_vecdot_tokens);
+    k.set_dot_tokens_in(v, Q3_K, ROWS, TOKENS, q3k_vecdot_tokens);
+    k.set_dot_tokens_in(v, IQ4_XS, ROWS, TOKENS, iq4xs_vecdot_tokens);
     // the 8x4 orders; Q6_K's gemv sums as its vec_dot (the multi-row kernel of `neon_rows.rs`)
     let r = SumOrder::Repacked;
     k.set_dot_rows_in(r, Q4_K, ROWS, q4k_repacked_rows);
