@@ -50,10 +50,10 @@ pub struct RowKernel {
     /// Kernels for the activation rows of a batched product ([`matmul_with`]) that the
     /// reproduced llama.cpp path multiplies in groups: of `n` rows, the first
     /// `n - n % group` are quantized and multiplied with these, the others (and the single
-    /// row of [`matvec_with`]) with `quantize` / `dot` / `dot_rows`. Only llama.cpp's
-    /// repacked Q4_K sums a batch of 4 rows (its gemm) in another order than one row (its
-    /// gemv), and only for plain matrices: an expert stack is multiplied one row at a time.
-    /// `None` elsewhere.
+    /// row of [`matvec_with`]) with `quantize` / `dot` / `dot_rows` / `dot_tokens`. Only some
+    /// of llama.cpp's repacked gemms sum a batch of 4 rows in another order than their gemv
+    /// (Q4_K on x86; Q8_0 and Q6_K on ARM), and only for plain matrices: an expert stack is
+    /// multiplied one row at a time. `None` elsewhere.
     pub grouped: Option<GroupedDot>,
     /// Ask the CPU to fetch upcoming weight rows ahead of the dot kernel (software
     /// prefetch, about 2 KiB ahead). This pays off when the weights stream from DRAM, the
