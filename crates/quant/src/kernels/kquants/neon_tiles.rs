@@ -1,25 +1,25 @@
-//! NEON multi-token kernels ([`crate::kernels::DotTokensFn`]) of Q4_K, Q5_K and Q6_K, and the
-//! multi-row kernels of llama.cpp's ARM 8x4 orders: four weight rows (one f32 lane each, as
-//! in `neon_rows.rs`) × `T` Q8_K activation rows.
+//! NEON multi-token kernels ([`crate::kernels::DotTokensFn`]) of the k-quants and IQ4_XS,
+//! and the multi-row kernels of llama.cpp's ARM 8x4 orders: four weight rows (one f32 lane
+//! each, as in `neon_rows.rs`) × `T` Q8_K activation rows.
 //!
 //! Each output keeps the float steps of its single-row kernel in `neon.rs`, lane by lane:
 //!
 //! * `SumOrder::VecDot` (`vec_dot`): Q4_K `sum = fma(-mins, dy · dmin, sum)` then
 //!   `sum = fma(isum, dy · d, sum)`; Q5_K `sum = sum + fma(isum, dy · d, -(mins · (dy · dmin)))`;
-//!   Q6_K `sum = fma(d · dy, isum, sum)`.
+//!   Q6_K and IQ4_XS `sum = fma(d · dy, isum, sum)`; Q3_K `sum = fma(isum, dy · d, sum)`; Q2_K
+//!   `sum = fma(mins, -(dy · dmin), sum)` then `sum = fma(isum, dy · d, sum)`.
 //! * `SumOrder::Repacked` (the 8x4 gemv and gemm): Q4_K and Q5_K
 //!   `acc = fma(d · dy, isum_j, acc)` per pair of sub-blocks `j`, then
 //!   `acc = acc - mins · (dmin · dy)`; Q6_K's gemv as its `vec_dot`, its gemm
 //!   `acc = acc + isum · (d · dy)`.
 //!
 //! Per super-block, the quants, sub-block scales and f16 scales of the four rows are unpacked
-//! once for the `T` tokens; each token's activation quants are loaded once per group of
-//! sub-blocks for the four rows. Integer sums are exact, so the four rows' totals come from
-//! one pairwise reduction.
+//! once for the `T` tokens. Integer sums are exact, so the four rows' totals come from one
+//! pairwise reduction.
 //!
-//! `T = 1` is the multi-row kernel of a one-token product (the repacked orders', which the
-//! NEON table uses for every weight llama.cpp's ARM build repacks), `T = 4` the tile of a
-//! batched one.
+//! For Q4_K and Q5_K, `T = 1` is also the multi-row kernel of a one-token product in the
+//! repacked order (which the NEON table uses for every weight llama.cpp's ARM build repacks);
+//! `T = 4` is the tile of a batched one.
 
 use std::arch::aarch64::*;
 

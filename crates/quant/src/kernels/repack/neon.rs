@@ -17,6 +17,8 @@
 //! IQ4_NL and MXFP4 are repacked 4x4 too; their gemv and gemm (NEON intrinsics) both take
 //! `acc = acc + (d_a · d_w) · Σ`, a multiply then an add (the compiled reference does not
 //! fuse them), `Σ` over the table values (MXFP4's doubled, with half its E8M0 scale).
+//!
+//! The multi-row and multi-token kernels of these orders are in `neon/tiles.rs`.
 
 use super::super::act::quantize_q8_0_neon;
 use super::super::legacy::neon::{

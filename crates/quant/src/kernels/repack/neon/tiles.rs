@@ -8,7 +8,9 @@
 //! IEEE operation lane by lane (the products commute exactly), so every output has the bits
 //! of the single-row kernel. Per block, the weight quants and scales of the four rows are
 //! unpacked once for the `T` tokens, and each activation block is loaded once for the four
-//! rows; the four block totals of a token come from one pairwise reduction (exact integers).
+//! rows. The integer sums run on over the blocks (one accumulator per row and token, never
+//! zeroed), and a block's four totals are the difference of two pairwise reductions: exact
+//! modulo 2^32, and every block's true total fits in an i32.
 //!
 //! `T = 1` is the multi-row kernel of a one-token product (decoding), `T = 4` the tile of a
 //! batched one.
