@@ -44,7 +44,7 @@ type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
     let notices = crate::stderr_notices();
-    let opened = runtime::stream::open_for(&opts.model, &opts.stream, &notices)?;
+    let opened = runtime::stream::open_for(&opts.model, &opts.stream, None, &notices)?;
     let file = opened.file;
     let model = load_model(&file, &opts.model)?;
     let ids = match (&opts.prompt, &opts.tokens) {

@@ -670,6 +670,15 @@ struct RunArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     route_ahead: usize,
 
+    /// LOSSY: route each token to K experts in every MoE layer instead of the model's own
+    /// count (its `expert_used_count`): the K best of the router's ranking, their weights
+    /// normalized over those K where the model normalizes them. Fewer experts read and
+    /// multiplied per token, a different output; reproducible (the same K gives the same
+    /// tokens, streamed or resident). K equal to the model's count is the baseline. The
+    /// effective K is the one the `mode:` line, the CSV preamble and `cache_cycle_mb` report.
+    #[arg(long, value_name = "K")]
+    n_expert_used: Option<u32>,
+
     #[command(flatten)]
     stream: args::StreamArgs,
 
@@ -922,6 +931,7 @@ fn main() -> ExitCode {
                 .map(|(path, by_layer)| runtime::open::ComputeTraceFile { path, by_layer });
             run.predict_log = args.predict_log;
             run.route_ahead = args.route_ahead;
+            run.n_expert_used = args.n_expert_used;
             run::run(&run::Options {
                 run,
                 prompt: args.prompt,

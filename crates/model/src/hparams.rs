@@ -40,6 +40,11 @@ impl PerLayer {
     pub fn as_slice(&self) -> &[u32] {
         &self.0
     }
+
+    /// Every layer's value set to `v`.
+    pub fn set_all(&mut self, v: u32) {
+        self.0.iter_mut().for_each(|x| *x = v);
+    }
 }
 
 /// RoPE frequency scaling as stored in the file.

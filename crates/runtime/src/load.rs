@@ -7,7 +7,7 @@ use gguf::GgufFile;
 use model::Model;
 use quant::{Kernels, ThreadPool};
 
-use crate::error::{Context, Result};
+use crate::error::{Context, Result, reject};
 use crate::notice::Notices;
 
 /// Threads to use: the given count, or every core the process may use.
@@ -28,6 +28,40 @@ pub fn open_model(path: &Path) -> Result<GgufFile> {
 /// The model's graph description, with errors naming the file.
 pub fn load_model<'a>(file: &'a GgufFile, path: &Path) -> Result<Model<'a>> {
     Model::from_gguf(file).with_context(|| format!("{}: cannot load the model", path.display()))
+}
+
+/// [`load_model`], routing to `n_expert_used` experts per token in every MoE layer instead of
+/// the file's `expert_used_count` where it is `Some` (`--n-expert-used`, lossy); refused for a
+/// model without routed experts and for a count outside `1..=n_expert`.
+pub fn load_model_routed<'a>(
+    file: &'a GgufFile,
+    path: &Path,
+    n_expert_used: Option<u32>,
+) -> Result<Model<'a>> {
+    let mut model = load_model(file, path)?;
+    if let Some(k) = n_expert_used {
+        let hp = &mut model.hparams;
+        check_n_expert_used(k, hp.n_expert, path)?;
+        hp.n_expert_used.set_all(k);
+    }
+    Ok(model)
+}
+
+/// `--n-expert-used k` for a model of `n_expert` routed experts: `1..=n_expert`.
+pub fn check_n_expert_used(k: u32, n_expert: u32, path: &Path) -> Result<()> {
+    if n_expert == 0 {
+        reject!(
+            "--n-expert-used: {} has no routed experts (not a mixture-of-experts model)",
+            path.display()
+        );
+    }
+    if k == 0 || k > n_expert {
+        reject!(
+            "--n-expert-used {k}: {} has {n_expert} experts per MoE layer; the count must be 1 to {n_expert}",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The engine for `model`, with errors naming the file.

@@ -22,7 +22,7 @@ use crate::Choice as _;
 use crate::error::{Context, Error, Result, reject};
 use crate::generate::{Recorders, Runtime, dense_slices};
 use crate::history::{self, HistoryConfig};
-use crate::load::{build_engine, load_model, thread_count};
+use crate::load::{build_engine, check_n_expert_used, load_model, load_model_routed, thread_count};
 use crate::notice::Notices;
 use crate::routes;
 use crate::stream::{
@@ -95,6 +95,9 @@ pub struct RunConfig {
     pub predict_log: bool,
     /// `--route-ahead N` (lossy): commit each decode layer's routing N MoE layers early.
     pub route_ahead: usize,
+    /// `--n-expert-used K` (lossy): route each token to K experts in every MoE layer instead
+    /// of the model's own count.
+    pub n_expert_used: Option<u32>,
     /// Keep a live picture of the routing and what the cache found ([`routes::RouteHeat`],
     /// a dashboard's heatmap).
     pub route_heat: bool,
@@ -141,6 +144,7 @@ impl RunConfig {
             token_figures: false,
             predict_log: false,
             route_ahead: 0,
+            n_expert_used: None,
             route_heat: false,
         }
     }
@@ -154,7 +158,10 @@ pub struct Loaded {
     pub tokenizer: Tokenizer,
     /// With [`RunConfig::chatml`]: the model's chat format.
     pub format: Option<ChatFormat>,
+    /// The hyperparameters the run uses (`--n-expert-used` applied).
     pub hparams: HParams,
+    /// The model file's own experts per token (its largest `expert_used_count`).
+    pub model_n_expert_used: u32,
     pub n_ctx: usize,
     pub n_threads: usize,
     /// Seconds from opening the file to the model's description.
@@ -174,9 +181,14 @@ impl Loaded {
     pub fn open(cfg: &RunConfig, notices: &Notices) -> Result<Loaded> {
         let name = cfg.model.display().to_string();
         let t_load = Instant::now();
-        let opened = open_for(&cfg.model, &cfg.stream, notices)?;
+        let opened = open_for(&cfg.model, &cfg.stream, cfg.n_expert_used, notices)?;
         let file = opened.file;
-        let hparams = load_model(&file, &cfg.model)?.hparams;
+        let mut hparams = load_model(&file, &cfg.model)?.hparams;
+        let model_n_expert_used = hparams.n_expert_used.max();
+        if let Some(k) = cfg.n_expert_used {
+            check_n_expert_used(k, hparams.n_expert, &cfg.model)?;
+            hparams.n_expert_used.set_all(k);
+        }
         let load_s = t_load.elapsed().as_secs_f64();
         let tokenizer = Tokenizer::from_metadata(file.metadata())
             .with_context(|| format!("{name}: cannot build the tokenizer"))?;
@@ -219,6 +231,7 @@ impl Loaded {
             tokenizer,
             format,
             hparams,
+            model_n_expert_used,
             n_ctx,
             n_threads,
             load_s,
@@ -238,7 +251,7 @@ impl Loaded {
     /// The runtime over this model: the engine, the expert source (with its pins), the
     /// sampler and the recorders `cfg` asks for; with the preamble of its CSV and trace files.
     pub fn runtime(&self, cfg: &RunConfig) -> Result<(Runtime<'_>, Preamble)> {
-        let model = load_model(&self.file, &cfg.model)?;
+        let model = load_model_routed(&self.file, &cfg.model, cfg.n_expert_used)?;
         let hp = &model.hparams;
         let engine_cfg = EngineConfig {
             n_ctx: self.n_ctx,
@@ -434,7 +447,12 @@ impl Loaded {
             None => store::ExpertLayout::from_gguf(&self.file)
                 .ok()
                 .flatten()
-                .map(store::ExpertLayout::without_biases),
+                .map(store::ExpertLayout::without_biases)
+                .map(|mut l| {
+                    // the routed count in effect (`--n-expert-used`)
+                    l.n_expert_used = self.hparams.n_expert_used.max();
+                    l
+                }),
         }
     }
 
@@ -734,6 +752,13 @@ impl Loaded {
         } else {
             resident_mode_line(moe, &self.decision.why)
         };
+        if let Some(k) = cfg.n_expert_used {
+            mode.push_str(&format!(
+                ", {k} expert{} per token (lossy: --n-expert-used, the model routes {})",
+                if k == 1 { "" } else { "s" },
+                self.model_n_expert_used
+            ));
+        }
         if cfg.route_ahead > 0 {
             mode.push_str(&format!(
                 ", route-ahead {} (lossy: routing committed {} MoE layer{} early)",

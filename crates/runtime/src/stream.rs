@@ -1612,7 +1612,14 @@ pub struct Opened {
 /// Open `path` for running with `args`: decide whether to stream; when streaming, place the
 /// dense weights as --dense-weights says (experts are read by the store, never through the
 /// map); otherwise read the whole file into memory.
-pub fn open_for(path: &std::path::Path, args: &StreamConfig, notices: &Notices) -> Result<Opened> {
+/// `n_expert_used` (`--n-expert-used`) replaces the model's experts per token in the layout
+/// (its cache sizing and token cycle).
+pub fn open_for(
+    path: &std::path::Path,
+    args: &StreamConfig,
+    n_expert_used: Option<u32>,
+    notices: &Notices,
+) -> Result<Opened> {
     args.validate()?;
     let name = path.display().to_string();
     let file = GgufFile::open(path)?;
@@ -1629,7 +1636,11 @@ pub fn open_for(path: &std::path::Path, args: &StreamConfig, notices: &Notices) 
         }),
     };
     // The engine keeps the experts' biases resident (gpt-oss): only the matrices stream.
-    let layout = layout.map(ExpertLayout::without_biases);
+    let mut layout = layout.map(ExpertLayout::without_biases);
+    if let (Some(l), Some(k)) = (layout.as_mut(), n_expert_used) {
+        crate::load::check_n_expert_used(k, l.n_expert, path)?;
+        l.n_expert_used = k;
+    }
     let mut decision = args.decide(&file, layout.as_ref());
     if let Some(why) = why_not {
         decision.why = why;

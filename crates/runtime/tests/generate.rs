@@ -229,6 +229,75 @@ fn route_ahead_zero_is_the_baseline_and_a_fired_one_commits_and_reports_agreemen
     );
 }
 
+#[test]
+fn n_expert_used_at_the_model_count_is_the_baseline_and_fewer_route_fewer() {
+    let model = "qwen3moe-q4_k_m.gguf";
+    let mut base = config(moe(model));
+    base.stream.moe_stream = StreamMode::Off;
+    let (want, _) = generate(&base, "The experts", 12);
+    let model_k = Loaded::open(&base, &Notices::silent())
+        .expect("open")
+        .model_n_expert_used;
+    assert!(model_k > 1, "the fixture routes {model_k} experts");
+
+    // K = the model's own count: the baseline, bit for bit
+    let mut inert = base.clone();
+    inert.n_expert_used = Some(model_k);
+    let (got, _) = generate(&inert, "The experts", 12);
+    assert_eq!(got.tokens, want.tokens);
+
+    // K = 1: reported everywhere as the effective count, deterministic, streamed == resident,
+    // one expert read per token and MoE layer where the model reads K
+    let mut fired = base.clone();
+    fired.n_expert_used = Some(1);
+    let loaded = Loaded::open(&fired, &Notices::silent()).expect("open");
+    assert_eq!(loaded.hparams.n_expert_used.max(), 1);
+    assert_eq!(loaded.model_n_expert_used, model_k);
+    let (_, preamble) = loaded.runtime(&fired).expect("runtime");
+    assert_eq!(preamble.n_expert_used, 1);
+    let (one, _) = generate(&fired, "The experts", 12);
+    let (again, _) = generate(&fired, "The experts", 12);
+    assert_eq!(again.tokens, one.tokens);
+
+    let stream = |cfg: &RunConfig| {
+        let mut s = cfg.clone();
+        s.stream.moe_stream = StreamMode::On;
+        s.stream.cache_mb = Some(CacheMb::Mib(2));
+        s.stream.force_cache = true;
+        s
+    };
+    let (s_one, _) = generate(&stream(&fired), "The experts", 12);
+    assert_eq!(s_one.tokens, one.tokens, "K = 1 streamed vs resident");
+    let (s_base, _) = generate(&stream(&base), "The experts", 12);
+    assert_eq!(s_base.tokens, want.tokens);
+    assert_eq!(s_one.tokens.len(), s_base.tokens.len());
+    assert!(s_one.d.routed > 0);
+    assert_eq!(
+        s_one.d.routed * u64::from(model_k),
+        s_base.d.routed,
+        "experts routed per decode step"
+    );
+    let cycle = |cfg: &RunConfig| {
+        let l = Loaded::open(&stream(cfg), &Notices::silent()).expect("open");
+        l.layout
+            .as_ref()
+            .expect("a streamed layout")
+            .token_cycle_bytes()
+    };
+    assert_eq!(cycle(&fired) * u64::from(model_k), cycle(&base));
+
+    // outside 1..=n_expert: refused, naming the flag
+    for k in [0, loaded.hparams.n_expert + 1] {
+        let mut bad = base.clone();
+        bad.n_expert_used = Some(k);
+        let err = Loaded::open(&bad, &Notices::silent())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("--n-expert-used"), "{err}");
+    }
+}
+
 /// Every event a sink receives, in order.
 #[derive(Default)]
 struct Record(Vec<String>);
