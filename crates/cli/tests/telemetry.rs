@@ -115,7 +115,7 @@ fn parse_csv(text: &str) -> Csv {
             (k, x)
         })
         .collect();
-    for k in SUMMARY_KEYS {
+    for k in SUMMARY_KEYS.iter().chain(BMOE_SUMMARY_KEYS) {
         assert!(summary.contains_key(*k), "summary: no {k}");
     }
     Csv {

@@ -531,11 +531,15 @@ impl Summary {
             ),
             ("cache_hit_pct", format!("{:.2}", self.cache_hit_pct)),
             ("cache_budget_MiB", format!("{:.1}", self.cache_budget_mib)),
+            // budget changes during the run: sluice sizes its cache once, before the first token
+            ("cache_resizes", "0".into()),
             (
                 "cache_resident_MiB",
                 format!("{:.1}", d.resident_bytes as f64 / MIB),
             ),
             ("read_MiB", format!("{:.3}", d.read_bytes as f64 / MIB)),
+            // the generation's expert read time in all (`io_s/tok` is its share per token)
+            ("io_s", format!("{:.3}", s(d.io_ns))),
             ("io_s/tok", format!("{:.4}", per(s(d.io_ns)))),
             ("compute_s/tok", format!("{:.4}", per(compute))),
             ("stall_s/tok", format!("{:.4}", per(s(d.stall_ns)))),
@@ -578,6 +582,12 @@ impl Summary {
             ),
             ("spec_experts", d.prefetches.to_string()),
             ("spec_useful", d.prefetch_hits.to_string()),
+            // speculative decoding (`--mtp`, `--ngram`): not implemented, so nothing drafted
+            ("mtp_drafted", "0".into()),
+            ("mtp_accepted", "0".into()),
+            ("mtp_decodes", "0".into()),
+            ("mtp_draft_s/tok", "0".into()),
+            ("drafted_steps", "0".into()),
             ("ra_committed", self.ahead.committed.to_string()),
             ("ra_passthrough", self.ahead.passed.to_string()),
             ("ra_agree_pct", format!("{:.2}", self.ahead.agree_pct())),
