@@ -13,7 +13,7 @@ use quant::ThreadPool;
 use text::Tokenizer;
 
 use crate::npy;
-use runtime::load::{build_engine, load_model, thread_count};
+use runtime::load::{build_engine, load_model_routed, thread_count};
 
 pub struct Options {
     pub model: PathBuf,
@@ -35,6 +35,8 @@ pub struct Options {
     pub stream: runtime::stream::StreamConfig,
     /// Only the last position's logits, computed as a generation computes them.
     pub last: bool,
+    /// `--n-expert-used` (lossy): experts per token in every MoE layer.
+    pub n_expert_used: Option<u32>,
 }
 
 /// Named intermediates collected over the whole forward pass: file stem → values, chunk after
@@ -44,9 +46,10 @@ type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
     let notices = crate::stderr_notices();
-    let opened = runtime::stream::open_for(&opts.model, &opts.stream, None, &notices)?;
+    let opened =
+        runtime::stream::open_for(&opts.model, &opts.stream, opts.n_expert_used, &notices)?;
     let file = opened.file;
-    let model = load_model(&file, &opts.model)?;
+    let model = load_model_routed(&file, &opts.model, opts.n_expert_used)?;
     let ids = match (&opts.prompt, &opts.tokens) {
         (Some(p), None) => {
             let tokenizer = Tokenizer::from_metadata(file.metadata())

@@ -734,6 +734,11 @@ struct LogitsArgs {
     #[arg(long, conflicts_with = "dump")]
     last: bool,
 
+    /// LOSSY: route every MoE layer to K experts instead of the model's own count, as
+    /// `sluice run --n-expert-used` does (docs/lossy.md).
+    #[arg(long, value_name = "K")]
+    n_expert_used: Option<u32>,
+
     #[command(flatten)]
     engine: EngineArgs,
 
@@ -994,6 +999,7 @@ fn main() -> ExitCode {
             dump_names: args.dump_names,
             stream: args.stream.config(),
             last: args.last,
+            n_expert_used: args.n_expert_used,
         }),
         Command::Analyze(args) => analyze::run(args),
         Command::GenModel(args) => genmodel::run(args),
