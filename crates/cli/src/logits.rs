@@ -87,7 +87,13 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(on) = opts.row_prefetch {
         engine.set_row_prefetch(on);
     }
-    runtime::load::apply_multi_row(&mut engine, &file, opts.multi_row, &notices);
+    runtime::load::apply_multi_row(
+        &mut engine,
+        &file,
+        opts.multi_row,
+        opts.row_prefetch,
+        &notices,
+    );
     if let Some(layout) = opened.layout {
         let src = opts.stream.source(
             &file,

@@ -1864,6 +1864,14 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// [`Engine::set_row_prefetch`] for the one-token products (decoding) only: the batched
+    /// products of prefill keep theirs.
+    pub fn set_one_token_row_prefetch(&mut self, on: bool) {
+        for m in self.w.mats_mut() {
+            m.kernel_one.prefetch = on;
+        }
+    }
+
     /// Use (on, the default) or leave out (off) the multi-row kernels in one-token products
     /// (decoding): each row's result is the same bits either way; which one streams weights
     /// faster depends on the CPU (`quant::multi_row_calibration`).

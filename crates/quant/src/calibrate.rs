@@ -6,6 +6,8 @@
 //! too large for the caches at less than half the single-row kernel's rate (docs/performance.md,
 //! "One row or several"), so the choice is measured here, once per process: one thread, a Q4_K
 //! matrix four times the size of a large last-level cache, both ways, alternating, best of each.
+//! The single-row kernel is also measured without the software row prefetch, which on that
+//! EPYC costs the single-row kernel up to half its rate on long rows (docs/performance.md).
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -24,66 +26,79 @@ pub const STREAMED_MODEL_BYTES: u64 = 256 << 20;
 /// The result of [`multi_row_calibration`]: weight bytes streamed per second, each way.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MultiRowCalibration {
-    /// GB/s with the multi-row kernels.
+    /// GB/s with the multi-row kernels (and the software row prefetch).
     pub multi_gbs: f64,
-    /// GB/s with the single-row kernel alone.
+    /// GB/s with the single-row kernel alone (and the software row prefetch).
     pub single_gbs: f64,
+    /// GB/s with the single-row kernel alone, without the software row prefetch.
+    pub single_nopf_gbs: f64,
 }
 
 impl MultiRowCalibration {
-    /// True when the multi-row kernels are not clearly slower (within 5 %).
+    /// True when the multi-row kernels are not clearly slower (within 5 %) than the single-row
+    /// kernel with the better prefetch setting.
     pub fn multi_row_pays(&self) -> bool {
-        self.single_gbs <= self.multi_gbs * 1.05
+        self.single_gbs.max(self.single_nopf_gbs) <= self.multi_gbs * 1.05
+    }
+
+    /// With the single-row kernel: whether the software row prefetch pays (it is kept unless
+    /// leaving it out is more than 5 % faster).
+    pub fn single_row_prefetch_pays(&self) -> bool {
+        self.single_nopf_gbs <= self.single_gbs * 1.05
     }
 }
 
-/// Rows × columns of the calibration matrix: Q4_K rows of 2048 (1152 bytes), 64 MiB (twice
-/// the largest last-level cache slice of a common server core complex).
-const CAL_COLS: usize = 2048;
-const CAL_ROWS: usize = (64 << 20) / 1152 / 8 * 8;
+/// Columns of the calibration matrices: Q4_K rows of 2048 (1152 bytes) and of 8192 (4608 bytes:
+/// the row prefetch's cost shows on long rows), each matrix 64 MiB (twice the largest
+/// last-level cache slice of a common server core complex).
+const CAL_COLS: [usize; 2] = [2048, 8192];
+const CAL_BYTES: usize = 64 << 20;
 /// Timed passes each way.
 const CAL_PASSES: usize = 3;
 
 /// Measures both ways on `kernels`' Q4_K one-row kernels (the order the decode path uses for a
-/// Q4_K weight of a row count divisible by 8); `None` when the table has no Q4_K multi-row
+/// Q4_K weight of a row count divisible by 8), over both calibration shapes (the best pass of
+/// each, their bytes over their summed times); `None` when the table has no Q4_K multi-row
 /// kernel (nothing to choose) or the measurement cannot run.
 pub fn measure_multi_row(kernels: &Kernels) -> Option<MultiRowCalibration> {
     let w = GgmlType::Q4_K;
-    let base = RowKernel::for_weight(kernels, w, CAL_ROWS, CAL_COLS, false).ok()?;
-    let mut multi = RowKernel::lookup_in(kernels, w, base.order.single_row()).ok()?;
-    multi.dot_rows?;
-    multi.prefetch = true;
-    let mut single = multi;
-    single.dot_rows = None;
-    let rb = w.row_bytes(CAL_COLS as u64)? as usize;
-    // Written bytes (not the zero page): 0x11 gives finite f16 scales.
-    let data = vec![0x11u8; rb * CAL_ROWS];
-    let x: Vec<f32> = (0..CAL_COLS).map(|i| (i % 7) as f32 - 3.0).collect();
-    let mut out = vec![0f32; CAL_ROWS];
-    let mut scratch = Vec::new();
     let pool = ThreadPool::new(1).ok()?;
-    let mut best = [f64::INFINITY; 2];
-    for _ in 0..CAL_PASSES {
-        for (i, k) in [&multi, &single].into_iter().enumerate() {
-            let t = Instant::now();
-            matvec_with(
-                &pool,
-                k,
-                &data,
-                CAL_ROWS,
-                CAL_COLS,
-                &x,
-                &mut out,
-                &mut scratch,
-            )
-            .ok()?;
-            best[i] = best[i].min(t.elapsed().as_secs_f64());
+    let mut total_s = [0f64; 3];
+    let mut total_bytes = 0f64;
+    for cols in CAL_COLS {
+        let rb = w.row_bytes(cols as u64)? as usize;
+        let rows = CAL_BYTES / rb / 8 * 8;
+        let base = RowKernel::for_weight(kernels, w, rows, cols, false).ok()?;
+        let mut multi = RowKernel::lookup_in(kernels, w, base.order.single_row()).ok()?;
+        multi.dot_rows?;
+        multi.prefetch = true;
+        let mut single = multi;
+        single.dot_rows = None;
+        let mut single_nopf = single;
+        single_nopf.prefetch = false;
+        // Written bytes (not the zero page): 0x11 gives finite f16 scales.
+        let data = vec![0x11u8; rb * rows];
+        let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 - 3.0).collect();
+        let mut out = vec![0f32; rows];
+        let mut scratch = Vec::new();
+        let mut best = [f64::INFINITY; 3];
+        for _ in 0..CAL_PASSES {
+            for (i, k) in [&multi, &single, &single_nopf].into_iter().enumerate() {
+                let t = Instant::now();
+                matvec_with(&pool, k, &data, rows, cols, &x, &mut out, &mut scratch).ok()?;
+                best[i] = best[i].min(t.elapsed().as_secs_f64());
+            }
         }
+        for (total, best) in total_s.iter_mut().zip(best) {
+            *total += best;
+        }
+        total_bytes += data.len() as f64;
     }
-    let gbs = |s: f64| data.len() as f64 / s / 1e9;
+    let gbs = |s: f64| total_bytes / s / 1e9;
     Some(MultiRowCalibration {
-        multi_gbs: gbs(best[0]),
-        single_gbs: gbs(best[1]),
+        multi_gbs: gbs(total_s[0]),
+        single_gbs: gbs(total_s[1]),
+        single_nopf_gbs: gbs(total_s[2]),
     })
 }
 
@@ -102,7 +117,7 @@ mod tests {
         let k = Kernels::detect();
         let has_rows = k
             .dot_rows_in(
-                RowKernel::for_weight(k, GgmlType::Q4_K, CAL_ROWS, CAL_COLS, false)
+                RowKernel::for_weight(k, GgmlType::Q4_K, 4096, CAL_COLS[0], false)
                     .unwrap()
                     .order
                     .single_row(),
@@ -114,6 +129,10 @@ mod tests {
                 assert!(has_rows);
                 assert!(c.multi_gbs.is_finite() && c.multi_gbs > 0.0, "{c:?}");
                 assert!(c.single_gbs.is_finite() && c.single_gbs > 0.0, "{c:?}");
+                assert!(
+                    c.single_nopf_gbs.is_finite() && c.single_nopf_gbs > 0.0,
+                    "{c:?}"
+                );
             }
             None => assert!(
                 !has_rows,

@@ -77,12 +77,14 @@ pub fn build_engine<'a>(
 
 /// Whether `engine`'s one-token products use the multi-row kernels: as `setting` says, else as
 /// measured on this CPU (once per process, said in `notices`) for a model too large to stay in
-/// the caches (`quant::calibrate::STREAMED_MODEL_BYTES`; a smaller one keeps them). The output
-/// is the same bits either way.
+/// the caches (`quant::calibrate::STREAMED_MODEL_BYTES`; a smaller one keeps them). Where the
+/// measurement picks one row a call and `prefetch` (`--row-prefetch`) is unset, it also decides
+/// the one-token products' row prefetch. The output is the same bits either way.
 pub fn apply_multi_row(
     engine: &mut Engine<'_>,
     file: &GgufFile,
     setting: Option<bool>,
+    prefetch: Option<bool>,
     notices: &Notices,
 ) {
     let on = setting.unwrap_or_else(|| {
@@ -93,12 +95,24 @@ pub fn apply_multi_row(
             return true;
         };
         let on = c.multi_row_pays();
+        // One row a call, with the row prefetch unless the measurement says it costs (and
+        // --row-prefetch did not choose).
+        let prefetch_off = !on && prefetch.is_none() && !c.single_row_prefetch_pays();
         notices.info(format!(
-            "sluice: decode kernels: {} (measured: {:.1} GB/s with several rows a call, {:.1} GB/s one row; --multi-row to choose)",
+            "sluice: decode kernels: {}{} (measured: {:.1} GB/s with several rows a call, {:.1} GB/s one row, {:.1} GB/s one row without the row prefetch; --multi-row, --row-prefetch to choose)",
             if on { "several rows a call" } else { "one row a call" },
+            if prefetch_off {
+                ", without the row prefetch"
+            } else {
+                ""
+            },
             c.multi_gbs,
-            c.single_gbs
+            c.single_gbs,
+            c.single_nopf_gbs
         ));
+        if prefetch_off {
+            engine.set_one_token_row_prefetch(false);
+        }
         on
     });
     if !on {

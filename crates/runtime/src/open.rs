@@ -262,7 +262,13 @@ impl Loaded {
         if let Some(on) = cfg.row_prefetch {
             engine.set_row_prefetch(on);
         }
-        crate::load::apply_multi_row(&mut engine, &self.file, cfg.multi_row, &self.notices);
+        crate::load::apply_multi_row(
+            &mut engine,
+            &self.file,
+            cfg.multi_row,
+            cfg.row_prefetch,
+            &self.notices,
+        );
         let predict = self.lookahead(cfg, hp, &mut engine)?;
         let counters = Arc::new(StreamCounters::default());
         let layout = self.expert_layout();
