@@ -475,6 +475,12 @@ struct ServeArgs {
     #[arg(long)]
     no_think: bool,
 
+    /// LOSSY: route every MoE layer to K experts instead of the model's own count, for every
+    /// request, as `sluice run --n-expert-used` does (docs/lossy.md); `/v1/telemetry`'s
+    /// `info.n_expert_used` and `info.mode` say so.
+    #[arg(long, value_name = "K")]
+    n_expert_used: Option<u32>,
+
     #[command(flatten)]
     engine: EngineArgs,
 
@@ -967,6 +973,7 @@ fn main() -> ExitCode {
             run.chat_if_present = true;
             run.token_figures = true;
             run.route_heat = true;
+            run.n_expert_used = args.n_expert_used;
             serve::run(serve::Options {
                 run,
                 host: args.host,

@@ -206,6 +206,18 @@ fn client_python() -> PathBuf {
 }
 
 #[test]
+fn n_expert_used_is_applied_and_reported_as_lossy() {
+    let s = Serve::start(&["--n-expert-used", "9"]);
+    let info = &telemetry(s.addr)["info"];
+    assert_eq!(info["n_expert_used"], 9, "{info}");
+    let mode = info["mode"].as_str().expect("mode");
+    assert!(
+        mode.contains("9 experts per token (lossy: --n-expert-used, the model routes 12)"),
+        "{mode}"
+    );
+}
+
+#[test]
 fn the_official_openai_client_chats_streams_and_gets_errors() {
     let prompt = "What is the capital of France?";
     let n = 16;
