@@ -132,7 +132,18 @@ fn k4_mins(sm: uint8x16_t, y: &Q8KBlock) -> i32 {
 #[inline]
 #[target_feature(enable = "neon")]
 fn group_sums(v0: int16x8_t, v1: int16x8_t, y: &Q8KBlock) -> i32 {
-    let (b0, b1) = bsums(y);
+    vaddvq_s32(group_sums_lanes(v0, v1, bsums(y)))
+}
+
+/// [`group_sums`] before its horizontal sum: four i32 lanes whose total it is (`bs` the
+/// group sums as [`bsums`] loads them).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn group_sums_lanes(
+    v0: int16x8_t,
+    v1: int16x8_t,
+    (b0, b1): (int16x8_t, int16x8_t),
+) -> int32x4_t {
     let p0 = vaddq_s32(
         vmull_s16(vget_low_s16(b0), vget_low_s16(v0)),
         vmull_high_s16(b0, v0),
@@ -141,7 +152,7 @@ fn group_sums(v0: int16x8_t, v1: int16x8_t, y: &Q8KBlock) -> i32 {
         vmull_s16(vget_low_s16(b1), vget_low_s16(v1)),
         vmull_high_s16(b1, v1),
     );
-    vaddvq_s32(vaddq_s32(p0, p1))
+    vaddq_s32(p0, p1)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::layout::{q4k, q5k, q6k};
-use super::neon::{Q8KBlock, bsums, ld_s8, ld_u8, s8};
+use super::neon::{Q8KBlock, bsums, group_sums_lanes, ld_s8, ld_u8, s8};
 use super::{Q8K_BYTES, Q8K_QS, check_dot, f32_at, unpack_scales_mins_k4};
 use crate::kernels::Kernels;
 use crate::kernels::legacy::neon::{load_u8, sdot};
@@ -246,55 +246,60 @@ fn q5k_rows(w: [&[[u8; q5k::BYTES]]; ROWS], a: &[Q8KBlock]) -> [f32; ROWS] {
 // ---------------------------------------------------------------------------------------
 // Q6_K.
 
-#[target_feature(enable = "neon,dotprod")]
-fn q6k_rows(w: [&[[u8; q6k::BYTES]]; ROWS], a: &[Q8KBlock]) -> [f32; ROWS] {
+/// `Σ_g bsums[g] · scales[g]` of a Q6_K block `x` against the group sums `bs`, before its
+/// horizontal sum.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn q6k_scale_sums(x: &[u8; q6k::BYTES], bs: (int16x8_t, int16x8_t)) -> int32x4_t {
+    let sc = ld_s8(x, q6k::SCALES);
+    group_sums_lanes(vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc), bs)
+}
+
+/// The quants of half `j` (elements 128j..128j + 128) of a Q6_K block, unsigned (0..64), as
+/// eight vectors of 16: group `8j + k` in vector `k`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn q6k_half(x: &[u8; q6k::BYTES], j: usize) -> [uint8x16_t; 8] {
     let m4 = vdupq_n_u8(0x0f);
     let m3 = vdupq_n_u8(0x03);
     let m30 = vdupq_n_u8(0x30);
     let mc = vdupq_n_u8(0x0c);
+    let qh0 = ld_u8(x, q6k::QH + 32 * j);
+    let qh1 = ld_u8(x, q6k::QH + 32 * j + 16);
+    let ql = |k: usize| ld_u8(x, q6k::QL + 64 * j + 16 * k);
+    let (l0, l1, l2, l3) = (ql(0), ql(1), ql(2), ql(3));
+    // bits 2s..2s+2 of qh moved to bits 4..6
+    let h0 = |qh: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(qh, m3));
+    let h2 = |qh: uint8x16_t| vshlq_n_u8::<2>(vandq_u8(qh, mc));
+    let h4 = |qh: uint8x16_t| vandq_u8(qh, m30);
+    let h6 = |qh: uint8x16_t| vandq_u8(vshrq_n_u8::<2>(qh), m30);
+    [
+        vorrq_u8(vandq_u8(l0, m4), h0(qh0)),
+        vorrq_u8(vandq_u8(l1, m4), h0(qh1)),
+        vorrq_u8(vandq_u8(l2, m4), h2(qh0)),
+        vorrq_u8(vandq_u8(l3, m4), h2(qh1)),
+        vorrq_u8(vshrq_n_u8::<4>(l0), h4(qh0)),
+        vorrq_u8(vshrq_n_u8::<4>(l1), h4(qh1)),
+        vorrq_u8(vshrq_n_u8::<4>(l2), h6(qh0)),
+        vorrq_u8(vshrq_n_u8::<4>(l3), h6(qh1)),
+    ]
+}
+
+#[target_feature(enable = "neon,dotprod")]
+fn q6k_rows(w: [&[[u8; q6k::BYTES]]; ROWS], a: &[Q8KBlock]) -> [f32; ROWS] {
     let mut sum = vdupq_n_f32(0.0);
     for (b, y) in a.iter().enumerate() {
         let x = w.map(|row| &row[b]);
-        let (b0, b1) = bsums(y);
+        let bs = bsums(y);
         // Σ_g bsums[g] · scales[g] per row, before its horizontal sum
-        let mins = totals4(x.map(|x| {
-            let sc = ld_s8(x, q6k::SCALES);
-            let (v0, v1) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
-            let p0 = vaddq_s32(
-                vmull_s16(vget_low_s16(b0), vget_low_s16(v0)),
-                vmull_high_s16(b0, v0),
-            );
-            let p1 = vaddq_s32(
-                vmull_s16(vget_low_s16(b1), vget_low_s16(v1)),
-                vmull_high_s16(b1, v1),
-            );
-            vaddq_s32(p0, p1)
-        }));
+        let mins = totals4(x.map(|x| q6k_scale_sums(x, bs)));
 
         // quants taken unsigned (0..64), the offset -32 applied through the group sums
         let mut acc = [vdupq_n_s32(0); ROWS];
         for j in 0..2 {
             let yq: [int8x16_t; 8] = std::array::from_fn(|k| ld_s8(y, Q8K_QS + 128 * j + 16 * k));
             for (acc, x) in acc.iter_mut().zip(x) {
-                let qh0 = ld_u8(x, q6k::QH + 32 * j);
-                let qh1 = ld_u8(x, q6k::QH + 32 * j + 16);
-                let ql = |k: usize| ld_u8(x, q6k::QL + 64 * j + 16 * k);
-                let (l0, l1, l2, l3) = (ql(0), ql(1), ql(2), ql(3));
-                // bits 2s..2s+2 of qh moved to bits 4..6
-                let h0 = |qh: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(qh, m3));
-                let h2 = |qh: uint8x16_t| vshlq_n_u8::<2>(vandq_u8(qh, mc));
-                let h4 = |qh: uint8x16_t| vandq_u8(qh, m30);
-                let h6 = |qh: uint8x16_t| vandq_u8(vshrq_n_u8::<2>(qh), m30);
-                let quants = [
-                    vorrq_u8(vandq_u8(l0, m4), h0(qh0)),
-                    vorrq_u8(vandq_u8(l1, m4), h0(qh1)),
-                    vorrq_u8(vandq_u8(l2, m4), h2(qh0)),
-                    vorrq_u8(vandq_u8(l3, m4), h2(qh1)),
-                    vorrq_u8(vshrq_n_u8::<4>(l0), h4(qh0)),
-                    vorrq_u8(vshrq_n_u8::<4>(l1), h4(qh1)),
-                    vorrq_u8(vshrq_n_u8::<4>(l2), h6(qh0)),
-                    vorrq_u8(vshrq_n_u8::<4>(l3), h6(qh1)),
-                ];
+                let quants = q6k_half(x, j);
                 for (k, (q, yk)) in quants.into_iter().zip(yq).enumerate() {
                     let scale = i32::from(x[q6k::SCALES + 8 * j + k] as i8);
                     *acc = vmlaq_n_s32(*acc, sdot(vdupq_n_s32(0), s8(q), yk), scale);

@@ -24,8 +24,8 @@
 use std::arch::aarch64::*;
 
 use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
-use super::neon::{Q8KBlock, bsums, ld_s8, ld_u8, s8};
-use super::neon_rows::{act64, dot32, f16x4, k4_mins_lanes, totals4};
+use super::neon::{Q8KBlock, bsums, group_sums_lanes, ld_s8, ld_u8, s8};
+use super::neon_rows::{act64, dot32, f16x4, k4_mins_lanes, q6k_half, q6k_scale_sums, totals4};
 use super::{Q8K_BYTES, Q8K_QS, f32_at, unpack_scales_q3k};
 use crate::kernels::legacy::neon::load_u8;
 use crate::kernels::legacy::neon::sdot;
@@ -235,10 +235,6 @@ fn k4_tile<const B: usize, const T: usize, const Q5: bool>(
 #[target_feature(enable = "neon,dotprod")]
 fn q6k_tile<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32], gemm: bool) {
     let (w, a) = split::<{ q6k::BYTES }, T>(GgmlType::Q6_K, n, w, a, out);
-    let m4 = vdupq_n_u8(0x0f);
-    let m3 = vdupq_n_u8(0x03);
-    let m30 = vdupq_n_u8(0x30);
-    let mc = vdupq_n_u8(0x0c);
     let mut acc = [vdupq_n_f32(0.0); T];
     for b in 0..n / QK_K {
         let x = w.map(|row| &row[b]);
@@ -249,26 +245,7 @@ fn q6k_tile<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32], gemm:
         let mut isum = [[vdupq_n_s32(0); ROWS]; T];
         for j in 0..2 {
             for (r, &x) in x.iter().enumerate() {
-                let qh0 = ld_u8(x, q6k::QH + 32 * j);
-                let qh1 = ld_u8(x, q6k::QH + 32 * j + 16);
-                let ql = |k: usize| ld_u8(x, q6k::QL + 64 * j + 16 * k);
-                let (l0, l1, l2, l3) = (ql(0), ql(1), ql(2), ql(3));
-                // bits 2s..2s+2 of qh moved to bits 4..6
-                let h0 = |qh: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(qh, m3));
-                let h2 = |qh: uint8x16_t| vshlq_n_u8::<2>(vandq_u8(qh, mc));
-                let h4 = |qh: uint8x16_t| vandq_u8(qh, m30);
-                let h6 = |qh: uint8x16_t| vandq_u8(vshrq_n_u8::<2>(qh), m30);
-                let quants = [
-                    vorrq_u8(vandq_u8(l0, m4), h0(qh0)),
-                    vorrq_u8(vandq_u8(l1, m4), h0(qh1)),
-                    vorrq_u8(vandq_u8(l2, m4), h2(qh0)),
-                    vorrq_u8(vandq_u8(l3, m4), h2(qh1)),
-                    vorrq_u8(vshrq_n_u8::<4>(l0), h4(qh0)),
-                    vorrq_u8(vshrq_n_u8::<4>(l1), h4(qh1)),
-                    vorrq_u8(vshrq_n_u8::<4>(l2), h6(qh0)),
-                    vorrq_u8(vshrq_n_u8::<4>(l3), h6(qh1)),
-                ]
-                .map(|v| s8(v));
+                let quants = q6k_half(x, j).map(|v| s8(v));
                 for (isum, y) in isum.iter_mut().zip(y) {
                     let mut s = isum[r];
                     for (k, &q) in quants.iter().enumerate() {
@@ -281,21 +258,9 @@ fn q6k_tile<const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32], gemm:
         }
         let dw = f16x4(x, q6k::D);
         for ((acc, isum), y) in acc.iter_mut().zip(isum).zip(y) {
-            let (b0, b1) = bsums(y);
+            let bs = bsums(y);
             // Σ_g bsums[g] · scales[g] per row, before its horizontal sum
-            let mins = totals4(x.map(|x| {
-                let sc = ld_s8(x, q6k::SCALES);
-                let (v0, v1) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
-                let p0 = vaddq_s32(
-                    vmull_s16(vget_low_s16(b0), vget_low_s16(v0)),
-                    vmull_high_s16(b0, v0),
-                );
-                let p1 = vaddq_s32(
-                    vmull_s16(vget_low_s16(b1), vget_low_s16(v1)),
-                    vmull_high_s16(b1, v1),
-                );
-                vaddq_s32(p0, p1)
-            }));
+            let mins = totals4(x.map(|x| q6k_scale_sums(x, bs)));
             // the offset -32 applied through the group sums
             let isum = vcvtq_f32_s32(vsubq_s32(totals4(isum), vshlq_n_s32::<5>(mins)));
             // d · dy
@@ -453,22 +418,14 @@ fn groups_tile<const B: usize, const T: usize>(
             match order {
                 GroupOrder::Q2 => {
                     // Σ_g bsums[g] · min[g] per row, before its horizontal sum
-                    let (b0, b1) = bsums(y);
+                    let bs = bsums(y);
                     let mins = totals4(x.map(|x| {
                         let m = vshrq_n_u8::<4>(ld_u8(x, q2k::SCALES));
-                        let (v0, v1) = (
+                        group_sums_lanes(
                             vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m))),
                             vreinterpretq_s16_u16(vmovl_high_u8(m)),
-                        );
-                        let p0 = vaddq_s32(
-                            vmull_s16(vget_low_s16(b0), vget_low_s16(v0)),
-                            vmull_high_s16(b0, v0),
-                        );
-                        let p1 = vaddq_s32(
-                            vmull_s16(vget_low_s16(b1), vget_low_s16(v1)),
-                            vmull_high_s16(b1, v1),
-                        );
-                        vaddq_s32(p0, p1)
+                            bs,
+                        )
                     }));
                     let dmin = vnegq_f32(vmulq_n_f32(f16x4(x, q2k::DMIN), dy));
                     *acc = vfmaq_f32(*acc, vcvtq_f32_s32(mins), dmin);
