@@ -342,10 +342,12 @@ const MXFP4_PLUS_12: [i8; 16] = {
 };
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+fn q4_0_rows<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // several tokens only through the 8-row tile
+    const { assert!(R == ROWS || T == 1) };
     const _: () = assert!(Q4_0_VALUES[0] == -8);
     if R == ROWS {
-        return lut8::lut4_rows8::<Q4_0_BYTES>(
+        return lut8::lut4_tile8::<Q4_0_BYTES, T>(
             n,
             w,
             a,
@@ -362,9 +364,11 @@ fn q4_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+fn iq4_nl_rows<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // several tokens only through the 8-row tile
+    const { assert!(R == ROWS || T == 1) };
     if R == ROWS {
-        return lut8::lut4_rows8::<IQ4_NL_BYTES>(
+        return lut8::lut4_tile8::<IQ4_NL_BYTES, T>(
             n,
             w,
             a,
@@ -388,9 +392,11 @@ fn iq4_nl_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn mxfp4_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+fn mxfp4_rows<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // several tokens only through the 8-row tile
+    const { assert!(R == ROWS || T == 1) };
     if R == ROWS {
-        return lut8::lut4_rows8::<MXFP4_BYTES>(
+        return lut8::lut4_tile8::<MXFP4_BYTES, T>(
             n,
             w,
             a,
@@ -573,9 +579,9 @@ macro_rules! wrap {
 }
 
 wrap! {
-    dot_q4_0, dot_rows_q4_0 => q4_0_rows;
-    dot_iq4_nl, dot_rows_iq4_nl => iq4_nl_rows;
-    dot_mxfp4, dot_rows_mxfp4 => mxfp4_rows;
+    dot_q4_0, dot_rows_q4_0 => q4_0_rows::<1>;
+    dot_iq4_nl, dot_rows_iq4_nl => iq4_nl_rows::<1>;
+    dot_mxfp4, dot_rows_mxfp4 => mxfp4_rows::<1>;
 }
 
 fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -613,50 +619,17 @@ fn dot_tokens_q4_k_pairs(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     unsafe { q4k8::q4_k_tile8::<true, TOKENS>(n, w, a, out) }
 }
 
-/// The multi-token kernels of the lookup-table types: 8 rows × `TOKENS` activation rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn lut_tokens(ty: GgmlType, n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    let f16 = |x: &[&[u8; Q4_0_BYTES]; ROWS], _: &RowWords, _: &Rows<'_, ROWS, Q4_0_BYTES>, _| {
-        lut8::f16_lanes8(x, 0)
-    };
-    match ty {
-        GgmlType::Q4_0 => {
-            lut8::lut4_tile8::<Q4_0_BYTES, TOKENS>(n, w, a, out, 2, None, Decode::Offset(8), f16)
-        }
-        GgmlType::IQ4_NL => lut8::lut4_tile8::<IQ4_NL_BYTES, TOKENS>(
-            n,
-            w,
-            a,
-            out,
-            2,
-            Some(&KVALUES_IQ4NL),
-            Decode::Signed,
-            |x, _, _, _| lut8::f16_lanes8(x, 0),
-        ),
-        _ => lut8::lut4_tile8::<MXFP4_BYTES, TOKENS>(
-            n,
-            w,
-            a,
-            out,
-            1,
-            Some(&MXFP4_PLUS_12),
-            Decode::Offset(12),
-            |_, g, rows, b| lut8::e8m0_lanes8(g, rows, b, 0),
-        ),
-    }
-}
-
 fn dot_tokens_q4_0(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: as in `dot_q4_k`.
-    unsafe { lut_tokens(GgmlType::Q4_0, n, w, a, out) }
+    unsafe { q4_0_rows::<ROWS, TOKENS>(n, w, a, out) }
 }
 
 fn dot_tokens_iq4_nl(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: as in `dot_q4_k`.
-    unsafe { lut_tokens(GgmlType::IQ4_NL, n, w, a, out) }
+    unsafe { iq4_nl_rows::<ROWS, TOKENS>(n, w, a, out) }
 }
 
 fn dot_tokens_mxfp4(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: as in `dot_q4_k`.
-    unsafe { lut_tokens(GgmlType::MXFP4, n, w, a, out) }
+    unsafe { mxfp4_rows::<ROWS, TOKENS>(n, w, a, out) }
 }

@@ -53,25 +53,9 @@ pub(super) fn e8m0_lanes8<const WB: usize>(
 }
 
 /// 8 rows of a 32-element lookup-table type (quants from byte `qs` of each block, decoded by
-/// `table` as `decode` says, block scales from `d_w`) against one Q8_0 row.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn lut4_rows8<const WB: usize>(
-    n: usize,
-    w: &[u8],
-    a: &[u8],
-    out: &mut [f32],
-    qs: usize,
-    table: Option<&[i8; 16]>,
-    decode: Decode,
-    d_w: impl Fn(&[&[u8; WB]; ROWS], &RowWords, &Rows<'_, ROWS, WB>, usize) -> __m256,
-) {
-    lut4_tile8::<WB, 1>(n, w, a, out, qs, table, decode, d_w);
-}
-
-/// [`lut4_rows8`] against `T` Q8_0 rows (`out[t * 8 + r]`, each output in its order): the
-/// quants and scales of each block of the eight rows are decoded once for the `T` tokens.
+/// `table` as `decode` says, block scales from `d_w`) against `T` Q8_0 rows (`out[t * 8 + r]`;
+/// `T = 1` is the multi-row kernel of a matrix × vector product): the quants and scales of
+/// each block of the eight rows are decoded once for the `T` tokens.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
