@@ -14,7 +14,9 @@
 use std::arch::x86_64::*;
 
 use super::check_tile;
-use crate::kernels::kquants::x86::{WORD_CTL, group16_scales, iq4xs_scales, q3k_scales, splat32};
+use crate::kernels::kquants::x86::{
+    WORD_CTL, crumbs, group16_scales, iq4xs_scales, q3k_scales, splat32,
+};
 use crate::kernels::{Kernels, SumOrder};
 use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
@@ -401,7 +403,6 @@ fn q6k_tile<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: &
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q2k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], stride: usize) {
-    let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0xF);
     let mut acc = [_mm256_setzero_ps(); T];
     let (x_row, _) = x_row.as_chunks::<Q2K_BYTES>();
@@ -424,12 +425,7 @@ fn q2k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], s
         let mut sumi = [_mm256_setzero_si256(); T];
         for (j, sc) in scales.iter().enumerate() {
             let bits = ld(x, Q2K_QS + 32 * j);
-            let q2 = [
-                _mm256_and_si256(bits, m3),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
-            ];
+            let q2 = crumbs(bits);
             for (k, &q) in q2.iter().enumerate() {
                 let s = splat32(*sc, k);
                 for t in 0..T {
@@ -451,7 +447,6 @@ fn q2k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], s
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q3k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], stride: usize) {
-    let m3 = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); T];
@@ -467,12 +462,7 @@ fn q3k_row<const T: usize>(x_row: &[u8], a: &[u8], nb: usize, out: &mut [f32], s
         let mut sumi = [_mm256_setzero_si256(); T];
         for (j, sc) in scales.iter().enumerate() {
             let bits = ld(x, Q3K_QS + 32 * j);
-            let q3l = [
-                _mm256_and_si256(bits, m3),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
-            ];
+            let q3l = crumbs(bits);
             for (k, &ql) in q3l.iter().enumerate() {
                 // 4 where the high bit is clear, else 0: the amount to subtract.
                 let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero);

@@ -218,9 +218,21 @@ pub(in crate::kernels) fn group16_scales(s: __m128i, h: usize) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, ctl))
 }
 
+/// The four 2-bit fields of every byte of `bits` (bits 0-1, 2-3, 4-5, 6-7), each as bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(in crate::kernels) fn crumbs(bits: __m256i) -> [__m256i; 4] {
+    let m3 = _mm256_set1_epi8(3);
+    [
+        _mm256_and_si256(bits, m3),
+        _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
+        _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
+    ]
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q2k_avx2(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
@@ -240,12 +252,7 @@ fn q2k_avx2(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
         for (j, sc) in scales.iter().enumerate() {
             let bits = load256(x, q2k::QS + 32 * j);
             let q8 = |k: usize| load256(y, Q8K_QS + 128 * j + 32 * k);
-            let q2 = [
-                _mm256_and_si256(bits, m3),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
-            ];
+            let q2 = crumbs(bits);
             let p = |k: usize| {
                 let p16 = _mm256_maddubs_epi16(q2[k], q8(k));
                 _mm256_madd_epi16(splat32(*sc, k), p16)
@@ -261,7 +268,6 @@ fn q2k_avx2(w: &[[u8; q2k::BYTES]], a: &[Q8KBlock]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q3k_avx2(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
     let zero = _mm256_setzero_si256();
     let mut acc = _mm256_setzero_ps();
@@ -279,12 +285,7 @@ fn q3k_avx2(w: &[[u8; q3k::BYTES]], a: &[Q8KBlock]) -> f32 {
         let mut sumi = _mm256_setzero_si256();
         for (j, sc) in scales.iter().enumerate() {
             let bits = load256(x, q3k::QS + 32 * j);
-            let q3l = [
-                _mm256_and_si256(bits, m3),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3),
-            ];
+            let q3l = crumbs(bits);
             let mut p = [_mm256_setzero_si256(); 4];
             for (k, pk) in p.iter_mut().enumerate() {
                 // 4 where the high bit is clear, else 0: the amount to subtract.
