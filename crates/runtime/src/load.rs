@@ -39,12 +39,18 @@ pub fn load_model_routed<'a>(
     n_expert_used: Option<u32>,
 ) -> Result<Model<'a>> {
     let mut model = load_model(file, path)?;
+    route_to(&mut model.hparams, n_expert_used, path)?;
+    Ok(model)
+}
+
+/// Sets `hp`'s experts per token in every layer to `n_expert_used` where it is `Some`
+/// (`--n-expert-used`), after checking it against the model.
+pub fn route_to(hp: &mut model::HParams, n_expert_used: Option<u32>, path: &Path) -> Result<()> {
     if let Some(k) = n_expert_used {
-        let hp = &mut model.hparams;
         check_n_expert_used(k, hp.n_expert, path)?;
         hp.n_expert_used.set_all(k);
     }
-    Ok(model)
+    Ok(())
 }
 
 /// `--n-expert-used k` for a model of `n_expert` routed experts: `1..=n_expert`.

@@ -22,7 +22,7 @@ use crate::Choice as _;
 use crate::error::{Context, Error, Result, reject};
 use crate::generate::{Recorders, Runtime, dense_slices};
 use crate::history::{self, HistoryConfig};
-use crate::load::{build_engine, check_n_expert_used, load_model, load_model_routed, thread_count};
+use crate::load::{build_engine, load_model, load_model_routed, route_to, thread_count};
 use crate::notice::Notices;
 use crate::routes;
 use crate::stream::{
@@ -185,10 +185,7 @@ impl Loaded {
         let file = opened.file;
         let mut hparams = load_model(&file, &cfg.model)?.hparams;
         let model_n_expert_used = hparams.n_expert_used.max();
-        if let Some(k) = cfg.n_expert_used {
-            check_n_expert_used(k, hparams.n_expert, &cfg.model)?;
-            hparams.n_expert_used.set_all(k);
-        }
+        route_to(&mut hparams, cfg.n_expert_used, &cfg.model)?;
         let load_s = t_load.elapsed().as_secs_f64();
         let tokenizer = Tokenizer::from_metadata(file.metadata())
             .with_context(|| format!("{name}: cannot build the tokenizer"))?;
