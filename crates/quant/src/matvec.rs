@@ -403,15 +403,13 @@ pub fn matmul_with(
             tiles: kernel.dot_tokens.filter(|t| fits(t, n_tok - n_grouped)),
         }),
     ];
-    let segments: Vec<Segment> = segments
-        .into_iter()
-        .flatten()
-        .filter(|s| !s.tokens.is_empty())
-        .collect();
-    let any_tiles = segments.iter().any(|s| s.tiles.is_some());
+    // (an array, not a vector: no allocation per product)
+    let segments = segments.map(|s| s.filter(|s| !s.tokens.is_empty()));
+    let segments = || segments.iter().flatten();
+    let any_tiles = segments().any(|s| s.tiles.is_some());
     let prefetch = kernel.prefetch && (!any_tiles || TILE_PREFETCH);
     // Rows per step: a whole number of every multi-row and tile kernel's rows.
-    let group = segments.iter().fold(1, |g, s| {
+    let group = segments().fold(1, |g, s| {
         let g = lcm(g, s.dots.1.map_or(1, |d| d.rows.max(1)));
         s.tiles.map_or(g, |t| lcm(g, t.rows))
     });
@@ -452,7 +450,7 @@ pub fn matmul_with(
             let w_group = &w_chunk[j * rb..(j + g) * rb];
             let mut ahead_group = RowPrefetcher::disabled(w_group, rb);
             let mut advanced = false;
-            for seg in &segments {
+            for seg in segments() {
                 let mut k0 = seg.tokens.start;
                 if let Some(t) = seg.tiles {
                     // The tokens of whole tiles, through the tile kernel for the rows of
