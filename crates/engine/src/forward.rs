@@ -8,9 +8,11 @@
 //! built.
 
 mod ahead;
+mod cache_aware;
 mod weights;
 
 pub use ahead::{Foresight, ForesightTap, Lookahead};
+pub use cache_aware::{CacheAware, CacheAwareCounts};
 
 use gguf::GgmlType;
 use model::{FfnAct, HParams, Model, QkNorm, RopeType};
@@ -20,6 +22,7 @@ use thiserror::Error;
 use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
 use ahead::{Ahead, AheadState};
+use cache_aware::CacheAwareScratch;
 use weights::{AttnW, FfnW, GdnW, LayerW, Mat, MhaW, MlaKvBW, MlaW, MoeW, SharedW, Weights};
 
 /// Errors of building or running an [`Engine`].
@@ -145,6 +148,10 @@ pub struct Routed<'r> {
     pub weights: &'r [f32],
     /// The routing came from a [`RouteReplay`], not from the router.
     pub replayed: bool,
+    /// Per routing, in the same order: dropped by cache-aware dropping ([`CacheAware`]; its
+    /// weight in `weights` is the router's, its expert was not loaded). Empty when no routing
+    /// of the batch was dropped.
+    pub dropped: &'r [bool],
 }
 
 /// Observer of every MoE layer's routing (a route trace).
@@ -246,6 +253,14 @@ pub trait ExpertSource: Send {
         ready.extend_from_slice(pending);
         Ok(())
     }
+    /// Whether expert `expert` of `layer` is resident now: its bytes in memory, or on their way
+    /// without a new read (asked by the cache-aware routing policies before the layer's
+    /// [`load`](Self::load); must not change what the source holds). The default: every
+    /// expert is.
+    fn resident(&self, layer: usize, expert: usize) -> bool {
+        let _ = (layer, expert);
+        true
+    }
     /// The bytes of `proj` of expert `expert` of `layer`, loaded by the last [`load`](Self::load).
     fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8];
     /// The layer's batch is done: its experts may be evicted.
@@ -283,6 +298,11 @@ struct Scratch {
     moe: Vec<f32>,
     shg: Vec<f32>,
     by_expert: Vec<Vec<(usize, usize)>>,
+    /// Cache-aware dropping: per routing of the batch, whether it was dropped (sized and
+    /// written only when the policy acts), and the experts the source loads instead of all.
+    dropped: Vec<bool>,
+    load_ids: Vec<usize>,
+    cache_aware: CacheAwareScratch,
     pending: Vec<usize>,
     /// The experts computed together in one step of a one-token pass.
     ready: Vec<usize>,
@@ -384,6 +404,9 @@ pub struct Engine<'a> {
     /// The chunk being run is a replayed decode step.
     replaying: bool,
     source: Option<Box<dyn ExpertSource + 'a>>,
+    /// The cache-aware routing policies, and what they did.
+    cache_aware: CacheAware,
+    ca_counts: CacheAwareCounts,
     abort: Option<AbortCheck<'a>>,
     /// What is ranked ahead of the router, its rankings in the current pass, and their tap.
     lookahead: Lookahead,
@@ -1238,6 +1261,9 @@ fn swiglu_ffn(
 struct Routing<'r> {
     replayed: Option<&'r [usize]>,
     first_pos: usize,
+    /// The cache-aware policies, and their counts.
+    policy: CacheAware,
+    counts: &'r mut CacheAwareCounts,
 }
 
 /// The MoE FFN on the normed rows `s.cur`, into `s.proj`: routing (route-ahead's committed
@@ -1256,6 +1282,8 @@ fn moe_ffn<'a>(
     let Routing {
         replayed,
         first_pos,
+        policy,
+        counts,
     } = routing;
     // A one-token pass ranks ahead; a replay wins over route-ahead's committed selection.
     let ranking = n == 1 && ahead.state.one_token && ahead.cfg.any();
@@ -1266,9 +1294,18 @@ fn moe_ffn<'a>(
     };
     let fixed = replayed.or((!committed.is_empty()).then_some(committed.as_slice()));
     let k_used = route(st, m, fixed, s)?;
+    // the cache-aware policies rewrite the router's own routing only
+    let dropping = fixed.is_none()
+        && policy.any()
+        && cache_aware_routing(st, m, k_used, (policy, counts), source.as_deref(), s);
+    group_routings(s, n, k_used, dropping);
     if let Some(src) = source {
-        src.load(il, &s.ids[..n * k_used])
-            .map_err(ForwardError::Experts)?;
+        let ids = if dropping {
+            &s.load_ids[..]
+        } else {
+            &s.ids[..n * k_used]
+        };
+        src.load(il, ids).map_err(ForwardError::Experts)?;
     }
     // (after the load, so that a tap can ask the source what each routing found)
     if let Some(tap) = route_tap {
@@ -1279,7 +1316,18 @@ fn moe_ffn<'a>(
             ids: &s.ids[..n * k_used],
             weights: &s.wts[..n * k_used],
             replayed: replayed.is_some(),
+            dropped: if dropping {
+                &s.dropped[..n * k_used]
+            } else {
+                &[]
+            },
         });
+    }
+    if dropping {
+        let spans = s.wts[..n * k_used].chunks_exact_mut(k_used);
+        for (w, d) in spans.zip(s.dropped.chunks_exact(k_used)) {
+            cache_aware::apply_drops(w, d, policy.drop_renorm);
+        }
     }
     if ranking {
         ahead.after_load(
@@ -1298,10 +1346,15 @@ fn moe_ffn<'a>(
     if let Some(src) = source {
         src.release(il);
     }
-    // weighted sum in selection order (each product rounded, then added)
+    // weighted sum in selection order (each product rounded, then added); a dropped routing
+    // has no product
     for t in 0..n {
         let out = &mut s.moe[t * e..(t + 1) * e];
+        let mut first = true;
         for slot in 0..k_used {
+            if dropping && s.dropped[t * k_used + slot] {
+                continue;
+            }
             let wt = s.wts[t * k_used + slot];
             let src = &mut s.slots[(t * k_used + slot) * e..(t * k_used + slot + 1) * e];
             // Gemma 4: each expert's output times its scale first (ggml_mul, then the weight)
@@ -1312,7 +1365,8 @@ fn moe_ffn<'a>(
                     *v *= f;
                 }
             }
-            if slot == 0 {
+            if first {
+                first = false;
                 for (o, &v) in out.iter_mut().zip(src.iter()) {
                     *o = v * wt;
                 }
@@ -1332,8 +1386,7 @@ fn moe_ffn<'a>(
 }
 
 /// The router of layer `st.il` on `s.cur`: each row's experts into `s.ids` and their weights
-/// into `s.wts` (`k_used` a row, or a replayed cell's), and each expert's `(row, slot)` uses
-/// into `s.by_expert`. Returns `k_used`.
+/// into `s.wts` (`k_used` a row, or a replayed cell's). Returns `k_used`.
 fn route(
     st: Stage<'_, '_>,
     m: &MoeW<'_>,
@@ -1367,9 +1420,6 @@ fn route(
             s.probs[t * x_n..(t + 1) * x_n].copy_from_slice(p);
         }
         cb("ffn_moe_probs", Some(il), &s.probs[..n * x_n]);
-    }
-    for list in &mut s.by_expert {
-        list.clear();
     }
     if k_used > x_n {
         return Err(ForwardError::BadTensor {
@@ -1405,9 +1455,6 @@ fn route(
                 &mut s.wts[span],
             ),
         }
-        for slot in 0..k_used {
-            s.by_expert[s.ids[t * k_used + slot]].push((t, slot));
-        }
     }
     if let Some(cb) = st.obs {
         let ids: Vec<f32> = s.ids[..n * k_used].iter().map(|&i| i as f32).collect();
@@ -1415,6 +1462,95 @@ fn route(
         cb("ffn_moe_weights", Some(il), &s.wts[..n * k_used]);
     }
     Ok(k_used)
+}
+
+/// Each expert's `(row, slot)` uses of the batch's `n` routings into `s.by_expert`, without
+/// the dropped ones when `dropping` (then `s.load_ids` lists the rest, for the source).
+fn group_routings(s: &mut Scratch, n: usize, k_used: usize, dropping: bool) {
+    for list in &mut s.by_expert {
+        list.clear();
+    }
+    s.load_ids.clear();
+    for t in 0..n {
+        for slot in 0..k_used {
+            let i = t * k_used + slot;
+            if dropping {
+                if s.dropped[i] {
+                    continue;
+                }
+                s.load_ids.push(s.ids[i]);
+            }
+            s.by_expert[s.ids[i]].push((t, slot));
+        }
+    }
+}
+
+/// The cache-aware routing policies ([`CacheAware`]) on the router's routing of the batch:
+/// substitution re-ranks a one-token routing toward resident experts (its weights then the
+/// router's for the new set), dropping marks the cold, light routings in `s.dropped`. Both
+/// ask `source` what is resident; without one every expert is and nothing changes. Returns
+/// whether a routing was dropped.
+fn cache_aware_routing(
+    st: Stage<'_, '_>,
+    m: &MoeW<'_>,
+    k_used: usize,
+    policy: (CacheAware, &mut CacheAwareCounts),
+    source: Option<&(dyn ExpertSource + '_)>,
+    s: &mut Scratch,
+) -> bool {
+    let Some(src) = source else {
+        return false;
+    };
+    let (hp, il, n) = (st.hp, st.il, st.n);
+    let (cfg, counts) = policy;
+    let resident = |e: usize| src.resident(il, e);
+    if cfg.substitute > 0.0 && n == 1 {
+        let gating = Gating::from(hp.expert_gating);
+        let logits = &s.router[..m.n_expert];
+        let log_space = cache_aware::scores_of(
+            logits,
+            selection(hp, m),
+            gating,
+            &mut s.route,
+            &mut s.cache_aware,
+        );
+        let ids = &mut s.ids[..k_used];
+        let moved =
+            cache_aware::substitute(&mut s.cache_aware, log_space, cfg.substitute, resident, ids);
+        counts.reranked += k_used as u64;
+        if moved > 0 {
+            counts.substituted += moved as u64;
+            let (norm, scale) = (hp.expert_weights_norm, hp.expert_weights_scale);
+            ops::route_fixed_into(
+                logits,
+                &s.ids[..k_used],
+                norm,
+                scale,
+                gating,
+                &mut s.route,
+                &mut s.wts[..k_used],
+            );
+        }
+    }
+    if cfg.drop_frac <= 0.0 || (n > 1 && !cfg.drop_in_prefill) {
+        return false;
+    }
+    s.dropped.clear();
+    s.dropped.resize(n * k_used, false);
+    let mut dropped = 0;
+    for t in 0..n {
+        let span = t * k_used..(t + 1) * k_used;
+        dropped += cache_aware::drop_cold(
+            &s.ids[span.clone()],
+            &s.wts[span.clone()],
+            cfg.drop_frac,
+            resident,
+            &mut s.dropped[span],
+        );
+    }
+    counts.drop_examined += (n * k_used) as u64;
+    counts.dropped += dropped as u64;
+    dropped > 0
 }
 
 /// How layer `m`'s router chooses beyond the top-k: its selection bias and the model's expert
@@ -1785,6 +1921,9 @@ impl<'a> Engine<'a> {
             moe: vec![0.0; ub * e],
             shg: vec![0.0; ub],
             by_expert: (0..x_n).map(|_| Vec::with_capacity(ub)).collect(),
+            dropped: Vec::new(),
+            load_ids: Vec::new(),
+            cache_aware: CacheAwareScratch::default(),
             pending: Vec::with_capacity(x_n),
             ready: Vec::with_capacity(x_n),
             grp_gate: Vec::new(),
@@ -1827,6 +1966,8 @@ impl<'a> Engine<'a> {
             replay: None,
             replaying: false,
             source: None,
+            cache_aware: CacheAware::default(),
+            ca_counts: CacheAwareCounts::default(),
             abort: None,
             lookahead: Lookahead::default(),
             ahead: AheadState::default(),
@@ -1908,6 +2049,19 @@ impl<'a> Engine<'a> {
         }
         self.source = source;
         Ok(())
+    }
+
+    /// Install the cache-aware routing policies (lossy; see [`CacheAware`]). They ask the
+    /// expert source what is resident: without a source every expert is, and nothing changes.
+    pub fn set_cache_aware(&mut self, policy: CacheAware) -> Result<(), ForwardError> {
+        policy.validate().map_err(ForwardError::Config)?;
+        self.cache_aware = policy;
+        Ok(())
+    }
+
+    /// What the cache-aware policies did since the engine was built.
+    pub fn cache_aware_counts(&self) -> CacheAwareCounts {
+        self.ca_counts
     }
 
     /// Rank routers ahead of their layers on one-token passes as `lookahead` says (see
@@ -2297,6 +2451,8 @@ impl<'a> Engine<'a> {
             replay,
             replaying,
             source,
+            cache_aware,
+            ca_counts,
             lookahead,
             ahead,
             foresight_tap,
@@ -2397,6 +2553,8 @@ impl<'a> Engine<'a> {
                 let routing = Routing {
                     replayed,
                     first_pos: p0 + keep.start,
+                    policy: *cache_aware,
+                    counts: ca_counts,
                 };
                 moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }

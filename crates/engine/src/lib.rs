@@ -11,6 +11,7 @@ pub mod ops;
 
 pub use error::EngineError;
 pub use forward::{
-    AbortCheck, Engine, EngineConfig, ExpertProj, ExpertSource, Foresight, ForesightTap,
-    ForwardError, KvState, LogitsWanted, Lookahead, Observer, RouteReplay, RouteTap, Routed,
+    AbortCheck, CacheAware, CacheAwareCounts, Engine, EngineConfig, ExpertProj, ExpertSource,
+    Foresight, ForesightTap, ForwardError, KvState, LogitsWanted, Lookahead, Observer, RouteReplay,
+    RouteTap, Routed,
 };

@@ -98,6 +98,9 @@ pub struct RunConfig {
     /// `--n-expert-used K` (lossy): route each token to K experts in every MoE layer instead
     /// of the model's own count.
     pub n_expert_used: Option<u32>,
+    /// The cache-aware routing policies (lossy: `--drop-cold-experts`, `--expert-substitute`);
+    /// they need streamed experts and a cache.
+    pub cache_aware: engine::CacheAware,
     /// Keep a live picture of the routing and what the cache found ([`routes::RouteHeat`],
     /// a dashboard's heatmap).
     pub route_heat: bool,
@@ -145,6 +148,7 @@ impl RunConfig {
             predict_log: false,
             route_ahead: 0,
             n_expert_used: None,
+            cache_aware: engine::CacheAware::default(),
             route_heat: false,
         }
     }
@@ -305,6 +309,22 @@ impl Loaded {
                 io_trace: io_trace.as_ref(),
             },
         )?;
+        if cfg.cache_aware.any() {
+            if !self.streaming() || self.cache_bytes == 0 {
+                reject!(
+                    "--drop-cold-experts / --expert-substitute act on what the expert cache holds, \
+                     and this run {}: add --moe-stream on and a cache",
+                    if self.streaming() {
+                        "has no expert cache"
+                    } else {
+                        "does not stream its experts"
+                    }
+                );
+            }
+            engine
+                .set_cache_aware(cfg.cache_aware)
+                .map_err(|e| Error::Rejected(e.to_string()))?;
+        }
         let replay = match &cfg.route_replay {
             Some(path) => {
                 if hp.n_expert == 0 {

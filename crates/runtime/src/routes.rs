@@ -160,26 +160,33 @@ impl RouteTraceFile {
             let mut rows = String::new();
             for (j, (ids, wts)) in r.ids.chunks(r.k).zip(r.weights.chunks(r.k)).enumerate() {
                 for (slot, (&id, w)) in ids.iter().zip(wts).enumerate() {
-                    let (residency, bytes) = match batch.as_ref().and_then(|b| {
-                        (b.layer as usize == r.layer)
-                            .then(|| b.get(id as u32))
-                            .flatten()
-                    }) {
-                        None => (1, 0),
-                        Some((r @ (1 | 2), _)) => (r, 0),
-                        Some((_, bytes)) => {
-                            if charged.contains(&id) {
-                                (0, 0)
-                            } else {
-                                charged.push(id);
-                                (0, bytes)
+                    // a dropped routing faced a miss and read nothing
+                    let dropped = r.dropped.get(j * r.k + slot).copied().unwrap_or(false);
+                    let (residency, bytes) = if dropped {
+                        (0, 0)
+                    } else {
+                        match batch.as_ref().and_then(|b| {
+                            (b.layer as usize == r.layer)
+                                .then(|| b.get(id as u32))
+                                .flatten()
+                        }) {
+                            None => (1, 0),
+                            Some((r @ (1 | 2), _)) => (r, 0),
+                            Some((_, bytes)) => {
+                                if charged.contains(&id) {
+                                    (0, 0)
+                                } else {
+                                    charged.push(id);
+                                    (0, bytes)
+                                }
                             }
                         }
                     };
                     rows += &format!(
-                        "{turn},{phase},{},{},{slot},{id},{w:.6},{residency},{bytes},0\n",
+                        "{turn},{phase},{},{},{slot},{id},{w:.6},{residency},{bytes},{}\n",
                         r.first_pos + j,
-                        r.layer
+                        r.layer,
+                        u8::from(dropped)
                     );
                 }
             }
@@ -466,6 +473,7 @@ mod tests {
             ids: &[3, 5, 1, 3],
             weights: &[0.75, 0.25, 0.5, 0.5],
             replayed: false,
+            dropped: &[],
         });
         f.start_turn(1);
         f.start_decode();
@@ -476,6 +484,7 @@ mod tests {
             ids: &[7, 0],
             weights: &[0.625, 0.375],
             replayed: false,
+            dropped: &[],
         });
         drop(tap);
         f.finish().expect("finish");

@@ -972,6 +972,11 @@ impl ExpertSource for StoreSource {
         Ok(())
     }
 
+    fn resident(&self, layer: usize, expert: usize) -> bool {
+        // cached, or being read ahead into its slot: no new read
+        self.cache.contains((layer as u32, expert as u32))
+    }
+
     fn part(&self, layer: usize, expert: usize, proj: ExpertProj) -> &[u8] {
         let key = (layer as u32, expert as u32);
         let (Some(at), Some(slot)) = (self.index(layer, proj), self.cache.slot(key)) else {

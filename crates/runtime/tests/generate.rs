@@ -465,3 +465,68 @@ fn a_text_is_scored_alike_in_one_prefill_and_one_token_at_a_time() {
 fn loaded_len(rt: &runtime::generate::Runtime<'_>, text: &str) -> usize {
     rt.tokenizer.encode(text, true, false).len()
 }
+
+/// Streamed generation of `n` tokens under `cfg`, with what the cache-aware policies did.
+fn generate_counted(cfg: &RunConfig, n: usize) -> (Vec<u32>, engine::CacheAwareCounts) {
+    let loaded = Loaded::open(cfg, &Notices::silent()).expect("open");
+    let ids = loaded.tokenizer.encode("The experts", true, false);
+    let (mut rt, _) = loaded.runtime(cfg).expect("runtime");
+    let mut text = Collect::default();
+    let turn = Turn {
+        ids: &ids,
+        n_max: n,
+        prompt: None,
+        turn: 0,
+    };
+    let o = rt.generate(&turn, &mut text).expect("generate");
+    let counts = rt.engine.cache_aware_counts();
+    rt.finish().expect("finish");
+    (o.tokens, counts)
+}
+
+#[test]
+fn cache_aware_routing_is_inert_at_a_zero_margin_and_fires_at_full_strength() {
+    let mut base = config(moe("qwen3moe-q4_k_m.gguf"));
+    base.stream.moe_stream = StreamMode::On;
+    // a cache that holds a fraction of the experts: misses on every token
+    base.stream.cache_mb = Some(CacheMb::Mib(2));
+    base.stream.force_cache = true;
+    let (want, none) = generate_counted(&base, 12);
+    assert_eq!(none, engine::CacheAwareCounts::default());
+
+    // thresholds below any weight the router gives: the baseline, bit for bit, with the
+    // routings examined and nothing changed
+    let mut inert = base.clone();
+    inert.cache_aware.drop_frac = 1e-6;
+    inert.cache_aware.substitute = 1e-9;
+    let (got, c) = generate_counted(&inert, 12);
+    assert_eq!(got, want);
+    assert!(c.drop_examined > 0 && c.reranked > 0, "{c:?}");
+    assert_eq!((c.dropped, c.substituted), (0, 0), "{c:?}");
+
+    // full strength: each policy fires, and the run completes
+    let mut drop = base.clone();
+    drop.cache_aware.drop_frac = 1.0;
+    let (got, c) = generate_counted(&drop, 12);
+    assert_eq!(got.len(), want.len());
+    assert!(c.dropped > 0 && c.dropped < c.drop_examined, "{c:?}");
+    assert_eq!(c.reranked, 0);
+    let mut sub = base.clone();
+    sub.cache_aware.substitute = 1.0;
+    let (got, c) = generate_counted(&sub, 12);
+    assert_eq!(got.len(), want.len());
+    assert!(c.substituted > 0 && c.substituted <= c.reranked, "{c:?}");
+
+    // without streamed experts there is no cache to consult: refused, naming the flags
+    let mut resident = drop.clone();
+    resident.stream.moe_stream = StreamMode::Off;
+    resident.stream.cache_mb = None;
+    resident.stream.force_cache = false;
+    let loaded = Loaded::open(&resident, &Notices::silent()).expect("open");
+    let err = loaded
+        .runtime(&resident)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("--drop-cold-experts"), "{err}");
+}

@@ -25,7 +25,7 @@ pub use norm::{rms_norm, rms_norm_inplace, rms_norm_plain_inplace};
 pub use rope::{Rope, RopeConfig, RopeMode};
 pub use route::{
     Gating, RouteScratch, Selection, argsort_desc, argsort_desc_into, gate_probs, route,
-    route_biased_into, route_fixed_into, route_into, top_k_desc,
+    route_biased_into, route_fixed_into, route_into, selection_scores, top_k_desc,
 };
 
 /// True when the AVX2+FMA paths can run on this CPU (checked once, cached by std).

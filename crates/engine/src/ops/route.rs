@@ -328,45 +328,86 @@ pub fn route_biased_into(
     w: &mut [f32],
 ) {
     let k = ids.len().min(w.len()).min(logits.len());
-    let probs = gate_probs(logits, gating, &mut scratch.probs);
-    let grouped = selection.groups.filter(|&(n, _)| n > 1);
-    if selection.bias.is_none() && grouped.is_none() {
-        argsort_desc_into(probs, &mut scratch.idx);
-    } else {
-        scratch.sel.clear();
-        match selection.bias {
-            Some(b) => scratch
-                .sel
-                .extend(probs.iter().zip(b).map(|(&p, &bv)| p + bv)),
-            None => scratch.sel.extend_from_slice(probs),
-        }
-        if let Some((n_groups, n_used)) = grouped {
-            let per = scratch.sel.len() / n_groups;
-            scratch.group_score.clear();
-            for g in scratch.sel.chunks_exact(per) {
-                argsort_desc_into(g, &mut scratch.group_idx);
-                let top2: f64 = scratch.group_idx[..2.min(per)]
-                    .iter()
-                    .map(|&i| f64::from(g[i]))
-                    .sum();
-                scratch.group_score.push(top2 as f32);
-            }
-            argsort_desc_into(&scratch.group_score, &mut scratch.group_idx);
-            let keep = &scratch.group_idx[..n_used.min(n_groups)];
-            for (gi, g) in scratch.sel.chunks_exact_mut(per).enumerate() {
-                if !keep.contains(&gi) {
-                    g.fill(f32::NEG_INFINITY);
-                }
-            }
-        }
-        argsort_desc_into(&scratch.sel, &mut scratch.idx);
-    }
-    for (slot, &e) in scratch.idx[..k].iter().enumerate() {
+    let RouteScratch {
+        probs,
+        sel,
+        idx,
+        group_score,
+        group_idx,
+    } = scratch;
+    let probs = gate_probs(logits, gating, probs);
+    let sorted = selection_values(probs, selection, sel, group_score, group_idx);
+    argsort_desc_into(sorted, idx);
+    for (slot, &e) in idx[..k].iter().enumerate() {
         ids[slot] = e;
         w[slot] = probs[e];
     }
-    selected_softmax(&mut w[..k], gating, &mut scratch.probs);
+    selected_softmax(&mut w[..k], gating, sel);
     finish_weights(&mut w[..k], norm, scale);
+}
+
+/// What the top-k of [`route_biased_into`] sorts, given the gating probabilities: `probs`
+/// themselves, or (with a selection bias or expert groups) the probabilities plus the bias
+/// with every expert outside the chosen groups at −∞, built in `sel`.
+fn selection_values<'v>(
+    probs: &'v [f32],
+    selection: Selection<'_>,
+    sel: &'v mut Vec<f32>,
+    group_score: &mut Vec<f32>,
+    group_idx: &mut Vec<usize>,
+) -> &'v [f32] {
+    let grouped = selection.groups.filter(|&(n, _)| n > 1);
+    if selection.bias.is_none() && grouped.is_none() {
+        return probs;
+    }
+    sel.clear();
+    match selection.bias {
+        Some(b) => sel.extend(probs.iter().zip(b).map(|(&p, &bv)| p + bv)),
+        None => sel.extend_from_slice(probs),
+    }
+    if let Some((n_groups, n_used)) = grouped {
+        let per = sel.len() / n_groups;
+        group_score.clear();
+        for g in sel.chunks_exact(per) {
+            argsort_desc_into(g, group_idx);
+            let top2: f64 = group_idx[..2.min(per)]
+                .iter()
+                .map(|&i| f64::from(g[i]))
+                .sum();
+            group_score.push(top2 as f32);
+        }
+        argsort_desc_into(group_score, group_idx);
+        let keep = &group_idx[..n_used.min(n_groups)];
+        for (gi, g) in sel.chunks_exact_mut(per).enumerate() {
+            if !keep.contains(&gi) {
+                g.fill(f32::NEG_INFINITY);
+            }
+        }
+    }
+    sel
+}
+
+/// The values the top-k of [`route_biased_into`] sorts for `logits` (see
+/// [`selection_values`]), into `out`: the same numbers, so that ranking on them reproduces the
+/// router's choice.
+pub fn selection_scores(
+    logits: &[f32],
+    selection: Selection<'_>,
+    gating: Gating,
+    scratch: &mut RouteScratch,
+    out: &mut Vec<f32>,
+) {
+    let RouteScratch {
+        probs,
+        sel,
+        group_score,
+        group_idx,
+        ..
+    } = scratch;
+    let probs = gate_probs(logits, gating, probs);
+    let v = selection_values(probs, selection, sel, group_score, group_idx);
+    out.clear();
+    out.extend_from_slice(v);
 }
 
 /// For [`Gating::SoftmaxSelected`], replace the selected logits by their softmax.
