@@ -328,21 +328,13 @@ pub fn route_biased_into(
     w: &mut [f32],
 ) {
     let k = ids.len().min(w.len()).min(logits.len());
-    let RouteScratch {
-        probs,
-        sel,
-        idx,
-        group_score,
-        group_idx,
-    } = scratch;
-    let probs = gate_probs(logits, gating, probs);
-    let sorted = selection_values(probs, selection, sel, group_score, group_idx);
+    let (probs, sorted, idx) = scratch.ranked_values(logits, selection, gating);
     argsort_desc_into(sorted, idx);
     for (slot, &e) in idx[..k].iter().enumerate() {
         ids[slot] = e;
         w[slot] = probs[e];
     }
-    selected_softmax(&mut w[..k], gating, sel);
+    selected_softmax(&mut w[..k], gating, &mut scratch.sel);
     finish_weights(&mut w[..k], norm, scale);
 }
 
@@ -397,17 +389,30 @@ pub fn selection_scores(
     scratch: &mut RouteScratch,
     out: &mut Vec<f32>,
 ) {
-    let RouteScratch {
-        probs,
-        sel,
-        group_score,
-        group_idx,
-        ..
-    } = scratch;
-    let probs = gate_probs(logits, gating, probs);
-    let v = selection_values(probs, selection, sel, group_score, group_idx);
+    let (_, v, _) = scratch.ranked_values(logits, selection, gating);
     out.clear();
     out.extend_from_slice(v);
+}
+
+impl RouteScratch {
+    /// The gating probabilities of `logits`, the values the top-k sorts (see
+    /// [`selection_values`]) and the index buffer to sort them in.
+    fn ranked_values(
+        &mut self,
+        logits: &[f32],
+        selection: Selection<'_>,
+        gating: Gating,
+    ) -> (&[f32], &[f32], &mut Vec<usize>) {
+        let probs = gate_probs(logits, gating, &mut self.probs);
+        let sorted = selection_values(
+            probs,
+            selection,
+            &mut self.sel,
+            &mut self.group_score,
+            &mut self.group_idx,
+        );
+        (probs, sorted, &mut self.idx)
+    }
 }
 
 /// For [`Gating::SoftmaxSelected`], replace the selected logits by their softmax.
