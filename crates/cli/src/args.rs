@@ -201,6 +201,65 @@ impl StreamArgs {
     }
 }
 
+/// A fraction from 0 to 1 (a cache-aware policy's strength).
+fn unit_fraction(s: &str) -> Result<f32, String> {
+    let v: f32 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number (0 to 1)"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s} is not between 0 and 1"))
+    }
+}
+
+/// The cache-aware routing policies (lossy), shared by `run` and `serve`: they consult what
+/// the expert cache holds, so they need `--moe-stream on` and a cache.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CacheAwareArgs {
+    /// LOSSY: cache-aware dropping. In a decode step, skip a routed expert that is not in the
+    /// expert cache (it would have to be read) and that the router weighted below F x 1/K of
+    /// the routing (K: the experts per token in effect): F of the share each expert would get
+    /// if the router split its weight evenly. The routing's strongest expert is always kept.
+    /// Resident experts are never dropped. From 0 (off) to 1. The `moe-drop:` line and the
+    /// CSV's `experts_dropped` say how much it dropped: the flag sets a threshold, not a rate
+    /// (docs/lossy.md). Needs --moe-stream on and a cache.
+    #[arg(long, value_name = "F", value_parser = unit_fraction, default_value_t = 0.0)]
+    pub drop_cold_experts: f32,
+
+    /// With --drop-cold-experts: leave the kept experts' weights as the router gave them
+    /// instead of scaling them back to the routing's whole weight.
+    #[arg(long, requires = "drop_cold_experts")]
+    pub drop_no_renorm: bool,
+
+    /// With --drop-cold-experts: drop in the prompt's passes too (by default only in decode
+    /// steps: a cold cache misses nearly everything there, and the same threshold drops far
+    /// more of the routing).
+    #[arg(long, requires = "drop_cold_experts")]
+    pub drop_in_prefill: bool,
+
+    /// LOSSY: cache-aware substitution, λ from 0 (off) to 1. In a decode step, re-rank the
+    /// router's scores (log-probabilities under a softmax gating) with every expert already in
+    /// the expert cache raised by λ x the token's score range, and run the top K of that
+    /// ranking with the weights the router gives them: a cache miss ranked just inside the top
+    /// K gives way to a resident expert ranked just outside. Ties keep the router's choice.
+    /// The CSV's `experts_substituted` counts the slots moved (docs/lossy.md). Needs
+    /// --moe-stream on and a cache.
+    #[arg(long, value_name = "λ", value_parser = unit_fraction, default_value_t = 0.0)]
+    pub expert_substitute: f32,
+}
+
+impl CacheAwareArgs {
+    pub fn config(&self) -> engine::CacheAware {
+        engine::CacheAware {
+            drop_frac: self.drop_cold_experts,
+            drop_renorm: !self.drop_no_renorm,
+            drop_in_prefill: self.drop_in_prefill,
+            substitute: self.expert_substitute,
+        }
+    }
+}
+
 /// The history's flags.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct HistoryArgs {

@@ -481,6 +481,10 @@ struct ServeArgs {
     #[arg(long, value_name = "K")]
     n_expert_used: Option<u32>,
 
+    /// As `sluice run`'s, for every request (`/v1/telemetry`'s `info.mode` names them).
+    #[command(flatten)]
+    cache_aware: args::CacheAwareArgs,
+
     #[command(flatten)]
     engine: EngineArgs,
 
@@ -684,6 +688,9 @@ struct RunArgs {
     /// effective K is the one the `mode:` line, the CSV preamble and `cache_cycle_mb` report.
     #[arg(long, value_name = "K")]
     n_expert_used: Option<u32>,
+
+    #[command(flatten)]
+    cache_aware: args::CacheAwareArgs,
 
     #[command(flatten)]
     stream: args::StreamArgs,
@@ -943,6 +950,7 @@ fn main() -> ExitCode {
             run.predict_log = args.predict_log;
             run.route_ahead = args.route_ahead;
             run.n_expert_used = args.n_expert_used;
+            run.cache_aware = args.cache_aware.config();
             run::run(&run::Options {
                 run,
                 prompt: args.prompt,
@@ -974,6 +982,7 @@ fn main() -> ExitCode {
             run.token_figures = true;
             run.route_heat = true;
             run.n_expert_used = args.n_expert_used;
+            run.cache_aware = args.cache_aware.config();
             serve::run(serve::Options {
                 run,
                 host: args.host,

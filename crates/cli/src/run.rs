@@ -251,6 +251,18 @@ fn generate_once(
             writeln!(w, "{line}")?;
         }
     }
+    if rt.cache_aware.drop_frac > 0.0 {
+        let s = &o.summary;
+        writeln!(
+            w,
+            "{}",
+            runtime::telemetry::drop_line(
+                s.cache_aware.dropped,
+                s.experts_routed,
+                rt.cache_aware.drop_frac
+            )
+        )?;
+    }
     if rt.route_ahead > 0 {
         writeln!(w, "{}", o.summary.ahead.route_ahead_line(rt.route_ahead))?;
     }

@@ -317,3 +317,63 @@ fn smollm2_moefied_streams_bit_for_bit_and_routes_by_the_text() {
         );
     }
 }
+
+/// The `# summary` line's `key=value` figures of a `--csv` file.
+fn csv_summary(path: &Path) -> std::collections::BTreeMap<String, f64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# summary "))
+        .expect("a # summary line");
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.parse().unwrap()))
+        .collect()
+}
+
+/// On a real model's routing (the MoEfied SmolLM2, streamed through a cache of about two
+/// thirds of its experts): the lossy levers at their inert settings (`--n-expert-used` at the
+/// model's 12, `--drop-cold-experts 0`, `--expert-substitute 0`) answer exactly as the
+/// baseline; at full strength each fires (its ledger in the CSV summary above zero).
+#[test]
+fn smollm2_moefied_lossy_levers_are_inert_at_their_baseline_settings_and_fire() {
+    let path = model_path(MOEFIED);
+    let m = path.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("m.csv");
+    let chat = |extra: &[&str]| {
+        let out = sluice(
+            &[
+                &["run", "-m", m, "--chatml", "-p", DEMO_PROMPT][..],
+                &["-n", "16", "--temp", "0", "--ignore-eos", "--no-usage"],
+                &["--moe-stream", "on", "--cache-mb", "32", "--force-cache"],
+                &["--csv", csv.to_str().unwrap()],
+                extra,
+            ]
+            .concat(),
+        );
+        (out, csv_summary(&csv))
+    };
+    let (base, s) = chat(&[]);
+    assert_eq!(s["experts_routed"], 16.0 * 30.0 * 12.0);
+    let (inert, s) = chat(&[
+        "--n-expert-used",
+        "12",
+        "--drop-cold-experts",
+        "0",
+        "--expert-substitute",
+        "0",
+    ]);
+    assert_eq!(answer(&inert), answer(&base));
+    assert_eq!((s["experts_dropped"], s["experts_substituted"]), (0.0, 0.0));
+
+    let (dropped, s) = chat(&["--drop-cold-experts", "1"]);
+    assert!(dropped.contains("\nmoe-drop: "), "{dropped}");
+    assert!(
+        s["experts_dropped"] > 0.0 && s["experts_dropped"] < s["experts_routed"],
+        "{s:?}"
+    );
+    let (_, s) = chat(&["--expert-substitute", "0.5"]);
+    assert_eq!(s["experts_reranked"], 16.0 * 30.0 * 12.0);
+    assert!(s["experts_substituted"] > 0.0, "{s:?}");
+}

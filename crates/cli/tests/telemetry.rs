@@ -510,3 +510,195 @@ fn compute_traces_have_a_row_per_node_or_layer() {
     assert_eq!(csv.preamble["compute_trace_layers"], "1");
     assert_eq!(csv.preamble["instrumented"], "1");
 }
+
+/// `moe-drop: <dropped>/<routed> routed experts dropped (<pct>%), threshold <F> x uniform`,
+/// parsed: (dropped, routed, pct, F).
+fn parse_drop_line(out: &str) -> Option<(u64, u64, f64, f64)> {
+    let l = out.lines().find_map(|l| l.strip_prefix("moe-drop: "))?;
+    let (dropped, rest) = l.split_once('/').expect(l);
+    let (routed, rest) = rest.split_once(" routed experts dropped (").expect(l);
+    let (pct, rest) = rest.split_once("%), threshold ").expect(l);
+    let frac = rest.strip_suffix(" x uniform").expect(l);
+    Some((
+        dropped.parse().expect(l),
+        routed.parse().expect(l),
+        pct.parse().expect(l),
+        frac.parse().expect(l),
+    ))
+}
+
+/// The cache-aware levers (`--drop-cold-experts`, `--expert-substitute`), as the spec reports
+/// them: the `mode:` line names them lossy, the `moe-drop:` line, the CSV preamble's values,
+/// the summary's ledger (`experts_routed` counts the dropped routings too), and `dropped=1`
+/// route-trace rows that are misses with no bytes read, in decode steps only unless
+/// `--drop-in-prefill`. A cache of about 50 of the 128 experts: hits and misses both.
+#[test]
+fn cache_aware_levers_are_reported_as_the_spec_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe(dir.path());
+    let csv_path = dir.path().join("m.csv");
+    let rt = dir.path().join("route.csv");
+    let stream = [
+        "--moe-stream",
+        "on",
+        "--cache-mb",
+        "200",
+        "--force-cache",
+        "--no-usage",
+        "--route-trace",
+        rt.to_str().unwrap(),
+    ];
+    let (layers, k, n) = (2, 8, 6);
+    let route = || {
+        trace_rows(
+            &std::fs::read_to_string(&rt).unwrap(),
+            "# route_trace v1",
+            "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped",
+        )
+    };
+
+    // off: no line, zero ledger, the defaults in the preamble
+    let out = run(&m, &csv_path, &stream);
+    assert_eq!(parse_drop_line(&out), None);
+    let csv = parse_csv(&std::fs::read_to_string(&csv_path).unwrap());
+    let p = &csv.preamble;
+    assert_eq!(
+        [
+            &p["drop_cold_frac"],
+            &p["drop_renorm"],
+            &p["drop_prefill"],
+            &p["substitute_lambda"]
+        ],
+        ["0", "1", "0", "0"]
+    );
+    for key in ["experts_dropped", "experts_reranked", "experts_substituted"] {
+        assert_eq!(csv.summary[key], 0.0, "{key}");
+    }
+    assert!(route().iter().all(|r| r["dropped"] == "0"));
+
+    for in_prefill in [false, true] {
+        let mut extra = vec!["--drop-cold-experts", "1"];
+        if in_prefill {
+            extra.extend(["--drop-in-prefill", "--drop-no-renorm"]);
+        }
+        extra.extend(stream);
+        let out = run(&m, &csv_path, &extra);
+        let mode = out.lines().find(|l| l.starts_with("mode: ")).unwrap();
+        assert!(
+            mode.contains(", drop-cold-experts 1 x uniform (lossy: "),
+            "{mode}"
+        );
+        let csv = parse_csv(&std::fs::read_to_string(&csv_path).unwrap());
+        let (p, s) = (&csv.preamble, &csv.summary);
+        assert_eq!(p["drop_cold_frac"], "1");
+        assert_eq!(p["drop_renorm"], if in_prefill { "0" } else { "1" });
+        assert_eq!(p["drop_prefill"], if in_prefill { "1" } else { "0" });
+        let (dropped, routed, pct, frac) = parse_drop_line(&out).expect("a moe-drop: line");
+        assert_eq!(frac, 1.0);
+        assert_eq!(routed, (n * layers * k) as u64);
+        assert!(dropped > 0 && dropped < routed, "{dropped}/{routed}");
+        assert!((pct - 100.0 * dropped as f64 / routed as f64).abs() < 0.051);
+        assert_eq!(s["experts_routed"], routed as f64);
+        assert_eq!(s["experts_dropped"], dropped as f64);
+
+        let rows = route();
+        let decode_dropped: Vec<_> = rows
+            .iter()
+            .filter(|r| r["phase"] == "1" && r["dropped"] == "1")
+            .collect();
+        assert_eq!(decode_dropped.len() as u64, dropped);
+        // a dropped routing is a miss that was never read, below the uniform share
+        for r in &decode_dropped {
+            assert_eq!(
+                (r["residency"].as_str(), r["expert_bytes"].as_str()),
+                ("0", "0")
+            );
+            assert!(
+                r["weight"].parse::<f64>().unwrap() < 1.0 / k as f64,
+                "{r:?}"
+            );
+        }
+        let prefill_dropped = rows
+            .iter()
+            .filter(|r| r["phase"] == "0" && r["dropped"] == "1")
+            .count();
+        assert_eq!(prefill_dropped > 0, in_prefill, "{prefill_dropped}");
+    }
+
+    // substitution: every decode slot re-ranked, some moved to a resident expert
+    let mut extra = vec!["--expert-substitute", "0.5"];
+    extra.extend(stream);
+    let out = run(&m, &csv_path, &extra);
+    assert!(out.contains(", expert-substitute 0.5 (lossy: "), "{out}");
+    assert_eq!(parse_drop_line(&out), None);
+    let csv = parse_csv(&std::fs::read_to_string(&csv_path).unwrap());
+    assert_eq!(csv.preamble["substitute_lambda"], "0.5");
+    let s = &csv.summary;
+    assert_eq!(s["experts_reranked"], (n * layers * k) as f64);
+    assert!(s["experts_substituted"] > 0.0, "{s:?}");
+    assert!(s["experts_substituted"] <= s["experts_reranked"]);
+    assert_eq!(s["experts_dropped"], 0.0);
+}
+
+/// Cache-aware dropping on a routing of four experts or fewer is warned about (the threshold
+/// is a large share of the routing there); without a cache the levers are refused, naming
+/// the flags; a strength past 1 is refused before anything loads.
+#[test]
+fn cache_aware_levers_warn_and_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe(dir.path());
+    let m = m.to_str().unwrap();
+    let base = [
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Once",
+        "-n",
+        "1",
+        "--temp",
+        "0",
+        "--no-usage",
+        "--moe-stream",
+        "on",
+    ];
+    let narrow = sluice(
+        &[
+            &base[..],
+            &[
+                "--cache-mb",
+                "200",
+                "--force-cache",
+                "--n-expert-used",
+                "2",
+                "--drop-cold-experts",
+                "0.75",
+            ],
+        ]
+        .concat(),
+    );
+    let err = String::from_utf8_lossy(&narrow.stderr);
+    assert!(narrow.status.success(), "{err}");
+    assert!(
+        err.contains("warning: --drop-cold-experts 0.75 with top-k 2: the threshold is 37.5%"),
+        "{err}"
+    );
+    let no_cache = sluice(
+        &[
+            &base[..],
+            &["--cache-mb", "0", "--expert-substitute", "0.1"],
+        ]
+        .concat(),
+    );
+    assert!(!no_cache.status.success());
+    let err = String::from_utf8_lossy(&no_cache.stderr);
+    assert!(
+        err.contains("--drop-cold-experts / --expert-substitute"),
+        "{err}"
+    );
+    assert!(err.contains("has no expert cache"), "{err}");
+    let past = sluice(&[&base[..], &["--drop-cold-experts", "1.5"]].concat());
+    assert!(!past.status.success());
+    let err = String::from_utf8_lossy(&past.stderr);
+    assert!(err.contains("1.5 is not between 0 and 1"), "{err}");
+}

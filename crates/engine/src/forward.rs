@@ -403,6 +403,9 @@ pub struct Engine<'a> {
     replay: Option<RouteReplay>,
     /// The chunk being run is a replayed decode step.
     replaying: bool,
+    /// The call being run has one token (a decode step), not a prompt: a prompt's last layer
+    /// runs on its last row alone, and its last chunk may hold one token.
+    decoding: bool,
     source: Option<Box<dyn ExpertSource + 'a>>,
     /// The cache-aware routing policies, and what they did.
     cache_aware: CacheAware,
@@ -1264,6 +1267,9 @@ struct Routing<'r> {
     /// The cache-aware policies, and their counts.
     policy: CacheAware,
     counts: &'r mut CacheAwareCounts,
+    /// A decode step's pass (one token in the whole call), where the policies act unless
+    /// told to act on prompts too.
+    decode: bool,
 }
 
 /// The MoE FFN on the normed rows `s.cur`, into `s.proj`: routing (route-ahead's committed
@@ -1284,6 +1290,7 @@ fn moe_ffn<'a>(
         first_pos,
         policy,
         counts,
+        decode,
     } = routing;
     // A one-token pass ranks ahead; a replay wins over route-ahead's committed selection.
     let ranking = n == 1 && ahead.state.one_token && ahead.cfg.any();
@@ -1297,7 +1304,14 @@ fn moe_ffn<'a>(
     // the cache-aware policies rewrite the router's own routing only
     let dropping = fixed.is_none()
         && policy.any()
-        && cache_aware_routing(st, m, k_used, (policy, counts), source.as_deref(), s);
+        && cache_aware_routing(
+            st,
+            m,
+            k_used,
+            (policy, counts, decode),
+            source.as_deref(),
+            s,
+        );
     group_routings(s, n, k_used, dropping);
     if let Some(src) = source {
         let ids = if dropping {
@@ -1486,7 +1500,7 @@ fn group_routings(s: &mut Scratch, n: usize, k_used: usize, dropping: bool) {
 }
 
 /// The cache-aware routing policies ([`CacheAware`]) on the router's routing of the batch:
-/// substitution re-ranks a one-token routing toward resident experts (its weights then the
+/// substitution re-ranks a decode step's routing toward resident experts (its weights then the
 /// router's for the new set), dropping marks the cold, light routings in `s.dropped`. Both
 /// ask `source` what is resident; without one every expert is and nothing changes. Returns
 /// whether a routing was dropped.
@@ -1494,7 +1508,7 @@ fn cache_aware_routing(
     st: Stage<'_, '_>,
     m: &MoeW<'_>,
     k_used: usize,
-    policy: (CacheAware, &mut CacheAwareCounts),
+    policy: (CacheAware, &mut CacheAwareCounts, bool),
     source: Option<&(dyn ExpertSource + '_)>,
     s: &mut Scratch,
 ) -> bool {
@@ -1502,9 +1516,9 @@ fn cache_aware_routing(
         return false;
     };
     let (hp, il, n) = (st.hp, st.il, st.n);
-    let (cfg, counts) = policy;
+    let (cfg, counts, decode) = policy;
     let resident = |e: usize| src.resident(il, e);
-    if cfg.substitute > 0.0 && n == 1 {
+    if cfg.substitute > 0.0 && decode {
         let gating = Gating::from(hp.expert_gating);
         let logits = &s.router[..m.n_expert];
         let log_space = cache_aware::scores_of(
@@ -1532,7 +1546,7 @@ fn cache_aware_routing(
             );
         }
     }
-    if cfg.drop_frac <= 0.0 || (n > 1 && !cfg.drop_in_prefill) {
+    if cfg.drop_frac <= 0.0 || !(decode || cfg.drop_in_prefill) {
         return false;
     }
     s.dropped.clear();
@@ -1965,6 +1979,7 @@ impl<'a> Engine<'a> {
             route_tap: None,
             replay: None,
             replaying: false,
+            decoding: false,
             source: None,
             cache_aware: CacheAware::default(),
             ca_counts: CacheAwareCounts::default(),
@@ -2321,7 +2336,8 @@ impl<'a> Engine<'a> {
                 LogitsWanted::Last if last_chunk => chunk.len() - 1..chunk.len(),
                 LogitsWanted::Last => 0..0,
             };
-            self.replaying = chunk.len() == 1 && tokens.len() == 1 && self.replay.is_some();
+            self.decoding = tokens.len() == 1;
+            self.replaying = self.decoding && self.replay.is_some();
             let ran = self.run_chunk(chunk, want.clone());
             if self.replaying
                 && let Some(r) = &mut self.replay
@@ -2450,6 +2466,7 @@ impl<'a> Engine<'a> {
             route_tap,
             replay,
             replaying,
+            decoding,
             source,
             cache_aware,
             ca_counts,
@@ -2555,6 +2572,7 @@ impl<'a> Engine<'a> {
                     first_pos: p0 + keep.start,
                     policy: *cache_aware,
                     counts: ca_counts,
+                    decode: *decoding,
                 };
                 moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }

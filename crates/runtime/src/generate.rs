@@ -72,6 +72,8 @@ pub struct Runtime<'a> {
     pub replay: Option<engine::RouteReplay>,
     /// `--route-ahead`'s depth (0: off).
     pub route_ahead: usize,
+    /// The cache-aware routing policies in force (`--drop-cold-experts`, `--expert-substitute`).
+    pub cache_aware: engine::CacheAware,
     /// The `moe-prefetch:` line's tag for the reads ahead this run makes.
     pub prefetch_tag: &'static str,
 }
@@ -251,6 +253,7 @@ impl Runtime<'_> {
     pub fn generate(&mut self, t: &Turn<'_>, sink: &mut dyn Sink) -> Result<Outcome> {
         let ahead_at = self.recorders.predict.as_ref().map(|p| p.figures());
         let p = self.prefill_turn(t, sink)?;
+        let cache_aware_at = self.engine.cache_aware_counts();
         let mut cancelled = p.cancelled;
         let mut logits = p.logits;
         let mut last_end = Instant::now();
@@ -340,6 +343,7 @@ impl Runtime<'_> {
         loop_overhead += last_end.elapsed();
         let decode_usage = Usage::now().since(&p.usage_at_decode);
         let d = self.counters.snapshot().since(&p.at_decode);
+        let cache_aware = self.engine.cache_aware_counts().since(&cache_aware_at);
         let summary = Summary {
             tokens: n_gen,
             decode_s: decode.as_secs_f64(),
@@ -351,7 +355,9 @@ impl Runtime<'_> {
             usage: decode_usage,
             cache_hit_pct: self.hit_pct(&self.counters.snapshot()),
             cache_budget_mib: self.budget_mib(),
-            experts_routed: d.routed,
+            // (a dropped routing is never handed to the source, which counts what it loads)
+            experts_routed: d.routed + cache_aware.dropped,
+            cache_aware,
             loop_overhead_s: loop_overhead.as_secs_f64(),
             prefill: p.delta,
             prefill_usage: p.usage,

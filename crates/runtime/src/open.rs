@@ -324,6 +324,9 @@ impl Loaded {
             engine
                 .set_cache_aware(cfg.cache_aware)
                 .map_err(|e| Error::Rejected(e.to_string()))?;
+            if let Some(warning) = narrow_drop_warning(cfg.cache_aware.drop_frac, hp) {
+                self.notices.warn(warning);
+            }
         }
         let replay = match &cfg.route_replay {
             Some(path) => {
@@ -398,6 +401,7 @@ impl Loaded {
             },
             replay,
             route_ahead: cfg.route_ahead,
+            cache_aware: cfg.cache_aware,
             prefetch_tag: cfg.stream.speculation(cfg.route_ahead).tag(),
         };
         Ok((rt, preamble))
@@ -725,6 +729,7 @@ impl Loaded {
             },
             predict_log: cfg.predict_log,
             route_ahead: cfg.route_ahead,
+            cache_aware: cfg.cache_aware,
             traces: [
                 (cfg.route_trace.is_some(), "route"),
                 (cfg.io_trace.is_some(), "io"),
@@ -782,6 +787,7 @@ impl Loaded {
                 self.model_n_expert_used
             ));
         }
+        mode.push_str(&cache_aware_mode(&cfg.cache_aware));
         if cfg.route_ahead > 0 {
             mode.push_str(&format!(
                 ", route-ahead {} (lossy: routing committed {} MoE layer{} early)",
@@ -834,6 +840,56 @@ struct RouteWiring<'w> {
 struct Reads {
     o_direct: bool,
     io_backend: &'static str,
+}
+
+/// The top-k at which cache-aware dropping was measured: the reference's evidence covers
+/// routings this wide, its threshold means a tail trim there.
+const DROP_MEASURED_TOPK: u32 = 8;
+
+/// The warning for cache-aware dropping at `frac` on a routing of four experts or fewer, where
+/// the threshold (`frac / k` of the routing) stops being a tail trim; `None` otherwise.
+fn narrow_drop_warning(frac: f32, hp: &HParams) -> Option<String> {
+    let k = hp.n_expert_used.max();
+    (frac > 0.0 && (1..=4).contains(&k)).then(|| {
+        let share = |k: u32| 100.0 * f64::from(frac) / f64::from(k);
+        format!(
+            "sluice: warning: --drop-cold-experts {frac} with top-k {k}: the threshold is {:.1}% \
+             of the routing here, against {:.1}% at the top-k {DROP_MEASURED_TOPK} it was \
+             measured on; expect it to drop much more, and check the output quality on your task",
+            share(k),
+            share(DROP_MEASURED_TOPK)
+        )
+    })
+}
+
+/// The `mode:` line's entries for the cache-aware routing policies in force (empty when none
+/// is): each named lossy, with the flag that set it.
+fn cache_aware_mode(ca: &engine::CacheAware) -> String {
+    let mut s = String::new();
+    if ca.drop_frac > 0.0 {
+        s.push_str(&format!(
+            ", drop-cold-experts {} x uniform (lossy: cache misses weighted below it are \
+             skipped{}{})",
+            ca.drop_frac,
+            if ca.drop_renorm {
+                ""
+            } else {
+                ", weights not renormalized"
+            },
+            if ca.drop_in_prefill {
+                ", in prefill too"
+            } else {
+                ""
+            }
+        ));
+    }
+    if ca.substitute > 0.0 {
+        s.push_str(&format!(
+            ", expert-substitute {} (lossy: decode routings re-ranked toward resident experts)",
+            ca.substitute
+        ));
+    }
+    s
 }
 
 /// The sampler `sampling` asks for; a seed past u32 is refused.

@@ -241,6 +241,20 @@ pub fn prefetch_line(
     })
 }
 
+/// The `moe-drop:` line of a run with cache-aware dropping at `frac` (`--drop-cold-experts`):
+/// of the `routed` expert slots of the decode (the dropped ones included), how many were
+/// dropped. The flag sets a threshold; this line is what the run traded.
+pub fn drop_line(dropped: u64, routed: u64, frac: f32) -> String {
+    let pct = if routed == 0 {
+        0.0
+    } else {
+        100.0 * dropped as f64 / routed as f64
+    };
+    format!(
+        "moe-drop: {dropped}/{routed} routed experts dropped ({pct:.1}%), threshold {frac} x uniform"
+    )
+}
+
 /// The page size `majflt_mib` counts in.
 const FAULT_PAGE: f64 = 4096.0;
 
@@ -405,6 +419,9 @@ pub struct Preamble {
     /// `--predict-log`: an instrumented run.
     pub predict_log: bool,
     pub route_ahead: usize,
+    /// The cache-aware routing policies in force (`--drop-cold-experts`, `--drop-no-renorm`,
+    /// `--drop-in-prefill`, `--expert-substitute`).
+    pub cache_aware: engine::CacheAware,
     /// The diagnostic traces written (`route`, `io`, `compute`): a traced run is
     /// instrumented, not a benchmark run.
     pub traces: Vec<&'static str>,
@@ -421,8 +438,8 @@ impl Preamble {
              # moe_stream={} cache_mb={} cache_auto={} cache_floor_mb={} cache_ceil_mb={} \
              cache_cycle_mb={} force_cache={} load_all={} io_threads={} o_direct={} overlap={} \
              io_two_wave=0 prefetch={} route_ahead={} predict_prefetch={} predict_log={} \
-             predict_spec_max={} prefetch_sync=0 dense_weights={} drop_cold_frac=0 drop_renorm=0 \
-             drop_prefill=0 substitute_lambda=0 io_backend={} cache_policy={} couple_k={} couple_d={} route_replay={}\n\
+             predict_spec_max={} prefetch_sync=0 dense_weights={} drop_cold_frac={} drop_renorm={} \
+             drop_prefill={} substitute_lambda={} io_backend={} cache_policy={} couple_k={} couple_d={} route_replay={}\n\
              # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec=off \
              spec_draft_max=0 mtp_p_min=0 ngram_min_match=0 instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
@@ -452,6 +469,10 @@ impl Preamble {
             b(self.predict_log),
             self.predict_spec_max,
             self.dense_weights,
+            self.cache_aware.drop_frac,
+            b(self.cache_aware.drop_renorm),
+            b(self.cache_aware.drop_in_prefill),
+            self.cache_aware.substitute,
             self.io_backend,
             self.cache_policy,
             self.couple.k,
@@ -488,7 +509,10 @@ pub struct Summary {
     /// Cumulative hit rate, or -1 without a cache.
     pub cache_hit_pct: f64,
     pub cache_budget_mib: f64,
+    /// Routed expert slots of the decode, those cache-aware dropping skipped included.
     pub experts_routed: u64,
+    /// What the cache-aware policies did during the decode.
+    pub cache_aware: engine::CacheAwareCounts,
     pub loop_overhead_s: f64,
     pub prefill: StreamSnapshot,
     pub prefill_usage: Usage,
@@ -554,9 +578,12 @@ impl Summary {
                 format!("{:.3}", per(d.demand_bytes as f64 / MIB)),
             ),
             ("experts_routed", self.experts_routed.to_string()),
-            ("experts_dropped", "0".into()),
-            ("experts_reranked", "0".into()),
-            ("experts_substituted", "0".into()),
+            ("experts_dropped", self.cache_aware.dropped.to_string()),
+            ("experts_reranked", self.cache_aware.reranked.to_string()),
+            (
+                "experts_substituted",
+                self.cache_aware.substituted.to_string(),
+            ),
             ("row_table_MiB", "0".into()),
             ("row_resident_MiB", "0".into()),
             ("row_rows", "0".into()),

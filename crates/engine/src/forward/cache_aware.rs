@@ -19,10 +19,10 @@ pub struct CacheAware {
     pub drop_frac: f32,
     /// With dropping: scale the kept weights so that the routing keeps its total weight.
     pub drop_renorm: bool,
-    /// With dropping: drop in passes of several tokens too (a prefill); else only in one-token
-    /// passes.
+    /// With dropping: drop in a prompt's passes too; else only in decode steps (a forward call
+    /// of one token).
     pub drop_in_prefill: bool,
-    /// Cache-aware substitution (`--expert-substitute λ`, 0 off), one-token passes only: the
+    /// Cache-aware substitution (`--expert-substitute λ`, 0 off), decode steps only: the
     /// scores the router's top-k sorts (in log space for a softmax gating) with every resident
     /// expert's raised by `λ × (max − min)` of the token's finite scores, the top k taken
     /// again (an expert the router chose wins ties). When the set changes, the experts run in
@@ -73,6 +73,18 @@ pub struct CacheAwareCounts {
     pub reranked: u64,
     /// Routed slots it moved to a resident expert (set changes).
     pub substituted: u64,
+}
+
+impl CacheAwareCounts {
+    /// What was counted since `earlier` (a reading of the same engine's counts).
+    pub fn since(&self, earlier: &CacheAwareCounts) -> CacheAwareCounts {
+        CacheAwareCounts {
+            drop_examined: self.drop_examined.saturating_sub(earlier.drop_examined),
+            dropped: self.dropped.saturating_sub(earlier.dropped),
+            reranked: self.reranked.saturating_sub(earlier.reranked),
+            substituted: self.substituted.saturating_sub(earlier.substituted),
+        }
+    }
 }
 
 /// Buffers reused from routing to routing.
