@@ -563,6 +563,12 @@ struct RunArgs {
     #[arg(long, requires = "ppl")]
     ppl_step: bool,
 
+    /// With --ppl: write each scored position's most likely next token to FILE, one token id
+    /// per line, in order (a lossy setting's next-token agreement with the baseline is counted
+    /// on two such files; scripts/lossy_agreement.sh).
+    #[arg(long, value_name = "FILE", requires = "ppl")]
+    ppl_predictions: Option<std::path::PathBuf>,
+
     /// Diagnostic: colibri's routing stream (its routing telemetry contract, docs/history.md,
     /// "The routing stream"): one line per MoE layer call and batch row, `<call> <row> <layer>` then
     /// ` <expert>:<gate>` per routed expert (gates as applied, 4 decimals). The environment
@@ -960,6 +966,7 @@ fn main() -> ExitCode {
                 prefix_cache: args.decide_prefix_cache,
                 ppl: args.ppl,
                 ppl_step: args.ppl_step,
+                ppl_predictions: args.ppl_predictions,
                 test_hold: args.test_hold,
                 n_predict: args.n_predict,
                 system: args.system,

@@ -9,7 +9,14 @@ use anyhow::{Context, Result};
 
 use runtime::generate::Runtime;
 
-pub fn run(rt: &mut Runtime<'_>, path: &Path, step: bool) -> Result<()> {
+/// Scores the text of `path` (one token per pass when `step`); each position's most likely
+/// next token goes to `predictions` when given.
+pub fn run(
+    rt: &mut Runtime<'_>,
+    path: &Path,
+    step: bool,
+    predictions: Option<&Path>,
+) -> Result<()> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--ppl: cannot read {}", path.display()))?;
     let s = runtime::score::score_text(rt, &text, step)
@@ -42,6 +49,27 @@ pub fn run(rt: &mut Runtime<'_>, path: &Path, step: bool) -> Result<()> {
             writeln!(w, "{line}")?;
         }
     }
+    for line in runtime::telemetry::cache_aware_lines(
+        &rt.cache_aware,
+        &s.cache_aware,
+        s.counters.routed + s.cache_aware.dropped,
+    ) {
+        writeln!(w, "{line}")?;
+    }
     w.flush()?;
+    if let Some(out) = predictions {
+        write_predictions(out, &s.predicted)?;
+    }
     Ok(())
+}
+
+/// One token id per line: each scored position's most likely next token.
+fn write_predictions(path: &Path, ids: &[u32]) -> Result<()> {
+    let mut text = String::with_capacity(ids.len() * 6);
+    for id in ids {
+        text.push_str(&id.to_string());
+        text.push('\n');
+    }
+    std::fs::write(path, text)
+        .with_context(|| format!("--ppl-predictions: cannot write {}", path.display()))
 }

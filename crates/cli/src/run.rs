@@ -33,6 +33,8 @@ pub struct Options {
     pub ppl: Option<PathBuf>,
     /// With --ppl: one token per decode.
     pub ppl_step: bool,
+    /// `--ppl-predictions`: where each position's most likely next token goes.
+    pub ppl_predictions: Option<PathBuf>,
     /// A session's test hook: wait for a cancel at this point.
     pub test_hold: Option<runtime::cancel::Hold>,
     pub n_predict: i64,
@@ -190,7 +192,12 @@ pub fn run(opts: &Options) -> Result<()> {
     if opts.session {
         crate::session::serve(&mut rt, opts, &mut csv)?;
     } else if let Some(path) = &opts.ppl {
-        crate::ppl::run(&mut rt, path, opts.ppl_step)?;
+        crate::ppl::run(
+            &mut rt,
+            path,
+            opts.ppl_step,
+            opts.ppl_predictions.as_deref(),
+        )?;
     } else if let Some((ids, prompt)) = one_shot {
         generate_once(&mut rt, opts, &ids, prompt.as_ref(), &mut csv)?;
     }
@@ -251,17 +258,11 @@ fn generate_once(
             writeln!(w, "{line}")?;
         }
     }
-    if rt.cache_aware.drop_frac > 0.0 {
-        let s = &o.summary;
-        writeln!(
-            w,
-            "{}",
-            runtime::telemetry::drop_line(
-                s.cache_aware.dropped,
-                s.experts_routed,
-                rt.cache_aware.drop_frac
-            )
-        )?;
+    let s = &o.summary;
+    for line in
+        runtime::telemetry::cache_aware_lines(&rt.cache_aware, &s.cache_aware, s.experts_routed)
+    {
+        writeln!(w, "{line}")?;
     }
     if rt.route_ahead > 0 {
         writeln!(w, "{}", o.summary.ahead.route_ahead_line(rt.route_ahead))?;

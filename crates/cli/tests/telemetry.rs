@@ -638,6 +638,20 @@ fn cache_aware_levers_are_reported_as_the_spec_says() {
     assert!(s["experts_substituted"] > 0.0, "{s:?}");
     assert!(s["experts_substituted"] <= s["experts_reranked"]);
     assert_eq!(s["experts_dropped"], 0.0);
+    // sluice's own line for it (the spec has none)
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("moe-substitute: "))
+        .expect("a moe-substitute: line");
+    assert_eq!(
+        line,
+        format!(
+            "{}/{} routed experts moved to a resident expert ({:.1}%), lambda 0.5",
+            s["experts_substituted"],
+            s["experts_reranked"],
+            100.0 * s["experts_substituted"] / s["experts_reranked"]
+        )
+    );
 }
 
 /// Cache-aware dropping on a routing of four experts or fewer is warned about (the threshold

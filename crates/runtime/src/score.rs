@@ -22,14 +22,18 @@ pub struct Score {
 }
 
 impl Score {
-    /// Add one position: its logits row and the token that followed.
-    pub fn add(&mut self, logits: &[f32], next: u32) {
+    /// Add one position: its logits row and the token that followed. Returns the position's
+    /// most likely token (the first of equals).
+    pub fn add(&mut self, logits: &[f32], next: u32) -> u32 {
         let lp = log_softmax_at(logits, &[next])[0];
         self.nll -= lp;
-        if argmax(logits) == next as usize {
+        let best = argmax(logits);
+        if best == next as usize {
             self.hits += 1;
         }
         self.n += 1;
+        // (a vocabulary index: the engine refuses a vocabulary past u32)
+        u32::try_from(best).unwrap_or(u32::MAX)
     }
 
     /// exp(mean negative log-likelihood).
@@ -60,12 +64,17 @@ fn argmax(v: &[f32]) -> usize {
 }
 
 /// A text's score and what scoring it cost.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Scored {
     pub score: Score,
+    /// Each position's most likely next token, in order (what a lossy setting's agreement
+    /// with the baseline is counted on).
+    pub predicted: Vec<u32>,
     pub wall: Duration,
     /// The expert source's counters over the scoring.
     pub counters: StreamSnapshot,
+    /// What the cache-aware routing policies did over the scoring.
+    pub cache_aware: engine::CacheAwareCounts,
 }
 
 /// Scores `text` (tokenized with BOS as the model's metadata says) from an empty context,
@@ -87,29 +96,34 @@ pub fn score_text(rt: &mut Runtime<'_>, text: &str, step: bool) -> Result<Scored
     }
     rt.engine.reset();
     let snap0 = rt.counters.snapshot();
+    let ca0 = rt.engine.cache_aware_counts();
     let t0 = Instant::now();
     let mut score = Score::default();
+    let mut predicted = Vec::with_capacity(ids.len() - 1);
     let nv = rt.engine.n_vocab();
     if step {
         for w in ids.windows(2) {
             let logits = rt.engine.forward(&w[..1], LogitsWanted::Last)?;
-            score.add(&logits, w[1]);
+            predicted.push(score.add(&logits, w[1]));
         }
     } else {
         let logits = rt
             .engine
             .forward(&ids[..ids.len() - 1], LogitsWanted::All)?;
         for (row, &next) in logits.chunks_exact(nv).zip(&ids[1..]) {
-            score.add(row, next);
+            predicted.push(score.add(row, next));
         }
     }
     let wall = t0.elapsed();
     let counters = rt.counters.snapshot().since(&snap0);
+    let cache_aware = rt.engine.cache_aware_counts().since(&ca0);
     rt.save_history();
     Ok(Scored {
         score,
+        predicted,
         wall,
         counters,
+        cache_aware,
     })
 }
 
@@ -121,8 +135,8 @@ mod tests {
     fn a_certain_model_has_perplexity_one_and_every_hit() {
         let mut s = Score::default();
         let row = [0.0f32, 1000.0, 0.0];
-        s.add(&row, 1);
-        s.add(&row, 1);
+        assert_eq!(s.add(&row, 1), 1);
+        assert_eq!(s.add(&row, 1), 1);
         assert!((s.perplexity() - 1.0).abs() < 1e-12);
         assert_eq!(s.hit_pct(), 100.0);
     }
@@ -132,7 +146,7 @@ mod tests {
         let mut s = Score::default();
         let row = [0.5f32; 8];
         for t in [3, 5, 7] {
-            s.add(&row, t);
+            assert_eq!(s.add(&row, t), 0);
         }
         assert!((s.perplexity() - 8.0).abs() < 1e-9, "{}", s.perplexity());
         assert!((s.nats_per_token() - 8f64.ln()).abs() < 1e-9);

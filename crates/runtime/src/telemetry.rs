@@ -255,6 +255,37 @@ pub fn drop_line(dropped: u64, routed: u64, frac: f32) -> String {
     )
 }
 
+/// The `moe-substitute:` line of a run with cache-aware substitution at `lambda`
+/// (`--expert-substitute`; a sluice line, not the spec's): of the routed slots it re-ranked,
+/// how many it moved to a resident expert.
+pub fn substitute_line(substituted: u64, reranked: u64, lambda: f32) -> String {
+    let pct = if reranked == 0 {
+        0.0
+    } else {
+        100.0 * substituted as f64 / reranked as f64
+    };
+    format!(
+        "moe-substitute: {substituted}/{reranked} routed experts moved to a resident expert ({pct:.1}%), lambda {lambda}"
+    )
+}
+
+/// The lines of the cache-aware policies `cfg` turns on: `moe-drop:` and `moe-substitute:`,
+/// from their counts `c` over `routed` expert slots (the dropped ones included).
+pub fn cache_aware_lines(
+    cfg: &engine::CacheAware,
+    c: &engine::CacheAwareCounts,
+    routed: u64,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    if cfg.drop_frac > 0.0 {
+        lines.push(drop_line(c.dropped, routed, cfg.drop_frac));
+    }
+    if cfg.substitute > 0.0 {
+        lines.push(substitute_line(c.substituted, c.reranked, cfg.substitute));
+    }
+    lines
+}
+
 /// The page size `majflt_mib` counts in.
 const FAULT_PAGE: f64 = 4096.0;
 

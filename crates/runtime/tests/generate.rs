@@ -446,6 +446,13 @@ fn a_text_is_scored_alike_in_one_prefill_and_one_token_at_a_time() {
     let step = runtime::score::score_text(&mut rt, text, true).expect("stepped");
     let n = loaded_len(&rt, text) - 1;
     assert_eq!((whole.score.n, step.score.n), (n, n));
+    assert_eq!((whole.predicted.len(), step.predicted.len()), (n, n));
+    let hits = |p: &[u32]| {
+        let ids = rt.tokenizer.encode(text, true, false);
+        p.iter().zip(&ids[1..]).filter(|(a, b)| a == b).count()
+    };
+    assert_eq!(hits(&whole.predicted), whole.score.hits);
+    assert_eq!(hits(&step.predicted), step.score.hits);
     // One prefill and single-token passes sum in different orders: close, not equal. (On
     // aarch64 the F16 cache's attention products accumulate in half precision, as in
     // llama.cpp's ARM build, which widens the gap.)
