@@ -245,11 +245,7 @@ pub fn prefetch_line(
 /// of the `routed` expert slots of the decode (the dropped ones included), how many were
 /// dropped. The flag sets a threshold; this line is what the run traded.
 pub fn drop_line(dropped: u64, routed: u64, frac: f32) -> String {
-    let pct = if routed == 0 {
-        0.0
-    } else {
-        100.0 * dropped as f64 / routed as f64
-    };
+    let pct = store::cache::hit_pct(dropped, routed);
     format!(
         "moe-drop: {dropped}/{routed} routed experts dropped ({pct:.1}%), threshold {frac} x uniform"
     )
@@ -259,11 +255,7 @@ pub fn drop_line(dropped: u64, routed: u64, frac: f32) -> String {
 /// (`--expert-substitute`; a sluice line, not the spec's): of the routed slots it re-ranked,
 /// how many it moved to a resident expert.
 pub fn substitute_line(substituted: u64, reranked: u64, lambda: f32) -> String {
-    let pct = if reranked == 0 {
-        0.0
-    } else {
-        100.0 * substituted as f64 / reranked as f64
-    };
+    let pct = store::cache::hit_pct(substituted, reranked);
     format!(
         "moe-substitute: {substituted}/{reranked} routed experts moved to a resident expert ({pct:.1}%), lambda {lambda}"
     )
