@@ -565,7 +565,7 @@ struct RunArgs {
 
     /// With --ppl: write each scored position's most likely next token to FILE, one token id
     /// per line, in order (a lossy setting's next-token agreement with the baseline is counted
-    /// on two such files; scripts/lossy_agreement.sh).
+    /// on two such files: scripts/lossy_cache_aware.sh).
     #[arg(long, value_name = "FILE", requires = "ppl")]
     ppl_predictions: Option<std::path::PathBuf>,
 

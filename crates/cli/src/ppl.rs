@@ -50,7 +50,7 @@ pub fn run(
         }
     }
     for line in runtime::telemetry::cache_aware_lines(
-        &rt.cache_aware,
+        &rt.engine.cache_aware(),
         &s.cache_aware,
         s.counters.routed + s.cache_aware.dropped,
     ) {

@@ -259,9 +259,11 @@ fn generate_once(
         }
     }
     let s = &o.summary;
-    for line in
-        runtime::telemetry::cache_aware_lines(&rt.cache_aware, &s.cache_aware, s.experts_routed)
-    {
+    for line in runtime::telemetry::cache_aware_lines(
+        &rt.engine.cache_aware(),
+        &s.cache_aware,
+        s.experts_routed,
+    ) {
         writeln!(w, "{line}")?;
     }
     if rt.route_ahead > 0 {

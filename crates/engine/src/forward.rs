@@ -2074,6 +2074,12 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// The cache-aware routing policies in force (all off unless [`Engine::set_cache_aware`]
+    /// set them).
+    pub fn cache_aware(&self) -> CacheAware {
+        self.cache_aware
+    }
+
     /// What the cache-aware policies did since the engine was built.
     pub fn cache_aware_counts(&self) -> CacheAwareCounts {
         self.ca_counts

@@ -72,8 +72,6 @@ pub struct Runtime<'a> {
     pub replay: Option<engine::RouteReplay>,
     /// `--route-ahead`'s depth (0: off).
     pub route_ahead: usize,
-    /// The cache-aware routing policies in force (`--drop-cold-experts`, `--expert-substitute`).
-    pub cache_aware: engine::CacheAware,
     /// The `moe-prefetch:` line's tag for the reads ahead this run makes.
     pub prefetch_tag: &'static str,
 }

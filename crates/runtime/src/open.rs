@@ -401,7 +401,6 @@ impl Loaded {
             },
             replay,
             route_ahead: cfg.route_ahead,
-            cache_aware: cfg.cache_aware,
             prefetch_tag: cfg.stream.speculation(cfg.route_ahead).tag(),
         };
         Ok((rt, preamble))
