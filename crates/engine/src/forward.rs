@@ -406,6 +406,11 @@ pub struct Engine<'a> {
     /// The call being run has one token (a decode step), not a prompt: a prompt's last layer
     /// runs on its last row alone, and its last chunk may hold one token.
     decoding: bool,
+    /// The call being run computes each row as a one-token call would ([`Engine::forward_rows`]).
+    single_rows: bool,
+    /// Every matrix multiplies in one-token order ([`Mat::set_single_order`]); put back before
+    /// the next batched call.
+    mats_single: bool,
     source: Option<Box<dyn ExpertSource + 'a>>,
     /// The cache-aware routing policies, and what they did.
     cache_aware: CacheAware,
@@ -706,6 +711,8 @@ struct Stage<'x, 'a> {
     obs: Option<&'x Observer<'a>>,
     /// Tokens per part of the absorbed MLA attention.
     mla_part: usize,
+    /// Each row's attention as a one-token pass computes it ([`Engine::forward_rows`]).
+    single: bool,
 }
 
 impl Stage<'_, '_> {
@@ -798,18 +805,37 @@ fn attention(
         mla_absorbed_attention(st, a, cache, p0, s)?;
         &s.heads
     } else {
-        ops::attend_batch_with(
-            pool,
-            &s.q[..n * n_head * hd],
-            cache,
-            0,
-            p0,
-            n,
-            n_head,
-            hp.attn_scale(),
-            extras,
-            &mut s.att[..n * aw],
-        )?;
+        if st.single {
+            // each row alone at its position, as its one-token pass attends
+            let qw = n_head * hd;
+            for t in 0..n {
+                ops::attend_batch_with(
+                    pool,
+                    &s.q[t * qw..(t + 1) * qw],
+                    cache,
+                    0,
+                    p0 + t,
+                    1,
+                    n_head,
+                    hp.attn_scale(),
+                    extras,
+                    &mut s.att[t * aw..(t + 1) * aw],
+                )?;
+            }
+        } else {
+            ops::attend_batch_with(
+                pool,
+                &s.q[..n * n_head * hd],
+                cache,
+                0,
+                p0,
+                n,
+                n_head,
+                hp.attn_scale(),
+                extras,
+                &mut s.att[..n * aw],
+            )?;
+        }
         st.emit("kqv_out", &s.att[..n * aw]);
         if hp.arch.gated_q() {
             // the output gate (made by mha_qkv in s.gate): attention · sigmoid(gate)
@@ -1980,6 +2006,8 @@ impl<'a> Engine<'a> {
             replay: None,
             replaying: false,
             decoding: false,
+            single_rows: false,
+            mats_single: false,
             source: None,
             cache_aware: CacheAware::default(),
             ca_counts: CacheAwareCounts::default(),
@@ -2315,6 +2343,9 @@ impl<'a> Engine<'a> {
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(ForwardError::BadToken { token: t, n_vocab });
         }
+        if tokens.len() > 1 && self.mats_single && !self.single_rows {
+            self.set_single_order(false);
+        }
         let n_out = match logits {
             LogitsWanted::Last => 1,
             LogitsWanted::All => tokens.len(),
@@ -2368,6 +2399,73 @@ impl<'a> Engine<'a> {
             self.n_past += chunk.len();
         }
         Ok(out)
+    }
+
+    /// Run `tokens` at positions `n_past..` and append them to the context, as
+    /// [`forward`](Self::forward) with [`LogitsWanted::All`] does, but with every row computed
+    /// as a one-token call at its position would compute it: each row's logits are the bits
+    /// that decoding the tokens one call at a time gives (a batched call sums some products in
+    /// another order, as llama.cpp's batched graph does). This is how a speculative decode
+    /// verifies a drafted group in one pass — the weights are read once for all its tokens —
+    /// without moving a bit of the answer.
+    ///
+    /// Refused where a one-token call does something a batched one cannot: models with
+    /// latent (MLA) or linear attention, a route replay, route-ahead's committed selection and
+    /// the cache-aware policies (they act on one-token calls and depend on what the cache held
+    /// at each).
+    pub fn forward_rows(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ForwardError> {
+        self.check_rows()?;
+        if tokens.len() == 1 {
+            return self.forward(tokens, LogitsWanted::Last);
+        }
+        if !self.mats_single {
+            self.set_single_order(true);
+        }
+        self.single_rows = true;
+        let r = self.forward(tokens, LogitsWanted::All);
+        self.single_rows = false;
+        r
+    }
+
+    /// Why [`forward_rows`](Self::forward_rows) cannot keep one-token bits on this engine, if
+    /// it cannot.
+    pub fn check_rows(&self) -> Result<(), ForwardError> {
+        let refuse = |why: String| {
+            Err(ForwardError::Unsupported(format!(
+                "rows in one-token order (speculative verification): {why}"
+            )))
+        };
+        if let Some(il) = self
+            .w
+            .layers
+            .iter()
+            .position(|l| !matches!(l.attn, AttnW::Mha(_)))
+        {
+            return refuse(format!(
+                "layer {il} has latent or linear attention, which is not computed row by row"
+            ));
+        }
+        if self.replay.is_some() {
+            return refuse("a route replay acts on one-token passes only".into());
+        }
+        if self.lookahead.route_ahead > 0 {
+            return refuse("route-ahead commits selections on one-token passes only".into());
+        }
+        if self.cache_aware.any() {
+            return refuse(
+                "the cache-aware policies act on one-token passes only, on what the cache \
+                 holds at each"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn set_single_order(&mut self, on: bool) {
+        for m in self.w.mats_mut() {
+            m.set_single_order(on);
+        }
+        self.mats_single = on;
     }
 
     /// Back to the context of `start` tokens after a failed or cancelled call; when
@@ -2473,6 +2571,7 @@ impl<'a> Engine<'a> {
             replay,
             replaying,
             decoding,
+            single_rows,
             source,
             cache_aware,
             ca_counts,
@@ -2493,6 +2592,7 @@ impl<'a> Engine<'a> {
             n,
             obs: observer.as_ref(),
             mla_part: *mla_part,
+            single: *single_rows,
         };
         match (&lw.attn, rs[il].as_mut()) {
             (AttnW::Gdn(g), Some(state)) => gdn_attention(st, lw, g, state, s)?,

@@ -795,3 +795,107 @@ fn hybrid_nextn_block_loads_and_is_not_run() {
     };
     assert_eq!(run(&with), run(&trunk));
 }
+
+/// A decode step's logits after a prefill of `prompt`, then `group` run one call per token;
+/// and the same group in one [`Engine::forward_rows`] call: every row equal bit for bit, and
+/// the context after it the same (the next step's logits too, after cutting the group back).
+fn rows_equal_one_token_calls(path: &std::path::Path, kv: KvType) {
+    let what = format!("{} ({kv:?} KV)", path.display());
+    let file = GgufFile::open(path).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(2).unwrap();
+    let k = Kernels::detect();
+    let c = EngineConfig {
+        n_ctx: 64,
+        kv_type: kv,
+        ubatch: 16,
+    };
+    let nv = model.hparams.n_vocab as usize;
+    let tok = |i: usize| ((i * 37 + 11) % nv.min(1000)) as u32;
+    let prompt: Vec<u32> = (0..9).map(tok).collect();
+    let group: Vec<u32> = (20..25).map(tok).collect();
+
+    let mut one = Engine::new(&model, k, &pool, c).unwrap();
+    one.forward(&prompt, LogitsWanted::Last).unwrap();
+    let mut want = Vec::new();
+    for &t in &group {
+        want.extend(one.forward(&[t], LogitsWanted::Last).unwrap());
+    }
+    let mut rows = Engine::new(&model, k, &pool, c).unwrap();
+    rows.forward(&prompt, LogitsWanted::Last).unwrap();
+    let got = rows.forward_rows(&group).unwrap();
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.chunks(nv).zip(want.chunks(nv)).enumerate() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(g) == bits(w),
+            "{what}: row {i} differs from its one-token call by {}",
+            max_diff(g, w)
+        );
+    }
+    // the batched order is back for the next prompt: a batch after it is what it was before
+    let batched = |e: &mut Engine<'_>| {
+        e.truncate(prompt.len());
+        e.forward(&group, LogitsWanted::All).unwrap()
+    };
+    let mut fresh = Engine::new(&model, k, &pool, c).unwrap();
+    fresh.forward(&prompt, LogitsWanted::Last).unwrap();
+    let fresh_batch = batched(&mut fresh);
+    assert!(
+        batched(&mut rows) == fresh_batch,
+        "{what}: batch order not restored"
+    );
+    // cut back to two of the group's tokens and go on: as one-token calls would
+    rows.truncate(prompt.len());
+    rows.forward_rows(&group[..2]).unwrap();
+    one.truncate(prompt.len() + 2);
+    let next = rows.forward_rows(&[tok(40)]).unwrap();
+    let next1 = one.forward(&[tok(40)], LogitsWanted::Last).unwrap();
+    assert!(next == next1, "{what}: the step after a cut differs");
+}
+
+/// [`Engine::forward_rows`] (a speculative decode's verification) gives each row the bits of a
+/// one-token call, on every MHA architecture and weight type of the fixtures and with both KV
+/// types, where a batched call may differ in the last bits.
+#[test]
+fn rows_in_one_token_order_equal_decode_steps() {
+    let dir = testdata::fixtures_root().join("moe");
+    assert!(
+        dir.join("qwen3moe-f32.gguf").is_file(),
+        "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh`"
+    );
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.ends_with(".gguf")
+                && !name.starts_with("deepseek2")
+                && !name.starts_with("qwen35moe")
+        })
+        .collect();
+    paths.sort();
+    paths.push(demo_path());
+    assert!(paths.len() > 20, "{paths:?}");
+    for path in &paths {
+        for kv in [KvType::F32, KvType::F16] {
+            rows_equal_one_token_calls(path, kv);
+        }
+    }
+}
+
+/// Latent and linear attention are not computed row by row: refused, naming the layer.
+#[test]
+fn rows_in_one_token_order_are_refused_where_not_kept() {
+    let dir = testdata::fixtures_root().join("moe");
+    for name in ["deepseek2-f32.gguf", "qwen35moe-f32.gguf"] {
+        let file = GgufFile::open(dir.join(name)).unwrap();
+        let model = Model::from_gguf(&file).unwrap();
+        let pool = ThreadPool::new(1).unwrap();
+        let mut e = Engine::new(&model, Kernels::detect(), &pool, cfg(32, 16)).unwrap();
+        e.forward(&[1, 2, 3], LogitsWanted::Last).unwrap();
+        let err = e.forward_rows(&[4, 5]).unwrap_err().to_string();
+        assert!(err.contains("layer 0"), "{name}: {err}");
+        assert_eq!(e.n_past(), 3, "{name}: the context moved");
+    }
+}

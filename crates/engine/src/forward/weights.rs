@@ -32,6 +32,10 @@ pub(crate) struct Mat<'a> {
     offset: usize,
     /// `kernel_one`'s multi-row kernel as the table gave it (see [`Mat::set_multi_row`]).
     multi_row_one: Option<quant::DotRows>,
+    /// `min_tokens` and `kernel_one`'s grouped kernels as the table gave them (see
+    /// [`Mat::set_single_order`]).
+    batch_min_tokens: usize,
+    grouped_one: Option<quant::kernels::GroupedDot>,
 }
 
 impl<'a> Mat<'a> {
@@ -43,6 +47,17 @@ impl<'a> Mat<'a> {
     /// Use (or not) the multi-row kernel in one-token products; the bits are the same.
     pub fn set_multi_row(&mut self, on: bool) {
         self.kernel_one.dot_rows = if on { self.multi_row_one } else { None };
+    }
+
+    /// Compute every activation row of a product with `kernel_one` and without its grouped
+    /// kernels (on), so that each row comes out as a one-token product would give it; or
+    /// choose by the row count as llama.cpp does (off, the default).
+    pub fn set_single_order(&mut self, on: bool) {
+        (self.min_tokens, self.kernel_one.grouped) = if on {
+            (usize::MAX, None)
+        } else {
+            (self.batch_min_tokens, self.grouped_one)
+        };
     }
 
     /// Expert `e`'s matrix of a stack.
@@ -342,6 +357,8 @@ fn mat_as<'a>(
     Ok(Mat {
         name: &t.name,
         min_tokens: kernels.min_tokens(kernel.order, ty),
+        batch_min_tokens: kernels.min_tokens(kernel.order, ty),
+        grouped_one: kernel_one.grouped,
         multi_row_one: kernel_one.dot_rows,
         kernel,
         kernel_one,
