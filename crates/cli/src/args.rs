@@ -260,6 +260,44 @@ impl CacheAwareArgs {
     }
 }
 
+/// Speculative decoding (exact), shared by `run` and `serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding by prompt lookup (exact, not lossy): after each drawn token, find
+    /// where the text's last tokens occurred before (in the prompt or the answer so far, the
+    /// longest match, the most recent of equals) and run the tokens that followed it with the
+    /// drawn one in a single verify pass; every drafted token the model then draws itself is
+    /// kept without a pass of its own, the rest are cut from the context. Each row of a verify
+    /// pass has a one-token pass's bits, so the answer is the one without --ngram, token for
+    /// token (sampled runs too, with the same seed). It pays where the text repeats (code
+    /// edits, quotations) and the weights read once serve several tokens; a step without a
+    /// match is a plain decode. The `ngram:` lines, the CSV's `mtp_*` keys and `mtp_batch`
+    /// column say what it drafted, kept and cost (docs/lossy.md). Not with latent (MLA) or
+    /// linear attention, --route-replay, --route-ahead or the cache-aware policies.
+    #[arg(long)]
+    pub ngram: bool,
+
+    /// With --ngram: the most tokens drafted per verify pass, 1 to 8.
+    #[arg(long, value_name = "N", requires = "ngram", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub draft: u32,
+
+    /// With --ngram: the shortest run of the text's last tokens that must recur before it
+    /// drafts (higher: fewer, surer drafts).
+    #[arg(long, value_name = "N", requires = "ngram", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ngram_min_match: u32,
+}
+
+impl SpecArgs {
+    pub fn config(&self) -> Option<runtime::spec::Ngram> {
+        self.ngram.then_some(runtime::spec::Ngram {
+            draft: self.draft as usize,
+            min_match: self.ngram_min_match as usize,
+        })
+    }
+}
+
 /// The history's flags.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct HistoryArgs {

@@ -485,6 +485,10 @@ struct ServeArgs {
     #[command(flatten)]
     cache_aware: args::CacheAwareArgs,
 
+    /// As `sluice run`'s, for every request.
+    #[command(flatten)]
+    spec: args::SpecArgs,
+
     #[command(flatten)]
     engine: EngineArgs,
 
@@ -697,6 +701,9 @@ struct RunArgs {
 
     #[command(flatten)]
     cache_aware: args::CacheAwareArgs,
+
+    #[command(flatten)]
+    spec: args::SpecArgs,
 
     #[command(flatten)]
     stream: args::StreamArgs,
@@ -957,6 +964,13 @@ fn main() -> ExitCode {
             run.route_ahead = args.route_ahead;
             run.n_expert_used = args.n_expert_used;
             run.cache_aware = args.cache_aware.config();
+            run.spec = args.spec.config();
+            if run.spec.is_some() && (args.ppl.is_some() || args.decide) {
+                anyhow::bail!(
+                    "--ngram speeds up decoding; {} decodes nothing",
+                    if args.decide { "--decide" } else { "--ppl" }
+                );
+            }
             run::run(&run::Options {
                 run,
                 prompt: args.prompt,
@@ -990,6 +1004,7 @@ fn main() -> ExitCode {
             run.route_heat = true;
             run.n_expert_used = args.n_expert_used;
             run.cache_aware = args.cache_aware.config();
+            run.spec = args.spec.config();
             serve::run(serve::Options {
                 run,
                 host: args.host,

@@ -266,6 +266,11 @@ fn generate_once(
     ) {
         writeln!(w, "{line}")?;
     }
+    if let Some(sp) = &s.spec {
+        for line in runtime::spec::ngram_lines(sp, n_gen, o.decode.as_secs_f64()) {
+            writeln!(w, "{line}")?;
+        }
+    }
     if rt.route_ahead > 0 {
         writeln!(w, "{}", o.summary.ahead.route_ahead_line(rt.route_ahead))?;
     }

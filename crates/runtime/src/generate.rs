@@ -3,18 +3,20 @@
 //! run one token at a time, reporting to a [`Sink`] and stopping at an end-of-generation token,
 //! the token limit, a full context or a cancel.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chat::{ChatFormat, ReasoningSyntax};
 use engine::{Engine, LogitsWanted};
-use sampler::Sampler;
+use sampler::{Sampler, SamplerMark};
 use text::{StreamDecoder, Tokenizer};
 
 use crate::cancel::Control;
 use crate::error::{Context, Result};
 use crate::notice::Notices;
 use crate::sink::{Prefilled, Sink};
+use crate::spec::{self, SpecCounts};
 use crate::stream::{StreamCounters, StreamSnapshot};
 use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Phase, Summary, TokenRow, Usage};
 
@@ -74,6 +76,8 @@ pub struct Runtime<'a> {
     pub route_ahead: usize,
     /// The `moe-prefetch:` line's tag for the reads ahead this run makes.
     pub prefetch_tag: &'static str,
+    /// Speculative decoding by prompt lookup (`--ngram`).
+    pub spec: Option<spec::Ngram>,
 }
 
 /// One generation: the whole prompt's tokens (those already in the context, the engine's
@@ -268,23 +272,35 @@ impl Runtime<'_> {
         // The last token's row, reported once its text is known.
         let mut held: Option<TokenRow> = None;
         let mut end = End::Length;
+        // Speculation: what drafts are looked up in (the prompt and every token drawn); the
+        // tokens drawn ahead from a verify pass's rows, each with where the sampler was after
+        // it, the first `in_ctx` of them run into the context by that pass.
+        let mut sp = SpecCounts::default();
+        let mut corpus: Vec<u32> = if self.spec.is_some() {
+            t.ids.to_vec()
+        } else {
+            Vec::new()
+        };
+        let ctx0 = self.engine.n_past();
+        let mut queue: VecDeque<(u32, SamplerMark)> = VecDeque::new();
+        let mut in_ctx = 0usize;
         while !cancelled && n_gen < t.n_max {
-            if self.engine.n_past() >= n_ctx {
-                self.notices.info(format!(
-                    "\nsluice: the context ({n_ctx} tokens) is full; generation stopped"
-                ));
-                end = End::Context;
-                break;
-            }
-            if self.ignore_eos {
-                // As llama.cpp does: end-of-generation tokens are never drawn.
-                for &id in eog {
-                    if let Some(l) = logits.get_mut(id as usize) {
-                        *l = f32::NEG_INFINITY;
+            let (id, mark) = match queue.pop_front() {
+                Some((id, mark)) => (id, Some(mark)),
+                None => {
+                    if self.engine.n_past() >= n_ctx {
+                        self.notices.info(format!(
+                            "\nsluice: the context ({n_ctx} tokens) is full; generation stopped"
+                        ));
+                        end = End::Context;
+                        break;
                     }
+                    self.mask_eog(&mut logits);
+                    (self.sampler.sample(&logits), None)
                 }
-            }
-            let id = self.sampler.sample(&logits);
+            };
+            let ran = in_ctx > 0;
+            in_ctx = in_ctx.saturating_sub(1);
             // The previous token's row goes out now, so that the text the decoder holds back
             // at the end can still join the last one.
             if let Some(row) = held.take() {
@@ -298,39 +314,96 @@ impl Runtime<'_> {
             n_gen += 1;
             if sink.stop() {
                 end = End::Stop;
+                // the draws taken ahead after this one are not used
+                if let Some(m) = &mark
+                    && !queue.is_empty()
+                {
+                    self.sampler.rewind(m);
+                }
                 break;
+            }
+            if self.spec.is_some() {
+                corpus.push(id);
+            }
+            if ran {
+                // a drafted token the model drew itself: the verify pass ran it
+                fed.push(id);
+                sp.accepted += 1;
+                if self.recorders.probe.is_some() {
+                    held = Some(self.confirmed_row(n_gen, steps, t.turn));
+                }
+                continue;
             }
             if let Some(c) = &self.control {
                 c.hold_decode(n_gen);
             }
+            let t_draft = Instant::now();
+            let drafts: Vec<u32> = match self.spec {
+                Some(ng) => {
+                    let room = ng
+                        .draft
+                        .min(t.n_max - n_gen)
+                        .min(n_ctx - self.engine.n_past() - 1);
+                    spec::ngram_draft(&corpus, ng.min_match, room).to_vec()
+                }
+                None => Vec::new(),
+            };
+            let mut draft_s = t_draft.elapsed().as_secs_f64();
             // (The per-token figures are taken only when something reports them.)
             let before = self
                 .recorders
                 .probe
                 .is_some()
                 .then(|| (self.counters.snapshot(), Usage::now()));
-            let (ran, pass) = self.decode_pass(id, t.turn, last_end);
+            let (ran, pass) = self.decode_pass(id, &drafts, t.turn, last_end);
             last_end = Instant::now();
+            let mut batch = 1;
             // A cancel stops before the token's forward pass: the token was drawn and its
             // text delivered, so it still gets its row (with no pass: zero time and reads).
             match ran {
-                Ok(l) => {
-                    logits = l;
+                Ok(rows) => {
                     fed.push(id);
                     decode += pass.wall;
                     loop_overhead += pass.gap;
+                    sp.decodes += 1;
+                    if drafts.is_empty() {
+                        logits = rows;
+                    } else {
+                        sp.drafted += drafts.len() as u64;
+                        sp.drafted_steps += 1;
+                        let budget =
+                            (t.n_max - n_gen).min(n_ctx - self.engine.n_past() + drafts.len());
+                        let (k, next) = self.draw_ahead(&rows, &drafts, budget, &mut queue);
+                        logits = next;
+                        in_ctx = k;
+                        batch += k;
+                        // the drafts the model did not draw leave the context
+                        let t_cut = Instant::now();
+                        let keep = self.engine.n_past() - (drafts.len() - k);
+                        self.engine.truncate(keep);
+                        draft_s += t_cut.elapsed().as_secs_f64();
+                    }
                 }
                 Err(engine::ForwardError::Cancelled) => cancelled = true,
                 Err(e) => return Err(e.into()),
             }
+            sp.draft_s += draft_s;
             if let Some(before) = before {
                 let step = Step {
                     n: n_gen,
                     of: steps,
                     turn: t.turn,
                 };
-                held = Some(self.token_row(step, pass, cancelled, before));
+                let mut row = self.token_row(step, pass, cancelled, before);
+                row.mtp_batch = batch;
+                row.mtp_draft_ms = draft_s * 1e3;
+                held = Some(row);
             }
+        }
+        // The context holds what was run of the generation: tokens a verify pass ran that
+        // were never delivered (after a stop) leave it.
+        if self.engine.n_past() > ctx0 + fed.len() {
+            self.engine.truncate(ctx0 + fed.len());
         }
         text.push(&decoder.finish(), sink)?;
         text.finish(sink)?;
@@ -363,6 +436,7 @@ impl Runtime<'_> {
                 (Some(log), Some(at)) => log.figures().since(at),
                 _ => Default::default(),
             },
+            spec: self.spec.is_some().then_some(sp),
         };
         let outcome = Outcome {
             summary,
@@ -460,11 +534,13 @@ impl Runtime<'_> {
         (StreamDecoder::continuation(special), text)
     }
 
-    /// One decode step's forward pass of token `id`, stamped in the traces: its logits (or
-    /// why there are none) and its timing.
+    /// One decode step's forward pass of token `id` (and of the `drafts` after it, verified
+    /// in one pass with each row's one-token bits), stamped in the traces: its logits, one row
+    /// per token run (or why there are none), and its timing.
     fn decode_pass(
         &mut self,
         id: u32,
+        drafts: &[u32],
         turn: u32,
         last_end: Instant,
     ) -> (Result<Vec<f32>, engine::ForwardError>, Pass) {
@@ -473,10 +549,77 @@ impl Runtime<'_> {
         self.ct(&mut |c| c.begin(turn, Phase::Decode, pos));
         let t1 = Instant::now();
         let gap = t1 - last_end;
-        let ran = self.engine.forward(&[id], LogitsWanted::Last);
+        let ran = if drafts.is_empty() {
+            self.engine.forward(&[id], LogitsWanted::Last)
+        } else {
+            let mut group = Vec::with_capacity(1 + drafts.len());
+            group.push(id);
+            group.extend_from_slice(drafts);
+            self.engine.forward_rows(&group)
+        };
         let wall = t1.elapsed();
         self.ct(&mut |c| c.end());
         (ran, Pass { wall, gap })
+    }
+
+    /// As llama.cpp's `--ignore-eos`: end-of-generation tokens are never drawn.
+    fn mask_eog(&self, logits: &mut [f32]) {
+        if self.ignore_eos {
+            for &id in &self.tokenizer.vocab().eog {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
+
+    /// Draw the tokens a verify pass's `rows` give, in order, while each is the draft that
+    /// pass ran after it (at most `budget` draws): into `queue`, each with where the sampler
+    /// was after it. Returns how many drafts were drawn (the pass ran them into the context)
+    /// and the logits after the last of them.
+    fn draw_ahead(
+        &mut self,
+        rows: &[f32],
+        drafts: &[u32],
+        budget: usize,
+        queue: &mut VecDeque<(u32, SamplerMark)>,
+    ) -> (usize, Vec<f32>) {
+        let nv = rows.len() / (1 + drafts.len());
+        let eog = &self.tokenizer.vocab().eog;
+        let mut k = 0;
+        for i in 0..budget.min(drafts.len() + 1) {
+            let mut row = rows[i * nv..(i + 1) * nv].to_vec();
+            self.mask_eog(&mut row);
+            let x = self.sampler.sample(&row);
+            queue.push_back((x, self.sampler.mark()));
+            if drafts.get(i) != Some(&x) || eog.contains(&x) {
+                break;
+            }
+            k += 1;
+        }
+        (k, rows[k * nv..(k + 1) * nv].to_vec())
+    }
+
+    /// The row of generated token `n` of `of` that an earlier pass ran as a draft: its cost is
+    /// on that pass's row, so zero time and reads here.
+    fn confirmed_row(&mut self, n: usize, of: usize, turn: u32) -> TokenRow {
+        let mut row = TokenRow::new(
+            n,
+            of,
+            0.0,
+            &StreamSnapshot::default(),
+            self.overlap,
+            &Usage::default(),
+            self.hit_pct(&self.counters.snapshot()),
+            0.0,
+        );
+        row.mtp_batch = 0;
+        if let Some(probe) = &mut self.recorders.probe {
+            row.dense_resident_frac = probe.sample();
+        }
+        row.cache_budget_mib = self.budget_mib();
+        row.turn = turn;
+        row
     }
 
     /// A generated token's figures (zero time and reads when its pass was cancelled).

@@ -24,6 +24,7 @@ pub mod routes;
 pub mod score;
 pub mod session;
 pub mod sink;
+pub mod spec;
 pub mod stream;
 pub mod telemetry;
 

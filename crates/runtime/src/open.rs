@@ -104,6 +104,9 @@ pub struct RunConfig {
     /// Keep a live picture of the routing and what the cache found ([`routes::RouteHeat`],
     /// a dashboard's heatmap).
     pub route_heat: bool,
+    /// Speculative decoding by prompt lookup (`--ngram`): exact, each verified row with a
+    /// one-token pass's bits.
+    pub spec: Option<crate::spec::Ngram>,
 }
 
 /// Where colibri's `ROUTE_TRACE` stream goes, and whether the path came from the environment
@@ -150,6 +153,7 @@ impl RunConfig {
             n_expert_used: None,
             cache_aware: engine::CacheAware::default(),
             route_heat: false,
+            spec: None,
         }
     }
 }
@@ -340,6 +344,22 @@ impl Loaded {
             }
             None => None,
         };
+        if let Some(ng) = cfg.spec {
+            if !(1..=crate::spec::Ngram::MAX_DRAFT).contains(&ng.draft) || ng.min_match == 0 {
+                reject!(
+                    "--ngram: --draft {} must be 1 to {} and --ngram-min-match {} at least 1",
+                    ng.draft,
+                    crate::spec::Ngram::MAX_DRAFT,
+                    ng.min_match
+                );
+            }
+            if cfg.route_replay.is_some() {
+                reject!("--ngram: a route replay acts on one-token passes only");
+            }
+            if let Err(e) = engine.check_rows() {
+                reject!("--ngram on {}: {e}", self.name);
+            }
+        }
         let (route_trace, route_stream, heat) = self.route_taps(
             cfg,
             &mut engine,
@@ -402,6 +422,7 @@ impl Loaded {
             replay,
             route_ahead: cfg.route_ahead,
             prefetch_tag: cfg.stream.speculation(cfg.route_ahead).tag(),
+            spec: cfg.spec,
         };
         Ok((rt, preamble))
     }
@@ -729,6 +750,7 @@ impl Loaded {
             predict_log: cfg.predict_log,
             route_ahead: cfg.route_ahead,
             cache_aware: cfg.cache_aware,
+            spec: cfg.spec,
             traces: [
                 (cfg.route_trace.is_some(), "route"),
                 (cfg.io_trace.is_some(), "io"),
@@ -787,6 +809,14 @@ impl Loaded {
             ));
         }
         mode.push_str(&cache_aware_mode(&cfg.cache_aware));
+        if let Some(ng) = cfg.spec {
+            mode.push_str(&format!(
+                ", ngram drafting (up to {} token{} per verify pass, matches of {}+; exact)",
+                ng.draft,
+                if ng.draft == 1 { "" } else { "s" },
+                ng.min_match
+            ));
+        }
         if cfg.route_ahead > 0 {
             mode.push_str(&format!(
                 ", route-ahead {} (lossy: routing committed {} MoE layer{} early)",

@@ -192,6 +192,13 @@ pub struct TokenRow {
     pub cache_budget_mib: f64,
     pub mem: MemPicture,
     pub loop_overhead_ms: f64,
+    /// Tokens the pass this row's cost is of confirmed (speculation: a verify pass's whole
+    /// cost is on its group's first row, which says how many tokens it confirmed; the others
+    /// carry zeros, this one too). 1 without speculation.
+    pub mtp_batch: usize,
+    /// What drafting (and cutting rejected drafts out of the context) took before this row's
+    /// pass: a slice of `loop_overhead_ms`.
+    pub mtp_draft_ms: f64,
 }
 
 /// The compute share of a wall time (any one unit for all four): what is left after the wait
@@ -314,6 +321,8 @@ impl TokenRow {
             cache_budget_mib: 0.0,
             mem: MemPicture::default(),
             loop_overhead_ms: loop_overhead_s * 1e3,
+            mtp_batch: 1,
+            mtp_draft_ms: 0.0,
         }
     }
 
@@ -323,7 +332,7 @@ impl TokenRow {
         let m = &self.mem;
         format!(
             "{},{},{:.3},{:.3},{:.3},{},{:.2},{:.3},{:.3},{},{:.3},{:.4},{},{:.3},{:.1},{:.1},{:.1},\
-             {:.1},{:.1},{:.1},{:.1},{:.1},{:.3},1,0,0,0,0,0",
+             {:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{},{:.3},0,0,0,0",
             self.step,
             self.steps,
             self.wall_ms,
@@ -347,6 +356,8 @@ impl TokenRow {
             mib(m.mem_free),
             mib(m.swap_free),
             self.loop_overhead_ms,
+            self.mtp_batch,
+            self.mtp_draft_ms,
         )
     }
 
@@ -445,6 +456,8 @@ pub struct Preamble {
     /// The cache-aware routing policies in force (`--drop-cold-experts`, `--drop-no-renorm`,
     /// `--drop-in-prefill`, `--expert-substitute`).
     pub cache_aware: engine::CacheAware,
+    /// Speculative decoding by prompt lookup (`--ngram`), if on.
+    pub spec: Option<crate::spec::Ngram>,
     /// The diagnostic traces written (`route`, `io`, `compute`): a traced run is
     /// instrumented, not a benchmark run.
     pub traces: Vec<&'static str>,
@@ -463,8 +476,8 @@ impl Preamble {
              io_two_wave=0 prefetch={} route_ahead={} predict_prefetch={} predict_log={} \
              predict_spec_max={} prefetch_sync=0 dense_weights={} drop_cold_frac={} drop_renorm={} \
              drop_prefill={} substitute_lambda={} io_backend={} cache_policy={} couple_k={} couple_d={} route_replay={}\n\
-             # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec=off \
-             spec_draft_max=0 mtp_p_min=0 ngram_min_match=0 instrumented={} traces={}\n",
+             # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec={} \
+             spec_draft_max={} mtp_p_min=0 ngram_min_match={} instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
             self.model.display(),
             self.arch,
@@ -508,6 +521,9 @@ impl Preamble {
             self.top_p,
             self.seed,
             b(self.compute_trace_layers),
+            if self.spec.is_some() { "ngram" } else { "off" },
+            self.spec.map_or(0, |n| n.draft),
+            self.spec.map_or(0, |n| n.min_match),
             b(!self.traces.is_empty() || self.predict_log),
             if self.traces.is_empty() {
                 "-".to_owned()
@@ -542,9 +558,16 @@ pub struct Summary {
     /// What was ranked ahead of the router during the generation (`--predict-log`,
     /// `--route-ahead`).
     pub ahead: crate::predict::AheadFigures,
+    /// What speculative decoding did (`--ngram`; `None` without it).
+    pub spec: Option<crate::spec::SpecCounts>,
 }
 
 impl Summary {
+    /// Speculation's counters (zeros without it, as the spec writes them).
+    fn spec_counts(&self) -> crate::spec::SpecCounts {
+        self.spec.unwrap_or_default()
+    }
+
     /// The `# summary ...` line.
     pub fn line(&self) -> String {
         let n = self.tokens.max(1) as f64;
@@ -558,6 +581,7 @@ impl Summary {
             0.0
         };
         let p = &self.prefill;
+        let sp = self.spec_counts();
         let fields: Vec<(&str, String)> = vec![
             ("tokens", self.tokens.to_string()),
             ("tok/s", format!("{rate:.3}")),
@@ -632,12 +656,12 @@ impl Summary {
             ),
             ("spec_experts", d.prefetches.to_string()),
             ("spec_useful", d.prefetch_hits.to_string()),
-            // speculative decoding (`--mtp`, `--ngram`): not implemented, so nothing drafted
-            ("mtp_drafted", "0".into()),
-            ("mtp_accepted", "0".into()),
-            ("mtp_decodes", "0".into()),
-            ("mtp_draft_s/tok", "0".into()),
-            ("drafted_steps", "0".into()),
+            // speculative decoding (`--ngram`; zeros without it)
+            ("mtp_drafted", sp.drafted.to_string()),
+            ("mtp_accepted", sp.accepted.to_string()),
+            ("mtp_decodes", sp.decodes.to_string()),
+            ("mtp_draft_s/tok", format!("{:.4}", per(sp.draft_s))),
+            ("drafted_steps", sp.drafted_steps.to_string()),
             ("ra_committed", self.ahead.committed.to_string()),
             ("ra_passthrough", self.ahead.passed.to_string()),
             ("ra_agree_pct", format!("{:.2}", self.ahead.agree_pct())),
@@ -693,6 +717,7 @@ impl Summary {
         let p = &self.prefill;
         let compute = d.compute_s(self.decode_s, self.overlap);
         let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let sp = self.spec_counts();
         let mut o = JsonObject::default();
         o.int("id", id)
             .bool("cancelled", cancelled)
@@ -723,11 +748,11 @@ impl Summary {
             .float("prefill_dev_read_mib", 0.0, 1)
             .float("prefill_dev_stall_s", 0.0, 1)
             .float("token_demand_mib", per(d.demand_bytes as f64 / MIB), 3)
-            .int("mtp_drafted", 0)
-            .int("mtp_accepted", 0)
-            .int("mtp_decodes", 0)
-            .float("mtp_draft_s_tok", 0.0, 1)
-            .int("drafted_steps", 0)
+            .int("mtp_drafted", sp.drafted as i64)
+            .int("mtp_accepted", sp.accepted as i64)
+            .int("mtp_decodes", sp.decodes as i64)
+            .float("mtp_draft_s_tok", per(sp.draft_s), 4)
+            .int("drafted_steps", sp.drafted_steps as i64)
             .float("loop_overhead_s_tok", per(self.loop_overhead_s), 4)
             .str("reasoning", reasoning)
             .str("text", text);

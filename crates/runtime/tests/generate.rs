@@ -537,3 +537,195 @@ fn cache_aware_routing_is_inert_at_a_zero_margin_and_fires_at_full_strength() {
         .to_string();
     assert!(err.contains("--drop-cold-experts"), "{err}");
 }
+
+/// Collects the generated text, each token row's `mtp_batch` and wall time, and stops (as a
+/// stop sequence would) after the `stop_at`-th piece of text.
+#[derive(Default)]
+struct Rows {
+    answer: String,
+    deltas: usize,
+    stop_at: Option<usize>,
+    rows: Vec<(usize, usize, f64)>,
+}
+
+impl Sink for Rows {
+    fn delta(&mut self, d: &chat::SplitDelta) -> Result<()> {
+        self.answer.push_str(&d.text);
+        self.deltas += 1;
+        Ok(())
+    }
+
+    fn token(&mut self, row: &TokenRow) -> Result<()> {
+        self.rows.push((row.step, row.mtp_batch, row.wall_ms));
+        Ok(())
+    }
+
+    fn stop(&self) -> bool {
+        self.stop_at.is_some_and(|n| self.deltas >= n)
+    }
+}
+
+/// A repetitive prompt, so that the n-gram source finds matches.
+const LOOP_PROMPT: &str = "The experts the experts the experts the experts the experts";
+
+/// Two turns of a session: the first (`n1` tokens, stopped after `stop_at` pieces of text if
+/// given), then a second that adds `LOOP_PROMPT` after what the first left in the context.
+/// Returns both outcomes, the context length after the first, and the first's rows.
+fn two_turns(
+    cfg: &RunConfig,
+    n1: usize,
+    stop_at: Option<usize>,
+) -> (Outcome, usize, Outcome, Rows) {
+    let loaded = Loaded::open(cfg, &Notices::silent()).expect("open");
+    let ids = loaded.tokenizer.encode(LOOP_PROMPT, true, false);
+    let (mut rt, _) = loaded.runtime(cfg).expect("runtime");
+    let mut rows = Rows {
+        stop_at,
+        ..Rows::default()
+    };
+    let turn = Turn {
+        ids: &ids,
+        n_max: n1,
+        prompt: None,
+        turn: 0,
+    };
+    let first = rt.generate(&turn, &mut rows).expect("generate");
+    let after = rt.engine.n_past();
+    let mut ids2 = ids.clone();
+    ids2.extend(&first.tokens);
+    ids2.extend(loaded.tokenizer.encode(LOOP_PROMPT, false, false));
+    let turn2 = Turn {
+        ids: &ids2,
+        n_max: 24,
+        prompt: None,
+        turn: 1,
+    };
+    let second = rt.generate(&turn2, &mut Rows::default()).expect("generate");
+    rt.finish().expect("finish");
+    (first, after, second, rows)
+}
+
+/// `--ngram` gives the unspeculated tokens, greedy and sampled, resident and streamed, on
+/// every MHA architecture of the fixtures: each verified row has a one-token pass's bits, a
+/// draw ahead of a stop is given back to the sampler, and the context after a turn holds what
+/// was delivered. The rows carry each verify pass's group on its first row.
+#[test]
+fn ngram_speculation_generates_the_unspeculated_tokens() {
+    let mut drafted = 0;
+    let mut accepted = 0;
+    for model in [
+        "qwen3moe-q4_k_m.gguf",
+        "mixtral-q8_0.gguf",
+        "gptoss-mxfp4.gguf",
+        "glm4moe-q4_0.gguf",
+        "gemma4-f32.gguf",
+    ] {
+        for (temp, streamed) in [(0.0, false), (0.0, true), (0.3, false)] {
+            let mut base = config(moe(model));
+            base.token_figures = true;
+            base.sampling.temp = temp;
+            base.sampling.seed = 7;
+            if streamed {
+                base.stream.moe_stream = StreamMode::On;
+                base.stream.cache_mb = Some(CacheMb::Mib(2));
+                base.stream.force_cache = true;
+            } else {
+                base.stream.moe_stream = StreamMode::Off;
+            }
+            let mut spec = base.clone();
+            spec.spec = Some(runtime::spec::Ngram {
+                draft: 4,
+                min_match: 1,
+            });
+            let what = format!("{model} temp {temp} streamed {streamed}");
+            // (sampled: stops at many places, so that some fall inside a verified group,
+            // with draws taken ahead of the stop)
+            let mut cases = vec![(40, None), (40, Some(9)), (5, None)];
+            if temp > 0.0 {
+                cases.extend((2..=16).map(|k| (40, Some(k))));
+            }
+            for (n1, stop_at) in cases {
+                let (w1, w_after, w2, _) = two_turns(&base, n1, stop_at);
+                let (g1, g_after, g2, rows) = two_turns(&spec, n1, stop_at);
+                let what = format!("{what}, {n1} tokens, stop {stop_at:?}");
+                assert_eq!(g1.tokens, w1.tokens, "{what}: first turn");
+                assert_eq!(g1.answer, w1.answer, "{what}: first turn's text");
+                assert_eq!(g1.end, w1.end, "{what}: first turn's end");
+                assert_eq!(g_after, w_after, "{what}: context after the first turn");
+                assert_eq!(g2.tokens, w2.tokens, "{what}: second turn");
+                let sp = g1.summary.spec.expect("speculation counted");
+                assert!(w1.summary.spec.is_none());
+                drafted += sp.drafted;
+                accepted += sp.accepted;
+                // every token run into the context has a row (a stop's is not run); a pass's
+                // group is on its first row
+                let n_rows = g1.tokens.len();
+                let steps: Vec<usize> = rows.rows.iter().map(|r| r.0).collect();
+                assert_eq!(steps, (1..=n_rows).collect::<Vec<_>>(), "{what}");
+                let passes = rows.rows.iter().filter(|r| r.1 > 0).count() as u64;
+                assert_eq!(passes, sp.decodes, "{what}: {:?}", rows.rows);
+                assert!(
+                    rows.rows.iter().all(|r| r.1 > 0 || r.2 == 0.0),
+                    "{what}: a confirmed token's row carries a cost: {:?}",
+                    rows.rows
+                );
+                if stop_at.is_none() {
+                    let batched: usize = rows.rows.iter().map(|r| r.1).sum();
+                    assert_eq!(batched, g1.summary.tokens, "{what}: {:?}", rows.rows);
+                    assert_eq!(
+                        sp.decodes + sp.accepted,
+                        g1.summary.tokens as u64,
+                        "{what}: {sp:?}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        drafted > 0 && accepted > 0,
+        "{drafted} drafted, {accepted} kept"
+    );
+}
+
+/// A context that fills up stops the speculated generation where it stops the plain one.
+#[test]
+fn ngram_speculation_stops_at_a_full_context_as_decoding_does() {
+    let mut base = config(moe("qwen3moe-q4_k_m.gguf"));
+    base.stream.moe_stream = StreamMode::Off;
+    let n_prompt = {
+        let loaded = Loaded::open(&base, &Notices::silent()).expect("open");
+        loaded.tokenizer.encode(LOOP_PROMPT, true, false).len()
+    };
+    base.ctx = Some(n_prompt + 13);
+    let mut spec = base.clone();
+    spec.spec = Some(runtime::spec::Ngram {
+        draft: 8,
+        min_match: 1,
+    });
+    let (want, _) = generate(&base, LOOP_PROMPT, 64);
+    let (got, _) = generate(&spec, LOOP_PROMPT, 64);
+    assert_eq!(want.end, runtime::generate::End::Context);
+    assert_eq!(got.end, want.end);
+    assert_eq!(got.tokens, want.tokens);
+}
+
+/// Where a one-token pass cannot be matched row by row, `--ngram` is refused at load.
+#[test]
+fn ngram_speculation_is_refused_where_rows_are_not_exact() {
+    for model in ["deepseek2-q8_0.gguf", "qwen35moe-f32.gguf"] {
+        let mut cfg = config(moe(model));
+        cfg.spec = Some(runtime::spec::Ngram::default());
+        let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
+        let err = loaded.runtime(&cfg).err().expect("refused").to_string();
+        assert!(err.contains("--ngram") && err.contains("layer 0"), "{err}");
+    }
+    let mut cfg = config(moe("qwen3moe-q4_k_m.gguf"));
+    cfg.stream.moe_stream = StreamMode::On;
+    cfg.stream.cache_mb = Some(CacheMb::Mib(2));
+    cfg.stream.force_cache = true;
+    cfg.cache_aware.substitute = 0.5;
+    cfg.spec = Some(runtime::spec::Ngram::default());
+    let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
+    let err = loaded.runtime(&cfg).err().expect("refused").to_string();
+    assert!(err.contains("cache-aware"), "{err}");
+}

@@ -62,6 +62,10 @@ pub struct Sampler {
     cand: Candidates,
 }
 
+/// A place in a [`Sampler`]'s random sequence ([`Sampler::mark`]).
+#[derive(Clone, Debug)]
+pub struct SamplerMark(Mt19937);
+
 /// A seed from the clock and the process's hash randomness, for [`RANDOM_SEED`].
 fn random_seed() -> u32 {
     use std::hash::{BuildHasher, Hasher};
@@ -105,6 +109,18 @@ impl Sampler {
     pub fn reset(&mut self) {
         self.seed = resolve_seed(self.params.seed);
         self.rng.reseed(self.seed);
+    }
+
+    /// Where the random sequence is now, to come back to with [`Sampler::rewind`] (a caller
+    /// that drew ahead and does not use some of the draws).
+    pub fn mark(&self) -> SamplerMark {
+        SamplerMark(self.rng.clone())
+    }
+
+    /// Back to a place of the random sequence [`Sampler::mark`] kept: the next draw is the
+    /// one that followed it.
+    pub fn rewind(&mut self, mark: &SamplerMark) {
+        self.rng.clone_from(&mark.0);
     }
 
     /// Picks the next token id from one row of logits (index = token id).
