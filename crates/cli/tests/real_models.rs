@@ -377,3 +377,97 @@ fn smollm2_moefied_lossy_levers_are_inert_at_their_baseline_settings_and_fire() 
     assert_eq!(s["experts_reranked"], 16.0 * 30.0 * 12.0);
     assert!(s["experts_substituted"] > 0.0, "{s:?}");
 }
+
+/// The CSV's token rows as maps of column to value.
+fn csv_rows(path: &Path) -> Vec<std::collections::BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines().filter(|l| !l.starts_with('#'));
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    lines
+        .map(|l| {
+            header
+                .iter()
+                .zip(l.split(','))
+                .map(|(k, v)| ((*k).to_owned(), v.parse().unwrap()))
+                .collect()
+        })
+        .collect()
+}
+
+/// `--ngram` on real models (a copy-heavy prompt): the answer of the run without it, streamed
+/// and resident, MoE and dense (Q4_1, and Q4_K/Q6_K whose batched products sum in another
+/// order); the `ngram:` lines, the `spec=` preamble, the summary's `mtp_*` keys and the rows'
+/// `mtp_batch` agree with one another.
+#[test]
+fn ngram_speculation_on_real_models_gives_the_unspeculated_answer() {
+    let fruit = "Repeat this list exactly, twice: apple, banana, cherry, date, elderberry, fig, \
+                 grape, honeydew, kiwi, lemon, mango.";
+    let code = "Repeat this Python function unchanged:\n\ndef area(width, height):\n    \
+                result = width * height\n    return result\n";
+    let streamed: &[&str] = &["--moe-stream", "on", "--cache-mb", "32", "--force-cache"];
+    let cases: [(&str, &str, &[&str]); 4] = [
+        (MOEFIED, fruit, streamed),
+        (MOEFIED, fruit, &["--moe-stream", "off"]),
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", code, &[]),
+        ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", code, &[]),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("m.csv");
+    for (model, prompt, extra) in cases {
+        let path = model_path(model);
+        let run = |spec: &[&str]| {
+            sluice(
+                &[
+                    &[
+                        "run",
+                        "-m",
+                        path.to_str().unwrap(),
+                        "--chatml",
+                        "-p",
+                        prompt,
+                    ][..],
+                    &["-n", "48", "--temp", "0", "--ignore-eos", "--no-usage"],
+                    &["--csv", csv.to_str().unwrap()],
+                    extra,
+                    spec,
+                ]
+                .concat(),
+            )
+        };
+        let base = run(&[]);
+        let spec = run(&["--ngram", "--draft", "4", "--ngram-min-match", "2"]);
+        let what = format!("{model} {extra:?}");
+        assert_eq!(answer(&spec), answer(&base), "{what}");
+        assert!(!base.contains("\nngram: "), "{what}: {base}");
+        let s = csv_summary(&csv);
+        let text = std::fs::read_to_string(&csv).unwrap();
+        assert!(
+            text.contains(" spec=ngram spec_draft_max=4 ") && text.contains(" ngram_min_match=2 "),
+            "{what}: {text}"
+        );
+        let (tokens, decodes) = (s["tokens"], s["mtp_decodes"]);
+        assert_eq!(tokens, 48.0, "{what}");
+        assert!(
+            s["drafted_steps"] > 0.0 && s["mtp_accepted"] > 0.0,
+            "{what}: {s:?}"
+        );
+        assert!(s["mtp_accepted"] <= s["mtp_drafted"], "{what}: {s:?}");
+        assert_eq!(decodes + s["mtp_accepted"], tokens, "{what}: {s:?}");
+        let rows = csv_rows(&csv);
+        assert_eq!(rows.len(), 48, "{what}");
+        let batch: f64 = rows.iter().map(|r| r["mtp_batch"]).sum();
+        assert_eq!(batch, tokens, "{what}");
+        let passes = rows.iter().filter(|r| r["mtp_batch"] > 0.0).count();
+        assert_eq!(passes as f64, decodes, "{what}");
+        let line = format!(
+            "\nngram: {}/{} drafts accepted",
+            s["mtp_accepted"], s["mtp_drafted"]
+        );
+        assert!(spec.contains(&line), "{what}: {line} in {spec}");
+        assert!(spec.contains("\nngram: drafted on "), "{what}: {spec}");
+        assert!(
+            spec.contains("ngram drafting (up to 4 tokens"),
+            "{what}: {spec}"
+        );
+    }
+}

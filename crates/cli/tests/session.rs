@@ -113,15 +113,19 @@ const DECIDE_KEYS: &[(&str, &str)] = &[
 
 const ERROR_KEYS: &[(&str, &str)] = &[("id", "int"), ("fatal", "bool"), ("msg", "string")];
 
-/// `BMOE_DONE` keys that are 0 in every run of this test: the speculation counters ("all `0`
-/// without speculation"; `drafted_steps` equals `mtp_decodes`) and the prefill-device ones
-/// ("All zero when the device is off").
-const DONE_ZERO: &[&str] = &[
+/// `BMOE_DONE`'s speculation counters: all 0 without speculation (`mtp_decodes` 0: a run
+/// without `--ngram` counts no decodes there).
+const DONE_SPEC: &[&str] = &[
     "mtp_drafted",
     "mtp_accepted",
     "mtp_decodes",
     "mtp_draft_s_tok",
     "drafted_steps",
+];
+
+/// `BMOE_DONE` keys that are 0 in every run of this test: the prefill-device ones ("All zero
+/// when the device is off").
+const DONE_ZERO: &[&str] = &[
     "prefill_dev_tokens",
     "prefill_dev_nodes",
     "prefill_dev_read_mib",
@@ -225,6 +229,19 @@ fn parse_line(raw: &str) -> Line {
         "DONE" => {
             for k in DONE_ZERO {
                 assert_eq!(v[*k].as_f64(), Some(0.0), "{k}: {raw}");
+            }
+            let n = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+            if n("mtp_decodes") == 0.0 {
+                for k in DONE_SPEC {
+                    assert_eq!(v[*k].as_f64(), Some(0.0), "{k}: {raw}");
+                }
+            } else {
+                // speculating: every token had a pass or was a kept draft (but a last one that
+                // ended the turn early, which is not run)
+                let ran = n("mtp_decodes") + n("mtp_accepted");
+                assert!(ran == n("tokens") || ran + 1.0 == n("tokens"), "{raw}");
+                assert!(n("drafted_steps") <= n("mtp_decodes"), "{raw}");
+                assert!(n("mtp_accepted") <= n("mtp_drafted"), "{raw}");
             }
         }
         "DECIDE" => {
@@ -1803,4 +1820,52 @@ fn gpt_oss_skips_reasoning_by_prefilling_the_harmony_channels() {
         assert_eq!(t.num("n_prompt"), want as u64, "think {think}: {}", t.done);
     }
     s.close(false);
+}
+
+/// A session with `--ngram` answers each turn of a conversation as one without it, and its
+/// `BMOE_DONE` counts what speculation did: every token either had a pass of its own or was a
+/// kept draft, and only passes that drafted are drafted steps.
+#[test]
+fn ngram_speculation_in_a_session_answers_as_without_it_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = demo_chat(dir.path());
+    let args = with(CHAT, &["-n", "24"]);
+    let mut plain = Session::start(&m, &args);
+    let mut spec = Session::start(
+        &m,
+        &with(
+            &args,
+            &["--ngram", "--draft", "4", "--ngram-min-match", "1"],
+        ),
+    );
+    let mut drafted = 0;
+    for (k, prompt) in ["Say it again and again.", "Once more, again."]
+        .iter()
+        .enumerate()
+    {
+        let mut req = gen_req(k as i64 + 1, prompt);
+        if k > 0 {
+            req["clear_kv"] = json!(false);
+        }
+        let want = plain.generate(&req);
+        let got = spec.generate(&req);
+        assert_eq!(got.text(), want.text(), "turn {k}");
+        assert_eq!(got.num("n_past"), want.num("n_past"), "turn {k}");
+        assert_eq!(want.num("mtp_decodes"), 0);
+        let tokens = got.num("tokens");
+        assert_eq!(tokens, 24);
+        assert_eq!(
+            got.num("mtp_decodes") + got.num("mtp_accepted"),
+            tokens,
+            "turn {k}: {}",
+            got.done
+        );
+        assert!(got.num("mtp_accepted") <= got.num("mtp_drafted"));
+        assert!(got.num("drafted_steps") <= got.num("mtp_decodes"));
+        assert_eq!(got.progress.len(), want.progress.len(), "turn {k}");
+        drafted += got.num("drafted_steps");
+    }
+    assert!(drafted > 0, "nothing was drafted");
+    plain.close(false);
+    spec.close(false);
 }

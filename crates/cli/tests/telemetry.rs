@@ -716,3 +716,78 @@ fn cache_aware_levers_warn_and_refuse() {
     let err = String::from_utf8_lossy(&past.stderr);
     assert!(err.contains("1.5 is not between 0 and 1"), "{err}");
 }
+
+/// `--ngram`'s flags are checked, and the combinations it cannot keep exact are refused.
+#[test]
+fn ngram_flags_are_checked_and_inexact_combinations_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = olmoe(dir.path());
+    let m = m.to_str().unwrap();
+    let base = [
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Once",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--no-usage",
+    ];
+    let fails = |extra: &[&str], says: &str| {
+        let out = sluice(&[&base[..], extra].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} ran: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    };
+    fails(&["--draft", "2"], "--ngram");
+    fails(&["--ngram-min-match", "2"], "--ngram");
+    fails(&["--ngram", "--draft", "9"], "9 is not in 1..=8");
+    fails(&["--ngram", "--draft", "0"], "0 is not in 1..=8");
+    fails(&["--ngram", "--ngram-min-match", "0"], "--ngram-min-match");
+    let ppl = dir.path().join("t.txt");
+    std::fs::write(&ppl, "Once upon a time").unwrap();
+    let out = sluice(&[
+        "run",
+        "-m",
+        m,
+        "--no-usage",
+        "--ngram",
+        "--ppl",
+        ppl.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--ngram speeds up decoding; --ppl decodes nothing"),
+        "{err}"
+    );
+    fails(
+        &[
+            "--ngram",
+            "--moe-stream",
+            "on",
+            "--cache-mb",
+            "200",
+            "--force-cache",
+            "--drop-cold-experts",
+            "0.5",
+        ],
+        "the cache-aware policies act on one-token passes only",
+    );
+    fails(&["--ngram", "--route-ahead", "1"], "route-ahead");
+    // and on its own it runs, saying so in the mode line
+    let out = sluice(&[&base[..], &["--ngram"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(", ngram drafting (up to 3 tokens per verify pass, matches of 3+; exact)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\nngram: drafted on "), "{stdout}");
+}
