@@ -1,7 +1,8 @@
 //! Generation: the [`Runtime`] that holds everything a generation needs once it is set up, and
 //! its loop — prefill the prompt after what the context already holds, then sample, decode and
-//! run one token at a time, reporting to a [`Sink`] and stopping at an end-of-generation token,
-//! the token limit, a full context or a cancel.
+//! run one token at a time (with `--ngram`, a drawn token and its draft per pass, each row with
+//! a one-token pass's bits, so that the tokens are the same), reporting to a [`Sink`] and
+//! stopping at an end-of-generation token, the token limit, a full context or a cancel.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
