@@ -273,7 +273,8 @@ pub struct SpecArgs {
     /// edits, quotations) and the weights read once serve several tokens; a step without a
     /// match is a plain decode. The `ngram:` lines, the CSV's `mtp_*` keys and `mtp_batch`
     /// column say what it drafted, kept and cost (docs/lossy.md). Not with latent (MLA) or
-    /// linear attention, --route-replay, --route-ahead or the cache-aware policies.
+    /// linear attention, --route-replay, --route-ahead, the cache-aware policies, the route
+    /// traces or --predict-log.
     #[arg(long)]
     pub ngram: bool,
 

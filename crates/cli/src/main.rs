@@ -965,11 +965,8 @@ fn main() -> ExitCode {
             run.n_expert_used = args.n_expert_used;
             run.cache_aware = args.cache_aware.config();
             run.spec = args.spec.config();
-            if run.spec.is_some() && (args.ppl.is_some() || args.decide) {
-                anyhow::bail!(
-                    "--ngram speeds up decoding; {} decodes nothing",
-                    if args.decide { "--decide" } else { "--ppl" }
-                );
+            if run.spec.is_some() && args.ppl.is_some() {
+                anyhow::bail!("--ngram speeds up decoding; --ppl decodes nothing");
             }
             run::run(&run::Options {
                 run,

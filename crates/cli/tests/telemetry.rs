@@ -777,6 +777,15 @@ fn ngram_flags_are_checked_and_inexact_combinations_refused() {
         "the cache-aware policies act on one-token passes only",
     );
     fails(&["--ngram", "--route-ahead", "1"], "route-ahead");
+    fails(
+        &["--ngram", "--predict-log"],
+        "--ngram: --predict-log records decode steps",
+    );
+    let trace = dir.path().join("r.csv");
+    fails(
+        &["--ngram", "--route-trace", trace.to_str().unwrap()],
+        "--ngram: --route-trace records decode steps",
+    );
     // and on its own it runs, saying so in the mode line
     let out = sluice(&[&base[..], &["--ngram"]].concat());
     assert!(

@@ -326,17 +326,24 @@ impl Runtime<'_> {
             if self.spec.is_some() {
                 corpus.push(id);
             }
+            if let Some(c) = &self.control {
+                c.hold_decode(n_gen);
+            }
             if ran {
-                // a drafted token the model drew itself: the verify pass ran it
-                fed.push(id);
-                sp.accepted += 1;
+                // a drafted token the model drew itself: the verify pass ran it. A cancel
+                // stops here as it stops before a pass: the token keeps its row, and leaves
+                // the context with the final cut below.
+                let stop = self.control.as_ref().is_some_and(|c| c.cancelled());
+                if stop {
+                    cancelled = true;
+                } else {
+                    fed.push(id);
+                    sp.accepted += 1;
+                }
                 if self.recorders.probe.is_some() {
                     held = Some(self.confirmed_row(n_gen, steps, t.turn));
                 }
                 continue;
-            }
-            if let Some(c) = &self.control {
-                c.hold_decode(n_gen);
             }
             let t_draft = Instant::now();
             let drafts: Vec<u32> = match self.spec {
@@ -385,7 +392,10 @@ impl Runtime<'_> {
                         draft_s += t_cut.elapsed().as_secs_f64();
                     }
                 }
-                Err(engine::ForwardError::Cancelled) => cancelled = true,
+                Err(engine::ForwardError::Cancelled) => {
+                    cancelled = true;
+                    batch = 0;
+                }
                 Err(e) => return Err(e.into()),
             }
             sp.draft_s += draft_s;

@@ -356,6 +356,24 @@ impl Loaded {
             if cfg.route_replay.is_some() {
                 reject!("--ngram: a route replay acts on one-token passes only");
             }
+            // A verify pass routes its rejected drafts too, at positions the next pass runs
+            // again: a trace would hold two routings of one decode step, and the scorer sees
+            // one-token passes only.
+            for (set, flag) in [
+                (cfg.route_trace.is_some(), "--route-trace"),
+                (
+                    cfg.route_stream.is_some(),
+                    "--route-trace-stream (or ROUTE_TRACE)",
+                ),
+                (cfg.predict_log, "--predict-log"),
+            ] {
+                if set {
+                    reject!(
+                        "--ngram: {flag} records decode steps one token at a time, and a verify \
+                         pass also routes the drafts it then rejects"
+                    );
+                }
+            }
             if let Err(e) = engine.check_rows() {
                 reject!("--ngram on {}: {e}", self.name);
             }

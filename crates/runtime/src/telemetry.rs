@@ -196,8 +196,8 @@ pub struct TokenRow {
     /// cost is on its group's first row, which says how many tokens it confirmed; the others
     /// carry zeros, this one too). 1 without speculation.
     pub mtp_batch: usize,
-    /// What drafting (and cutting rejected drafts out of the context) took before this row's
-    /// pass: a slice of `loop_overhead_ms`.
+    /// What drafting before this row's pass and cutting its rejected drafts out of the
+    /// context after it took (outside the passes, in the loop's overhead).
     pub mtp_draft_ms: f64,
 }
 

@@ -729,3 +729,87 @@ fn ngram_speculation_is_refused_where_rows_are_not_exact() {
     let err = loaded.runtime(&cfg).err().expect("refused").to_string();
     assert!(err.contains("cache-aware"), "{err}");
 }
+
+/// Cancels the request in flight at its `at`-th piece of text.
+struct CancelAt {
+    control: Arc<Control>,
+    deltas: usize,
+    at: usize,
+}
+
+impl Sink for CancelAt {
+    fn delta(&mut self, _d: &chat::SplitDelta) -> Result<()> {
+        self.deltas += 1;
+        if self.deltas == self.at {
+            self.control.cancel(1);
+        }
+        Ok(())
+    }
+}
+
+/// A cancel stops a speculated generation where it stops the plain one, also on a token a
+/// verify pass already ran (a kept draft): the same tokens delivered and run, the same context.
+#[test]
+fn a_cancel_stops_a_speculated_generation_as_the_plain_one() {
+    let run = |spec: bool, at: usize| {
+        let mut cfg = config(moe("mixtral-q8_0.gguf"));
+        if spec {
+            cfg.spec = Some(runtime::spec::Ngram {
+                draft: 4,
+                min_match: 1,
+            });
+        }
+        let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
+        let ids = loaded.tokenizer.encode(LOOP_PROMPT, true, false);
+        let (mut rt, _) = loaded.runtime(&cfg).expect("runtime");
+        let control = Arc::new(Control::new(None, Notices::silent()));
+        rt.install_control(Arc::clone(&control));
+        control.start(1);
+        let mut sink = CancelAt {
+            control: Arc::clone(&control),
+            deltas: 0,
+            at,
+        };
+        let turn = Turn {
+            ids: &ids,
+            n_max: 30,
+            prompt: None,
+            turn: 0,
+        };
+        let o = rt.generate(&turn, &mut sink).expect("generate");
+        control.done();
+        (o.cancelled, o.summary.tokens, o.tokens, rt.engine.n_past())
+    };
+    // which steps of the whole speculated generation are kept drafts (rows with mtp_batch 0)
+    let mut cfg = config(moe("mixtral-q8_0.gguf"));
+    cfg.token_figures = true;
+    cfg.spec = Some(runtime::spec::Ngram {
+        draft: 4,
+        min_match: 1,
+    });
+    let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
+    let ids = loaded.tokenizer.encode(LOOP_PROMPT, true, false);
+    let (mut rt, _) = loaded.runtime(&cfg).expect("runtime");
+    let mut rows = Rows::default();
+    let turn = Turn {
+        ids: &ids,
+        n_max: 30,
+        prompt: None,
+        turn: 0,
+    };
+    rt.generate(&turn, &mut rows).expect("generate");
+    let kept: Vec<usize> = rows.rows.iter().filter(|r| r.1 == 0).map(|r| r.0).collect();
+    let mut kept_then_cancelled = false;
+    for at in 2..=20 {
+        let (c, n, fed, past) = run(false, at);
+        let (sc, sn, sfed, spast) = run(true, at);
+        assert!(c && sc, "at {at}");
+        assert_eq!((sn, &sfed, spast), (n, &fed, past), "at {at}");
+        // the cancelled token (step sn) is one a verify pass had run
+        kept_then_cancelled |= kept.contains(&sn);
+    }
+    assert!(
+        kept_then_cancelled,
+        "no cancel fell on a kept draft: {kept:?}"
+    );
+}
