@@ -372,16 +372,17 @@ fn a_sink_hears_the_prompt_then_each_token_after_its_text_then_the_end() {
     assert_eq!(rec.rows, 0);
 }
 
-/// Cancels the request in flight at its second piece of text.
-struct CancelAtSecondDelta {
+/// Cancels the request in flight at its `at`-th piece of text.
+struct CancelAt {
     control: Arc<Control>,
     deltas: usize,
+    at: usize,
 }
 
-impl Sink for CancelAtSecondDelta {
+impl Sink for CancelAt {
     fn delta(&mut self, _d: &chat::SplitDelta) -> Result<()> {
         self.deltas += 1;
-        if self.deltas == 2 {
+        if self.deltas == self.at {
             self.control.cancel(1);
         }
         Ok(())
@@ -400,9 +401,10 @@ fn a_cancel_stops_the_generation_before_the_next_pass_and_says_so() {
     let control = Arc::new(Control::new(None, notices.clone()));
     rt.install_control(Arc::clone(&control));
     control.start(1);
-    let mut sink = CancelAtSecondDelta {
+    let mut sink = CancelAt {
         control: Arc::clone(&control),
         deltas: 0,
+        at: 2,
     };
     let turn = Turn {
         ids: &ids,
@@ -728,23 +730,6 @@ fn ngram_speculation_is_refused_where_rows_are_not_exact() {
     let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
     let err = loaded.runtime(&cfg).err().expect("refused").to_string();
     assert!(err.contains("cache-aware"), "{err}");
-}
-
-/// Cancels the request in flight at its `at`-th piece of text.
-struct CancelAt {
-    control: Arc<Control>,
-    deltas: usize,
-    at: usize,
-}
-
-impl Sink for CancelAt {
-    fn delta(&mut self, _d: &chat::SplitDelta) -> Result<()> {
-        self.deltas += 1;
-        if self.deltas == self.at {
-            self.control.cancel(1);
-        }
-        Ok(())
-    }
 }
 
 /// A cancel stops a speculated generation where it stops the plain one, also on a token a
