@@ -341,7 +341,12 @@ impl Runtime<'_> {
                     sp.accepted += 1;
                 }
                 if self.recorders.probe.is_some() {
-                    held = Some(self.confirmed_row(n_gen, steps, t.turn));
+                    let step = Step {
+                        n: n_gen,
+                        of: steps,
+                        turn: t.turn,
+                    };
+                    held = Some(self.confirmed_row(step));
                 }
                 continue;
             }
@@ -381,7 +386,7 @@ impl Runtime<'_> {
                         sp.drafted_steps += 1;
                         let budget =
                             (t.n_max - n_gen).min(n_ctx - self.engine.n_past() + drafts.len());
-                        let (k, next) = self.draw_ahead(&rows, &drafts, budget, &mut queue);
+                        let (k, next) = self.draw_ahead(rows, &drafts, budget, &mut queue);
                         logits = next;
                         in_ctx = k;
                         batch += k;
@@ -587,53 +592,45 @@ impl Runtime<'_> {
     /// Draw the tokens a verify pass's `rows` give, in order, while each is the draft that
     /// pass ran after it (at most `budget` draws): into `queue`, each with where the sampler
     /// was after it. Returns how many drafts were drawn (the pass ran them into the context)
-    /// and the logits after the last of them.
+    /// and the logits after the last of them (the rows cut down to that one, no copy).
     fn draw_ahead(
         &mut self,
-        rows: &[f32],
+        mut rows: Vec<f32>,
         drafts: &[u32],
         budget: usize,
         queue: &mut VecDeque<(u32, SamplerMark)>,
     ) -> (usize, Vec<f32>) {
         let nv = rows.len() / (1 + drafts.len());
-        let eog = &self.tokenizer.vocab().eog;
         let mut k = 0;
         for i in 0..budget.min(drafts.len() + 1) {
-            let mut row = rows[i * nv..(i + 1) * nv].to_vec();
-            self.mask_eog(&mut row);
-            let x = self.sampler.sample(&row);
+            let row = &mut rows[i * nv..(i + 1) * nv];
+            self.mask_eog(row);
+            let x = self.sampler.sample(row);
             queue.push_back((x, self.sampler.mark()));
-            if drafts.get(i) != Some(&x) || eog.contains(&x) {
+            if drafts.get(i) != Some(&x) || self.tokenizer.vocab().eog.contains(&x) {
                 break;
             }
             k += 1;
         }
-        (k, rows[k * nv..(k + 1) * nv].to_vec())
+        rows.drain(..k * nv);
+        rows.truncate(nv);
+        (k, rows)
     }
 
-    /// The row of generated token `n` of `of` that an earlier pass ran as a draft: its cost is
-    /// on that pass's row, so zero time and reads here.
-    fn confirmed_row(&mut self, n: usize, of: usize, turn: u32) -> TokenRow {
-        let mut row = TokenRow::new(
-            n,
-            of,
-            0.0,
-            &StreamSnapshot::default(),
-            self.overlap,
-            &Usage::default(),
-            self.hit_pct(&self.counters.snapshot()),
-            0.0,
-        );
+    /// The row of generated token `step` that an earlier pass ran as a draft: as a token
+    /// without a pass of its own, zero time and reads (its cost is on that pass's row), and
+    /// `mtp_batch` 0.
+    fn confirmed_row(&mut self, step: Step) -> TokenRow {
+        let none = Pass {
+            wall: Duration::ZERO,
+            gap: Duration::ZERO,
+        };
+        let mut row = self.token_row(step, none, true, Default::default());
         row.mtp_batch = 0;
-        if let Some(probe) = &mut self.recorders.probe {
-            row.dense_resident_frac = probe.sample();
-        }
-        row.cache_budget_mib = self.budget_mib();
-        row.turn = turn;
         row
     }
 
-    /// A generated token's figures (zero time and reads when its pass was cancelled).
+    /// A generated token's figures (zero time and reads when `cancelled`: no pass ran for it).
     fn token_row(
         &mut self,
         step: Step,

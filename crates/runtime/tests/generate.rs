@@ -18,10 +18,16 @@ use common::{config, moe};
 
 /// The tokens and text of one generation of `n` tokens from `prompt`.
 fn generate(cfg: &RunConfig, prompt: &str, n: usize) -> (Outcome, Collect) {
+    let mut text = Collect::default();
+    let o = generate_into(cfg, prompt, n, &mut text);
+    (o, text)
+}
+
+/// One generation of `n` tokens from `prompt`, reported to `sink`.
+fn generate_into(cfg: &RunConfig, prompt: &str, n: usize, sink: &mut dyn Sink) -> Outcome {
     let loaded = Loaded::open(cfg, &Notices::silent()).expect("open");
     let ids = loaded.tokenizer.encode(prompt, true, false);
     let (mut rt, _) = loaded.runtime(cfg).expect("runtime");
-    let mut text = Collect::default();
     let o = rt
         .generate(
             &Turn {
@@ -30,11 +36,11 @@ fn generate(cfg: &RunConfig, prompt: &str, n: usize) -> (Outcome, Collect) {
                 prompt: None,
                 turn: 0,
             },
-            &mut text,
+            sink,
         )
         .expect("generate");
     rt.finish().expect("finish");
-    (o, text)
+    o
 }
 
 #[test]
@@ -772,17 +778,8 @@ fn a_cancel_stops_a_speculated_generation_as_the_plain_one() {
         draft: 4,
         min_match: 1,
     });
-    let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
-    let ids = loaded.tokenizer.encode(LOOP_PROMPT, true, false);
-    let (mut rt, _) = loaded.runtime(&cfg).expect("runtime");
     let mut rows = Rows::default();
-    let turn = Turn {
-        ids: &ids,
-        n_max: 30,
-        prompt: None,
-        turn: 0,
-    };
-    rt.generate(&turn, &mut rows).expect("generate");
+    generate_into(&cfg, LOOP_PROMPT, 30, &mut rows);
     let kept: Vec<usize> = rows.rows.iter().filter(|r| r.1 == 0).map(|r| r.0).collect();
     let mut kept_then_cancelled = false;
     for at in 2..=20 {
