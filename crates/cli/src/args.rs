@@ -201,7 +201,7 @@ impl StreamArgs {
     }
 }
 
-/// A fraction from 0 to 1 (a cache-aware policy's strength).
+/// A fraction from 0 to 1 (a cache-aware policy's strength, a probability).
 fn unit_fraction(s: &str) -> Result<f32, String> {
     let v: f32 = s
         .parse()
@@ -275,27 +275,60 @@ pub struct SpecArgs {
     /// column say what it drafted, kept and cost (docs/lossy.md). Not with latent (MLA) or
     /// linear attention, --route-replay, --route-ahead, the cache-aware policies, the route
     /// traces or --predict-log.
-    #[arg(long)]
+    #[arg(long, group = "drafter")]
     pub ngram: bool,
 
-    /// With --ngram: the most tokens drafted per verify pass, 1 to 8.
-    #[arg(long, value_name = "N", requires = "ngram", default_value_t = 3,
+    /// Speculative decoding with the model's own multi-token-prediction (NextN) head (exact,
+    /// not lossy): after each drawn token the head, a block of its own fed with the model's
+    /// last hidden state and the token, drafts the next ones (each fed back with the head's
+    /// hidden state), and the group is verified in one pass as with --ngram: the answer is
+    /// the one without --mtp, token for token. Needs a model with a NextN layer and multi-head
+    /// attention (GLM-4.5/4.6, `glm4moe`); the head's weights are read from the file as it
+    /// runs (its experts are not in the expert cache). The `mtp:` lines say what it drafted,
+    /// kept and cost. Refused with the same flags as --ngram.
+    #[arg(long, group = "drafter")]
+    pub mtp: bool,
+
+    /// With --ngram or --mtp: the most tokens drafted per verify pass, 1 to 8.
+    #[arg(long, value_name = "N", requires = "drafter", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..=8))]
     pub draft: u32,
 
     /// With --ngram: the shortest run of the text's last tokens that must recur before it
-    /// drafts (higher: fewer, surer drafts).
-    #[arg(long, value_name = "N", requires = "ngram", default_value_t = 3,
+    /// drafts (higher: fewer, surer drafts) [default: 3].
+    #[arg(long, value_name = "N", requires = "ngram",
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub ngram_min_match: u32,
+    pub ngram_min_match: Option<u32>,
+
+    /// With --mtp: stop drafting at the first token the head gives a probability below P
+    /// (0 to 1; 0 always drafts --draft tokens). A draft not made is a head pass and a verify
+    /// row not paid for.
+    #[arg(long, value_name = "P", requires = "mtp", default_value_t = 0.0,
+          value_parser = unit_fraction)]
+    pub mtp_p_min: f32,
 }
 
 impl SpecArgs {
-    pub fn config(&self) -> Option<runtime::spec::Ngram> {
-        self.ngram.then_some(runtime::spec::Ngram {
-            draft: self.draft as usize,
-            min_match: self.ngram_min_match as usize,
-        })
+    pub fn config(&self) -> anyhow::Result<Option<runtime::spec::Spec>> {
+        use runtime::spec::{Mtp, Ngram, Spec};
+        if self.ngram {
+            Ok(Some(Spec::Ngram(Ngram {
+                draft: self.draft as usize,
+                min_match: self
+                    .ngram_min_match
+                    .map_or(Ngram::DEFAULT_MIN_MATCH, |n| n as usize),
+            })))
+        } else if self.mtp {
+            if self.ngram_min_match.is_some() {
+                anyhow::bail!("--ngram-min-match is --ngram's; --mtp drafts with the model's head");
+            }
+            Ok(Some(Spec::Mtp(Mtp {
+                draft: self.draft as usize,
+                p_min: self.mtp_p_min,
+            })))
+        } else {
+            Ok(None)
+        }
     }
 }
 

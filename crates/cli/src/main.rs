@@ -964,9 +964,12 @@ fn main() -> ExitCode {
             run.route_ahead = args.route_ahead;
             run.n_expert_used = args.n_expert_used;
             run.cache_aware = args.cache_aware.config();
-            run.spec = args.spec.config();
-            if run.spec.is_some() && args.ppl.is_some() {
-                anyhow::bail!("--ngram speeds up decoding; --ppl decodes nothing");
+            run.spec = args.spec.config()?;
+            if let (Some(sp), Some(_)) = (run.spec, &args.ppl) {
+                anyhow::bail!(
+                    "--{} speeds up decoding; --ppl decodes nothing",
+                    sp.source().name()
+                );
             }
             run::run(&run::Options {
                 run,
@@ -1001,7 +1004,7 @@ fn main() -> ExitCode {
             run.route_heat = true;
             run.n_expert_used = args.n_expert_used;
             run.cache_aware = args.cache_aware.config();
-            run.spec = args.spec.config();
+            run.spec = args.spec.config()?;
             serve::run(serve::Options {
                 run,
                 host: args.host,

@@ -267,7 +267,7 @@ fn generate_once(
         writeln!(w, "{line}")?;
     }
     if let Some(sp) = &s.spec {
-        for line in runtime::spec::ngram_lines(sp, n_gen, o.decode.as_secs_f64()) {
+        for line in runtime::spec::lines(sp, n_gen, o.decode.as_secs_f64()) {
             writeln!(w, "{line}")?;
         }
     }

@@ -1869,3 +1869,46 @@ fn ngram_speculation_in_a_session_answers_as_without_it_and_is_counted() {
     plain.close(false);
     spec.close(false);
 }
+
+/// `--mtp` in a session: a conversation continued turn after turn answers as without it (the
+/// head catches up on each turn's prompt), and `BMOE_DONE` counts a verify pass per token (the
+/// fixture's head has random weights, so its drafts are rejected), every pass drafting but
+/// the last.
+#[test]
+fn mtp_speculation_in_a_session_answers_as_without_it() {
+    let m = testdata::fixtures_root().join("moe/glm4moe-q4_k_m.gguf");
+    let args = with(CHAT, &["-n", "12"]);
+    let mut plain = Session::start(&m, &args);
+    let mut spec = Session::start(&m, &with(&args, &["--mtp", "--draft", "2"]));
+    for (k, prompt) in ["Say it again and again.", "Once more, again.", "And again."]
+        .iter()
+        .enumerate()
+    {
+        let mut req = gen_req(k as i64 + 1, prompt);
+        if k > 0 {
+            req["clear_kv"] = json!(false);
+        }
+        let want = plain.generate(&req);
+        let got = spec.generate(&req);
+        assert_eq!(got.text(), want.text(), "turn {k}");
+        assert_eq!(got.num("n_past"), want.num("n_past"), "turn {k}");
+        let tokens = got.num("tokens");
+        assert_eq!(tokens, want.num("tokens"), "turn {k}");
+        assert_eq!(
+            got.num("mtp_decodes") + got.num("mtp_accepted"),
+            tokens,
+            "turn {k}: {}",
+            got.done
+        );
+        assert!(got.num("mtp_drafted") > 0, "turn {k}: {}", got.done);
+        // every pass drafts but the last, which has no room left under -n
+        assert_eq!(
+            got.num("drafted_steps") + 1,
+            got.num("mtp_decodes"),
+            "turn {k}: {}",
+            got.done
+        );
+    }
+    plain.close(false);
+    spec.close(false);
+}

@@ -800,3 +800,98 @@ fn ngram_flags_are_checked_and_inexact_combinations_refused() {
     );
     assert!(stdout.contains("\nngram: drafted on "), "{stdout}");
 }
+
+/// `--mtp` drafts with the model's NextN head: its flags are checked, a model without a head
+/// (or whose drafts cannot be verified row by row) is refused, and a run says what the head
+/// drafted in the mode line, its `mtp:` lines and the CSV preamble.
+#[test]
+fn mtp_flags_are_checked_and_the_head_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let glm = testdata::fixtures_root().join("moe/glm4moe-q8_0.gguf");
+    let glm = glm.to_str().unwrap();
+    let olmoe = olmoe(dir.path());
+    let base = |m: &str| -> Vec<String> {
+        [
+            "run",
+            "-m",
+            m,
+            "-p",
+            "Once",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "--no-usage",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let run = |m: &str, extra: &[&str]| {
+        let mut a = base(m);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        sluice(&a)
+    };
+    let fails = |m: &str, extra: &[&str], says: &str| {
+        let out = run(m, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} ran: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    };
+    fails(glm, &["--mtp", "--ngram"], "cannot be used with");
+    fails(glm, &["--mtp-p-min", "0.5"], "--mtp");
+    fails(glm, &["--mtp", "--mtp-p-min", "1.5"], "not between 0 and 1");
+    fails(glm, &["--mtp", "--ngram-min-match", "2"], "--ngram");
+    fails(
+        olmoe.to_str().unwrap(),
+        &["--mtp"],
+        "has no NextN (multi-token prediction) layer",
+    );
+    let ds = testdata::fixtures_root().join("moe/deepseek2-q8_0.gguf");
+    fails(
+        ds.to_str().unwrap(),
+        &["--mtp"],
+        "latent or linear attention",
+    );
+    let csv = dir.path().join("t.csv");
+    let out = run(
+        glm,
+        &[
+            "--mtp",
+            "--draft",
+            "2",
+            "--mtp-p-min",
+            "0.001",
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            ", mtp drafting (the NextN head of layer 3, up to 2 tokens per verify pass, \
+             while its probability is 0.001+; exact)"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\nmtp: drafting costs "), "{stdout}");
+    assert!(!stdout.contains("drafted on"), "{stdout}");
+    let first = stdout
+        .lines()
+        .find(|l| l.starts_with("mtp: ") && l.contains("drafts accepted"))
+        .expect("the acceptance line");
+    assert!(first.ends_with(" for 6 tokens)"), "{first}");
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        csv.contains(" spec=mtp spec_draft_max=2 mtp_p_min=0.001 ngram_min_match=0 "),
+        "{csv}"
+    );
+    let plain = run(glm, &[]);
+    let answer = |o: &[u8]| String::from_utf8_lossy(o).lines().next().map(str::to_owned);
+    assert_eq!(answer(&out.stdout), answer(&plain.stdout));
+}

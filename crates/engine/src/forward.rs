@@ -23,7 +23,9 @@ use crate::EngineError;
 use crate::ops::{self, Gating, KvCache, KvType, Rope, RopeConfig, RopeMode};
 use ahead::{Ahead, AheadState};
 use cache_aware::CacheAwareScratch;
-use weights::{AttnW, FfnW, GdnW, LayerW, Mat, MhaW, MlaKvBW, MlaW, MoeW, SharedW, Weights};
+use weights::{
+    AttnW, FfnW, GdnW, LayerW, Mat, MhaW, MlaKvBW, MlaW, MoeW, NextnW, SharedW, Weights,
+};
 
 /// Errors of building or running an [`Engine`].
 #[derive(Debug, Error)]
@@ -279,6 +281,9 @@ pub trait ExpertSource: Send {
 #[derive(Default)]
 struct Scratch {
     x: Vec<f32>,
+    /// The last layer's rows after its attention, aside while the rows that do not go on run
+    /// their FFN for the draft head.
+    aside: Vec<f32>,
     cur: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
@@ -388,6 +393,95 @@ impl RecState {
     }
 }
 
+/// Whose FFN [`Engine::layer_ffn`] runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FfnRun {
+    /// A trunk layer's rows that go on.
+    Trunk,
+    /// The last layer's rows that do not go on, for their hidden states (the draft head's).
+    Aside,
+    /// The NextN head's block.
+    Head,
+}
+
+/// The NextN head run as a draft model ([`Engine::enable_mtp`]), with its own keys and values.
+///
+/// Its row at position `i` is the pair (the trunk's final hidden state at `i`, the token at
+/// `i + 1`) and predicts the token at `i + 2`. The head holds the pairs of positions
+/// `..n_past`; the context's later positions wait in `pend` (their hidden states) and
+/// `pend_tok` (the tokens after the first of them) until the next draft runs them.
+struct MtpState<'a> {
+    w: NextnW<'a>,
+    kv: KvCache,
+    n_past: usize,
+    /// Hidden states (after the output norm) of the context's positions `n_past..`.
+    pend: Vec<f32>,
+    /// The context's tokens at positions `n_past + 1..`.
+    pend_tok: Vec<u32>,
+    /// The token the head's row at `n_past` was last run with (a draft's first row): when the
+    /// next call runs that token at `n_past + 1`, the row stands.
+    prov: Option<u32>,
+    /// Hidden states of the call being run (joined to `pend` when it succeeds).
+    new: Vec<f32>,
+    /// The head's input rows `[enorm(embedding); hnorm(hidden)]`.
+    inp: Vec<f32>,
+}
+
+impl MtpState<'_> {
+    /// A call ran `tokens` at positions `start..` (its hidden states are in `new`).
+    fn ran(&mut self, start: usize, tokens: &[u32]) {
+        let e = self.w.enorm.len();
+        if self.pend.is_empty() && self.n_past != start {
+            // nothing kept of positions before the call (the context was restored or the
+            // head loaded after it): the head goes on from here
+            self.n_past = start;
+            self.pend_tok.clear();
+        }
+        let mut tokens = tokens;
+        if self.prov.take() == tokens.first().copied() && self.pend.len() == e {
+            // the draft's first row was run with this very token: it stands
+            self.n_past += 1;
+            self.pend.clear();
+            tokens = &tokens[1..];
+        } else if self.pend.is_empty() {
+            tokens = &tokens[1..];
+        }
+        self.pend.append(&mut self.new);
+        self.pend_tok.extend_from_slice(tokens);
+    }
+
+    /// The context was cut to `n` tokens.
+    fn cut(&mut self, n: usize) {
+        let e = self.w.enorm.len();
+        self.new.clear();
+        self.prov = None;
+        if n <= self.n_past {
+            // (the head's row at `n - 1`, if any, was run with the token cut at `n`: it
+            // stays, a draft-quality matter only)
+            self.n_past = n;
+            self.pend.clear();
+            self.pend_tok.clear();
+        } else {
+            let rows = n - self.n_past;
+            self.pend.truncate(rows * e);
+            self.pend_tok.truncate(rows - 1);
+        }
+    }
+}
+
+/// The most likely token of `logits` (the first of equals) and its probability.
+fn argmax_prob(logits: &[f32]) -> (u32, f32) {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    let sum: f64 = logits.iter().map(|&v| f64::from(v - best.1).exp()).sum();
+    let p = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
+    (best.0 as u32, p)
+}
+
 /// A model ready to run, with its KV cache. See the [module docs](self).
 pub struct Engine<'a> {
     hp: HParams,
@@ -433,6 +527,8 @@ pub struct Engine<'a> {
     /// [`Engine::forward`] call, and that position.
     rs_snap: Option<(usize, Vec<Option<RecState>>)>,
     rollback: bool,
+    /// The NextN head, when drafting with it ([`Engine::enable_mtp`]).
+    mtp: Option<Box<MtpState<'a>>>,
 }
 
 /// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
@@ -1860,21 +1956,23 @@ impl<'a> Engine<'a> {
 
         let ub = cfg.ubatch;
         let nl = hp.n_layer as usize;
-        let q_max = (0..nl)
+        // (the buffers fit the NextN layers too, which a draft head runs)
+        let nl_all = hp.n_layer_all() as usize;
+        let q_max = (0..nl_all)
             .map(|il| hp.n_embd_q(il) as usize)
             .max()
             .unwrap_or(0);
         let q_max = q_max.max(
-            (0..nl)
+            (0..nl_all)
                 .map(|il| hp.n_head.at(il) as usize * hp.head_dim_k_at(il) as usize)
                 .max()
                 .unwrap_or(0),
         );
-        let kv_max = (0..nl)
+        let kv_max = (0..nl_all)
             .map(|il| hp.n_embd_k_gqa(il).max(hp.n_embd_v_gqa(il)) as usize)
             .max()
             .unwrap_or(0);
-        let att_max = (0..nl)
+        let att_max = (0..nl_all)
             .map(|il| (hp.n_head.at(il) * hp.head_dim_v_at(il)) as usize)
             .max()
             .unwrap_or(0)
@@ -1942,6 +2040,7 @@ impl<'a> Engine<'a> {
         let x_n = hp.n_expert as usize;
         let s = Scratch {
             x: vec![0.0; ub * e],
+            aside: Vec::new(),
             cur: vec![0.0; ub * e],
             q: vec![0.0; att_rows * q_max],
             k: vec![0.0; ub * kv_max],
@@ -2021,6 +2120,7 @@ impl<'a> Engine<'a> {
             rs,
             rs_snap: None,
             rollback: false,
+            mtp: None,
         })
     }
 
@@ -2226,11 +2326,17 @@ impl<'a> Engine<'a> {
             return;
         }
         self.n_past = self.n_past.min(n);
+        if let Some(m) = &mut self.mtp {
+            m.cut(self.n_past);
+        }
     }
 
     /// Empty the context.
     pub fn reset(&mut self) {
         self.n_past = 0;
+        if let Some(m) = &mut self.mtp {
+            m.cut(0);
+        }
         self.rs_snap = None;
         for st in self.rs.iter_mut().flatten() {
             st.clear();
@@ -2308,6 +2414,12 @@ impl<'a> Engine<'a> {
         RecState::copy_all(&mut self.rs, &state.recurrent);
         self.n_past = state.n_past;
         self.rs_snap = None;
+        if let Some(m) = &mut self.mtp {
+            // the head has no hidden states of the restored context: it goes on after it
+            // (its keys and values of those positions are whatever it ran there last)
+            m.cut(0);
+            m.n_past = state.n_past;
+        }
         Ok(())
     }
 
@@ -2352,6 +2464,9 @@ impl<'a> Engine<'a> {
         };
         let mut out = vec![0f32; n_out * n_vocab];
         let start = self.n_past;
+        if let Some(m) = &mut self.mtp {
+            m.new.clear();
+        }
         if self.rollback && self.has_recurrent_state() {
             let snap = self.rs_snap.get_or_insert_with(|| (0, Vec::new()));
             snap.0 = start;
@@ -2397,6 +2512,9 @@ impl<'a> Engine<'a> {
                 written += n;
             }
             self.n_past += chunk.len();
+        }
+        if let Some(m) = &mut self.mtp {
+            m.ran(start, tokens);
         }
         Ok(out)
     }
@@ -2540,7 +2658,11 @@ impl<'a> Engine<'a> {
             } else {
                 0..n
             };
+            let all = keep == (0..n);
             self.layer(il, n, p0, keep)?;
+            if all && il + 1 == n_layer && self.mtp.is_some() {
+                self.record_hidden(n);
+            }
         }
         if late_pick && out_rows != (0..n) {
             self.s
@@ -2551,7 +2673,8 @@ impl<'a> Engine<'a> {
     }
 
     /// One layer over the chunk's `n` tokens at positions `p0..`; after the attention only the
-    /// rows in `keep` go on (moved to the front of `s.x`).
+    /// rows in `keep` go on (moved to the front of `s.x`). Layer `n_layer` is the NextN head's
+    /// block ([`Engine::enable_mtp`]).
     fn layer(
         &mut self,
         il: usize,
@@ -2559,12 +2682,98 @@ impl<'a> Engine<'a> {
         p0: usize,
         keep: std::ops::Range<usize>,
     ) -> Result<(), ForwardError> {
+        self.layer_attn(il, n, p0)?;
+        let e = self.hp.n_embd as usize;
+        if keep != (0..n) && il + 1 == self.hp.n_layer as usize && self.mtp.is_some() {
+            // The draft head takes every row's final hidden state: the rows that do not go
+            // on run the FFN aside (their bits feed drafts only), then the kept ones as ever.
+            let mut aside = std::mem::take(&mut self.s.aside);
+            aside.clear();
+            aside.extend_from_slice(&self.s.x[..n * e]);
+            let r = self.layer_ffn(il, n, p0, FfnRun::Aside);
+            if r.is_ok() {
+                self.record_hidden(n);
+            }
+            self.s.x[..n * e].copy_from_slice(&aside);
+            self.s.aside = aside;
+            r?;
+        }
+        // only the rows that go on
+        if keep != (0..n) {
+            self.s.x.copy_within(keep.start * e..keep.end * e, 0);
+        }
+        if keep.is_empty() {
+            return Ok(());
+        }
+        let run = if il < self.w.layers.len() {
+            FfnRun::Trunk
+        } else {
+            FfnRun::Head
+        };
+        self.layer_ffn(il, keep.len(), p0 + keep.start, run)
+    }
+
+    /// The attention of layer `il` (or the head's block) over the chunk's `n` tokens at
+    /// positions `p0..`, its output added to the residual stream `s.x`.
+    fn layer_attn(&mut self, il: usize, n: usize, p0: usize) -> Result<(), ForwardError> {
         let Engine {
             hp,
             w,
             pool,
             kv,
             rope,
+            s,
+            observer,
+            single_rows,
+            mla_part,
+            rope_swa,
+            rs,
+            mtp,
+            ..
+        } = self;
+        let (lw, cache) = match (w.layers.get(il), kv.get_mut(il), mtp.as_deref_mut()) {
+            (Some(lw), Some(c), _) => (lw, c),
+            (None, None, Some(m)) if m.w.layer == il => (&m.w.block, &mut m.kv),
+            _ => {
+                return Err(ForwardError::Unsupported(format!("no layer {il} to run")));
+            }
+        };
+        // (the head's intermediates are nobody's: the observer sees the trunk's)
+        let trunk = il < w.layers.len();
+        let st = Stage {
+            pool,
+            hp,
+            il,
+            n,
+            obs: observer.as_ref().filter(|_| trunk),
+            mla_part: *mla_part,
+            single: *single_rows,
+        };
+        match (&lw.attn, rs.get_mut(il).and_then(Option::as_mut)) {
+            (AttnW::Gdn(g), Some(state)) => gdn_attention(st, lw, g, state, s)?,
+            (AttnW::Gdn(_), None) => {
+                return Err(ForwardError::Unsupported(format!(
+                    "layer {il} has linear-attention weights but no recurrent state"
+                )));
+            }
+            _ => attention(st, lw, cache, (rope, rope_swa.as_ref()), p0, s)?,
+        }
+        Ok(())
+    }
+
+    /// The FFN half of layer `il` (or the head's block) over the first `n` rows of `s.x`,
+    /// the tokens at positions `first_pos..`.
+    fn layer_ffn(
+        &mut self,
+        il: usize,
+        n: usize,
+        first_pos: usize,
+        run: FfnRun,
+    ) -> Result<(), ForwardError> {
+        let Engine {
+            hp,
+            w,
+            pool,
             s,
             observer,
             route_tap,
@@ -2580,42 +2789,39 @@ impl<'a> Engine<'a> {
             foresight_tap,
             moe_layers,
             mla_part,
-            rope_swa,
-            rs,
+            mtp,
             ..
         } = self;
-        let lw = &w.layers[il];
+        let lw = match (run, w.layers.get(il), mtp.as_deref()) {
+            (FfnRun::Trunk | FfnRun::Aside, Some(lw), _) => lw,
+            (FfnRun::Head, None, Some(m)) if m.w.layer == il => &m.w.block,
+            _ => {
+                return Err(ForwardError::Unsupported(format!("no layer {il} to run")));
+            }
+        };
+        // The aside rows and the head are nobody's routing: no tap, no observer, no policy,
+        // no ranking ahead; the head's experts are read from the file, not the source.
+        let trunk = run == FfnRun::Trunk;
+        let mut no_source = None;
+        let mut no_tap = None;
+        let mut no_counts = CacheAwareCounts::default();
+        let mut no_ahead = AheadState::default();
+        let mut no_foresight = None;
+        let (source, route_tap) = match run {
+            FfnRun::Trunk => (source, route_tap),
+            FfnRun::Aside => (source, &mut no_tap),
+            FfnRun::Head => (&mut no_source, &mut no_tap),
+        };
         let st = Stage {
             pool,
             hp,
             il,
             n,
-            obs: observer.as_ref(),
+            obs: observer.as_ref().filter(|_| trunk),
             mla_part: *mla_part,
             single: *single_rows,
         };
-        match (&lw.attn, rs[il].as_mut()) {
-            (AttnW::Gdn(g), Some(state)) => gdn_attention(st, lw, g, state, s)?,
-            (AttnW::Gdn(_), None) => {
-                return Err(ForwardError::Unsupported(format!(
-                    "layer {il} has linear-attention weights but no recurrent state"
-                )));
-            }
-            _ => attention(st, lw, &mut kv[il], (rope, rope_swa.as_ref()), p0, s)?,
-        }
         let e = st.e();
-        // only the rows that go on
-        if keep != (0..n) {
-            s.x.copy_within(keep.start * e..keep.end * e, 0);
-        }
-        let st = Stage {
-            n: keep.len(),
-            ..st
-        };
-        let n = st.n;
-        if n == 0 {
-            return Ok(());
-        }
         st.emit("ffn_inp", &s.x[..n * e]);
         ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, hp.rms_eps, &mut s.cur[..n * e]);
         st.emit("ffn_norm", &s.cur[..n * e]);
@@ -2663,22 +2869,36 @@ impl<'a> Engine<'a> {
             }
             FfnW::Moe(m) => {
                 let replayed = match replay {
-                    Some(r) if *replaying => Some(r.steps[r.next][il].as_slice()),
+                    Some(r) if *replaying && trunk => Some(r.steps[r.next][il].as_slice()),
                     _ => None,
                 };
-                let mut ahead = Ahead {
-                    cfg: *lookahead,
-                    layers: &w.layers,
-                    moe_layers,
-                    state: ahead,
-                    tap: foresight_tap,
+                let mut ahead = if trunk {
+                    Ahead {
+                        cfg: *lookahead,
+                        layers: &w.layers,
+                        moe_layers,
+                        state: ahead,
+                        tap: foresight_tap,
+                    }
+                } else {
+                    Ahead {
+                        cfg: Lookahead::default(),
+                        layers: &w.layers,
+                        moe_layers,
+                        state: &mut no_ahead,
+                        tap: &mut no_foresight,
+                    }
                 };
                 let routing = Routing {
                     replayed,
-                    first_pos: p0 + keep.start,
-                    policy: *cache_aware,
-                    counts: ca_counts,
-                    decode: *decoding,
+                    first_pos,
+                    policy: if trunk {
+                        *cache_aware
+                    } else {
+                        CacheAware::default()
+                    },
+                    counts: if trunk { ca_counts } else { &mut no_counts },
+                    decode: *decoding && trunk,
                 };
                 moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }
@@ -2732,6 +2952,228 @@ impl<'a> Engine<'a> {
         }
         self.emit("result_output", None, dst);
         Ok(())
+    }
+
+    /// The final hidden states of the first `n` rows of `s.x` (after the output norm, as the
+    /// logits see them), for the draft head.
+    fn record_hidden(&mut self, n: usize) {
+        let e = self.hp.n_embd as usize;
+        if let Some(m) = &mut self.mtp {
+            let at = m.new.len();
+            m.new.resize(at + n * e, 0.0);
+            ops::rms_norm(
+                &self.s.x[..n * e],
+                &self.w.output_norm,
+                self.hp.rms_eps,
+                &mut m.new[at..],
+            );
+        }
+    }
+
+    /// Load the model's (first) NextN head to draft with ([`mtp_draft`](Self::mtp_draft)).
+    /// From here on every call keeps its rows' final hidden states for the head (a prompt's
+    /// last layer runs the FFN of its rows that otherwise stop after the attention, aside:
+    /// the logits keep their bits).
+    ///
+    /// Refused when the model has no NextN layer, when its block is not multi-head attention,
+    /// and where [`forward_rows`](Self::forward_rows) (which verifies the drafts) is refused.
+    pub fn enable_mtp(&mut self, model: &Model<'a>, kernels: &Kernels) -> Result<(), ForwardError> {
+        self.check_rows()?;
+        let mut w = NextnW::load(model, kernels)?;
+        // one-token order: a head row's bits do not depend on how the rows were grouped
+        for m in w.mats_mut() {
+            m.set_single_order(true);
+        }
+        let hp = &self.hp;
+        let il = w.layer;
+        let e = hp.n_embd as usize;
+        let kv = KvCache::with_value_dim(
+            self.cfg.kv_type,
+            1,
+            self.cfg.n_ctx.next_multiple_of(KV_CELL_PAD),
+            hp.n_head_kv.at(il) as usize,
+            hp.head_dim_k_at(il) as usize,
+            hp.head_dim_v_at(il) as usize,
+        )?;
+        self.mtp = Some(Box::new(MtpState {
+            w,
+            kv,
+            n_past: 0,
+            pend: Vec::new(),
+            pend_tok: Vec::new(),
+            prov: None,
+            new: Vec::new(),
+            inp: vec![0.0; self.cfg.ubatch * 2 * e],
+        }));
+        // the context so far has no hidden states: the head starts after it
+        let n = self.n_past;
+        if let Some(m) = &mut self.mtp {
+            m.n_past = n;
+        }
+        Ok(())
+    }
+
+    /// True when [`enable_mtp`](Self::enable_mtp) loaded a draft head.
+    pub fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    /// Draft up to `max` tokens after `next` (the token drawn for position `n_past`) with the
+    /// NextN head: its rows for the context's positions it has not run yet, the last one with
+    /// `next`, then each draft fed back with the head's own hidden state. Each draft is the
+    /// head's most likely token, with its probability; drafting stops at the first whose
+    /// probability is below `p_min`. Nothing without a head, or before any call ran.
+    pub fn mtp_draft(
+        &mut self,
+        next: u32,
+        max: usize,
+        p_min: f32,
+    ) -> Result<Vec<(u32, f32)>, ForwardError> {
+        let e = self.hp.n_embd as usize;
+        let n_vocab = self.w.n_vocab;
+        if next as usize >= n_vocab {
+            return Err(ForwardError::BadToken {
+                token: next,
+                n_vocab,
+            });
+        }
+        let Some(m) = &mut self.mtp else {
+            return Ok(Vec::new());
+        };
+        let rows = m.pend.len() / e;
+        if max == 0 || rows == 0 || m.pend_tok.len() + 1 != rows {
+            return Ok(Vec::new());
+        }
+        let p0 = self.n_past - rows;
+        let mut hidden = std::mem::take(&mut m.pend);
+        let mut toks = std::mem::take(&mut m.pend_tok);
+        toks.push(next);
+        let r = self.head_rows(&hidden, &toks, p0);
+        // the rows of positions before the last are the head's for good; the last one stands
+        // if the next call runs `next` after it
+        let last = hidden.split_off((rows - 1) * e);
+        let (mut logits, mut g) = r?;
+        if let Some(m) = &mut self.mtp {
+            m.n_past = p0 + rows - 1;
+            m.pend = last;
+            m.pend_tok.clear();
+            m.prov = Some(next);
+        }
+        let mut drafts = Vec::new();
+        let mut pos = p0 + rows;
+        loop {
+            let (d, p) = argmax_prob(&logits);
+            if p < p_min {
+                break;
+            }
+            drafts.push((d, p));
+            if drafts.len() == max || pos >= self.cfg.n_ctx {
+                break;
+            }
+            // (the chained rows' keys and values sit past the head's positions until real
+            // rows replace them)
+            (logits, g) = self.head_rows(&g, &[d], pos)?;
+            pos += 1;
+        }
+        Ok(drafts)
+    }
+
+    /// Run the head's rows (`hidden` rows of the trunk's states, `tokens` after each) at
+    /// positions `p0..`: the last row's logits and its hidden state after the head's norm.
+    fn head_rows(
+        &mut self,
+        hidden: &[f32],
+        tokens: &[u32],
+        p0: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>), ForwardError> {
+        let e = self.hp.n_embd as usize;
+        let n_vocab = self.w.n_vocab;
+        let ub = self.cfg.ubatch;
+        let single = self.single_rows;
+        self.single_rows = true;
+        let mut r = Ok(());
+        let n_all = tokens.len();
+        for (ci, chunk) in tokens.chunks(ub).enumerate() {
+            let n = chunk.len();
+            let first = ci * ub;
+            r = self.head_chunk(
+                &hidden[first * e..(first + n) * e],
+                chunk,
+                p0 + first,
+                first + n == n_all,
+            );
+            if r.is_err() {
+                break;
+            }
+        }
+        self.single_rows = single;
+        r?;
+        let (Some(m), s) = (self.mtp.as_deref(), &mut self.s) else {
+            return Err(ForwardError::Unsupported("no draft head".into()));
+        };
+        let norm = m.w.head_norm.as_ref().unwrap_or(&self.w.output_norm);
+        let mut g = vec![0.0; e];
+        ops::rms_norm(&s.x[..e], norm, self.hp.rms_eps, &mut g);
+        let out = m.w.head.as_ref().unwrap_or(&self.w.output);
+        let mut logits = vec![0.0; n_vocab];
+        mm(self.pool, out, out.data, &g, 1, &mut logits, &mut s.qbuf)?;
+        if m.w.head.is_none() {
+            add_bias(&mut logits, self.w.output_bias.as_ref());
+        }
+        Ok((logits, g))
+    }
+
+    /// One chunk of the head's rows; when `last`, leaves the last row's output at the start
+    /// of `s.x`.
+    fn head_chunk(
+        &mut self,
+        hidden: &[f32],
+        tokens: &[u32],
+        p0: usize,
+        last: bool,
+    ) -> Result<(), ForwardError> {
+        let n = tokens.len();
+        let e = self.hp.n_embd as usize;
+        let eps = self.hp.rms_eps;
+        let Some(m) = self.mtp.as_deref_mut() else {
+            return Err(ForwardError::Unsupported("no draft head".into()));
+        };
+        let (embd, table) = match &m.w.embed {
+            Some((t, d)) => (t, *d),
+            None => (&self.w.token_embd, self.w.token_embd_data),
+        };
+        let s = &mut self.s;
+        for (j, &tok) in tokens.iter().enumerate() {
+            let rb = embd.row_bytes;
+            let row = table
+                .get(tok as usize * rb..(tok as usize + 1) * rb)
+                .ok_or(ForwardError::BadToken {
+                    token: tok,
+                    n_vocab: table.len() / rb.max(1),
+                })?;
+            quant::dequantize_row(embd.ty, row, &mut s.cur[..e])?;
+            let inp = &mut m.inp[j * 2 * e..(j + 1) * 2 * e];
+            ops::rms_norm(&s.cur[..e], &m.w.enorm, eps, &mut inp[..e]);
+            ops::rms_norm(&hidden[j * e..(j + 1) * e], &m.w.hnorm, eps, &mut inp[e..]);
+        }
+        let ep = &m.w.eh_proj;
+        mm(
+            self.pool,
+            ep,
+            ep.data,
+            &m.inp[..n * 2 * e],
+            n,
+            &mut s.x[..n * e],
+            &mut s.qbuf,
+        )?;
+        let nr = self.hp.rope.n_rot as usize;
+        for t in 0..n {
+            self.rope
+                .fill_cache((p0 + t) as i64, &mut s.rope[t * nr..(t + 1) * nr]);
+        }
+        let il = m.w.layer;
+        let keep = if last { n - 1..n } else { n..n };
+        self.layer(il, n, p0, keep)
     }
 
     fn emit_norm(&self, len: usize) {

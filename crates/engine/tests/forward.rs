@@ -899,3 +899,145 @@ fn rows_in_one_token_order_are_refused_where_not_kept() {
         assert_eq!(e.n_past(), 3, "{name}: the context moved");
     }
 }
+
+/// The glm4moe fixtures (the only MHA ones with a NextN layer).
+fn glm4moe_paths() -> Vec<PathBuf> {
+    let dir = testdata::fixtures_root().join("moe");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("glm4moe") && name.ends_with(".gguf")
+        })
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 5, "moe fixtures missing: {paths:?}");
+    paths
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// A draft head keeps every row's hidden state, which makes a prompt's last layer run the
+/// FFN of the rows that otherwise stop after its attention: aside, so that no logit moves.
+#[test]
+fn a_draft_head_leaves_every_logit_as_it_was() {
+    for path in glm4moe_paths() {
+        let what = path.display().to_string();
+        let file = GgufFile::open(&path).unwrap();
+        let model = Model::from_gguf(&file).unwrap();
+        let pool = ThreadPool::new(2).unwrap();
+        let k = Kernels::detect();
+        let c = cfg(64, 4);
+        let prompt: Vec<u32> = (0..11).map(|i| (i * 37 + 11) % 1000).collect();
+        let run = |head: bool| {
+            let mut e = Engine::new(&model, k, &pool, c).unwrap();
+            if head {
+                e.enable_mtp(&model, k).unwrap();
+                assert!(e.has_mtp());
+            }
+            let mut out = e.forward(&prompt, LogitsWanted::Last).unwrap();
+            out.extend(e.forward(&[5], LogitsWanted::Last).unwrap());
+            out.extend(e.forward_rows(&[6, 7, 8]).unwrap());
+            e.truncate(13);
+            out.extend(e.forward(&[9, 10], LogitsWanted::All).unwrap());
+            out
+        };
+        assert!(bits(&run(true)) == bits(&run(false)), "{what}");
+    }
+}
+
+/// The head's drafts depend on the context, not on how it was fed: a draft whose first row
+/// stands, one whose first row was run with another token, and a verify pass cut back all
+/// leave the head where running the context plainly leaves it (its rows are computed in
+/// one-token order, so this holds bit for bit).
+#[test]
+fn head_drafts_follow_the_context_however_it_was_fed() {
+    for path in glm4moe_paths() {
+        let what = path.display().to_string();
+        let file = GgufFile::open(&path).unwrap();
+        let model = Model::from_gguf(&file).unwrap();
+        let pool = ThreadPool::new(2).unwrap();
+        let k = Kernels::detect();
+        // a ubatch below the prompt: the head's catch-up runs in chunks
+        let c = cfg(64, 4);
+        let p: Vec<u32> = (0..13).map(|i| (i * 53 + 7) % 1000).collect();
+        let head = || {
+            let mut e = Engine::new(&model, k, &pool, c).unwrap();
+            e.enable_mtp(&model, k).unwrap();
+            e.forward(&p[..9], LogitsWanted::Last).unwrap();
+            e
+        };
+        let draft = |e: &mut Engine<'_>| {
+            let d = e.mtp_draft(77, 3, 0.0).unwrap();
+            d.iter().map(|&(t, p)| (t, p.to_bits())).collect::<Vec<_>>()
+        };
+        // plainly
+        let mut a = head();
+        a.forward_rows(&p[9..12]).unwrap();
+        let want = draft(&mut a);
+        assert_eq!(want.len(), 3, "{what}: p_min 0 drafts the most");
+        // a draft after the prompt whose first row stands (the pass runs its token)
+        let mut b = head();
+        assert_eq!(b.mtp_draft(p[9], 2, 0.0).unwrap().len(), 2);
+        b.forward_rows(&p[9..12]).unwrap();
+        assert_eq!(
+            draft(&mut b),
+            want,
+            "{what}: after a draft with the token run"
+        );
+        // a draft with a token the pass does not run
+        let mut c2 = head();
+        c2.mtp_draft(p[9] + 1, 2, 0.0).unwrap();
+        c2.forward_rows(&p[9..12]).unwrap();
+        assert_eq!(
+            draft(&mut c2),
+            want,
+            "{what}: after a draft with another token"
+        );
+        // a longer verify pass cut back, and a step run alone
+        let mut d = head();
+        d.mtp_draft(p[9], 1, 0.0).unwrap();
+        d.forward_rows(&[p[9], p[10], p[11], 5, 6]).unwrap();
+        d.truncate(12);
+        assert_eq!(draft(&mut d), want, "{what}: after a cut");
+        d.forward_rows(&[77]).unwrap();
+        let mut a2 = head();
+        a2.forward_rows(&[p[9], p[10], p[11], 77]).unwrap();
+        assert_eq!(
+            draft(&mut d),
+            draft(&mut a2),
+            "{what}: a step after a draft"
+        );
+        // p_min: the first draft's probability bounds what is drafted
+        let mut e = head();
+        let all = e.mtp_draft(p[9], 3, 0.0).unwrap();
+        let mut f = head();
+        let none = f.mtp_draft(p[9], 3, all[0].1 + 1e-6).unwrap();
+        assert!(none.is_empty(), "{what}: {all:?}");
+    }
+}
+
+/// No NextN layer, or a model whose drafts cannot be verified row by row: refused, saying
+/// why.
+#[test]
+fn a_draft_head_is_refused_where_it_cannot_run() {
+    let dir = testdata::fixtures_root().join("moe");
+    for (name, why) in [
+        ("qwen3moe-f32.gguf", "no NextN"),
+        ("deepseek2-f32.gguf", "latent or linear attention"),
+        ("qwen35moe-f32.gguf", "latent or linear attention"),
+    ] {
+        let file = GgufFile::open(dir.join(name)).unwrap();
+        let model = Model::from_gguf(&file).unwrap();
+        let pool = ThreadPool::new(1).unwrap();
+        let k = Kernels::detect();
+        let mut e = Engine::new(&model, k, &pool, cfg(32, 16)).unwrap();
+        let err = e.enable_mtp(&model, k).unwrap_err().to_string();
+        assert!(err.contains(why), "{name}: {err}");
+        assert!(!e.has_mtp());
+        assert!(e.mtp_draft(1, 3, 0.0).unwrap().is_empty());
+    }
+}

@@ -77,8 +77,8 @@ pub struct Runtime<'a> {
     pub route_ahead: usize,
     /// The `moe-prefetch:` line's tag for the reads ahead this run makes.
     pub prefetch_tag: &'static str,
-    /// Speculative decoding by prompt lookup (`--ngram`).
-    pub spec: Option<spec::Ngram>,
+    /// Speculative decoding (`--ngram`, `--mtp`).
+    pub spec: Option<spec::Spec>,
 }
 
 /// One generation: the whole prompt's tokens (those already in the context, the engine's
@@ -276,8 +276,11 @@ impl Runtime<'_> {
         // Speculation: what drafts are looked up in (the prompt and every token drawn); the
         // tokens drawn ahead from a verify pass's rows, each with where the sampler was after
         // it, the first `in_ctx` of them run into the context by that pass.
-        let mut sp = SpecCounts::default();
-        let mut corpus: Vec<u32> = if self.spec.is_some() {
+        let mut sp = SpecCounts {
+            source: self.spec.map(|s| s.source()).unwrap_or_default(),
+            ..SpecCounts::default()
+        };
+        let mut corpus: Vec<u32> = if let Some(spec::Spec::Ngram(_)) = self.spec {
             t.ids.to_vec()
         } else {
             Vec::new()
@@ -323,7 +326,7 @@ impl Runtime<'_> {
                 }
                 break;
             }
-            if self.spec.is_some() {
+            if let Some(spec::Spec::Ngram(_)) = self.spec {
                 corpus.push(id);
             }
             if let Some(c) = &self.control {
@@ -352,12 +355,19 @@ impl Runtime<'_> {
             }
             let t_draft = Instant::now();
             let drafts: Vec<u32> = match self.spec {
-                Some(ng) => {
-                    let room = ng
-                        .draft
+                Some(sp) => {
+                    let room = (sp.draft())
                         .min(t.n_max - n_gen)
                         .min(n_ctx - self.engine.n_past() - 1);
-                    spec::ngram_draft(&corpus, ng.min_match, room).to_vec()
+                    match sp {
+                        spec::Spec::Ngram(ng) => {
+                            spec::ngram_draft(&corpus, ng.min_match, room).to_vec()
+                        }
+                        spec::Spec::Mtp(m) => (self.engine.mtp_draft(id, room, m.p_min)?)
+                            .into_iter()
+                            .map(|(d, _)| d)
+                            .collect(),
+                    }
                 }
                 None => Vec::new(),
             };

@@ -14,7 +14,7 @@ use engine::ops::KvType;
 use engine::{Engine, EngineConfig};
 use gguf::GgufFile;
 use model::HParams;
-use quant::ThreadPool;
+use quant::{Kernels, ThreadPool};
 use sampler::{RANDOM_SEED, Sampler, SamplerParams};
 use text::Tokenizer;
 
@@ -25,6 +25,7 @@ use crate::history::{self, HistoryConfig};
 use crate::load::{build_engine, load_model, load_model_routed, route_to, thread_count};
 use crate::notice::Notices;
 use crate::routes;
+use crate::spec::{Ngram, Spec};
 use crate::stream::{
     BatchView, CacheMb, Decision, ReadAhead, Speculation, StreamConfig, StreamCounters, open_for,
 };
@@ -104,9 +105,9 @@ pub struct RunConfig {
     /// Keep a live picture of the routing and what the cache found ([`routes::RouteHeat`],
     /// a dashboard's heatmap).
     pub route_heat: bool,
-    /// Speculative decoding by prompt lookup (`--ngram`): exact, each verified row with a
-    /// one-token pass's bits.
-    pub spec: Option<crate::spec::Ngram>,
+    /// Speculative decoding (`--ngram`, `--mtp`): exact, each verified row with a one-token
+    /// pass's bits.
+    pub spec: Option<crate::spec::Spec>,
 }
 
 /// Where colibri's `ROUTE_TRACE` stream goes, and whether the path came from the environment
@@ -344,22 +345,34 @@ impl Loaded {
             }
             None => None,
         };
-        if let Some(ng) = cfg.spec {
-            if !(1..=crate::spec::Ngram::MAX_DRAFT).contains(&ng.draft) || ng.min_match == 0 {
+        if let Some(sp) = cfg.spec {
+            let flag = match sp {
+                Spec::Ngram(_) => "--ngram",
+                Spec::Mtp(_) => "--mtp",
+            };
+            if !(1..=Ngram::MAX_DRAFT).contains(&sp.draft()) {
                 reject!(
-                    "--ngram: --draft {} must be 1 to {} and --ngram-min-match {} at least 1",
-                    ng.draft,
-                    crate::spec::Ngram::MAX_DRAFT,
-                    ng.min_match
+                    "{flag}: --draft {} must be 1 to {}",
+                    sp.draft(),
+                    Ngram::MAX_DRAFT
                 );
             }
+            match sp {
+                Spec::Ngram(ng) if ng.min_match == 0 => {
+                    reject!("--ngram: --ngram-min-match must be at least 1");
+                }
+                Spec::Mtp(m) if !(0.0..=1.0).contains(&m.p_min) => {
+                    reject!("--mtp: --mtp-p-min {} must be 0 to 1", m.p_min);
+                }
+                _ => {}
+            }
             if cfg.route_replay.is_some() {
-                reject!("--ngram: a route replay acts on one-token passes only");
+                reject!("{flag}: a route replay acts on one-token passes only");
             }
             // A verify pass routes its rejected drafts too, at positions the next pass runs
             // again: a trace would hold two routings of one decode step, and the scorer sees
             // one-token passes only.
-            for (set, flag) in [
+            for (set, what) in [
                 (cfg.route_trace.is_some(), "--route-trace"),
                 (
                     cfg.route_stream.is_some(),
@@ -369,13 +382,18 @@ impl Loaded {
             ] {
                 if set {
                     reject!(
-                        "--ngram: {flag} records decode steps one token at a time, and a verify \
+                        "{flag}: {what} records decode steps one token at a time, and a verify \
                          pass also routes the drafts it then rejects"
                     );
                 }
             }
             if let Err(e) = engine.check_rows() {
-                reject!("--ngram on {}: {e}", self.name);
+                reject!("{flag} on {}: {e}", self.name);
+            }
+            if let Spec::Mtp(_) = sp
+                && let Err(e) = engine.enable_mtp(&model, Kernels::detect())
+            {
+                reject!("--mtp on {}: {e}", self.name);
             }
         }
         let (route_trace, route_stream, heat) = self.route_taps(
@@ -827,13 +845,29 @@ impl Loaded {
             ));
         }
         mode.push_str(&cache_aware_mode(&cfg.cache_aware));
-        if let Some(ng) = cfg.spec {
-            mode.push_str(&format!(
-                ", ngram drafting (up to {} token{} per verify pass, matches of {}+; exact)",
-                ng.draft,
-                if ng.draft == 1 { "" } else { "s" },
+        let per_pass = |d: usize| {
+            format!(
+                "up to {d} token{} per verify pass",
+                if d == 1 { "" } else { "s" }
+            )
+        };
+        match cfg.spec {
+            Some(Spec::Ngram(ng)) => mode.push_str(&format!(
+                ", ngram drafting ({}, matches of {}+; exact)",
+                per_pass(ng.draft),
                 ng.min_match
-            ));
+            )),
+            Some(Spec::Mtp(m)) => mode.push_str(&format!(
+                ", mtp drafting (the NextN head of layer {}, {}{}; exact)",
+                self.hparams.n_layer,
+                per_pass(m.draft),
+                if m.p_min > 0.0 {
+                    format!(", while its probability is {}+", m.p_min)
+                } else {
+                    String::new()
+                }
+            )),
+            None => {}
         }
         if cfg.route_ahead > 0 {
             mode.push_str(&format!(

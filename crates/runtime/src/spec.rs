@@ -1,7 +1,64 @@
-//! Speculative decoding by prompt lookup (`--ngram`): draft the tokens that followed the
-//! latest earlier occurrence of the text's last tokens, verify the group in one pass
+//! Speculative decoding: draft tokens, verify the group in one pass
 //! ([`engine::Engine::forward_rows`]), keep what the model itself samples. Each verified row
 //! carries a one-token pass's bits, so the answer is the unspeculated one token for token.
+//! Two sources draft: prompt lookup (`--ngram`: the tokens that followed the latest earlier
+//! occurrence of the text's last tokens) and the model's NextN head (`--mtp`,
+//! [`engine::Engine::mtp_draft`]).
+
+/// What drafts, and how.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Spec {
+    /// Prompt lookup (`--ngram`).
+    Ngram(Ngram),
+    /// The model's NextN head (`--mtp`).
+    Mtp(Mtp),
+}
+
+impl Spec {
+    /// Most tokens drafted per verify pass.
+    pub fn draft(&self) -> usize {
+        match self {
+            Spec::Ngram(n) => n.draft,
+            Spec::Mtp(m) => m.draft,
+        }
+    }
+
+    /// The source's name (the spec's `spec=` value and its lines' prefix).
+    pub fn source(&self) -> Source {
+        match self {
+            Spec::Ngram(_) => Source::Ngram,
+            Spec::Mtp(_) => Source::Mtp,
+        }
+    }
+}
+
+/// Which source drafted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Source {
+    #[default]
+    Ngram,
+    Mtp,
+}
+
+impl Source {
+    /// `ngram` or `mtp`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Ngram => "ngram",
+            Source::Mtp => "mtp",
+        }
+    }
+}
+
+/// The NextN head's settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mtp {
+    /// Most tokens drafted per verify pass (`--draft`): the head's own hidden state feeds
+    /// the drafts after the first.
+    pub draft: usize,
+    /// Drafting stops at the first draft the head gives a lower probability (`--mtp-p-min`).
+    pub p_min: f32,
+}
 
 /// The n-gram source's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +130,8 @@ pub fn ngram_draft(corpus: &[u32], min_match: usize, max: usize) -> &[u32] {
 /// drafted).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpecCounts {
+    /// Who drafted.
+    pub source: Source,
     /// Tokens drafted.
     pub drafted: u64,
     /// Drafted tokens the model sampled itself (kept).
@@ -86,10 +145,11 @@ pub struct SpecCounts {
     pub draft_s: f64,
 }
 
-/// The `ngram:` lines of a generation of `tokens` tokens that took `decode_s` seconds of
-/// passes: acceptance and tokens per verify decode, what drafting cost against the rate, and
-/// the share of steps that drafted.
-pub fn ngram_lines(c: &SpecCounts, tokens: usize, decode_s: f64) -> Vec<String> {
+/// The `ngram:` or `mtp:` lines of a generation of `tokens` tokens that took `decode_s`
+/// seconds of passes: acceptance and tokens per verify decode, what drafting cost against the
+/// rate, and (for `ngram`) the share of steps that drafted.
+pub fn lines(c: &SpecCounts, tokens: usize, decode_s: f64) -> Vec<String> {
+    let name = c.source.name();
     let pct = store::cache::hit_pct(c.accepted, c.drafted);
     let per_decode = if c.decodes > 0 {
         tokens as f64 / c.decodes as f64
@@ -102,25 +162,28 @@ pub fn ngram_lines(c: &SpecCounts, tokens: usize, decode_s: f64) -> Vec<String> 
     } else {
         0.0
     };
-    vec![
+    let mut v = vec![
         format!(
-            "ngram: {}/{} drafts accepted ({pct:.1}%), {per_decode:.2} tokens per verify decode \
-             ({} decodes for {tokens} tokens)",
+            "{name}: {}/{} drafts accepted ({pct:.1}%), {per_decode:.2} tokens per verify \
+             decode ({} decodes for {tokens} tokens)",
             c.accepted, c.drafted, c.decodes
         ),
         format!(
-            "ngram: drafting costs {per_tok:.4} s/token on top of decode \u{2192} {:.2} tok/s \
+            "{name}: drafting costs {per_tok:.4} s/token on top of decode \u{2192} {:.2} tok/s \
              effective (vs {:.2} reported)",
             rate(decode_s + c.draft_s),
             rate(decode_s)
         ),
-        format!(
+    ];
+    if c.source == Source::Ngram {
+        v.push(format!(
             "ngram: drafted on {} of {} steps ({:.1}%); the rest decoded plainly",
             c.drafted_steps,
             c.decodes,
             store::cache::hit_pct(c.drafted_steps, c.decodes)
-        ),
-    ]
+        ));
+    }
+    v
 }
 
 #[cfg(test)]
@@ -165,13 +228,14 @@ mod tests {
     #[test]
     fn the_lines_read_as_the_spec_writes_them() {
         let c = SpecCounts {
+            source: Source::Ngram,
             drafted: 95,
             accepted: 42,
             decodes: 214,
             drafted_steps: 32,
             draft_s: 0.0,
         };
-        let l = ngram_lines(&c, 256, 256.0 / 5.24);
+        let l = lines(&c, 256, 256.0 / 5.24);
         assert_eq!(
             l[0],
             "ngram: 42/95 drafts accepted (44.2%), 1.20 tokens per verify decode \
@@ -185,6 +249,28 @@ mod tests {
         assert_eq!(
             l[2],
             "ngram: drafted on 32 of 214 steps (15.0%); the rest decoded plainly"
+        );
+        // the head's lines (as the reference prints them), no coverage line
+        let l = lines(
+            &SpecCounts {
+                source: Source::Mtp,
+                drafted: 63,
+                accepted: 41,
+                decodes: 57,
+                drafted_steps: 57,
+                draft_s: 1.32,
+            },
+            132,
+            132.0 / 8.0,
+        );
+        assert_eq!(
+            l,
+            [
+                "mtp: 41/63 drafts accepted (65.1%), 2.32 tokens per verify decode \
+                 (57 decodes for 132 tokens)",
+                "mtp: drafting costs 0.0100 s/token on top of decode \u{2192} 7.41 tok/s \
+                 effective (vs 8.00 reported)"
+            ]
         );
     }
 }

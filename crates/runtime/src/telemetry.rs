@@ -457,7 +457,7 @@ pub struct Preamble {
     /// `--drop-in-prefill`, `--expert-substitute`).
     pub cache_aware: engine::CacheAware,
     /// Speculative decoding by prompt lookup (`--ngram`), if on.
-    pub spec: Option<crate::spec::Ngram>,
+    pub spec: Option<crate::spec::Spec>,
     /// The diagnostic traces written (`route`, `io`, `compute`): a traced run is
     /// instrumented, not a benchmark run.
     pub traces: Vec<&'static str>,
@@ -477,7 +477,7 @@ impl Preamble {
              predict_spec_max={} prefetch_sync=0 dense_weights={} drop_cold_frac={} drop_renorm={} \
              drop_prefill={} substitute_lambda={} io_backend={} cache_policy={} couple_k={} couple_d={} route_replay={}\n\
              # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec={} \
-             spec_draft_max={} mtp_p_min=0 ngram_min_match={} instrumented={} traces={}\n",
+             spec_draft_max={} mtp_p_min={} ngram_min_match={} instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
             self.model.display(),
             self.arch,
@@ -521,9 +521,16 @@ impl Preamble {
             self.top_p,
             self.seed,
             b(self.compute_trace_layers),
-            if self.spec.is_some() { "ngram" } else { "off" },
-            self.spec.map_or(0, |n| n.draft),
-            self.spec.map_or(0, |n| n.min_match),
+            self.spec.map_or("off", |s| s.source().name()),
+            self.spec.map_or(0, |s| s.draft()),
+            match self.spec {
+                Some(crate::spec::Spec::Mtp(m)) => m.p_min,
+                _ => 0.0,
+            },
+            match self.spec {
+                Some(crate::spec::Spec::Ngram(n)) => n.min_match,
+                _ => 0,
+            },
             b(!self.traces.is_empty() || self.predict_log),
             if self.traces.is_empty() {
                 "-".to_owned()

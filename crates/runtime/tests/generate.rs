@@ -619,15 +619,55 @@ fn two_turns(
 /// was delivered. The rows carry each verify pass's group on its first row.
 #[test]
 fn ngram_speculation_generates_the_unspeculated_tokens() {
+    let (drafted, accepted) = speculation_gives_the_unspeculated_tokens(
+        &[
+            "qwen3moe-q4_k_m.gguf",
+            "mixtral-q8_0.gguf",
+            "gptoss-mxfp4.gguf",
+            "glm4moe-q4_0.gguf",
+            "gemma4-f32.gguf",
+        ],
+        runtime::spec::Spec::Ngram(runtime::spec::Ngram {
+            draft: 4,
+            min_match: 1,
+        }),
+    );
+    assert!(
+        drafted > 0 && accepted > 0,
+        "{drafted} drafted, {accepted} kept"
+    );
+}
+
+/// `--mtp` (the NextN head drafting) gives the unspeculated tokens as `--ngram` does, on the
+/// glm4moe fixtures (the MHA models with a NextN layer) in each weight type. Their head has
+/// random weights: its drafts are drafted and verified, and (nearly) never kept.
+#[test]
+fn mtp_speculation_generates_the_unspeculated_tokens() {
+    let (drafted, _) = speculation_gives_the_unspeculated_tokens(
+        &[
+            "glm4moe-f32.gguf",
+            "glm4moe-bf16.gguf",
+            "glm4moe-q8_0.gguf",
+            "glm4moe-q4_k_m.gguf",
+            "glm4moe-q4_1.gguf",
+        ],
+        runtime::spec::Spec::Mtp(runtime::spec::Mtp {
+            draft: 3,
+            p_min: 0.0,
+        }),
+    );
+    assert!(drafted > 0, "nothing drafted");
+}
+
+/// The checks of the speculated generations of `models` with `sp` against the plain ones
+/// (see [`ngram_speculation_generates_the_unspeculated_tokens`]); what was drafted and kept.
+fn speculation_gives_the_unspeculated_tokens(
+    models: &[&str],
+    sp: runtime::spec::Spec,
+) -> (u64, u64) {
     let mut drafted = 0;
     let mut accepted = 0;
-    for model in [
-        "qwen3moe-q4_k_m.gguf",
-        "mixtral-q8_0.gguf",
-        "gptoss-mxfp4.gguf",
-        "glm4moe-q4_0.gguf",
-        "gemma4-f32.gguf",
-    ] {
+    for &model in models {
         for (temp, streamed) in [(0.0, false), (0.0, true), (0.3, false)] {
             let mut base = config(moe(model));
             base.token_figures = true;
@@ -641,10 +681,7 @@ fn ngram_speculation_generates_the_unspeculated_tokens() {
                 base.stream.moe_stream = StreamMode::Off;
             }
             let mut spec = base.clone();
-            spec.spec = Some(runtime::spec::Ngram {
-                draft: 4,
-                min_match: 1,
-            });
+            spec.spec = Some(sp);
             let what = format!("{model} temp {temp} streamed {streamed}");
             // (sampled: stops at many places, so that some fall inside a verified group,
             // with draws taken ahead of the stop)
@@ -661,17 +698,18 @@ fn ngram_speculation_generates_the_unspeculated_tokens() {
                 assert_eq!(g1.end, w1.end, "{what}: first turn's end");
                 assert_eq!(g_after, w_after, "{what}: context after the first turn");
                 assert_eq!(g2.tokens, w2.tokens, "{what}: second turn");
-                let sp = g1.summary.spec.expect("speculation counted");
+                let c = g1.summary.spec.expect("speculation counted");
                 assert!(w1.summary.spec.is_none());
-                drafted += sp.drafted;
-                accepted += sp.accepted;
+                assert_eq!(c.source, sp.source(), "{what}");
+                drafted += c.drafted;
+                accepted += c.accepted;
                 // every token run into the context has a row (a stop's is not run); a pass's
                 // group is on its first row
                 let n_rows = g1.tokens.len();
                 let steps: Vec<usize> = rows.rows.iter().map(|r| r.0).collect();
                 assert_eq!(steps, (1..=n_rows).collect::<Vec<_>>(), "{what}");
                 let passes = rows.rows.iter().filter(|r| r.1 > 0).count() as u64;
-                assert_eq!(passes, sp.decodes, "{what}: {:?}", rows.rows);
+                assert_eq!(passes, c.decodes, "{what}: {:?}", rows.rows);
                 assert!(
                     rows.rows.iter().all(|r| r.1 > 0 || r.2 == 0.0),
                     "{what}: a confirmed token's row carries a cost: {:?}",
@@ -681,18 +719,15 @@ fn ngram_speculation_generates_the_unspeculated_tokens() {
                     let batched: usize = rows.rows.iter().map(|r| r.1).sum();
                     assert_eq!(batched, g1.summary.tokens, "{what}: {:?}", rows.rows);
                     assert_eq!(
-                        sp.decodes + sp.accepted,
+                        c.decodes + c.accepted,
                         g1.summary.tokens as u64,
-                        "{what}: {sp:?}"
+                        "{what}: {c:?}"
                     );
                 }
             }
         }
     }
-    assert!(
-        drafted > 0 && accepted > 0,
-        "{drafted} drafted, {accepted} kept"
-    );
+    (drafted, accepted)
 }
 
 /// A context that fills up stops the speculated generation where it stops the plain one.
@@ -706,10 +741,10 @@ fn ngram_speculation_stops_at_a_full_context_as_decoding_does() {
     };
     base.ctx = Some(n_prompt + 13);
     let mut spec = base.clone();
-    spec.spec = Some(runtime::spec::Ngram {
+    spec.spec = Some(runtime::spec::Spec::Ngram(runtime::spec::Ngram {
         draft: 8,
         min_match: 1,
-    });
+    }));
     let (want, _) = generate(&base, LOOP_PROMPT, 64);
     let (got, _) = generate(&spec, LOOP_PROMPT, 64);
     assert_eq!(want.end, runtime::generate::End::Context);
@@ -722,7 +757,7 @@ fn ngram_speculation_stops_at_a_full_context_as_decoding_does() {
 fn ngram_speculation_is_refused_where_rows_are_not_exact() {
     for model in ["deepseek2-q8_0.gguf", "qwen35moe-f32.gguf"] {
         let mut cfg = config(moe(model));
-        cfg.spec = Some(runtime::spec::Ngram::default());
+        cfg.spec = Some(runtime::spec::Spec::Ngram(Default::default()));
         let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
         let err = loaded.runtime(&cfg).err().expect("refused").to_string();
         assert!(err.contains("--ngram") && err.contains("layer 0"), "{err}");
@@ -732,7 +767,7 @@ fn ngram_speculation_is_refused_where_rows_are_not_exact() {
     cfg.stream.cache_mb = Some(CacheMb::Mib(2));
     cfg.stream.force_cache = true;
     cfg.cache_aware.substitute = 0.5;
-    cfg.spec = Some(runtime::spec::Ngram::default());
+    cfg.spec = Some(runtime::spec::Spec::Ngram(Default::default()));
     let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
     let err = loaded.runtime(&cfg).err().expect("refused").to_string();
     assert!(err.contains("cache-aware"), "{err}");
@@ -745,10 +780,10 @@ fn a_cancel_stops_a_speculated_generation_as_the_plain_one() {
     let run = |spec: bool, at: usize| {
         let mut cfg = config(moe("mixtral-q8_0.gguf"));
         if spec {
-            cfg.spec = Some(runtime::spec::Ngram {
+            cfg.spec = Some(runtime::spec::Spec::Ngram(runtime::spec::Ngram {
                 draft: 4,
                 min_match: 1,
-            });
+            }));
         }
         let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
         let ids = loaded.tokenizer.encode(LOOP_PROMPT, true, false);
@@ -774,10 +809,10 @@ fn a_cancel_stops_a_speculated_generation_as_the_plain_one() {
     // which steps of the whole speculated generation are kept drafts (rows with mtp_batch 0)
     let mut cfg = config(moe("mixtral-q8_0.gguf"));
     cfg.token_figures = true;
-    cfg.spec = Some(runtime::spec::Ngram {
+    cfg.spec = Some(runtime::spec::Spec::Ngram(runtime::spec::Ngram {
         draft: 4,
         min_match: 1,
-    });
+    }));
     let mut rows = Rows::default();
     generate_into(&cfg, LOOP_PROMPT, 30, &mut rows);
     let kept: Vec<usize> = rows.rows.iter().filter(|r| r.1 == 0).map(|r| r.0).collect();

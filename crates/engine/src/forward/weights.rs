@@ -209,57 +209,158 @@ pub(crate) struct Weights<'a> {
     pub layers: Vec<LayerW<'a>>,
 }
 
+/// The NextN (multi-token prediction) head: a block of its own over
+/// `eh_proj · [enorm(embedding); hnorm(hidden)]`, then its norm and the output.
+pub(crate) struct NextnW<'a> {
+    /// The stored layer index (`blk.N`, after the trunk).
+    pub layer: usize,
+    pub block: LayerW<'a>,
+    pub eh_proj: Mat<'a>,
+    pub enorm: Vec<f32>,
+    pub hnorm: Vec<f32>,
+    /// Its own embedding table, when the file has one (the trunk's otherwise).
+    pub embed: Option<(Embd, &'a [u8])>,
+    /// Its own output, when the file has one (the trunk's otherwise).
+    pub head: Option<Mat<'a>>,
+    /// Its own final norm, when the file has one (the trunk's otherwise).
+    pub head_norm: Option<Vec<f32>>,
+}
+
+impl<'a> NextnW<'a> {
+    /// The first NextN layer of `model`, or why there is none to run.
+    pub fn load(model: &Model<'a>, kernels: &Kernels) -> Result<NextnW<'a>, ForwardError> {
+        let Some(t) = model.tensors.nextn.first() else {
+            return Err(ForwardError::Unsupported(format!(
+                "the model has no NextN (multi-token prediction) layer to draft with \
+                 (nextn_predict_layers {})",
+                model.hparams.n_layer_nextn
+            )));
+        };
+        let block = layer_w(model, kernels, t.layer, &t.block)?;
+        if !matches!(block.attn, AttnW::Mha(_)) {
+            return Err(ForwardError::Unsupported(format!(
+                "NextN layer {}: only a multi-head attention block is run as a draft head",
+                t.layer
+            )));
+        }
+        let embed = match t.embed_tokens {
+            None => None,
+            Some(te) => {
+                let (embd, data) = embedding(model, te)?;
+                Some((embd, data))
+            }
+        };
+        let e = model.hparams.n_embd as usize;
+        let eh_proj = mat(model, kernels, t.eh_proj, 1)?;
+        if eh_proj.cols != 2 * e || eh_proj.rows != e {
+            return Err(bad(t.eh_proj, "expected {2 n_embd, n_embd}"));
+        }
+        Ok(NextnW {
+            layer: t.layer,
+            block,
+            eh_proj,
+            enorm: vector(model, t.enorm)?,
+            hnorm: vector(model, t.hnorm)?,
+            embed,
+            head: t
+                .shared_head_head
+                .map(|h| mat(model, kernels, h, 1))
+                .transpose()?,
+            head_norm: opt_vector(model, t.shared_head_norm)?,
+        })
+    }
+
+    /// Every matrix of the head.
+    pub fn mats_mut(&mut self) -> Vec<&mut Mat<'a>> {
+        let mut v = layer_mats(&mut self.block);
+        v.push(&mut self.eh_proj);
+        if let Some(h) = &mut self.head {
+            v.push(h);
+        }
+        v
+    }
+}
+
+/// The embedding table `te`: its layout and data, checked.
+fn embedding<'a>(model: &Model<'a>, te: &'a TensorInfo) -> Result<(Embd, &'a [u8]), ForwardError> {
+    let ty = ggml_type(te)?;
+    if !quant::can_dequantize(ty) {
+        return Err(ForwardError::UnsupportedWeight {
+            tensor: te.name.clone(),
+            ty: type_name(ty),
+            op: "embedding lookup (dequantization)",
+        });
+    }
+    let n_embd = model.hparams.n_embd as usize;
+    let row_bytes =
+        ty.row_bytes(n_embd as u64)
+            .ok_or_else(|| bad(te, "row length is not a whole number of blocks"))? as usize;
+    let n_vocab = *te.dims.get(1).unwrap_or(&1) as usize;
+    let data = data(model, te)?;
+    if row_bytes.checked_mul(n_vocab) != Some(data.len()) {
+        return Err(bad(te, "data size does not match its shape"));
+    }
+    Ok((Embd { ty, row_bytes }, data))
+}
+
 impl<'a> Weights<'a> {
     /// Every matrix of the model.
     pub fn mats_mut(&mut self) -> Vec<&mut Mat<'a>> {
         let mut v: Vec<&mut Mat<'a>> = vec![&mut self.output];
         for l in &mut self.layers {
-            match &mut l.attn {
-                AttnW::Mha(a) => {
-                    let a = &mut **a;
-                    v.extend([&mut a.wq, &mut a.wk]);
-                    if let Some(wv) = &mut a.wv {
-                        v.push(wv);
-                    }
-                }
-                AttnW::Mla(a) => {
-                    let a = &mut **a;
-                    if let Some((q_a, _)) = &mut a.q_a {
-                        v.push(q_a);
-                    }
-                    v.extend([&mut a.q, &mut a.kv_a]);
-                    match &mut a.kv_b {
-                        MlaKvBW::Absorbed { k_b, v_b } => v.extend([k_b, &mut **v_b]),
-                        MlaKvBW::Legacy(kv_b) => v.push(kv_b),
-                    }
-                }
-                AttnW::Gdn(g) => {
-                    let g = &mut **g;
-                    v.extend([&mut g.qkv, &mut g.gate, &mut g.beta, &mut g.alpha]);
-                }
-            }
-            v.push(&mut l.wo);
-            if let Some(g) = &mut l.gemma
-                && let Some(m) = &mut g.moe
-            {
-                v.extend([&mut m.mlp.gate, &mut m.mlp.up, &mut m.mlp.down]);
-            }
-            match &mut l.ffn {
-                FfnW::Dense(d) => v.extend([&mut d.gate, &mut d.up, &mut d.down]),
-                FfnW::Moe(m) => {
-                    let m = &mut **m;
-                    v.extend([&mut m.router, &mut m.gate, &mut m.up, &mut m.down]);
-                    if let Some(sh) = &mut m.shared {
-                        v.extend([&mut sh.gate, &mut sh.up, &mut sh.down]);
-                        if let Some(g) = &mut sh.gate_inp {
-                            v.push(g);
-                        }
-                    }
-                }
-            }
+            v.extend(layer_mats(l));
         }
         v
     }
+}
+
+/// Every matrix of a layer.
+fn layer_mats<'m, 'a>(l: &'m mut LayerW<'a>) -> Vec<&'m mut Mat<'a>> {
+    let mut v: Vec<&'m mut Mat<'a>> = Vec::new();
+    match &mut l.attn {
+        AttnW::Mha(a) => {
+            let a = &mut **a;
+            v.extend([&mut a.wq, &mut a.wk]);
+            if let Some(wv) = &mut a.wv {
+                v.push(wv);
+            }
+        }
+        AttnW::Mla(a) => {
+            let a = &mut **a;
+            if let Some((q_a, _)) = &mut a.q_a {
+                v.push(q_a);
+            }
+            v.extend([&mut a.q, &mut a.kv_a]);
+            match &mut a.kv_b {
+                MlaKvBW::Absorbed { k_b, v_b } => v.extend([k_b, &mut **v_b]),
+                MlaKvBW::Legacy(kv_b) => v.push(kv_b),
+            }
+        }
+        AttnW::Gdn(g) => {
+            let g = &mut **g;
+            v.extend([&mut g.qkv, &mut g.gate, &mut g.beta, &mut g.alpha]);
+        }
+    }
+    v.push(&mut l.wo);
+    if let Some(g) = &mut l.gemma
+        && let Some(m) = &mut g.moe
+    {
+        v.extend([&mut m.mlp.gate, &mut m.mlp.up, &mut m.mlp.down]);
+    }
+    match &mut l.ffn {
+        FfnW::Dense(d) => v.extend([&mut d.gate, &mut d.up, &mut d.down]),
+        FfnW::Moe(m) => {
+            let m = &mut **m;
+            v.extend([&mut m.router, &mut m.gate, &mut m.up, &mut m.down]);
+            if let Some(sh) = &mut m.shared {
+                v.extend([&mut sh.gate, &mut sh.up, &mut sh.down]);
+                if let Some(g) = &mut sh.gate_inp {
+                    v.push(g);
+                }
+            }
+        }
+    }
+    v
 }
 
 fn bad(t: &TensorInfo, msg: impl Into<String>) -> ForwardError {
@@ -419,186 +520,16 @@ fn opt_vector<'a>(
 impl<'a> Weights<'a> {
     pub fn load(model: &Model<'a>, kernels: &Kernels) -> Result<Weights<'a>, ForwardError> {
         let mt = &model.tensors;
-        let hp = &model.hparams;
         let te = mt.token_embd;
-        let ty = ggml_type(te)?;
-        if !quant::can_dequantize(ty) {
-            return Err(ForwardError::UnsupportedWeight {
-                tensor: te.name.clone(),
-                ty: type_name(ty),
-                op: "embedding lookup (dequantization)",
-            });
-        }
-        let n_embd = hp.n_embd as usize;
-        let row_bytes = ty
-            .row_bytes(n_embd as u64)
-            .ok_or_else(|| bad(te, "row length is not a whole number of blocks"))?
-            as usize;
+        let (token_embd, token_embd_data) = embedding(model, te)?;
         let n_vocab = *te.dims.get(1).unwrap_or(&1) as usize;
-        let token_embd_data = data(model, te)?;
-        if row_bytes.checked_mul(n_vocab) != Some(token_embd_data.len()) {
-            return Err(bad(te, "data size does not match its shape"));
-        }
         let output = mat(model, kernels, mt.output, 1)?;
-        let mut layers = Vec::with_capacity(mt.layers.len());
-        for (il, l) in mt.layers.iter().enumerate() {
-            let ffn = match &l.ffn {
-                Ffn::Dense(d) => FfnW::Dense(Box::new(DenseW {
-                    gate: mat(model, kernels, d.gate, 1)?,
-                    up: mat(model, kernels, d.up, 1)?,
-                    down: mat(model, kernels, d.down, 1)?,
-                    gate_b: opt_vector(model, d.gate_b)?,
-                    up_b: opt_vector(model, d.up_b)?,
-                    down_b: opt_vector(model, d.down_b)?,
-                })),
-                Ffn::Moe(m) => {
-                    let x = m.n_expert as usize;
-                    let shared = match &m.shared {
-                        None => None,
-                        Some(sh) => Some(SharedW {
-                            gate: mat(model, kernels, sh.gate, 1)?,
-                            up: mat(model, kernels, sh.up, 1)?,
-                            down: mat(model, kernels, sh.down, 1)?,
-                            gate_inp: sh.gate_inp.map(|g| mat(model, kernels, g, 1)).transpose()?,
-                        }),
-                    };
-                    FfnW::Moe(Box::new(MoeW {
-                        router: mat(model, kernels, m.router, 1)?,
-                        gate: if m.fused_gate_up {
-                            half_of_fused(model, kernels, m.gate_exps, x, 0)?
-                        } else {
-                            mat(model, kernels, m.gate_exps, x)?
-                        },
-                        up: if m.fused_gate_up {
-                            half_of_fused(model, kernels, m.up_exps, x, 1)?
-                        } else {
-                            mat(model, kernels, m.up_exps, x)?
-                        },
-                        down: mat(model, kernels, m.down_exps, x)?,
-                        n_expert: x,
-                        shared,
-                        sel_bias: opt_vector(model, m.selection_bias)?,
-                        router_own_input: l.gemma.as_ref().is_some_and(|g| g.moe.is_some()),
-                        down_scale: match &l.gemma {
-                            Some(model::GemmaLayer { moe: Some(g), .. }) => {
-                                opt_vector(model, g.down_scale)?
-                            }
-                            _ => None,
-                        },
-                        biases: match &m.biases {
-                            None => None,
-                            Some(b) => Some(MoeBiasW {
-                                router: vector(model, b.router)?,
-                                gate: vector(model, b.gate)?,
-                                up: vector(model, b.up)?,
-                                down: vector(model, b.down)?,
-                            }),
-                        },
-                    }))
-                }
-            };
-            let attn = match &l.attn {
-                Attn::Mha(a) => AttnW::Mha(Box::new(MhaW {
-                    wq: mat(model, kernels, a.wq, 1)?,
-                    wk: mat(model, kernels, a.wk, 1)?,
-                    wv: a.wv.map(|t| mat(model, kernels, t, 1)).transpose()?,
-                    bq: opt_vector(model, a.bq)?,
-                    bk: opt_vector(model, a.bk)?,
-                    bv: opt_vector(model, a.bv)?,
-                    q_norm: opt_vector(model, a.q_norm)?,
-                    k_norm: opt_vector(model, a.k_norm)?,
-                })),
-                Attn::Mla(a) => {
-                    let (q_a, q) = match &a.q {
-                        MlaQuery::Direct(q) => (None, mat(model, kernels, q, 1)?),
-                        MlaQuery::LowRank { a, a_norm, b } => (
-                            Some((mat(model, kernels, a, 1)?, vector(model, a_norm)?)),
-                            mat(model, kernels, b, 1)?,
-                        ),
-                    };
-                    let n_head = hp.n_head.at(il) as usize;
-                    let kv_b = match &a.kv_b {
-                        // k_b multiplies the plain query parts, a permuted view of q; v_b the
-                        // attention output, which is contiguous
-                        MlaKvB::Absorbed { k_b, v_b } => MlaKvBW::Absorbed {
-                            k_b: mat_as(
-                                model,
-                                kernels,
-                                k_b,
-                                n_head,
-                                Use::Heads { contiguous: false },
-                            )?,
-                            v_b: Box::new(mat_as(
-                                model,
-                                kernels,
-                                v_b,
-                                n_head,
-                                Use::Heads { contiguous: true },
-                            )?),
-                        },
-                        MlaKvB::Legacy(kv_b) => MlaKvBW::Legacy(mat(model, kernels, kv_b, 1)?),
-                    };
-                    AttnW::Mla(Box::new(MlaW {
-                        q_a,
-                        q,
-                        kv_a: mat(model, kernels, a.kv_a_mqa, 1)?,
-                        kv_a_norm: vector(model, a.kv_a_norm)?,
-                        kv_b,
-                    }))
-                }
-                Attn::Gdn(g) => AttnW::Gdn(Box::new(GdnW {
-                    qkv: mat(model, kernels, g.qkv, 1)?,
-                    gate: mat(model, kernels, g.gate, 1)?,
-                    beta: mat(model, kernels, g.beta, 1)?,
-                    alpha: mat(model, kernels, g.alpha, 1)?,
-                    conv1d: vector(model, g.conv1d)?,
-                    dt_bias: vector(model, g.dt_bias)?,
-                    a: vector(model, g.a)?,
-                    norm: vector(model, g.norm)?,
-                })),
-            };
-            let gemma = match &l.gemma {
-                None => None,
-                Some(g) => Some(Box::new(GemmaW {
-                    post_attn_norm: vector(model, g.post_attn_norm)?,
-                    post_ffn_norm: vector(model, g.post_ffn_norm)?,
-                    out_scale: match g.out_scale {
-                        Some(t) => vector(model, t)?.first().copied(),
-                        None => None,
-                    },
-                    moe: match &g.moe {
-                        None => None,
-                        Some(m) => Some(GemmaMoeW {
-                            mlp: DenseW {
-                                gate: mat(model, kernels, m.mlp.gate, 1)?,
-                                up: mat(model, kernels, m.mlp.up, 1)?,
-                                down: mat(model, kernels, m.mlp.down, 1)?,
-                                gate_b: None,
-                                up_b: None,
-                                down_b: None,
-                            },
-                            post_norm_1: vector(model, m.post_norm_1)?,
-                            pre_norm_2: vector(model, m.pre_norm_2)?,
-                            post_norm_2: vector(model, m.post_norm_2)?,
-                            router_scale: vector(model, m.router_scale)?,
-                        }),
-                    },
-                })),
-            };
-            layers.push(LayerW {
-                attn_norm: vector(model, l.attn_norm)?,
-                attn,
-                wo: mat(model, kernels, l.wo, 1)?,
-                bo: opt_vector(model, l.bo)?,
-                sinks: opt_vector(model, l.attn_sinks)?,
-                ffn_norm: vector(model, l.ffn_norm)?,
-                ffn,
-                gemma,
-            });
-        }
+        let layers = (mt.layers.iter().enumerate())
+            .map(|(il, l)| layer_w(model, kernels, il, l))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Weights {
             n_vocab,
-            token_embd: Embd { ty, row_bytes },
+            token_embd,
             token_embd_data,
             output_norm: vector(model, mt.output_norm)?,
             output,
@@ -607,4 +538,167 @@ impl<'a> Weights<'a> {
             layers,
         })
     }
+}
+
+/// Trunk or NextN layer `il`'s weights.
+fn layer_w<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    il: usize,
+    l: &model::LayerTensors<'a>,
+) -> Result<LayerW<'a>, ForwardError> {
+    let hp = &model.hparams;
+    let ffn = match &l.ffn {
+        Ffn::Dense(d) => FfnW::Dense(Box::new(DenseW {
+            gate: mat(model, kernels, d.gate, 1)?,
+            up: mat(model, kernels, d.up, 1)?,
+            down: mat(model, kernels, d.down, 1)?,
+            gate_b: opt_vector(model, d.gate_b)?,
+            up_b: opt_vector(model, d.up_b)?,
+            down_b: opt_vector(model, d.down_b)?,
+        })),
+        Ffn::Moe(m) => {
+            let x = m.n_expert as usize;
+            let shared = match &m.shared {
+                None => None,
+                Some(sh) => Some(SharedW {
+                    gate: mat(model, kernels, sh.gate, 1)?,
+                    up: mat(model, kernels, sh.up, 1)?,
+                    down: mat(model, kernels, sh.down, 1)?,
+                    gate_inp: sh.gate_inp.map(|g| mat(model, kernels, g, 1)).transpose()?,
+                }),
+            };
+            FfnW::Moe(Box::new(MoeW {
+                router: mat(model, kernels, m.router, 1)?,
+                gate: if m.fused_gate_up {
+                    half_of_fused(model, kernels, m.gate_exps, x, 0)?
+                } else {
+                    mat(model, kernels, m.gate_exps, x)?
+                },
+                up: if m.fused_gate_up {
+                    half_of_fused(model, kernels, m.up_exps, x, 1)?
+                } else {
+                    mat(model, kernels, m.up_exps, x)?
+                },
+                down: mat(model, kernels, m.down_exps, x)?,
+                n_expert: x,
+                shared,
+                sel_bias: opt_vector(model, m.selection_bias)?,
+                router_own_input: l.gemma.as_ref().is_some_and(|g| g.moe.is_some()),
+                down_scale: match &l.gemma {
+                    Some(model::GemmaLayer { moe: Some(g), .. }) => {
+                        opt_vector(model, g.down_scale)?
+                    }
+                    _ => None,
+                },
+                biases: match &m.biases {
+                    None => None,
+                    Some(b) => Some(MoeBiasW {
+                        router: vector(model, b.router)?,
+                        gate: vector(model, b.gate)?,
+                        up: vector(model, b.up)?,
+                        down: vector(model, b.down)?,
+                    }),
+                },
+            }))
+        }
+    };
+    let attn = match &l.attn {
+        Attn::Mha(a) => AttnW::Mha(Box::new(MhaW {
+            wq: mat(model, kernels, a.wq, 1)?,
+            wk: mat(model, kernels, a.wk, 1)?,
+            wv: a.wv.map(|t| mat(model, kernels, t, 1)).transpose()?,
+            bq: opt_vector(model, a.bq)?,
+            bk: opt_vector(model, a.bk)?,
+            bv: opt_vector(model, a.bv)?,
+            q_norm: opt_vector(model, a.q_norm)?,
+            k_norm: opt_vector(model, a.k_norm)?,
+        })),
+        Attn::Mla(a) => {
+            let (q_a, q) = match &a.q {
+                MlaQuery::Direct(q) => (None, mat(model, kernels, q, 1)?),
+                MlaQuery::LowRank { a, a_norm, b } => (
+                    Some((mat(model, kernels, a, 1)?, vector(model, a_norm)?)),
+                    mat(model, kernels, b, 1)?,
+                ),
+            };
+            let n_head = hp.n_head.at(il) as usize;
+            let kv_b = match &a.kv_b {
+                // k_b multiplies the plain query parts, a permuted view of q; v_b the
+                // attention output, which is contiguous
+                MlaKvB::Absorbed { k_b, v_b } => MlaKvBW::Absorbed {
+                    k_b: mat_as(
+                        model,
+                        kernels,
+                        k_b,
+                        n_head,
+                        Use::Heads { contiguous: false },
+                    )?,
+                    v_b: Box::new(mat_as(
+                        model,
+                        kernels,
+                        v_b,
+                        n_head,
+                        Use::Heads { contiguous: true },
+                    )?),
+                },
+                MlaKvB::Legacy(kv_b) => MlaKvBW::Legacy(mat(model, kernels, kv_b, 1)?),
+            };
+            AttnW::Mla(Box::new(MlaW {
+                q_a,
+                q,
+                kv_a: mat(model, kernels, a.kv_a_mqa, 1)?,
+                kv_a_norm: vector(model, a.kv_a_norm)?,
+                kv_b,
+            }))
+        }
+        Attn::Gdn(g) => AttnW::Gdn(Box::new(GdnW {
+            qkv: mat(model, kernels, g.qkv, 1)?,
+            gate: mat(model, kernels, g.gate, 1)?,
+            beta: mat(model, kernels, g.beta, 1)?,
+            alpha: mat(model, kernels, g.alpha, 1)?,
+            conv1d: vector(model, g.conv1d)?,
+            dt_bias: vector(model, g.dt_bias)?,
+            a: vector(model, g.a)?,
+            norm: vector(model, g.norm)?,
+        })),
+    };
+    let gemma = match &l.gemma {
+        None => None,
+        Some(g) => Some(Box::new(GemmaW {
+            post_attn_norm: vector(model, g.post_attn_norm)?,
+            post_ffn_norm: vector(model, g.post_ffn_norm)?,
+            out_scale: match g.out_scale {
+                Some(t) => vector(model, t)?.first().copied(),
+                None => None,
+            },
+            moe: match &g.moe {
+                None => None,
+                Some(m) => Some(GemmaMoeW {
+                    mlp: DenseW {
+                        gate: mat(model, kernels, m.mlp.gate, 1)?,
+                        up: mat(model, kernels, m.mlp.up, 1)?,
+                        down: mat(model, kernels, m.mlp.down, 1)?,
+                        gate_b: None,
+                        up_b: None,
+                        down_b: None,
+                    },
+                    post_norm_1: vector(model, m.post_norm_1)?,
+                    pre_norm_2: vector(model, m.pre_norm_2)?,
+                    post_norm_2: vector(model, m.post_norm_2)?,
+                    router_scale: vector(model, m.router_scale)?,
+                }),
+            },
+        })),
+    };
+    Ok(LayerW {
+        attn_norm: vector(model, l.attn_norm)?,
+        attn,
+        wo: mat(model, kernels, l.wo, 1)?,
+        bo: opt_vector(model, l.bo)?,
+        sinks: opt_vector(model, l.attn_sinks)?,
+        ffn_norm: vector(model, l.ffn_norm)?,
+        ffn,
+        gemma,
+    })
 }
