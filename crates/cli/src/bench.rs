@@ -84,7 +84,9 @@ pub struct BenchArgs {
     #[arg(short = 'c', long, default_value_t = 512, value_name = "N")]
     ctx: usize,
 
-    /// Rounds; each runs sluice then llama.cpp.
+    /// Rounds; each runs the sluice variants, then the peer's. The sluice variants' order
+    /// turns by one each round (round 2 starts with the second), so that none is always
+    /// first after the reference's run: on identical work the first measured up to 15 % apart.
     #[arg(long, default_value_t = 2, value_name = "N")]
     rounds: usize,
 
@@ -837,8 +839,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let mut results = Vec::new();
     for round in 1..=args.rounds {
-        let runs = variants
-            .iter()
+        let runs = round_order(variants.len(), round)
+            .into_iter()
+            .map(|i| &variants[i])
             .map(|(label, argv)| ("sluice", label.as_str(), argv))
             .chain(
                 peer_variants
@@ -1050,6 +1053,11 @@ fn labelled(flag: &str, specs: &[String], base: &[String]) -> Result<Vec<(String
         out.push((String::new(), base.to_vec()));
     }
     Ok(out)
+}
+
+/// The order of `n` variants in round `round` (from 1): turned left by `round - 1`.
+fn round_order(n: usize, round: usize) -> Vec<usize> {
+    (0..n).map(|i| (i + round.saturating_sub(1)) % n).collect()
 }
 
 /// For every sluice variant and every peer variant, the median over the rounds of the
@@ -1270,6 +1278,16 @@ mod tests {
     #[test]
     fn arguments_are_quoted_for_the_shell() {
         assert_eq!(shell_quote("--rounds"), "--rounds");
+    }
+
+    #[test]
+    fn each_round_turns_the_variants_by_one() {
+        assert_eq!(round_order(3, 1), [0, 1, 2]);
+        assert_eq!(round_order(3, 2), [1, 2, 0]);
+        assert_eq!(round_order(3, 3), [2, 0, 1]);
+        assert_eq!(round_order(3, 4), [0, 1, 2]);
+        assert_eq!(round_order(1, 5), [0]);
+        assert!(round_order(0, 2).is_empty());
         assert_eq!(shell_quote("/a/b.gguf"), "/a/b.gguf");
         assert_eq!(shell_quote("two words"), "'two words'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
