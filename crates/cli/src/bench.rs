@@ -920,8 +920,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         mib(touched as f64)
     );
     md += &format!(
-        "- Memory cap: {}. Each run starts with the model file {}; order: every sluice variant, \
-         then every {peer} variant, in every round.\n",
+        "- Memory cap: {}. Each run starts with the model file {}; order: every sluice variant \
+         (their order turned by one each round), then every {peer} variant, in every round.\n",
         args.mem_cap_mb.map_or_else(
             || "none".to_owned(),
             |c| format!("{c} MiB (cgroup v1 memory.limit_in_bytes, page cache included)")

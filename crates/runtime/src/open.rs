@@ -346,10 +346,7 @@ impl Loaded {
             None => None,
         };
         if let Some(sp) = cfg.spec {
-            let flag = match sp {
-                Spec::Ngram(_) => "--ngram",
-                Spec::Mtp(_) => "--mtp",
-            };
+            let flag = format!("--{}", sp.source().name());
             if !(1..=Ngram::MAX_DRAFT).contains(&sp.draft()) {
                 reject!(
                     "{flag}: --draft {} must be 1 to {}",
