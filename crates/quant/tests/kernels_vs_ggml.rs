@@ -56,6 +56,19 @@ const WEIGHTS: [GgmlType; 16] = [
     T::IQ4_XS,
 ];
 
+/// Weight types with a dot kernel that only the x86 fixture covers so far (the aarch64
+/// fixture is made without them: their NEON kernels are not written).
+const X86_ONLY: [GgmlType; 1] = [T::TQ2_0];
+
+/// The weight types `fixture` covers.
+fn weights(fixture: &str) -> Vec<GgmlType> {
+    let mut v = WEIGHTS.to_vec();
+    if fixture == X86 {
+        v.extend(X86_ONLY);
+    }
+    v
+}
+
 /// The x86 fixture (AVX2 build of ggml's CPU backend).
 const X86: &str = "cpu_ggml.gguf";
 /// The aarch64 fixture (NEON + dotprod + FP16 build).
@@ -279,7 +292,7 @@ fn check_dots(case: &Case, report: &mut Vec<String>, failures: &mut Vec<String>)
     let f = open(case.fixture);
     let (_, input, input_len) = tensor(&f, "act.input", T::F32);
     let k = case.k;
-    for ty in WEIGHTS {
+    for ty in weights(case.fixture) {
         let act = vec_dot_type(ty).unwrap();
         let (_, wb, w_len) = tensor(&f, &format!("w.{}", ty.name()), ty);
         let (a_info, ab, a_len) = if act == T::F32 {
@@ -365,10 +378,15 @@ fn fixtures_cover_every_dot_kernel() {
             let has_kernel = Kernels::scalar().dot(*ty).is_some();
             let in_fixture = f.tensor(&format!("dot.{}", ty.name())).is_some();
             assert_eq!(
-                has_kernel, in_fixture,
+                has_kernel && weights(name).contains(ty),
+                in_fixture,
                 "{ty}: kernel registered {has_kernel}, {name} reference {in_fixture}"
             );
-            assert_eq!(WEIGHTS.contains(ty), has_kernel, "{ty}");
+            assert_eq!(
+                WEIGHTS.contains(ty) || X86_ONLY.contains(ty),
+                has_kernel,
+                "{ty}"
+            );
         }
     }
 }

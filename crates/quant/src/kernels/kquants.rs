@@ -1,5 +1,5 @@
-//! Dot kernels for the k-quants (Q2_K … Q6_K) and IQ4_XS against Q8_K activations, and
-//! the Q8_K activation quantizer.
+//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS and the ternary TQ2_0 against Q8_K
+//! activations, and the Q8_K activation quantizer.
 //!
 //! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
 //! scale `d`, 256 signed bytes and 16 `i16` sums of consecutive groups of 16 bytes; the
@@ -8,7 +8,10 @@
 //!
 //! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
-//! integer arithmetic; the two differ only in the order of float additions.
+//! integer arithmetic; the two differ only in the order of float additions. TQ2_0's scalar
+//! kernel keeps ggml's x86 lanes and float order instead (its lanes cancel each other, so
+//! another order would not stay within rounding of ggml's result), and on aarch64 it is the
+//! NEON table's TQ2_0 kernel: no NEON kernel and no ARM reference for it yet.
 //!
 //! Numerics against ggml on x86: the Q8_K quantizer produces ggml's bytes; the AVX2
 //! kernels keep the lane layout and float-operation order of ggml's AVX2 `vec_dot`
@@ -103,6 +106,13 @@ mod layout {
         pub const SCALES_L: usize = 4;
         pub const QS: usize = 8;
     }
+    /// TQ2_0: `qs[64]` (ternary values 0, 1, 2 for -1, 0, +1 in 2-bit fields, laid out as
+    /// Q2_K's), `d`.
+    pub mod tq20 {
+        pub const BYTES: usize = 66;
+        pub const QS: usize = 0;
+        pub const D: usize = 64;
+    }
 }
 
 pub(super) fn register(k: &mut Kernels) {
@@ -114,6 +124,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q5_K, scalar::dot_q5_k);
     k.set_dot(GgmlType::Q6_K, scalar::dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, scalar::dot_iq4_xs);
+    k.set_dot(GgmlType::TQ2_0, scalar::dot_tq2_0);
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]

@@ -1,4 +1,4 @@
-//! Portable reference kernels: k-quant / IQ4_XS weights × Q8_K activations.
+//! Portable reference kernels: k-quant / IQ4_XS / TQ2_0 weights × Q8_K activations.
 //!
 //! Per super-block: the weight quants are unpacked into 256 signed bytes, multiplied with
 //! the activation quants and summed as integers per sub-block; each sub-block sum is
@@ -7,7 +7,7 @@
 //! by `d_weight · d_activation`. (Unpacking first keeps the inner loops simple enough for
 //! the compiler to vectorize on any target.)
 
-use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
+use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, unpack_scales_mins_k4,
     unpack_scales_q3k,
@@ -238,4 +238,41 @@ pub(super) fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
         sumf += f16_at(x, iq4xs::D) * y.d * isum as f32;
     }
     sumf
+}
+
+/// TQ2_0 in the lanes of ggml's x86 kernel (see `x86::tq20_avx2`), which every ggml build
+/// this project compares with uses: the products of element pairs `2m, 2m + 1` of each
+/// 32-byte run are summed per `m`, activation group sum `m` is taken off lane `m` (the
+/// offset of -1, applied to the lane totals of another grouping), lanes are paired into
+/// eight, and each is multiplied into its own accumulator. The lanes can cancel each other
+/// by far more than the row's magnitude, so another float order would differ from ggml by
+/// more than rounding of the result; this one gives its bits.
+pub(super) fn dot_tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::TQ2_0, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(tq20::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let mut lanes = [0i32; 16];
+        for j in 0..2 {
+            let qs = &x[tq20::QS + 32 * j..tq20::QS + 32 * (j + 1)];
+            for l in 0..4 {
+                let ys = &y.qs[128 * j + 32 * l..128 * j + 32 * (l + 1)];
+                for (e, (&q, &v)) in qs.iter().zip(ys).enumerate() {
+                    lanes[e / 2] += i32::from((q >> (2 * l)) & 3) * i32::from(v as i8);
+                }
+            }
+        }
+        let d = y.d * f16_at(x, tq20::D);
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let lane = lanes[2 * k] - y.bsums[2 * k] + lanes[2 * k + 1] - y.bsums[2 * k + 1];
+            *acc = (lane as f32).mul_add(d, *acc);
+        }
+    }
+    let t = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    (t[0] + t[2]) + (t[1] + t[3])
 }

@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k};
+use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, u32_at};
 use crate::GgmlType;
 use crate::kernels::Kernels;
@@ -26,6 +26,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q5_K, dot_q5_k);
     k.set_dot(GgmlType::Q6_K, dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, dot_iq4_xs);
+    k.set_dot(GgmlType::TQ2_0, dot_tq2_0);
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
@@ -55,6 +56,7 @@ entry!(dot_q4_k, GgmlType::Q4_K, q4k::BYTES, q4k_avx2);
 entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5k_avx2);
 entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_avx2);
 entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4xs_avx2);
+entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq20_avx2);
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -605,4 +607,29 @@ mod tests {
             assert_eq!(got.to_bits(), want.to_bits(), "{bits:#06x}");
         }
     }
+}
+
+/// TQ2_0 as ggml's AVX2 kernel: the products summed in 16-bit lanes (at most
+/// `4 · 2 · 3 · 127` a lane), the -1 offset taken off with the activation group sums (lane
+/// `m` of the group sums against lane `m` of the products: only the lane pairs' totals are
+/// kept), pairs of lanes widened to eight i32 lanes, each times `d` into its accumulator.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi0 = _mm256_setzero_si256();
+        let mut sumi1 = _mm256_setzero_si256();
+        for j in 0..2 {
+            let q = crumbs(load256(x, tq20::QS + 32 * j));
+            let p = |k: usize| _mm256_maddubs_epi16(q[k], load256(y, Q8K_QS + 128 * j + 32 * k));
+            sumi0 = _mm256_add_epi16(sumi0, _mm256_add_epi16(p(0), p(1)));
+            sumi1 = _mm256_add_epi16(sumi1, _mm256_add_epi16(p(2), p(3)));
+        }
+        let d = f16_times(x, tq20::D, f32_at(y, 0));
+        let s = _mm256_sub_epi16(_mm256_add_epi16(sumi0, sumi1), load256(y, Q8K_BSUMS));
+        let s = _mm256_madd_epi16(s, ones);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
+    }
+    hsum_ps(acc)
 }
