@@ -104,6 +104,7 @@ static void random_row(enum ggml_type t, uint8_t * buf, int64_t n) {
             case GGML_TYPE_Q3_K: offs[0] = 108; break;
             case GGML_TYPE_Q6_K: offs[0] = 208; break;
             case GGML_TYPE_TQ2_0: offs[0] = 64; break;
+            case GGML_TYPE_IQ2_XXS: offs[0] = 0; break;
             case GGML_TYPE_MXFP4: blk[0] = (uint8_t) (117 + rnd(21)); break; // 2^-11 .. 2^9
             default:
                 fprintf(stderr, "random_row: unexpected type %s\n", ggml_type_name(t));
@@ -317,7 +318,7 @@ int main(int argc, char ** argv) {
         GGML_TYPE_IQ4_XS,
 #if defined(__x86_64__)
         // (the x86 fixture only, so far: the aarch64 one is made without them)
-        GGML_TYPE_TQ2_0,
+        GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS,
 #endif
     };
     // Float types: every tail length class of ggml's 32-element loop (the remainder's
@@ -352,7 +353,15 @@ int main(int argc, char ** argv) {
         const size_t wrs = ggml_row_size(t, wlen);
         uint8_t * w = malloc(wrs * 2);
         weight_floats(wf, (int) wlen);
-        if (ggml_quantize_chunk(t, wf, w, 0, 1, wlen, NULL) != wrs) {
+        // (the types that need an importance matrix get a flat one)
+        float * imat = NULL;
+        if (ggml_quantize_requires_imatrix(t)) {
+            imat = malloc(sizeof(float) * (size_t) wlen);
+            for (int64_t i = 0; i < wlen; ++i) imat[i] = 1.0f;
+        }
+        const size_t qsize = ggml_quantize_chunk(t, wf, w, 0, 1, wlen, imat);
+        free(imat);
+        if (qsize != wrs) {
             fprintf(stderr, "unexpected size for %s\n", ggml_type_name(t));
             return 1;
         }

@@ -1,5 +1,5 @@
-//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS and the ternary TQ2_0 against Q8_K
-//! activations, and the Q8_K activation quantizer.
+//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, IQ2_XXS and the ternary TQ2_0
+//! against Q8_K activations, and the Q8_K activation quantizer.
 //!
 //! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
 //! scale `d`, 256 signed bytes and 16 `i16` sums of consecutive groups of 16 bytes; the
@@ -8,10 +8,11 @@
 //!
 //! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
-//! integer arithmetic; the two differ only in the order of float additions. TQ2_0's scalar
-//! kernel keeps ggml's x86 lanes and float order instead (its lanes cancel each other, so
-//! another order would not stay within rounding of ggml's result), and on aarch64 it is the
-//! NEON table's TQ2_0 kernel: no NEON kernel and no ARM reference for it yet.
+//! integer arithmetic; the two differ only in the order of float additions. TQ2_0's and
+//! IQ2_XXS's scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
+//! cancel each other, so another order would not stay within rounding of ggml's result),
+//! and on aarch64 they are the NEON table's kernels too: no NEON kernels and no ARM
+//! references for them yet.
 //!
 //! Numerics against ggml on x86: the Q8_K quantizer produces ggml's bytes; the AVX2
 //! kernels keep the lane layout and float-operation order of ggml's AVX2 `vec_dot`
@@ -29,7 +30,8 @@
 //!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
-//! `-(-128)`; the other kernels accept the full `i8` range.
+//! `-(-128)`; the IQ2_XXS kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
+//! -128 as in ggml; the other kernels accept the full `i8` range.
 
 #[cfg(target_arch = "aarch64")]
 pub(super) mod neon;
@@ -113,7 +115,42 @@ mod layout {
         pub const QS: usize = 0;
         pub const D: usize = 64;
     }
+    /// IQ2_XXS: `d`, then per 32 elements two words: four grid indices (a byte each), and
+    /// four 7-bit sign indices with the 4-bit scale in the top bits.
+    pub mod iq2xxs {
+        pub const BYTES: usize = 66;
+        pub const D: usize = 0;
+        pub const QS: usize = 2;
+    }
 }
+
+/// The sum of eight lanes in the order of ggml's `hsum_float_8` (the upper half added to the
+/// lower, then pairs two apart, then the two left).
+#[inline]
+fn hsum8(a: &[f32; 8]) -> f32 {
+    let t = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
+    (t[0] + t[2]) + (t[1] + t[3])
+}
+
+/// The sign patterns of [`crate::iq_tables::KSIGNS_IQ2XS`] as bytes of 1 and -1 (ggml's
+/// `keven_signs_q2xs`): byte `j` of entry `i` is -1 where bit `j` of pattern `i` is set.
+const EVEN_SIGNS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let s = crate::iq_tables::KSIGNS_IQ2XS[i];
+        let mut v = 0u64;
+        let mut j = 0;
+        while j < 8 {
+            let byte: u64 = if (s >> j) & 1 != 0 { 0xff } else { 0x01 };
+            v |= byte << (8 * j);
+            j += 1;
+        }
+        t[i] = v;
+        i += 1;
+    }
+    t
+};
 
 pub(super) fn register(k: &mut Kernels) {
     k.set_quantize(GgmlType::Q8_K, q8k::quantize_row_q8_k);
@@ -125,6 +162,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q6_K, scalar::dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, scalar::dot_iq4_xs);
     k.set_dot(GgmlType::TQ2_0, scalar::dot_tq2_0);
+    k.set_dot(GgmlType::IQ2_XXS, scalar::dot_iq2_xxs);
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]

@@ -1,4 +1,4 @@
-//! Portable reference kernels: k-quant / IQ4_XS / TQ2_0 weights × Q8_K activations.
+//! Portable reference kernels: k-quant / IQ4_XS / IQ2_XXS / TQ2_0 weights × Q8_K activations.
 //!
 //! Per super-block: the weight quants are unpacked into 256 signed bytes, multiplied with
 //! the activation quants and summed as integers per sub-block; each sub-block sum is
@@ -7,11 +7,12 @@
 //! by `d_weight · d_activation`. (Unpacking first keeps the inner loops simple enough for
 //! the compiler to vectorize on any target.)
 
-use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::layout::{iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{
-    Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, unpack_scales_mins_k4,
-    unpack_scales_q3k,
+    EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, u32_at,
+    unpack_scales_mins_k4, unpack_scales_q3k,
 };
+use crate::iq_tables::IQ2XXS_GRID;
 use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
@@ -275,4 +276,38 @@ pub(super) fn dot_tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
         acc[3] + acc[7],
     ];
     (t[0] + t[2]) + (t[1] + t[3])
+}
+
+/// IQ2_XXS in the lanes of ggml's x86 kernel (see `x86::iq2xxs_avx2`): lane `k` of a block is
+/// the sum over its eight 32-element groups of the group's scale `2s + 1` times the products
+/// of elements `4k..4k + 4` of the group (the activation's sign flipped where the pattern
+/// says, as `vpsignb` does: -128 stays -128), then `d` times each lane into its accumulator,
+/// and 1/8 of the lanes' total.
+pub(super) fn dot_iq2_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ2_XXS, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(iq2xxs::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let mut lanes = [0i32; 8];
+        for g in 0..8 {
+            let grid = u32_at(x, iq2xxs::QS + 8 * g);
+            let signs = u32_at(x, iq2xxs::QS + 8 * g + 4);
+            let scale = 2 * (signs >> 28) as i32 + 1;
+            for l in 0..4 {
+                let q = IQ2XXS_GRID[((grid >> (8 * l)) & 0xff) as usize].to_le_bytes();
+                let s = EVEN_SIGNS[((signs >> (7 * l)) & 127) as usize].to_le_bytes();
+                for j in 0..8 {
+                    let e = 8 * l + j;
+                    let v = y.qs[32 * g + e] as i8;
+                    let v = if s[j] == 0xff { v.wrapping_neg() } else { v };
+                    lanes[e / 4] += scale * i32::from(q[j]) * i32::from(v);
+                }
+            }
+        }
+        let d = f16_at(x, iq2xxs::D) * y.d;
+        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    0.125 * hsum8(&acc)
 }

@@ -11,9 +11,10 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
-use super::{Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, u32_at};
+use super::layout::{iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, u32_at};
 use crate::GgmlType;
+use crate::iq_tables::IQ2XXS_GRID;
 use crate::kernels::Kernels;
 use crate::tables::KVALUES_IQ4NL;
 
@@ -27,6 +28,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q6_K, dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, dot_iq4_xs);
     k.set_dot(GgmlType::TQ2_0, dot_tq2_0);
+    k.set_dot(GgmlType::IQ2_XXS, dot_iq2_xxs);
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
@@ -57,6 +59,7 @@ entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5k_avx2);
 entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_avx2);
 entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4xs_avx2);
 entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq20_avx2);
+entry!(dot_iq2_xxs, GgmlType::IQ2_XXS, iq2xxs::BYTES, iq2xxs_avx2);
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -632,4 +635,44 @@ fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
     }
     hsum_ps(acc)
+}
+
+/// IQ2_XXS as ggml's AVX2 kernel: per pair of 32-element groups, the four grid entries of
+/// each group gathered into a vector, the activations' signs flipped by the group's
+/// patterns (`vpsignb`), the products paired by `vpmaddubsw` and scaled by `2s + 1` with
+/// `vpmaddwd`; the block's eight i32 lanes times `d` into the accumulators, and 1/8 of the
+/// lanes' total.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let grid = |i: u32| IQ2XXS_GRID[(i & 0xff) as usize] as i64;
+    let signs = |i: u32| EVEN_SIGNS[(i & 127) as usize] as i64;
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = _mm256_set1_ps(f16_at(x, iq2xxs::D) * f32_at(y, 0));
+        let mut sumi1 = _mm256_setzero_si256();
+        let mut sumi2 = _mm256_setzero_si256();
+        for g in (0..8).step_by(2) {
+            let group = |h: usize| {
+                let idx = u32_at(x, iq2xxs::QS + 8 * (g + h));
+                let sgn = u32_at(x, iq2xxs::QS + 8 * (g + h) + 4);
+                let q2 =
+                    _mm256_set_epi64x(grid(idx >> 24), grid(idx >> 16), grid(idx >> 8), grid(idx));
+                let s2 = _mm256_set_epi64x(
+                    signs(sgn >> 21),
+                    signs(sgn >> 14),
+                    signs(sgn >> 7),
+                    signs(sgn),
+                );
+                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * (g + h)), s2);
+                let dot = _mm256_maddubs_epi16(q2, q8);
+                let ls = (2 * (sgn >> 28) + 1) as i16;
+                _mm256_madd_epi16(dot, _mm256_set1_epi16(ls))
+            };
+            sumi1 = _mm256_add_epi32(sumi1, group(0));
+            sumi2 = _mm256_add_epi32(sumi2, group(1));
+        }
+        let lanes = _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2));
+        acc = _mm256_fmadd_ps(d, lanes, acc);
+    }
+    0.125 * hsum_ps(acc)
 }
