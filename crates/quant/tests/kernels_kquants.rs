@@ -1,4 +1,5 @@
-//! k-quant / IQ4_XS × Q8_K dot kernels and the Q8_K activation quantizer.
+//! k-quant / IQ4_XS / IQ2_XXS / IQ2_XS / TQ2_0 × Q8_K dot kernels and the Q8_K activation
+//! quantizer.
 //!
 //! Weight rows are random bytes with finite, moderate f16 scales (every bit pattern of the
 //! quant and sub-block-scale fields is a valid block) or the output of the reference weight
@@ -19,6 +20,11 @@
 //! activations (`d·q` in f32, one rounding) is within 4 · u · M of exact. The tests allow
 //! `2 · (nb + 8) · u · M` for both comparisons. Observed differences are about 50 times
 //! smaller (at most ~5e-8 · M over a few thousand random rows).
+//!
+//! TQ2_0 and the 2-bit i-quants: both kernels follow ggml's x86 lanes and float order, so
+//! they must agree bit for bit. TQ2_0's lanes hold the products of the stored 0..3 and the
+//! activation sums apart (the offset of -1), so its `M` counts `|d|` per element besides
+//! `|w|`, as the minimum part of the other types.
 
 mod common;
 
@@ -34,14 +40,20 @@ fn tolerance(n: usize, m: f64) -> f64 {
     2.0 * (nb + 8.0) * 2f64.powi(-24) * m
 }
 
-const TYPES: [GgmlType; 6] = [
+const TYPES: [GgmlType; 9] = [
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::IQ4_XS,
+    GgmlType::TQ2_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
 ];
+
+/// The types whose SIMD and scalar kernels sum in the same order (see module docs).
+const SAME_ORDER: [GgmlType; 3] = [GgmlType::TQ2_0, GgmlType::IQ2_XXS, GgmlType::IQ2_XS];
 
 /// Byte offsets of the f16 super-block scale `d` and (if any) `dmin` inside a block.
 fn scale_offsets(ty: GgmlType) -> (usize, Option<usize>) {
@@ -50,7 +62,8 @@ fn scale_offsets(ty: GgmlType) -> (usize, Option<usize>) {
         GgmlType::Q3_K => (108, None),
         GgmlType::Q4_K | GgmlType::Q5_K => (0, Some(2)),
         GgmlType::Q6_K => (208, None),
-        GgmlType::IQ4_XS => (0, None),
+        GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ2_XS => (0, None),
+        GgmlType::TQ2_0 => (64, None),
         _ => unreachable!("not a type of this test"),
     }
 }
@@ -90,6 +103,16 @@ fn reference(ty: GgmlType, w: &[u8], a: &[u8], n: usize) -> (f64, f64) {
         .map(|(&x, &y)| f64::from(x) * f64::from(y))
         .sum();
     let magnitude = match scale_offsets(ty) {
+        (d_off, None) if ty == GgmlType::TQ2_0 => {
+            // |w| plus |d| per element: the offset's part
+            let d: Vec<f64> = w
+                .chunks_exact(ty.type_size())
+                .map(|b| f64::from(half::f16::from_le_bytes([b[d_off], b[d_off + 1]]).to_f32()))
+                .collect();
+            (0..n)
+                .map(|i| f64::from(af[i]).abs() * (f64::from(wf[i]).abs() + d[i / QK_K].abs()))
+                .sum()
+        }
         (_, None) => wf
             .iter()
             .zip(&af)
@@ -177,6 +200,17 @@ fn quantized_case(ty: GgmlType) -> BoxedStrategy<(usize, Vec<u8>, Vec<u8>)> {
 fn check_simd_vs_scalar(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Result<(), TestCaseError> {
     let scalar = Kernels::scalar().dot(ty).expect("scalar kernel")(n, w, a);
     let simd = Kernels::detect().dot(ty).expect("detected kernel")(n, w, a);
+    if SAME_ORDER.contains(&ty) {
+        prop_assert_eq!(
+            simd.to_bits(),
+            scalar.to_bits(),
+            "{} n={}: {} vs {}",
+            ty,
+            n,
+            simd,
+            scalar
+        );
+    }
     let (_, m) = reference(ty, w, a, n);
     let diff = (f64::from(simd) - f64::from(scalar)).abs();
     let tol = tolerance(n, m);
@@ -253,6 +287,9 @@ type_tests! {
     q5_k: GgmlType::Q5_K;
     q6_k: GgmlType::Q6_K;
     iq4_xs: GgmlType::IQ4_XS;
+    tq2_0: GgmlType::TQ2_0;
+    iq2_xxs: GgmlType::IQ2_XXS;
+    iq2_xs: GgmlType::IQ2_XS;
 }
 
 #[test]

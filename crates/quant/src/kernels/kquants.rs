@@ -1,5 +1,5 @@
-//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, IQ2_XXS and the ternary TQ2_0
-//! against Q8_K activations, and the Q8_K activation quantizer.
+//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, IQ2_XXS, IQ2_XS and the ternary
+//! TQ2_0 against Q8_K activations, and the Q8_K activation quantizer.
 //!
 //! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
 //! scale `d`, 256 signed bytes and 16 `i16` sums of consecutive groups of 16 bytes; the
@@ -9,7 +9,7 @@
 //! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
 //! integer arithmetic; the two differ only in the order of float additions. TQ2_0's and
-//! IQ2_XXS's scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
+//! the 2-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
 //! cancel each other, so another order would not stay within rounding of ggml's result),
 //! and on aarch64 they are the NEON table's kernels too: no NEON kernels and no ARM
 //! references for them yet.
@@ -30,7 +30,7 @@
 //!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
-//! `-(-128)`; the IQ2_XXS kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
+//! `-(-128)`; the IQ2_XXS and IQ2_XS kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
 //! -128 as in ggml; the other kernels accept the full `i8` range.
 
 #[cfg(target_arch = "aarch64")]
@@ -122,6 +122,14 @@ mod layout {
         pub const D: usize = 0;
         pub const QS: usize = 2;
     }
+    /// IQ2_XS: `d`, 32 `u16` (a 9-bit grid index and a 7-bit sign index each, four per 32
+    /// elements), then per 32 elements a byte of two 4-bit scales (first 16, last 16).
+    pub mod iq2xs {
+        pub const BYTES: usize = 74;
+        pub const D: usize = 0;
+        pub const QS: usize = 2;
+        pub const SCALES: usize = 66;
+    }
 }
 
 /// The sum of eight lanes in the order of ggml's `hsum_float_8` (the upper half added to the
@@ -163,6 +171,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ4_XS, scalar::dot_iq4_xs);
     k.set_dot(GgmlType::TQ2_0, scalar::dot_tq2_0);
     k.set_dot(GgmlType::IQ2_XXS, scalar::dot_iq2_xxs);
+    k.set_dot(GgmlType::IQ2_XS, scalar::dot_iq2_xs);
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]

@@ -1,4 +1,5 @@
-//! Portable reference kernels: k-quant / IQ4_XS / IQ2_XXS / TQ2_0 weights × Q8_K activations.
+//! Portable reference kernels: k-quant / IQ4_XS / IQ2_XXS / IQ2_XS / TQ2_0 weights × Q8_K
+//! activations.
 //!
 //! Per super-block: the weight quants are unpacked into 256 signed bytes, multiplied with
 //! the activation quants and summed as integers per sub-block; each sub-block sum is
@@ -7,12 +8,12 @@
 //! by `d_weight · d_activation`. (Unpacking first keeps the inner loops simple enough for
 //! the compiler to vectorize on any target.)
 
-use super::layout::{iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::layout::{iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{
-    EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, u32_at,
-    unpack_scales_mins_k4, unpack_scales_q3k,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, u32_at, unpack_scales_mins_k4,
+    unpack_scales_q3k,
 };
-use crate::iq_tables::IQ2XXS_GRID;
+use crate::iq_tables::{IQ2XS_GRID, IQ2XXS_GRID, KSIGNS_IQ2XS};
 use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
@@ -295,16 +296,58 @@ pub(super) fn dot_iq2_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
             let scale = 2 * (signs >> 28) as i32 + 1;
             for l in 0..4 {
                 let q = IQ2XXS_GRID[((grid >> (8 * l)) & 0xff) as usize].to_le_bytes();
-                let s = EVEN_SIGNS[((signs >> (7 * l)) & 127) as usize].to_le_bytes();
-                for j in 0..8 {
+                let s = KSIGNS_IQ2XS[((signs >> (7 * l)) & 127) as usize];
+                for (j, &m) in q.iter().enumerate() {
                     let e = 8 * l + j;
-                    let v = y.qs[32 * g + e] as i8;
-                    let v = if s[j] == 0xff { v.wrapping_neg() } else { v };
-                    lanes[e / 4] += scale * i32::from(q[j]) * i32::from(v);
+                    lanes[e / 4] += scale * i32::from(m) * signed(y.qs[32 * g + e], s, j);
                 }
             }
         }
         let d = f16_at(x, iq2xxs::D) * y.d;
+        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// `v` with its sign flipped where bit `j` of `signs` is set, as `vpsignb` flips it (-128
+/// stays -128).
+#[inline]
+fn signed(v: u8, signs: u8, j: usize) -> i32 {
+    let v = v as i8;
+    i32::from(if (signs >> j) & 1 != 0 {
+        v.wrapping_neg()
+    } else {
+        v
+    })
+}
+
+/// IQ2_XS in the lanes of ggml's x86 kernel, as [`dot_iq2_xxs`]: each 16 elements with
+/// their scale `2s + 1`, the sign patterns of [`KSIGNS_IQ2XS`] (the 7 stored bits and the
+/// parity), lane `k` the elements `4k..4k + 4` of every group, 1/8 of the lanes' total.
+pub(super) fn dot_iq2_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ2_XS, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(iq2xs::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let mut lanes = [0i32; 8];
+        for g in 0..8 {
+            let sc = x[iq2xs::SCALES + g];
+            let scales = [2 * i32::from(sc & 15) + 1, 2 * i32::from(sc >> 4) + 1];
+            for l in 0..4 {
+                let o = iq2xs::QS + 2 * (4 * g + l);
+                let q = u16::from_le_bytes([x[o], x[o + 1]]);
+                let grid = IQ2XS_GRID[usize::from(q & 511)].to_le_bytes();
+                let signs = KSIGNS_IQ2XS[usize::from(q >> 9)];
+                for (j, &m) in grid.iter().enumerate() {
+                    let e = 8 * l + j;
+                    let v = signed(y.qs[32 * g + e], signs, j);
+                    lanes[e / 4] += scales[e / 16] * i32::from(m) * v;
+                }
+            }
+        }
+        let d = f16_at(x, iq2xs::D) * y.d;
         for (acc, &lane) in acc.iter_mut().zip(&lanes) {
             *acc = d.mul_add(lane as f32, *acc);
         }

@@ -11,10 +11,10 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::layout::{iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, u32_at};
 use crate::GgmlType;
-use crate::iq_tables::IQ2XXS_GRID;
+use crate::iq_tables::{IQ2XS_GRID, IQ2XXS_GRID};
 use crate::kernels::Kernels;
 use crate::tables::KVALUES_IQ4NL;
 
@@ -29,6 +29,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ4_XS, dot_iq4_xs);
     k.set_dot(GgmlType::TQ2_0, dot_tq2_0);
     k.set_dot(GgmlType::IQ2_XXS, dot_iq2_xxs);
+    k.set_dot(GgmlType::IQ2_XS, dot_iq2_xs);
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
@@ -60,6 +61,7 @@ entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_avx2);
 entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4xs_avx2);
 entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq20_avx2);
 entry!(dot_iq2_xxs, GgmlType::IQ2_XXS, iq2xxs::BYTES, iq2xxs_avx2);
+entry!(dot_iq2_xs, GgmlType::IQ2_XS, iq2xs::BYTES, iq2xs_avx2);
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -673,6 +675,38 @@ fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
         }
         let lanes = _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2));
         acc = _mm256_fmadd_ps(d, lanes, acc);
+    }
+    0.125 * hsum_ps(acc)
+}
+
+/// IQ2_XS with the integer lanes of ggml's AVX2 kernel (each group's grid entries and sign
+/// patterns gathered, `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the two 16-element scales) and
+/// its float order: the block's eight i32 lanes times `d` into the accumulators, and 1/8 of
+/// the lanes' total. (ggml builds the sign bytes with shuffles; the lanes are the same
+/// integers.)
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq2xs_avx2(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = _mm256_set1_ps(f16_at(x, iq2xs::D) * f32_at(y, 0));
+        let mut sumi = _mm256_setzero_si256();
+        for g in 0..8 {
+            let q = |l: usize| {
+                let o = iq2xs::QS + 2 * (4 * g + l);
+                u16::from_le_bytes([x[o], x[o + 1]])
+            };
+            let grid = |l: usize| IQ2XS_GRID[usize::from(q(l) & 511)] as i64;
+            let signs = |l: usize| EVEN_SIGNS[usize::from(q(l) >> 9)] as i64;
+            let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+            let s2 = _mm256_set_epi64x(signs(3), signs(2), signs(1), signs(0));
+            let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), s2);
+            let dot = _mm256_maddubs_epi16(q2, q8);
+            let sc = x[iq2xs::SCALES + g];
+            let lo = _mm_set1_epi16(2 * i16::from(sc & 15) + 1);
+            let hi = _mm_set1_epi16(2 * i16::from(sc >> 4) + 1);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set_m128i(hi, lo)));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     0.125 * hsum_ps(acc)
 }
