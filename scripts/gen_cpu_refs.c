@@ -104,7 +104,8 @@ static void random_row(enum ggml_type t, uint8_t * buf, int64_t n) {
             case GGML_TYPE_Q3_K: offs[0] = 108; break;
             case GGML_TYPE_Q6_K: offs[0] = 208; break;
             case GGML_TYPE_TQ2_0: offs[0] = 64; break;
-            case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: offs[0] = 0; break;
+            case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+                offs[0] = 0; break;
             case GGML_TYPE_MXFP4: blk[0] = (uint8_t) (117 + rnd(21)); break; // 2^-11 .. 2^9
             default:
                 fprintf(stderr, "random_row: unexpected type %s\n", ggml_type_name(t));
@@ -318,7 +319,7 @@ int main(int argc, char ** argv) {
         GGML_TYPE_IQ4_XS,
 #if defined(__x86_64__)
         // (the x86 fixture only, so far: the aarch64 one is made without them)
-        GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
+        GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
 #endif
     };
     // Float types: every tail length class of ggml's 32-element loop (the remainder's

@@ -40,7 +40,7 @@ fn tolerance(n: usize, m: f64) -> f64 {
     2.0 * (nb + 8.0) * 2f64.powi(-24) * m
 }
 
-const TYPES: [GgmlType; 9] = [
+const TYPES: [GgmlType; 10] = [
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -50,10 +50,16 @@ const TYPES: [GgmlType; 9] = [
     GgmlType::TQ2_0,
     GgmlType::IQ2_XXS,
     GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
 ];
 
 /// The types whose SIMD and scalar kernels sum in the same order (see module docs).
-const SAME_ORDER: [GgmlType; 3] = [GgmlType::TQ2_0, GgmlType::IQ2_XXS, GgmlType::IQ2_XS];
+const SAME_ORDER: [GgmlType; 4] = [
+    GgmlType::TQ2_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+];
 
 /// Byte offsets of the f16 super-block scale `d` and (if any) `dmin` inside a block.
 fn scale_offsets(ty: GgmlType) -> (usize, Option<usize>) {
@@ -62,7 +68,7 @@ fn scale_offsets(ty: GgmlType) -> (usize, Option<usize>) {
         GgmlType::Q3_K => (108, None),
         GgmlType::Q4_K | GgmlType::Q5_K => (0, Some(2)),
         GgmlType::Q6_K => (208, None),
-        GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ2_XS => (0, None),
+        GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => (0, None),
         GgmlType::TQ2_0 => (64, None),
         _ => unreachable!("not a type of this test"),
     }
@@ -290,6 +296,7 @@ type_tests! {
     tq2_0: GgmlType::TQ2_0;
     iq2_xxs: GgmlType::IQ2_XXS;
     iq2_xs: GgmlType::IQ2_XS;
+    iq2_s: GgmlType::IQ2_S;
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, IQ2_XXS, IQ2_XS and the ternary
-//! TQ2_0 against Q8_K activations, and the Q8_K activation quantizer.
+//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, the 2-bit i-quants (IQ2_XXS, IQ2_XS,
+//! IQ2_S) and the ternary TQ2_0 against Q8_K activations, and the Q8_K activation quantizer.
 //!
 //! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
 //! scale `d`, 256 signed bytes and 16 `i16` sums of consecutive groups of 16 bytes; the
@@ -30,7 +30,7 @@
 //!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
-//! `-(-128)`; the IQ2_XXS and IQ2_XS kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
+//! `-(-128)`; the 2-bit i-quant kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
 //! -128 as in ggml; the other kernels accept the full `i8` range.
 
 #[cfg(target_arch = "aarch64")]
@@ -130,6 +130,17 @@ mod layout {
         pub const QS: usize = 2;
         pub const SCALES: usize = 66;
     }
+    /// IQ2_S: `d`, 32 low bytes of the 10-bit grid indices, 32 sign bytes (one per 8
+    /// elements), per 32 elements a byte of the indices' top bit pairs and a byte of two
+    /// 4-bit scales.
+    pub mod iq2s {
+        pub const BYTES: usize = 82;
+        pub const D: usize = 0;
+        pub const QS: usize = 2;
+        pub const SIGNS: usize = 34;
+        pub const QH: usize = 66;
+        pub const SCALES: usize = 74;
+    }
 }
 
 /// The sum of eight lanes in the order of ggml's `hsum_float_8` (the upper half added to the
@@ -172,6 +183,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::TQ2_0, scalar::dot_tq2_0);
     k.set_dot(GgmlType::IQ2_XXS, scalar::dot_iq2_xxs);
     k.set_dot(GgmlType::IQ2_XS, scalar::dot_iq2_xs);
+    k.set_dot(GgmlType::IQ2_S, scalar::dot_iq2_s);
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]

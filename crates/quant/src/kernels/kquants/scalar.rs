@@ -1,4 +1,4 @@
-//! Portable reference kernels: k-quant / IQ4_XS / IQ2_XXS / IQ2_XS / TQ2_0 weights × Q8_K
+//! Portable reference kernels: k-quant / IQ4_XS / 2-bit i-quant / TQ2_0 weights × Q8_K
 //! activations.
 //!
 //! Per super-block: the weight quants are unpacked into 256 signed bytes, multiplied with
@@ -8,12 +8,12 @@
 //! by `d_weight · d_activation`. (Unpacking first keeps the inner loops simple enough for
 //! the compiler to vectorize on any target.)
 
-use super::layout::{iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::layout::{iq2s, iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, u32_at, unpack_scales_mins_k4,
     unpack_scales_q3k,
 };
-use crate::iq_tables::{IQ2XS_GRID, IQ2XXS_GRID, KSIGNS_IQ2XS};
+use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, KSIGNS_IQ2XS};
 use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
@@ -348,6 +348,37 @@ pub(super) fn dot_iq2_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
             }
         }
         let d = f16_at(x, iq2xs::D) * y.d;
+        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// IQ2_S in the lanes of ggml's x86 kernel, as [`dot_iq2_xs`]: 10-bit grid indices, a sign
+/// byte per 8 elements.
+pub(super) fn dot_iq2_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ2_S, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(iq2s::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let mut lanes = [0i32; 8];
+        for g in 0..8 {
+            let sc = x[iq2s::SCALES + g];
+            let scales = [2 * i32::from(sc & 15) + 1, 2 * i32::from(sc >> 4) + 1];
+            let qh = usize::from(x[iq2s::QH + g]);
+            for l in 0..4 {
+                let idx = usize::from(x[iq2s::QS + 4 * g + l]) | ((qh << (8 - 2 * l)) & 0x300);
+                let grid = IQ2S_GRID[idx].to_le_bytes();
+                let signs = x[iq2s::SIGNS + 4 * g + l];
+                for (j, &m) in grid.iter().enumerate() {
+                    let e = 8 * l + j;
+                    let v = signed(y.qs[32 * g + e], signs, j);
+                    lanes[e / 4] += scales[e / 16] * i32::from(m) * v;
+                }
+            }
+        }
+        let d = f16_at(x, iq2s::D) * y.d;
         for (acc, &lane) in acc.iter_mut().zip(&lanes) {
             *acc = d.mul_add(lane as f32, *acc);
         }

@@ -11,10 +11,10 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::layout::{iq2s, iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, u32_at};
 use crate::GgmlType;
-use crate::iq_tables::{IQ2XS_GRID, IQ2XXS_GRID};
+use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
 use crate::kernels::Kernels;
 use crate::tables::KVALUES_IQ4NL;
 
@@ -30,6 +30,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::TQ2_0, dot_tq2_0);
     k.set_dot(GgmlType::IQ2_XXS, dot_iq2_xxs);
     k.set_dot(GgmlType::IQ2_XS, dot_iq2_xs);
+    k.set_dot(GgmlType::IQ2_S, dot_iq2_s);
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
@@ -62,6 +63,7 @@ entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4xs_avx2);
 entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq20_avx2);
 entry!(dot_iq2_xxs, GgmlType::IQ2_XXS, iq2xxs::BYTES, iq2xxs_avx2);
 entry!(dot_iq2_xs, GgmlType::IQ2_XS, iq2xs::BYTES, iq2xs_avx2);
+entry!(dot_iq2_s, GgmlType::IQ2_S, iq2s::BYTES, iq2s_avx2);
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -702,6 +704,49 @@ fn iq2xs_avx2(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
             let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), s2);
             let dot = _mm256_maddubs_epi16(q2, q8);
             let sc = x[iq2xs::SCALES + g];
+            let lo = _mm_set1_epi16(2 * i16::from(sc & 15) + 1);
+            let hi = _mm_set1_epi16(2 * i16::from(sc >> 4) + 1);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set_m128i(hi, lo)));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    0.125 * hsum_ps(acc)
+}
+
+/// The sign bytes (0 or -1) of 32 elements from four pattern bytes at `b[off..off + 4]`: bit
+/// `j` of byte `l` is element `8l + j`'s.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn sign_masks(b: &[u8], off: usize) -> __m256i {
+    let bytes = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(u32_at(b, off) as i32), bytes);
+    _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits)
+}
+
+/// IQ2_S as ggml's AVX2 kernel: as [`iq2xs_avx2`], with the signs flipped by xor and
+/// subtract from the sign bytes (the same as `vpsignb`: -128 stays -128).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = _mm256_set1_ps(f16_at(x, iq2s::D) * f32_at(y, 0));
+        let mut sumi = _mm256_setzero_si256();
+        for g in 0..8 {
+            let qh = usize::from(x[iq2s::QH + g]);
+            let grid = |l: usize| {
+                let idx = usize::from(x[iq2s::QS + 4 * g + l]) | ((qh << (8 - 2 * l)) & 0x300);
+                IQ2S_GRID[idx] as i64
+            };
+            let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+            let s = sign_masks(x, iq2s::SIGNS + 4 * g);
+            let q8 = load256(y, Q8K_QS + 32 * g);
+            let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
+            let dot = _mm256_maddubs_epi16(q2, q8);
+            let sc = x[iq2s::SCALES + g];
             let lo = _mm_set1_epi16(2 * i16::from(sc & 15) + 1);
             let hi = _mm_set1_epi16(2 * i16::from(sc >> 4) + 1);
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set_m128i(hi, lo)));
