@@ -105,6 +105,7 @@ static void random_row(enum ggml_type t, uint8_t * buf, int64_t n) {
             case GGML_TYPE_Q6_K: offs[0] = 208; break;
             case GGML_TYPE_TQ2_0: offs[0] = 64; break;
             case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+            case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S:
                 offs[0] = 0; break;
             case GGML_TYPE_MXFP4: blk[0] = (uint8_t) (117 + rnd(21)); break; // 2^-11 .. 2^9
             default:
@@ -320,6 +321,7 @@ int main(int argc, char ** argv) {
 #if defined(__x86_64__)
         // (the x86 fixture only, so far: the aarch64 one is made without them)
         GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+        GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S,
 #endif
     };
     // Float types: every tail length class of ggml's 32-element loop (the remainder's

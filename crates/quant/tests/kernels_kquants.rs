@@ -21,7 +21,7 @@
 //! `2 · (nb + 8) · u · M` for both comparisons. Observed differences are about 50 times
 //! smaller (at most ~5e-8 · M over a few thousand random rows).
 //!
-//! TQ2_0 and the 2-bit i-quants: both kernels follow ggml's x86 lanes and float order, so
+//! TQ2_0 and the 2- and 3-bit i-quants: both kernels follow ggml's x86 lanes and float order, so
 //! they must agree bit for bit. TQ2_0's lanes hold the products of the stored 0..3 and the
 //! activation sums apart (the offset of -1), so its `M` counts `|d|` per element besides
 //! `|w|`, as the minimum part of the other types.
@@ -40,7 +40,7 @@ fn tolerance(n: usize, m: f64) -> f64 {
     2.0 * (nb + 8.0) * 2f64.powi(-24) * m
 }
 
-const TYPES: [GgmlType; 10] = [
+const TYPES: [GgmlType; 12] = [
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -51,14 +51,18 @@ const TYPES: [GgmlType; 10] = [
     GgmlType::IQ2_XXS,
     GgmlType::IQ2_XS,
     GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
 ];
 
 /// The types whose SIMD and scalar kernels sum in the same order (see module docs).
-const SAME_ORDER: [GgmlType; 4] = [
+const SAME_ORDER: [GgmlType; 6] = [
     GgmlType::TQ2_0,
     GgmlType::IQ2_XXS,
     GgmlType::IQ2_XS,
     GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
 ];
 
 /// Byte offsets of the f16 super-block scale `d` and (if any) `dmin` inside a block.
@@ -68,7 +72,12 @@ fn scale_offsets(ty: GgmlType) -> (usize, Option<usize>) {
         GgmlType::Q3_K => (108, None),
         GgmlType::Q4_K | GgmlType::Q5_K => (0, Some(2)),
         GgmlType::Q6_K => (208, None),
-        GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => (0, None),
+        GgmlType::IQ4_XS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S => (0, None),
         GgmlType::TQ2_0 => (64, None),
         _ => unreachable!("not a type of this test"),
     }
@@ -297,6 +306,8 @@ type_tests! {
     iq2_xxs: GgmlType::IQ2_XXS;
     iq2_xs: GgmlType::IQ2_XS;
     iq2_s: GgmlType::IQ2_S;
+    iq3_xxs: GgmlType::IQ3_XXS;
+    iq3_s: GgmlType::IQ3_S;
 }
 
 #[test]

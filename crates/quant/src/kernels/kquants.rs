@@ -1,5 +1,6 @@
-//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, the 2-bit i-quants (IQ2_XXS, IQ2_XS,
-//! IQ2_S) and the ternary TQ2_0 against Q8_K activations, and the Q8_K activation quantizer.
+//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, the 2- and 3-bit i-quants (IQ2_XXS,
+//! IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the ternary TQ2_0 against Q8_K activations, and the
+//! Q8_K activation quantizer.
 //!
 //! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
 //! scale `d`, 256 signed bytes and 16 `i16` sums of consecutive groups of 16 bytes; the
@@ -9,7 +10,7 @@
 //! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
 //! integer arithmetic; the two differ only in the order of float additions. TQ2_0's and
-//! the 2-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
+//! the 2- and 3-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
 //! cancel each other, so another order would not stay within rounding of ggml's result),
 //! and on aarch64 they are the NEON table's kernels too: no NEON kernels and no ARM
 //! references for them yet.
@@ -30,7 +31,7 @@
 //!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
-//! `-(-128)`; the 2-bit i-quant kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
+//! `-(-128)`; the 2- and 3-bit i-quant kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
 //! -128 as in ggml; the other kernels accept the full `i8` range.
 
 #[cfg(target_arch = "aarch64")]
@@ -141,6 +142,24 @@ mod layout {
         pub const QH: usize = 66;
         pub const SCALES: usize = 74;
     }
+    /// IQ3_XXS: `d`, 64 grid indices (one per 4 elements), then per 32 elements a word of
+    /// four 7-bit sign indices and the 4-bit scale in the top bits.
+    pub mod iq3xxs {
+        pub const BYTES: usize = 98;
+        pub const D: usize = 0;
+        pub const QS: usize = 2;
+        pub const SIGNS: usize = 66;
+    }
+    /// IQ3_S: `d`, 64 low bytes of the 9-bit grid indices, 8 bytes of their top bits, 32
+    /// sign bytes, 4 bytes of two 4-bit scales (one per 32 elements).
+    pub mod iq3s {
+        pub const BYTES: usize = 110;
+        pub const D: usize = 0;
+        pub const QS: usize = 2;
+        pub const QH: usize = 66;
+        pub const SIGNS: usize = 74;
+        pub const SCALES: usize = 106;
+    }
 }
 
 /// The sum of eight lanes in the order of ggml's `hsum_float_8` (the upper half added to the
@@ -184,6 +203,8 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ2_XXS, scalar::dot_iq2_xxs);
     k.set_dot(GgmlType::IQ2_XS, scalar::dot_iq2_xs);
     k.set_dot(GgmlType::IQ2_S, scalar::dot_iq2_s);
+    k.set_dot(GgmlType::IQ3_XXS, scalar::dot_iq3_xxs);
+    k.set_dot(GgmlType::IQ3_S, scalar::dot_iq3_s);
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]

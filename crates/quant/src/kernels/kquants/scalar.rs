@@ -1,4 +1,4 @@
-//! Portable reference kernels: k-quant / IQ4_XS / 2-bit i-quant / TQ2_0 weights × Q8_K
+//! Portable reference kernels: k-quant / IQ4_XS / 2- and 3-bit i-quant / TQ2_0 weights × Q8_K
 //! activations.
 //!
 //! Per super-block: the weight quants are unpacked into 256 signed bytes, multiplied with
@@ -8,12 +8,12 @@
 //! by `d_weight · d_activation`. (Unpacking first keeps the inner loops simple enough for
 //! the compiler to vectorize on any target.)
 
-use super::layout::{iq2s, iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::layout::{iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, u32_at, unpack_scales_mins_k4,
     unpack_scales_q3k,
 };
-use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, KSIGNS_IQ2XS};
+use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
@@ -384,4 +384,78 @@ pub(super) fn dot_iq2_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
     }
     0.125 * hsum8(&acc)
+}
+
+/// The lanes of a block whose 32-element group `g` has scale `2s + 1`, magnitude `m(g, e)`
+/// and sign byte `signs(g, l)` for elements `8l..8l + 8`: lane `k` holds elements
+/// `4k..4k + 4` of every group (as ggml's x86 kernels for IQ3_XXS and IQ3_S pair them).
+#[inline]
+fn grid_lanes(
+    y: &Q8K<'_>,
+    scale: impl Fn(usize) -> i32,
+    m: impl Fn(usize, usize) -> u8,
+    signs: impl Fn(usize, usize) -> u8,
+) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for g in 0..8 {
+        let sc = scale(g);
+        for l in 0..4 {
+            let s = signs(g, l);
+            for j in 0..8 {
+                let e = 8 * l + j;
+                let v = signed(y.qs[32 * g + e], s, j);
+                lanes[e / 4] += sc * i32::from(m(g, e)) * v;
+            }
+        }
+    }
+    lanes
+}
+
+/// IQ3_XXS in the lanes of ggml's x86 kernel: a scale `2s + 1` per 32 elements, four
+/// magnitudes per grid entry, the sign patterns of [`KSIGNS_IQ2XS`]; 1/4 of the lanes'
+/// total.
+pub(super) fn dot_iq3_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ3_XXS, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(iq3xxs::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let word = |g: usize| u32_at(x, iq3xxs::SIGNS + 4 * g);
+        let lanes = grid_lanes(
+            &y,
+            |g| 2 * (word(g) >> 28) as i32 + 1,
+            |g, e| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + e / 4])].to_le_bytes()[e % 4],
+            |g, l| KSIGNS_IQ2XS[((word(g) >> (7 * l)) & 127) as usize],
+        );
+        let d = f16_at(x, iq3xxs::D) * y.d;
+        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    0.25 * hsum8(&acc)
+}
+
+/// IQ3_S in the lanes of ggml's x86 kernel: 9-bit grid indices, a sign byte per 8
+/// elements, a scale `2s + 1` per 32 elements.
+pub(super) fn dot_iq3_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ3_S, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(iq3s::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let lanes = grid_lanes(
+            &y,
+            |g| 2 * i32::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15) + 1,
+            |g, e| {
+                let k = e / 4;
+                let h = usize::from(x[iq3s::QH + g]);
+                let idx = usize::from(x[iq3s::QS + 8 * g + k]) | ((h << (8 - k)) & 256);
+                IQ3S_GRID[idx].to_le_bytes()[e % 4]
+            },
+            |g, l| x[iq3s::SIGNS + 4 * g + l],
+        );
+        let d = f16_at(x, iq3s::D) * y.d;
+        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    hsum8(&acc)
 }

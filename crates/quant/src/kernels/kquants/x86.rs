@@ -11,10 +11,10 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{iq2s, iq2xs, iq2xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
+use super::layout::{iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
 use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, u32_at};
 use crate::GgmlType;
-use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
+use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use crate::kernels::Kernels;
 use crate::tables::KVALUES_IQ4NL;
 
@@ -31,6 +31,8 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ2_XXS, dot_iq2_xxs);
     k.set_dot(GgmlType::IQ2_XS, dot_iq2_xs);
     k.set_dot(GgmlType::IQ2_S, dot_iq2_s);
+    k.set_dot(GgmlType::IQ3_XXS, dot_iq3_xxs);
+    k.set_dot(GgmlType::IQ3_S, dot_iq3_s);
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
@@ -64,6 +66,8 @@ entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq20_avx2);
 entry!(dot_iq2_xxs, GgmlType::IQ2_XXS, iq2xxs::BYTES, iq2xxs_avx2);
 entry!(dot_iq2_xs, GgmlType::IQ2_XS, iq2xs::BYTES, iq2xs_avx2);
 entry!(dot_iq2_s, GgmlType::IQ2_S, iq2s::BYTES, iq2s_avx2);
+entry!(dot_iq3_xxs, GgmlType::IQ3_XXS, iq3xxs::BYTES, iq3xxs_avx2);
+entry!(dot_iq3_s, GgmlType::IQ3_S, iq3s::BYTES, iq3s_avx2);
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -754,4 +758,74 @@ fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     0.125 * hsum_ps(acc)
+}
+
+/// IQ3_XXS as ggml's AVX2 kernel: eight grid entries of four magnitudes per group, the sign
+/// patterns with `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the group's `2s + 1`; the block's
+/// lanes times `d` into the accumulators, and 1/4 of the lanes' total.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = _mm256_set1_ps(f16_at(x, iq3xxs::D) * f32_at(y, 0));
+        let mut sumi = _mm256_setzero_si256();
+        for g in 0..8 {
+            let grid = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])] as i32;
+            let q3 = _mm256_set_epi32(
+                grid(7),
+                grid(6),
+                grid(5),
+                grid(4),
+                grid(3),
+                grid(2),
+                grid(1),
+                grid(0),
+            );
+            let word = u32_at(x, iq3xxs::SIGNS + 4 * g);
+            let signs = |l: u32| EVEN_SIGNS[((word >> (7 * l)) & 127) as usize] as i64;
+            let s = _mm256_set_epi64x(signs(3), signs(2), signs(1), signs(0));
+            let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), s);
+            let dot = _mm256_maddubs_epi16(q3, q8);
+            let ls = (2 * (word >> 28) + 1) as i16;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    0.25 * hsum_ps(acc)
+}
+
+/// IQ3_S as ggml's AVX2 kernel: 9-bit grid indices, the sign bytes by xor and subtract, a
+/// scale `2s + 1` per group; the block's lanes times `d` into the accumulators.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq3s_avx2(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = _mm256_set1_ps(f16_at(x, iq3s::D) * f32_at(y, 0));
+        let mut sumi = _mm256_setzero_si256();
+        for g in 0..8 {
+            let h = usize::from(x[iq3s::QH + g]);
+            let grid = |k: usize| {
+                let idx = usize::from(x[iq3s::QS + 8 * g + k]) | ((h << (8 - k)) & 256);
+                IQ3S_GRID[idx] as i32
+            };
+            let q3 = _mm256_set_epi32(
+                grid(7),
+                grid(6),
+                grid(5),
+                grid(4),
+                grid(3),
+                grid(2),
+                grid(1),
+                grid(0),
+            );
+            let s = sign_masks(x, iq3s::SIGNS + 4 * g);
+            let q8 = load256(y, Q8K_QS + 32 * g);
+            let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
+            let dot = _mm256_maddubs_epi16(q3, q8);
+            let ls = 2 * i16::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15) + 1;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
+        }
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
 }
