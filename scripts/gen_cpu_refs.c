@@ -105,8 +105,16 @@ static void random_row(enum ggml_type t, uint8_t * buf, int64_t n) {
             case GGML_TYPE_Q6_K: offs[0] = 208; break;
             case GGML_TYPE_TQ2_0: offs[0] = 64; break;
             case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
-            case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S:
+            case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S:
                 offs[0] = 0; break;
+            case GGML_TYPE_IQ1_M: { // the f16 d in the top nibbles of the four scale words
+                const uint16_t h = f16_scale_bits();
+                for (int w = 0; w < 4; ++w) {
+                    uint8_t * p = blk + 48 + 2 * w;
+                    p[1] = (uint8_t) ((p[1] & 0x0f) | (((h >> (4 * w)) & 0xf) << 4));
+                }
+                break;
+            }
             case GGML_TYPE_MXFP4: blk[0] = (uint8_t) (117 + rnd(21)); break; // 2^-11 .. 2^9
             default:
                 fprintf(stderr, "random_row: unexpected type %s\n", ggml_type_name(t));
@@ -321,7 +329,7 @@ int main(int argc, char ** argv) {
 #if defined(__x86_64__)
         // (the x86 fixture only, so far: the aarch64 one is made without them)
         GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
-        GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S,
+        GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
 #endif
     };
     // Float types: every tail length class of ggml's 32-element loop (the remainder's
@@ -356,9 +364,10 @@ int main(int argc, char ** argv) {
         const size_t wrs = ggml_row_size(t, wlen);
         uint8_t * w = malloc(wrs * 2);
         weight_floats(wf, (int) wlen);
-        // (the types that need an importance matrix get a flat one)
+        // (the types that need an importance matrix get a flat one; IQ1_M's quantizer
+        // needs one too)
         float * imat = NULL;
-        if (ggml_quantize_requires_imatrix(t)) {
+        if (ggml_quantize_requires_imatrix(t) || t == GGML_TYPE_IQ1_M) {
             imat = malloc(sizeof(float) * (size_t) wlen);
             for (int64_t i = 0; i < wlen; ++i) imat[i] = 1.0f;
         }

@@ -1,4 +1,4 @@
-//! k-quant / IQ4_XS / IQ2_XXS / IQ2_XS / TQ2_0 × Q8_K dot kernels and the Q8_K activation
+//! k-quant / IQ4_XS / 1- to 3-bit i-quant / TQ2_0 × Q8_K dot kernels and the Q8_K activation
 //! quantizer.
 //!
 //! Weight rows are random bytes with finite, moderate f16 scales (every bit pattern of the
@@ -21,7 +21,7 @@
 //! `2 · (nb + 8) · u · M` for both comparisons. Observed differences are about 50 times
 //! smaller (at most ~5e-8 · M over a few thousand random rows).
 //!
-//! TQ2_0 and the 2- and 3-bit i-quants: both kernels follow ggml's x86 lanes and float order, so
+//! TQ2_0 and the 1- to 3-bit i-quants: both kernels follow ggml's x86 lanes and float order, so
 //! they must agree bit for bit. TQ2_0's lanes hold the products of the stored 0..3 and the
 //! activation sums apart (the offset of -1), so its `M` counts `|d|` per element besides
 //! `|w|`, as the minimum part of the other types.
@@ -40,7 +40,7 @@ fn tolerance(n: usize, m: f64) -> f64 {
     2.0 * (nb + 8.0) * 2f64.powi(-24) * m
 }
 
-const TYPES: [GgmlType; 12] = [
+const TYPES: [GgmlType; 14] = [
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -53,10 +53,14 @@ const TYPES: [GgmlType; 12] = [
     GgmlType::IQ2_S,
     GgmlType::IQ3_XXS,
     GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// The types whose SIMD and scalar kernels sum in the same order (see module docs).
-const SAME_ORDER: [GgmlType; 6] = [
+const SAME_ORDER: [GgmlType; 8] = [
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
     GgmlType::TQ2_0,
     GgmlType::IQ2_XXS,
     GgmlType::IQ2_XS,
@@ -77,7 +81,10 @@ fn scale_offsets(ty: GgmlType) -> (usize, Option<usize>) {
         | GgmlType::IQ2_XS
         | GgmlType::IQ2_S
         | GgmlType::IQ3_XXS
-        | GgmlType::IQ3_S => (0, None),
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S => (0, None),
+        // (IQ1_M's d is spread over the top nibbles of its scale words: see random_weights)
+        GgmlType::IQ1_M => (IQ1M_SCALES, None),
         GgmlType::TQ2_0 => (64, None),
         _ => unreachable!("not a type of this test"),
     }
@@ -168,6 +175,9 @@ fn block_count() -> impl Strategy<Value = usize> {
     ]
 }
 
+/// Offset of IQ1_M's four scale words, whose top nibbles hold its f16 `d`.
+const IQ1M_SCALES: usize = 48;
+
 /// A weight row of `ty`: random bytes with random f16 `d` (and `dmin`).
 fn random_weights(ty: GgmlType, nb: usize) -> impl Strategy<Value = Vec<u8>> {
     (
@@ -177,6 +187,14 @@ fn random_weights(ty: GgmlType, nb: usize) -> impl Strategy<Value = Vec<u8>> {
         .prop_map(move |(mut w, scales)| {
             let (d_off, dmin_off) = scale_offsets(ty);
             for (b, (d, dmin)) in w.chunks_exact_mut(ty.type_size()).zip(scales) {
+                if ty == GgmlType::IQ1_M {
+                    let h = d.to_bits();
+                    for k in 0..4 {
+                        let p = &mut b[IQ1M_SCALES + 2 * k + 1];
+                        *p = (*p & 0x0f) | ((((h >> (4 * k)) & 0xf) as u8) << 4);
+                    }
+                    continue;
+                }
                 b[d_off..d_off + 2].copy_from_slice(&d.to_le_bytes());
                 if let Some(o) = dmin_off {
                     b[o..o + 2].copy_from_slice(&dmin.to_le_bytes());
@@ -308,6 +326,8 @@ type_tests! {
     iq2_s: GgmlType::IQ2_S;
     iq3_xxs: GgmlType::IQ3_XXS;
     iq3_s: GgmlType::IQ3_S;
+    iq1_s: GgmlType::IQ1_S;
+    iq1_m: GgmlType::IQ1_M;
 }
 
 #[test]

@@ -58,13 +58,15 @@ const WEIGHTS: [GgmlType; 16] = [
 
 /// Weight types with a dot kernel that only the x86 fixture covers so far (the aarch64
 /// fixture is made without them: their NEON kernels are not written).
-const X86_ONLY: [GgmlType; 6] = [
+const X86_ONLY: [GgmlType; 8] = [
     T::TQ2_0,
     T::IQ2_XXS,
     T::IQ2_XS,
     T::IQ2_S,
     T::IQ3_XXS,
     T::IQ3_S,
+    T::IQ1_S,
+    T::IQ1_M,
 ];
 
 /// The weight types `fixture` covers.

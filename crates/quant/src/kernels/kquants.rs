@@ -1,6 +1,6 @@
-//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, the 2- and 3-bit i-quants (IQ2_XXS,
-//! IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the ternary TQ2_0 against Q8_K activations, and the
-//! Q8_K activation quantizer.
+//! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, the 1- to 3-bit i-quants (IQ1_S,
+//! IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the ternary TQ2_0 against Q8_K
+//! activations, and the Q8_K activation quantizer.
 //!
 //! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
 //! scale `d`, 256 signed bytes and 16 `i16` sums of consecutive groups of 16 bytes; the
@@ -10,7 +10,7 @@
 //! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
 //! integer arithmetic; the two differ only in the order of float additions. TQ2_0's and
-//! the 2- and 3-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
+//! the 1- to 3-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
 //! cancel each other, so another order would not stay within rounding of ggml's result),
 //! and on aarch64 they are the NEON table's kernels too: no NEON kernels and no ARM
 //! references for them yet.
@@ -31,7 +31,7 @@
 //!
 //! The kernels expect activation quants in `-127..=127`, which is what the Q8_K quantizer
 //! produces. The AVX2 IQ4_XS kernel takes signs with `vpsignb`, which cannot represent
-//! `-(-128)`; the 2- and 3-bit i-quant kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
+//! `-(-128)`; the 1- to 3-bit i-quant kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
 //! -128 as in ggml; the other kernels accept the full `i8` range.
 
 #[cfg(target_arch = "aarch64")]
@@ -160,6 +160,51 @@ mod layout {
         pub const SIGNS: usize = 74;
         pub const SCALES: usize = 106;
     }
+    /// IQ1_S: `d`, 32 low bytes of the 11-bit grid indices, then per 32 elements a `u16`
+    /// of the indices' top bits (3 per 8 elements), a 3-bit scale and the shift's sign.
+    pub mod iq1s {
+        pub const BYTES: usize = 50;
+        pub const D: usize = 0;
+        pub const QS: usize = 2;
+        pub const QH: usize = 34;
+    }
+    /// IQ1_M: 32 low index bytes, 16 bytes of nibbles (3 top index bits and the shift's
+    /// sign per 8 elements), four `u16` of 3-bit scales (two per 32 elements) with the f16
+    /// `d` in their top nibbles.
+    pub mod iq1m {
+        pub const BYTES: usize = 56;
+        pub const QS: usize = 0;
+        pub const QH: usize = 32;
+        pub const SCALES: usize = 48;
+    }
+}
+
+/// IQ1_M's f16 `d`, spread over the top nibbles of its four scale words.
+#[inline]
+fn iq1m_d(x: &[u8]) -> f32 {
+    let w = |i: usize| {
+        u16::from_le_bytes([
+            x[layout::iq1m::SCALES + 2 * i],
+            x[layout::iq1m::SCALES + 2 * i + 1],
+        ])
+    };
+    let bits = (w(0) >> 12) | ((w(1) >> 8) & 0x00f0) | ((w(2) >> 4) & 0x0f00) | (w(3) & 0xf000);
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// IQ1_M's scale `2s + 1` of the 16 elements `h` (0 or 1) of 32-element group `g`.
+#[inline]
+fn iq1m_scale(x: &[u8], g: usize, h: usize) -> i32 {
+    let o = layout::iq1m::SCALES + 2 * (g / 2);
+    let s = u16::from_le_bytes([x[o], x[o + 1]]) >> (6 * (g % 2) + 3 * h);
+    2 * i32::from(s & 7) + 1
+}
+
+/// IQ1_M's nibble of 8 elements `l` (0..4) of group `g`: 3 top index bits and the sign.
+#[inline]
+fn iq1m_nibble(x: &[u8], g: usize, l: usize) -> u8 {
+    let b = x[layout::iq1m::QH + 2 * g + l / 2];
+    if l.is_multiple_of(2) { b & 15 } else { b >> 4 }
 }
 
 /// The sum of eight lanes in the order of ggml's `hsum_float_8` (the upper half added to the
@@ -205,6 +250,8 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ2_S, scalar::dot_iq2_s);
     k.set_dot(GgmlType::IQ3_XXS, scalar::dot_iq3_xxs);
     k.set_dot(GgmlType::IQ3_S, scalar::dot_iq3_s);
+    k.set_dot(GgmlType::IQ1_S, scalar::dot_iq1_s);
+    k.set_dot(GgmlType::IQ1_M, scalar::dot_iq1_m);
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]

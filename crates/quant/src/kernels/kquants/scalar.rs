@@ -1,4 +1,4 @@
-//! Portable reference kernels: k-quant / IQ4_XS / 2- and 3-bit i-quant / TQ2_0 weights × Q8_K
+//! Portable reference kernels: k-quant / IQ4_XS / 1- to 3-bit i-quant / TQ2_0 weights × Q8_K
 //! activations.
 //!
 //! Per super-block: the weight quants are unpacked into 256 signed bytes, multiplied with
@@ -8,12 +8,16 @@
 //! by `d_weight · d_activation`. (Unpacking first keeps the inner loops simple enough for
 //! the compiler to vectorize on any target.)
 
-use super::layout::{iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
-use super::{
-    Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, u32_at, unpack_scales_mins_k4,
-    unpack_scales_q3k,
+use super::layout::{
+    iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20,
 };
-use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::{
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, iq1m_d, iq1m_nibble,
+    iq1m_scale, u32_at, unpack_scales_mins_k4, unpack_scales_q3k,
+};
+use crate::iq_tables::{
+    IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+};
 use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
@@ -458,4 +462,82 @@ pub(super) fn dot_iq3_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
     }
     hsum8(&acc)
+}
+
+/// `g · v` for a grid value `g` of -1, 0 or 1 as ggml's `mul_add_epi8` takes it: `|g|`
+/// times `v` with `g`'s sign (`vpsignb`: -128 stays -128).
+#[inline]
+fn times_trit(g: u8, v: u8) -> i32 {
+    let (g, v) = (g as i8, v as i8);
+    i32::from(g.unsigned_abs()) * i32::from(if g < 0 { v.wrapping_neg() } else { v })
+}
+
+/// IQ1_S in the lanes of ggml's x86 kernel: lane `k` the grid products of elements
+/// `4k..4k + 4` of every group times its `2s + 1`, times `d` into eight accumulators; the
+/// shift (±1/8 per group) from the activation group sums in one f32 accumulator, added at
+/// the end.
+pub(super) fn dot_iq1_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ1_S, n, w, a);
+    let mut acc = [0f32; 8];
+    let mut acc1 = 0f32;
+    for (x, yb) in w.chunks_exact(iq1s::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let mut lanes = [0i32; 8];
+        let mut shifts = 0i32;
+        for g in 0..8 {
+            let qh = u16::from_le_bytes([x[iq1s::QH + 2 * g], x[iq1s::QH + 2 * g + 1]]);
+            let ls = 2 * i32::from((qh >> 12) & 7) + 1;
+            for l in 0..4 {
+                let hi = usize::from((qh >> (3 * l)) & 7) << 8;
+                let grid = IQ1S_GRID[usize::from(x[iq1s::QS + 4 * g + l]) | hi].to_le_bytes();
+                for (j, &m) in grid.iter().enumerate() {
+                    let e = 8 * l + j;
+                    lanes[e / 4] += ls * times_trit(m, y.qs[32 * g + e]);
+                }
+            }
+            let sign = if qh & 0x8000 != 0 { -1 } else { 1 };
+            shifts += (y.bsums[2 * g] + y.bsums[2 * g + 1]) * sign * ls;
+        }
+        let d = y.d * f16_at(x, iq1s::D);
+        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+        acc1 = d.mul_add(shifts as f32, acc1);
+    }
+    hsum8(&acc) + IQ1S_DELTA * acc1
+}
+
+/// IQ1_M in the lanes of ggml's x86 kernel: as [`dot_iq1_s`], with a scale per 16 elements
+/// and the shift's sign per 8, the shifts' products (activations with the shift's sign)
+/// summed in lanes and accumulators of their own.
+pub(super) fn dot_iq1_m(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ1_M, n, w, a);
+    let mut acc = [0f32; 8];
+    let mut acc2 = [0f32; 8];
+    for (x, yb) in w.chunks_exact(iq1m::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let mut lanes = [0i32; 8];
+        let mut shift_lanes = [0i32; 8];
+        for g in 0..8 {
+            for l in 0..4 {
+                let nib = iq1m_nibble(x, g, l);
+                let hi = usize::from(nib & 7) << 8;
+                let grid = IQ1S_GRID[usize::from(x[iq1m::QS + 4 * g + l]) | hi].to_le_bytes();
+                let ls = iq1m_scale(x, g, l / 2);
+                let sign = if nib & 8 != 0 { 0xffu8 } else { 1 };
+                for (j, &m) in grid.iter().enumerate() {
+                    let e = 8 * l + j;
+                    let v = y.qs[32 * g + e];
+                    lanes[e / 4] += ls * times_trit(m, v);
+                    shift_lanes[e / 4] += ls * times_trit(sign, v);
+                }
+            }
+        }
+        let d = y.d * iq1m_d(x);
+        for k in 0..8 {
+            acc[k] = d.mul_add(lanes[k] as f32, acc[k]);
+            acc2[k] = d.mul_add(shift_lanes[k] as f32, acc2[k]);
+        }
+    }
+    hsum8(&acc) + IQ1S_DELTA * hsum8(&acc2)
 }

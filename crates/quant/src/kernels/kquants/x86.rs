@@ -11,10 +11,17 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::{iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20};
-use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, u32_at};
+use super::layout::{
+    iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20,
+};
+use super::{
+    EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, iq1m_d, iq1m_nibble,
+    iq1m_scale, u32_at,
+};
 use crate::GgmlType;
-use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+use crate::iq_tables::{
+    IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
+};
 use crate::kernels::Kernels;
 use crate::tables::KVALUES_IQ4NL;
 
@@ -33,6 +40,8 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ2_S, dot_iq2_s);
     k.set_dot(GgmlType::IQ3_XXS, dot_iq3_xxs);
     k.set_dot(GgmlType::IQ3_S, dot_iq3_s);
+    k.set_dot(GgmlType::IQ1_S, dot_iq1_s);
+    k.set_dot(GgmlType::IQ1_M, dot_iq1_m);
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
@@ -68,6 +77,8 @@ entry!(dot_iq2_xs, GgmlType::IQ2_XS, iq2xs::BYTES, iq2xs_avx2);
 entry!(dot_iq2_s, GgmlType::IQ2_S, iq2s::BYTES, iq2s_avx2);
 entry!(dot_iq3_xxs, GgmlType::IQ3_XXS, iq3xxs::BYTES, iq3xxs_avx2);
 entry!(dot_iq3_s, GgmlType::IQ3_S, iq3s::BYTES, iq3s_avx2);
+entry!(dot_iq1_s, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2);
+entry!(dot_iq1_m, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2);
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -828,4 +839,93 @@ fn iq3s_avx2(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
+}
+
+/// ggml's `mul_add_epi8`: the products of the signed bytes `x` (-1, 0, 1 here) and `y`,
+/// paired in 16-bit lanes (`|x|` times `y` with `x`'s sign).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mul_add_epi8(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// Activation group sum `i` (16 elements) of a Q8_K block.
+#[inline]
+fn bsum(y: &Q8KBlock, i: usize) -> i32 {
+    i32::from(i16::from_le_bytes([
+        y[Q8K_BSUMS + 2 * i],
+        y[Q8K_BSUMS + 2 * i + 1],
+    ]))
+}
+
+/// IQ1_S as ggml's AVX2 kernel: the grid's -1/0/1 times the activations (`mul_add_epi8`),
+/// `vpmaddwd` by each group's `2s + 1`, the block's lanes times `d` into the accumulators;
+/// the shifts from the activation group sums into one f32, added at the end.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq1s_avx2(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut acc1 = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi = _mm256_setzero_si256();
+        let mut shifts = 0i32;
+        for g in 0..8 {
+            let qh = u16::from_le_bytes([x[iq1s::QH + 2 * g], x[iq1s::QH + 2 * g + 1]]);
+            let grid = |l: usize| {
+                let hi = usize::from((qh >> (3 * l)) & 7) << 8;
+                IQ1S_GRID[usize::from(x[iq1s::QS + 4 * g + l]) | hi] as i64
+            };
+            let q1 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+            let dot = mul_add_epi8(q1, load256(y, Q8K_QS + 32 * g));
+            let ls = 2 * ((qh >> 12) & 7) as i16 + 1;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
+            let sign = if qh & 0x8000 != 0 { -1 } else { 1 };
+            shifts += (bsum(y, 2 * g) + bsum(y, 2 * g + 1)) * sign * i32::from(ls);
+        }
+        let d = f32_at(y, 0) * f16_at(x, iq1s::D);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc1 = d.mul_add(shifts as f32, acc1);
+    }
+    hsum_ps(acc) + IQ1S_DELTA * acc1
+}
+
+/// IQ1_M as ggml's AVX2 kernel: as [`iq1s_avx2`] with a scale per 16 elements, and the
+/// shifts as the activations with the shift's sign per 8 elements (`vpsignb`), scaled, in
+/// lanes and accumulators of their own.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let ones = _mm256_set1_epi8(1);
+    let mut acc1 = _mm256_setzero_ps();
+    let mut acc2 = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi1 = _mm256_setzero_si256();
+        let mut sumi2 = _mm256_setzero_si256();
+        for g in 0..8 {
+            let nib = |l: usize| iq1m_nibble(x, g, l);
+            let grid = |l: usize| {
+                let hi = usize::from(nib(l) & 7) << 8;
+                IQ1S_GRID[usize::from(x[iq1m::QS + 4 * g + l]) | hi] as i64
+            };
+            let delta = |l: usize| {
+                if nib(l) & 8 != 0 {
+                    -1i64
+                } else {
+                    0x0101_0101_0101_0101
+                }
+            };
+            let q1 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+            let sg = _mm256_set_epi64x(delta(3), delta(2), delta(1), delta(0));
+            let q8 = load256(y, Q8K_QS + 32 * g);
+            let dot1 = mul_add_epi8(q1, q8);
+            let dot2 = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, sg));
+            let lo = _mm_set1_epi16(iq1m_scale(x, g, 0) as i16);
+            let hi = _mm_set1_epi16(iq1m_scale(x, g, 1) as i16);
+            let sc = _mm256_set_m128i(hi, lo);
+            sumi1 = _mm256_add_epi32(sumi1, _mm256_madd_epi16(dot1, sc));
+            sumi2 = _mm256_add_epi32(sumi2, _mm256_madd_epi16(dot2, sc));
+        }
+        let d = _mm256_set1_ps(f32_at(y, 0) * iq1m_d(x));
+        acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);
+        acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
+    }
+    hsum_ps(acc1) + IQ1S_DELTA * hsum_ps(acc2)
 }
