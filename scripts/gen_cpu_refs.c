@@ -104,6 +104,7 @@ static void random_row(enum ggml_type t, uint8_t * buf, int64_t n) {
             case GGML_TYPE_Q3_K: offs[0] = 108; break;
             case GGML_TYPE_Q6_K: offs[0] = 208; break;
             case GGML_TYPE_TQ2_0: offs[0] = 64; break;
+            case GGML_TYPE_TQ1_0: offs[0] = 52; break;
             case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
             case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S:
                 offs[0] = 0; break;
@@ -328,7 +329,7 @@ int main(int argc, char ** argv) {
         GGML_TYPE_IQ4_XS,
 #if defined(__x86_64__)
         // (the x86 fixture only, so far: the aarch64 one is made without them)
-        GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+        GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
         GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
 #endif
     };

@@ -1,4 +1,4 @@
-//! k-quant / IQ4_XS / 1- to 3-bit i-quant / TQ2_0 × Q8_K dot kernels and the Q8_K activation
+//! k-quant / IQ4_XS / 1- to 3-bit i-quant / ternary × Q8_K dot kernels and the Q8_K activation
 //! quantizer.
 //!
 //! Weight rows are random bytes with finite, moderate f16 scales (every bit pattern of the
@@ -21,10 +21,10 @@
 //! `2 · (nb + 8) · u · M` for both comparisons. Observed differences are about 50 times
 //! smaller (at most ~5e-8 · M over a few thousand random rows).
 //!
-//! TQ2_0 and the 1- to 3-bit i-quants: both kernels follow ggml's x86 lanes and float order, so
-//! they must agree bit for bit. TQ2_0's lanes hold the products of the stored 0..3 and the
-//! activation sums apart (the offset of -1), so its `M` counts `|d|` per element besides
-//! `|w|`, as the minimum part of the other types.
+//! TQ1_0, TQ2_0 and the 1- to 3-bit i-quants: both kernels follow ggml's x86 lanes and
+//! float order, so they must agree bit for bit. The ternary types' lanes hold the products
+//! of the stored digits and the activation sums apart (the offset of -1), so their `M`
+//! counts `|d|` per element besides `|w|`, as the minimum part of the other types.
 
 mod common;
 
@@ -40,7 +40,8 @@ fn tolerance(n: usize, m: f64) -> f64 {
     2.0 * (nb + 8.0) * 2f64.powi(-24) * m
 }
 
-const TYPES: [GgmlType; 14] = [
+const TYPES: [GgmlType; 15] = [
+    GgmlType::TQ1_0,
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -58,7 +59,8 @@ const TYPES: [GgmlType; 14] = [
 ];
 
 /// The types whose SIMD and scalar kernels sum in the same order (see module docs).
-const SAME_ORDER: [GgmlType; 8] = [
+const SAME_ORDER: [GgmlType; 9] = [
+    GgmlType::TQ1_0,
     GgmlType::IQ1_S,
     GgmlType::IQ1_M,
     GgmlType::TQ2_0,
@@ -86,6 +88,7 @@ fn scale_offsets(ty: GgmlType) -> (usize, Option<usize>) {
         // (IQ1_M's d is spread over the top nibbles of its scale words: see random_weights)
         GgmlType::IQ1_M => (IQ1M_SCALES, None),
         GgmlType::TQ2_0 => (64, None),
+        GgmlType::TQ1_0 => (52, None),
         _ => unreachable!("not a type of this test"),
     }
 }
@@ -125,7 +128,7 @@ fn reference(ty: GgmlType, w: &[u8], a: &[u8], n: usize) -> (f64, f64) {
         .map(|(&x, &y)| f64::from(x) * f64::from(y))
         .sum();
     let magnitude = match scale_offsets(ty) {
-        (d_off, None) if ty == GgmlType::TQ2_0 => {
+        (d_off, None) if matches!(ty, GgmlType::TQ1_0 | GgmlType::TQ2_0) => {
             // |w| plus |d| per element: the offset's part
             let d: Vec<f64> = w
                 .chunks_exact(ty.type_size())
@@ -328,6 +331,7 @@ type_tests! {
     iq3_s: GgmlType::IQ3_S;
     iq1_s: GgmlType::IQ1_S;
     iq1_m: GgmlType::IQ1_M;
+    tq1_0: GgmlType::TQ1_0;
 }
 
 #[test]

@@ -58,7 +58,8 @@ const WEIGHTS: [GgmlType; 16] = [
 
 /// Weight types with a dot kernel that only the x86 fixture covers so far (the aarch64
 /// fixture is made without them: their NEON kernels are not written).
-const X86_ONLY: [GgmlType; 8] = [
+const X86_ONLY: [GgmlType; 9] = [
+    T::TQ1_0,
     T::TQ2_0,
     T::IQ2_XXS,
     T::IQ2_XS,

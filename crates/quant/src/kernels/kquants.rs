@@ -1,5 +1,5 @@
 //! Dot kernels for the k-quants (Q2_K … Q6_K), IQ4_XS, the 1- to 3-bit i-quants (IQ1_S,
-//! IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the ternary TQ2_0 against Q8_K
+//! IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the ternary TQ1_0 and TQ2_0 against Q8_K
 //! activations, and the Q8_K activation quantizer.
 //!
 //! All of these types use 256-element super-blocks. The activation block (Q8_K) is an f32
@@ -9,9 +9,9 @@
 //!
 //! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
-//! integer arithmetic; the two differ only in the order of float additions. TQ2_0's and
-//! the 1- to 3-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (TQ2_0's lanes
-//! cancel each other, so another order would not stay within rounding of ggml's result),
+//! integer arithmetic; the two differ only in the order of float additions. The ternary
+//! types' and the 1- to 3-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (the ternary
+//! types' lanes cancel each other, so another order would not stay within rounding of ggml's result),
 //! and on aarch64 they are the NEON table's kernels too: no NEON kernels and no ARM
 //! references for them yet.
 //!
@@ -160,6 +160,15 @@ mod layout {
         pub const SIGNS: usize = 74;
         pub const SCALES: usize = 106;
     }
+    /// TQ1_0: 48 bytes of five base-3 digits (the first 32 bytes' digit `n` is element
+    /// `32n + m`, the next 16 bytes' `160 + 16n + m`), 4 bytes of four digits (`240 + 4n + m`),
+    /// `d`.
+    pub mod tq10 {
+        pub const BYTES: usize = 54;
+        pub const QS: usize = 0;
+        pub const QH: usize = 48;
+        pub const D: usize = 52;
+    }
     /// IQ1_S: `d`, 32 low bytes of the 11-bit grid indices, then per 32 elements a `u16`
     /// of the indices' top bits (3 per 8 elements), a 3-bit scale and the shift's sign.
     pub mod iq1s {
@@ -245,6 +254,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q6_K, scalar::dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, scalar::dot_iq4_xs);
     k.set_dot(GgmlType::TQ2_0, scalar::dot_tq2_0);
+    k.set_dot(GgmlType::TQ1_0, scalar::dot_tq1_0);
     k.set_dot(GgmlType::IQ2_XXS, scalar::dot_iq2_xxs);
     k.set_dot(GgmlType::IQ2_XS, scalar::dot_iq2_xs);
     k.set_dot(GgmlType::IQ2_S, scalar::dot_iq2_s);
@@ -362,6 +372,19 @@ fn unpack_scales_q3k(s: &[u8]) -> [u8; 16] {
 mod tests {
     use super::*;
 
+    /// ggml's AVX2 digit extraction gives [`super::tq1_digit`]'s digit for every byte.
+    #[test]
+    fn the_avx2_digit_sequence_is_the_plain_formula() {
+        for b in 0..=255u8 {
+            for n in 0..5 {
+                let q = b.wrapping_mul(3u8.wrapping_pow(n));
+                let t = u16::from(q.saturating_sub(1));
+                let avx2 = ((t + ((t + 1) >> 1) + 1) >> 1) >> 6;
+                assert_eq!(avx2 as u8, super::tq1_digit(b, n), "byte {b} digit {n}");
+            }
+        }
+    }
+
     /// The bit layout written out element by element, as the format describes it.
     fn k4_by_definition(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
         let mut sc = [0u8; 8];
@@ -406,4 +429,13 @@ mod tests {
             assert_eq!(unpack_scales_q3k(&s), q3k_by_definition(&s));
         }
     }
+}
+
+/// Base-3 digit `n` of a TQ1_0 byte: `(b · 3^n mod 256) · 3 >> 8`. (ggml's AVX2 kernel
+/// takes one off with saturation, multiplies by 3/4 with two rounding halving adds and keeps
+/// the top two bits: the same digit for every byte, invalid ones included; see the test.)
+#[inline]
+fn tq1_digit(b: u8, n: u32) -> u8 {
+    let q = b.wrapping_mul(3u8.wrapping_pow(n));
+    ((u16::from(q) * 3) >> 8) as u8
 }

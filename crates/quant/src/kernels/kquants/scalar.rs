@@ -9,11 +9,11 @@
 //! the compiler to vectorize on any target.)
 
 use super::layout::{
-    iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20,
+    iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq10, tq20,
 };
 use super::{
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, hsum8, iq1m_d, iq1m_nibble,
-    iq1m_scale, u32_at, unpack_scales_mins_k4, unpack_scales_q3k,
+    iq1m_scale, tq1_digit, u32_at, unpack_scales_mins_k4, unpack_scales_q3k,
 };
 use crate::iq_tables::{
     IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
@@ -540,4 +540,37 @@ pub(super) fn dot_iq1_m(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
     }
     hsum8(&acc) + IQ1S_DELTA * hsum8(&acc2)
+}
+
+/// TQ1_0 in the lanes of ggml's x86 kernel, as [`dot_tq2_0`]: each digit (as
+/// [`tq1_digit`] extracts it) times its activation into lane `(e mod 32) / 4`, the
+/// activation sums of the lane's two groups taken off, each lane times `d` into its
+/// accumulator.
+pub(super) fn dot_tq1_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::TQ1_0, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(tq10::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let mut lanes = [0i32; 8];
+        let mut add = |e: usize, digit: u8| {
+            lanes[(e % 32) / 4] += i32::from(digit) * i32::from(y.qs[e] as i8);
+        };
+        for (start, len, first, digits) in [
+            (tq10::QS, 32, 0, 5),
+            (tq10::QS + 32, 16, 160, 5),
+            (tq10::QH, 4, 240, 4),
+        ] {
+            for d in 0..digits {
+                for m in 0..len {
+                    add(first + len * d as usize + m, tq1_digit(x[start + m], d));
+                }
+            }
+        }
+        let d = y.d * f16_at(x, tq10::D);
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let lane = lanes[k] - y.bsums[2 * k] - y.bsums[2 * k + 1];
+            *acc = (lane as f32).mul_add(d, *acc);
+        }
+    }
+    hsum8(&acc)
 }

@@ -12,7 +12,7 @@
 use std::arch::x86_64::*;
 
 use super::layout::{
-    iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq20,
+    iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq10, tq20,
 };
 use super::{
     EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, iq1m_d, iq1m_nibble,
@@ -35,6 +35,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::Q6_K, dot_q6_k);
     k.set_dot(GgmlType::IQ4_XS, dot_iq4_xs);
     k.set_dot(GgmlType::TQ2_0, dot_tq2_0);
+    k.set_dot(GgmlType::TQ1_0, dot_tq1_0);
     k.set_dot(GgmlType::IQ2_XXS, dot_iq2_xxs);
     k.set_dot(GgmlType::IQ2_XS, dot_iq2_xs);
     k.set_dot(GgmlType::IQ2_S, dot_iq2_s);
@@ -72,6 +73,7 @@ entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5k_avx2);
 entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6k_avx2);
 entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4xs_avx2);
 entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq20_avx2);
+entry!(dot_tq1_0, GgmlType::TQ1_0, tq10::BYTES, tq10_avx2);
 entry!(dot_iq2_xxs, GgmlType::IQ2_XXS, iq2xxs::BYTES, iq2xxs_avx2);
 entry!(dot_iq2_xs, GgmlType::IQ2_XS, iq2xs::BYTES, iq2xs_avx2);
 entry!(dot_iq2_s, GgmlType::IQ2_S, iq2s::BYTES, iq2s_avx2);
@@ -928,4 +930,66 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
         acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
     }
     hsum_ps(acc1) + IQ1S_DELTA * hsum_ps(acc2)
+}
+
+/// Bytes times 8 (wrapping), per byte.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn times8(q: __m256i) -> __m256i {
+    _mm256_and_si256(_mm256_slli_epi16::<3>(q), _mm256_set1_epi8(-8))
+}
+
+/// The top two bits of each byte times 3/4 after taking one off (saturating), as ggml
+/// extracts a base-3 digit: two rounding halving adds, then bits 6 and 7.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn top_digit(q: __m256i) -> __m256i {
+    let q = _mm256_subs_epu8(q, _mm256_set1_epi8(1));
+    let q = _mm256_avg_epu8(q, _mm256_avg_epu8(q, _mm256_setzero_si256()));
+    _mm256_and_si256(_mm256_srli_epi16::<6>(q), _mm256_set1_epi8(3))
+}
+
+/// TQ1_0 as ggml's AVX2 kernel: each byte times 1, 3, 9, 27 and 81 by shifts and adds, the
+/// digits taken as [`top_digit`] does, the products summed in 16-bit lanes, the activation
+/// sums taken off, the lanes paired, and each times `d` into its accumulator.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tq10_avx2(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let qy = |off: usize| load256(y, Q8K_QS + off);
+        // the first 32 bytes: five digits each
+        let q0 = load256(x, tq10::QS);
+        let q1 = _mm256_add_epi8(q0, _mm256_add_epi8(q0, q0));
+        let q2 = _mm256_add_epi8(times8(q0), q0);
+        let q3 = _mm256_add_epi8(times8(q1), q1);
+        let q4 = _mm256_add_epi8(times8(q2), q2);
+        let p = |q: __m256i, off: usize| _mm256_maddubs_epi16(top_digit(q), qy(off));
+        let mut sumi0 = _mm256_add_epi16(p(q0, 0), p(q1, 32));
+        let mut sumi1 = _mm256_add_epi16(p(q2, 64), p(q3, 96));
+        let mut sumi2 = p(q4, 128);
+        // the next 16 bytes (five digits) and the 4 bytes of four digits
+        let h0 = load128(x, tq10::QS + 32);
+        let h1 = _mm_add_epi8(h0, _mm_add_epi8(h0, h0));
+        let t8 = |q: __m128i| _mm_and_si128(_mm_slli_epi16::<3>(q), _mm_set1_epi8(-8));
+        let h2 = _mm_add_epi8(t8(h0), h0);
+        let h3 = _mm_add_epi8(t8(h1), h1);
+        let h4 = _mm_add_epi8(t8(h2), h2);
+        let qh = _mm256_cvtepu8_epi16(_mm_set1_epi32(u32_at(x, tq10::QH) as i32));
+        let mul = _mm256_set_epi16(27, 27, 27, 27, 9, 9, 9, 9, 3, 3, 3, 3, 1, 1, 1, 1);
+        let qh = _mm256_and_si256(_mm256_mullo_epi16(qh, mul), _mm256_set1_epi16(0xff));
+        let h5 = _mm_packus_epi16(
+            _mm256_castsi256_si128(qh),
+            _mm256_extracti128_si256::<1>(qh),
+        );
+        sumi0 = _mm256_add_epi16(sumi0, p(_mm256_set_m128i(h1, h0), 160));
+        sumi1 = _mm256_add_epi16(sumi1, p(_mm256_set_m128i(h3, h2), 192));
+        sumi2 = _mm256_add_epi16(sumi2, p(_mm256_set_m128i(h5, h4), 224));
+
+        let d = f16_times(x, tq10::D, f32_at(y, 0));
+        let s = _mm256_sub_epi16(sumi0, load256(y, Q8K_BSUMS));
+        let s = _mm256_add_epi16(s, _mm256_add_epi16(sumi1, sumi2));
+        let s = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
+    }
+    hsum_ps(acc)
 }
