@@ -171,8 +171,15 @@ int main(int argc, char **argv) {
     uint8_t *wdata = malloc(w_bytes);
     if (!src || !wdata) die("out of memory");
     for (long i = 0; i < uniq * cols; i++) src[i] = rand_f32();
-    if (ggml_quantize_requires_imatrix(type)) die("type needs an importance matrix");
-    ggml_quantize_chunk(type, src, wdata, 0, uniq, cols, NULL);
+    // (the i-quants that need an importance matrix, and IQ1_M, get a flat one)
+    float *imat = NULL;
+    if (ggml_quantize_requires_imatrix(type) || type == GGML_TYPE_IQ1_M) {
+        imat = malloc(sizeof(float) * (size_t)cols);
+        if (!imat) die("out of memory");
+        for (long i = 0; i < cols; i++) imat[i] = 1.0f;
+    }
+    ggml_quantize_chunk(type, src, wdata, 0, uniq, cols, imat);
+    free(imat);
     for (long r = uniq; r < rows; r++) {
         memcpy(wdata + (size_t)r * row_size, wdata + (size_t)(r % uniq) * row_size, row_size);
     }

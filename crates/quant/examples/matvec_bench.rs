@@ -212,6 +212,9 @@ fn f16_scale_offsets(t: GgmlType) -> Option<&'static [usize]> {
     use GgmlType::*;
     Some(match t {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        IQ1_S | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S => &[0],
+        TQ1_0 => &[52],
+        TQ2_0 => &[64],
         Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
         Q2_K => &[80, 82],
         Q3_K => &[108],
@@ -247,6 +250,17 @@ fn random_weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Resul
             rng.fill(&mut w);
             for b in w.chunks_exact_mut(t.type_size()) {
                 b[0] = 118 + (b[0] % 8); // E8M0 scale 2^-9 .. 2^-2
+            }
+        }
+        GgmlType::IQ1_M => {
+            // the f16 d in the top nibbles of the four scale words at 48
+            rng.fill(&mut w);
+            for b in w.chunks_exact_mut(t.type_size()) {
+                let d = f16::from_f32(0.001 + 0.01 * (rng.f32() + 1.0)).to_bits();
+                for k in 0..4 {
+                    let p = &mut b[48 + 2 * k + 1];
+                    *p = (*p & 0x0f) | ((((d >> (4 * k)) & 0xf) as u8) << 4);
+                }
             }
         }
         _ => {
