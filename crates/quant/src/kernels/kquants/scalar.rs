@@ -283,38 +283,6 @@ pub(super) fn dot_tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     (t[0] + t[2]) + (t[1] + t[3])
 }
 
-/// IQ2_XXS in the lanes of ggml's x86 kernel (see `x86::iq2xxs_avx2`): lane `k` of a block is
-/// the sum over its eight 32-element groups of the group's scale `2s + 1` times the products
-/// of elements `4k..4k + 4` of the group (the activation's sign flipped where the pattern
-/// says, as `vpsignb` does: -128 stays -128), then `d` times each lane into its accumulator,
-/// and 1/8 of the lanes' total.
-pub(super) fn dot_iq2_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    check_dot(GgmlType::IQ2_XXS, n, w, a);
-    let mut acc = [0f32; 8];
-    for (x, yb) in w.chunks_exact(iq2xxs::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
-        let y = Q8K::new(yb);
-        let mut lanes = [0i32; 8];
-        for g in 0..8 {
-            let grid = u32_at(x, iq2xxs::QS + 8 * g);
-            let signs = u32_at(x, iq2xxs::QS + 8 * g + 4);
-            let scale = 2 * (signs >> 28) as i32 + 1;
-            for l in 0..4 {
-                let q = IQ2XXS_GRID[((grid >> (8 * l)) & 0xff) as usize].to_le_bytes();
-                let s = KSIGNS_IQ2XS[((signs >> (7 * l)) & 127) as usize];
-                for (j, &m) in q.iter().enumerate() {
-                    let e = 8 * l + j;
-                    lanes[e / 4] += scale * i32::from(m) * signed(y.qs[32 * g + e], s, j);
-                }
-            }
-        }
-        let d = f16_at(x, iq2xxs::D) * y.d;
-        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
-            *acc = d.mul_add(lane as f32, *acc);
-        }
-    }
-    0.125 * hsum8(&acc)
-}
-
 /// `v` with its sign flipped where bit `j` of `signs` is set, as `vpsignb` flips it (-128
 /// stays -128).
 #[inline]
@@ -327,34 +295,86 @@ fn signed(v: u8, signs: u8, j: usize) -> i32 {
     })
 }
 
-/// IQ2_XS in the lanes of ggml's x86 kernel, as [`dot_iq2_xxs`]: each 16 elements with
-/// their scale `2s + 1`, the sign patterns of [`KSIGNS_IQ2XS`] (the 7 stored bits and the
-/// parity), lane `k` the elements `4k..4k + 4` of every group, 1/8 of the lanes' total.
+/// The lanes of ggml's x86 kernels for the 2- and 3-bit i-quants over one block: lane `k`
+/// sums elements `4k..4k + 4` of every 32-element group `g`, each the magnitude `m(g, e)`
+/// times the activation with the sign byte `signs(g, l)` of its 8 elements `l` applied, times
+/// the scale `scale(g, h)` of its 16 elements `h`.
+#[inline]
+fn grid_lanes(
+    y: &Q8K<'_>,
+    scale: impl Fn(usize, usize) -> i32,
+    m: impl Fn(usize, usize) -> u8,
+    signs: impl Fn(usize, usize) -> u8,
+) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for g in 0..8 {
+        let sc = [scale(g, 0), scale(g, 1)];
+        for l in 0..4 {
+            let s = signs(g, l);
+            for j in 0..8 {
+                let e = 8 * l + j;
+                let v = signed(y.qs[32 * g + e], s, j);
+                lanes[e / 4] += sc[e / 16] * i32::from(m(g, e)) * v;
+            }
+        }
+    }
+    lanes
+}
+
+/// Each lane times `d` into its accumulator (a fused multiply-add, as ggml's `vfmadd`).
+#[inline]
+fn fma_lanes(acc: &mut [f32; 8], d: f32, lanes: &[i32; 8]) {
+    for (acc, &lane) in acc.iter_mut().zip(lanes) {
+        *acc = d.mul_add(lane as f32, *acc);
+    }
+}
+
+/// Magnitude `j % 8` of a grid entry (magnitudes packed little-endian, 8 or 4 of them).
+#[inline]
+fn byte_of(entry: u64, j: usize) -> u8 {
+    entry.to_le_bytes()[j % 8]
+}
+
+/// IQ2_XXS in the lanes of ggml's x86 kernel ([`grid_lanes`]): per 32 elements a word of
+/// four grid indices and a word of four 7-bit sign indices (the patterns of
+/// [`KSIGNS_IQ2XS`]) with the scale `2s + 1` in its top bits; `d` times each lane into its
+/// accumulator, and 1/8 of the lanes' total.
+pub(super) fn dot_iq2_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_dot(GgmlType::IQ2_XXS, n, w, a);
+    let mut acc = [0f32; 8];
+    for (x, yb) in w.chunks_exact(iq2xxs::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
+        let y = Q8K::new(yb);
+        let grid = |g: usize| u32_at(x, iq2xxs::QS + 8 * g);
+        let word = |g: usize| u32_at(x, iq2xxs::QS + 8 * g + 4);
+        let lanes = grid_lanes(
+            &y,
+            |g, _| 2 * (word(g) >> 28) as i32 + 1,
+            |g, e| byte_of(IQ2XXS_GRID[((grid(g) >> (8 * (e / 8))) & 0xff) as usize], e),
+            |g, l| KSIGNS_IQ2XS[((word(g) >> (7 * l)) & 127) as usize],
+        );
+        fma_lanes(&mut acc, f16_at(x, iq2xxs::D) * y.d, &lanes);
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// IQ2_XS in the lanes of ggml's x86 kernel, as [`dot_iq2_xxs`]: a `u16` per 8 elements (a
+/// 9-bit grid index, a 7-bit sign index), a scale per 16 elements.
 pub(super) fn dot_iq2_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_dot(GgmlType::IQ2_XS, n, w, a);
     let mut acc = [0f32; 8];
     for (x, yb) in w.chunks_exact(iq2xs::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
-        let mut lanes = [0i32; 8];
-        for g in 0..8 {
-            let sc = x[iq2xs::SCALES + g];
-            let scales = [2 * i32::from(sc & 15) + 1, 2 * i32::from(sc >> 4) + 1];
-            for l in 0..4 {
-                let o = iq2xs::QS + 2 * (4 * g + l);
-                let q = u16::from_le_bytes([x[o], x[o + 1]]);
-                let grid = IQ2XS_GRID[usize::from(q & 511)].to_le_bytes();
-                let signs = KSIGNS_IQ2XS[usize::from(q >> 9)];
-                for (j, &m) in grid.iter().enumerate() {
-                    let e = 8 * l + j;
-                    let v = signed(y.qs[32 * g + e], signs, j);
-                    lanes[e / 4] += scales[e / 16] * i32::from(m) * v;
-                }
-            }
-        }
-        let d = f16_at(x, iq2xs::D) * y.d;
-        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
-            *acc = d.mul_add(lane as f32, *acc);
-        }
+        let q = |g: usize, l: usize| {
+            let o = iq2xs::QS + 2 * (4 * g + l);
+            u16::from_le_bytes([x[o], x[o + 1]])
+        };
+        let lanes = grid_lanes(
+            &y,
+            |g, h| 2 * i32::from((x[iq2xs::SCALES + g] >> (4 * h)) & 15) + 1,
+            |g, e| byte_of(IQ2XS_GRID[usize::from(q(g, e / 8) & 511)], e),
+            |g, l| KSIGNS_IQ2XS[usize::from(q(g, l) >> 9)],
+        );
+        fma_lanes(&mut acc, f16_at(x, iq2xs::D) * y.d, &lanes);
     }
     0.125 * hsum8(&acc)
 }
@@ -366,53 +386,20 @@ pub(super) fn dot_iq2_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     for (x, yb) in w.chunks_exact(iq2s::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
-        let mut lanes = [0i32; 8];
-        for g in 0..8 {
-            let sc = x[iq2s::SCALES + g];
-            let scales = [2 * i32::from(sc & 15) + 1, 2 * i32::from(sc >> 4) + 1];
-            let qh = usize::from(x[iq2s::QH + g]);
-            for l in 0..4 {
+        let lanes = grid_lanes(
+            &y,
+            |g, h| 2 * i32::from((x[iq2s::SCALES + g] >> (4 * h)) & 15) + 1,
+            |g, e| {
+                let l = e / 8;
+                let qh = usize::from(x[iq2s::QH + g]);
                 let idx = usize::from(x[iq2s::QS + 4 * g + l]) | ((qh << (8 - 2 * l)) & 0x300);
-                let grid = IQ2S_GRID[idx].to_le_bytes();
-                let signs = x[iq2s::SIGNS + 4 * g + l];
-                for (j, &m) in grid.iter().enumerate() {
-                    let e = 8 * l + j;
-                    let v = signed(y.qs[32 * g + e], signs, j);
-                    lanes[e / 4] += scales[e / 16] * i32::from(m) * v;
-                }
-            }
-        }
-        let d = f16_at(x, iq2s::D) * y.d;
-        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
-            *acc = d.mul_add(lane as f32, *acc);
-        }
+                byte_of(IQ2S_GRID[idx], e)
+            },
+            |g, l| x[iq2s::SIGNS + 4 * g + l],
+        );
+        fma_lanes(&mut acc, f16_at(x, iq2s::D) * y.d, &lanes);
     }
     0.125 * hsum8(&acc)
-}
-
-/// The lanes of a block whose 32-element group `g` has scale `2s + 1`, magnitude `m(g, e)`
-/// and sign byte `signs(g, l)` for elements `8l..8l + 8`: lane `k` holds elements
-/// `4k..4k + 4` of every group (as ggml's x86 kernels for IQ3_XXS and IQ3_S pair them).
-#[inline]
-fn grid_lanes(
-    y: &Q8K<'_>,
-    scale: impl Fn(usize) -> i32,
-    m: impl Fn(usize, usize) -> u8,
-    signs: impl Fn(usize, usize) -> u8,
-) -> [i32; 8] {
-    let mut lanes = [0i32; 8];
-    for g in 0..8 {
-        let sc = scale(g);
-        for l in 0..4 {
-            let s = signs(g, l);
-            for j in 0..8 {
-                let e = 8 * l + j;
-                let v = signed(y.qs[32 * g + e], s, j);
-                lanes[e / 4] += sc * i32::from(m(g, e)) * v;
-            }
-        }
-    }
-    lanes
 }
 
 /// IQ3_XXS in the lanes of ggml's x86 kernel: a scale `2s + 1` per 32 elements, four
@@ -426,14 +413,14 @@ pub(super) fn dot_iq3_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let word = |g: usize| u32_at(x, iq3xxs::SIGNS + 4 * g);
         let lanes = grid_lanes(
             &y,
-            |g| 2 * (word(g) >> 28) as i32 + 1,
-            |g, e| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + e / 4])].to_le_bytes()[e % 4],
+            |g, _| 2 * (word(g) >> 28) as i32 + 1,
+            |g, e| {
+                let idx = usize::from(x[iq3xxs::QS + 8 * g + e / 4]);
+                byte_of(u64::from(IQ3XXS_GRID[idx]), e % 4)
+            },
             |g, l| KSIGNS_IQ2XS[((word(g) >> (7 * l)) & 127) as usize],
         );
-        let d = f16_at(x, iq3xxs::D) * y.d;
-        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
-            *acc = d.mul_add(lane as f32, *acc);
-        }
+        fma_lanes(&mut acc, f16_at(x, iq3xxs::D) * y.d, &lanes);
     }
     0.25 * hsum8(&acc)
 }
@@ -447,19 +434,16 @@ pub(super) fn dot_iq3_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let y = Q8K::new(yb);
         let lanes = grid_lanes(
             &y,
-            |g| 2 * i32::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15) + 1,
+            |g, _| 2 * i32::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15) + 1,
             |g, e| {
                 let k = e / 4;
                 let h = usize::from(x[iq3s::QH + g]);
                 let idx = usize::from(x[iq3s::QS + 8 * g + k]) | ((h << (8 - k)) & 256);
-                IQ3S_GRID[idx].to_le_bytes()[e % 4]
+                byte_of(u64::from(IQ3S_GRID[idx]), e % 4)
             },
             |g, l| x[iq3s::SIGNS + 4 * g + l],
         );
-        let d = f16_at(x, iq3s::D) * y.d;
-        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
-            *acc = d.mul_add(lane as f32, *acc);
-        }
+        fma_lanes(&mut acc, f16_at(x, iq3s::D) * y.d, &lanes);
     }
     hsum8(&acc)
 }
@@ -499,9 +483,7 @@ pub(super) fn dot_iq1_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
             shifts += (y.bsums[2 * g] + y.bsums[2 * g + 1]) * sign * ls;
         }
         let d = y.d * f16_at(x, iq1s::D);
-        for (acc, &lane) in acc.iter_mut().zip(&lanes) {
-            *acc = d.mul_add(lane as f32, *acc);
-        }
+        fma_lanes(&mut acc, d, &lanes);
         acc1 = d.mul_add(shifts as f32, acc1);
     }
     hsum8(&acc) + IQ1S_DELTA * acc1
@@ -534,10 +516,8 @@ pub(super) fn dot_iq1_m(n: usize, w: &[u8], a: &[u8]) -> f32 {
             }
         }
         let d = y.d * iq1m_d(x);
-        for k in 0..8 {
-            acc[k] = d.mul_add(lanes[k] as f32, acc[k]);
-            acc2[k] = d.mul_add(shift_lanes[k] as f32, acc2[k]);
-        }
+        fma_lanes(&mut acc, d, &lanes);
+        fma_lanes(&mut acc2, d, &shift_lanes);
     }
     hsum8(&acc) + IQ1S_DELTA * hsum8(&acc2)
 }

@@ -720,14 +720,21 @@ fn iq2xs_avx2(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
             let s2 = _mm256_set_epi64x(signs(3), signs(2), signs(1), signs(0));
             let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), s2);
             let dot = _mm256_maddubs_epi16(q2, q8);
-            let sc = x[iq2xs::SCALES + g];
-            let lo = _mm_set1_epi16(2 * i16::from(sc & 15) + 1);
-            let hi = _mm_set1_epi16(2 * i16::from(sc >> 4) + 1);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set_m128i(hi, lo)));
+            sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2xs::SCALES + g]));
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     0.125 * hsum_ps(acc)
+}
+
+/// `vpmaddwd` of a group's 16 pair products by its two scales `2s + 1` (the low nibble of
+/// `sc` for the first 16 elements, the high one for the last 16).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn scaled_halves(dot: __m256i, sc: u8) -> __m256i {
+    let lo = _mm_set1_epi16(2 * i16::from(sc & 15) + 1);
+    let hi = _mm_set1_epi16(2 * i16::from(sc >> 4) + 1);
+    _mm256_madd_epi16(dot, _mm256_set_m128i(hi, lo))
 }
 
 /// The sign bytes (0 or -1) of 32 elements from four pattern bytes at `b[off..off + 4]`: bit
@@ -763,10 +770,7 @@ fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
             let q8 = load256(y, Q8K_QS + 32 * g);
             let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
             let dot = _mm256_maddubs_epi16(q2, q8);
-            let sc = x[iq2s::SCALES + g];
-            let lo = _mm_set1_epi16(2 * i16::from(sc & 15) + 1);
-            let hi = _mm_set1_epi16(2 * i16::from(sc >> 4) + 1);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set_m128i(hi, lo)));
+            sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2s::SCALES + g]));
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
