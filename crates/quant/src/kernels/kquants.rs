@@ -368,6 +368,15 @@ fn unpack_scales_q3k(s: &[u8]) -> [u8; 16] {
     words_to_bytes(unpack_scales_q3k_words(s))
 }
 
+/// Base-3 digit `n` of a TQ1_0 byte: `(b · 3^n mod 256) · 3 >> 8`. (ggml's AVX2 kernel
+/// takes one off with saturation, multiplies by 3/4 with two rounding halving adds and keeps
+/// the top two bits: the same digit for every byte, invalid ones included; see the test.)
+#[inline]
+fn tq1_digit(b: u8, n: u32) -> u8 {
+    let q = b.wrapping_mul(3u8.wrapping_pow(n));
+    ((u16::from(q) * 3) >> 8) as u8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,13 +438,4 @@ mod tests {
             assert_eq!(unpack_scales_q3k(&s), q3k_by_definition(&s));
         }
     }
-}
-
-/// Base-3 digit `n` of a TQ1_0 byte: `(b · 3^n mod 256) · 3 >> 8`. (ggml's AVX2 kernel
-/// takes one off with saturation, multiplies by 3/4 with two rounding halving adds and keeps
-/// the top two bits: the same digit for every byte, invalid ones included; see the test.)
-#[inline]
-fn tq1_digit(b: u8, n: u32) -> u8 {
-    let q = b.wrapping_mul(3u8.wrapping_pow(n));
-    ((u16::from(q) * 3) >> 8) as u8
 }
