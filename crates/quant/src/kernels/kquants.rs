@@ -226,6 +226,7 @@ fn hsum8(a: &[f32; 8]) -> f32 {
 
 /// The sign patterns of [`crate::iq_tables::KSIGNS_IQ2XS`] as bytes of 1 and -1 (ggml's
 /// `keven_signs_q2xs`): byte `j` of entry `i` is -1 where bit `j` of pattern `i` is set.
+#[cfg(target_arch = "x86_64")]
 const EVEN_SIGNS: [u64; 128] = {
     let mut t = [0u64; 128];
     let mut i = 0;
