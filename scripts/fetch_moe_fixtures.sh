@@ -4,7 +4,8 @@
 # deepseek2 in F32, BF16, Q8_0 and Q4_0, deepseek2-lite in F32, Q8_0 and Q4_0, deepseek2-fused
 # (fused gate_up experts) and qwen35moe (Qwen3.5/3.6's hybrid of linear and full attention) in
 # F32 and Q8_0; all of these then in Q4_K_M quantized from the F32 model by `sluice quantize`;
-# glm4moe-grouped and gemma4 in F32 and Q8_0;
+# glm4moe-grouped and gemma4 in F32 and Q8_0; qwen3moe-ternary (qwen3moe's model) in TQ1_0 and
+# TQ2_0;
 # gptoss in F32, BF16, Q8_0 and MXFP4) into $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe),
 # where the tests look for them. The models are not committed: they are regenerated here, byte
 # for byte, from fixed seeds and the real vocabularies and chat templates that

@@ -50,7 +50,8 @@ forward pass), the next seed was taken, since every prompt of that model would c
 gpt-oss adds no BOS, so the rule has no shared position to check: it has the next unused seed.
 
 Weight types written here: F32, BF16, Q8_0, Q4_0, Q4_1 (gguf-py's own quantizers, which are
-byte-identical to llama.cpp's). The router (ffn_gate_inp), the shared-expert gate, every bias
+byte-identical to llama.cpp's); qwen3moe-ternary is qwen3moe's model in TQ1_0 and TQ2_0
+(gguf-py's quantizers; the references are computed on these very files). The router (ffn_gate_inp), the shared-expert gate, every bias
 and every 1-D tensor stay F32, as llama.cpp's quantizer leaves them. gpt-oss is written in F32,
 BF16, Q8_0 and MXFP4 instead: MXFP4 is the type mix of llama.cpp's MOSTLY_MXFP4_MOE (expert
 tensors MXFP4, every other quantizable 2-D weight Q8_0), which the released gpt-oss files use.
@@ -87,6 +88,9 @@ WTYPES = {
     "q4_1": (QT.Q4_1, FT.MOSTLY_Q4_1),
     # expert tensors MXFP4, every other quantized weight Q8_0 (llama.cpp's MOSTLY_MXFP4_MOE)
     "mxfp4": (QT.MXFP4, FT.MOSTLY_MXFP4_MOE),
+    # ternary: every quantized weight in the type (gguf-py's quantizers)
+    "tq1_0": (QT.TQ1_0, FT.MOSTLY_TQ1_0),
+    "tq2_0": (QT.TQ2_0, FT.MOSTLY_TQ2_0),
 }
 DEFAULT_WTYPES = ("f32", "bf16", "q8_0", "q4_0", "q4_1")
 
@@ -160,6 +164,13 @@ MODELS = {
         arch="qwen3moe", vocab="qwen2.5", seed=1001, n_layer=2, n_embd=256, n_head=4,
         n_head_kv=2, head_dim=64, n_expert=16, n_expert_used=4, n_ff_exp=256, tied=False,
         rope_base=1_000_000.0, rms_eps=1e-6,
+    ),
+    # qwen3moe's model (same seed, same weights) in the ternary types, whose dot kernels
+    # follow ggml's x86 order only so far (no aarch64 references).
+    "qwen3moe-ternary": dict(
+        arch="qwen3moe", vocab="qwen2.5", seed=1001, n_layer=2, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=64, n_expert=16, n_expert_used=4, n_ff_exp=256, tied=False,
+        rope_base=1_000_000.0, rms_eps=1e-6, wtypes=("tq1_0", "tq2_0"),
     ),
     "qwen2moe": dict(
         arch="qwen2moe", vocab="qwen2.5", seed=1002, n_layer=2, n_embd=256, n_head=4,

@@ -30,7 +30,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
+ARCHS="qwen3moe qwen3moe-ternary qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
 KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
@@ -43,6 +43,7 @@ fi
 # Weight types per architecture.
 declare -A TYPES=(
     [qwen3moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
+    [qwen3moe-ternary]="tq1_0 tq2_0"
     [qwen2moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [olmoe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [mixtral]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
@@ -285,10 +286,12 @@ for i, p in enumerate(ref["prompts"]):
 PY
     done
 done | tee "$work/summary.tsv"
-# llama.cpp's loading log of one model per architecture, for the record (gptoss: MXFP4).
+# llama.cpp's loading log of one model per architecture, for the record (gptoss: MXFP4; the
+# ternary models: TQ2_0).
 for a in $ARCHS; do
     m=$a-f32
     [ "$a" = gptoss ] && m=$a-mxfp4
+    [ "$a" = qwen3moe-ternary ] && m=$a-tq2_0
     echo "== $m.gguf"
     grep -iE "warn|error|special_eog_ids|setting token|SWA cache|is_swa =|print_info: (arch|file type|n_vocab|n_expert|vocab type|model type|n_swa|is_swa_any|rope|freq_|n_ctx_orig_yarn|n_ctx_train|[A-Z]+ token)" \
         "$work/log/ref-$m.log" | awk '!seen[$0]++' || true
