@@ -216,13 +216,8 @@ fn iq1m_nibble(x: &[u8], g: usize, l: usize) -> u8 {
     if l.is_multiple_of(2) { b & 15 } else { b >> 4 }
 }
 
-/// The sum of eight lanes in the order of ggml's `hsum_float_8` (the upper half added to the
-/// lower, then pairs two apart, then the two left).
-#[inline]
-fn hsum8(a: &[f32; 8]) -> f32 {
-    let t = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
-    (t[0] + t[2]) + (t[1] + t[3])
-}
+/// The sum of eight lanes in the order of ggml's `hsum_float_8`, which is tinyBLAS's.
+use super::tinyblas::hsum8;
 
 /// The sign patterns of [`crate::iq_tables::KSIGNS_IQ2XS`] as bytes of 1 and -1 (ggml's
 /// `keven_signs_q2xs`): byte `j` of entry `i` is -1 where bit `j` of pattern `i` is set.

@@ -258,29 +258,30 @@ pub(super) fn dot_tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     for (x, yb) in w.chunks_exact(tq20::BYTES).zip(a.chunks_exact(Q8K_BYTES)) {
         let y = Q8K::new(yb);
-        let mut lanes = [0i32; 16];
+        let mut lanes = [0i32; 8];
         for j in 0..2 {
             let qs = &x[tq20::QS + 32 * j..tq20::QS + 32 * (j + 1)];
             for l in 0..4 {
                 let ys = &y.qs[128 * j + 32 * l..128 * j + 32 * (l + 1)];
                 for (e, (&q, &v)) in qs.iter().zip(ys).enumerate() {
-                    lanes[e / 2] += i32::from((q >> (2 * l)) & 3) * i32::from(v as i8);
+                    lanes[e / 4] += i32::from((q >> (2 * l)) & 3) * i32::from(v as i8);
                 }
             }
         }
-        let d = y.d * f16_at(x, tq20::D);
-        for (k, acc) in acc.iter_mut().enumerate() {
-            let lane = lanes[2 * k] - y.bsums[2 * k] + lanes[2 * k + 1] - y.bsums[2 * k + 1];
-            *acc = (lane as f32).mul_add(d, *acc);
-        }
+        fma_lanes(&mut acc, y.d * f16_at(x, tq20::D), &offset_lanes(lanes, &y));
     }
-    let t = [
-        acc[0] + acc[4],
-        acc[1] + acc[5],
-        acc[2] + acc[6],
-        acc[3] + acc[7],
-    ];
-    (t[0] + t[2]) + (t[1] + t[3])
+    hsum8(&acc)
+}
+
+/// The ternary types' lanes with the stored digits' offset of -1 taken off: lane `k` less
+/// the activation sums of groups `2k` and `2k + 1` (as ggml takes them off its 16-bit lanes,
+/// before pairing them).
+#[inline]
+fn offset_lanes(mut lanes: [i32; 8], y: &Q8K<'_>) -> [i32; 8] {
+    for (k, lane) in lanes.iter_mut().enumerate() {
+        *lane -= y.bsums[2 * k] + y.bsums[2 * k + 1];
+    }
+    lanes
 }
 
 /// `v` with its sign flipped where bit `j` of `signs` is set, as `vpsignb` flips it (-128
@@ -546,11 +547,7 @@ pub(super) fn dot_tq1_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 }
             }
         }
-        let d = y.d * f16_at(x, tq10::D);
-        for (k, acc) in acc.iter_mut().enumerate() {
-            let lane = lanes[k] - y.bsums[2 * k] - y.bsums[2 * k + 1];
-            *acc = (lane as f32).mul_add(d, *acc);
-        }
+        fma_lanes(&mut acc, y.d * f16_at(x, tq10::D), &offset_lanes(lanes, &y));
     }
     hsum8(&acc)
 }
