@@ -425,6 +425,9 @@ struct MtpState<'a> {
     new: Vec<f32>,
     /// The head's input rows `[enorm(embedding); hnorm(hidden)]`.
     inp: Vec<f32>,
+    /// The last head row's logits, and its hidden state after the head's norm.
+    logits: Vec<f32>,
+    g: Vec<f32>,
 }
 
 impl MtpState<'_> {
@@ -3004,6 +3007,8 @@ impl<'a> Engine<'a> {
             prov: None,
             new: Vec::new(),
             inp: vec![0.0; self.cfg.ubatch * 2 * e],
+            logits: Vec::new(),
+            g: Vec::new(),
         }));
         // the context so far has no hidden states: the head starts after it
         let n = self.n_past;
@@ -3048,44 +3053,46 @@ impl<'a> Engine<'a> {
         let mut hidden = std::mem::take(&mut m.pend);
         let mut toks = std::mem::take(&mut m.pend_tok);
         toks.push(next);
-        let r = self.head_rows(&hidden, &toks, p0);
+        let first = self.head_rows(&hidden, &toks, p0);
         // the rows of positions before the last are the head's for good; the last one stands
-        // if the next call runs `next` after it
-        let last = hidden.split_off((rows - 1) * e);
-        let (mut logits, mut g) = r?;
+        // if the next call runs `next` after it (the buffers go back, emptied, for reuse)
+        hidden.drain(..(rows - 1) * e);
+        toks.clear();
         if let Some(m) = &mut self.mtp {
             m.n_past = p0 + rows - 1;
-            m.pend = last;
-            m.pend_tok.clear();
+            m.pend = hidden;
+            m.pend_tok = toks;
             m.prov = Some(next);
         }
-        let mut drafts = Vec::new();
+        let (mut d, mut p) = first?;
+        let mut drafts = Vec::with_capacity(max);
+        let mut g = Vec::with_capacity(e);
         let mut pos = p0 + rows;
-        loop {
-            let (d, p) = argmax_prob(&logits);
-            if p < p_min {
-                break;
-            }
+        while p >= p_min {
             drafts.push((d, p));
             if drafts.len() == max || pos >= self.cfg.n_ctx {
                 break;
             }
-            // (the chained rows' keys and values sit past the head's positions until real
-            // rows replace them)
-            (logits, g) = self.head_rows(&g, &[d], pos)?;
+            // the head's last hidden state feeds the next row (the chained rows' keys and
+            // values sit past the head's positions until real rows replace them)
+            if let Some(m) = &mut self.mtp {
+                std::mem::swap(&mut g, &mut m.g);
+            }
+            (d, p) = self.head_rows(&g, &[d], pos)?;
             pos += 1;
         }
         Ok(drafts)
     }
 
     /// Run the head's rows (`hidden` rows of the trunk's states, `tokens` after each) at
-    /// positions `p0..`: the last row's logits and its hidden state after the head's norm.
+    /// positions `p0..`: the last row's most likely token and its probability; its logits
+    /// and its hidden state after the head's norm are left in the head's buffers.
     fn head_rows(
         &mut self,
         hidden: &[f32],
         tokens: &[u32],
         p0: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>), ForwardError> {
+    ) -> Result<(u32, f32), ForwardError> {
         let e = self.hp.n_embd as usize;
         let n_vocab = self.w.n_vocab;
         let ub = self.cfg.ubatch;
@@ -3108,19 +3115,27 @@ impl<'a> Engine<'a> {
         }
         self.single_rows = single;
         r?;
-        let (Some(m), s) = (self.mtp.as_deref(), &mut self.s) else {
+        let (Some(m), s) = (self.mtp.as_deref_mut(), &mut self.s) else {
             return Err(ForwardError::Unsupported("no draft head".into()));
         };
         let norm = m.w.head_norm.as_ref().unwrap_or(&self.w.output_norm);
-        let mut g = vec![0.0; e];
-        ops::rms_norm(&s.x[..e], norm, self.hp.rms_eps, &mut g);
+        m.g.resize(e, 0.0);
+        ops::rms_norm(&s.x[..e], norm, self.hp.rms_eps, &mut m.g);
         let out = m.w.head.as_ref().unwrap_or(&self.w.output);
-        let mut logits = vec![0.0; n_vocab];
-        mm(self.pool, out, out.data, &g, 1, &mut logits, &mut s.qbuf)?;
+        m.logits.resize(n_vocab, 0.0);
+        mm(
+            self.pool,
+            out,
+            out.data,
+            &m.g,
+            1,
+            &mut m.logits,
+            &mut s.qbuf,
+        )?;
         if m.w.head.is_none() {
-            add_bias(&mut logits, self.w.output_bias.as_ref());
+            add_bias(&mut m.logits, self.w.output_bias.as_ref());
         }
-        Ok((logits, g))
+        Ok(argmax_prob(&m.logits))
     }
 
     /// One chunk of the head's rows; when `last`, leaves the last row's output at the start
