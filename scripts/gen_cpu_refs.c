@@ -24,6 +24,10 @@
 //                n of the metadata array dot.<t>.lengths, the activation row taken from
 //                act.<vec_dot_type(t)> (f32: act.input); both rows are cut to their first
 //                n elements (whole blocks, so a prefix of a row is a row of length n)
+//   iqp.*        (x86) the IQ panel product of llama.cpp's AVX2 build: iqp.x f32 [512, 9]
+//                activation rows, iqp.<t>.w 16 weight rows of each panel type, iqp.<t>.y<k>
+//                f32 [16, k] the graph's MUL_MAT of them with the first k rows (k = 7: vec_dot;
+//                8, 9: the panel)
 //
 // Everything is deterministic: a splitmix64 generator and integer-derived floats, no libm.
 
@@ -570,6 +574,70 @@ int main(int argc, char ** argv) {
             }
             free(w);
         }
+        free(xf);
+        ggml_backend_free(cpu);
+    }
+#endif
+
+#if defined(__x86_64__)
+    // (e) The IQ panel product (x86 only: ggml-cpu/iqp.cpp, taken by an AVX2 build for these
+    // types when the row count is a multiple of 8 and the batch has at least 8 rows): plain
+    // products of 16 rows of 512 with 8 and 9 activation rows through a graph (vec_dot gives
+    // the 7-row product). Rows alternate between ggml_quantize_chunk (flat importance
+    // matrix) and random valid blocks.
+    {
+        ggml_backend_t cpu = ggml_backend_cpu_init();
+        ggml_backend_cpu_set_n_threads(cpu, 1);
+        static const enum ggml_type iqp_types[] = { GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M, GGML_TYPE_IQ2_XXS,
+            GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ4_XS };
+        const int64_t IQP_ROWS = 16, IQP_LEN = 512, IQP_TOK = 9;
+        float * xf = malloc(sizeof(float) * IQP_LEN * IQP_TOK);
+        for (int r = 0; r < IQP_TOK; ++r) weight_floats(xf + r * IQP_LEN, (int) IQP_LEN);
+        add("iqp.x", GGML_TYPE_F32, IQP_LEN, IQP_TOK, 1, xf);
+        float * imat = malloc(sizeof(float) * IQP_LEN);
+        for (int64_t i = 0; i < IQP_LEN; ++i) imat[i] = 1.0f;
+        for (size_t k = 0; k < sizeof iqp_types / sizeof iqp_types[0]; ++k) {
+            const enum ggml_type t = iqp_types[k];
+            const size_t wrs = ggml_row_size(t, IQP_LEN);
+            uint8_t * w = malloc(wrs * IQP_ROWS);
+            for (int r = 0; r < IQP_ROWS; ++r) {
+                if (r % 2 == 0) {
+                    weight_floats(wf, (int) IQP_LEN);
+                    ggml_quantize_chunk(t, wf, w + wrs * r, 0, 1, IQP_LEN, imat);
+                } else {
+                    random_row(t, w + wrs * r, IQP_LEN);
+                }
+            }
+            snprintf(name, sizeof name, "iqp.%s.w", ggml_type_name(t));
+            add(name, t, IQP_LEN, IQP_ROWS, 1, w);
+            static const int toks[] = { 7, 8, 9 };
+            for (int ti = 0; ti < 3; ++ti) {
+                const int nt = toks[ti];
+                struct ggml_init_params wp = { ggml_tensor_overhead() * 4 + ggml_graph_overhead(), NULL, true };
+                struct ggml_context * ctx = ggml_init(wp);
+                struct ggml_tensor * wt = ggml_new_tensor_2d(ctx, t, IQP_LEN, IQP_ROWS);
+                struct ggml_tensor * xt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, IQP_LEN, nt);
+                struct ggml_tensor * yt = ggml_mul_mat(ctx, wt, xt);
+                struct ggml_cgraph * g = ggml_new_graph(ctx);
+                ggml_build_forward_expand(g, yt);
+                ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_get_default_buffer_type(cpu));
+                ggml_backend_tensor_set(wt, w, 0, wrs * IQP_ROWS);
+                ggml_backend_tensor_set(xt, xf, 0, sizeof(float) * IQP_LEN * nt);
+                if (ggml_backend_graph_compute(cpu, g) != GGML_STATUS_SUCCESS) {
+                    fprintf(stderr, "panel %s: compute failed\n", ggml_type_name(t));
+                    return 1;
+                }
+                float * y = malloc(sizeof(float) * IQP_ROWS * nt);
+                ggml_backend_tensor_get(yt, y, 0, sizeof(float) * IQP_ROWS * nt);
+                snprintf(name, sizeof name, "iqp.%s.y%d", ggml_type_name(t), nt);
+                add(name, GGML_TYPE_F32, IQP_ROWS, nt, 1, y);
+                free(y);
+                ggml_backend_buffer_free(buf);
+                ggml_free(ctx);
+            }
+            free(w);
+        }
+        free(imat);
         free(xf);
         ggml_backend_free(cpu);
     }

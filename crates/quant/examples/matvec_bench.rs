@@ -21,7 +21,7 @@
 //! measures with and without the table's multi-row kernels (`RowKernel::dot_rows`; the isa
 //! column gets `-1row` without them, the single-row kernel then computes every row).
 //!
-//! `--order vecdot|repacked|tinyblas` takes the kernels of that summation order
+//! `--order vecdot|repacked|tinyblas|iqpanel` takes the kernels of that summation order
 //! (`quant::SumOrder`; default vecdot; a type without kernels of the order keeps vec_dot's), and
 //! the isa column gets `-repacked` or `-tinyblas`.
 //!
@@ -146,9 +146,10 @@ fn parse_args() -> Result<Args, String> {
                     "vecdot" => SumOrder::VecDot,
                     "repacked" => SumOrder::Repacked,
                     "tinyblas" => SumOrder::TinyBlas,
+                    "iqpanel" => SumOrder::IqPanel,
                     _ => {
                         return Err(format!(
-                            "--order {v}: expected vecdot, repacked or tinyblas"
+                            "--order {v}: expected vecdot, repacked, tinyblas or iqpanel"
                         ));
                     }
                 }
@@ -354,6 +355,7 @@ fn run(a: &Args) -> Result<(), String> {
             SumOrder::VecDot => "",
             SumOrder::Repacked => "-repacked",
             SumOrder::TinyBlas => "-tinyblas",
+            SumOrder::IqPanel => "-iqpanel",
         };
         for &(rows, cols) in &a.shapes {
             let w0 = random_weights(t, rows, cols, &mut rng)?;

@@ -662,3 +662,97 @@ fn repacked_products_match_ggml_aarch64() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The IQ panel product (x86 fixture): 16 weight rows of each panel type times 7, 8 and 9
+/// activation rows, through `matmul_with` with the kernels llama.cpp's choice gives (the
+/// panel order from 8 rows, `vec_dot` below), bit for bit; and the panel's results are not
+/// `vec_dot`'s (so the fixture tells the two orders apart).
+#[test]
+fn iq_panel_products_match_ggml() {
+    let f = open(X86);
+    let (_, xb, cols) = tensor(&f, "iqp.x", T::F32);
+    let x = f32s(xb);
+    let pool = quant::ThreadPool::new(1).unwrap();
+    let mut tables = vec![Kernels::scalar()];
+    if Kernels::detect().isa() == Isa::Avx2 {
+        tables.push(Kernels::detect());
+    }
+    let mut apart = 0;
+    for ty in [
+        T::IQ1_S,
+        T::IQ1_M,
+        T::IQ2_XXS,
+        T::IQ2_XS,
+        T::IQ2_S,
+        T::IQ3_XXS,
+        T::IQ3_S,
+        T::IQ4_XS,
+    ] {
+        let (info, w, wcols) = tensor(&f, &format!("iqp.{}.w", ty.name()), ty);
+        assert_eq!(wcols, cols);
+        let rows = info.dims[1] as usize;
+        for k in &tables {
+            let order = k.order_for(ty, rows, cols, false);
+            assert_eq!(order, quant::SumOrder::IqPanel, "{ty}");
+            for n_tok in [7, 8, 9] {
+                let (_, yb, _) = tensor(&f, &format!("iqp.{}.y{n_tok}", ty.name()), T::F32);
+                let want = f32s(yb);
+                let o = if n_tok >= k.min_tokens(order, ty) {
+                    order
+                } else {
+                    order.single_row()
+                };
+                let kernel = quant::RowKernel::lookup_in(k, ty, o).unwrap();
+                let mut out = vec![0f32; rows * n_tok];
+                let mut scratch = Vec::new();
+                quant::matmul_with(
+                    &pool,
+                    &kernel,
+                    w,
+                    rows,
+                    cols,
+                    &x[..n_tok * cols],
+                    n_tok,
+                    &mut out,
+                    &mut scratch,
+                )
+                .unwrap();
+                // (the scalar IQ4_XS vec_dot sums in its own order: `dot_kernels_match_ggml`
+                // holds it to a tolerance)
+                let exact = n_tok >= 8 || k.isa() == Isa::Avx2 || ty != T::IQ4_XS;
+                for (i, (g, e)) in out.iter().zip(&want).enumerate().filter(|_| exact) {
+                    assert_eq!(
+                        g.to_bits(),
+                        e.to_bits(),
+                        "{ty} {n_tok} rows, output {i} ({:?}): {g} vs {e}",
+                        k.isa()
+                    );
+                }
+                if n_tok >= 8 {
+                    let plain = quant::RowKernel::lookup(k, ty).unwrap();
+                    quant::matmul_with(
+                        &pool,
+                        &plain,
+                        w,
+                        rows,
+                        cols,
+                        &x[..n_tok * cols],
+                        n_tok,
+                        &mut out,
+                        &mut scratch,
+                    )
+                    .unwrap();
+                    apart += out
+                        .iter()
+                        .zip(&want)
+                        .filter(|(g, e)| g.to_bits() != e.to_bits())
+                        .count();
+                }
+            }
+        }
+    }
+    assert!(
+        apart > 0,
+        "vec_dot gives the panel's bits everywhere: the fixture does not test the order"
+    );
+}

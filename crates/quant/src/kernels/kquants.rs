@@ -40,6 +40,7 @@ pub(super) mod neon;
 mod neon_rows;
 #[cfg(target_arch = "aarch64")]
 mod neon_tiles;
+pub(crate) mod panel;
 mod q8k;
 pub use q8k::quantize_row_q8_k_fused;
 mod scalar;
@@ -258,6 +259,7 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ3_S, scalar::dot_iq3_s);
     k.set_dot(GgmlType::IQ1_S, scalar::dot_iq1_s);
     k.set_dot(GgmlType::IQ1_M, scalar::dot_iq1_m);
+    panel::register(k);
 
     if k.isa() == Isa::Avx2 {
         #[cfg(target_arch = "x86_64")]

@@ -122,6 +122,12 @@ pub enum SumOrder {
     /// llamafile's tinyBLAS, which llama.cpp uses for plain (`MUL_MAT`) products of F32,
     /// F16 and BF16 weights, and on ARM of the Q4_0 and Q8_0 weights it does not repack.
     TinyBlas,
+    /// llama.cpp's IQ panel product (x86 with AVX2): IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+    /// IQ3_XXS, IQ3_S and IQ4_XS weights with a row count divisible by 8, multiplied with at
+    /// least 8 activation rows (a plain product's batch, or the rows routed to one expert),
+    /// each super-block's exact integer total fused into one float chain per output
+    /// (`kquants/panel.rs`). Fewer rows go through `vec_dot`.
+    IqPanel,
 }
 
 impl SumOrder {
@@ -148,6 +154,21 @@ impl SumOrder {
             {
                 SumOrder::Repacked
             }
+            // `ggml_cpu_iqp_supports_mul_mat(_id)`: these types with a row count divisible by
+            // 8 (whole super-blocks always), plain matrices and expert stacks alike; the
+            // batch condition is [`Kernels::min_tokens`]'s.
+            GgmlType::IQ1_S
+            | GgmlType::IQ1_M
+            | GgmlType::IQ2_XXS
+            | GgmlType::IQ2_XS
+            | GgmlType::IQ2_S
+            | GgmlType::IQ3_XXS
+            | GgmlType::IQ3_S
+            | GgmlType::IQ4_XS
+                if rows.is_multiple_of(8) && cols.is_multiple_of(crate::QK_K) =>
+            {
+                SumOrder::IqPanel
+            }
             _ => SumOrder::VecDot,
         }
     }
@@ -157,7 +178,7 @@ impl SumOrder {
     /// back to `vec_dot`.
     pub fn single_row(self) -> SumOrder {
         match self {
-            SumOrder::TinyBlas => SumOrder::VecDot,
+            SumOrder::TinyBlas | SumOrder::IqPanel => SumOrder::VecDot,
             o => o,
         }
     }
@@ -167,6 +188,7 @@ impl SumOrder {
             SumOrder::VecDot => None,
             SumOrder::Repacked => Some(0),
             SumOrder::TinyBlas => Some(1),
+            SumOrder::IqPanel => Some(2),
         }
     }
 }
@@ -198,7 +220,7 @@ pub struct Kernels {
     dot_rows: [Option<DotRows>; N_IDS],
     dot_tokens: [Option<DotTokens>; N_IDS],
     quantize: [Option<QuantizeFn>; N_IDS],
-    alt: [AltTable; 2],
+    alt: [AltTable; 3],
 }
 
 impl Kernels {
@@ -209,7 +231,7 @@ impl Kernels {
             dot_rows: [None; N_IDS],
             dot_tokens: [None; N_IDS],
             quantize: [None; N_IDS],
-            alt: [AltTable::EMPTY; 2],
+            alt: [AltTable::EMPTY; 3],
         }
     }
 
@@ -338,8 +360,13 @@ impl Kernels {
     /// Q6_K with a row count divisible by 8, which it repacks 8x4, in [`SumOrder::Repacked`]
     /// (those layouts' gemv and gemm orders, plain matrices and expert stacks alike); expert
     /// stacks it does not repack in the `vec_dot` order; the other plain weights as
-    /// [`Kernels::order_unrepacked`] says.
+    /// [`Kernels::order_unrepacked`] says. The IQ panel product ([`SumOrder::IqPanel`]) is
+    /// x86's only (it needs AVX2 there; the scalar table reproduces the x86 build).
     pub fn order_for(&self, w: GgmlType, rows: usize, cols: usize, expert: bool) -> SumOrder {
+        if self.isa != Isa::Neon && SumOrder::for_weight(w, rows, cols, expert) == SumOrder::IqPanel
+        {
+            return SumOrder::IqPanel;
+        }
         let repacked = match self.isa {
             Isa::Neon => match w {
                 GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
@@ -396,6 +423,8 @@ impl Kernels {
     /// (F16, computed in half precision); the other orders apply from 2.
     pub fn min_tokens(&self, order: SumOrder, w: GgmlType) -> usize {
         match (self.isa, order, w) {
+            // GGML_IQP_MIN_BATCH and GGML_IQP_MIN_BATCH_ID
+            (_, SumOrder::IqPanel, _) => 8,
             (Isa::Neon, SumOrder::TinyBlas, GgmlType::F32) => 4,
             (Isa::Neon, SumOrder::TinyBlas, GgmlType::F16) => 8,
             _ => 2,

@@ -1,0 +1,498 @@
+//! The order of llama.cpp's IQ panel product ([`SumOrder::IqPanel`]): batched products of
+//! IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and IQ4_XS weights.
+//!
+//! llama.cpp's x86 CPU backend (`ggml-cpu/iqp.cpp`, any build with AVX2) multiplies a weight of
+//! these types whose row count is a multiple of 8 with a batch of at least 8 activation rows
+//! (a plain product, `MUL_MAT`) or with the at least 8 rows routed to one expert
+//! (`MUL_MAT_ID`) by decoding each super-block of the weight to 256 signed bytes, 16 integer
+//! sub-block scales and one f32 factor, and summing, for each output, per super-block
+//! `S = Σ_sub-block scale · Σ_16 weight byte · activation byte` in exact integers, then
+//! `acc = fma(f32(S), factor · d_activation, acc)` over the super-blocks in order. Fewer rows
+//! go through `vec_dot` (the [`SumOrder::VecDot`] kernels).
+//!
+//! The decoded bytes times the scales times the factor are the dequantized weights, bit for
+//! bit (ggml checks this under `GGML_IQP_VERIFY`; the tests here check it too). Integer sums
+//! do not depend on their order, so every kernel here gives the same bits as any other: the
+//! scalar one, the AVX2 one and the tiles of 8 rows × 4 tokens. Products of activation
+//! bytes are taken as ggml's `vpsignb` trick takes them (`|w| · sign(a, w)`), so that an
+//! activation byte of -128 (which the Q8_K quantizer never writes) gives the same (wrapped)
+//! value everywhere.
+//!
+//! [`SumOrder::IqPanel`]: crate::SumOrder::IqPanel
+//! [`SumOrder::VecDot`]: crate::SumOrder::VecDot
+
+use super::{Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, u32_at};
+use crate::iq_tables::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS,
+    KSIGNS_IQ2XS,
+};
+use crate::kernels::{Kernels, SumOrder};
+use crate::tables::KVALUES_IQ4NL;
+use crate::{GgmlType, QK_K};
+
+/// Weight rows per tile call.
+const TILE_ROWS: usize = 8;
+/// Activation rows per tile call.
+const TILE_TOKENS: usize = 4;
+
+/// One super-block decoded: `factor · scales[j / 16] · vals[j]` is weight `j`.
+#[derive(Clone)]
+pub(crate) struct Decoded {
+    pub vals: [i8; QK_K],
+    pub scales: [i8; QK_K / 16],
+    pub factor: f32,
+}
+
+impl Decoded {
+    pub(crate) const ZERO: Decoded = Decoded {
+        vals: [0; QK_K],
+        scales: [0; QK_K / 16],
+        factor: 0.0,
+    };
+}
+
+#[inline]
+fn u16_at(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+
+/// Eight signed grid bytes: byte `j` of `entry`, negated where bit `j` of `signs` is set.
+#[inline]
+fn signed8(out: &mut [i8], entry: u64, signs: u8) {
+    for (j, o) in out.iter_mut().enumerate().take(8) {
+        let v = (entry >> (8 * j)) as u8 as i8;
+        *o = if signs & KMASK_IQ2XS[j] != 0 { -v } else { v };
+    }
+}
+
+/// Eight signed bytes from two four-byte grid entries.
+#[inline]
+fn signed4x2(out: &mut [i8], g1: u32, g2: u32, signs: u8) {
+    signed8(out, u64::from(g1) | (u64::from(g2) << 32), signs);
+}
+
+/// Eight IQ1 bytes `8 · grid[j] + delta` (grid bytes in {-1, 0, 1}).
+#[inline]
+fn iq1_8(out: &mut [i8], entry: u64, delta: i8) {
+    for (j, o) in out.iter_mut().enumerate().take(8) {
+        *o = 8 * ((entry >> (8 * j)) as u8 as i8) + delta;
+    }
+}
+
+/// Decode super-block `b` of type `ty` (a type of the panel order) as llama.cpp's panel does.
+pub(crate) fn decode(ty: GgmlType, b: &[u8], d: &mut Decoded) {
+    match ty {
+        GgmlType::IQ2_XXS => {
+            d.factor = f16_at(b, 0) * 0.125;
+            for ib in 0..8 {
+                let at = 2 + 8 * ib;
+                let aux = u32_at(b, at + 4);
+                let ls = (2 * (aux >> 28) + 1) as i8;
+                d.scales[2 * ib] = ls;
+                d.scales[2 * ib + 1] = ls;
+                for l in 0..4 {
+                    let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+                    let entry = IQ2XXS_GRID[usize::from(b[at + l])];
+                    signed8(&mut d.vals[32 * ib + 8 * l..], entry, signs);
+                }
+            }
+        }
+        GgmlType::IQ2_XS => {
+            d.factor = f16_at(b, 0) * 0.125;
+            for ib in 0..8 {
+                let sc = b[66 + ib];
+                d.scales[2 * ib] = (2 * (sc & 15) + 1) as i8;
+                d.scales[2 * ib + 1] = (2 * (sc >> 4) + 1) as i8;
+                for l in 0..4 {
+                    let q = u16_at(b, 2 + 2 * (4 * ib + l));
+                    let entry = IQ2XS_GRID[usize::from(q & 511)];
+                    signed8(
+                        &mut d.vals[32 * ib + 8 * l..],
+                        entry,
+                        KSIGNS_IQ2XS[usize::from(q >> 9)],
+                    );
+                }
+            }
+        }
+        GgmlType::IQ2_S => {
+            d.factor = f16_at(b, 0) * 0.125;
+            for ib in 0..8 {
+                let sc = b[74 + ib];
+                d.scales[2 * ib] = (2 * (sc & 15) + 1) as i8;
+                d.scales[2 * ib + 1] = (2 * (sc >> 4) + 1) as i8;
+                let qh = usize::from(b[66 + ib]);
+                for l in 0..4 {
+                    let idx = usize::from(b[2 + 4 * ib + l]) | ((qh << (8 - 2 * l)) & 0x300);
+                    signed8(
+                        &mut d.vals[32 * ib + 8 * l..],
+                        IQ2S_GRID[idx],
+                        b[34 + 4 * ib + l],
+                    );
+                }
+            }
+        }
+        GgmlType::IQ3_XXS => {
+            d.factor = f16_at(b, 0) * 0.25;
+            for ib in 0..8 {
+                let aux = u32_at(b, 66 + 4 * ib);
+                let ls = (2 * (aux >> 28) + 1) as i8;
+                d.scales[2 * ib] = ls;
+                d.scales[2 * ib + 1] = ls;
+                for l in 0..4 {
+                    let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+                    let g1 = IQ3XXS_GRID[usize::from(b[2 + 8 * ib + 2 * l])];
+                    let g2 = IQ3XXS_GRID[usize::from(b[2 + 8 * ib + 2 * l + 1])];
+                    signed4x2(&mut d.vals[32 * ib + 8 * l..], g1, g2, signs);
+                }
+            }
+        }
+        GgmlType::IQ3_S => {
+            d.factor = f16_at(b, 0);
+            for ib in 0..8 {
+                let sc = b[106 + ib / 2];
+                let s = if ib % 2 == 0 { sc & 15 } else { sc >> 4 };
+                let s = (1 + 2 * s) as i8;
+                d.scales[2 * ib] = s;
+                d.scales[2 * ib + 1] = s;
+                let h = usize::from(b[66 + ib]);
+                let idx = |i: usize| usize::from(b[2 + 8 * ib + i]) | ((h << (8 - i)) & 256);
+                for l in 0..4 {
+                    let g1 = IQ3S_GRID[idx(2 * l)];
+                    let g2 = IQ3S_GRID[idx(2 * l + 1)];
+                    signed4x2(&mut d.vals[32 * ib + 8 * l..], g1, g2, b[74 + 4 * ib + l]);
+                }
+            }
+        }
+        GgmlType::IQ1_S => {
+            d.factor = f16_at(b, 0) * 0.125;
+            for ib in 0..8 {
+                let qh = u16_at(b, 34 + 2 * ib);
+                let s = (2 * ((qh >> 12) & 7) + 1) as i8;
+                d.scales[2 * ib] = s;
+                d.scales[2 * ib + 1] = s;
+                let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
+                for l in 0..4 {
+                    let idx =
+                        usize::from(b[2 + 4 * ib + l]) | (usize::from((qh >> (3 * l)) & 7) << 8);
+                    iq1_8(&mut d.vals[32 * ib + 8 * l..], IQ1S_GRID[idx], delta);
+                }
+            }
+        }
+        GgmlType::IQ1_M => {
+            let sc = [u16_at(b, 48), u16_at(b, 50), u16_at(b, 52), u16_at(b, 54)];
+            let bits = (sc[0] >> 12)
+                | ((sc[1] >> 8) & 0x00f0)
+                | ((sc[2] >> 4) & 0x0f00)
+                | (sc[3] & 0xf000);
+            d.factor = half::f16::from_bits(bits).to_f32() * 0.125;
+            for ib in 0..8 {
+                let s = sc[ib / 2] >> (6 * (ib % 2));
+                d.scales[2 * ib] = (2 * (s & 7) + 1) as i8;
+                d.scales[2 * ib + 1] = (2 * ((s >> 3) & 7) + 1) as i8;
+                let qh = [usize::from(b[32 + 2 * ib]), usize::from(b[32 + 2 * ib + 1])];
+                for l in 0..4 {
+                    let h = qh[l / 2];
+                    let shift = if l % 2 == 0 { 8 } else { 4 };
+                    let idx = usize::from(b[4 * ib + l]) | ((h << shift) & 0x700);
+                    let bit = if l % 2 == 0 { 0x08 } else { 0x80 };
+                    let delta = if h & bit != 0 { -1 } else { 1 };
+                    iq1_8(&mut d.vals[32 * ib + 8 * l..], IQ1S_GRID[idx], delta);
+                }
+            }
+        }
+        GgmlType::IQ4_XS => {
+            d.factor = f16_at(b, 0);
+            let scales_h = u16_at(b, 2);
+            for ib in 0..8 {
+                let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+                let high = ((scales_h >> (2 * ib)) & 3) as u8;
+                let s = (low | (high << 4)) as i8 - 32;
+                d.scales[2 * ib] = s;
+                d.scales[2 * ib + 1] = s;
+                for j in 0..16 {
+                    let q = b[8 + 16 * ib + j];
+                    d.vals[32 * ib + j] = KVALUES_IQ4NL[usize::from(q & 15)];
+                    d.vals[32 * ib + 16 + j] = KVALUES_IQ4NL[usize::from(q >> 4)];
+                }
+            }
+        }
+        _ => unreachable!("{ty} is not a type of the panel order"),
+    }
+}
+
+/// `w · a` as `vpsignb` takes it: `|w| · sign(a, w)`, with `-(-128)` wrapping to -128.
+#[inline]
+fn signed_product(w: i8, a: i8) -> i32 {
+    let sa = match w {
+        0 => 0,
+        w if w < 0 => a.wrapping_neg(),
+        _ => a,
+    };
+    i32::from(w.unsigned_abs()) * i32::from(sa)
+}
+
+/// The super-block's integer total against the 256 activation bytes `q`.
+#[inline]
+fn block_total(d: &Decoded, q: &[u8]) -> i32 {
+    let mut total = 0i32;
+    for (sb, &s) in d.scales.iter().enumerate() {
+        let mut sum = 0i32;
+        for k in 0..16 {
+            sum += signed_product(d.vals[16 * sb + k], q[16 * sb + k] as i8);
+        }
+        total += sum * i32::from(s);
+    }
+    total
+}
+
+/// One output: the fused chain over the super-blocks.
+#[inline(always)]
+fn dot_with(
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    total: impl Fn(&Decoded, &[u8]) -> i32,
+) -> f32 {
+    let nb = check_dot(ty, n, w, a);
+    let bs = ty.type_size();
+    let mut d = Decoded::ZERO;
+    let mut acc = 0f32;
+    for l in 0..nb {
+        decode(ty, &w[l * bs..(l + 1) * bs], &mut d);
+        let ab = &a[l * Q8K_BYTES..(l + 1) * Q8K_BYTES];
+        let t = total(&d, &ab[Q8K_QS..Q8K_QS + QK_K]);
+        acc = (t as f32).mul_add(d.factor * f32_at(ab, 0), acc);
+    }
+    acc
+}
+
+/// A tile: `TILE_ROWS` weight rows × `TILE_TOKENS` activation rows, each super-block of
+/// each weight row decoded once. `out[t * TILE_ROWS + r]`.
+#[inline(always)]
+fn tile_with(
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    total: impl Fn(&Decoded, &[u8]) -> i32,
+) {
+    assert!(n.is_multiple_of(QK_K), "{ty} tile: n = {n}");
+    let nb = n / QK_K;
+    let bs = ty.type_size();
+    let (wrb, arb) = (nb * bs, nb * Q8K_BYTES);
+    assert_eq!(w.len(), TILE_ROWS * wrb, "{ty} tile: weight rows");
+    assert_eq!(a.len(), TILE_TOKENS * arb, "{ty} tile: activation rows");
+    assert_eq!(out.len(), TILE_ROWS * TILE_TOKENS, "{ty} tile: outputs");
+    let mut acc = [0f32; TILE_ROWS * TILE_TOKENS];
+    let mut d = Decoded::ZERO;
+    for l in 0..nb {
+        for r in 0..TILE_ROWS {
+            let at = r * wrb + l * bs;
+            decode(ty, &w[at..at + bs], &mut d);
+            for t in 0..TILE_TOKENS {
+                let ab = &a[t * arb + l * Q8K_BYTES..t * arb + (l + 1) * Q8K_BYTES];
+                let s = total(&d, &ab[Q8K_QS..Q8K_QS + QK_K]);
+                let o = &mut acc[t * TILE_ROWS + r];
+                *o = (s as f32).mul_add(d.factor * f32_at(ab, 0), *o);
+            }
+        }
+    }
+    out.copy_from_slice(&acc);
+}
+
+macro_rules! scalar_entries {
+    ($($dot:ident, $tile:ident, $ty:expr;)*) => {
+        $(
+            fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                dot_with($ty, n, w, a, block_total)
+            }
+            fn $tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+                tile_with($ty, n, w, a, out, block_total)
+            }
+        )*
+        fn register_scalar(k: &mut Kernels) {
+            $(
+                k.set_dot_in(SumOrder::IqPanel, $ty, $dot);
+                k.set_dot_tokens_in(SumOrder::IqPanel, $ty, TILE_ROWS, TILE_TOKENS, $tile);
+            )*
+        }
+    };
+}
+
+scalar_entries! {
+    dot_iq1_s, tile_iq1_s, GgmlType::IQ1_S;
+    dot_iq1_m, tile_iq1_m, GgmlType::IQ1_M;
+    dot_iq2_xxs, tile_iq2_xxs, GgmlType::IQ2_XXS;
+    dot_iq2_xs, tile_iq2_xs, GgmlType::IQ2_XS;
+    dot_iq2_s, tile_iq2_s, GgmlType::IQ2_S;
+    dot_iq3_xxs, tile_iq3_xxs, GgmlType::IQ3_XXS;
+    dot_iq3_s, tile_iq3_s, GgmlType::IQ3_S;
+    dot_iq4_xs, tile_iq4_xs, GgmlType::IQ4_XS;
+}
+
+/// Registers the panel kernels: the scalar ones in every table, the AVX2 ones over them in
+/// the AVX2 table. (The NEON table gets none: llama.cpp's ARM build has no panel path, and
+/// [`Kernels::order_for`] never picks it there.)
+pub(super) fn register(k: &mut Kernels) {
+    register_scalar(k);
+    #[cfg(target_arch = "x86_64")]
+    if k.isa() == crate::Isa::Avx2 {
+        x86::register(k);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The same sums with AVX2 integer products (`vpsignb`, `vpmaddubsw`, `vpmaddwd`, as
+    //! ggml's non-VNNI panel kernel) and FMA.
+
+    use std::arch::x86_64::*;
+
+    use super::{Decoded, TILE_ROWS, TILE_TOKENS, dot_with, tile_with};
+    use crate::GgmlType;
+    use crate::kernels::{Kernels, SumOrder};
+
+    /// [`super::block_total`] with AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block_total_avx2(d: &Decoded, q: &[u8]) -> i32 {
+        assert!(q.len() >= 256);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_si256();
+        for i in 0..8 {
+            // SAFETY: `d.vals` has 256 bytes and `q` at least 256 (asserted); loadu has no
+            // alignment requirement.
+            let (x, y) = unsafe {
+                (
+                    _mm256_loadu_si256(d.vals.as_ptr().add(32 * i).cast()),
+                    _mm256_loadu_si256(q.as_ptr().add(32 * i).cast()),
+                )
+            };
+            let p = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)),
+                ones,
+            );
+            let s = _mm256_set_m128i(
+                _mm_set1_epi32(i32::from(d.scales[2 * i + 1])),
+                _mm_set1_epi32(i32::from(d.scales[2 * i])),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, s));
+        }
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(acc),
+            _mm256_extracti128_si256(acc, 1),
+        );
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_avx2(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+        dot_with(ty, n, w, a, |d, q| block_total_avx2(d, q))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn tile_avx2(ty: GgmlType, n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        tile_with(ty, n, w, a, out, |d, q| block_total_avx2(d, q))
+    }
+
+    macro_rules! entries {
+        ($($dot:ident, $tile:ident, $ty:expr;)*) => {
+            $(
+                fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                    // SAFETY: registered only in the AVX2 table, built after run-time
+                    // detection of avx2 and fma.
+                    unsafe { dot_avx2($ty, n, w, a) }
+                }
+                fn $tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+                    // SAFETY: as above.
+                    unsafe { tile_avx2($ty, n, w, a, out) }
+                }
+            )*
+            pub(super) fn register(k: &mut Kernels) {
+                $(
+                    k.set_dot_in(SumOrder::IqPanel, $ty, $dot);
+                    k.set_dot_tokens_in(SumOrder::IqPanel, $ty, TILE_ROWS, TILE_TOKENS, $tile);
+                )*
+            }
+        };
+    }
+
+    entries! {
+        dot_iq1_s, tile_iq1_s, GgmlType::IQ1_S;
+        dot_iq1_m, tile_iq1_m, GgmlType::IQ1_M;
+        dot_iq2_xxs, tile_iq2_xxs, GgmlType::IQ2_XXS;
+        dot_iq2_xs, tile_iq2_xs, GgmlType::IQ2_XS;
+        dot_iq2_s, tile_iq2_s, GgmlType::IQ2_S;
+        dot_iq3_xxs, tile_iq3_xxs, GgmlType::IQ3_XXS;
+        dot_iq3_s, tile_iq3_s, GgmlType::IQ3_S;
+        dot_iq4_xs, tile_iq4_xs, GgmlType::IQ4_XS;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TYPES: [GgmlType; 8] = [
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ4_XS,
+    ];
+
+    /// A random block with a finite f16 scale of moderate size (IQ1_M keeps it in the top
+    /// nibbles of its scale words).
+    fn random_block(ty: GgmlType, state: &mut u64) -> Vec<u8> {
+        let mut next = || {
+            *state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (*state >> 33) as u32
+        };
+        let mut b: Vec<u8> = (0..ty.type_size()).map(|_| next() as u8).collect();
+        // sign, exponent 2^-14 .. 2^1, random mantissa
+        let d = ((next() & 1) << 15) as u16
+            | (((1 + next() % 16) as u16) << 10)
+            | (next() as u16 & 0x3ff);
+        if ty == GgmlType::IQ1_M {
+            for i in 0..4 {
+                let o = 48 + 2 * i;
+                let w =
+                    u16::from_le_bytes([b[o], b[o + 1]]) & 0x0fff | (((d >> (4 * i)) & 15) << 12);
+                b[o..o + 2].copy_from_slice(&w.to_le_bytes());
+            }
+        } else {
+            b[0..2].copy_from_slice(&d.to_le_bytes());
+        }
+        b
+    }
+
+    /// As ggml's `GGML_IQP_VERIFY` checks: factor · scale · byte is the dequantized weight,
+    /// bit for bit.
+    #[test]
+    fn a_decoded_block_is_the_dequantized_block() {
+        let mut state = 0x5eed_1e55_u64;
+        for ty in TYPES {
+            for _ in 0..500 {
+                let b = random_block(ty, &mut state);
+                let mut want = [0f32; QK_K];
+                crate::dequantize_row(ty, &b, &mut want).expect("dequantize");
+                let mut d = Decoded::ZERO;
+                decode(ty, &b, &mut d);
+                for (j, &w) in want.iter().enumerate() {
+                    let scale = d.factor * f32::from(d.scales[j / 16]);
+                    let got = scale * f32::from(d.vals[j]);
+                    assert_eq!(got.to_bits(), w.to_bits(), "{ty} element {j}: {got} vs {w}");
+                }
+            }
+        }
+    }
+}
