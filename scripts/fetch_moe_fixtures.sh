@@ -36,6 +36,14 @@ ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek
 # the generator's and this script's hashes (its ARCHS decide which Q4_K_M models exist)
 STAMP_VERSION="moe-fixtures v3 $(cat "$GEN" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 
+# The models gguf-py cannot write (qwen3moe-iq-mix: the i-quants, made by llama.cpp's quantizer
+# in scripts/gen_moe_refs.sh) are committed and copied in as they are.
+mkdir -p "$OUT"
+for m in "$root"/crates/engine/tests/fixtures/moe/models/*.gguf; do
+    [ -f "$m" ] || continue
+    cmp -s "$m" "$OUT/$(basename "$m")" || cp "$m" "$OUT/"
+done
+
 if [ -f "$OUT/STAMP" ] && [ "$(cat "$OUT/STAMP")" = "$STAMP_VERSION" ]; then
     exit 0
 fi

@@ -1,11 +1,16 @@
 // Reference data for the MoE forward-pass fixtures, computed by llama.cpp through its C API.
 // Built and run by scripts/gen_moe_refs.sh against the prebuilt libraries of node-llama-cpp.
 //
-//   gen_moe_refs quantize IN.gguf OUT.gguf [FTYPE [pure] [requantize]]
+//   gen_moe_refs quantize IN.gguf OUT.gguf [FTYPE [pure] [requantize] [flat-imatrix]
+//                                                 [tt:REGEX=TYPE]...]
 //       Quantization with llama_model_quantize (default parameters, one thread, no importance
 //       matrix); FTYPE is a llama_ftype number (default 15, LLAMA_FTYPE_MOSTLY_Q4_K_M); `pure`
 //       and `requantize` set llama_model_quantize_params.pure (every quantized tensor gets the
-//       default type) and .allow_requantize.
+//       default type) and .allow_requantize. `flat-imatrix` hands the quantizer an importance
+//       matrix of ones for every tensor of IN (what the i-quants below 3 bits insist on; a flat
+//       one weighs every column alike). Each `tt:REGEX=TYPE` is a tensor type override
+//       (llama_model_tensor_override: the first pattern found in a tensor's name gives its
+//       ggml type, named as ggml_type_name names it, e.g. iq2_xxs).
 //   gen_moe_refs ref MODEL.gguf OUT.json [-n N] [-u UBATCH] (-p TEXT)...
 //       For every prompt: the token ids (llama.cpp's tokenizer, special tokens added as the
 //       vocabulary asks, special-token text not parsed), the logits of every prompt position
@@ -27,6 +32,7 @@
 // The environment variable GGML_BACKEND_DIR names the directory of the CPU backend libraries.
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "gguf.h"
 #include "llama.h"
 
 #include <algorithm>
@@ -195,12 +201,60 @@ void decode(llama_context * ctx, llama_batch & b, const llama_token * toks, int 
     }
 }
 
-int cmd_quantize(const char * in, const char * out, llama_ftype ftype, bool pure, bool requantize) {
+ggml_type type_by_name(const std::string & name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        const char * n = ggml_type_name((ggml_type) t);
+        if (n && name == n) {
+            return (ggml_type) t;
+        }
+    }
+    fprintf(stderr, "no ggml type is named %s\n", name.c_str());
+    exit(2);
+}
+
+// An importance matrix of ones for every tensor of `path`: ne[0] * ne[2] values each (a row's
+// length per expert), as llama_model_quantize checks.
+std::vector<std::pair<std::string, std::vector<float>>> flat_imatrix(const char * path) {
+    ggml_context * ctx = nullptr;
+    gguf_init_params ip = { /*no_alloc =*/ true, /*ctx =*/ &ctx };
+    gguf_context * g = gguf_init_from_file(path, ip);
+    if (!g) {
+        fprintf(stderr, "%s: not a readable GGUF file\n", path);
+        exit(1);
+    }
+    std::vector<std::pair<std::string, std::vector<float>>> out;
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
+        out.emplace_back(t->name, std::vector<float>((size_t) (t->ne[0] * t->ne[2]), 1.0f));
+    }
+    gguf_free(g);
+    ggml_free(ctx);
+    return out;
+}
+
+int cmd_quantize(const char * in, const char * out, llama_ftype ftype, bool pure, bool requantize,
+                 bool flat, const std::vector<std::pair<std::string, ggml_type>> & overrides) {
     llama_model_quantize_params p = llama_model_quantize_default_params();
     p.ftype = ftype;
     p.pure = pure;
     p.allow_requantize = requantize;
     p.nthread = 1;
+    const auto imatrix = flat ? flat_imatrix(in) : std::vector<std::pair<std::string, std::vector<float>>>();
+    std::vector<llama_model_imatrix_data> im;
+    for (const auto & [name, v] : imatrix) {
+        im.push_back({ name.c_str(), v.data(), v.size() });
+    }
+    im.push_back({ nullptr, nullptr, 0 });
+    if (flat) {
+        p.imatrix = im.data();
+    }
+    std::vector<llama_model_tensor_override> tt;
+    for (const auto & [pattern, type] : overrides) {
+        tt.push_back({ pattern.c_str(), type });
+    }
+    tt.push_back({ nullptr, GGML_TYPE_COUNT });
+    if (!overrides.empty()) {
+        p.tt_overrides = tt.data();
+    }
     if (llama_model_quantize(in, out, &p) != 0) {
         fprintf(stderr, "quantization failed\n");
         return 1;
@@ -346,7 +400,7 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
 
 int main(int argc, char ** argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s quantize IN OUT [FTYPE [pure] [requantize]] | ref MODEL OUT.json [-n N] [-u UBATCH] (-p TEXT)...\n", argv[0]);
+        fprintf(stderr, "usage: %s quantize IN OUT [FTYPE [pure] [requantize] [flat-imatrix] [tt:REGEX=TYPE]...] | ref MODEL OUT.json [-n N] [-u UBATCH] (-p TEXT)...\n", argv[0]);
         return 2;
     }
     llama_log_set(log_cb, nullptr);
@@ -362,11 +416,25 @@ int main(int argc, char ** argv) {
         const int ftype = argc > 4 ? atoi(argv[4]) : (int) LLAMA_FTYPE_MOSTLY_Q4_K_M;
         bool pure = false;
         bool requantize = false;
+        bool flat = false;
+        std::vector<std::pair<std::string, ggml_type>> overrides;
         for (int i = 5; i < argc; i++) {
-            pure = pure || !strcmp(argv[i], "pure");
-            requantize = requantize || !strcmp(argv[i], "requantize");
+            const std::string a = argv[i];
+            if (a == "pure") {
+                pure = true;
+            } else if (a == "requantize") {
+                requantize = true;
+            } else if (a == "flat-imatrix") {
+                flat = true;
+            } else if (a.rfind("tt:", 0) == 0 && a.find('=') != std::string::npos) {
+                const size_t eq = a.rfind('=');
+                overrides.emplace_back(a.substr(3, eq - 3), type_by_name(a.substr(eq + 1)));
+            } else {
+                fprintf(stderr, "quantize: unknown option %s\n", a.c_str());
+                return 2;
+            }
         }
-        return cmd_quantize(argv[2], argv[3], (llama_ftype) ftype, pure, requantize);
+        return cmd_quantize(argv[2], argv[3], (llama_ftype) ftype, pure, requantize, flat, overrides);
     }
     if (cmd != "ref") {
         return 2;

@@ -30,7 +30,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen3moe-ternary qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
+ARCHS="qwen3moe qwen3moe-ternary qwen3moe-iq qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
 KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
@@ -44,6 +44,7 @@ fi
 declare -A TYPES=(
     [qwen3moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [qwen3moe-ternary]="tq1_0 tq2_0"
+    [qwen3moe-iq]="mix"
     [qwen2moe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [olmoe]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
     [mixtral]="f32 bf16 q8_0 q4_0 q4_1 q4_k_m"
@@ -196,6 +197,25 @@ if [ "${QUANT_CROSSCHECK:-}" = all ]; then
     done
 fi
 
+# qwen3moe-iq-mix: qwen3moe's F32 model quantized by llama.cpp's quantizer into the seven
+# i-quants, each type in one expert tensor and one attention matrix (IQ3_S: the default, the
+# embeddings and the output too), with a flat importance matrix (the quantizer refuses the
+# types below 3 bits without one). gguf-py cannot write these types, so the model is committed
+# (crates/engine/tests/fixtures/moe/models/) and fetch_moe_fixtures.sh copies it into the
+# fixture cache.
+case " $ARCHS " in *" qwen3moe-iq "*)
+    run quantize "$MODELS/qwen3moe-f32.gguf" "$work/qwen3moe-iq-mix.gguf" 26 pure flat-imatrix \
+        'tt:blk\.0\.ffn_gate_exps=iq1_s' 'tt:blk\.0\.ffn_up_exps=iq1_m' 'tt:blk\.0\.ffn_down_exps=iq2_xxs' \
+        'tt:blk\.1\.ffn_gate_exps=iq2_xs' 'tt:blk\.1\.ffn_up_exps=iq2_s' 'tt:blk\.1\.ffn_down_exps=iq3_xxs' \
+        'tt:blk\.0\.attn_q\.=iq3_xxs' 'tt:blk\.0\.attn_k\.=iq2_s' 'tt:blk\.0\.attn_v\.=iq2_xs' \
+        'tt:blk\.0\.attn_output=iq2_xxs' 'tt:blk\.1\.attn_q\.=iq1_m' 'tt:blk\.1\.attn_k\.=iq1_s' \
+        > "$work/log/quantize-qwen3moe-iq.log" 2>&1
+    mkdir -p "$root/crates/engine/tests/fixtures/moe/models"
+    cp "$work/qwen3moe-iq-mix.gguf" "$root/crates/engine/tests/fixtures/moe/models/"
+    cp "$work/qwen3moe-iq-mix.gguf" "$MODELS/"
+    ;;
+esac
+
 cand_args=()
 for p in "${CANDIDATES[@]}"; do cand_args+=(-p "$p"); done
 for a in $ARCHS; do
@@ -287,11 +307,12 @@ PY
     done
 done | tee "$work/summary.tsv"
 # llama.cpp's loading log of one model per architecture, for the record (gptoss: MXFP4; the
-# ternary models: TQ2_0).
+# ternary models: TQ2_0; the i-quant one: its mix).
 for a in $ARCHS; do
     m=$a-f32
     [ "$a" = gptoss ] && m=$a-mxfp4
     [ "$a" = qwen3moe-ternary ] && m=$a-tq2_0
+    [ "$a" = qwen3moe-iq ] && m=$a-mix
     echo "== $m.gguf"
     grep -iE "warn|error|special_eog_ids|setting token|SWA cache|is_swa =|print_info: (arch|file type|n_vocab|n_expert|vocab type|model type|n_swa|is_swa_any|rope|freq_|n_ctx_orig_yarn|n_ctx_train|[A-Z]+ token)" \
         "$work/log/ref-$m.log" | awk '!seen[$0]++' || true
