@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use transform::genmodel::{Event, Like, Options, Plan};
+use transform::genmodel::{Event, ExpertTypes, Like, Options, Plan};
 use transform::quantize::FileType;
 
 use crate::progress::{Progress, Unit};
@@ -24,6 +24,15 @@ pub struct GenModelArgs {
     /// elsewhere) for gpt-oss].
     #[arg(long, value_parser = crate::args::file_type(), ignore_case = true, value_name = "MIX")]
     quant: Option<FileType>,
+
+    /// Types for the routed expert stacks instead of the --quant mix's, as GATE_UP,DOWN (ggml
+    /// type names): GATE_UP for ffn_gate_exps / ffn_up_exps / ffn_gate_up_exps, DOWN for
+    /// ffn_down_exps; everything else keeps the mix's types. `--quant Q4_K_M --expert-types
+    /// IQ2_XXS,IQ2_S` is the shape of Unsloth's dynamic UD-IQ2_XXS files (docs/benchmarks.md).
+    /// Fillable types: q4_0, q4_1, q5_0, q5_1, q8_0, q2_K … q6_K, iq4_nl, mxfp4, iq2_xxs,
+    /// iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq4_xs.
+    #[arg(long, value_parser = parse_expert_types, value_name = "GATE_UP,DOWN")]
+    expert_types: Option<ExpertTypes>,
 
     /// Where to write the model (via OUT.part, renamed when complete and synced).
     #[arg(long, value_name = "OUT.gguf", required_unless_present = "plan")]
@@ -155,6 +164,7 @@ pub fn run(args: GenModelArgs) -> Result<()> {
         attn_out_std: args.attn_out_std,
         seed: args.seed,
         chat_template: args.chat_template,
+        expert_types: args.expert_types,
     };
     let (quiet, title) = (args.quiet, args.like.title());
     // The rates count from the start of the write.
@@ -206,6 +216,24 @@ pub fn run(args: GenModelArgs) -> Result<()> {
         }
     );
     Ok(())
+}
+
+/// `--expert-types GATE_UP,DOWN`: two ggml type names (any case).
+fn parse_expert_types(v: &str) -> Result<ExpertTypes, String> {
+    let ty = |name: &str| {
+        gguf::GgmlType::ALL
+            .iter()
+            .copied()
+            .find(|t| t.name().eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| format!("{name:?} is not a ggml type name (e.g. iq2_xxs)"))
+    };
+    match v.split_once(',') {
+        Some((g, d)) => Ok(ExpertTypes {
+            gate_up: ty(g)?,
+            down: ty(d)?,
+        }),
+        None => Err(format!("{v:?}: expected GATE_UP,DOWN, e.g. IQ2_XXS,IQ2_S")),
+    }
 }
 
 #[cfg(test)]

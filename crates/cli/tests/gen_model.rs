@@ -435,3 +435,44 @@ fn a_failed_generation_leaves_no_file() {
         assert!(!o.status.success(), "{bad:?}");
     }
 }
+
+/// `--expert-types`: the UD-IQ2_XXS shape of DeepSeek V3 (IQ2_XXS gate and up, IQ2_S down,
+/// Q4_K_M elsewhere): each MoE layer's expert bytes are the i-quants' block sizes, the rest of
+/// the plan is Q4_K_M's; bad values are refused naming the flag.
+#[test]
+fn expert_types_give_the_routed_stacks_their_i_quants() {
+    let base = ["--like", "deepseek-v3", "--layers", "4"];
+    let (_, l0, r0) = plan(&base);
+    let mut a = base.to_vec();
+    a.extend_from_slice(&["--expert-types", "iq2_xxs,IQ2_S"]);
+    let (_, l1, r1) = plan(&a);
+    // gate and up: 2048 rows of 7168 (28 blocks of 66 bytes), down: 7168 rows of 2048 (8 of 82)
+    assert_eq!(
+        l1[&3].0,
+        2 * 2048 * 28 * 66 + 7168 * 8 * 82,
+        "one expert's bytes"
+    );
+    assert_eq!(l1[&3].1, l0[&3].1, "dense bytes unchanged");
+    for (a, b) in r0.iter().zip(&r1) {
+        assert_eq!(a.3, b.3);
+        let want = match b.3.as_str() {
+            n if n.ends_with("ffn_down_exps.weight") => "iq2_s",
+            n if n.ends_with("_exps.weight") => "iq2_xxs",
+            _ => a.2.as_str(),
+        };
+        assert_eq!(b.2, want, "{}", b.3);
+    }
+    for bad in ["iq2_xxs", "iq2_xxs,nope", "iq1_m,iq2_s"] {
+        let mut a = base.to_vec();
+        a.extend_from_slice(&["--plan", "--expert-types", bad]);
+        let mut args = vec!["gen-model"];
+        args.extend_from_slice(&a);
+        let o = sluice(&args);
+        assert!(!o.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("expert-types") || err.contains("iq1_m"),
+            "{bad}: {err}"
+        );
+    }
+}
