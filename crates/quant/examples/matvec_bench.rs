@@ -385,6 +385,7 @@ fn run(a: &Args) -> Result<(), String> {
                         prefetch,
                         dot_rows: if multi { base.dot_rows } else { None },
                         dot_tokens: if tiles { base.dot_tokens } else { None },
+                        dot_panel: if tiles { base.dot_panel } else { None },
                         grouped: base.grouped.map(|g| quant::kernels::GroupedDot {
                             dot_tokens: if tiles { g.dot_tokens } else { None },
                             ..g

@@ -14,7 +14,7 @@ use std::slice::ChunksMut;
 use std::sync::{Mutex, PoisonError};
 
 use crate::kernels::{
-    DotFn, DotRows, DotTokens, GroupedDot, Kernels, QuantizeFn, SumOrder, vec_dot_type,
+    DotFn, DotPanel, DotRows, DotTokens, GroupedDot, Kernels, QuantizeFn, SumOrder, vec_dot_type,
 };
 use crate::pool::ThreadPool;
 use crate::{GgmlType, QuantError};
@@ -45,6 +45,10 @@ pub struct RowKernel {
     /// one; [`matmul_with`] uses it for whole tiles. It gives the same bits per output as
     /// `dot`, so using it never changes a result.
     pub dot_tokens: Option<DotTokens>,
+    /// A kernel for a group of weight rows against every activation row of a product at once
+    /// (the order decodes each group of rows once), if the table has one; [`matmul_with`]
+    /// uses it for whole groups, before `dot_tokens`. Same bits per output as `dot`.
+    pub dot_panel: Option<DotPanel>,
     /// Quantizes one f32 activation row of `cols` elements to `act_type`.
     pub quantize: QuantizeFn,
     /// Kernels for the activation rows of a batched product ([`matmul_with`]) that the
@@ -111,6 +115,7 @@ impl RowKernel {
             dot,
             dot_rows,
             dot_tokens: kernels.dot_tokens_in(order, wtype),
+            dot_panel: kernels.dot_panel_in(order, wtype),
             quantize,
             grouped: kernels.grouped_in(order, wtype),
             prefetch: !self_prefetching,
@@ -407,9 +412,13 @@ pub fn matmul_with(
     let segments = segments.map(|s| s.filter(|s| !s.tokens.is_empty()));
     let segments = || segments.iter().flatten();
     let any_tiles = segments().any(|s| s.tiles.is_some());
-    let prefetch = kernel.prefetch && (!any_tiles || TILE_PREFETCH);
-    // Rows per step: a whole number of every multi-row and tile kernel's rows.
-    let group = segments().fold(1, |g, s| {
+    // A panel kernel takes whole groups of its rows with every (ungrouped) activation row.
+    let panel = kernel
+        .dot_panel
+        .filter(|p| p.rows > 0 && n_grouped == 0 && rows >= p.rows);
+    let prefetch = kernel.prefetch && (!any_tiles || TILE_PREFETCH) && panel.is_none();
+    // Rows per step: a whole number of every multi-row, tile and panel kernel's rows.
+    let group = segments().fold(panel.map_or(1, |p| p.rows), |g, s| {
         let g = lcm(g, s.dots.1.map_or(1, |d| d.rows.max(1)));
         s.tiles.map_or(g, |t| lcm(g, t.rows))
     });
@@ -440,6 +449,36 @@ pub fn matmul_with(
         }
         let n = dst[0].len();
         let w_chunk = &w[c * ch * rb..(c * ch + n) * rb];
+        if let Some(p) = panel {
+            // Whole groups through the panel kernel (each group of rows decoded once for
+            // every token), a short last group row by row.
+            let mut buf = vec![0f32; n_tok * p.rows];
+            let mut j = 0;
+            while j + p.rows <= n {
+                (p.f)(cols, &w_chunk[j * rb..(j + p.rows) * rb], xq, &mut buf);
+                for (k, d) in dst.iter_mut().enumerate() {
+                    d[j..j + p.rows].copy_from_slice(&buf[k * p.rows..(k + 1) * p.rows]);
+                }
+                j += p.rows;
+            }
+            if j < n {
+                let mut none = RowPrefetcher::disabled(&w_chunk[j * rb..], rb);
+                for (k, d) in dst.iter_mut().enumerate() {
+                    let a_row = &xq[k * arb..(k + 1) * arb];
+                    let dots = (kernel.dot, kernel.dot_rows);
+                    rows_times_vector(
+                        dots,
+                        cols,
+                        &w_chunk[j * rb..],
+                        rb,
+                        a_row,
+                        &mut d[j..],
+                        &mut none,
+                    );
+                }
+            }
+            return;
+        }
         let mut ahead = RowPrefetcher::new(prefetch, w_chunk, rb);
         // Walk the chunk a group of weight rows at a time (a whole number of the multi-row
         // and tile kernels' widths), multiplying each group with every token while it is in

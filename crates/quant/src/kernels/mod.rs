@@ -193,12 +193,26 @@ impl SumOrder {
     }
 }
 
+/// A group of `rows` weight rows against any number of activation rows, for an order that
+/// decodes each group of weight rows once for a whole batch (llama.cpp's IQ panel):
+/// `f(n, w, a, out)` with `w` holding `rows` weight rows, `a` any whole number `T` of
+/// activation rows and `out.len() == T * rows`, token-major as [`DotTokensFn`]. Each output
+/// must equal the order's `dot` bit for bit.
+#[derive(Debug, Clone, Copy)]
+pub struct DotPanel {
+    /// Weight rows per call.
+    pub rows: usize,
+    /// The kernel.
+    pub f: DotTokensFn,
+}
+
 /// Kernels of the orders other than [`SumOrder::VecDot`], per weight type.
 #[derive(Clone, Copy)]
 struct AltTable {
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
     dot_tokens: [Option<DotTokens>; N_IDS],
+    dot_panel: [Option<DotPanel>; N_IDS],
     /// Activation quantizers of this order, by activation type, where the order quantizes
     /// activations differently from the plain quantizer.
     quantize: [Option<QuantizeFn>; N_IDS],
@@ -209,6 +223,7 @@ impl AltTable {
         dot: [None; N_IDS],
         dot_rows: [None; N_IDS],
         dot_tokens: [None; N_IDS],
+        dot_panel: [None; N_IDS],
         quantize: [None; N_IDS],
     };
 }
@@ -305,6 +320,26 @@ impl Kernels {
             None => self.dot_tokens[w.id() as usize] = k,
             Some(i) => self.alt[i].dot_tokens[w.id() as usize] = k,
         }
+    }
+
+    /// Register a panel kernel of order `order` (not [`SumOrder::VecDot`]) for weight type `w`.
+    pub(crate) fn set_dot_panel_in(
+        &mut self,
+        order: SumOrder,
+        w: GgmlType,
+        rows: usize,
+        f: DotTokensFn,
+    ) {
+        if let Some(i) = order.alt_index() {
+            self.alt[i].dot_panel[w.id() as usize] = Some(DotPanel { rows, f });
+        }
+    }
+
+    /// The panel kernel of order `order` for weight type `w`, if this table has one.
+    pub fn dot_panel_in(&self, order: SumOrder, w: GgmlType) -> Option<DotPanel> {
+        order
+            .alt_index()
+            .and_then(|i| self.alt[i].dot_panel[w.id() as usize])
     }
 
     /// Register the activation quantizer producing `act` for the kernels of order `order`

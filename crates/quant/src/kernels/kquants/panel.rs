@@ -23,8 +23,7 @@
 
 use super::{Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, u32_at};
 use crate::iq_tables::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS,
-    KSIGNS_IQ2XS,
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
 };
 use crate::kernels::{Kernels, SumOrder};
 use crate::tables::KVALUES_IQ4NL;
@@ -41,6 +40,14 @@ pub(crate) struct Decoded {
     pub vals: [i8; QK_K],
     pub scales: [i8; QK_K / 16],
     pub factor: f32,
+    /// `128 · Σ scale · Σ vals`: what feeding the activation bytes offset by 128 (as unsigned
+    /// bytes) adds to the total (set by the kernels that use it, not by [`decode`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub bias: i32,
+    /// Every byte is within ±63, so `(a + 128) · w` pairs fit `vpmaddubsw`'s i16 (all the
+    /// grid types; not IQ4_XS).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub small: bool,
 }
 
 impl Decoded {
@@ -48,6 +55,8 @@ impl Decoded {
         vals: [0; QK_K],
         scales: [0; QK_K / 16],
         factor: 0.0,
+        bias: 0,
+        small: false,
     };
 }
 
@@ -56,13 +65,40 @@ fn u16_at(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
 
+/// Per sign byte, the mask with 0xff in every byte whose sign bit is set.
+static SIGN_MASKS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 0;
+        while j < 8 {
+            if i & (1 << j) != 0 {
+                t[i] |= 0xff << (8 * j);
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
 /// Eight signed grid bytes: byte `j` of `entry`, negated where bit `j` of `signs` is set.
+/// Eight bytes at once: `(g ^ m) + (m & 1)` negates the masked bytes without a carry into
+/// the next one, because every grid byte is in 1..=127 (the IQ2 and IQ3 grids are).
 #[inline]
 fn signed8(out: &mut [i8], entry: u64, signs: u8) {
-    for (j, o) in out.iter_mut().enumerate().take(8) {
-        let v = (entry >> (8 * j)) as u8 as i8;
-        *o = if signs & KMASK_IQ2XS[j] != 0 { -v } else { v };
-    }
+    let m = SIGN_MASKS[usize::from(signs)];
+    put8(out, (entry ^ m).wrapping_add(m & ONES));
+}
+
+/// The eight bytes of `v` (little-endian) as eight i8.
+#[inline]
+fn put8(out: &mut [i8], v: u64) {
+    let b = v.to_le_bytes().map(|b| b as i8);
+    out[..8].copy_from_slice(&b);
 }
 
 /// Eight signed bytes from two four-byte grid entries.
@@ -71,12 +107,13 @@ fn signed4x2(out: &mut [i8], g1: u32, g2: u32, signs: u8) {
     signed8(out, u64::from(g1) | (u64::from(g2) << 32), signs);
 }
 
-/// Eight IQ1 bytes `8 · grid[j] + delta` (grid bytes in {-1, 0, 1}).
+/// Eight IQ1 bytes `8 · grid[j] + delta` (grid bytes in {-1, 0, 1}): the bytes shifted left
+/// by 3 (the bits that cross into the next byte masked off), then a byte-wise add.
 #[inline]
 fn iq1_8(out: &mut [i8], entry: u64, delta: i8) {
-    for (j, o) in out.iter_mut().enumerate().take(8) {
-        *o = 8 * ((entry >> (8 * j)) as u8 as i8) + delta;
-    }
+    let g = (entry << 3) & 0xf8f8_f8f8_f8f8_f8f8;
+    let d = u64::from(delta as u8) * ONES;
+    put8(out, ((g & !HIGH) + (d & !HIGH)) ^ ((g ^ d) & HIGH));
 }
 
 /// Decode super-block `b` of type `ty` (a type of the panel order) as llama.cpp's panel does.
@@ -218,6 +255,7 @@ pub(crate) fn decode(ty: GgmlType, b: &[u8], d: &mut Decoded) {
         }
         _ => unreachable!("{ty} is not a type of the panel order"),
     }
+    d.small = ty != GgmlType::IQ4_XS;
 }
 
 /// `w · a` as `vpsignb` takes it: `|w| · sign(a, w)`, with `-(-128)` wrapping to -128.
@@ -302,8 +340,84 @@ fn tile_with(
     out.copy_from_slice(&acc);
 }
 
+/// A panel: `TILE_ROWS` weight rows decoded once, then every activation row of `a` (any
+/// whole number of them), four at a time through `total4` (which must give `total`'s four
+/// values), the rest one by one. `out[t * TILE_ROWS + r]`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn panel_with(
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    total: impl Fn(&Decoded, &[u8]) -> i32,
+    total4: impl Fn(&Decoded, [&[u8]; 4]) -> [i32; 4],
+    decode: impl Fn(GgmlType, &[u8], &mut Decoded),
+) {
+    assert!(n.is_multiple_of(QK_K), "{ty} panel: n = {n}");
+    let nb = n / QK_K;
+    let bs = ty.type_size();
+    let (wrb, arb) = (nb * bs, nb * Q8K_BYTES);
+    assert_eq!(w.len(), TILE_ROWS * wrb, "{ty} panel: weight rows");
+    assert!(
+        arb > 0 && a.len().is_multiple_of(arb),
+        "{ty} panel: activation rows"
+    );
+    let n_tok = a.len() / arb;
+    assert_eq!(out.len(), TILE_ROWS * n_tok, "{ty} panel: outputs");
+    let mut decoded = vec![Decoded::ZERO; TILE_ROWS * nb];
+    for (r, row) in decoded.chunks_exact_mut(nb).enumerate() {
+        for (l, d) in row.iter_mut().enumerate() {
+            let at = r * wrb + l * bs;
+            decode(ty, &w[at..at + bs], d);
+        }
+    }
+    // block `l` of activation row `t`: its scale and its 256 bytes
+    let block = |t: usize, l: usize| {
+        let ab = &a[t * arb + l * Q8K_BYTES..t * arb + (l + 1) * Q8K_BYTES];
+        (f32_at(ab, 0), &ab[Q8K_QS..Q8K_QS + QK_K])
+    };
+    for (r, row) in decoded.chunks_exact(nb).enumerate() {
+        let mut t = 0;
+        while t + 4 <= n_tok {
+            let mut acc = [0f32; 4];
+            for (l, d) in row.iter().enumerate() {
+                let b = [
+                    block(t, l),
+                    block(t + 1, l),
+                    block(t + 2, l),
+                    block(t + 3, l),
+                ];
+                let s = total4(d, [b[0].1, b[1].1, b[2].1, b[3].1]);
+                for u in 0..4 {
+                    acc[u] = (s[u] as f32).mul_add(d.factor * b[u].0, acc[u]);
+                }
+            }
+            for (u, v) in acc.into_iter().enumerate() {
+                out[(t + u) * TILE_ROWS + r] = v;
+            }
+            t += 4;
+        }
+        for t in t..n_tok {
+            let mut acc = 0f32;
+            for (l, d) in row.iter().enumerate() {
+                let (da, q) = block(t, l);
+                acc = (total(d, q) as f32).mul_add(d.factor * da, acc);
+            }
+            out[t * TILE_ROWS + r] = acc;
+        }
+    }
+}
+
+/// [`block_total`] for four activation rows.
+#[inline]
+fn block_totals4(d: &Decoded, q: [&[u8]; 4]) -> [i32; 4] {
+    q.map(|q| block_total(d, q))
+}
+
 macro_rules! scalar_entries {
-    ($($dot:ident, $tile:ident, $ty:expr;)*) => {
+    ($($dot:ident, $tile:ident, $panel:ident, $ty:expr;)*) => {
         $(
             fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 dot_with($ty, n, w, a, block_total)
@@ -311,25 +425,29 @@ macro_rules! scalar_entries {
             fn $tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
                 tile_with($ty, n, w, a, out, block_total)
             }
+            fn $panel(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+                panel_with($ty, n, w, a, out, block_total, block_totals4, decode)
+            }
         )*
         fn register_scalar(k: &mut Kernels) {
             $(
                 k.set_dot_in(SumOrder::IqPanel, $ty, $dot);
                 k.set_dot_tokens_in(SumOrder::IqPanel, $ty, TILE_ROWS, TILE_TOKENS, $tile);
+                k.set_dot_panel_in(SumOrder::IqPanel, $ty, TILE_ROWS, $panel);
             )*
         }
     };
 }
 
 scalar_entries! {
-    dot_iq1_s, tile_iq1_s, GgmlType::IQ1_S;
-    dot_iq1_m, tile_iq1_m, GgmlType::IQ1_M;
-    dot_iq2_xxs, tile_iq2_xxs, GgmlType::IQ2_XXS;
-    dot_iq2_xs, tile_iq2_xs, GgmlType::IQ2_XS;
-    dot_iq2_s, tile_iq2_s, GgmlType::IQ2_S;
-    dot_iq3_xxs, tile_iq3_xxs, GgmlType::IQ3_XXS;
-    dot_iq3_s, tile_iq3_s, GgmlType::IQ3_S;
-    dot_iq4_xs, tile_iq4_xs, GgmlType::IQ4_XS;
+    dot_iq1_s, tile_iq1_s, panel_iq1_s, GgmlType::IQ1_S;
+    dot_iq1_m, tile_iq1_m, panel_iq1_m, GgmlType::IQ1_M;
+    dot_iq2_xxs, tile_iq2_xxs, panel_iq2_xxs, GgmlType::IQ2_XXS;
+    dot_iq2_xs, tile_iq2_xs, panel_iq2_xs, GgmlType::IQ2_XS;
+    dot_iq2_s, tile_iq2_s, panel_iq2_s, GgmlType::IQ2_S;
+    dot_iq3_xxs, tile_iq3_xxs, panel_iq3_xxs, GgmlType::IQ3_XXS;
+    dot_iq3_s, tile_iq3_s, panel_iq3_s, GgmlType::IQ3_S;
+    dot_iq4_xs, tile_iq4_xs, panel_iq4_xs, GgmlType::IQ4_XS;
 }
 
 /// Registers the panel kernels: the scalar ones in every table, the AVX2 ones over them in
@@ -350,16 +468,21 @@ mod x86 {
 
     use std::arch::x86_64::*;
 
-    use super::{Decoded, TILE_ROWS, TILE_TOKENS, dot_with, tile_with};
+    use super::{Decoded, TILE_ROWS, TILE_TOKENS, decode, dot_with, panel_with, tile_with};
     use crate::GgmlType;
     use crate::kernels::{Kernels, SumOrder};
+    use crate::tables::KVALUES_IQ4NL;
 
-    /// [`super::block_total`] with AVX2.
+    /// [`super::block_total`] with AVX2: per 32 bytes (two sub-blocks) `vpmaddubsw` of
+    /// |w| and the signed activations, then `vpmaddwd` with the two sub-block scales, which
+    /// adds the pairs and applies the scales in one exact step (|pair| ≤ 2 · 127 · 127 fits
+    /// an i16, times a scale ≤ 32 and summed in pairs it fits an i32).
     #[inline]
     #[target_feature(enable = "avx2")]
     fn block_total_avx2(d: &Decoded, q: &[u8]) -> i32 {
         assert!(q.len() >= 256);
-        let ones = _mm256_set1_epi16(1);
+        // SAFETY: `d.scales` has 16 bytes; loadu has no alignment requirement.
+        let sc = unsafe { _mm_loadu_si128(d.scales.as_ptr().cast()) };
         let mut acc = _mm256_setzero_si256();
         for i in 0..8 {
             // SAFETY: `d.vals` has 256 bytes and `q` at least 256 (asserted); loadu has no
@@ -370,16 +493,128 @@ mod x86 {
                     _mm256_loadu_si256(q.as_ptr().add(32 * i).cast()),
                 )
             };
-            let p = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)),
-                ones,
-            );
-            let s = _mm256_set_m128i(
-                _mm_set1_epi32(i32::from(d.scales[2 * i + 1])),
-                _mm_set1_epi32(i32::from(d.scales[2 * i])),
-            );
-            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, s));
+            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
+            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s16));
         }
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(acc),
+            _mm256_extracti128_si256(acc, 1),
+        );
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// [`block_total_avx2`] for four activation rows, sharing the weight loads, |w| and the
+    /// scales.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block_totals4_avx2(d: &Decoded, q: [&[u8]; 4]) -> [i32; 4] {
+        assert!(q.iter().all(|q| q.len() >= 256));
+        // SAFETY: `d.scales` has 16 bytes; loadu has no alignment requirement.
+        let sc = unsafe { _mm_loadu_si128(d.scales.as_ptr().cast()) };
+        let mut acc = [_mm256_setzero_si256(); 4];
+        for i in 0..8 {
+            // SAFETY: `d.vals` has 256 bytes; loadu has no alignment requirement.
+            let x = unsafe { _mm256_loadu_si256(d.vals.as_ptr().add(32 * i).cast()) };
+            let ax = _mm256_sign_epi8(x, x);
+            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
+            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            for (acc, q) in acc.iter_mut().zip(q) {
+                // SAFETY: every `q` has at least 256 bytes (asserted).
+                let y = unsafe { _mm256_loadu_si256(q.as_ptr().add(32 * i).cast()) };
+                let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(p, s16));
+            }
+        }
+        acc.map(|a| hsum_i32(a))
+    }
+
+    /// [`block_totals4_avx2`] for blocks whose bytes are within ±63 ([`Decoded::small`]): the
+    /// activation bytes offset by 128 go in as the unsigned operand of `vpmaddubsw` (no sign
+    /// steps; `255 · 63 · 2` fits its i16), and the offset's share, [`Decoded::bias`], comes
+    /// off the exact total.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block_totals4_small_avx2(d: &Decoded, q: [&[u8]; 4]) -> [i32; 4] {
+        assert!(d.small && q.iter().all(|q| q.len() >= 256));
+        // SAFETY: `d.scales` has 16 bytes; loadu has no alignment requirement.
+        let sc = unsafe { _mm_loadu_si128(d.scales.as_ptr().cast()) };
+        let offset = _mm256_set1_epi8(-128);
+        let mut acc = [_mm256_setzero_si256(); 4];
+        for i in 0..8 {
+            // SAFETY: `d.vals` has 256 bytes; loadu has no alignment requirement.
+            let x = unsafe { _mm256_loadu_si256(d.vals.as_ptr().add(32 * i).cast()) };
+            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
+            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            for (acc, q) in acc.iter_mut().zip(q) {
+                // SAFETY: every `q` has at least 256 bytes (asserted).
+                let y = unsafe { _mm256_loadu_si256(q.as_ptr().add(32 * i).cast()) };
+                let p = _mm256_maddubs_epi16(_mm256_xor_si256(y, offset), x);
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(p, s16));
+            }
+        }
+        acc.map(|acc| hsum_i32(acc) - d.bias)
+    }
+
+    /// [`super::decode`] of an IQ4_XS block, its nibbles looked up with `vpshufb`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn decode_iq4_xs_avx2(b: &[u8], d: &mut Decoded) {
+        assert!(b.len() >= 136);
+        d.factor = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let scales_h = u16::from_le_bytes([b[2], b[3]]);
+        // SAFETY: the table has 16 bytes; loadu has no alignment requirement.
+        let lut = unsafe { _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()) };
+        let m4 = _mm_set1_epi8(15);
+        for ib in 0..8 {
+            let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+            let high = ((scales_h >> (2 * ib)) & 3) as u8;
+            let s = (low | (high << 4)) as i8 - 32;
+            d.scales[2 * ib] = s;
+            d.scales[2 * ib + 1] = s;
+            // SAFETY: bytes 8 + 16 * ib .. + 16 are in the block (asserted), and
+            // `d.vals[32 * ib..32 * ib + 32]` is in the array; unaligned loads and stores.
+            unsafe {
+                let q = _mm_loadu_si128(b.as_ptr().add(8 + 16 * ib).cast());
+                let lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));
+                let hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+                let out = d.vals.as_mut_ptr().add(32 * ib);
+                _mm_storeu_si128(out.cast(), lo);
+                _mm_storeu_si128(out.add(16).cast(), hi);
+            }
+        }
+        d.small = false;
+    }
+
+    /// [`Decoded::bias`]: `128 · Σ scale · Σ vals` (`vpmaddubsw` of 128 and the bytes:
+    /// pairs of at most `2 · 128 · 127` fit its i16).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block_bias_avx2(d: &Decoded) -> i32 {
+        // SAFETY: `d.scales` has 16 bytes; loadu has no alignment requirement.
+        let sc = unsafe { _mm_loadu_si128(d.scales.as_ptr().cast()) };
+        let offset = _mm256_set1_epi8(-128);
+        let mut acc = _mm256_setzero_si256();
+        for i in 0..8 {
+            // SAFETY: `d.vals` has 256 bytes; loadu has no alignment requirement.
+            let x = unsafe { _mm256_loadu_si256(d.vals.as_ptr().add(32 * i).cast()) };
+            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
+            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(offset, x), s16));
+        }
+        hsum_i32(acc)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hsum_i32(acc: __m256i) -> i32 {
         let s = _mm_add_epi32(
             _mm256_castsi256_si128(acc),
             _mm256_extracti128_si256(acc, 1),
@@ -399,8 +634,37 @@ mod x86 {
         tile_with(ty, n, w, a, out, |d, q| block_total_avx2(d, q))
     }
 
+    #[target_feature(enable = "avx2,fma")]
+    fn panel_avx2(ty: GgmlType, n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        panel_with(
+            ty,
+            n,
+            w,
+            a,
+            out,
+            |d, q| block_total_avx2(d, q),
+            |d, q| {
+                if d.small {
+                    block_totals4_small_avx2(d, q)
+                } else {
+                    block_totals4_avx2(d, q)
+                }
+            },
+            |ty, b, d| {
+                if ty == GgmlType::IQ4_XS {
+                    decode_iq4_xs_avx2(b, d);
+                } else {
+                    decode(ty, b, d);
+                }
+                if d.small {
+                    d.bias = block_bias_avx2(d);
+                }
+            },
+        )
+    }
+
     macro_rules! entries {
-        ($($dot:ident, $tile:ident, $ty:expr;)*) => {
+        ($($dot:ident, $tile:ident, $panel:ident, $ty:expr;)*) => {
             $(
                 fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
                     // SAFETY: registered only in the AVX2 table, built after run-time
@@ -411,25 +675,30 @@ mod x86 {
                     // SAFETY: as above.
                     unsafe { tile_avx2($ty, n, w, a, out) }
                 }
+                fn $panel(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+                    // SAFETY: as above.
+                    unsafe { panel_avx2($ty, n, w, a, out) }
+                }
             )*
             pub(super) fn register(k: &mut Kernels) {
                 $(
                     k.set_dot_in(SumOrder::IqPanel, $ty, $dot);
                     k.set_dot_tokens_in(SumOrder::IqPanel, $ty, TILE_ROWS, TILE_TOKENS, $tile);
+                    k.set_dot_panel_in(SumOrder::IqPanel, $ty, TILE_ROWS, $panel);
                 )*
             }
         };
     }
 
     entries! {
-        dot_iq1_s, tile_iq1_s, GgmlType::IQ1_S;
-        dot_iq1_m, tile_iq1_m, GgmlType::IQ1_M;
-        dot_iq2_xxs, tile_iq2_xxs, GgmlType::IQ2_XXS;
-        dot_iq2_xs, tile_iq2_xs, GgmlType::IQ2_XS;
-        dot_iq2_s, tile_iq2_s, GgmlType::IQ2_S;
-        dot_iq3_xxs, tile_iq3_xxs, GgmlType::IQ3_XXS;
-        dot_iq3_s, tile_iq3_s, GgmlType::IQ3_S;
-        dot_iq4_xs, tile_iq4_xs, GgmlType::IQ4_XS;
+        dot_iq1_s, tile_iq1_s, panel_iq1_s, GgmlType::IQ1_S;
+        dot_iq1_m, tile_iq1_m, panel_iq1_m, GgmlType::IQ1_M;
+        dot_iq2_xxs, tile_iq2_xxs, panel_iq2_xxs, GgmlType::IQ2_XXS;
+        dot_iq2_xs, tile_iq2_xs, panel_iq2_xs, GgmlType::IQ2_XS;
+        dot_iq2_s, tile_iq2_s, panel_iq2_s, GgmlType::IQ2_S;
+        dot_iq3_xxs, tile_iq3_xxs, panel_iq3_xxs, GgmlType::IQ3_XXS;
+        dot_iq3_s, tile_iq3_s, panel_iq3_s, GgmlType::IQ3_S;
+        dot_iq4_xs, tile_iq4_xs, panel_iq4_xs, GgmlType::IQ4_XS;
     }
 }
 
