@@ -165,7 +165,7 @@ run() { "$work/gen_moe_refs" "$@"; }
 mkdir -p "$REFS" "$work/log"
 # llama.cpp's quantizer must write exactly what sluice's wrote (llama_ftype numbers).
 declare -A FTYPE=([Q4_0]=2 [Q4_1]=3 [Q8_0]=7 [Q5_0]=8 [Q5_1]=9 [Q2_K]=10 [Q3_K_S]=11 [Q3_K_M]=12
-    [Q3_K_L]=13 [Q4_K_S]=14 [Q4_K_M]=15 [Q5_K_S]=16 [Q5_K_M]=17 [Q6_K]=18)
+    [Q3_K_L]=13 [Q4_K_S]=14 [Q4_K_M]=15 [Q5_K_S]=16 [Q5_K_M]=17 [Q6_K]=18 [TQ1_0]=36 [TQ2_0]=37)
 same_sha() {  # name, llama.cpp's file, sluice's file
     local l s
     l=$(sha256sum "$2" | cut -d' ' -f1)

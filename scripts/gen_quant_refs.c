@@ -214,7 +214,8 @@ int main(int argc, char ** argv) {
     static const enum ggml_type quant_types[] = {
         GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
         GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4, GGML_TYPE_Q2_K,
-        GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+        GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_TQ1_0,
+        GGML_TYPE_TQ2_0,
     };
     uint8_t * qbuf = malloc(ggml_row_size(GGML_TYPE_F32, N_INPUT));
     for (size_t k = 0; k < sizeof quant_types / sizeof quant_types[0]; ++k) {

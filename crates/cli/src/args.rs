@@ -42,17 +42,52 @@ pub fn choice<T: Choice + Send + Sync + Clone>() -> impl TypedValueParser<Value 
 
 /// The value parser of a quantization file type (`quantize --type`, `gen-model --quant`).
 pub fn file_type() -> impl TypedValueParser<Value = FileType> {
-    named(
-        FileType::ALL.iter().map(|t| {
-            let v = PossibleValue::new(t.name()).help(t.about());
-            match t.alias() {
-                Some(a) => v.alias(a),
-                None => v,
-            }
-        }),
-        FileType::from_name,
-    )
+    let values = FileType::ALL.iter().map(|t| {
+        let v = PossibleValue::new(t.name()).help(t.about());
+        match t.alias() {
+            Some(a) => v.alias(a),
+            None => v,
+        }
+    });
+    // llama.cpp's i-quant file types are accepted by name only to be refused with the reason.
+    let refused = IQ_FILE_TYPES
+        .iter()
+        .map(|(name, _)| PossibleValue::new(*name).hide(true));
+    PossibleValuesParser::new(values.chain(refused)).try_map(|name: String| {
+        FileType::from_name(&name).ok_or_else(|| match IQ_FILE_TYPES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(&name))
+        {
+            Some((n, true)) => format!(
+                "{n}: llama.cpp's quantizer writes this file type only with an importance matrix \
+                 (llama-imatrix, then llama-quantize --imatrix), and `sluice quantize` takes \
+                 none; sluice runs such files"
+            ),
+            Some((n, false)) => format!(
+                "{n}: sluice has no quantizer for this file type's i-quants yet (llama.cpp's \
+                 llama-quantize writes it without an importance matrix); sluice runs such files"
+            ),
+            None => format!("`{name}` is not a value"),
+        })
+    })
 }
+
+/// llama.cpp's i-quant file types, and whether its quantizer needs an importance matrix for
+/// them (it refuses IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS tensors without one).
+const IQ_FILE_TYPES: [(&str, bool); 12] = [
+    ("IQ1_S", true),
+    ("IQ1_M", true),
+    ("IQ2_XXS", true),
+    ("IQ2_XS", true),
+    ("IQ2_S", true),
+    ("IQ2_M", true),
+    ("IQ3_XXS", true),
+    ("IQ3_XS", true),
+    ("IQ3_S", false),
+    ("IQ3_M", false),
+    ("IQ4_NL", false),
+    ("IQ4_XS", false),
+];
 
 /// The value parser of gen-model's presets.
 pub fn like() -> impl TypedValueParser<Value = Like> {

@@ -274,3 +274,68 @@ fn mxfp4_moe_of_the_gpt_oss_fixture_equals_the_mxfp4_fixture() {
     }
     assert_eq!(mxfp4, 6, "three expert stacks per layer");
 }
+
+/// TQ1_0 and TQ2_0 with --pure (every matrix ternary, as the fixture writer's gguf-py 0.19
+/// quantizers made the qwen3moe-ternary models from the same F32 model): the same tensors,
+/// types and bytes. Without --pure, llama.cpp's mix: Q4_K token embeddings, Q6_K output.
+#[test]
+fn ternary_file_types_quantize_as_the_reference_quantizers() {
+    let dir = tempfile::tempdir().unwrap();
+    for (ty, id, ggml) in [
+        ("TQ1_0", 36, GgmlType::TQ1_0),
+        ("TQ2_0", 37, GgmlType::TQ2_0),
+    ] {
+        let out = dir.path().join(format!("{ty}-pure.gguf"));
+        let o = quantize(
+            &moe_model("qwen3moe-f32.gguf"),
+            &out,
+            &["--type", ty, "--pure"],
+        );
+        assert!(o.status.success(), "{ty}: {}", stderr(&o));
+        let got = GgufFile::open(&out).unwrap();
+        let want = GgufFile::open(moe_model(&format!(
+            "qwen3moe-ternary-{}.gguf",
+            ty.to_lowercase()
+        )))
+        .unwrap();
+        assert_eq!(got.metadata().get_u32("general.file_type"), Some(id));
+        assert_eq!(got.tensors().len(), want.tensors().len());
+        for w in want.tensors() {
+            let g = got.tensor(&w.name).unwrap_or_else(|| panic!("{}", w.name));
+            assert_eq!(g.ty, w.ty, "{ty} {}", w.name);
+            assert!(
+                got.tensor_data(g).unwrap() == want.tensor_data(w).unwrap(),
+                "{ty} {}: bytes differ",
+                w.name
+            );
+        }
+        let out = dir.path().join(format!("{ty}.gguf"));
+        let o = quantize(&moe_model("qwen3moe-f32.gguf"), &out, &["--type", ty]);
+        assert!(o.status.success(), "{ty}: {}", stderr(&o));
+        let f = GgufFile::open(&out).unwrap();
+        let t = |n: &str| f.tensor(n).unwrap().ty;
+        assert_eq!(t("token_embd.weight"), TensorType::Known(GgmlType::Q4_K));
+        assert_eq!(t("output.weight"), TensorType::Known(GgmlType::Q6_K));
+        assert_eq!(t("blk.1.ffn_down_exps.weight"), TensorType::Known(ggml));
+        Model::from_gguf(&f).unwrap_or_else(|e| panic!("{ty}: {e}"));
+    }
+}
+
+/// llama.cpp's i-quant file types are refused with the reason: an importance matrix for the
+/// low-bit ones, no quantizer yet for the others.
+#[test]
+fn i_quant_file_types_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.gguf");
+    for (ty, why) in [
+        ("IQ2_XXS", "importance matrix"),
+        ("iq1_m", "importance matrix"),
+        ("IQ4_XS", "no quantizer"),
+    ] {
+        let o = quantize(&moe_model("olmoe-f32.gguf"), &out, &["--type", ty]);
+        assert!(!o.status.success(), "{ty}");
+        let err = stderr(&o);
+        assert!(err.contains(why), "{ty}: {err}");
+        assert!(!out.exists());
+    }
+}

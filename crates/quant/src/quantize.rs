@@ -34,6 +34,8 @@ fn block_fn(ty: GgmlType) -> Option<BlockFn> {
         T::Q4_K => q4_k,
         T::Q5_K => q5_k,
         T::Q6_K => q6_k,
+        T::TQ1_0 => tq1_0,
+        T::TQ2_0 => tq2_0,
         _ => return None,
     })
 }
@@ -46,7 +48,7 @@ pub fn can_quantize(ty: GgmlType) -> bool {
 /// Quantize one row of `src.len()` elements into `dst` (`ty.row_bytes(src.len())` bytes).
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K ([`QuantError::Unsupported`] otherwise). `src.len()` must be a whole number of
+/// Q6_K, TQ1_0, TQ2_0 ([`QuantError::Unsupported`] otherwise). `src.len()` must be a whole number of
 /// blocks ([`QuantError::NotBlockMultiple`]) and `dst.len()` must match
 /// ([`QuantError::LengthMismatch`]).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
@@ -771,6 +773,58 @@ fn q6_k(x: &[f32], y: &mut [u8]) {
             ql[64 * half + i] = (q1 & 0x0F) | ((q3 & 0x0F) << 4);
             ql[64 * half + i + 32] = (q2 & 0x0F) | ((q4 & 0x0F) << 4);
             qh[32 * half + i] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+        }
+    }
+}
+
+/// The ternary digit of `x · id`: ggml's `lroundf(x * id) + 1` (round half away from zero),
+/// 0, 1 or 2 for -1, 0, +1.
+#[inline]
+fn trit(x: f32, id: f32) -> u8 {
+    ((x * id).round() as i32 + 1) as u8
+}
+
+/// The ternary types' scale: the block's largest magnitude, stored as f16, and its inverse
+/// (0 for an all-zero block), as `quantize_row_tq{1,2}_0_ref`.
+fn ternary_scale(x: &[f32], y: &mut [u8], d_at: usize) -> f32 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    y[d_at..d_at + 2].copy_from_slice(&half::f16::from_f32(amax).to_le_bytes());
+    if amax != 0.0 { 1.0 / amax } else { 0.0 }
+}
+
+/// Five trits as a byte: base 3, the first most significant, scaled to 0..=255 by a ceiling
+/// division (`q · 256 / 243`, rounded up), as ggml packs TQ1_0.
+#[inline]
+fn pack_trits(t: impl Iterator<Item = u8>) -> u8 {
+    let q = t.fold(0u16, |q, d| q * 3 + u16::from(d));
+    (q * 256).div_ceil(243) as u8
+}
+
+/// TQ1_0 (`quantize_row_tq1_0_ref`): 48 bytes of five trits (elements `m + 32n` of the first
+/// 160, then `m + 16n` of the next 80), 4 bytes of four trits and a zero trit (elements
+/// `j + 4m` of the last 16), the f16 scale.
+fn tq1_0(x: &[f32], y: &mut [u8]) {
+    let id = ternary_scale(x, y, 52);
+    for m in 0..32 {
+        y[m] = pack_trits((0..5).map(|n| trit(x[m + 32 * n], id)));
+    }
+    for m in 0..16 {
+        y[32 + m] = pack_trits((0..5).map(|n| trit(x[160 + m + 16 * n], id)));
+    }
+    for j in 0..4 {
+        y[48 + j] = pack_trits((0..4).map(|m| trit(x[240 + j + 4 * m], id)).chain([0]));
+    }
+}
+
+/// TQ2_0 (`quantize_row_tq2_0_ref`): 64 bytes of four 2-bit trits (element `m + 32n` of each
+/// 128 in bits `2n`), the f16 scale.
+fn tq2_0(x: &[f32], y: &mut [u8]) {
+    let id = ternary_scale(x, y, 64);
+    for half in 0..2 {
+        for m in 0..32 {
+            y[32 * half + m] = (0..4).fold(0u8, |q, n| {
+                q | ((trit(x[128 * half + m + 32 * n], id) & 3) << (2 * n))
+            });
         }
     }
 }

@@ -68,6 +68,10 @@ pub enum FileType {
     Q5_K_M = 17,
     /// Mostly Q6_K.
     Q6_K = 18,
+    /// Ternary: TQ1_0 (1.69 bits per weight), Q4_K token embeddings, Q6_K output.
+    TQ1_0 = 36,
+    /// Ternary: TQ2_0 (2.06 bits per weight), Q4_K token embeddings, Q6_K output.
+    TQ2_0 = 37,
     /// Expert tensors (3-D stacks) MXFP4, every other quantized tensor Q8_0: the layout of the
     /// released gpt-oss files.
     Mxfp4Moe = 38,
@@ -75,7 +79,7 @@ pub enum FileType {
 
 impl FileType {
     /// Every file type, in the order `--help` lists them.
-    pub const ALL: [FileType; 15] = {
+    pub const ALL: [FileType; 17] = {
         use FileType as F;
         [
             F::Q4_0,
@@ -92,6 +96,8 @@ impl FileType {
             F::Q5_K_S,
             F::Q5_K_M,
             F::Q6_K,
+            F::TQ1_0,
+            F::TQ2_0,
             F::Mxfp4Moe,
         ]
     };
@@ -135,6 +141,8 @@ impl FileType {
             F::Q5_K_S => "Mostly Q5_K",
             F::Q5_K_M => "Mostly Q5_K, with Q6_K for half of attn_v and ffn_down (`use_more_bits`)",
             F::Q6_K => "Mostly Q6_K",
+            F::TQ1_0 => "Ternary TQ1_0 (1.69 bits per weight), Q4_K token embeddings, Q6_K output",
+            F::TQ2_0 => "Ternary TQ2_0 (2.06 bits per weight), Q4_K token embeddings, Q6_K output",
             F::Mxfp4Moe => {
                 "Expert tensors (3-D stacks) MXFP4, every other quantized tensor Q8_0: the layout of the released gpt-oss files"
             }
@@ -164,6 +172,8 @@ impl FileType {
             F::Q5_K_S => "Q5_K_S",
             F::Q5_K_M => "Q5_K_M",
             F::Q6_K => "Q6_K",
+            F::TQ1_0 => "TQ1_0",
+            F::TQ2_0 => "TQ2_0",
             F::Mxfp4Moe => "MXFP4_MOE",
         }
     }
@@ -182,6 +192,8 @@ impl FileType {
             F::Q4_K_S | F::Q4_K_M => GgmlType::Q4_K,
             F::Q5_K_S | F::Q5_K_M => GgmlType::Q5_K,
             F::Q6_K => GgmlType::Q6_K,
+            F::TQ1_0 => GgmlType::TQ1_0,
+            F::TQ2_0 => GgmlType::TQ2_0,
             F::Mxfp4Moe => GgmlType::MXFP4,
         }
     }
@@ -546,6 +558,9 @@ impl<'f> Planner<'f> {
             }
         } else if c == Category::TokenEmbd {
             // Only the i-quant and ternary file types change the token embeddings.
+            if matches!(ft, F::TQ1_0 | F::TQ2_0) {
+                ty = T::Q4_K;
+            }
         } else if c.is_attn_v() {
             let (i, n) = (self.i_attention_wv, self.n_attention_wv);
             match ft {
@@ -634,7 +649,7 @@ fn fallback(name: &str, ncols: u64, ty: GgmlType) -> Result<(GgmlType, Option<St
         return Ok((ty, None));
     }
     let mut to = match ty {
-        T::Q2_K | T::Q3_K => T::Q4_0,
+        T::Q2_K | T::Q3_K | T::TQ1_0 | T::TQ2_0 => T::Q4_0,
         T::Q4_K => T::Q5_0,
         T::Q5_K => T::Q5_1,
         T::Q6_K => T::Q8_0,
