@@ -13,7 +13,8 @@
 //! The decoded bytes times the scales times the factor are the dequantized weights, bit for
 //! bit (ggml checks this under `GGML_IQP_VERIFY`; the tests here check it too). Integer sums
 //! do not depend on their order, so every kernel here gives the same bits as any other: the
-//! scalar one, the AVX2 one and the tiles of 8 rows × 4 tokens. Products of activation
+//! scalar one, the AVX2 one, and the panel kernels (8 rows decoded once for a whole batch,
+//! [`crate::kernels::DotPanel`]). Products of activation
 //! bytes are taken as ggml's `vpsignb` trick takes them (`|w| · sign(a, w)`), so that an
 //! activation byte of -128 (which the Q8_K quantizer never writes) gives the same (wrapped)
 //! value everywhere.
@@ -29,10 +30,8 @@ use crate::kernels::{Kernels, SumOrder};
 use crate::tables::KVALUES_IQ4NL;
 use crate::{GgmlType, QK_K};
 
-/// Weight rows per tile call.
-const TILE_ROWS: usize = 8;
-/// Activation rows per tile call.
-const TILE_TOKENS: usize = 4;
+/// Weight rows per panel (llama.cpp's `IQP_NB_ROWS`).
+const PANEL_ROWS: usize = 8;
 
 /// One super-block decoded: `factor · scales[j / 16] · vals[j]` is weight `j`.
 #[derive(Clone)]
@@ -305,44 +304,9 @@ fn dot_with(
     acc
 }
 
-/// A tile: `TILE_ROWS` weight rows × `TILE_TOKENS` activation rows, each super-block of
-/// each weight row decoded once. `out[t * TILE_ROWS + r]`.
-#[inline(always)]
-fn tile_with(
-    ty: GgmlType,
-    n: usize,
-    w: &[u8],
-    a: &[u8],
-    out: &mut [f32],
-    total: impl Fn(&Decoded, &[u8]) -> i32,
-) {
-    assert!(n.is_multiple_of(QK_K), "{ty} tile: n = {n}");
-    let nb = n / QK_K;
-    let bs = ty.type_size();
-    let (wrb, arb) = (nb * bs, nb * Q8K_BYTES);
-    assert_eq!(w.len(), TILE_ROWS * wrb, "{ty} tile: weight rows");
-    assert_eq!(a.len(), TILE_TOKENS * arb, "{ty} tile: activation rows");
-    assert_eq!(out.len(), TILE_ROWS * TILE_TOKENS, "{ty} tile: outputs");
-    let mut acc = [0f32; TILE_ROWS * TILE_TOKENS];
-    let mut d = Decoded::ZERO;
-    for l in 0..nb {
-        for r in 0..TILE_ROWS {
-            let at = r * wrb + l * bs;
-            decode(ty, &w[at..at + bs], &mut d);
-            for t in 0..TILE_TOKENS {
-                let ab = &a[t * arb + l * Q8K_BYTES..t * arb + (l + 1) * Q8K_BYTES];
-                let s = total(&d, &ab[Q8K_QS..Q8K_QS + QK_K]);
-                let o = &mut acc[t * TILE_ROWS + r];
-                *o = (s as f32).mul_add(d.factor * f32_at(ab, 0), *o);
-            }
-        }
-    }
-    out.copy_from_slice(&acc);
-}
-
-/// A panel: `TILE_ROWS` weight rows decoded once, then every activation row of `a` (any
+/// A panel: `PANEL_ROWS` weight rows decoded once, then every activation row of `a` (any
 /// whole number of them), four at a time through `total4` (which must give `total`'s four
-/// values), the rest one by one. `out[t * TILE_ROWS + r]`.
+/// values), the rest one by one. `out[t * PANEL_ROWS + r]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn panel_with(
@@ -359,14 +323,14 @@ fn panel_with(
     let nb = n / QK_K;
     let bs = ty.type_size();
     let (wrb, arb) = (nb * bs, nb * Q8K_BYTES);
-    assert_eq!(w.len(), TILE_ROWS * wrb, "{ty} panel: weight rows");
+    assert_eq!(w.len(), PANEL_ROWS * wrb, "{ty} panel: weight rows");
     assert!(
         arb > 0 && a.len().is_multiple_of(arb),
         "{ty} panel: activation rows"
     );
     let n_tok = a.len() / arb;
-    assert_eq!(out.len(), TILE_ROWS * n_tok, "{ty} panel: outputs");
-    let mut decoded = vec![Decoded::ZERO; TILE_ROWS * nb];
+    assert_eq!(out.len(), PANEL_ROWS * n_tok, "{ty} panel: outputs");
+    let mut decoded = vec![Decoded::ZERO; PANEL_ROWS * nb];
     for (r, row) in decoded.chunks_exact_mut(nb).enumerate() {
         for (l, d) in row.iter_mut().enumerate() {
             let at = r * wrb + l * bs;
@@ -395,7 +359,7 @@ fn panel_with(
                 }
             }
             for (u, v) in acc.into_iter().enumerate() {
-                out[(t + u) * TILE_ROWS + r] = v;
+                out[(t + u) * PANEL_ROWS + r] = v;
             }
             t += 4;
         }
@@ -405,7 +369,7 @@ fn panel_with(
                 let (da, q) = block(t, l);
                 acc = (total(d, q) as f32).mul_add(d.factor * da, acc);
             }
-            out[t * TILE_ROWS + r] = acc;
+            out[t * PANEL_ROWS + r] = acc;
         }
     }
 }
@@ -416,14 +380,28 @@ fn block_totals4(d: &Decoded, q: [&[u8]; 4]) -> [i32; 4] {
     q.map(|q| block_total(d, q))
 }
 
+/// Calls macro `$m` with every panel type: the names of its dot and panel functions, and the
+/// type.
+macro_rules! panel_types {
+    ($m:ident) => {
+        $m! {
+            dot_iq1_s, panel_iq1_s, GgmlType::IQ1_S;
+            dot_iq1_m, panel_iq1_m, GgmlType::IQ1_M;
+            dot_iq2_xxs, panel_iq2_xxs, GgmlType::IQ2_XXS;
+            dot_iq2_xs, panel_iq2_xs, GgmlType::IQ2_XS;
+            dot_iq2_s, panel_iq2_s, GgmlType::IQ2_S;
+            dot_iq3_xxs, panel_iq3_xxs, GgmlType::IQ3_XXS;
+            dot_iq3_s, panel_iq3_s, GgmlType::IQ3_S;
+            dot_iq4_xs, panel_iq4_xs, GgmlType::IQ4_XS;
+        }
+    };
+}
+
 macro_rules! scalar_entries {
-    ($($dot:ident, $tile:ident, $panel:ident, $ty:expr;)*) => {
+    ($($dot:ident, $panel:ident, $ty:expr;)*) => {
         $(
             fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 dot_with($ty, n, w, a, block_total)
-            }
-            fn $tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-                tile_with($ty, n, w, a, out, block_total)
             }
             fn $panel(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
                 panel_with($ty, n, w, a, out, block_total, block_totals4, decode)
@@ -432,23 +410,13 @@ macro_rules! scalar_entries {
         fn register_scalar(k: &mut Kernels) {
             $(
                 k.set_dot_in(SumOrder::IqPanel, $ty, $dot);
-                k.set_dot_tokens_in(SumOrder::IqPanel, $ty, TILE_ROWS, TILE_TOKENS, $tile);
-                k.set_dot_panel_in(SumOrder::IqPanel, $ty, TILE_ROWS, $panel);
+                k.set_dot_panel_in(SumOrder::IqPanel, $ty, PANEL_ROWS, $panel);
             )*
         }
     };
 }
 
-scalar_entries! {
-    dot_iq1_s, tile_iq1_s, panel_iq1_s, GgmlType::IQ1_S;
-    dot_iq1_m, tile_iq1_m, panel_iq1_m, GgmlType::IQ1_M;
-    dot_iq2_xxs, tile_iq2_xxs, panel_iq2_xxs, GgmlType::IQ2_XXS;
-    dot_iq2_xs, tile_iq2_xs, panel_iq2_xs, GgmlType::IQ2_XS;
-    dot_iq2_s, tile_iq2_s, panel_iq2_s, GgmlType::IQ2_S;
-    dot_iq3_xxs, tile_iq3_xxs, panel_iq3_xxs, GgmlType::IQ3_XXS;
-    dot_iq3_s, tile_iq3_s, panel_iq3_s, GgmlType::IQ3_S;
-    dot_iq4_xs, tile_iq4_xs, panel_iq4_xs, GgmlType::IQ4_XS;
-}
+panel_types!(scalar_entries);
 
 /// Registers the panel kernels: the scalar ones in every table, the AVX2 ones over them in
 /// the AVX2 table. (The NEON table gets none: llama.cpp's ARM build has no panel path, and
@@ -468,7 +436,7 @@ mod x86 {
 
     use std::arch::x86_64::*;
 
-    use super::{Decoded, TILE_ROWS, TILE_TOKENS, decode, dot_with, panel_with, tile_with};
+    use super::{Decoded, PANEL_ROWS, decode, dot_with, panel_with};
     use crate::GgmlType;
     use crate::kernels::{Kernels, SumOrder};
     use crate::tables::KVALUES_IQ4NL;
@@ -630,11 +598,6 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    fn tile_avx2(ty: GgmlType, n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-        tile_with(ty, n, w, a, out, |d, q| block_total_avx2(d, q))
-    }
-
-    #[target_feature(enable = "avx2,fma")]
     fn panel_avx2(ty: GgmlType, n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
         panel_with(
             ty,
@@ -664,16 +627,12 @@ mod x86 {
     }
 
     macro_rules! entries {
-        ($($dot:ident, $tile:ident, $panel:ident, $ty:expr;)*) => {
+        ($($dot:ident, $panel:ident, $ty:expr;)*) => {
             $(
                 fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
                     // SAFETY: registered only in the AVX2 table, built after run-time
                     // detection of avx2 and fma.
                     unsafe { dot_avx2($ty, n, w, a) }
-                }
-                fn $tile(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-                    // SAFETY: as above.
-                    unsafe { tile_avx2($ty, n, w, a, out) }
                 }
                 fn $panel(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
                     // SAFETY: as above.
@@ -683,23 +642,13 @@ mod x86 {
             pub(super) fn register(k: &mut Kernels) {
                 $(
                     k.set_dot_in(SumOrder::IqPanel, $ty, $dot);
-                    k.set_dot_tokens_in(SumOrder::IqPanel, $ty, TILE_ROWS, TILE_TOKENS, $tile);
-                    k.set_dot_panel_in(SumOrder::IqPanel, $ty, TILE_ROWS, $panel);
+                    k.set_dot_panel_in(SumOrder::IqPanel, $ty, PANEL_ROWS, $panel);
                 )*
             }
         };
     }
 
-    entries! {
-        dot_iq1_s, tile_iq1_s, panel_iq1_s, GgmlType::IQ1_S;
-        dot_iq1_m, tile_iq1_m, panel_iq1_m, GgmlType::IQ1_M;
-        dot_iq2_xxs, tile_iq2_xxs, panel_iq2_xxs, GgmlType::IQ2_XXS;
-        dot_iq2_xs, tile_iq2_xs, panel_iq2_xs, GgmlType::IQ2_XS;
-        dot_iq2_s, tile_iq2_s, panel_iq2_s, GgmlType::IQ2_S;
-        dot_iq3_xxs, tile_iq3_xxs, panel_iq3_xxs, GgmlType::IQ3_XXS;
-        dot_iq3_s, tile_iq3_s, panel_iq3_s, GgmlType::IQ3_S;
-        dot_iq4_xs, tile_iq4_xs, panel_iq4_xs, GgmlType::IQ4_XS;
-    }
+    panel_types!(entries);
 }
 
 #[cfg(test)]
