@@ -23,13 +23,14 @@
 //!
 //! `--order vecdot|repacked|tinyblas|iqpanel` takes the kernels of that summation order
 //! (`quant::SumOrder`; default vecdot; a type without kernels of the order keeps vec_dot's), and
-//! the isa column gets `-repacked` or `-tinyblas`.
+//! the isa column gets `-repacked`, `-tinyblas` or `-iqpanel`.
 //!
 //! `--tokens N` (default 1) times `matmul_with` on N activation rows instead (prompt
 //! processing; the mode column gets `-tN`); `--tiles on,off` measures it with and without the
-//! multi-token kernels (`RowKernel::dot_tokens` and the grouped rows' ones; the isa column gets
-//! `-notiles` without them); `--expert` multiplies as an expert stack is (no grouped rows: with
-//! `--order repacked` every row in the gemv order, as llama.cpp's `MUL_MAT_ID` does).
+//! multi-token kernels (`RowKernel::dot_tokens`, `dot_panel` and the grouped rows' ones; the
+//! isa column gets `-notiles` without them); `--expert` multiplies as an expert stack is (no
+//! grouped rows: with `--order repacked` every row in the gemv order, as llama.cpp's
+//! `MUL_MAT_ID` does).
 //!
 //! `--scalar` uses the portable kernels instead of the best ones for this CPU. `--iters N`
 //! runs exactly N timed iterations (for instruction counting under callgrind).
