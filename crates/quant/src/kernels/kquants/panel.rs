@@ -14,10 +14,11 @@
 //! bit (ggml checks this under `GGML_IQP_VERIFY`; the tests here check it too). Integer sums
 //! do not depend on their order, so every kernel here gives the same bits as any other: the
 //! scalar one, the AVX2 one, and the panel kernels (8 rows decoded once for a whole batch,
-//! [`crate::kernels::DotPanel`]). Products of activation
-//! bytes are taken as ggml's `vpsignb` trick takes them (`|w| · sign(a, w)`), so that an
-//! activation byte of -128 (which the Q8_K quantizer never writes) gives the same (wrapped)
-//! value everywhere.
+//! [`crate::kernels::DotPanel`]). That holds for activation bytes in `-127..=127`, which is
+//! what the Q8_K quantizer writes (as for the other Q8_K kernels): a byte of -128 is outside
+//! the contract, and the paths differ there (the sign trick of ggml's AVX2 build wraps
+//! `-(-128)`, the unsigned-offset path of its VNNI build, and ours for the grid types, does
+//! not).
 //!
 //! [`SumOrder::IqPanel`]: crate::SumOrder::IqPanel
 //! [`SumOrder::VecDot`]: crate::SumOrder::VecDot
@@ -257,17 +258,6 @@ pub(crate) fn decode(ty: GgmlType, b: &[u8], d: &mut Decoded) {
     d.small = ty != GgmlType::IQ4_XS;
 }
 
-/// `w · a` as `vpsignb` takes it: `|w| · sign(a, w)`, with `-(-128)` wrapping to -128.
-#[inline]
-fn signed_product(w: i8, a: i8) -> i32 {
-    let sa = match w {
-        0 => 0,
-        w if w < 0 => a.wrapping_neg(),
-        _ => a,
-    };
-    i32::from(w.unsigned_abs()) * i32::from(sa)
-}
-
 /// The super-block's integer total against the 256 activation bytes `q`.
 #[inline]
 fn block_total(d: &Decoded, q: &[u8]) -> i32 {
@@ -275,7 +265,7 @@ fn block_total(d: &Decoded, q: &[u8]) -> i32 {
     for (sb, &s) in d.scales.iter().enumerate() {
         let mut sum = 0i32;
         for k in 0..16 {
-            sum += signed_product(d.vals[16 * sb + k], q[16 * sb + k] as i8);
+            sum += i32::from(d.vals[16 * sb + k]) * i32::from(q[16 * sb + k] as i8);
         }
         total += sum * i32::from(s);
     }
@@ -419,8 +409,8 @@ macro_rules! scalar_entries {
 panel_types!(scalar_entries);
 
 /// Registers the panel kernels: the scalar ones in every table, the AVX2 ones over them in
-/// the AVX2 table. (The NEON table gets none: llama.cpp's ARM build has no panel path, and
-/// [`Kernels::order_for`] never picks it there.)
+/// the AVX2 table. (The NEON table has them too but never uses them: llama.cpp's ARM build has
+/// no panel path, and [`Kernels::order_for`] never picks the order there.)
 pub(super) fn register(k: &mut Kernels) {
     register_scalar(k);
     #[cfg(target_arch = "x86_64")]
