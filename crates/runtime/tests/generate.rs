@@ -649,7 +649,7 @@ fn ngram_speculation_generates_the_unspeculated_tokens() {
 }
 
 /// `--mtp` (the NextN head drafting) gives the unspeculated tokens as `--ngram` does, on the
-/// glm4moe fixtures (the MHA models with a NextN layer) in each weight type. Their head has
+/// glm4moe fixtures (the MHA models with a NextN layer) in each weight type (two on aarch64). Their head has
 /// random weights: its drafts are drafted and verified, and (nearly) never kept.
 #[test]
 fn mtp_speculation_generates_the_unspeculated_tokens() {
