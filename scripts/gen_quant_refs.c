@@ -9,7 +9,8 @@
 //                          (the type's to_float, or dequantize_row_q8_K for q8_K)
 //   quant.input            f32 inputs: edge cases and varied distributions, 32 x 256 values
 //   <type>.quant           ggml_quantize_chunk(<type>, quant.input) without an importance
-//                          matrix, i.e. ggml's quantize_row_<type>_ref
+//                          matrix, i.e. ggml's quantize_row_<type>_ref (for iq4_nl, iq4_xs
+//                          and iq3_s: quantize_<type> with no weights, as llama-quantize runs)
 //   act.q8_1 / act.q8_K    quantize_row_q8_1_ref / quantize_row_q8_K_ref of quant.input
 //                          (activation formats, for the dot-product kernels)
 //
@@ -133,8 +134,10 @@ static void make_input(float * x) {
                 for (int i = 0; i < 256; ++i) v[i] = (float) ((int) rnd(254) - 127) + 0.5f;
                 for (int j = 0; j < 8; ++j) v[32 * j] = 127.0f;
                 break;
-            case 12: // sparse
+            case 12: // sparse, and one 32-element sub-block all zero (iq3_s then shifts the
+                     // later sub-blocks' grid indices and signs)
                 for (int i = 0; i < 256; ++i) v[i] = rnd(8) == 0 ? normalish() : 0.0f;
+                for (int i = 64; i < 96; ++i) v[i] = 0.0f;
                 break;
             default: { // normal-ish weights, a different spread per 32, occasional outliers
                 for (int j = 0; j < 8; ++j) {
@@ -215,7 +218,7 @@ int main(int argc, char ** argv) {
         GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
         GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4, GGML_TYPE_Q2_K,
         GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_TQ1_0,
-        GGML_TYPE_TQ2_0,
+        GGML_TYPE_TQ2_0, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_IQ3_S,
     };
     uint8_t * qbuf = malloc(ggml_row_size(GGML_TYPE_F32, N_INPUT));
     for (size_t k = 0; k < sizeof quant_types / sizeof quant_types[0]; ++k) {

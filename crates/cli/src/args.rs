@@ -49,44 +49,33 @@ pub fn file_type() -> impl TypedValueParser<Value = FileType> {
             None => v,
         }
     });
-    // llama.cpp's i-quant file types are accepted by name only to be refused with the reason.
-    let refused = IQ_FILE_TYPES
+    // llama.cpp's importance-matrix file types are accepted by name only to be refused with
+    // the reason.
+    let refused = IMATRIX_FILE_TYPES
         .iter()
-        .map(|(name, _)| PossibleValue::new(*name).hide(true));
+        .map(|name| PossibleValue::new(*name).hide(true));
     PossibleValuesParser::new(values.chain(refused)).try_map(|name: String| {
-        FileType::from_name(&name).ok_or_else(|| match IQ_FILE_TYPES
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(&name))
-        {
-            Some((n, true)) => format!(
-                "{n}: llama.cpp's quantizer writes this file type only with an importance matrix \
-                 (llama-imatrix, then llama-quantize --imatrix), and `sluice quantize` takes \
-                 none; sluice runs such files"
-            ),
-            Some((n, false)) => format!(
-                "{n}: sluice has no quantizer for this file type's i-quants yet (llama.cpp's \
-                 llama-quantize writes it without an importance matrix); sluice runs such files"
-            ),
-            None => format!("`{name}` is not a value"),
+        FileType::from_name(&name).ok_or_else(|| {
+            match IMATRIX_FILE_TYPES
+                .iter()
+                .find(|n| n.eq_ignore_ascii_case(&name))
+            {
+                Some(n) => format!(
+                    "{n}: llama.cpp's quantizer writes this file type only with an importance \
+                     matrix (llama-imatrix, then llama-quantize --imatrix), and `sluice quantize` \
+                     takes none; sluice runs such files"
+                ),
+                None => format!("`{name}` is not a value"),
+            }
         })
     })
 }
 
-/// llama.cpp's i-quant file types, and whether its quantizer needs an importance matrix for
-/// them (it refuses IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS tensors without one).
-const IQ_FILE_TYPES: [(&str, bool); 12] = [
-    ("IQ1_S", true),
-    ("IQ1_M", true),
-    ("IQ2_XXS", true),
-    ("IQ2_XS", true),
-    ("IQ2_S", true),
-    ("IQ2_M", true),
-    ("IQ3_XXS", true),
-    ("IQ3_XS", true),
-    ("IQ3_S", false),
-    ("IQ3_M", false),
-    ("IQ4_NL", false),
-    ("IQ4_XS", false),
+/// llama.cpp's file types its quantizer writes only with an importance matrix: it refuses
+/// IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S and IQ3_XXS tensors (IQ2_M and IQ3_XS are made of
+/// them) and the Q2_K tensors of a Q2_K_S file without one.
+const IMATRIX_FILE_TYPES: [&str; 9] = [
+    "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "Q2_K_S",
 ];
 
 /// The value parser of gen-model's presets.

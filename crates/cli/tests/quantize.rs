@@ -1,7 +1,8 @@
-//! `sluice quantize`: its Q4_K_M files of the MoE fixture models are byte for byte the ones
-//! llama.cpp v0.4.0's `llama_model_quantize` wrote (the SHA-256 recorded in the committed
-//! references of crates/engine/tests/fixtures/moe/refs, which were computed on llama.cpp's
-//! files), they load, and bad invocations fail with one clear line.
+//! `sluice quantize`: its files of the MoE fixture models are byte for byte the ones llama.cpp
+//! v0.4.0's `llama_model_quantize` wrote (the SHA-256 recorded in the committed references of
+//! crates/engine/tests/fixtures/moe/refs, which were computed on llama.cpp's files, and in
+//! tests/fixtures/quantize_llama_sha256.tsv), they load, and bad invocations fail with one
+//! clear line.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -66,6 +67,55 @@ fn q4_k_m_of_each_fixture_is_byte_identical_to_llama_cpp() {
     }
 }
 
+/// The i-quant file types llama.cpp writes without an importance matrix (IQ4_NL, IQ3_S,
+/// IQ3_M, IQ4_XS) on every MoE fixture, and every other file type on qwen3moe (16 experts)
+/// and mixtral (8-expert rules), against the SHA-256 of llama.cpp v0.4.0's files recorded by
+/// scripts/gen_quant_sha_refs.sh (which compares all of them, and two 16-layer models).
+#[test]
+fn file_types_are_byte_identical_to_llama_cpp() {
+    let table =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quantize_llama_sha256.tsv");
+    let text = std::fs::read_to_string(&table).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.gguf");
+    let mut checked = std::collections::BTreeSet::new();
+    let mut input_sha = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [model, model_sha, file_type, want] = f[..] else {
+            panic!("{}: bad line {line:?}", table.display());
+        };
+        let everywhere = ["IQ4_NL", "IQ3_S", "IQ3_M", "IQ4_XS"].contains(&file_type);
+        if !everywhere && !["qwen3moe-f32.gguf", "mixtral-f32.gguf"].contains(&model) {
+            continue;
+        }
+        let input = moe_model(model);
+        let have = input_sha
+            .entry(model)
+            .or_insert_with(|| testdata::sha256_hex(&std::fs::read(&input).unwrap()));
+        assert_eq!(
+            have, model_sha,
+            "{model} is not the model the table was made from: rerun scripts/gen_quant_sha_refs.sh"
+        );
+        let o = quantize(&input, &out, &["--type", file_type]);
+        assert!(o.status.success(), "{model} {file_type}: {}", stderr(&o));
+        let got = testdata::sha256_hex(&std::fs::read(&out).unwrap());
+        assert_eq!(
+            got, want,
+            "{model} {file_type}: SHA-256 differs from llama.cpp's"
+        );
+        checked.insert(file_type);
+    }
+    // Every file type sluice offers is in the table, MXFP4_MOE aside (checked below).
+    for t in transform::quantize::FileType::ALL {
+        assert!(
+            checked.contains(t.name()) || t == transform::quantize::FileType::Mxfp4Moe,
+            "{} is not checked",
+            t.name()
+        );
+    }
+}
+
 #[test]
 fn output_loads_and_its_weights_are_close_to_the_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -123,7 +173,7 @@ fn output_loads_and_its_weights_are_close_to_the_input() {
 fn other_file_types_load() {
     let dir = tempfile::tempdir().unwrap();
     let input = moe_model("mixtral-f32.gguf");
-    for ty in ["Q8_0", "Q5_K_M"] {
+    for ty in ["Q8_0", "Q5_K_M", "IQ3_M", "IQ4_NL"] {
         let out = dir.path().join(format!("{ty}.gguf"));
         let o = quantize(&input, &out, &["--type", ty]);
         assert!(o.status.success(), "{ty}: {}", stderr(&o));
@@ -321,21 +371,16 @@ fn ternary_file_types_quantize_as_the_reference_quantizers() {
     }
 }
 
-/// llama.cpp's i-quant file types are refused with the reason: an importance matrix for the
-/// low-bit ones, no quantizer yet for the others.
+/// llama.cpp's file types that need an importance matrix are refused with the reason.
 #[test]
-fn i_quant_file_types_are_refused_with_the_reason() {
+fn importance_matrix_file_types_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.gguf");
-    for (ty, why) in [
-        ("IQ2_XXS", "importance matrix"),
-        ("iq1_m", "importance matrix"),
-        ("IQ4_XS", "no quantizer"),
-    ] {
+    for ty in ["IQ2_XXS", "iq1_m", "IQ3_XS", "Q2_K_S"] {
         let o = quantize(&moe_model("olmoe-f32.gguf"), &out, &["--type", ty]);
         assert!(!o.status.success(), "{ty}");
         let err = stderr(&o);
-        assert!(err.contains(why), "{ty}: {err}");
+        assert!(err.contains("importance matrix"), "{ty}: {err}");
         assert!(!out.exists());
     }
 }

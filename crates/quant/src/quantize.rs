@@ -1,4 +1,5 @@
-//! Reference weight quantization, reproducing ggml's `quantize_row_*_ref` byte for byte.
+//! Reference weight quantization, reproducing ggml's `quantize_row_*_ref` byte for byte
+//! (for the i-quants, the quantizer `ggml_quantize_chunk` runs without an importance matrix).
 //!
 //! These are the quantizers a model writer uses (no importance matrix): every search,
 //! rounding step and tie-break follows ggml's reference code with the same f32 operation
@@ -12,6 +13,8 @@
 use crate::dequant::{check_row, kquants::scale_min_k4};
 use crate::tables::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::{GgmlType, QK_K, QuantError};
+
+mod iq;
 
 /// Encodes one block: `x.len() == ty.block_size()`, `y.len() == ty.type_size()`; `y` is
 /// zeroed before the call.
@@ -36,6 +39,9 @@ fn block_fn(ty: GgmlType) -> Option<BlockFn> {
         T::Q6_K => q6_k,
         T::TQ1_0 => tq1_0,
         T::TQ2_0 => tq2_0,
+        T::IQ4_NL => iq::iq4_nl,
+        T::IQ4_XS => iq::iq4_xs,
+        T::IQ3_S => iq::iq3_s,
         _ => return None,
     })
 }
@@ -48,7 +54,7 @@ pub fn can_quantize(ty: GgmlType) -> bool {
 /// Quantize one row of `src.len()` elements into `dst` (`ty.row_bytes(src.len())` bytes).
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, TQ1_0, TQ2_0 ([`QuantError::Unsupported`] otherwise). `src.len()` must be a whole number of
+/// Q6_K, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS, IQ3_S ([`QuantError::Unsupported`] otherwise). `src.len()` must be a whole number of
 /// blocks ([`QuantError::NotBlockMultiple`]) and `dst.len()` must match
 /// ([`QuantError::LengthMismatch`]).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {

@@ -11,10 +11,11 @@
 //!   `ffn_down` get more bits in the layers `use_more_bits` picks, 8-expert models get Q8_0
 //!   `attn_v`/`attn_k` and Q5_K `attn_output`, and a row length that is not a whole number of
 //!   blocks falls back to a 32-block type (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, Q2_K/Q3_K →
-//!   Q4_0, then F16).
+//!   Q4_0, the i-quants → IQ4_NL, then F16).
 //! * **The blocks**: without an importance matrix llama.cpp quantizes every one of these types
-//!   with ggml's reference quantizer (`quantize_row_*_ref`), which `quant::quantize_row`
-//!   reproduces bit for bit. Blocks are independent, so rows may be split among threads.
+//!   with ggml's reference quantizer (`quantize_row_*_ref`; for IQ4_NL, IQ4_XS and IQ3_S the
+//!   searches of `quantize_iq4_nl`/`quantize_iq4_xs`/`quantize_iq3_s` with every element
+//!   weighted by its square), which `quant::quantize_row` reproduces bit for bit. Blocks are independent, so rows may be split among threads.
 //! * **The file layout**: the input's metadata in its order, minus `general.quantization_version`,
 //!   `general.file_type` and the `split.*` keys, then those two set (2 and the file type); the
 //!   tensors sorted by layer number (`blk.N.`, others first) then name; trailing dimensions of
@@ -68,6 +69,16 @@ pub enum FileType {
     Q5_K_M = 17,
     /// Mostly Q6_K.
     Q6_K = 18,
+    /// Mostly IQ4_NL (4.5 bits per weight, 16 non-linear levels per 32), with Q5_K for
+    /// attn_v (grouped KV heads) and the first eighth of ffn_down.
+    IQ4_NL = 25,
+    /// Mostly IQ3_S (3.44 bits per weight), with Q4_K for attn_v (grouped KV heads).
+    IQ3_S = 26,
+    /// Mostly IQ3_S, with Q4_K for attn_v, attn_output and the first eighth of ffn_down.
+    IQ3_M = 27,
+    /// Mostly IQ4_XS (4.25 bits per weight), with Q5_K for attn_v (grouped KV heads) and the
+    /// first eighth of ffn_down.
+    IQ4_XS = 30,
     /// Ternary: TQ1_0 (1.69 bits per weight), Q4_K token embeddings, Q6_K output.
     TQ1_0 = 36,
     /// Ternary: TQ2_0 (2.06 bits per weight), Q4_K token embeddings, Q6_K output.
@@ -79,7 +90,7 @@ pub enum FileType {
 
 impl FileType {
     /// Every file type, in the order `--help` lists them.
-    pub const ALL: [FileType; 17] = {
+    pub const ALL: [FileType; 21] = {
         use FileType as F;
         [
             F::Q4_0,
@@ -96,6 +107,10 @@ impl FileType {
             F::Q5_K_S,
             F::Q5_K_M,
             F::Q6_K,
+            F::IQ4_NL,
+            F::IQ3_S,
+            F::IQ3_M,
+            F::IQ4_XS,
             F::TQ1_0,
             F::TQ2_0,
             F::Mxfp4Moe,
@@ -141,6 +156,18 @@ impl FileType {
             F::Q5_K_S => "Mostly Q5_K",
             F::Q5_K_M => "Mostly Q5_K, with Q6_K for half of attn_v and ffn_down (`use_more_bits`)",
             F::Q6_K => "Mostly Q6_K",
+            F::IQ4_NL => {
+                "Mostly IQ4_NL (4.5 bits per weight, non-linear levels), with Q5_K for attn_v (grouped KV heads) and the first eighth of ffn_down"
+            }
+            F::IQ3_S => {
+                "Mostly IQ3_S (3.44 bits per weight), with Q4_K for attn_v (grouped KV heads)"
+            }
+            F::IQ3_M => {
+                "Mostly IQ3_S, with Q4_K for attn_v, attn_output and the first eighth of ffn_down"
+            }
+            F::IQ4_XS => {
+                "Mostly IQ4_XS (4.25 bits per weight, non-linear levels), with Q5_K for attn_v (grouped KV heads) and the first eighth of ffn_down"
+            }
             F::TQ1_0 => "Ternary TQ1_0 (1.69 bits per weight), Q4_K token embeddings, Q6_K output",
             F::TQ2_0 => "Ternary TQ2_0 (2.06 bits per weight), Q4_K token embeddings, Q6_K output",
             F::Mxfp4Moe => {
@@ -172,6 +199,10 @@ impl FileType {
             F::Q5_K_S => "Q5_K_S",
             F::Q5_K_M => "Q5_K_M",
             F::Q6_K => "Q6_K",
+            F::IQ4_NL => "IQ4_NL",
+            F::IQ3_S => "IQ3_S",
+            F::IQ3_M => "IQ3_M",
+            F::IQ4_XS => "IQ4_XS",
             F::TQ1_0 => "TQ1_0",
             F::TQ2_0 => "TQ2_0",
             F::Mxfp4Moe => "MXFP4_MOE",
@@ -192,6 +223,9 @@ impl FileType {
             F::Q4_K_S | F::Q4_K_M => GgmlType::Q4_K,
             F::Q5_K_S | F::Q5_K_M => GgmlType::Q5_K,
             F::Q6_K => GgmlType::Q6_K,
+            F::IQ4_NL => GgmlType::IQ4_NL,
+            F::IQ3_S | F::IQ3_M => GgmlType::IQ3_S,
+            F::IQ4_XS => GgmlType::IQ4_XS,
             F::TQ1_0 => GgmlType::TQ1_0,
             F::TQ2_0 => GgmlType::TQ2_0,
             F::Mxfp4Moe => GgmlType::MXFP4,
@@ -557,7 +591,8 @@ impl<'f> Planner<'f> {
                 ty = T::Q6_K;
             }
         } else if c == Category::TokenEmbd {
-            // Only the i-quant and ternary file types change the token embeddings.
+            // Only the ternary file types here (and llama.cpp's importance-matrix i-quant
+            // types) change the token embeddings.
             if matches!(ft, F::TQ1_0 | F::TQ2_0) {
                 ty = T::Q4_K;
             }
@@ -569,6 +604,9 @@ impl<'f> Planner<'f> {
                 F::Q3_K_L => ty = T::Q5_K,
                 F::Q4_K_M | F::Q5_K_M if use_more_bits(i, n) => ty = T::Q6_K,
                 F::Q4_K_S if i < 4 => ty = T::Q5_K,
+                F::IQ3_S if m.n_gqa >= 4 => ty = T::Q4_K,
+                F::IQ3_M => ty = T::Q4_K,
+                F::IQ4_NL | F::IQ4_XS if m.n_gqa >= 4 => ty = T::Q5_K,
                 _ => {}
             }
             if m.is_70b && matches!(ty, T::Q3_K | T::Q4_K) {
@@ -608,13 +646,27 @@ impl<'f> Planner<'f> {
                 }
                 F::Q4_K_M | F::Q5_K_M if more => ty = T::Q6_K,
                 F::Q4_K_S if !m.falcon() && il < nl / 8 => ty = T::Q5_K,
+                F::IQ3_M if il < nl / 8 || (m.n_expert == 8 && more) => ty = T::Q4_K,
+                // (without an importance matrix, which is always the case here)
+                F::IQ4_NL | F::IQ4_XS if il < nl / 8 => ty = T::Q5_K,
                 _ => {}
             }
             self.i_ffn_down += 1;
         } else if c == Category::AttnOutput {
             if !m.falcon() {
                 if m.n_expert == 8 {
-                    if matches!(ft, F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::Q4_K_S | F::Q4_K_M) {
+                    if matches!(
+                        ft,
+                        F::Q2_K
+                            | F::Q3_K_S
+                            | F::Q3_K_M
+                            | F::Q4_K_S
+                            | F::Q4_K_M
+                            | F::IQ4_NL
+                            | F::IQ3_S
+                            | F::IQ3_M
+                            | F::IQ4_XS
+                    ) {
                         ty = T::Q5_K;
                     }
                 } else {
@@ -622,6 +674,7 @@ impl<'f> Planner<'f> {
                         F::Q2_K => ty = T::Q3_K,
                         F::Q3_K_M => ty = T::Q4_K,
                         F::Q3_K_L => ty = T::Q5_K,
+                        F::IQ3_M => ty = T::Q4_K,
                         _ => {}
                     }
                 }
@@ -650,6 +703,14 @@ fn fallback(name: &str, ncols: u64, ty: GgmlType) -> Result<(GgmlType, Option<St
     }
     let mut to = match ty {
         T::Q2_K | T::Q3_K | T::TQ1_0 | T::TQ2_0 => T::Q4_0,
+        T::IQ1_S
+        | T::IQ1_M
+        | T::IQ2_XXS
+        | T::IQ2_XS
+        | T::IQ2_S
+        | T::IQ3_XXS
+        | T::IQ3_S
+        | T::IQ4_XS => T::IQ4_NL,
         T::Q4_K => T::Q5_0,
         T::Q5_K => T::Q5_1,
         T::Q6_K => T::Q8_0,

@@ -451,19 +451,11 @@ mod x86 {
                     _mm256_loadu_si256(q.as_ptr().add(32 * i).cast()),
                 )
             };
-            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
-            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            let s16 = scales16(sc, i);
             let p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s16));
         }
-        let s = _mm_add_epi32(
-            _mm256_castsi256_si128(acc),
-            _mm256_extracti128_si256(acc, 1),
-        );
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-        _mm_cvtsi128_si32(s)
+        hsum_i32(acc)
     }
 
     /// [`block_total_avx2`] for four activation rows, sharing the weight loads, |w| and the
@@ -479,9 +471,7 @@ mod x86 {
             // SAFETY: `d.vals` has 256 bytes; loadu has no alignment requirement.
             let x = unsafe { _mm256_loadu_si256(d.vals.as_ptr().add(32 * i).cast()) };
             let ax = _mm256_sign_epi8(x, x);
-            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
-            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            let s16 = scales16(sc, i);
             for (acc, q) in acc.iter_mut().zip(q) {
                 // SAFETY: every `q` has at least 256 bytes (asserted).
                 let y = unsafe { _mm256_loadu_si256(q.as_ptr().add(32 * i).cast()) };
@@ -507,9 +497,7 @@ mod x86 {
         for i in 0..8 {
             // SAFETY: `d.vals` has 256 bytes; loadu has no alignment requirement.
             let x = unsafe { _mm256_loadu_si256(d.vals.as_ptr().add(32 * i).cast()) };
-            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
-            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            let s16 = scales16(sc, i);
             for (acc, q) in acc.iter_mut().zip(q) {
                 // SAFETY: every `q` has at least 256 bytes (asserted).
                 let y = unsafe { _mm256_loadu_si256(q.as_ptr().add(32 * i).cast()) };
@@ -562,12 +550,20 @@ mod x86 {
         for i in 0..8 {
             // SAFETY: `d.vals` has 256 bytes; loadu has no alignment requirement.
             let x = unsafe { _mm256_loadu_si256(d.vals.as_ptr().add(32 * i).cast()) };
-            let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
-            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-            let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
+            let s16 = scales16(sc, i);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(offset, x), s16));
         }
         hsum_i32(acc)
+    }
+
+    /// The scales of sub-blocks `2i` and `2i + 1` (bytes of `sc`) widened to i16, each filling
+    /// the eight lanes that hold its sub-block's 16 bytes as pair sums.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn scales16(sc: __m128i, i: usize) -> __m256i {
+        let (a, b) = ((2 * i) as i8, (2 * i + 1) as i8);
+        let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+        _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick))
     }
 
     #[inline]
