@@ -27,7 +27,10 @@ pub type Key = (u32, u32);
 /// Alignment of slot buffers: what O_DIRECT reads need (covers 512- and 4096-byte sectors).
 pub const SLOT_ALIGN: usize = 4096;
 
-/// Freed slots kept per slot size for reuse (a decode batch takes at most top-k new slots).
+/// Freed slots kept per slot size for reuse by a cache of 0 (a staging area: a decode batch
+/// takes at most top-k new slots). A cache with a budget keeps every freed slot that fits in
+/// it: a buffer used again is memory already faulted in, where a new one costs the kernel a
+/// zeroed page per 4 KiB on the lane that reads into it, beside the compute (docs/store.md).
 const FREE_SLOTS_KEPT: usize = 8;
 
 /// Decides which cached expert leaves first.
@@ -353,7 +356,39 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 self.pooled -= size as u64;
                 b
             }
-            None => AlignedBuf::new(size),
+            None => {
+                // A freed slot up to a quarter larger serves as well (a model whose layers
+                // differ in one tensor's type has two slot sizes: Q4_K_M's ffn_down alternates
+                // Q4_K and Q6_K); the entry then counts the buffer's whole size.
+                let larger = (self.free.iter())
+                    .filter(|&(&len, pool)| {
+                        !pool.is_empty() && len > size && len - size <= size / 4
+                    })
+                    .map(|(&len, _)| len)
+                    .min();
+                if let Some(b) = larger.and_then(|len| self.free.get_mut(&len)?.pop()) {
+                    let len = b.len();
+                    self.pooled -= len as u64;
+                    self.used += (len - size) as u64;
+                    e.size = len;
+                    e.buf = b;
+                    return;
+                }
+                // Freed slots of other sizes go first where the new one would take the
+                // memory past the budget (`size` is in `used`, no longer in `unfilled`).
+                let budget = self.budget;
+                let (filled, free, pooled) =
+                    (self.used - self.unfilled, &mut self.free, &mut self.pooled);
+                for pool in free.values_mut() {
+                    while filled + *pooled > budget {
+                        let Some(b) = pool.pop() else {
+                            break;
+                        };
+                        *pooled -= b.len() as u64;
+                    }
+                }
+                AlignedBuf::new(size)
+            }
         };
     }
 
@@ -382,6 +417,20 @@ impl<P: EvictionPolicy> ExpertCache<P> {
                 None => break,
             }
         }
+    }
+
+    /// Evict, as [`make_room`](Self::make_room) does, until `bytes` more fit the budget; whether
+    /// they do. A read ahead that asks first never takes the cache over its budget (with a
+    /// budget of 0 nothing fits).
+    pub fn room_for(&mut self, bytes: u64) -> bool {
+        if self.budget == 0 || bytes > self.budget {
+            return false;
+        }
+        let budget = self.budget;
+        self.budget -= bytes;
+        self.evict_to_budget();
+        self.budget = budget;
+        self.used + bytes <= self.budget
     }
 
     /// Pin `key`: an entry of `slot_bytes` that is never evicted (its bytes count against the
@@ -525,7 +574,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
         let held = self.used - self.unfilled + self.pooled;
         let room = self.budget == 0 || held + size <= self.budget;
         let pool = self.free.entry(e.buf.len()).or_default();
-        if pool.len() < FREE_SLOTS_KEPT && room {
+        if (self.budget > 0 || pool.len() < FREE_SLOTS_KEPT) && room {
             pool.push(e.buf);
             self.pooled += size;
         }

@@ -168,9 +168,10 @@ impl EvictionPolicy for Forecast {
     }
 
     fn admitted(&mut self, key: Key, _tick: u64) {
-        // Read ahead, not routed: resident, but no use to count.
+        // Read ahead, not routed: resident, but no use to count. The ranking stands: an entry
+        // read ahead is kept through its batch (no victim before the next batch ranks anew),
+        // and a read ahead that makes its room evicts down the same ranking.
         self.resident.insert(key);
-        self.ranked_at = None;
     }
 
     fn removed(&mut self, key: Key) {

@@ -244,6 +244,83 @@ fn prefetched_entries_hit_once_looked_up_and_count_apart() {
     );
 }
 
+/// `room_for` evicts what a batch has not touched until the bytes fit, and says no when the
+/// batch's own and the held entries leave no room.
+#[test]
+fn room_for_evicts_untouched_entries_until_the_bytes_fit_the_budget() {
+    let mut c = ExpertCache::new(4 * 4096, Lru::default());
+    c.begin_batch(0);
+    for e in [1u32, 2] {
+        assert_eq!(c.lookup((0, e), 4096), Lookup::Miss);
+    }
+    c.end_batch();
+    c.begin_batch(1);
+    assert_eq!(c.lookup((1, 7), 4096), Lookup::Miss);
+    // One slot is free: nothing leaves.
+    assert!(c.room_for(4096));
+    assert_eq!((c.len(), c.stats().evictions), (3, 0));
+    // Two slots: the least recent untouched entry, (0,1), leaves.
+    assert!(c.room_for(2 * 4096));
+    assert!(!c.contains((0, 1)) && c.contains((0, 2)) && c.contains((1, 7)));
+    // Read ahead into the room, held for layer 2: then only (0,2) may leave.
+    let buf = c.prefetch_held((2, 3), 4096).unwrap();
+    c.put_slot((2, 3), buf);
+    assert!(c.room_for(2 * 4096));
+    assert!(!c.contains((0, 2)));
+    // The batch's (1,7) and the held (2,3) fill two of four slots: three more do not fit.
+    assert!(!c.room_for(3 * 4096));
+    assert!(c.contains((1, 7)) && c.contains((2, 3)));
+    assert_eq!(c.used_bytes(), 2 * 4096);
+    assert!(!c.room_for(5 * 4096), "more than the budget");
+    assert!(!ExpertCache::new(0, Lru::default()).room_for(1));
+}
+
+/// A freed slot is used again by the next miss of its size, or of a size at most a quarter
+/// smaller (which then counts the whole buffer): the buffer is the same memory, no new one.
+#[test]
+fn freed_slots_serve_the_next_misses_up_to_a_quarter_larger() {
+    let (small, large) = (4096usize, 4608usize);
+    let mut c = ExpertCache::new(2 * large as u64, Lru::default());
+    c.begin_batch(0);
+    for e in [1u32, 2] {
+        assert_eq!(c.lookup((0, e), large), Lookup::Miss);
+    }
+    let old: Vec<usize> = [1u32, 2]
+        .iter()
+        .map(|&e| c.slot_mut((0, e)).unwrap().as_ptr() as usize)
+        .collect();
+    c.end_batch();
+    c.begin_batch(1);
+    for e in [1u32, 2] {
+        assert_eq!(c.lookup((1, e), small), Lookup::Miss);
+    }
+    c.make_room();
+    for e in [1u32, 2] {
+        let slot = c.slot_mut((1, e)).unwrap();
+        assert_eq!(slot.len(), large, "the larger freed slot");
+        assert!(old.contains(&(slot.as_ptr() as usize)), "a new buffer");
+    }
+    assert_eq!(
+        c.used_bytes(),
+        2 * large as u64,
+        "counted at the buffer's size"
+    );
+    c.end_batch();
+    // a slot more than a quarter larger does not serve: a new buffer of the size
+    let mut c = ExpertCache::new(2 * 8192, Lru::default());
+    c.begin_batch(0);
+    c.lookup((0, 1), 8192);
+    c.slot_mut((0, 1)).unwrap();
+    c.lookup((0, 2), 8192);
+    c.slot_mut((0, 2)).unwrap();
+    c.end_batch();
+    c.begin_batch(1);
+    c.lookup((1, 1), small);
+    c.make_room();
+    assert_eq!(c.slot_mut((1, 1)).unwrap().len(), small);
+    assert!(c.used_bytes() <= 2 * 8192);
+}
+
 /// Hits of a cache of `slots` 4096-byte slots under `policy`, for batches of one layer each
 /// routing the experts given.
 fn hits_of<P: store::EvictionPolicy>(policy: P, slots: u64, batches: &[(u32, Vec<u32>)]) -> u64 {
