@@ -182,6 +182,15 @@ pub struct StreamArgs {
     #[arg(long)]
     pub overlap: bool,
 
+    /// When streaming: read experts ahead during a prompt. A prompt batch that routes at least
+    /// three quarters of a layer's experts then has every expert of the next MoE layer read
+    /// ahead (in file order, behind the layer's own reads, held for that layer, within the cache
+    /// budget), so that the disk also reads during the next layer's attention; the output is the
+    /// same either way. Off by default: where the disk outruns the compute the layer's own
+    /// reads are already hidden, and up to a quarter of these reads go unused (docs/store.md).
+    #[arg(long)]
+    pub prompt_ahead: bool,
+
     /// When streaming: where the dense (non-expert) weights live: `anon` (read into this
     /// process's own memory with O_DIRECT; the file's map is released), `mmap` (the file's map,
     /// faulted in on first use), `warm` (the map, faulted in at load) [default: anon].
@@ -215,6 +224,7 @@ impl StreamArgs {
             io_threads: self.io_threads,
             io_backend: self.io_backend,
             overlap: self.overlap,
+            prompt_ahead: self.prompt_ahead,
             dense_weights: self.dense_weights,
             load_all: self.load_all,
             inject_read_fault: self.inject_read_fault,

@@ -257,6 +257,9 @@ fn generate_once(
         {
             writeln!(w, "{line}")?;
         }
+        if let Some(line) = runtime::telemetry::prompt_ahead_line(&o.d, &o.summary.prefill) {
+            writeln!(w, "{line}")?;
+        }
     }
     let s = &o.summary;
     for line in runtime::telemetry::cache_aware_lines(

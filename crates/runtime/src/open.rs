@@ -753,6 +753,7 @@ impl Loaded {
             io_threads: st.io_threads,
             o_direct: reads.o_direct,
             overlap: st.overlap,
+            prompt_ahead: streaming && st.prompt_ahead,
             dense_weights: if streaming { st.dense().name() } else { "mmap" }.to_owned(),
             io_backend: reads.io_backend.to_owned(),
             couple: match st.couple_resolved()? {

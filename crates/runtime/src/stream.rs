@@ -2,9 +2,13 @@
 //! the expert store (layout, bounded cache, I/O lanes), the flags that configure it, and the
 //! dense weights' placement.
 //!
-//! Serial mode: a layer's misses are all handed to the lanes at once and the layer computes when
-//! every one is in. `--overlap`: the layer computes each expert as soon as its bytes are in —
-//! resident ones first — and waits only when nothing ready is left; the wait is the stall.
+//! Serial mode: a layer's misses are all handed to the lanes at once and a one-token layer
+//! computes when every one is in; a prompt batch (more than one token) computes each expert as
+//! soon as its bytes are in, in file order, and its waits are its I/O time. `--overlap`: every
+//! layer computes each expert as soon as its bytes are in — resident ones first — and waits only
+//! when nothing ready is left; the wait is the stall. With `--prompt-ahead`, a prompt batch that
+//! routes most of a layer's experts reads the next MoE layer's ahead
+//! ([`StoreSource::prompt_ahead`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,6 +56,11 @@ pub struct StreamCounters {
     pub prefetches: AtomicU64,
     pub prefetch_bytes: AtomicU64,
     pub prefetch_hits: AtomicU64,
+    /// Experts a prompt batch read ahead for the next MoE layer, their bytes, and lookups that
+    /// hit them (apart from the `prefetch` counters, which are the readers ahead of decoding).
+    pub prompt_ahead: AtomicU64,
+    pub prompt_ahead_bytes: AtomicU64,
+    pub prompt_ahead_hits: AtomicU64,
 }
 
 /// The counters at one moment.
@@ -72,6 +81,9 @@ pub struct StreamSnapshot {
     pub prefetches: u64,
     pub prefetch_bytes: u64,
     pub prefetch_hits: u64,
+    pub prompt_ahead: u64,
+    pub prompt_ahead_bytes: u64,
+    pub prompt_ahead_hits: u64,
 }
 
 impl StreamSnapshot {
@@ -94,6 +106,9 @@ impl StreamSnapshot {
             prefetches: self.prefetches - earlier.prefetches,
             prefetch_bytes: self.prefetch_bytes - earlier.prefetch_bytes,
             prefetch_hits: self.prefetch_hits - earlier.prefetch_hits,
+            prompt_ahead: self.prompt_ahead - earlier.prompt_ahead,
+            prompt_ahead_bytes: self.prompt_ahead_bytes - earlier.prompt_ahead_bytes,
+            prompt_ahead_hits: self.prompt_ahead_hits - earlier.prompt_ahead_hits,
         }
     }
 
@@ -122,6 +137,9 @@ impl StreamCounters {
             prefetches: l(&self.prefetches),
             prefetch_bytes: l(&self.prefetch_bytes),
             prefetch_hits: l(&self.prefetch_hits),
+            prompt_ahead: l(&self.prompt_ahead),
+            prompt_ahead_bytes: l(&self.prompt_ahead_bytes),
+            prompt_ahead_hits: l(&self.prompt_ahead_hits),
         }
     }
 
@@ -157,6 +175,8 @@ pub struct SourceConfig {
     pub lanes: usize,
     pub backend: Backend,
     pub overlap: bool,
+    /// Prompt batches read the next MoE layer's experts ahead ([`StoreSource::prompt_ahead`]).
+    pub prompt_ahead: bool,
     pub load_all: bool,
     pub fault: Option<ReadFault>,
     /// Fall back to pread lanes when the io_uring cannot be set up (`--io-backend auto`).
@@ -250,7 +270,20 @@ pub struct StoreSource {
     rank_hits: RankPrecision,
     /// The budget of speculative reads: lane time the demand reads left idle.
     spare: SpareLanes,
+    /// Whether prompt batches read ahead ([`StoreSource::prompt_ahead`]).
+    prompt_on: bool,
+    /// Experts a prompt batch read ahead ([`StoreSource::prompt_ahead`]) not looked up since.
+    prompt_keys: std::collections::HashSet<(u32, u32)>,
+    /// The prompt's reads ahead since the last [`publish`](StoreSource::publish): experts,
+    /// bytes, and lookups that hit them (the cache counts them with the other reads ahead).
+    prompt_batch: [u64; 3],
 }
+
+/// A prompt batch that routes at least `PROMPT_AHEAD_SHARE.0 / PROMPT_AHEAD_SHARE.1` of a
+/// layer's experts has the next MoE layer's experts read ahead ([`StoreSource::prompt_ahead`]).
+/// A one-token pass routes `k` of `n` (8 of 128 on Qwen3-30B-A3B) and never does; at this
+/// share at most a quarter of the reads ahead can go unused.
+pub const PROMPT_AHEAD_SHARE: (usize, usize) = (3, 4);
 
 /// Which speculative reads a source makes (each its own `moe-prefetch:` tag).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -469,6 +502,9 @@ impl StoreSource {
                 lanes: cfg.lanes as u64,
                 ..SpareLanes::default()
             },
+            prompt_on: cfg.prompt_ahead,
+            prompt_keys: std::collections::HashSet::new(),
+            prompt_batch: [0; 3],
         })
     }
 
@@ -665,6 +701,52 @@ impl StoreSource {
         }
     }
 
+    /// After a prompt batch that routed `distinct` of `layer`'s experts, at least
+    /// [`PROMPT_AHEAD_SHARE`] of them: the next MoE layer's batch (the same tokens) will route
+    /// about as many, so each of its experts not cached is read ahead now, in file order,
+    /// behind this layer's reads, and held for that layer; the lanes then read through this
+    /// layer's experts' compute and the next layer's attention. Each read ahead first makes its
+    /// room (never past the budget; it stops where the batch's and the held experts leave
+    /// none). The cached ones are kept through this batch.
+    fn prompt_ahead(&mut self, layer: u32, distinct: usize) {
+        let n = self.layout.n_expert as usize;
+        let (num, den) = PROMPT_AHEAD_SHARE;
+        if !self.prompt_on || n == 0 || distinct * den < n * num {
+            return;
+        }
+        let Some(pos) = self.moe_layers.iter().position(|&l| l == layer) else {
+            return;
+        };
+        let Some(&next) = self.moe_layers.get(pos + 1) else {
+            return;
+        };
+        let Ok(slot) = self.reader.slot_bytes(next) else {
+            return;
+        };
+        for e in 0..n as u32 {
+            let key = (next, e);
+            if self.cache.retain(key) || self.spec.contains(&key) {
+                continue;
+            }
+            if !self.cache.room_for(slot as u64) {
+                break;
+            }
+            let Some(buf) = self.cache.prefetch_held(key, slot) else {
+                continue;
+            };
+            self.spec.insert(key);
+            self.prompt_keys.insert(key);
+            self.prompt_batch[0] += 1;
+            self.prompt_batch[1] += slot as u64;
+            self.lanes.submit(ReadJob {
+                layer: next,
+                expert: e,
+                buf,
+                demand: false,
+            });
+        }
+    }
+
     /// Give the cache's policy a usage history's counts as a prior.
     pub fn history(&mut self, counts: impl IntoIterator<Item = ((u32, u32), u64)>) {
         for (key, n) in counts {
@@ -777,6 +859,9 @@ impl StoreSource {
             }
             if self.cache.stats().prefetch_hits > ahead {
                 self.ahead_hits.push(key.1);
+                if self.prompt_keys.remove(&key) {
+                    self.prompt_batch[2] += 1;
+                }
             }
         }
     }
@@ -818,6 +903,8 @@ impl StoreSource {
     /// already on its way.
     fn submit_misses(&mut self, layer: u32) {
         self.cache.make_room();
+        // In file order (an expert's parts lie at its index in each expert tensor).
+        self.inflight.sort_unstable();
         for &e in &self.inflight {
             let key = (layer, e);
             if self.spec.contains(&key) {
@@ -834,20 +921,28 @@ impl StoreSource {
         }
     }
 
-    /// Cache statistics into the shared counters (after a batch).
-    fn publish(&self, before: store::CacheStats) {
+    /// Cache statistics into the shared counters (after a batch); the prompt's reads ahead
+    /// apart from the others.
+    fn publish(&mut self, before: store::CacheStats) {
         let after = self.cache.stats();
+        let [p_n, p_bytes, p_hits] = std::mem::take(&mut self.prompt_batch);
         let c = &self.counters;
+        StreamCounters::add(&c.prompt_ahead, p_n);
+        StreamCounters::add(&c.prompt_ahead_bytes, p_bytes);
+        StreamCounters::add(&c.prompt_ahead_hits, p_hits);
         StreamCounters::add(&c.lookups, after.lookups - before.lookups);
         StreamCounters::add(&c.hits, after.hits - before.hits);
         StreamCounters::add(&c.evictions, after.evictions - before.evictions);
         StreamCounters::add(&c.rereads, after.rereads - before.rereads);
-        StreamCounters::add(&c.prefetches, after.prefetches - before.prefetches);
+        StreamCounters::add(&c.prefetches, after.prefetches - before.prefetches - p_n);
         StreamCounters::add(
             &c.prefetch_bytes,
-            after.prefetch_bytes - before.prefetch_bytes,
+            after.prefetch_bytes - before.prefetch_bytes - p_bytes,
         );
-        StreamCounters::add(&c.prefetch_hits, after.prefetch_hits - before.prefetch_hits);
+        StreamCounters::add(
+            &c.prefetch_hits,
+            after.prefetch_hits - before.prefetch_hits - p_hits,
+        );
     }
 }
 
@@ -877,6 +972,7 @@ impl ExpertSource for StoreSource {
         } else {
             self.seen.len()
         } as u64;
+        self.prompt_ahead(layer32, routed_distinct as usize);
         let one_token = routed.len() <= self.layout.n_expert_used as usize;
         if one_token && self.moe_layers.first() == Some(&layer32) {
             self.spare.token();
@@ -903,9 +999,10 @@ impl ExpertSource for StoreSource {
             .layer_demand_max
             .fetch_max(demand, Ordering::Relaxed);
         let mut io_ns = 0u64;
-        if !self.overlap {
+        if !self.overlap && one_token {
             // Serial: the layer computes once every read it needs is in (reads ahead for
-            // later layers go on).
+            // later layers go on). A prompt batch computes each expert as its bytes come in,
+            // as under --overlap (its waits count as I/O, see `next_ready`).
             let t = Instant::now();
             self.drain_while(|s| !s.inflight.is_empty());
             io_ns = t.elapsed().as_nanos() as u64;
@@ -944,7 +1041,8 @@ impl ExpertSource for StoreSource {
             }
         };
         let c = &self.counters;
-        StreamCounters::add(&c.stall_ns, stall);
+        // Serial (a prompt batch): the wait is the time compute waited for reads, its I/O.
+        StreamCounters::add(if self.overlap { &c.stall_ns } else { &c.io_ns }, stall);
         StreamCounters::add(
             &c.mgmt_ns,
             (t0.elapsed().as_nanos() as u64).saturating_sub(stall),
@@ -1030,6 +1128,8 @@ impl ExpertSource for StoreSource {
         }
         let before = self.cache.stats();
         self.cache.end_batch();
+        let cache = &self.cache;
+        self.prompt_keys.retain(|&k| cache.contains(k));
         self.publish(before);
         let c = &self.counters;
         StreamCounters::add(&c.mgmt_ns, t.elapsed().as_nanos() as u64);
@@ -1063,6 +1163,8 @@ pub struct StreamConfig {
     pub io_threads: usize,
     pub io_backend: ReadBackend,
     pub overlap: bool,
+    /// Prompt batches read the next MoE layer's experts ahead (`--prompt-ahead`).
+    pub prompt_ahead: bool,
     pub dense_weights: Option<DenseWeights>,
     pub load_all: bool,
     pub inject_read_fault: Option<ReadFault>,
@@ -1096,6 +1198,7 @@ impl Default for StreamConfig {
             io_threads: 4,
             io_backend: ReadBackend::Pread,
             overlap: false,
+            prompt_ahead: false,
             dense_weights: None,
             load_all: false,
             inject_read_fault: None,
@@ -1218,6 +1321,7 @@ impl StreamConfig {
                 (self.force_cache, "--force-cache"),
                 (self.no_odirect, "--no-odirect"),
                 (self.overlap, "--overlap"),
+                (self.prompt_ahead, "--prompt-ahead"),
                 (self.dense_weights.is_some(), "--dense-weights"),
                 (self.load_all, "--load-all"),
                 (self.io_backend != ReadBackend::Pread, "--io-backend"),
@@ -1438,6 +1542,7 @@ impl StreamConfig {
             lanes: self.io_threads,
             backend: self.backend(),
             overlap: self.overlap,
+            prompt_ahead: self.prompt_ahead,
             load_all: self.load_all,
             fault: self.inject_read_fault,
             uring_fallback: self.io_backend == ReadBackend::Auto,
@@ -1813,6 +1918,12 @@ mod tests {
         let off = StreamConfig {
             moe_stream: StreamMode::Off,
             prefetch: 1,
+            ..StreamConfig::default()
+        };
+        assert!(off.validate().is_err());
+        let off = StreamConfig {
+            moe_stream: StreamMode::Off,
+            prompt_ahead: true,
             ..StreamConfig::default()
         };
         assert!(off.validate().is_err());

@@ -223,6 +223,22 @@ impl StreamSnapshot {
     }
 }
 
+/// The `moe-prompt-ahead:` line of a run whose prompt batches read experts ahead
+/// (`StoreSource::prompt_ahead`; decode and prefill counters pooled): what they read and how
+/// many of those experts their layer then routed.
+pub fn prompt_ahead_line(decode: &StreamSnapshot, prefill: &StreamSnapshot) -> Option<String> {
+    let n = decode.prompt_ahead + prefill.prompt_ahead;
+    let bytes = decode.prompt_ahead_bytes + prefill.prompt_ahead_bytes;
+    let hits = decode.prompt_ahead_hits + prefill.prompt_ahead_hits;
+    (n > 0).then(|| {
+        format!(
+            "moe-prompt-ahead: {:.1} MiB read ahead for the next layer, {hits}/{n} experts used ({:.1}%)",
+            bytes as f64 / MIB,
+            store::cache::hit_pct(hits, n),
+        )
+    })
+}
+
 /// The `moe-prefetch:` line of a run whose reads ahead read anything (decode and prefill
 /// counters pooled): how much it read and how many of its experts were then used, tagged with
 /// the predictor (`tag`; none for `--prefetch`'s previous-token bet).
@@ -432,6 +448,8 @@ pub struct Preamble {
     pub io_threads: usize,
     pub o_direct: bool,
     pub overlap: bool,
+    /// Prompt batches read the next MoE layer's experts ahead (`--prompt-ahead`).
+    pub prompt_ahead: bool,
     pub dense_weights: String,
     pub io_backend: String,
     /// The expert cache's eviction policy (`-` without streaming).
@@ -475,7 +493,7 @@ impl Preamble {
              cache_cycle_mb={} force_cache={} load_all={} io_threads={} o_direct={} overlap={} \
              io_two_wave=0 prefetch={} route_ahead={} predict_prefetch={} predict_log={} \
              predict_spec_max={} prefetch_sync=0 dense_weights={} drop_cold_frac={} drop_renorm={} \
-             drop_prefill={} substitute_lambda={} io_backend={} cache_policy={} couple_k={} couple_d={} route_replay={}\n\
+             drop_prefill={} substitute_lambda={} io_backend={} cache_policy={} couple_k={} couple_d={} prompt_ahead={} route_replay={}\n\
              # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec={} \
              spec_draft_max={} mtp_p_min={} ngram_min_match={} instrumented={} traces={}\n",
             env!("CARGO_PKG_VERSION"),
@@ -513,6 +531,7 @@ impl Preamble {
             self.cache_policy,
             self.couple.k,
             self.couple.depth,
+            b(self.prompt_ahead),
             self.route_replay
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
@@ -1288,6 +1307,29 @@ mod tests {
         assert_eq!(
             prefetch_line(&d, &p, "").as_deref(),
             Some("moe-prefetch: 3.5 MiB speculative, 2/4 experts useful (50.0%)")
+        );
+    }
+
+    #[test]
+    fn a_prompt_ahead_line_only_when_a_prompt_read_ahead_and_apart_from_the_prefetches() {
+        let d = StreamSnapshot {
+            prefetches: 3,
+            prefetch_bytes: 3 << 20,
+            prefetch_hits: 1,
+            ..StreamSnapshot::default()
+        };
+        assert_eq!(prompt_ahead_line(&d, &StreamSnapshot::default()), None);
+        let p = StreamSnapshot {
+            prompt_ahead: 4,
+            prompt_ahead_bytes: 5 << 19,
+            prompt_ahead_hits: 3,
+            ..StreamSnapshot::default()
+        };
+        assert_eq!(
+            prompt_ahead_line(&d, &p).as_deref(),
+            Some(
+                "moe-prompt-ahead: 2.5 MiB read ahead for the next layer, 3/4 experts used (75.0%)"
+            )
         );
     }
 

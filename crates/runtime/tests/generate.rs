@@ -845,3 +845,67 @@ fn a_cancel_stops_a_speculated_generation_as_the_plain_one() {
         "no cancel fell on a kept draft: {kept:?}"
     );
 }
+
+/// With `--prompt-ahead`, a prompt batch that routes most of a layer's experts has the next MoE
+/// layer's read ahead: the tokens stay the resident run's, the reads ahead are counted apart
+/// from the decode's readers ahead (none here) and used by the next layer, and a cache with
+/// room for only some of them reads only those. Without the flag, or with a short prompt,
+/// nothing is read ahead.
+#[test]
+fn a_long_prompt_reads_the_next_layers_experts_ahead_and_changes_no_token() {
+    let model = "qwen3moe-q4_k_m.gguf";
+    let long = "A mixture of experts routes each token to a few of its experts, and a long \
+                prompt routes nearly every expert of every layer, so the next layer's experts \
+                can be read while this one computes.";
+    let mut resident = config(moe(model));
+    resident.stream.moe_stream = StreamMode::Off;
+    // (prompt, cache MiB, prompt ahead on, whether it reads ahead)
+    let cases = [
+        (long, 8, true, true),
+        (long, 8, false, false),
+        ("The", 8, true, false),
+        // a layer's 16 experts take about 2 MiB of slots: beside the batch's own, 3 MiB
+        // holds some of the next layer's
+        (long, 3, true, true),
+    ];
+    for (prompt, mib, on, reads) in cases {
+        let (want, _) = generate(&resident, prompt, 6);
+        let mut cfg = config(moe(model));
+        cfg.stream.moe_stream = StreamMode::On;
+        cfg.stream.cache_mb = Some(CacheMb::Mib(mib));
+        cfg.stream.force_cache = true;
+        cfg.stream.prompt_ahead = on;
+        let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
+        let ids = loaded.tokenizer.encode(prompt, true, false);
+        let (mut rt, _) = loaded.runtime(&cfg).expect("runtime");
+        let turn = Turn {
+            ids: &ids,
+            n_max: 6,
+            prompt: None,
+            turn: 0,
+        };
+        let got = rt
+            .generate(&turn, &mut Collect::default())
+            .expect("generate");
+        let all = rt.counters.snapshot();
+        rt.finish().expect("finish");
+        let what = format!(
+            "{:?} cache {mib} MiB on={on}",
+            &prompt[..prompt.len().min(12)]
+        );
+        assert_eq!(got.tokens, want.tokens, "{what}: tokens");
+        assert_eq!(all.prefetches, 0, "{what}: counted as a decode read ahead");
+        if !reads {
+            assert_eq!(all.prompt_ahead, 0, "{what}: read ahead");
+            continue;
+        }
+        // one layer's experts at most (the fixture has two MoE layers of 16), and used
+        let (n, hits) = (all.prompt_ahead, all.prompt_ahead_hits);
+        assert!(n > 0 && n <= 16, "{what}: {n} read ahead");
+        assert!(hits > 0 && hits <= n, "{what}: {hits} of {n} used");
+        assert!(all.prompt_ahead_bytes > 0 && all.read_bytes >= all.prompt_ahead_bytes);
+        if mib == 3 {
+            assert!(all.prompt_ahead < 16, "{what}: past the budget");
+        }
+    }
+}
