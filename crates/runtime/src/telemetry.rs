@@ -227,9 +227,9 @@ impl StreamSnapshot {
 /// (`StoreSource::prompt_ahead`; decode and prefill counters pooled): what they read and how
 /// many of those experts their layer then routed.
 pub fn prompt_ahead_line(decode: &StreamSnapshot, prefill: &StreamSnapshot) -> Option<String> {
-    let n = decode.prompt_ahead + prefill.prompt_ahead;
-    let bytes = decode.prompt_ahead_bytes + prefill.prompt_ahead_bytes;
-    let hits = decode.prompt_ahead_hits + prefill.prompt_ahead_hits;
+    let [n, bytes, hits] = pooled(decode, prefill, |s| {
+        [s.prompt_ahead, s.prompt_ahead_bytes, s.prompt_ahead_hits]
+    });
     (n > 0).then(|| {
         format!(
             "moe-prompt-ahead: {:.1} MiB read ahead for the next layer, {hits}/{n} experts used ({:.1}%)",
@@ -247,21 +247,31 @@ pub fn prefetch_line(
     prefill: &StreamSnapshot,
     tag: &str,
 ) -> Option<String> {
-    let n = decode.prefetches + prefill.prefetches;
-    let bytes = decode.prefetch_bytes + prefill.prefetch_bytes;
-    let hits = decode.prefetch_hits + prefill.prefetch_hits;
+    let [n, bytes, hits] = pooled(decode, prefill, |s| {
+        [s.prefetches, s.prefetch_bytes, s.prefetch_hits]
+    });
     (n > 0).then(|| {
+        let tag = if tag.is_empty() {
+            String::new()
+        } else {
+            format!(" [{tag}]")
+        };
         format!(
-            "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%){}",
+            "moe-prefetch: {:.1} MiB speculative, {hits}/{n} experts useful ({:.1}%){tag}",
             bytes as f64 / MIB,
             store::cache::hit_pct(hits, n),
-            if tag.is_empty() {
-                String::new()
-            } else {
-                format!(" [{tag}]")
-            }
         )
     })
+}
+
+/// Counters `pick` takes from each snapshot, summed.
+fn pooled<const N: usize>(
+    a: &StreamSnapshot,
+    b: &StreamSnapshot,
+    pick: impl Fn(&StreamSnapshot) -> [u64; N],
+) -> [u64; N] {
+    let (x, y) = (pick(a), pick(b));
+    std::array::from_fn(|i| x[i] + y[i])
 }
 
 /// The `moe-drop:` line of a run with cache-aware dropping at `frac` (`--drop-cold-experts`):
