@@ -399,12 +399,14 @@ impl<P: EvictionPolicy> ExpertCache<P> {
     /// budget unless one batch alone exceeds it.
     pub fn make_room(&mut self) {
         if self.budget > 0 {
-            self.evict_to_budget();
+            self.evict_to(self.budget);
         }
     }
 
-    fn evict_to_budget(&mut self) {
-        while self.used > self.budget {
+    /// Evict entries the batch has not touched (nor pinned or held ones), in the policy's
+    /// order, until the slots hold at most `limit` bytes or nothing more may leave.
+    fn evict_to(&mut self, limit: u64) {
+        while self.used > limit {
             let batch = self.batch;
             let entries = &self.entries;
             let victim = self.policy.victim(&|k| {
@@ -426,10 +428,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
         if self.budget == 0 || bytes > self.budget {
             return false;
         }
-        let budget = self.budget;
-        self.budget -= bytes;
-        self.evict_to_budget();
-        self.budget = budget;
+        self.evict_to(self.budget - bytes);
         self.used + bytes <= self.budget
     }
 
@@ -542,7 +541,7 @@ impl<P: EvictionPolicy> ExpertCache<P> {
             }
             return;
         }
-        self.evict_to_budget();
+        self.evict_to(self.budget);
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.used);
     }
 
