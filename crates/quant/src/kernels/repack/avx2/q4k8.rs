@@ -8,10 +8,11 @@
 //! * the rows' scale bytes are unpacked two rows (`r`, `r + 4`) per vector, and the sub-block
 //!   scales go to a small buffer as 32-bit words (the scale twice as 16-bit values), from
 //!   which the inner loop broadcasts them with plain loads (no shuffle per sub-block);
-//! * each row accumulates its `scale · Σ q·a` products in eight i32 lanes over the whole
-//!   float step (a super-block for the gemv order, a pair of sub-blocks for the gemm order),
-//!   and one transposing reduction turns the eight rows' vectors into one vector of row
-//!   totals;
+//! * each row forms the `scale · Σ q·a` products of a pair of sub-blocks in eight i32 lanes,
+//!   and a transposing reduction (horizontal adds, two rows at a time as soon as they are
+//!   formed, so that few vectors stay live in AVX2's sixteen registers) turns the eight rows'
+//!   vectors into one vector of row totals; the gemv order adds the four pairs' totals before
+//!   its float step per super-block, the gemm order takes a float step per pair;
 //! * the minimums of rows `r` and `r + 4` meet the activation sub-block sums in one
 //!   `vpmaddwd`, and three horizontal adds (gemv) or a 4 × 4 transpose (gemm) put them in
 //!   row lanes.
@@ -134,24 +135,6 @@ fn mins_ctl() -> __m256i {
     ))
 }
 
-/// Lane `r` of the result is the sum of the eight i32 lanes of `v[r]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn reduce8(v: &[__m256i; 8]) -> __m256i {
-    let h01 = _mm256_hadd_epi32(v[0], v[1]);
-    let h23 = _mm256_hadd_epi32(v[2], v[3]);
-    let h45 = _mm256_hadd_epi32(v[4], v[5]);
-    let h67 = _mm256_hadd_epi32(v[6], v[7]);
-    // Both 128-bit lanes of g0 hold rows 0-3 (elements 0-3 in the low one, 4-7 in the
-    // high one); g1 likewise rows 4-7.
-    let g0 = _mm256_hadd_epi32(h01, h23);
-    let g1 = _mm256_hadd_epi32(h45, h67);
-    _mm256_add_epi32(
-        _mm256_blend_epi32::<0xf0>(g0, g1),
-        _mm256_permute2x128_si256::<0x21>(g0, g1),
-    )
-}
-
 /// `(d, dmin)` of eight blocks as f32, row `r`'s in lane `r` of each, from their heads (rows
 /// p and p + 4 in `heads[p]`, as [`heads_x2`] loads them).
 #[inline]
@@ -270,50 +253,68 @@ pub(super) fn q4_k_tile8<const PAIRS: bool, const T: usize>(
             let ph = _mm256_madd_epi16(sw(r, 2 * j + 1), _mm256_maddubs_epi16(qh, q8h));
             _mm256_add_epi32(pl, ph)
         };
-        if PAIRS {
-            // Row r's pair-j min term in lane r of min_pairs[t][j].
-            let min_pairs = mp.map(|mp| {
-                let t0 = _mm256_unpacklo_epi32(mp[0], mp[1]);
-                let t1 = _mm256_unpacklo_epi32(mp[2], mp[3]);
-                let t2 = _mm256_unpackhi_epi32(mp[0], mp[1]);
-                let t3 = _mm256_unpackhi_epi32(mp[2], mp[3]);
-                [
-                    _mm256_unpacklo_epi64(t0, t1),
-                    _mm256_unpackhi_epi64(t0, t1),
-                    _mm256_unpacklo_epi64(t2, t3),
-                    _mm256_unpackhi_epi64(t2, t3),
-                ]
-            });
-            unroll4!(j => {
-                let q: [(__m256i, __m256i); ROWS] = std::array::from_fn(|r| nibbles(r, j));
+        // Row r's pair-j min term in lane r of min_pairs[t][j] (the gemm order); the
+        // gemv order adds the four pairs' terms at once.
+        let min_pairs = mp.map(|mp| {
+            let t0 = _mm256_unpacklo_epi32(mp[0], mp[1]);
+            let t1 = _mm256_unpacklo_epi32(mp[2], mp[3]);
+            let t2 = _mm256_unpackhi_epi32(mp[0], mp[1]);
+            let t3 = _mm256_unpackhi_epi32(mp[2], mp[3]);
+            [
+                _mm256_unpacklo_epi64(t0, t1),
+                _mm256_unpackhi_epi64(t0, t1),
+                _mm256_unpacklo_epi64(t2, t3),
+                _mm256_unpackhi_epi64(t2, t3),
+            ]
+        });
+        let mut sumi = [_mm256_setzero_si256(); T];
+        unroll4!(j => {
+            // The eight rows' totals of pair j in row lanes, per token: rows two at a time
+            // (their nibbles unpacked once for the T tokens), each two rows' vectors folded
+            // into the reduction at once (two horizontal adds per four rows, then the two
+            // halves' 128-bit lanes added), so that only two partial vectors per token stay
+            // live: sixteen vector registers hold no more without spilling.
+            let mut h = [_mm256_setzero_si256(); T];
+            let mut g0 = [_mm256_setzero_si256(); T];
+            for rp in 0..ROWS / 2 {
+                let (ra, rb) = (2 * rp, 2 * rp + 1);
+                let (qa, qb) = (nibbles(ra, j), nibbles(rb, j));
                 for t in 0..T {
                     let q8l = load256(&y[t][Q8K_QS + 64 * j..]);
                     let q8h = load256(&y[t][Q8K_QS + 64 * j + 32..]);
-                    let s: [__m256i; ROWS] = std::array::from_fn(|r| pair(r, j, q[r], q8l, q8h));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&s)), d[t], acc[t]);
-                    acc_min[t] =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_pairs[t][j]), dmin[t], acc_min[t]);
-                }
-            });
-        } else {
-            let mut sumi = [[_mm256_setzero_si256(); ROWS]; T];
-            unroll4!(j => {
-                let q: [(__m256i, __m256i); ROWS] = std::array::from_fn(|r| nibbles(r, j));
-                for (sumi, y) in sumi.iter_mut().zip(y) {
-                    let q8l = load256(&y[Q8K_QS + 64 * j..]);
-                    let q8h = load256(&y[Q8K_QS + 64 * j + 32..]);
-                    for (r, s) in sumi.iter_mut().enumerate() {
-                        *s = _mm256_add_epi32(*s, pair(r, j, q[r], q8l, q8h));
+                    let hh = _mm256_hadd_epi32(pair(ra, j, qa, q8l, q8h), pair(rb, j, qb, q8l, q8h));
+                    if rp % 2 == 0 {
+                        h[t] = hh;
+                    } else if rp == 1 {
+                        g0[t] = _mm256_hadd_epi32(h[t], hh);
+                    } else {
+                        let g1 = _mm256_hadd_epi32(h[t], hh);
+                        let tot = _mm256_add_epi32(
+                            _mm256_blend_epi32::<0xf0>(g0[t], g1),
+                            _mm256_permute2x128_si256::<0x21>(g0[t], g1),
+                        );
+                        if PAIRS {
+                            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), d[t], acc[t]);
+                            acc_min[t] = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(min_pairs[t][j]),
+                                dmin[t],
+                                acc_min[t],
+                            );
+                        } else {
+                            sumi[t] = _mm256_add_epi32(sumi[t], tot);
+                        }
                     }
                 }
-            });
+            }
+        });
+        if !PAIRS {
             for t in 0..T {
                 let mp = mp[t];
                 let mins = _mm256_hadd_epi32(
                     _mm256_hadd_epi32(mp[0], mp[1]),
                     _mm256_hadd_epi32(mp[2], mp[3]),
                 );
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(&sumi[t])), d[t], acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), d[t], acc[t]);
                 acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin[t], acc_min[t]);
             }
         }
