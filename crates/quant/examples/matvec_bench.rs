@@ -429,7 +429,7 @@ fn run(a: &Args) -> Result<(), String> {
                         };
                         println!(
                             "sluice\t{}{order}{}{}{}\t{}{}\t{}\t{rows}\t{cols}\t{}\t{iters}\t{:.2}\t{:.2}",
-                            kernels.isa().name(),
+                            kernels.name(),
                             if multi { "" } else { "-1row" },
                             if prefetch { "" } else { "-nopf" },
                             if tiles { "" } else { "-notiles" },

@@ -149,28 +149,40 @@ struct Under {
 /// The detected table's kernels of `ty` in `order` and, where that order multiplies whole
 /// groups of activation rows in another order, those grouped kernels.
 fn kernels_under(ty: GgmlType, order: SumOrder) -> Vec<Under> {
-    let k = Kernels::detect();
     let mut out = Vec::new();
     let act = vec_dot_type(ty).expect("activation type");
-    if let (Some(dot), Some(quantize)) = (k.dot_in(order, ty), k.quantize_in(order, act)) {
-        out.push(Under {
-            label: format!("{ty} {order:?}"),
-            dot,
-            quantize,
-            dot_rows: k.dot_rows_in(order, ty),
-            dot_tokens: k.dot_tokens_in(order, ty),
-        });
-    }
-    if let Some(g) = k.grouped_in(order, ty) {
-        out.push(Under {
-            label: format!("{ty} {order:?} grouped"),
-            dot: g.dot,
-            quantize: g.quantize,
-            dot_rows: g.dot_rows,
-            dot_tokens: g.dot_tokens,
-        });
+    for k in tables() {
+        let name = k.name();
+        if let (Some(dot), Some(quantize)) = (k.dot_in(order, ty), k.quantize_in(order, act)) {
+            out.push(Under {
+                label: format!("{ty} {order:?} ({name})"),
+                dot,
+                quantize,
+                dot_rows: k.dot_rows_in(order, ty),
+                dot_tokens: k.dot_tokens_in(order, ty),
+            });
+        }
+        if let Some(g) = k.grouped_in(order, ty) {
+            out.push(Under {
+                label: format!("{ty} {order:?} grouped ({name})"),
+                dot: g.dot,
+                quantize: g.quantize,
+                dot_rows: g.dot_rows,
+                dot_tokens: g.dot_tokens,
+            });
+        }
     }
     out
+}
+
+/// The detected table and, on a CPU where it has wide builds, the narrow one too.
+fn tables() -> Vec<&'static Kernels> {
+    let (best, narrow) = (Kernels::detect(), Kernels::narrow());
+    if std::ptr::eq(best, narrow) {
+        vec![best]
+    } else {
+        vec![best, narrow]
+    }
 }
 
 /// One call of a tile of `rows` × `tokens` (`f`) against `dot` on every (row, token).

@@ -231,6 +231,8 @@ impl AltTable {
 /// A set of kernels for one instruction set.
 pub struct Kernels {
     isa: Isa,
+    /// Some AVX2 kernels are the builds of [`Kernels::wide`].
+    wide: bool,
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
     dot_tokens: [Option<DotTokens>; N_IDS],
@@ -239,9 +241,10 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    fn empty(isa: Isa) -> Kernels {
+    fn empty(isa: Isa, wide: bool) -> Kernels {
         Kernels {
             isa,
+            wide,
             dot: [None; N_IDS],
             dot_rows: [None; N_IDS],
             dot_tokens: [None; N_IDS],
@@ -250,8 +253,8 @@ impl Kernels {
         }
     }
 
-    fn build(isa: Isa) -> Kernels {
-        let mut k = Kernels::empty(isa);
+    fn build(isa: Isa, wide: bool) -> Kernels {
+        let mut k = Kernels::empty(isa, wide && isa == Isa::Avx2);
         act::register(&mut k);
         legacy::register(&mut k);
         kquants::register(&mut k);
@@ -469,16 +472,64 @@ impl Kernels {
     /// The portable scalar table (the reference every SIMD kernel is tested against).
     pub fn scalar() -> &'static Kernels {
         static T: OnceLock<Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::build(Isa::Scalar))
+        T.get_or_init(|| Kernels::build(Isa::Scalar, false))
     }
 
-    /// The best table for this CPU, chosen once.
+    /// The best table for this CPU, chosen once. The environment variable `SLUICE_KERNELS`
+    /// narrows the choice: `scalar` gives [`Kernels::scalar`], `avx2` gives
+    /// [`Kernels::narrow`] (for comparing with a build limited to AVX2); other values are
+    /// ignored. Every table gives the same bits, so the choice changes only the speed.
     pub fn detect() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| match Kernels::best_isa() {
-            Isa::Scalar => Kernels::scalar(),
-            isa => Box::leak(Box::new(Kernels::build(isa))),
+        T.get_or_init(|| match std::env::var("SLUICE_KERNELS").as_deref() {
+            Ok("scalar") => Kernels::scalar(),
+            Ok("avx2") => Kernels::narrow(),
+            _ => Kernels::best(Kernels::wide_registers()),
         })
+    }
+
+    /// The best table for this CPU without the builds for AVX-512's register file (see
+    /// [`Kernels::wide`]): the table a CPU with AVX2 but no AVX-512 gets. Where those builds
+    /// do not apply, the same kernels as [`Kernels::detect`]'s best.
+    pub fn narrow() -> &'static Kernels {
+        static T: OnceLock<&'static Kernels> = OnceLock::new();
+        T.get_or_init(|| Kernels::best(false))
+    }
+
+    fn best(wide: bool) -> &'static Kernels {
+        match Kernels::best_isa() {
+            Isa::Scalar => Kernels::scalar(),
+            isa => Box::leak(Box::new(Kernels::build(isa, wide))),
+        }
+    }
+
+    /// Whether this CPU has the AVX-512 subsets (F, VL, BW) that the wide builds use.
+    fn wide_registers() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// Whether some of this AVX2 table's kernels are wide builds: the same source compiled
+    /// also for AVX-512VL/BW, whose 32 vector registers (AVX2 has 16) spare the kernels that
+    /// hold many vectors live their spills. Same 256-bit operations, same bits. Only where
+    /// the CPU has those extensions (and `SLUICE_KERNELS` is not `avx2`).
+    pub fn wide(&self) -> bool {
+        self.wide
+    }
+
+    /// Name of the table for logs and benchmark reports: the instruction set's, with
+    /// `+avx512vl` for a table with wide builds.
+    pub fn name(&self) -> &'static str {
+        match (self.isa, self.wide) {
+            (Isa::Avx2, true) => "avx2+avx512vl",
+            (isa, _) => isa.name(),
+        }
     }
 
     fn best_isa() -> Isa {

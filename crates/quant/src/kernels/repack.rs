@@ -107,7 +107,12 @@ pub struct GroupedDot {
 /// in a table built for `isa`, where that order has them: only [`SumOrder::Repacked`] Q4_K
 /// (llama.cpp's Q4_K gemm sums differently from its gemv; for Q4_0, IQ4_NL and MXFP4 the two
 /// agree).
+/// (For an AVX2 table with wide builds, [`Kernels::grouped_in`] gives their kernels.)
 pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
+    grouped_for(isa, false, order, w)
+}
+
+fn grouped_for(isa: Isa, wide: bool, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
     if order != SumOrder::Repacked {
         return None;
     }
@@ -135,9 +140,12 @@ pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<Grouped
     match isa {
         Isa::Scalar => Some(scalar),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Some(avx2::grouped_q4_k(scalar)),
+        Isa::Avx2 => Some(avx2::grouped_q4_k(scalar, wide)),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 => Some(scalar),
+        Isa::Avx2 => {
+            let _ = wide; // no wide builds off x86-64
+            Some(scalar)
+        }
         Isa::Neon => None, // returned above
     }
 }
@@ -145,7 +153,7 @@ pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<Grouped
 impl Kernels {
     /// [`grouped_kernels`] for this table's instruction set.
     pub fn grouped_in(&self, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
-        grouped_kernels(self.isa, order, w)
+        grouped_for(self.isa, self.wide(), order, w)
     }
 }
 

@@ -51,11 +51,14 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot_in(r, Q4_K, dot_q4_k);
     k.set_dot_rows_in(r, Q4_K, ROWS, dot_rows_q4_k);
     k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k);
+    if k.wide() {
+        k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k_wide);
+    }
 }
 
 /// The grouped (gemm-order) Q4_K kernels of this instruction set; the quantizer stays the
 /// portable one of `scalar`.
-pub(super) fn grouped_q4_k(scalar: GroupedDot) -> GroupedDot {
+pub(super) fn grouped_q4_k(scalar: GroupedDot, wide: bool) -> GroupedDot {
     GroupedDot {
         dot: dot_q4_k_pairs,
         dot_rows: Some(DotRows {
@@ -65,7 +68,11 @@ pub(super) fn grouped_q4_k(scalar: GroupedDot) -> GroupedDot {
         dot_tokens: Some(DotTokens {
             rows: ROWS,
             tokens: TOKENS,
-            f: dot_tokens_q4_k_pairs,
+            f: if wide {
+                dot_tokens_q4_k_pairs_wide
+            } else {
+                dot_tokens_q4_k_pairs
+            },
         }),
         ..scalar
     }
@@ -617,6 +624,19 @@ fn dot_tokens_q4_k(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 fn dot_tokens_q4_k_pairs(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: as in `dot_q4_k`.
     unsafe { q4k8::q4_k_tile8::<true, TOKENS>(n, w, a, out) }
+}
+
+// The wide builds: registered only in an AVX2 table built with `wide`, which
+// `Kernels::detect` builds only after it detected AVX-512F, VL and BW at run time.
+
+fn dot_tokens_q4_k_wide(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`, and the CPU has AVX-512F, VL and BW (see above).
+    unsafe { q4k8::q4_k_tile8_wide::<false, TOKENS>(n, w, a, out) }
+}
+
+fn dot_tokens_q4_k_pairs_wide(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_tokens_q4_k_wide`.
+    unsafe { q4k8::q4_k_tile8_wide::<true, TOKENS>(n, w, a, out) }
 }
 
 fn dot_tokens_q4_0(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {

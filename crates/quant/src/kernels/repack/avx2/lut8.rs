@@ -77,11 +77,8 @@ pub(super) fn lut4_tile8<const WB: usize, const T: usize>(
     );
     let rows = Rows::<ROWS, WB>::new(n, QK, w, a.len() / T, Q8_0_BYTES, ROWS);
     let nb = n / QK;
-    let acts: [&[[u8; Q8_0_BYTES]]; T] = std::array::from_fn(|t| {
-        a[t * nb * Q8_0_BYTES..(t + 1) * nb * Q8_0_BYTES]
-            .as_chunks::<Q8_0_BYTES>()
-            .0
-    });
+    // The T activation rows' blocks one after the other: token t's block b at t * nb + b.
+    let (acts, _) = a.as_chunks::<Q8_0_BYTES>();
     let table = table.map(|t| {
         let b: [u8; 16] = t.map(|v| v as u8);
         _mm256_broadcastsi128_si256(load128(&b))
@@ -114,8 +111,8 @@ pub(super) fn lut4_tile8<const WB: usize, const T: usize>(
             }
         });
         let dw = d_w(&x, &words, &rows, b);
-        for (acc, act) in acc.iter_mut().zip(&acts) {
-            let y = &act[b];
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let y = &acts[t * nb + b];
             // Activation quants 0..16 and 16..32, each in both 128-bit lanes.
             let ylo = _mm256_broadcastsi128_si256(load128(&y[2..]));
             let yhi = _mm256_broadcastsi128_si256(load128(&y[18..]));

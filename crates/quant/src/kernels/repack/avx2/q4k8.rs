@@ -167,162 +167,178 @@ pub(super) fn q4_k_rows8<const PAIRS: bool>(n: usize, w: &[u8], a: &[u8], out: &
     q4_k_tile8::<PAIRS, 1>(n, w, a, out);
 }
 
-/// 8 rows of Q4_K against `T` Q8_K rows (`out[t * 8 + r]`), each output in the order of
-/// [`q4_k_rows8`] (`PAIRS` as there): the weight side of a super-block (scales and minimums,
-/// f16 scales, the nibbles of each pair of sub-blocks) is unpacked once for the `T` tokens.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_k_tile8<const PAIRS: bool, const T: usize>(
-    n: usize,
-    w: &[u8],
-    a: &[u8],
-    out: &mut [f32],
-) {
-    assert!(
-        T > 0 && a.len().is_multiple_of(T) && out.len() == ROWS * T,
-        "Q4_K tile contract violated: {} activation bytes for {T} rows, {} outputs",
-        a.len(),
-        out.len()
-    );
-    let rows = Rows::<ROWS, Q4K_BYTES>::new(n, QK_K, w, a.len() / T, Q8K_BYTES, ROWS);
-    let nb = n / QK_K;
-    let acts: [&[[u8; Q8K_BYTES]]; T] = std::array::from_fn(|t| {
-        a[t * nb * Q8K_BYTES..(t + 1) * nb * Q8K_BYTES]
-            .as_chunks::<Q8K_BYTES>()
-            .0
-    });
-    let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let mut acc_min = [_mm256_setzero_ps(); T];
-    // Scale words of rows p and p + 4: sbuf[2p] sub-blocks 0..4, sbuf[2p + 1] sub-blocks
-    // 4..8; row p's in words 0..4, row p + 4's in words 4..8.
-    let mut sbuf = Aligned([[0i32; 8]; 8]);
-    for b in 0..nb {
-        let x: [&[u8; Q4K_BYTES]; ROWS] = std::array::from_fn(|r| &rows.rows[r][b]);
-        for xr in x {
-            // A prefetch is a hint: it never faults, whatever the address (past the end of
-            // the matrix it is merely wasted).
-            _mm_prefetch::<_MM_HINT_T0>(xr.as_ptr().wrapping_add(ROWS * nb * Q4K_BYTES).cast());
-        }
-        let y: [&[u8; Q8K_BYTES]; T] = acts.map(|act| &act[b]);
+/// Defines the tile kernel `$name` for the target features `$features`: the same source for
+/// AVX2's sixteen vector registers and for AVX-512VL's thirty-two (same operations on 256-bit
+/// vectors, so the same bits; only the register allocation, and so the spilling, differs).
+macro_rules! q4_k_tile8 {
+    ($(#[$doc:meta])* $name:ident, $features:literal) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        pub(super) fn $name<const PAIRS: bool, const T: usize>(
+            n: usize,
+            w: &[u8],
+            a: &[u8],
+            out: &mut [f32],
+        ) {
+            assert!(
+                T > 0 && a.len().is_multiple_of(T) && out.len() == ROWS * T,
+                "Q4_K tile contract violated: {} activation bytes for {T} rows, {} outputs",
+                a.len(),
+                out.len()
+            );
+            let rows = Rows::<ROWS, Q4K_BYTES>::new(n, QK_K, w, a.len() / T, Q8K_BYTES, ROWS);
+            let nb = n / QK_K;
+            // The T activation rows' blocks one after the other: token t's block b at t * nb + b.
+            let (acts, _) = a.as_chunks::<Q8K_BYTES>();
+            let m4 = _mm256_set1_epi8(0x0f);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut acc_min = [_mm256_setzero_ps(); T];
+            // Scale words of rows p and p + 4: sbuf[2p] sub-blocks 0..4, sbuf[2p + 1] sub-blocks
+            // 4..8; row p's in words 0..4, row p + 4's in words 4..8.
+            let mut sbuf = Aligned([[0i32; 8]; 8]);
+            for b in 0..nb {
+                let x: [&[u8; Q4K_BYTES]; ROWS] = std::array::from_fn(|r| &rows.rows[r][b]);
+                for xr in x {
+                    // A prefetch is a hint: it never faults, whatever the address (past the end of
+                    // the matrix it is merely wasted).
+                    _mm_prefetch::<_MM_HINT_T0>(xr.as_ptr().wrapping_add(ROWS * nb * Q4K_BYTES).cast());
+                }
+                let y: [&[u8; Q8K_BYTES]; T] = std::array::from_fn(|t| &acts[t * nb + b]);
 
-        // Per pair of sub-blocks: the minimums of row p (lanes 0..4) and row p + 4 (lanes
-        // 4..8) as i16, to meet the activation sub-block sums.
-        let heads: [__m256i; 4] = std::array::from_fn(|p| heads_x2(x[p], x[p + 4]));
-        let mut mins16 = [_mm256_setzero_si256(); 4];
-        for (p, m) in mins16.iter_mut().enumerate() {
-            let sm = scales_mins_x2(heads[p]);
-            for h in 0..2 {
-                let words = _mm256_shuffle_epi8(sm, scale_words_ctl(h as i8));
-                // SAFETY: `sbuf[2p + h]` is 32 writable bytes; `storeu` has no alignment
-                // requirement.
-                unsafe { _mm256_storeu_si256(sbuf.0[2 * p + h].as_mut_ptr().cast(), words) };
-            }
-            *m = _mm256_shuffle_epi8(sm, mins_ctl());
-        }
-        let (dw, dminw) = d_dmin_w(&heads);
-        // Per token: min · sum + min · sum of each pair of sub-blocks, rows p and p + 4 in
-        // mp[p]; the scales times the activation scale.
-        let mp: [[__m256i; 4]; T] = y.map(|y| {
-            // Sums of the activation quants per 32-element sub-block (i16), both lanes.
-            let bs = load256(&y[Q8K_BSUMS..]);
-            let q8s = _mm256_broadcastsi128_si256(_mm_hadd_epi16(
-                _mm256_castsi256_si128(bs),
-                _mm256_extracti128_si256::<1>(bs),
-            ));
-            mins16.map(|m| _mm256_madd_epi16(m, q8s))
-        });
-        let da = y.map(|y| _mm256_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]])));
-        let d = da.map(|da| _mm256_mul_ps(dw, da));
-        let dmin = da.map(|da| _mm256_mul_ps(dminw, da));
-        // Read the scale words back from memory: a broadcast load costs no shuffle.
-        let sb = std::hint::black_box(&sbuf.0);
-        let sw =
-            |r: usize, i: usize| _mm256_set1_epi32(sb[2 * (r % 4) + i / 4][4 * (r / 4) + i % 4]);
-        // The nibbles of sub-blocks 2j (low) and 2j + 1 (high) of row r.
-        let nibbles = |r: usize, j: usize| {
-            let bits = load256(&x[r][Q4K_QS + 32 * j..]);
-            (
-                _mm256_and_si256(bits, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
-            )
-        };
-        // `scale · Σ q·a` of sub-blocks 2j and 2j + 1 of row r, in eight i32 lanes.
-        let pair = |r: usize, j: usize, (ql, qh): (__m256i, __m256i), q8l, q8h| {
-            // Nibbles (0..=15) times activation quants: pair sums at most 2 · 15 · 128.
-            let pl = _mm256_madd_epi16(sw(r, 2 * j), _mm256_maddubs_epi16(ql, q8l));
-            let ph = _mm256_madd_epi16(sw(r, 2 * j + 1), _mm256_maddubs_epi16(qh, q8h));
-            _mm256_add_epi32(pl, ph)
-        };
-        // Row r's pair-j min term in lane r of min_pairs[t][j] (the gemm order); the
-        // gemv order adds the four pairs' terms at once.
-        let min_pairs = mp.map(|mp| {
-            let t0 = _mm256_unpacklo_epi32(mp[0], mp[1]);
-            let t1 = _mm256_unpacklo_epi32(mp[2], mp[3]);
-            let t2 = _mm256_unpackhi_epi32(mp[0], mp[1]);
-            let t3 = _mm256_unpackhi_epi32(mp[2], mp[3]);
-            [
-                _mm256_unpacklo_epi64(t0, t1),
-                _mm256_unpackhi_epi64(t0, t1),
-                _mm256_unpacklo_epi64(t2, t3),
-                _mm256_unpackhi_epi64(t2, t3),
-            ]
-        });
-        let mut sumi = [_mm256_setzero_si256(); T];
-        unroll4!(j => {
-            // The eight rows' totals of pair j in row lanes, per token: rows two at a time
-            // (their nibbles unpacked once for the T tokens), each two rows' vectors folded
-            // into the reduction at once (two horizontal adds per four rows, then the two
-            // halves' 128-bit lanes added), so that only two partial vectors per token stay
-            // live: sixteen vector registers hold no more without spilling.
-            let mut h = [_mm256_setzero_si256(); T];
-            let mut g0 = [_mm256_setzero_si256(); T];
-            for rp in 0..ROWS / 2 {
-                let (ra, rb) = (2 * rp, 2 * rp + 1);
-                let (qa, qb) = (nibbles(ra, j), nibbles(rb, j));
-                for t in 0..T {
-                    let q8l = load256(&y[t][Q8K_QS + 64 * j..]);
-                    let q8h = load256(&y[t][Q8K_QS + 64 * j + 32..]);
-                    let hh = _mm256_hadd_epi32(pair(ra, j, qa, q8l, q8h), pair(rb, j, qb, q8l, q8h));
-                    if rp % 2 == 0 {
-                        h[t] = hh;
-                    } else if rp == 1 {
-                        g0[t] = _mm256_hadd_epi32(h[t], hh);
-                    } else {
-                        let g1 = _mm256_hadd_epi32(h[t], hh);
-                        let tot = _mm256_add_epi32(
-                            _mm256_blend_epi32::<0xf0>(g0[t], g1),
-                            _mm256_permute2x128_si256::<0x21>(g0[t], g1),
-                        );
-                        if PAIRS {
-                            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), d[t], acc[t]);
-                            acc_min[t] = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(min_pairs[t][j]),
-                                dmin[t],
-                                acc_min[t],
-                            );
-                        } else {
-                            sumi[t] = _mm256_add_epi32(sumi[t], tot);
+                // Per pair of sub-blocks: the minimums of row p (lanes 0..4) and row p + 4 (lanes
+                // 4..8) as i16, to meet the activation sub-block sums.
+                let heads: [__m256i; 4] = std::array::from_fn(|p| heads_x2(x[p], x[p + 4]));
+                let mut mins16 = [_mm256_setzero_si256(); 4];
+                for (p, m) in mins16.iter_mut().enumerate() {
+                    let sm = scales_mins_x2(heads[p]);
+                    for h in 0..2 {
+                        let words = _mm256_shuffle_epi8(sm, scale_words_ctl(h as i8));
+                        // SAFETY: `sbuf[2p + h]` is 32 writable bytes; `storeu` has no alignment
+                        // requirement.
+                        unsafe { _mm256_storeu_si256(sbuf.0[2 * p + h].as_mut_ptr().cast(), words) };
+                    }
+                    *m = _mm256_shuffle_epi8(sm, mins_ctl());
+                }
+                let (dw, dminw) = d_dmin_w(&heads);
+                // Per token: min · sum + min · sum of each pair of sub-blocks, rows p and p + 4 in
+                // mp[p]; the scales times the activation scale.
+                let mp: [[__m256i; 4]; T] = y.map(|y| {
+                    // Sums of the activation quants per 32-element sub-block (i16), both lanes.
+                    let bs = load256(&y[Q8K_BSUMS..]);
+                    let q8s = _mm256_broadcastsi128_si256(_mm_hadd_epi16(
+                        _mm256_castsi256_si128(bs),
+                        _mm256_extracti128_si256::<1>(bs),
+                    ));
+                    mins16.map(|m| _mm256_madd_epi16(m, q8s))
+                });
+                let da = y.map(|y| _mm256_set1_ps(f32::from_le_bytes([y[0], y[1], y[2], y[3]])));
+                let d = da.map(|da| _mm256_mul_ps(dw, da));
+                let dmin = da.map(|da| _mm256_mul_ps(dminw, da));
+                // Read the scale words back from memory: a broadcast load costs no shuffle.
+                let sb = std::hint::black_box(&sbuf.0);
+                let sw =
+                    |r: usize, i: usize| _mm256_set1_epi32(sb[2 * (r % 4) + i / 4][4 * (r / 4) + i % 4]);
+                // The nibbles of sub-blocks 2j (low) and 2j + 1 (high) of row r.
+                let nibbles = |r: usize, j: usize| {
+                    let bits = load256(&x[r][Q4K_QS + 32 * j..]);
+                    (
+                        _mm256_and_si256(bits, m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
+                    )
+                };
+                // `scale · Σ q·a` of sub-blocks 2j and 2j + 1 of row r, in eight i32 lanes.
+                let pair = |r: usize, j: usize, (ql, qh): (__m256i, __m256i), q8l, q8h| {
+                    // Nibbles (0..=15) times activation quants: pair sums at most 2 · 15 · 128.
+                    let pl = _mm256_madd_epi16(sw(r, 2 * j), _mm256_maddubs_epi16(ql, q8l));
+                    let ph = _mm256_madd_epi16(sw(r, 2 * j + 1), _mm256_maddubs_epi16(qh, q8h));
+                    _mm256_add_epi32(pl, ph)
+                };
+                // Row r's pair-j min term in lane r of min_pairs[t][j] (the gemm order); the
+                // gemv order adds the four pairs' terms at once.
+                let min_pairs = mp.map(|mp| {
+                    let t0 = _mm256_unpacklo_epi32(mp[0], mp[1]);
+                    let t1 = _mm256_unpacklo_epi32(mp[2], mp[3]);
+                    let t2 = _mm256_unpackhi_epi32(mp[0], mp[1]);
+                    let t3 = _mm256_unpackhi_epi32(mp[2], mp[3]);
+                    [
+                        _mm256_unpacklo_epi64(t0, t1),
+                        _mm256_unpackhi_epi64(t0, t1),
+                        _mm256_unpacklo_epi64(t2, t3),
+                        _mm256_unpackhi_epi64(t2, t3),
+                    ]
+                });
+                let mut sumi = [_mm256_setzero_si256(); T];
+                unroll4!(j => {
+                    // The eight rows' totals of pair j in row lanes, per token: rows two at a time
+                    // (their nibbles unpacked once for the T tokens), each two rows' vectors folded
+                    // into the reduction at once (two horizontal adds per four rows, then the two
+                    // halves' 128-bit lanes added), so that only two partial vectors per token stay
+                    // live: sixteen vector registers hold no more without spilling.
+                    let mut h = [_mm256_setzero_si256(); T];
+                    let mut g0 = [_mm256_setzero_si256(); T];
+                    for rp in 0..ROWS / 2 {
+                        let (ra, rb) = (2 * rp, 2 * rp + 1);
+                        let (qa, qb) = (nibbles(ra, j), nibbles(rb, j));
+                        for t in 0..T {
+                            let q8l = load256(&y[t][Q8K_QS + 64 * j..]);
+                            let q8h = load256(&y[t][Q8K_QS + 64 * j + 32..]);
+                            let hh = _mm256_hadd_epi32(pair(ra, j, qa, q8l, q8h), pair(rb, j, qb, q8l, q8h));
+                            if rp % 2 == 0 {
+                                h[t] = hh;
+                            } else if rp == 1 {
+                                g0[t] = _mm256_hadd_epi32(h[t], hh);
+                            } else {
+                                let g1 = _mm256_hadd_epi32(h[t], hh);
+                                let tot = _mm256_add_epi32(
+                                    _mm256_blend_epi32::<0xf0>(g0[t], g1),
+                                    _mm256_permute2x128_si256::<0x21>(g0[t], g1),
+                                );
+                                if PAIRS {
+                                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), d[t], acc[t]);
+                                    acc_min[t] = _mm256_fmadd_ps(
+                                        _mm256_cvtepi32_ps(min_pairs[t][j]),
+                                        dmin[t],
+                                        acc_min[t],
+                                    );
+                                } else {
+                                    sumi[t] = _mm256_add_epi32(sumi[t], tot);
+                                }
+                            }
                         }
+                    }
+                });
+                if !PAIRS {
+                    for t in 0..T {
+                        let mp = mp[t];
+                        let mins = _mm256_hadd_epi32(
+                            _mm256_hadd_epi32(mp[0], mp[1]),
+                            _mm256_hadd_epi32(mp[2], mp[3]),
+                        );
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), d[t], acc[t]);
+                        acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin[t], acc_min[t]);
                     }
                 }
             }
-        });
-        if !PAIRS {
             for t in 0..T {
-                let mp = mp[t];
-                let mins = _mm256_hadd_epi32(
-                    _mm256_hadd_epi32(mp[0], mp[1]),
-                    _mm256_hadd_epi32(mp[2], mp[3]),
+                store::<ROWS>(
+                    _mm256_sub_ps(acc[t], acc_min[t]),
+                    &mut out[t * ROWS..(t + 1) * ROWS],
                 );
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), d[t], acc[t]);
-                acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin[t], acc_min[t]);
             }
         }
-    }
-    for t in 0..T {
-        store::<ROWS>(
-            _mm256_sub_ps(acc[t], acc_min[t]),
-            &mut out[t * ROWS..(t + 1) * ROWS],
-        );
-    }
+    };
+}
+
+q4_k_tile8! {
+    /// 8 rows of Q4_K against `T` Q8_K rows (`out[t * 8 + r]`), each output in the order of
+    /// [`q4_k_rows8`] (`PAIRS` as there): the weight side of a super-block (scales and
+    /// minimums, f16 scales, the nibbles of each pair of sub-blocks) is unpacked once for the
+    /// `T` tokens.
+    q4_k_tile8, "avx2,fma,f16c"
+}
+
+q4_k_tile8! {
+    /// [`q4_k_tile8`] compiled with AVX-512VL and AVX-512BW, which give the compiler 32 vector
+    /// registers instead of 16: for CPUs that have them. Same bits per output.
+    q4_k_tile8_wide, "avx2,fma,f16c,avx512f,avx512vl,avx512bw"
 }
