@@ -26,6 +26,10 @@
 #   LLAMACPP_DIR  an existing install directory of scripts/llamacpp-npm.sh (default: a scratch one)
 #   OUT        also write the raw lines and the table into this directory
 #
+# Where sluice's kernel table has wide builds (`+avx512vl` in its `kernels` notice), every round
+# also times sluice with SLUICE_KERNELS=avx2 (the narrow table, AVX2's 16 registers): the "sluice
+# avx2" columns, which the ratio against llama.cpp's AVX2 library uses.
+#
 # A cell of the table is the best (highest tok/s) of the rounds, the one least disturbed by other
 # load; the raw lines keep every round. Needs cargo, g++, npm, git, python3 (gguf, numpy). Takes
 # about 15 minutes with the defaults on a 2-core machine, when the models exist.
@@ -84,6 +88,7 @@ raw=$work/raw.tsv
 : > "$raw"
 
 run_sluice() {  # model threads n_decode -> "sluice <n_prompt> <prefill_s> <n_decode> <decode_tps>"
+    # (SLUICE_KERNELS from the caller's environment: "avx2" for the narrow table)
     "$SLUICE" run -m "$1" -p "$PROMPT" -t "$2" -n "$3" -c "$N_CTX" --ubatch "$UBATCH" --kv-type f16 \
         --temp 0 --ignore-eos > "$work/s.out" 2> "$work/s.err"
     local pre gen
@@ -100,9 +105,16 @@ run_llama() {  # variant model threads n_decode -> the driver's line
 
 load_start=$(uptime | sed -E 's/.*load average: //')
 echo "# warm-up: reading the models and one untimed run of each engine per model" >&2
+narrow=
 for m in $MODELS; do
     cat "$m" > /dev/null
     run_sluice "$m" 2 4 > /dev/null
+    # A kernel table with wide builds (AVX-512 registers, `Kernels::wide`): also time the
+    # narrow table (SLUICE_KERNELS=avx2), the one to set against llama.cpp's AVX2 library.
+    kernels=$(sed -nE 's/^sluice: .*, kernels ([^ ]+)$/\1/p' "$work/s.err")
+    if [ "${kernels#avx2+}" != "$kernels" ]; then
+        narrow=1
+    fi
     run_llama default "$m" 2 4 > /dev/null
     run_llama haswell "$m" 2 4 > /dev/null
 done
@@ -121,6 +133,11 @@ for r in $(seq 1 "$ROUNDS"); do
                 exit 1
             fi
             printf 'sluice\t-\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$t" "$np" "$ps" "$nd" "$dt" >> "$raw"
+            if [ -n "$narrow" ]; then
+                cat "$m" > /dev/null
+                read -r np ps nd dt < <(SLUICE_KERNELS=avx2 run_sluice "$m" "$t" "$N_DECODE") || true
+                printf 'sluice\tavx2\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$t" "$np" "$ps" "$nd" "$dt" >> "$raw"
+            fi
             for v in default haswell; do
                 cat "$m" > /dev/null
                 line=$(run_llama "$v" "$m" "$t" "$N_DECODE")
@@ -136,18 +153,18 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 load_end=$(uptime | sed -E 's/.*load average: //')
 
-python3 - "$raw" "$commit" "$load_start" "$load_end" "$ROUNDS" > "$work/table.md" <<'PY'
+python3 - "$raw" "$commit" "$load_start" "$load_end" "$ROUNDS" "${kernels:-?}" > "$work/table.md" <<'PY'
 import sys
 from collections import defaultdict
 
-raw, commit, load_start, load_end, rounds = sys.argv[1:6]
+raw, commit, load_start, load_end, rounds, sluice_kernels = sys.argv[1:7]
 best = defaultdict(lambda: [0.0, 0.0])  # (engine, model, threads) -> [prefill tps, decode tps]
 n_prompt = defaultdict(set)
 cpu = {}
 order = []
 for line in open(raw):
     f = line.rstrip("\n").split("\t")
-    eng = f[0] if f[0] == "sluice" else f"llama.cpp {f[1]}"
+    eng = ("sluice" if f[1] == "-" else f"sluice {f[1]}") if f[0] == "sluice" else f"llama.cpp {f[1]}"
     model, threads = f[3], int(f[4])
     np_, ps, nd, dt = int(f[5]), float(f[6]), int(f[7]), float(f[8])
     if len(f) > 9:
@@ -162,15 +179,21 @@ for line in open(raw):
 
 print(f"Commit `{commit}`; best of {rounds} rounds; load average (1, 5, 15 min) {load_start} at the start, {load_end} at the end.")
 print()
-print("| model | threads | prompt tokens | prefill tok/s: sluice | llama.cpp default | llama.cpp haswell | ratio vs default | ratio vs haswell "
-      "| decode tok/s: sluice | llama.cpp default | llama.cpp haswell | ratio vs default | ratio vs haswell |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+# "sluice avx2": the narrow kernel table (SLUICE_KERNELS=avx2), timed where the detected one has
+# wide builds; the ratio against llama.cpp's AVX2 library uses it (else the detected table,
+# which is then the narrow one).
+print("| model | threads | prompt tokens | prefill tok/s: sluice | sluice avx2 | llama.cpp default | llama.cpp haswell "
+      "| ratio vs default | ratio (avx2) vs haswell "
+      "| decode tok/s: sluice | sluice avx2 | llama.cpp default | llama.cpp haswell | ratio vs default | ratio (avx2) vs haswell |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for model, t in order:
     s, d, h = (best[(e, model, t)] for e in ("sluice", "llama.cpp default", "llama.cpp haswell"))
+    a = best[("sluice avx2", model, t)] if ("sluice avx2", model, t) in best else s
     toks = "/".join(str(x) for x in sorted(n_prompt[(model, t)]))
-    print(f"| {model} | {t} | {toks} | {s[0]:.1f} | {d[0]:.1f} | {h[0]:.1f} | {s[0] / d[0]:.2f} | {s[0] / h[0]:.2f} "
-          f"| {s[1]:.2f} | {d[1]:.2f} | {h[1]:.2f} | {s[1] / d[1]:.2f} | {s[1] / h[1]:.2f} |")
+    print(f"| {model} | {t} | {toks} | {s[0]:.1f} | {a[0]:.1f} | {d[0]:.1f} | {h[0]:.1f} | {s[0] / d[0]:.2f} | {a[0] / h[0]:.2f} "
+          f"| {s[1]:.2f} | {a[1]:.2f} | {d[1]:.2f} | {h[1]:.2f} | {s[1] / d[1]:.2f} | {a[1] / h[1]:.2f} |")
 print()
+print(f"sluice kernels: {sluice_kernels}")
 for v, c in sorted(cpu.items()):
     print(f"llama.cpp {v}: CPU backend features {c}")
 PY

@@ -816,10 +816,11 @@ impl Loaded {
             self.load_s
         ));
         self.notices.info(format!(
-            "sluice: {} threads, context {}, seed {}",
+            "sluice: {} threads, context {}, seed {}, kernels {}",
             self.n_threads,
             self.n_ctx,
-            sampler.seed()
+            sampler.seed(),
+            quant::Kernels::detect().name()
         ));
     }
 
