@@ -2168,6 +2168,48 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The (weight type, summation order) pairs of the one-token products that have a
+    /// multi-row kernel to use or leave out, each once, in the order of the matrices: what
+    /// [`Engine::set_multi_row_for`] chooses for (the streaming rate of each differs by CPU,
+    /// `quant::multi_row_calibration_for`).
+    pub fn one_token_multi_row_kernels(&mut self) -> Vec<(GgmlType, quant::SumOrder)> {
+        let mut out = Vec::new();
+        for m in self.w.mats_mut() {
+            if let Some(key) = m.multi_row_key()
+                && !out.contains(&key)
+            {
+                out.push(key);
+            }
+        }
+        out
+    }
+
+    /// [`Engine::set_multi_row`] for the one-token products of weight type `w` in `order`
+    /// only.
+    pub fn set_multi_row_for(&mut self, w: GgmlType, order: quant::SumOrder, on: bool) {
+        for m in self.w.mats_mut() {
+            if m.multi_row_key() == Some((w, order)) {
+                m.set_multi_row(on);
+            }
+        }
+    }
+
+    /// [`Engine::set_one_token_row_prefetch`] for the one-token products of weight type `w` in
+    /// `order` that have a multi-row kernel (the pairs of
+    /// [`Engine::one_token_multi_row_kernels`]) only.
+    pub fn set_one_token_row_prefetch_for(
+        &mut self,
+        w: GgmlType,
+        order: quant::SumOrder,
+        on: bool,
+    ) {
+        for m in self.w.mats_mut() {
+            if m.multi_row_key() == Some((w, order)) {
+                m.kernel_one.prefetch = on;
+            }
+        }
+    }
+
     /// Install (or remove, with `None`) the source of routed experts' bytes. Its expert sizes
     /// must match the model's for every MoE layer.
     pub fn set_expert_source(

@@ -1041,3 +1041,36 @@ fn a_draft_head_is_refused_where_it_cannot_run() {
         assert!(e.mtp_draft(1, 3, 0.0).unwrap().is_empty());
     }
 }
+
+/// The start-up choice of the one-token multi-row kernels, made per weight type and order:
+/// with each pair's kernels and row prefetch left out in turn, every decode step keeps its
+/// logits' bits, and the pairs to choose for stay the same.
+#[test]
+fn multi_row_chosen_per_type_keeps_every_decode_bit() {
+    let file = GgufFile::open(demo_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let k = Kernels::detect();
+    let decode = |e: &mut Engine| -> Vec<u32> {
+        PROMPT
+            .iter()
+            .flat_map(|&t| bits(&e.forward(&[t], LogitsWanted::Last).unwrap()))
+            .collect()
+    };
+    let mut base = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
+    let pairs = base.one_token_multi_row_kernels();
+    if k.isa() != quant::Isa::Scalar {
+        assert!(
+            !pairs.is_empty(),
+            "the demo's weights have multi-row kernels"
+        );
+    }
+    let want = decode(&mut base);
+    for &(w, order) in &pairs {
+        let mut e = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
+        e.set_multi_row_for(w, order, false);
+        e.set_one_token_row_prefetch_for(w, order, false);
+        assert_eq!(e.one_token_multi_row_kernels(), pairs);
+        assert!(decode(&mut e) == want, "{w} {order:?}: decode bits changed");
+    }
+}

@@ -1,20 +1,23 @@
-//! Whether the multi-row kernels pay on this machine.
+//! Whether the multi-row kernels pay on this machine, per weight type and summation order.
 //!
 //! The multi-row kernels (`RowKernel::dot_rows`) compute a group of weight rows per call; each
 //! row's result has the same bits as the single-row kernel's. They were tuned on an Intel Xeon,
-//! where they stream weights faster. On an AMD EPYC (Zen 4, family 25 model 17) the same kernels stream a matrix
-//! too large for the caches at less than half the single-row kernel's rate (docs/performance.md,
-//! "One row or several"), so the choice is measured here, once per process: one thread, a Q4_K
-//! matrix four times the size of a large last-level cache, both ways, alternating, best of each.
-//! The single-row kernel is also measured without the software row prefetch, which on that
-//! EPYC costs the single-row kernel up to half its rate on long rows (docs/performance.md).
+//! where they stream weights faster. On an AMD EPYC (Zen 4, family 25 model 17) the Q4_K, Q6_K
+//! and Q8_0 ones stream a matrix too large for the caches at less than half the single-row
+//! kernel's rate (docs/performance.md, "One row or several"), while the repacked-order Q4_0 one
+//! streams twice as fast as its single-row kernel (whose one fused multiply-add per 32 weights
+//! waits on the one before). So the choice is measured here, once per process and (type,
+//! order): one thread, matrices larger than a large last-level cache, both ways, alternating,
+//! best of each. The single-row kernel is also measured without the software row prefetch,
+//! which on that EPYC costs the single-row kernel up to half its rate on long rows
+//! (docs/performance.md).
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use gguf::GgmlType;
 
-use crate::kernels::Kernels;
+use crate::kernels::{Kernels, SumOrder};
 use crate::matvec::{RowKernel, matvec_with};
 use crate::pool::ThreadPool;
 
@@ -48,35 +51,49 @@ impl MultiRowCalibration {
     }
 }
 
-/// Columns of the calibration matrices: Q4_K rows of 2048 (1152 bytes) and of 8192 (4608 bytes:
-/// the row prefetch's cost shows on long rows), each matrix 64 MiB (twice the largest
+/// Columns of the calibration matrices: rows of 2048 (1152 bytes in Q4_K) and of 8192 (4608
+/// bytes: the row prefetch's cost shows on long rows), each matrix 64 MiB (twice the largest
 /// last-level cache slice of a common server core complex).
 const CAL_COLS: [usize; 2] = [2048, 8192];
 const CAL_BYTES: usize = 64 << 20;
 /// Timed passes each way.
 const CAL_PASSES: usize = 3;
 
-/// Measures both ways on `kernels`' Q4_K one-row kernels (the order the decode path uses for a
-/// Q4_K weight of a row count divisible by 8), over both calibration shapes (the best pass of
-/// each, their bytes over their summed times); `None` when the table has no Q4_K multi-row
-/// kernel (nothing to choose) or the measurement cannot run.
+/// [`measure_multi_row_in`] on `kernels`' Q4_K one-row kernels (the order the decode path uses
+/// for a Q4_K weight of a row count divisible by 8).
 pub fn measure_multi_row(kernels: &Kernels) -> Option<MultiRowCalibration> {
     let w = GgmlType::Q4_K;
+    let cols = CAL_COLS[0];
+    let rows = CAL_BYTES / w.row_bytes(cols as u64)? as usize / 8 * 8;
+    let base = RowKernel::for_weight(kernels, w, rows, cols, false).ok()?;
+    measure_multi_row_in(kernels, w, base.order.single_row())
+}
+
+/// Measures both ways on `kernels`' one-row kernels of weight type `w` in `order`, over both
+/// calibration shapes (row counts divisible by 8; the best pass of each, their bytes over their
+/// summed times); `None` when the table has no multi-row kernel there (nothing to choose) or
+/// the measurement cannot run.
+pub fn measure_multi_row_in(
+    kernels: &Kernels,
+    w: GgmlType,
+    order: SumOrder,
+) -> Option<MultiRowCalibration> {
     let pool = ThreadPool::new(1).ok()?;
     let mut total_s = [0f64; 3];
     let mut total_bytes = 0f64;
     for cols in CAL_COLS {
         let rb = w.row_bytes(cols as u64)? as usize;
         let rows = CAL_BYTES / rb / 8 * 8;
-        let base = RowKernel::for_weight(kernels, w, rows, cols, false).ok()?;
-        let mut multi = RowKernel::lookup_in(kernels, w, base.order.single_row()).ok()?;
+        // The multi-row kernel with the row prefetch as the table gives it (off where the
+        // kernel prefetches its rows itself), the single-row kernel with and without it.
+        let multi = RowKernel::lookup_in(kernels, w, order).ok()?;
         multi.dot_rows?;
-        multi.prefetch = true;
         let mut single = multi;
         single.dot_rows = None;
+        single.prefetch = true;
         let mut single_nopf = single;
         single_nopf.prefetch = false;
-        // Written bytes (not the zero page): 0x11 gives finite f16 scales.
+        // Written bytes (not the zero page): 0x11 gives finite f16, bf16, f32 and e8m0 scales.
         let data = vec![0x11u8; rb * rows];
         let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 - 3.0).collect();
         let mut out = vec![0f32; rows];
@@ -106,6 +123,21 @@ pub fn measure_multi_row(kernels: &Kernels) -> Option<MultiRowCalibration> {
 pub fn multi_row_calibration() -> Option<MultiRowCalibration> {
     static CAL: OnceLock<Option<MultiRowCalibration>> = OnceLock::new();
     *CAL.get_or_init(|| measure_multi_row(Kernels::detect()))
+}
+
+/// [`measure_multi_row_in`] on [`Kernels::detect`]'s table, measured once per process and
+/// (type, order).
+pub fn multi_row_calibration_for(w: GgmlType, order: SumOrder) -> Option<MultiRowCalibration> {
+    type Measured = Vec<((GgmlType, SumOrder), Option<MultiRowCalibration>)>;
+    static CAL: Mutex<Measured> = Mutex::new(Vec::new());
+    // (held while measuring: two measurements at once would disturb each other)
+    let mut cal = CAL.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, c)) = cal.iter().find(|(key, _)| *key == (w, order)) {
+        return *c;
+    }
+    let c = measure_multi_row_in(Kernels::detect(), w, order);
+    cal.push(((w, order), c));
+    c
 }
 
 #[cfg(test)]
@@ -143,5 +175,29 @@ mod tests {
             measure_multi_row(Kernels::scalar()).is_some(),
             Kernels::scalar().dot_rows(GgmlType::Q4_K).is_some()
         );
+    }
+
+    #[test]
+    fn every_type_and_order_with_a_multi_row_kernel_is_measured_and_remembered() {
+        let k = Kernels::detect();
+        for (w, order) in [
+            (GgmlType::Q4_0, SumOrder::Repacked),
+            (GgmlType::Q8_0, SumOrder::VecDot),
+            (GgmlType::Q6_K, SumOrder::VecDot),
+            (GgmlType::Q5_1, SumOrder::VecDot),
+        ] {
+            let has_rows = k.dot_rows_in(order, w).is_some();
+            let c = measure_multi_row_in(k, w, order);
+            assert_eq!(c.is_some(), has_rows, "{w} {order:?}: {c:?}");
+            if let Some(c) = c {
+                for gbs in [c.multi_gbs, c.single_gbs, c.single_nopf_gbs] {
+                    assert!(gbs.is_finite() && gbs > 0.0, "{w} {order:?}: {c:?}");
+                }
+            }
+            // once per process: the second call returns the first one's numbers
+            let first = multi_row_calibration_for(w, order);
+            assert_eq!(first.is_some(), has_rows, "{w} {order:?}");
+            assert_eq!(multi_row_calibration_for(w, order), first, "{w} {order:?}");
+        }
     }
 }

@@ -82,10 +82,11 @@ pub fn build_engine<'a>(
 }
 
 /// Whether `engine`'s one-token products use the multi-row kernels: as `setting` says, else as
-/// measured on this CPU (once per process, said in `notices`) for a model too large to stay in
-/// the caches (`quant::calibrate::STREAMED_MODEL_BYTES`; a smaller one keeps them). Where the
-/// measurement picks one row a call and `prefetch` (`--row-prefetch`) is unset, it also decides
-/// the one-token products' row prefetch. The output is the same bits either way.
+/// measured on this CPU for each weight type and summation order that has them (once per
+/// process and pair, said in `notices`) for a model too large to stay in the caches
+/// (`quant::calibrate::STREAMED_MODEL_BYTES`; a smaller one keeps them). Where the measurement
+/// picks one row a call and `prefetch` (`--row-prefetch`) is unset, it also decides those
+/// products' row prefetch. The output is the same bits either way.
 pub fn apply_multi_row(
     engine: &mut Engine<'_>,
     file: &GgufFile,
@@ -93,20 +94,34 @@ pub fn apply_multi_row(
     prefetch: Option<bool>,
     notices: &Notices,
 ) {
-    let on = setting.unwrap_or_else(|| {
-        if file.file_len() < quant::calibrate::STREAMED_MODEL_BYTES {
-            return true;
-        }
-        let Some(c) = quant::multi_row_calibration() else {
-            return true;
+    if let Some(on) = setting {
+        engine.set_multi_row(on);
+        return;
+    }
+    if file.file_len() < quant::calibrate::STREAMED_MODEL_BYTES {
+        return;
+    }
+    let mut chosen = Vec::new();
+    for (w, order) in engine.one_token_multi_row_kernels() {
+        let Some(c) = quant::multi_row_calibration_for(w, order) else {
+            continue;
         };
         let on = c.multi_row_pays();
         // One row a call, with the row prefetch unless the measurement says it costs (and
         // --row-prefetch did not choose).
         let prefetch_off = !on && prefetch.is_none() && !c.single_row_prefetch_pays();
-        notices.info(format!(
-            "sluice: decode kernels: {}{} (measured: {:.1} GB/s with several rows a call, {:.1} GB/s one row, {:.1} GB/s one row without the row prefetch; --multi-row, --row-prefetch to choose)",
-            if on { "several rows a call" } else { "one row a call" },
+        chosen.push(format!(
+            "{w}{}: {}{} ({:.1} GB/s with several rows a call, {:.1} one row, {:.1} one row without the row prefetch)",
+            if order == quant::SumOrder::VecDot {
+                String::new()
+            } else {
+                format!(" in the {} order", order_name(order))
+            },
+            if on {
+                "several rows a call"
+            } else {
+                "one row a call"
+            },
             if prefetch_off {
                 ", without the row prefetch"
             } else {
@@ -116,12 +131,27 @@ pub fn apply_multi_row(
             c.single_gbs,
             c.single_nopf_gbs
         ));
-        if prefetch_off {
-            engine.set_one_token_row_prefetch(false);
+        if !on {
+            engine.set_multi_row_for(w, order, false);
         }
-        on
-    });
-    if !on {
-        engine.set_multi_row(false);
+        if prefetch_off {
+            engine.set_one_token_row_prefetch_for(w, order, false);
+        }
+    }
+    if !chosen.is_empty() {
+        notices.info(format!(
+            "sluice: decode kernels, measured: {}; --multi-row, --row-prefetch to choose",
+            chosen.join("; ")
+        ));
+    }
+}
+
+/// Lower-case name of a summation order for notices.
+fn order_name(order: quant::SumOrder) -> &'static str {
+    match order {
+        quant::SumOrder::VecDot => "vec_dot",
+        quant::SumOrder::Repacked => "repacked",
+        quant::SumOrder::TinyBlas => "tinyBLAS",
+        quant::SumOrder::IqPanel => "i-quant panel",
     }
 }

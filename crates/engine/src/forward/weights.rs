@@ -44,6 +44,13 @@ impl<'a> Mat<'a> {
         self.per_expert
     }
 
+    /// `kernel_one`'s weight type and order, where the table gave it a multi-row kernel (the
+    /// matrices [`Mat::set_multi_row`] has a choice for).
+    pub fn multi_row_key(&self) -> Option<(GgmlType, quant::SumOrder)> {
+        self.multi_row_one
+            .map(|_| (self.kernel_one.wtype, self.kernel_one.order))
+    }
+
     /// Use (or not) the multi-row kernel in one-token products; the bits are the same.
     pub fn set_multi_row(&mut self, on: bool) {
         self.kernel_one.dot_rows = if on { self.multi_row_one } else { None };
