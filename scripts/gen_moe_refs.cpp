@@ -26,7 +26,9 @@
 //       of that sum, ffn_moe_probs_biased, which the top-k ranks as they are; in a second,
 //       separate run of the same tokens so that the callback cannot touch the reference
 //       numbers), for the prompt and for each decode call that produced a greedy token (the
-//       first one is the prompt's).
+//       first one is the prompt's); and the most prompt tokens routed to one expert of one
+//       layer (from the same router values: the k largest of each token, lower expert first
+//       on ties).
 //
 // Settings: KV cache F32, flash attention off, one thread, context and batch sized to fit.
 // The environment variable GGML_BACKEND_DIR names the directory of the CPU backend libraries.
@@ -56,21 +58,28 @@ void log_cb(enum ggml_log_level level, const char * text, void *) {
     }
 }
 
+struct LayerRoute {
+    bool biased = false;  // measured on the biased router logits (which replace the unbiased)
+    float margin = INFINITY;  // the smallest margin over the call's tokens
+    int max_expert_tokens = 0;  // the most tokens of the call routed to one expert
+};
+
 struct RouteStats {
     int k = 0;
     float min_margin = INFINITY;  // over everything seen
+    int max_expert_tokens = 0;  // over every llama_decode call and layer
     std::vector<float> per_decode;  // the smallest margin of each llama_decode call
     std::vector<float> buf;
-    // The current llama_decode call's smallest margin per layer, and whether it was measured on
-    // the biased router logits (which then replace the unbiased ones of that layer).
-    std::map<int, std::pair<bool, float>> layers;
+    // The current llama_decode call's layers.
+    std::map<int, LayerRoute> layers;
 
     // Folds the finished llama_decode call's layers into the totals.
     void end_decode() {
         for (const auto & [il, v] : layers) {
-            min_margin = std::min(min_margin, v.second);
+            min_margin = std::min(min_margin, v.margin);
+            max_expert_tokens = std::max(max_expert_tokens, v.max_expert_tokens);
             if (!per_decode.empty()) {
-                per_decode.back() = std::min(per_decode.back(), v.second);
+                per_decode.back() = std::min(per_decode.back(), v.margin);
             }
         }
         layers.clear();
@@ -132,6 +141,8 @@ bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
     st->buf.resize(ggml_nelements(t));
     ggml_backend_tensor_get(t, st->buf.data(), 0, ggml_nbytes(t));
     std::vector<double> row(n_exp);
+    std::vector<int> idx(n_exp);
+    std::vector<int> count(n_exp, 0);
     float layer_min = INFINITY;
     for (int64_t i = 0; i < n_tok; i++) {
         // softmax in double precision, then the gap between the k-th and (k+1)-th probability
@@ -151,13 +162,21 @@ bool route_cb(struct ggml_tensor * t, bool ask, void * user) {
                 v /= sum;
             }
         }
+        // the k chosen experts (largest values; lower index first on ties)
+        for (int64_t j = 0; j < n_exp; j++) {
+            idx[j] = (int) j;
+        }
+        std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return row[a] > row[b]; });
+        for (int j = 0; j < st->k; j++) {
+            count[idx[j]]++;
+        }
         std::sort(row.begin(), row.end(), std::greater<double>());
         const float m = (float) (row[st->k - 1] - row[st->k]);
         layer_min = std::min(layer_min, m);
     }
     auto it = st->layers.find(il);
-    if (it == st->layers.end() || biased || !it->second.first) {
-        st->layers[il] = {biased, layer_min};
+    if (it == st->layers.end() || biased || !it->second.biased) {
+        st->layers[il] = {biased, layer_min, *std::max_element(count.begin(), count.end())};
     }
     return true;
 }
@@ -380,8 +399,8 @@ int cmd_ref(const char * model_path, const char * out_path, int n_gen, const std
         for (size_t i = 0; i < all_st.per_decode.size(); i++) {
             fprintf(f, "%s%.9g", i ? "," : "", all_st.per_decode[i]);
         }
-        fprintf(f, "],\"route_margin_prompt\":%.9g,\"route_margin_all\":%.9g,\"logits\":[",
-                prompt_st.min_margin, all_st.min_margin);
+        fprintf(f, "],\"route_margin_prompt\":%.9g,\"route_margin_all\":%.9g,\"max_expert_tokens\":%d,\"logits\":[",
+                prompt_st.min_margin, all_st.min_margin, prompt_st.max_expert_tokens);
         for (size_t i = 0; i < logits.size(); i++) {
             fprintf(f, "%s%.9g", i ? "," : "", logits[i]);
         }

@@ -12,10 +12,10 @@
 #     and the script fails unless the SHA-256 equals that of sluice's file. With
 #     QUANT_CROSSCHECK=all, every file type `sluice quantize` supports is cross-checked that
 #     way, on the F32 and BF16 models.
-#  3. Prompt choice: every candidate prompt below runs through all models of an architecture
-#     (every weight type of TYPES); among those of at least 4 tokens and not in EXCLUDE, the
-#     three whose smallest routing margin over those models is largest are kept (ties: earlier
-#     candidate first). Where LONG names a length, one of the three must have at least that
+#  3. Prompt choice: every candidate prompt below (and the architecture's EXTRA ones) runs
+#     through all models of an architecture (every weight type of TYPES); among those of at
+#     least 4 tokens and not in EXCLUDE, the three whose smallest routing margin over those
+#     models is largest are kept (ties: earlier candidate first). Where LONG names a length, one of the three must have at least that
 #     many tokens: if none has, the third is replaced by the best candidate that long.
 #  4. For every model: the logits of every prompt position, 32 greedy tokens and the margins,
 #     packed with gguf-py into refs/<model>.gguf (see crates/engine/tests/fixtures/moe/README.md).
@@ -60,7 +60,15 @@ declare -A TYPES=(
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose
 # window leaves earlier tokens out, so the prompt logits themselves cross the window.
-declare -A LONG=([gptoss]=10 [gemma4]=10 [qwen35moe]=10)
+# qwen3moe-iq: a prompt of 32 tokens or more (routes 128 or more token-expert pairs over 16
+# experts), so that some expert of an i-quant layer gets 8 tokens or more and llama.cpp
+# multiplies it through its i-quant panel kernel (MUL_MAT_ID from GGML_IQP_MIN_BATCH_ID rows);
+# the refs record the largest such count (max_expert_tokens) and the parity test checks it.
+declare -A LONG=([gptoss]=10 [gemma4]=10 [qwen35moe]=10 [qwen3moe-iq]=32)
+# Candidates of one architecture only, after those below.
+declare -A EXTRA=(
+    [qwen3moe-iq]="The old lighthouse keeper climbed the narrow stairs every evening, lit the great lamp, and watched the ships pass the rocks until morning came over the grey sea again."
+)
 # Micro-batch of the prompt runs, where it is not the whole prompt: qwen35moe's recurrent
 # layers carry their state from one micro-batch of 4 tokens to the next inside the prompt.
 declare -A UBATCH=([qwen35moe]=4)
@@ -216,14 +224,18 @@ case " $ARCHS " in *" qwen3moe-iq "*)
     ;;
 esac
 
-cand_args=()
-for p in "${CANDIDATES[@]}"; do cand_args+=(-p "$p"); done
 for a in $ARCHS; do
+    cands=("${CANDIDATES[@]}")
+    if [ -n "${EXTRA[$a]:-}" ]; then
+        cands+=("${EXTRA[$a]}")
+    fi
+    cand_args=()
+    for p in "${cands[@]}"; do cand_args+=(-p "$p"); done
     for t in ${TYPES[$a]}; do
         run ref "$MODELS/$a-$t.gguf" "$work/cand-$a-$t.json" -n "$N_GEN" -u "${UBATCH[$a]:-0}" "${cand_args[@]}" \
             > "$work/log/cand-$a-$t.log" 2>&1
     done
-    mapfile -t chosen < <("$PY" - "$work" "$a" "${TYPES[$a]}" "${EXCLUDE[$a]:-}" "${LONG[$a]:-0}" "${CANDIDATES[@]}" <<'PY'
+    mapfile -t chosen < <("$PY" - "$work" "$a" "${TYPES[$a]}" "${EXCLUDE[$a]:-}" "${LONG[$a]:-0}" "${cands[@]}" <<'PY'
 import json, sys
 work, arch, types, cands = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[6:]
 excluded = set(x for x in sys.argv[4].split("|") if x)
@@ -290,6 +302,7 @@ for i, (text, p) in enumerate(zip(prompts, ref["prompts"])):
     w.add_float32(f"sluice.ref.p{i}.route_margin", p["route_margin_prompt"])
     w.add_float32(f"sluice.ref.p{i}.route_margin_with_greedy", p["route_margin_all"])
     w.add_float32(f"sluice.ref.p{i}.min_greedy_gap", float(gaps.min()))
+    w.add_uint32(f"sluice.ref.p{i}.max_expert_tokens", p["max_expert_tokens"])
     w.add_tensor(f"p{i}.tokens", toks)
     w.add_tensor(f"p{i}.logits", logits)
     w.add_tensor(f"p{i}.greedy", greedy)

@@ -219,6 +219,25 @@ fn logits_and_greedy_tokens_equal_llama_cpp() {
     check_all(matched, true);
 }
 
+/// The i-quant reference covers llama.cpp's panel order for expert stacks too (`MUL_MAT_ID` of
+/// a batch of `GGML_IQP_MIN_BATCH_ID` rows or more, every expert layer of its model being an
+/// i-quant): one of its prompts routes that many tokens to one expert of one layer (the count
+/// `scripts/gen_moe_refs.sh` records from llama.cpp's router values).
+#[test]
+fn the_i_quant_reference_routes_a_panel_batch_to_one_expert() {
+    let r = GgufFile::open(refs_dir().join("qwen3moe-iq-mix.gguf")).unwrap();
+    let md = r.metadata();
+    let n = md.get_u32("sluice.ref.n_prompts").unwrap();
+    let most = (0..n)
+        .filter_map(|p| md.get_u32(&format!("sluice.ref.p{p}.max_expert_tokens")))
+        .max();
+    let panel = Kernels::scalar().min_tokens(quant::SumOrder::IqPanel, gguf::GgmlType::IQ2_XXS);
+    assert!(
+        most.is_some_and(|m| m as usize >= panel),
+        "the most tokens one expert gets is {most:?}, the panel order starts at {panel}"
+    );
+}
+
 /// The same with the multi-row kernels left out of the one-token products (`--multi-row off`,
 /// what the start-up measurement picks on some CPUs): the greedy steps' logits are the same
 /// bits, so every step still equals llama.cpp's.
