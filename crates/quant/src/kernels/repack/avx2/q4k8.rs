@@ -8,11 +8,18 @@
 //! * the rows' scale bytes are unpacked two rows (`r`, `r + 4`) per vector, and the sub-block
 //!   scales go to a small buffer as 32-bit words (the scale twice as 16-bit values), from
 //!   which the inner loop broadcasts them with plain loads (no shuffle per sub-block);
-//! * each row forms the `scale · Σ q·a` products of a pair of sub-blocks in eight i32 lanes,
-//!   and a transposing reduction (horizontal adds, two rows at a time as soon as they are
-//!   formed, so that few vectors stay live in AVX2's sixteen registers) turns the eight rows'
-//!   vectors into one vector of row totals; the gemv order adds the four pairs' totals before
-//!   its float step per super-block, the gemm order takes a float step per pair;
+//! * one token (the multi-row kernel): each row forms the `scale · Σ q·a` products of a pair
+//!   of sub-blocks in eight i32 lanes, and a transposing reduction (horizontal adds, two rows
+//!   at a time as soon as they are formed, so that few vectors stay live in AVX2's sixteen
+//!   registers) turns the eight rows' vectors into one vector of row totals;
+//! * several tokens (the tile): the rows' nibbles of a pair of sub-blocks are transposed once
+//!   (8 × 8 32-bit words), so that vector `g` holds weights `4g..4g + 4` of every row in that
+//!   row's lane; each token's activation words are broadcast against them, the eight
+//!   `vpmaddubsw` products of a sub-block add up in 16 bits (at most 8 · 2 · 15 · 128, exact),
+//!   and one `vpmaddwd` by the rows' scales (in row lanes) gives the row totals: half the
+//!   multiplications of the one-token way, and no horizontal adds;
+//! * the gemv order adds the four pairs' totals before its float step per super-block, the
+//!   gemm order takes a float step per pair;
 //! * the minimums of rows `r` and `r + 4` meet the activation sub-block sums in one
 //!   `vpmaddwd`, and three horizontal adds (gemv) or a 4 × 4 transpose (gemm) put them in
 //!   row lanes.
@@ -167,6 +174,96 @@ pub(super) fn q4_k_rows8<const PAIRS: bool>(n: usize, w: &[u8], a: &[u8], out: &
     q4_k_tile8::<PAIRS, 1>(n, w, a, out);
 }
 
+/// `w[g]` holds 32-bit word `g` of every `v[r]` in its lane `r` (an 8 × 8 transpose of words).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
+    // Per 128-bit lane: words 0, 1 (and 4, 5 in the high lane) of rows r, r + 1 interleaved...
+    let t: [__m256i; 8] = std::array::from_fn(|i| {
+        let (a, b) = (v[2 * (i / 2)], v[2 * (i / 2) + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_epi32(a, b)
+        } else {
+            _mm256_unpackhi_epi32(a, b)
+        }
+    });
+    // ... then four rows' word k (and k + 4 in the high lane) together: u[4h + k] for rows
+    // 4h..4h + 4.
+    let u: [__m256i; 8] = std::array::from_fn(|i| {
+        let (h, k) = (i / 4, i % 4);
+        let (a, b) = (t[4 * h + k / 2], t[4 * h + 2 + k / 2]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_epi64(a, b)
+        } else {
+            _mm256_unpackhi_epi64(a, b)
+        }
+    });
+    std::array::from_fn(|g| {
+        if g < 4 {
+            _mm256_permute2x128_si256::<0x20>(u[g], u[4 + g])
+        } else {
+            _mm256_permute2x128_si256::<0x31>(u[g - 4], u[g])
+        }
+    })
+}
+
+/// The sub-block scales of eight rows in row lanes: word `r` of `sc[s]` is row `r`'s scale of
+/// sub-block `s` twice as 16-bit values, from the rows' unpacked scale bytes as
+/// [`scales_mins_x2`] gives them (rows `p` and `p + 4` in `sms[p]`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_lane_scales(sms: &[__m256i; 4]) -> [__m256i; 8] {
+    // Bytes of rows p, p + 1 interleaved per sub-block, then four rows per sub-block: word s
+    // of `c[0]` is sub-block s of rows 0..4 (low lane) and 4..8 (high lane); `c[1]` sub-blocks
+    // 4..8.
+    let a01 = _mm256_unpacklo_epi8(sms[0], sms[1]);
+    let a23 = _mm256_unpacklo_epi8(sms[2], sms[3]);
+    let c = [
+        _mm256_unpacklo_epi16(a01, a23),
+        _mm256_unpackhi_epi16(a01, a23),
+    ];
+    std::array::from_fn(|s| {
+        let b = 4 * (s % 4) as i8;
+        let ctl = _mm256_broadcastsi128_si256(_mm_setr_epi8(
+            b,
+            -1,
+            b,
+            -1,
+            b + 1,
+            -1,
+            b + 1,
+            -1,
+            b + 2,
+            -1,
+            b + 2,
+            -1,
+            b + 3,
+            -1,
+            b + 3,
+            -1,
+        ));
+        _mm256_shuffle_epi8(c[s / 4], ctl)
+    })
+}
+
+/// `Σ_g maddubs(q[g], the activation quants at + 4g..at + 4g + 4 in every word)`: in row lanes
+/// (`q` as [`transpose8`] gives a sub-block's nibbles), the 16-bit sums of products of the
+/// sub-block's 32 weights of each row, two per row. Each product sum is at most 2 · 15 · 128,
+/// so the eight add up exactly in 16 bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn group_sums(q: &[__m256i; 8], y: &[u8; Q8K_BYTES], at: usize) -> __m256i {
+    let p: [__m256i; 8] = std::array::from_fn(|g| {
+        let i = at + 4 * g;
+        let a = _mm256_set1_epi32(i32::from_le_bytes([y[i], y[i + 1], y[i + 2], y[i + 3]]));
+        _mm256_maddubs_epi16(q[g], a)
+    });
+    _mm256_add_epi16(
+        _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
+        _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])),
+    )
+}
+
 /// Defines the tile kernel `$name` for the target features `$features`: the same source for
 /// AVX2's sixteen vector registers and for AVX-512VL's thirty-two (same operations on 256-bit
 /// vectors, so the same bits; only the register allocation, and so the spilling, differs).
@@ -209,8 +306,9 @@ macro_rules! q4_k_tile8 {
                 // 4..8) as i16, to meet the activation sub-block sums.
                 let heads: [__m256i; 4] = std::array::from_fn(|p| heads_x2(x[p], x[p + 4]));
                 let mut mins16 = [_mm256_setzero_si256(); 4];
+                let sms: [__m256i; 4] = heads.map(|h| scales_mins_x2(h));
                 for (p, m) in mins16.iter_mut().enumerate() {
-                    let sm = scales_mins_x2(heads[p]);
+                    let sm = sms[p];
                     for h in 0..2 {
                         let words = _mm256_shuffle_epi8(sm, scale_words_ctl(h as i8));
                         // SAFETY: `sbuf[2p + h]` is 32 writable bytes; `storeu` has no alignment
@@ -268,6 +366,40 @@ macro_rules! q4_k_tile8 {
                     ]
                 });
                 let mut sumi = [_mm256_setzero_si256(); T];
+                if T > 1 {
+                    // Several tokens: the rows' nibbles transposed into row lanes once per pair
+                    // of sub-blocks, so that each token's products land in row lanes directly
+                    // (no horizontal adds) and the 16-bit products of a sub-block add up before
+                    // one multiplication by the scales (see `row_lane_scales`).
+                    let sc = row_lane_scales(&sms);
+                    unroll4!(j => {
+                        let w = transpose8(std::array::from_fn(|r| load256(&x[r][Q4K_QS + 32 * j..])));
+                        let lo = w.map(|v| _mm256_and_si256(v, m4));
+                        let hi = w.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+                        // Sub-block 2j (low nibbles), then 2j + 1 (high), each token's total in
+                        // row lanes.
+                        let lo_tot: [__m256i; T] = std::array::from_fn(|t| {
+                            _mm256_madd_epi16(group_sums(&lo, y[t], Q8K_QS + 64 * j), sc[2 * j])
+                        });
+                        for t in 0..T {
+                            let hi_tot = _mm256_madd_epi16(
+                                group_sums(&hi, y[t], Q8K_QS + 64 * j + 32),
+                                sc[2 * j + 1],
+                            );
+                            let tot = _mm256_add_epi32(lo_tot[t], hi_tot);
+                            if PAIRS {
+                                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), d[t], acc[t]);
+                                acc_min[t] = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(min_pairs[t][j]),
+                                    dmin[t],
+                                    acc_min[t],
+                                );
+                            } else {
+                                sumi[t] = _mm256_add_epi32(sumi[t], tot);
+                            }
+                        }
+                    });
+                } else {
                 unroll4!(j => {
                     // The eight rows' totals of pair j in row lanes, per token: rows two at a time
                     // (their nibbles unpacked once for the T tokens), each two rows' vectors folded
@@ -307,6 +439,7 @@ macro_rules! q4_k_tile8 {
                         }
                     }
                 });
+                }
                 if !PAIRS {
                     for t in 0..T {
                         let mp = mp[t];
