@@ -18,7 +18,7 @@ use quant::{
 };
 
 /// Weight types and orders that may have a multi-token kernel.
-const CASES: [(GgmlType, SumOrder); 17] = [
+const CASES: [(GgmlType, SumOrder); 19] = [
     (GgmlType::Q8_0, SumOrder::VecDot),
     (GgmlType::Q4_K, SumOrder::VecDot),
     (GgmlType::Q5_K, SumOrder::VecDot),
@@ -36,6 +36,8 @@ const CASES: [(GgmlType, SumOrder); 17] = [
     (GgmlType::Q2_K, SumOrder::VecDot),
     (GgmlType::Q3_K, SumOrder::VecDot),
     (GgmlType::IQ4_XS, SumOrder::VecDot),
+    (GgmlType::IQ4_NL, SumOrder::VecDot),
+    (GgmlType::MXFP4, SumOrder::VecDot),
 ];
 
 /// Byte offsets of the f16 scales inside a block of `ty` (empty for the float types).
@@ -400,6 +402,8 @@ fn simd_tables_have_multi_token_kernels() {
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::IQ4_XS,
+        GgmlType::IQ4_NL,
+        GgmlType::MXFP4,
     ] {
         let k = tile_kernel(ty, SumOrder::VecDot)
             .unwrap_or_else(|| panic!("{ty}: no multi-token kernel in the AVX2 table"));
