@@ -504,14 +504,16 @@ impl Kernels {
     }
 
     /// Whether this CPU has the AVX-512 subsets (F, VL, BW) that the wide builds use.
+    #[cfg(target_arch = "x86_64")]
     fn wide_registers() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+    }
+
+    /// No wide builds off x86-64.
+    #[cfg(not(target_arch = "x86_64"))]
+    fn wide_registers() -> bool {
         false
     }
 
