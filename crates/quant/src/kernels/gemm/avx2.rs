@@ -196,55 +196,44 @@ fn lut(t: &[i8; 16]) -> __m256i {
     _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(b.as_ptr().cast()) })
 }
 
+/// `R` rows of a lookup-table type against `T` tokens ([`lut_row`] per row).
 #[target_feature(enable = "avx2,fma,f16c")]
-fn iq4_nl_tile<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn lut_tile<const WB: usize, const R: usize, const T: usize>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    qs: usize,
+    values: &[i8; 16],
+    scale: impl Fn(&[u8; WB], &[u8; Q8_0_BYTES]) -> f32 + Copy,
+) {
     let nb = n / QK;
-    let rb = nb * IQ4_NL_BYTES;
+    let rb = nb * WB;
     check_tile(n, QK, w, rb, a, nb * Q8_0_BYTES, out, (R, T));
-    let table = lut(&KVALUES_IQ4NL);
+    let table = lut(values);
     for r in 0..R {
-        lut_row::<IQ4_NL_BYTES, T>(
-            &w[r * rb..(r + 1) * rb],
-            a,
-            nb,
-            (2, table),
-            // the single-row kernel's product: activation scale times weight scale
-            |x, y| {
-                f16_to_f32(u16::from_le_bytes([y[0], y[1]]))
-                    * f16_to_f32(u16::from_le_bytes([x[0], x[1]]))
-            },
-            &mut out[r..],
-            R,
-        );
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn mxfp4_tile<const R: usize, const T: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    let nb = n / QK;
-    let rb = nb * MXFP4_BYTES;
-    check_tile(n, QK, w, rb, a, nb * Q8_0_BYTES, out, (R, T));
-    let table = lut(&KVALUES_MXFP4);
-    for r in 0..R {
-        lut_row::<MXFP4_BYTES, T>(
-            &w[r * rb..(r + 1) * rb],
-            a,
-            nb,
-            (1, table),
-            |x, y| f16_to_f32(u16::from_le_bytes([y[0], y[1]])) * e8m0_to_f32_half(x[0]),
-            &mut out[r..],
-            R,
-        );
+        let row = &w[r * rb..(r + 1) * rb];
+        lut_row::<WB, T>(row, a, nb, (qs, table), scale, &mut out[r..], R);
     }
 }
 
 fn dot_tokens_iq4_nl(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // the single-row kernel's product: activation scale times weight scale
+    let scale = |x: &[u8; IQ4_NL_BYTES], y: &[u8; Q8_0_BYTES]| {
+        f16_to_f32(u16::from_le_bytes([y[0], y[1]])) * f16_to_f32(u16::from_le_bytes([x[0], x[1]]))
+    };
     // SAFETY: registered only in the AVX2 table, which `Kernels::detect` builds only after it
     // detected AVX2, FMA and F16C at run time.
-    unsafe { iq4_nl_tile::<LUT_ROWS, LUT_TOKENS>(n, w, a, out) }
+    unsafe {
+        lut_tile::<IQ4_NL_BYTES, LUT_ROWS, LUT_TOKENS>(n, w, a, out, 2, &KVALUES_IQ4NL, scale)
+    }
 }
 
 fn dot_tokens_mxfp4(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    let scale = |x: &[u8; MXFP4_BYTES], y: &[u8; Q8_0_BYTES]| {
+        f16_to_f32(u16::from_le_bytes([y[0], y[1]])) * e8m0_to_f32_half(x[0])
+    };
     // SAFETY: as in `dot_tokens_iq4_nl`.
-    unsafe { mxfp4_tile::<LUT_ROWS, LUT_TOKENS>(n, w, a, out) }
+    unsafe { lut_tile::<MXFP4_BYTES, LUT_ROWS, LUT_TOKENS>(n, w, a, out, 1, &KVALUES_MXFP4, scale) }
 }

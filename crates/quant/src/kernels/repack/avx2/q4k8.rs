@@ -222,28 +222,7 @@ fn row_lane_scales(sms: &[__m256i; 4]) -> [__m256i; 8] {
         _mm256_unpacklo_epi16(a01, a23),
         _mm256_unpackhi_epi16(a01, a23),
     ];
-    std::array::from_fn(|s| {
-        let b = 4 * (s % 4) as i8;
-        let ctl = _mm256_broadcastsi128_si256(_mm_setr_epi8(
-            b,
-            -1,
-            b,
-            -1,
-            b + 1,
-            -1,
-            b + 1,
-            -1,
-            b + 2,
-            -1,
-            b + 2,
-            -1,
-            b + 3,
-            -1,
-            b + 3,
-            -1,
-        ));
-        _mm256_shuffle_epi8(c[s / 4], ctl)
-    })
+    std::array::from_fn(|s| _mm256_shuffle_epi8(c[s / 4], scale_words_ctl((s % 4) as i8)))
 }
 
 /// `Σ_g maddubs(q[g], the activation quants at + 4g..at + 4g + 4 in every word)`: in row lanes
