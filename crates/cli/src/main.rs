@@ -801,9 +801,12 @@ struct EngineArgs {
     row_prefetch: RowPrefetchArg,
 
     /// The multi-row matrix kernels (a group of weight rows per call) in one-token products:
-    /// `auto` measures at start-up which way streams weights faster on this CPU (about 0.1 s,
-    /// for models of 256 MiB or more; smaller ones keep several rows; on an Intel Xeon several
-    /// rows won, on an AMD EPYC Zen 4 one row streamed twice as fast), `on` or `off` to choose. The output is the same bit for bit either way (docs/performance.md).
+    /// `auto` measures at start-up which way streams weights faster on this CPU, for each
+    /// weight type and summation order the model's matrices use (about 0.1-0.4 s each, for
+    /// models of 256 MiB or more; smaller ones keep several rows; on an AMD EPYC Zen 4 one row
+    /// streamed Q4_K twice as fast, several rows Q4_0), and, where one row wins, whether the
+    /// row prefetch pays; `on` or `off` for every matrix. The output is the same bit for bit
+    /// either way (docs/performance.md).
     #[arg(long, value_enum, default_value_t = RowPrefetchArg::Auto)]
     multi_row: RowPrefetchArg,
 }

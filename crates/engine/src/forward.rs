@@ -2161,7 +2161,8 @@ impl<'a> Engine<'a> {
 
     /// Use (on, the default) or leave out (off) the multi-row kernels in one-token products
     /// (decoding): each row's result is the same bits either way; which one streams weights
-    /// faster depends on the CPU (`quant::multi_row_calibration`).
+    /// faster depends on the CPU and the weight type (`quant::multi_row_calibration_for`;
+    /// [`Engine::set_multi_row_for`] chooses per type and order).
     pub fn set_multi_row(&mut self, on: bool) {
         for m in self.w.mats_mut() {
             m.set_multi_row(on);

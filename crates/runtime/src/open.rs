@@ -72,7 +72,8 @@ pub struct RunConfig {
     /// The row prefetch of the weight kernels: `None` keeps the kernel table's choice.
     pub row_prefetch: Option<bool>,
     /// The multi-row kernels in one-token products: `None` measures which way streams
-    /// weights faster on this CPU (`quant::multi_row_calibration`); same bits either way.
+    /// weights faster on this CPU, per weight type and order
+    /// (`quant::multi_row_calibration_for`); same bits either way.
     pub multi_row: Option<bool>,
     pub kv_type: KvType,
     pub sampling: Sampling,
