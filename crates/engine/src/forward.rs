@@ -2151,14 +2151,6 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// [`Engine::set_row_prefetch`] for the one-token products (decoding) only: the batched
-    /// products of prefill keep theirs.
-    pub fn set_one_token_row_prefetch(&mut self, on: bool) {
-        for m in self.w.mats_mut() {
-            m.kernel_one.prefetch = on;
-        }
-    }
-
     /// Use (on, the default) or leave out (off) the multi-row kernels in one-token products
     /// (decoding): each row's result is the same bits either way; which one streams weights
     /// faster depends on the CPU and the weight type (`quant::multi_row_calibration_for`;
@@ -2195,8 +2187,8 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// [`Engine::set_one_token_row_prefetch`] for the one-token products of weight type `w` in
-    /// `order` that have a multi-row kernel (the pairs of
+    /// [`Engine::set_row_prefetch`] for the one-token products (decoding; prefill keeps its
+    /// prefetch) of weight type `w` in `order` that have a multi-row kernel (the pairs of
     /// [`Engine::one_token_multi_row_kernels`]) only.
     pub fn set_one_token_row_prefetch_for(
         &mut self,

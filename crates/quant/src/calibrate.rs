@@ -12,7 +12,7 @@
 //! which on that EPYC costs the single-row kernel up to half its rate on long rows
 //! (docs/performance.md).
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use gguf::GgmlType;
@@ -26,7 +26,7 @@ use crate::pool::ThreadPool;
 /// (docs/performance.md).
 pub const STREAMED_MODEL_BYTES: u64 = 256 << 20;
 
-/// The result of [`multi_row_calibration`]: weight bytes streamed per second, each way.
+/// The result of [`multi_row_calibration_for`]: weight bytes streamed per second, each way.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MultiRowCalibration {
     /// GB/s with the multi-row kernels (and the software row prefetch).
@@ -117,12 +117,6 @@ pub fn measure_multi_row_in(
         single_gbs: gbs(total_s[1]),
         single_nopf_gbs: gbs(total_s[2]),
     })
-}
-
-/// [`measure_multi_row`] on [`Kernels::detect`]'s table, measured once per process.
-pub fn multi_row_calibration() -> Option<MultiRowCalibration> {
-    static CAL: OnceLock<Option<MultiRowCalibration>> = OnceLock::new();
-    *CAL.get_or_init(|| measure_multi_row(Kernels::detect()))
 }
 
 /// [`measure_multi_row_in`] on [`Kernels::detect`]'s table, measured once per process and

@@ -22,8 +22,7 @@ pub use kernels::{DotFn, DotRows, DotRowsFn, Isa, Kernels, QuantizeFn, SumOrder,
 pub mod matvec;
 pub mod pool;
 pub use calibrate::{
-    MultiRowCalibration, measure_multi_row, measure_multi_row_in, multi_row_calibration,
-    multi_row_calibration_for,
+    MultiRowCalibration, measure_multi_row, measure_multi_row_in, multi_row_calibration_for,
 };
 pub use matvec::{
     MatvecJob, RowKernel, matmul, matmul_with, matvec, matvec_many, matvec_with,

@@ -345,6 +345,17 @@ macro_rules! q4_k_tile8 {
                     ]
                 });
                 let mut sumi = [_mm256_setzero_si256(); T];
+                // Token t's row totals of pair j: the gemm order's float step per pair, or
+                // into the gemv order's integer sum of the super-block.
+                let mut fold = |t: usize, j: usize, tot: __m256i| {
+                    if PAIRS {
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), d[t], acc[t]);
+                        acc_min[t] =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_pairs[t][j]), dmin[t], acc_min[t]);
+                    } else {
+                        sumi[t] = _mm256_add_epi32(sumi[t], tot);
+                    }
+                };
                 if T > 1 {
                     // Several tokens: the rows' nibbles transposed into row lanes once per pair
                     // of sub-blocks, so that each token's products land in row lanes directly
@@ -365,17 +376,7 @@ macro_rules! q4_k_tile8 {
                                 group_sums(&hi, y[t], Q8K_QS + 64 * j + 32),
                                 sc[2 * j + 1],
                             );
-                            let tot = _mm256_add_epi32(lo_tot[t], hi_tot);
-                            if PAIRS {
-                                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), d[t], acc[t]);
-                                acc_min[t] = _mm256_fmadd_ps(
-                                    _mm256_cvtepi32_ps(min_pairs[t][j]),
-                                    dmin[t],
-                                    acc_min[t],
-                                );
-                            } else {
-                                sumi[t] = _mm256_add_epi32(sumi[t], tot);
-                            }
+                            fold(t, j, _mm256_add_epi32(lo_tot[t], hi_tot));
                         }
                     });
                 } else {
@@ -404,16 +405,7 @@ macro_rules! q4_k_tile8 {
                                     _mm256_blend_epi32::<0xf0>(g0[t], g1),
                                     _mm256_permute2x128_si256::<0x21>(g0[t], g1),
                                 );
-                                if PAIRS {
-                                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), d[t], acc[t]);
-                                    acc_min[t] = _mm256_fmadd_ps(
-                                        _mm256_cvtepi32_ps(min_pairs[t][j]),
-                                        dmin[t],
-                                        acc_min[t],
-                                    );
-                                } else {
-                                    sumi[t] = _mm256_add_epi32(sumi[t], tot);
-                                }
+                                fold(t, j, tot);
                             }
                         }
                     }
