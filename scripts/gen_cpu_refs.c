@@ -331,11 +331,8 @@ int main(int argc, char ** argv) {
         GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4,
         GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
         GGML_TYPE_IQ4_XS,
-#if defined(__x86_64__)
-        // (the x86 fixture only, so far: the aarch64 one is made without them)
         GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
         GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
-#endif
     };
     // Float types: every tail length class of ggml's 32-element loop (the remainder's
     // groups of 8 and 4 and last 0..3 elements), with and without whole 32s before it.

@@ -19,7 +19,10 @@
 //! differ only in f32 rounding of scale products and running sums. With `M` the sum over
 //! the row of |activation| · (|scale part of the weight| + |minimum part|) (the two parts
 //! of Q4_1 / Q5_1 / Q2_K / Q4_K / Q5_K weights counted separately, plus |m·s| per block for
-//! Q4_1 / Q5_1 whose minimum meets the Q8_1 block sum `s`) and `C` the longest chain of f32
+//! Q4_1 / Q5_1 whose minimum meets the Q8_1 block sum `s`; for the ternary types, whose x86
+//! lanes take the offset of -1 off another grouping of the elements than their digits', the
+//! digit `q` and the offset counted apart: `(|q·d| + |d|)` for the weight `(q - 1)·d`) and
+//! `C` the longest chain of f32
 //! roundings, each side is within `C · ε/2 · M` of the exact value. We allow:
 //!   32-element blocks:  `2 · (n/32 + 3 + 4) · ε · M`
 //!   float types:        `2 · (n/32 + 5 + n%32 + 4) · ε · M`
@@ -36,8 +39,8 @@ const EPS: f64 = f32::EPSILON as f64;
 /// Activation types the CPU backend quantizes activations to.
 const ACTS: [GgmlType; 5] = [T::Q8_0, T::Q8_1, T::Q8_K, T::F16, T::BF16];
 
-/// Weight types with a dot kernel, all of which the fixture covers.
-const WEIGHTS: [GgmlType; 16] = [
+/// Weight types with a dot kernel, all of which both fixtures cover.
+const WEIGHTS: [GgmlType; 25] = [
     T::F32,
     T::F16,
     T::BF16,
@@ -54,11 +57,6 @@ const WEIGHTS: [GgmlType; 16] = [
     T::Q5_K,
     T::Q6_K,
     T::IQ4_XS,
-];
-
-/// Weight types with a dot kernel that only the x86 fixture covers so far (the aarch64
-/// fixture is made without them: their NEON kernels are not written).
-const X86_ONLY: [GgmlType; 9] = [
     T::TQ1_0,
     T::TQ2_0,
     T::IQ2_XXS,
@@ -69,15 +67,6 @@ const X86_ONLY: [GgmlType; 9] = [
     T::IQ1_S,
     T::IQ1_M,
 ];
-
-/// The weight types `fixture` covers.
-fn weights(fixture: &str) -> Vec<GgmlType> {
-    let mut v = WEIGHTS.to_vec();
-    if fixture == X86 {
-        v.extend(X86_ONLY);
-    }
-    v
-}
 
 /// The x86 fixture (AVX2 build of ggml's CPU backend).
 const X86: &str = "cpu_ggml.gguf";
@@ -203,6 +192,15 @@ fn min_offsets(ty: GgmlType) -> Option<(usize, usize)> {
     }
 }
 
+/// Byte offset of the f16 scale `d` of the ternary types (weights `(q - 1)·d`, `q` a digit).
+fn ternary_scale(ty: GgmlType) -> Option<usize> {
+    match ty {
+        T::TQ1_0 => Some(52),
+        T::TQ2_0 => Some(64),
+        _ => None,
+    }
+}
+
 fn dequant(ty: GgmlType, b: &[u8], n: usize) -> Vec<f64> {
     let mut out = vec![0f32; n];
     dequantize_row(ty, b, &mut out).unwrap();
@@ -223,6 +221,16 @@ fn magnitude(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f64 {
     let act = vec_dot_type(ty).unwrap();
     let av = dequant(act, a, n);
     let wm: Vec<f64> = match min_offsets(ty) {
+        None if let Some(off) = ternary_scale(ty) => {
+            let blocks = w.chunks_exact(ty.type_size());
+            let d = blocks.map(|b| f64::from(half::f16::from_le_bytes([b[off], b[off + 1]])));
+            let d: Vec<f64> = d.flat_map(|d| [d; 256]).collect();
+            let wv = dequant(ty, w, n);
+            wv.iter()
+                .zip(&d)
+                .map(|(w, d)| (w + d).abs() + d.abs())
+                .collect()
+        }
         None => dequant(ty, w, n).iter().map(|v| v.abs()).collect(),
         Some((d, m)) => {
             let scale_part = dequant(ty, &zero_f16(ty, w, m), n);
@@ -302,7 +310,7 @@ fn check_dots(case: &Case, report: &mut Vec<String>, failures: &mut Vec<String>)
     let f = open(case.fixture);
     let (_, input, input_len) = tensor(&f, "act.input", T::F32);
     let k = case.k;
-    for ty in weights(case.fixture) {
+    for ty in WEIGHTS {
         let act = vec_dot_type(ty).unwrap();
         let (_, wb, w_len) = tensor(&f, &format!("w.{}", ty.name()), ty);
         let (a_info, ab, a_len) = if act == T::F32 {
@@ -388,15 +396,10 @@ fn fixtures_cover_every_dot_kernel() {
             let has_kernel = Kernels::scalar().dot(*ty).is_some();
             let in_fixture = f.tensor(&format!("dot.{}", ty.name())).is_some();
             assert_eq!(
-                has_kernel && weights(name).contains(ty),
-                in_fixture,
+                has_kernel, in_fixture,
                 "{ty}: kernel registered {has_kernel}, {name} reference {in_fixture}"
             );
-            assert_eq!(
-                WEIGHTS.contains(ty) || X86_ONLY.contains(ty),
-                has_kernel,
-                "{ty}"
-            );
+            assert_eq!(WEIGHTS.contains(ty), has_kernel, "{ty}");
         }
     }
 }

@@ -10,10 +10,11 @@
 //! Each weight type has a portable scalar kernel (integer sums per sub-block, then one
 //! float multiply-add per super-block) and, on x86-64, an AVX2/FMA kernel with the same
 //! integer arithmetic; the two differ only in the order of float additions. The ternary
-//! types' and the 1- to 3-bit i-quants' scalar kernels keep ggml's x86 lanes and float order instead (the ternary
-//! types' lanes cancel each other, so another order would not stay within rounding of ggml's result),
-//! and on aarch64 they are the NEON table's kernels too: no NEON kernels and no ARM
-//! references for them yet.
+//! types' and the 1- to 3-bit i-quants' scalar kernels keep ggml's x86 lanes and float order
+//! instead (the ternary types' lanes cancel each other, so another order would not stay within
+//! rounding of ggml's result). On aarch64 the NEON table has kernels for every type here in
+//! the order of ggml's ARM build (`neon.rs`, and `neon_iq.rs` for the ternary types and the
+//! 1- to 3-bit i-quants, whose ARM kernels add exact integer totals).
 //!
 //! Numerics against ggml on x86: the Q8_K quantizer produces ggml's bytes; the AVX2
 //! kernels keep the lane layout and float-operation order of ggml's AVX2 `vec_dot`
@@ -36,6 +37,8 @@
 
 #[cfg(target_arch = "aarch64")]
 pub(super) mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_iq;
 #[cfg(target_arch = "aarch64")]
 mod neon_rows;
 #[cfg(target_arch = "aarch64")]
@@ -222,7 +225,7 @@ use super::tinyblas::hsum8;
 
 /// The sign patterns of [`crate::iq_tables::KSIGNS_IQ2XS`] as bytes of 1 and -1 (ggml's
 /// `keven_signs_q2xs`): byte `j` of entry `i` is -1 where bit `j` of pattern `i` is set.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const EVEN_SIGNS: [u64; 128] = {
     let mut t = [0u64; 128];
     let mut i = 0;
@@ -272,6 +275,7 @@ pub(super) fn register(k: &mut Kernels) {
         #[cfg(target_arch = "aarch64")]
         {
             neon::register(k);
+            neon_iq::register(k);
             neon_rows::register(k);
             neon_tiles::register(k);
         }

@@ -108,7 +108,7 @@ fn dot16(w: int8x16_t, y: &Q8KBlock, off: usize) -> int32x4_t {
 /// `Σ w0 · a[off..off + 16] + Σ w1 · a[off + 16..off + 32]` in four lanes.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn dot32(w0: int8x16_t, w1: int8x16_t, y: &Q8KBlock, off: usize) -> int32x4_t {
+pub(super) fn dot32(w0: int8x16_t, w1: int8x16_t, y: &Q8KBlock, off: usize) -> int32x4_t {
     let acc = sdot(vdupq_n_s32(0), w0, ld_s8(y, Q8K_QS + off));
     sdot(acc, w1, ld_s8(y, Q8K_QS + off + 16))
 }
