@@ -14,10 +14,7 @@ use std::arch::x86_64::*;
 use super::layout::{
     iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq10, tq20,
 };
-use super::{
-    EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, iq1m_d, iq1m_nibble,
-    iq1m_scale, u32_at,
-};
+use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, iq1m_d, u32_at};
 use crate::GgmlType;
 use crate::iq_tables::{
     IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
@@ -686,8 +683,7 @@ fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
                 );
                 let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * (g + h)), s2);
                 let dot = _mm256_maddubs_epi16(q2, q8);
-                let ls = (2 * (sgn >> 28) + 1) as i16;
-                _mm256_madd_epi16(dot, _mm256_set1_epi16(ls))
+                _mm256_madd_epi16(dot, odd_scale((sgn >> 28) as usize))
             };
             sumi1 = _mm256_add_epi32(sumi1, group(0));
             sumi2 = _mm256_add_epi32(sumi2, group(1));
@@ -732,9 +728,44 @@ fn iq2xs_avx2(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2")]
 fn scaled_halves(dot: __m256i, sc: u8) -> __m256i {
-    let lo = _mm_set1_epi16(2 * i16::from(sc & 15) + 1);
-    let hi = _mm_set1_epi16(2 * i16::from(sc >> 4) + 1);
-    _mm256_madd_epi16(dot, _mm256_set_m128i(hi, lo))
+    _mm256_madd_epi16(dot, odd_scales(usize::from(sc & 15), usize::from(sc >> 4)))
+}
+
+/// `2k + 1` in eight 16-bit lanes, for `k` = 0..16: the scales of the i-quants below IQ4.
+static ODD_SCALES: [[i16; 8]; 16] = {
+    let mut t = [[0i16; 8]; 16];
+    let mut k = 0;
+    while k < 16 {
+        t[k] = [2 * k as i16 + 1; 8];
+        k += 1;
+    }
+    t
+};
+
+/// Eight lanes of `2k + 1` (`k` below 16).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn odd_scale128(k: usize) -> __m128i {
+    // SAFETY: an entry of `ODD_SCALES` is 16 readable bytes; `loadu` has no alignment
+    // requirement.
+    unsafe { _mm_loadu_si128(ODD_SCALES[k & 15].as_ptr().cast()) }
+}
+
+/// `2k + 1` in all sixteen 16-bit lanes, for a `vpmaddwd` by a group's scale. Loaded from a
+/// table: a broadcast from a general register would take two shuffle-port operations per
+/// group, and the i-quant kernels are short of those.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn odd_scale(k: usize) -> __m256i {
+    _mm256_broadcastsi128_si256(odd_scale128(k))
+}
+
+/// `2 lo + 1` in the low eight 16-bit lanes and `2 hi + 1` in the high eight: the scales of a
+/// group's two halves (loaded, as [`odd_scale`]).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn odd_scales(lo: usize, hi: usize) -> __m256i {
+    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(odd_scale128(lo)), odd_scale128(hi))
 }
 
 /// The sign bytes (0 or -1) of 32 elements from four pattern bytes at `b[off..off + 4]`: bit
@@ -803,8 +834,8 @@ fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
             let s = _mm256_set_epi64x(signs(3), signs(2), signs(1), signs(0));
             let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), s);
             let dot = _mm256_maddubs_epi16(q3, q8);
-            let ls = (2 * (word >> 28) + 1) as i16;
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
+            let ls = odd_scale((word >> 28) as usize);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -855,38 +886,44 @@ fn mul_add_epi8(x: __m256i, y: __m256i) -> __m256i {
     _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
-/// Activation group sum `i` (16 elements) of a Q8_K block.
-#[inline]
-fn bsum(y: &Q8KBlock, i: usize) -> i32 {
-    i32::from(i16::from_le_bytes([
-        y[Q8K_BSUMS + 2 * i],
-        y[Q8K_BSUMS + 2 * i + 1],
-    ]))
-}
-
 /// IQ1_S as ggml's AVX2 kernel: the grid's -1/0/1 times the activations (`mul_add_epi8`),
 /// `vpmaddwd` by each group's `2s + 1`, the block's lanes times `d` into the accumulators;
 /// the shifts from the activation group sums into one f32, added at the end.
+///
+/// The grid indices are put together in general registers: built in vector registers (as
+/// the compiler otherwise does), their inserts and extracts ran out of shuffle ports first.
+/// The shifts' integer total is one `vpmaddwd` of the group sums by the signed scales.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq1s_avx2(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc1 = 0f32;
     for (x, y) in w.iter().zip(a) {
         let mut sumi = _mm256_setzero_si256();
-        let mut shifts = 0i32;
         for g in 0..8 {
-            let qh = u16::from_le_bytes([x[iq1s::QH + 2 * g], x[iq1s::QH + 2 * g + 1]]);
+            let qh = usize::from(u16::from_le_bytes([
+                x[iq1s::QH + 2 * g],
+                x[iq1s::QH + 2 * g + 1],
+            ]));
+            let qs = u32_at(x, iq1s::QS + 4 * g) as usize;
             let grid = |l: usize| {
-                let hi = usize::from((qh >> (3 * l)) & 7) << 8;
-                IQ1S_GRID[usize::from(x[iq1s::QS + 4 * g + l]) | hi] as i64
+                let lo = (qs >> (8 * l)) & 0xff;
+                let hi = (if l == 3 { qh >> 1 } else { qh << (8 - 3 * l) }) & 0x700;
+                IQ1S_GRID[lo | hi] as i64
             };
             let q1 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
             let dot = mul_add_epi8(q1, load256(y, Q8K_QS + 32 * g));
-            let ls = 2 * ((qh >> 12) & 7) as i16 + 1;
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
-            let sign = if qh & 0x8000 != 0 { -1 } else { 1 };
-            shifts += (bsum(y, 2 * g) + bsum(y, 2 * g + 1)) * sign * i32::from(ls);
+            let ls = odd_scale((qh >> 12) & 7);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
         }
+        // Σ_g (bsum[2g] + bsum[2g + 1]) · ±(2s_g + 1), the sign the group word's top bit
+        let qh = load128(x, iq1s::QH);
+        let ls = _mm_or_si128(
+            _mm_and_si128(_mm_srli_epi16::<11>(qh), _mm_set1_epi16(14)),
+            _mm_set1_epi16(1),
+        );
+        let ls = _mm_sign_epi16(ls, _mm_or_si128(qh, _mm_set1_epi16(1)));
+        let ls = _mm256_set_m128i(_mm_unpackhi_epi16(ls, ls), _mm_unpacklo_epi16(ls, ls));
+        let shifts = hsum_epi32(_mm256_madd_epi16(load256(y, Q8K_BSUMS), ls));
         let d = f32_at(y, 0) * f16_at(x, iq1s::D);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         acc1 = d.mul_add(shifts as f32, acc1);
@@ -894,9 +931,22 @@ fn iq1s_avx2(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
     hsum_ps(acc) + IQ1S_DELTA * acc1
 }
 
+/// The sum of the eight 32-bit lanes (exact: the totals here fit).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let r = _mm_add_epi32(_mm256_extracti128_si256::<1>(v), _mm256_castsi256_si128(v));
+    let r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    let r = _mm_add_epi32(r, _mm_shuffle_epi32::<1>(r));
+    _mm_cvtsi128_si32(r)
+}
+
 /// IQ1_M as ggml's AVX2 kernel: as [`iq1s_avx2`] with a scale per 16 elements, and the
 /// shifts as the activations with the shift's sign per 8 elements (`vpsignb`), scaled, in
 /// lanes and accumulators of their own.
+///
+/// As in [`iq1s_avx2`], the grid indices are put together in general registers; the four
+/// signs of a group pick one of 16 sign vectors ([`SIGNS4`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     let ones = _mm256_set1_epi8(1);
@@ -906,26 +956,27 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
         for g in 0..8 {
-            let nib = |l: usize| iq1m_nibble(x, g, l);
+            // the group's four nibbles: three top index bits and the sign, per 8 elements
+            let qh = usize::from(u16::from_le_bytes([
+                x[iq1m::QH + 2 * g],
+                x[iq1m::QH + 2 * g + 1],
+            ]));
+            let qs = u32_at(x, iq1m::QS + 4 * g) as usize;
             let grid = |l: usize| {
-                let hi = usize::from(nib(l) & 7) << 8;
-                IQ1S_GRID[usize::from(x[iq1m::QS + 4 * g + l]) | hi] as i64
-            };
-            let delta = |l: usize| {
-                if nib(l) & 8 != 0 {
-                    -1i64
-                } else {
-                    0x0101_0101_0101_0101
-                }
+                let lo = (qs >> (8 * l)) & 0xff;
+                let hi = (if l == 3 { qh >> 4 } else { qh << (8 - 4 * l) }) & 0x700;
+                IQ1S_GRID[lo | hi] as i64
             };
             let q1 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
-            let sg = _mm256_set_epi64x(delta(3), delta(2), delta(1), delta(0));
+            // bits 3, 7, 11 and 15 of `qh` to bits 28..32 (distinct products, no carries)
+            let signs = (((qh & 0x8888) as u64 * 0x0249_0000) >> 28) & 15;
+            let sg = load256(&SIGNS4[signs as usize], 0);
             let q8 = load256(y, Q8K_QS + 32 * g);
             let dot1 = mul_add_epi8(q1, q8);
             let dot2 = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, sg));
-            let lo = _mm_set1_epi16(iq1m_scale(x, g, 0) as i16);
-            let hi = _mm_set1_epi16(iq1m_scale(x, g, 1) as i16);
-            let sc = _mm256_set_m128i(hi, lo);
+            let o = iq1m::SCALES + 2 * (g / 2);
+            let sc = u16::from_le_bytes([x[o], x[o + 1]]) >> (6 * (g % 2));
+            let sc = odd_scales(usize::from(sc & 7), usize::from((sc >> 3) & 7));
             sumi1 = _mm256_add_epi32(sumi1, _mm256_madd_epi16(dot1, sc));
             sumi2 = _mm256_add_epi32(sumi2, _mm256_madd_epi16(dot2, sc));
         }
@@ -935,6 +986,24 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     }
     hsum_ps(acc1) + IQ1S_DELTA * hsum_ps(acc2)
 }
+
+/// IQ1_M's shift signs of a group as bytes: entry `s` holds -1 in the 8 bytes `8l..8l + 8`
+/// where bit `l` of `s` is set, 1 elsewhere.
+static SIGNS4: [[u8; 32]; 16] = {
+    let mut t = [[1u8; 32]; 16];
+    let mut s = 0;
+    while s < 16 {
+        let mut e = 0;
+        while e < 32 {
+            if (s >> (e / 8)) & 1 != 0 {
+                t[s][e] = 0xff;
+            }
+            e += 1;
+        }
+        s += 1;
+    }
+    t
+};
 
 /// Bytes times 8 (wrapping), per byte.
 #[inline]
