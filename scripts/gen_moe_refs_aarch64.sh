@@ -52,8 +52,6 @@ for ref in "$REFS"/*.gguf; do
     if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $m "* ]]; then
         continue
     fi
-    # x86 only so far: the ternary types have no NEON kernels here (parity.rs, X86_ONLY_MODELS)
-    case "$m" in qwen3moe-ternary-*) continue ;; esac
     # the model, micro-batch and prompt texts of the x86 reference
     mapfile -t spec < <("$PY" - "$ref" <<'PY'
 import sys
