@@ -195,14 +195,19 @@ mod layout {
 /// IQ1_M's f16 `d`, spread over the top nibbles of its four scale words.
 #[inline]
 fn iq1m_d(x: &[u8]) -> f32 {
+    half::f16::from_bits(iq1m_d_bits(x)).to_f32()
+}
+
+/// The bits of [`iq1m_d`].
+#[inline]
+fn iq1m_d_bits(x: &[u8]) -> u16 {
     let w = |i: usize| {
         u16::from_le_bytes([
             x[layout::iq1m::SCALES + 2 * i],
             x[layout::iq1m::SCALES + 2 * i + 1],
         ])
     };
-    let bits = (w(0) >> 12) | ((w(1) >> 8) & 0x00f0) | ((w(2) >> 4) & 0x0f00) | (w(3) & 0xf000);
-    half::f16::from_bits(bits).to_f32()
+    (w(0) >> 12) | ((w(1) >> 8) & 0x00f0) | ((w(2) >> 4) & 0x0f00) | (w(3) & 0xf000)
 }
 
 /// IQ1_M's scale `2s + 1` of the 16 elements `h` (0 or 1) of 32-element group `g`.

@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 use super::layout::{
     iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq10, tq20,
 };
-use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f16_at, f32_at, iq1m_d, u32_at};
+use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, iq1m_d_bits, u32_at};
 use crate::GgmlType;
 use crate::iq_tables::{
     IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
@@ -117,8 +117,14 @@ fn f16_pair_times(b: &[u8], off: usize, y: f32) -> (__m256, __m256) {
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn f16_times(b: &[u8], off: usize, y: f32) -> __m256 {
-    let h = i16::from_le_bytes([b[off], b[off + 1]]);
-    _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(h)), _mm256_set1_ps(y))
+    f16_bits_times(u16::from_le_bytes([b[off], b[off + 1]]), y)
+}
+
+/// The f16 of bits `h`, times `y`, in all eight lanes (as [`f16_times`]).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn f16_bits_times(h: u16, y: f32) -> __m256 {
+    _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(h as i16)), _mm256_set1_ps(y))
 }
 
 /// The 12 scale bytes of a Q4_K / Q5_K block at `b[off..off + 12]` unpacked into 16 bytes:
@@ -666,7 +672,7 @@ fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let signs = |i: u32| EVEN_SIGNS[(i & 127) as usize] as i64;
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = _mm256_set1_ps(f16_at(x, iq2xxs::D) * f32_at(y, 0));
+        let d = f16_times(x, iq2xxs::D, f32_at(y, 0));
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
         for g in (0..8).step_by(2) {
@@ -703,7 +709,7 @@ fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq2xs_avx2(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = _mm256_set1_ps(f16_at(x, iq2xs::D) * f32_at(y, 0));
+        let d = f16_times(x, iq2xs::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
         for g in 0..8 {
             let q = |l: usize| {
@@ -788,7 +794,7 @@ fn sign_masks(b: &[u8], off: usize) -> __m256i {
 fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = _mm256_set1_ps(f16_at(x, iq2s::D) * f32_at(y, 0));
+        let d = f16_times(x, iq2s::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
         for g in 0..8 {
             let qh = usize::from(x[iq2s::QH + g]);
@@ -815,7 +821,7 @@ fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = _mm256_set1_ps(f16_at(x, iq3xxs::D) * f32_at(y, 0));
+        let d = f16_times(x, iq3xxs::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
         for g in 0..8 {
             let grid = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])] as i32;
@@ -848,7 +854,7 @@ fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq3s_avx2(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = _mm256_set1_ps(f16_at(x, iq3s::D) * f32_at(y, 0));
+        let d = f16_times(x, iq3s::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
         for g in 0..8 {
             let h = usize::from(x[iq3s::QH + g]);
@@ -924,9 +930,9 @@ fn iq1s_avx2(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
         let ls = _mm_sign_epi16(ls, _mm_or_si128(qh, _mm_set1_epi16(1)));
         let ls = _mm256_set_m128i(_mm_unpackhi_epi16(ls, ls), _mm_unpacklo_epi16(ls, ls));
         let shifts = hsum_epi32(_mm256_madd_epi16(load256(y, Q8K_BSUMS), ls));
-        let d = f32_at(y, 0) * f16_at(x, iq1s::D);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        acc1 = d.mul_add(shifts as f32, acc1);
+        let d = f16_times(x, iq1s::D, f32_at(y, 0));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        acc1 = _mm256_cvtss_f32(d).mul_add(shifts as f32, acc1);
     }
     hsum_ps(acc) + IQ1S_DELTA * acc1
 }
@@ -955,7 +961,9 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
-        for g in 0..8 {
+        // group `g` with its two scales in the low six bits of `sc`: (scaled grid products,
+        // scaled shift products)
+        let group = |g: usize, sc: u16| {
             // the group's four nibbles: three top index bits and the sign, per 8 elements
             let qh = usize::from(u16::from_le_bytes([
                 x[iq1m::QH + 2 * g],
@@ -974,13 +982,20 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
             let q8 = load256(y, Q8K_QS + 32 * g);
             let dot1 = mul_add_epi8(q1, q8);
             let dot2 = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, sg));
-            let o = iq1m::SCALES + 2 * (g / 2);
-            let sc = u16::from_le_bytes([x[o], x[o + 1]]) >> (6 * (g % 2));
             let sc = odd_scales(usize::from(sc & 7), usize::from((sc >> 3) & 7));
-            sumi1 = _mm256_add_epi32(sumi1, _mm256_madd_epi16(dot1, sc));
-            sumi2 = _mm256_add_epi32(sumi2, _mm256_madd_epi16(dot2, sc));
+            (_mm256_madd_epi16(dot1, sc), _mm256_madd_epi16(dot2, sc))
+        };
+        // a scale word holds the scales of two groups
+        for p in 0..4 {
+            let o = iq1m::SCALES + 2 * p;
+            let sc = u16::from_le_bytes([x[o], x[o + 1]]);
+            for (g, sc) in [(2 * p, sc), (2 * p + 1, sc >> 6)] {
+                let (p1, p2) = group(g, sc);
+                sumi1 = _mm256_add_epi32(sumi1, p1);
+                sumi2 = _mm256_add_epi32(sumi2, p2);
+            }
         }
-        let d = _mm256_set1_ps(f32_at(y, 0) * iq1m_d(x));
+        let d = f16_bits_times(iq1m_d_bits(x), f32_at(y, 0));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);
         acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
     }
