@@ -106,6 +106,15 @@ function row_bytes(t) {
     if (t == "q5_K") return 16 * 176
     if (t == "q6_K") return 16 * 210
     if (t == "iq4_xs") return 16 * 136
+    if (t == "tq1_0") return 16 * 54
+    if (t == "tq2_0") return 16 * 66
+    if (t == "iq2_xxs") return 16 * 66
+    if (t == "iq2_xs") return 16 * 74
+    if (t == "iq2_s") return 16 * 82
+    if (t == "iq3_xxs") return 16 * 98
+    if (t == "iq3_s") return 16 * 110
+    if (t == "iq1_s") return 16 * 50
+    if (t == "iq1_m") return 16 * 56
     if (t == "f16" || t == "bf16") return 4096 * 2
     if (t == "f32") return 4096 * 4
     return 0

@@ -56,7 +56,8 @@ static const enum ggml_type W_TYPES[] = {
     GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
     GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16, GGML_TYPE_F32,
-    GGML_TYPE_BF16,
+    GGML_TYPE_BF16, GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
+    GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
 };
 static const enum ggml_type MM_TYPES[] = {
     GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4, GGML_TYPE_Q4_K,
@@ -109,6 +110,19 @@ static void random_rows(enum ggml_type t, uint8_t * buf, int64_t n, int64_t rows
             case GGML_TYPE_Q2_K: offs[0] = 80; offs[1] = 82; break;
             case GGML_TYPE_Q3_K: offs[0] = 108; break;
             case GGML_TYPE_Q6_K: offs[0] = 208; break;
+            case GGML_TYPE_TQ2_0: offs[0] = 64; break;
+            case GGML_TYPE_TQ1_0: offs[0] = 52; break;
+            case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+            case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S:
+                offs[0] = 0; break;
+            case GGML_TYPE_IQ1_M: { // the f16 d in the top nibbles of the four scale words
+                const uint16_t h = f16_scale_bits();
+                for (int w = 0; w < 4; ++w) {
+                    uint8_t * p = blk + 48 + 2 * w;
+                    p[1] = (uint8_t) ((p[1] & 0x0f) | (((h >> (4 * w)) & 0xf) << 4));
+                }
+                break;
+            }
             case GGML_TYPE_MXFP4: blk[0] = (uint8_t) (117 + rnd(21)); break; // 2^-11 .. 2^9
             default: die("random_rows: unexpected type", ggml_type_name(t));
         }

@@ -30,11 +30,11 @@ const ACT_N: usize = 4096;
 /// Weight rows per matvec (must match `ROWS` of scripts/arm_insn_probe.c).
 const ROWS: usize = 64;
 
-const W_TYPES: [GgmlType; 16] = {
+const W_TYPES: [GgmlType; 25] = {
     use GgmlType::*;
     [
         Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, F16,
-        F32, BF16,
+        F32, BF16, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
     ]
 };
 /// Activation rows of the batched products (must match `MM_TOK` of scripts/arm_insn_probe.c).

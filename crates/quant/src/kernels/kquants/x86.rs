@@ -700,29 +700,77 @@ fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     0.125 * hsum_ps(acc)
 }
 
-/// IQ2_XS with the integer lanes of ggml's AVX2 kernel (each group's grid entries and sign
-/// patterns gathered, `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the two 16-element scales) and
-/// its float order: the block's eight i32 lanes times `d` into the accumulators, and 1/8 of
-/// the lanes' total. (ggml builds the sign bytes with shuffles; the lanes are the same
-/// integers.)
+/// IQ2_XS with the integer lanes of ggml's AVX2 kernel (each group's grid entries gathered,
+/// `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the two 16-element scales) and its float order: the
+/// block's eight i32 lanes times `d` into the accumulators, and 1/8 of the lanes' total.
+///
+/// Four groups' 16 words at a time: their grid indices masked in one vector and taken out
+/// 64 bits (four indices) at a time, their sign patterns completed in one vector (the eighth
+/// bit is the parity of the seven stored) and spread to sign bytes with shuffles. Index and
+/// sign work done word by word in general registers took twice the instructions.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq2xs_avx2(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
+    // parity of a 4-bit value, as 0x80 (twice, one per 128-bit lane)
+    let parity = _mm256_setr_epi8(
+        0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0,
+        -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
+    );
+    // byte `j` of a sign pattern selects bit `j % 8`
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    // a 128-bit half of the patterns (the low bytes of eight words: two groups), copied to
+    // both lanes: `spread[0]` repeats each of the first group's four patterns 8 times (two in
+    // each lane), `spread[1]` the second group's
+    let spread = [
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6,
+            6, 6, 6,
+        ),
+        _mm256_setr_epi8(
+            8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10, 12, 12, 12, 12, 12, 12, 12, 12,
+            14, 14, 14, 14, 14, 14, 14, 14,
+        ),
+    ];
+    let ones = _mm256_set1_epi8(1);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
         let d = f16_times(x, iq2xs::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
-        for g in 0..8 {
-            let q = |l: usize| {
-                let o = iq2xs::QS + 2 * (4 * g + l);
-                u16::from_le_bytes([x[o], x[o + 1]])
-            };
-            let grid = |l: usize| IQ2XS_GRID[usize::from(q(l) & 511)] as i64;
-            let signs = |l: usize| EVEN_SIGNS[usize::from(q(l) >> 9)] as i64;
-            let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
-            let s2 = _mm256_set_epi64x(signs(3), signs(2), signs(1), signs(0));
-            let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), s2);
-            let dot = _mm256_maddubs_epi16(q2, q8);
-            sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2xs::SCALES + g]));
+        // four groups (16 words) at a time
+        for q in 0..2 {
+            let words = load256(x, iq2xs::QS + 32 * q);
+            let idx = _mm256_and_si256(words, _mm256_set1_epi16(511));
+            let (lo, hi) = (
+                _mm256_castsi256_si128(idx),
+                _mm256_extracti128_si256::<1>(idx),
+            );
+            let idx = [
+                _mm_cvtsi128_si64(lo) as u64,
+                _mm_extract_epi64::<1>(lo) as u64,
+                _mm_cvtsi128_si64(hi) as u64,
+                _mm_extract_epi64::<1>(hi) as u64,
+            ];
+            // the 7 stored sign bits, and the eighth (even parity) from the XOR of bits
+            // 0..3 with bits 4..6
+            let part = _mm256_srli_epi16::<9>(words);
+            let odd = _mm256_shuffle_epi8(
+                parity,
+                _mm256_xor_si256(part, _mm256_srli_epi16::<13>(words)),
+            );
+            let full = _mm256_or_si256(part, odd);
+            let halves = [
+                _mm256_permute2x128_si256::<0x00>(full, full),
+                _mm256_permute2x128_si256::<0x11>(full, full),
+            ];
+            for k in 0..4 {
+                let g = 4 * q + k;
+                let grid = |l: usize| IQ2XS_GRID[((idx[k] >> (16 * l)) & 511) as usize] as i64;
+                let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+                let s = _mm256_shuffle_epi8(halves[k / 2], spread[k % 2]);
+                let s = _mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits);
+                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), _mm256_or_si256(s, ones));
+                let dot = _mm256_maddubs_epi16(q2, q8);
+                sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2xs::SCALES + g]));
+            }
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
