@@ -230,7 +230,7 @@ use super::tinyblas::hsum8;
 
 /// The sign patterns of [`crate::iq_tables::KSIGNS_IQ2XS`] as bytes of 1 and -1 (ggml's
 /// `keven_signs_q2xs`): byte `j` of entry `i` is -1 where bit `j` of pattern `i` is set.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(target_arch = "aarch64")]
 const EVEN_SIGNS: [u64; 128] = {
     let mut t = [0u64; 128];
     let mut i = 0;

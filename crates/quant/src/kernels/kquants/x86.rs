@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 use super::layout::{
     iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, iq4xs, q2k, q3k, q4k, q5k, q6k, tq10, tq20,
 };
-use super::{EVEN_SIGNS, Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, iq1m_d_bits, u32_at};
+use super::{Q8K_BSUMS, Q8K_BYTES, Q8K_QS, check_dot, f32_at, iq1m_d_bits, u32_at};
 use crate::GgmlType;
 use crate::iq_tables::{
     IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
@@ -665,39 +665,92 @@ fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
 /// each group gathered into a vector, the activations' signs flipped by the group's
 /// patterns (`vpsignb`), the products paired by `vpmaddubsw` and scaled by `2s + 1` with
 /// `vpmaddwd`; the block's eight i32 lanes times `d` into the accumulators, and 1/8 of the
-/// lanes' total.
+/// lanes' total (even and odd groups in two sums of lanes, as ggml, the same integers). The
+/// sign bytes of four groups at a time come from [`even_signs4`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let grid = |i: u32| IQ2XXS_GRID[(i & 0xff) as usize] as i64;
-    let signs = |i: u32| EVEN_SIGNS[(i & 127) as usize] as i64;
+    let grid = |i: u8| IQ2XXS_GRID[usize::from(i)] as i64;
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
         let d = f16_times(x, iq2xxs::D, f32_at(y, 0));
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
-        for g in (0..8).step_by(2) {
-            let group = |h: usize| {
-                let idx = u32_at(x, iq2xxs::QS + 8 * (g + h));
-                let sgn = u32_at(x, iq2xxs::QS + 8 * (g + h) + 4);
-                let q2 =
-                    _mm256_set_epi64x(grid(idx >> 24), grid(idx >> 16), grid(idx >> 8), grid(idx));
-                let s2 = _mm256_set_epi64x(
-                    signs(sgn >> 21),
-                    signs(sgn >> 14),
-                    signs(sgn >> 7),
-                    signs(sgn),
-                );
-                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * (g + h)), s2);
+        // four groups at a time: words index, signs, index, signs, ...
+        for q in 0..2 {
+            let o = iq2xxs::QS + 32 * q;
+            let (lo, hi) = (load128(x, o), load128(x, o + 16));
+            let words = _mm_castps_si128(_mm_shuffle_ps::<0b11_01_11_01>(
+                _mm_castsi128_ps(lo),
+                _mm_castsi128_ps(hi),
+            ));
+            for (k, sg) in even_signs4(words).into_iter().enumerate() {
+                let g = 4 * q + k;
+                let b = |l: usize| x[iq2xxs::QS + 8 * g + l];
+                let q2 = _mm256_set_epi64x(grid(b(3)), grid(b(2)), grid(b(1)), grid(b(0)));
+                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), sg);
                 let dot = _mm256_maddubs_epi16(q2, q8);
-                _mm256_madd_epi16(dot, odd_scale((sgn >> 28) as usize))
-            };
-            sumi1 = _mm256_add_epi32(sumi1, group(0));
-            sumi2 = _mm256_add_epi32(sumi2, group(1));
+                let p = _mm256_madd_epi16(dot, odd_scale(usize::from(b(7) >> 4)));
+                if g % 2 == 0 {
+                    sumi1 = _mm256_add_epi32(sumi1, p);
+                } else {
+                    sumi2 = _mm256_add_epi32(sumi2, p);
+                }
+            }
         }
         let lanes = _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2));
         acc = _mm256_fmadd_ps(d, lanes, acc);
     }
     0.125 * hsum_ps(acc)
+}
+
+/// The sign bytes (1 or -1) of four groups of 32 from their four sign words (`words`, one per
+/// 32-bit lane): four 7-bit indices of [`crate::iq_tables::KSIGNS_IQ2XS`] at bits 0, 7, 14
+/// and 21, each the sign pattern of 8 elements less its eighth bit, which makes the parity
+/// even. Entry `k` of the result holds group `k`'s 32 sign bytes.
+///
+/// The four groups' 16 patterns are put together in one vector (as bytes, the parity bit
+/// from a table of 16) and spread with shuffles, instead of 16 table loads.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn even_signs4(words: __m128i) -> [__m256i; 4] {
+    let field = |shift: __m128i, mask: i32| {
+        _mm_and_si128(_mm_sll_epi32(words, shift), _mm_set1_epi32(mask))
+    };
+    // pattern `l` of group `k` to byte `4k + l`
+    let t = _mm_or_si128(
+        _mm_or_si128(
+            field(_mm_cvtsi32_si128(0), 0x7f),
+            field(_mm_cvtsi32_si128(1), 0x7f00),
+        ),
+        _mm_or_si128(
+            field(_mm_cvtsi32_si128(2), 0x7f_0000),
+            field(_mm_cvtsi32_si128(3), 0x7f00_0000),
+        ),
+    );
+    // the parity of bits 0..7 is that of (bits 0..4) XOR (bits 4..8)
+    let parity = _mm_setr_epi8(
+        0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
+    );
+    let nibbles = _mm_and_si128(
+        _mm_xor_si128(t, _mm_srli_epi16::<4>(t)),
+        _mm_set1_epi8(0x0f),
+    );
+    let full = _mm256_broadcastsi128_si256(_mm_or_si128(t, _mm_shuffle_epi8(parity, nibbles)));
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let ones = _mm256_set1_epi8(1);
+    // group `k`: patterns `4k`, `4k + 1` (low lane) and `4k + 2`, `4k + 3` (high lane), each
+    // eight times
+    let spread = |k: i8| {
+        let (a, b, c, e) = (4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3);
+        _mm256_setr_epi8(
+            a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, c, c, c, c, c, c, c, c, e, e, e, e, e,
+            e, e, e,
+        )
+    };
+    [0, 1, 2, 3].map(|k| {
+        let s = _mm256_shuffle_epi8(full, spread(k));
+        _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits), ones)
+    })
 }
 
 /// IQ2_XS with the integer lanes of ggml's AVX2 kernel (each group's grid entries gathered,
@@ -864,32 +917,35 @@ fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
 
 /// IQ3_XXS as ggml's AVX2 kernel: eight grid entries of four magnitudes per group, the sign
 /// patterns with `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the group's `2s + 1`; the block's
-/// lanes times `d` into the accumulators, and 1/4 of the lanes' total.
+/// lanes times `d` into the accumulators, and 1/4 of the lanes' total. The sign bytes of four
+/// groups at a time come from [`even_signs4`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
         let d = f16_times(x, iq3xxs::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
-        for g in 0..8 {
-            let grid = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])] as i32;
-            let q3 = _mm256_set_epi32(
-                grid(7),
-                grid(6),
-                grid(5),
-                grid(4),
-                grid(3),
-                grid(2),
-                grid(1),
-                grid(0),
-            );
-            let word = u32_at(x, iq3xxs::SIGNS + 4 * g);
-            let signs = |l: u32| EVEN_SIGNS[((word >> (7 * l)) & 127) as usize] as i64;
-            let s = _mm256_set_epi64x(signs(3), signs(2), signs(1), signs(0));
-            let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), s);
-            let dot = _mm256_maddubs_epi16(q3, q8);
-            let ls = odd_scale((word >> 28) as usize);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
+        // four groups' sign words at a time
+        for q in 0..2 {
+            let signs = even_signs4(load128(x, iq3xxs::SIGNS + 16 * q));
+            for (k, sg) in signs.into_iter().enumerate() {
+                let g = 4 * q + k;
+                let grid = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])] as i32;
+                let q3 = _mm256_set_epi32(
+                    grid(7),
+                    grid(6),
+                    grid(5),
+                    grid(4),
+                    grid(3),
+                    grid(2),
+                    grid(1),
+                    grid(0),
+                );
+                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), sg);
+                let dot = _mm256_maddubs_epi16(q3, q8);
+                let ls = odd_scale(usize::from(x[iq3xxs::SIGNS + 4 * g + 3] >> 4));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
+            }
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
