@@ -1065,9 +1065,17 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
-        // group `g` with its two scales in the low six bits of `sc`: (scaled grid products,
+        // the 16 scales `2s + 1` as words: the four scale words shifted by 0 and 6 (the
+        // first halves of even and odd groups, low lane), 3 and 9 (second halves, high lane)
+        let sc = _mm256_set1_epi64x(i64::from_le_bytes(x[iq1m::SCALES..].as_chunks::<8>().0[0]));
+        let sc = _mm256_srlv_epi64(sc, _mm256_setr_epi64x(0, 6, 3, 9));
+        let scales = _mm256_or_si256(
+            _mm256_slli_epi16::<1>(_mm256_and_si256(sc, _mm256_set1_epi16(7))),
+            _mm256_set1_epi16(1),
+        );
+        // group `g` with the control broadcasting its scales' words: (scaled grid products,
         // scaled shift products)
-        let group = |g: usize, sc: u16| {
+        let group = |g: usize, ctl: __m256i| {
             // the group's four nibbles: three top index bits and the sign, per 8 elements
             let qh = usize::from(u16::from_le_bytes([
                 x[iq1m::QH + 2 * g],
@@ -1086,18 +1094,21 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
             let q8 = load256(y, Q8K_QS + 32 * g);
             let dot1 = mul_add_epi8(q1, q8);
             let dot2 = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, sg));
-            let sc = odd_scales(usize::from(sc & 7), usize::from((sc >> 3) & 7));
+            let sc = _mm256_shuffle_epi8(scales, ctl);
             (_mm256_madd_epi16(dot1, sc), _mm256_madd_epi16(dot2, sc))
         };
-        // a scale word holds the scales of two groups
+        // group 2p's scales are word p of each lane, group 2p + 1's word 4 + p
+        let mut ctl = _mm256_set1_epi16(0x0100);
         for p in 0..4 {
-            let o = iq1m::SCALES + 2 * p;
-            let sc = u16::from_le_bytes([x[o], x[o + 1]]);
-            for (g, sc) in [(2 * p, sc), (2 * p + 1, sc >> 6)] {
-                let (p1, p2) = group(g, sc);
+            for (g, ctl) in [
+                (2 * p, ctl),
+                (2 * p + 1, _mm256_add_epi8(ctl, _mm256_set1_epi8(8))),
+            ] {
+                let (p1, p2) = group(g, ctl);
                 sumi1 = _mm256_add_epi32(sumi1, p1);
                 sumi2 = _mm256_add_epi32(sumi2, p2);
             }
+            ctl = _mm256_add_epi8(ctl, _mm256_set1_epi8(2));
         }
         let d = f16_bits_times(iq1m_d_bits(x), f32_at(y, 0));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);
