@@ -26,9 +26,10 @@
 #   LLAMACPP_DIR  an existing install directory of scripts/llamacpp-npm.sh (default: a scratch one)
 #   OUT        also write the raw lines and the table into this directory
 #
-# Where sluice's kernel table has wide builds (`+avx512vl` in its `kernels` notice), every round
-# also times sluice with SLUICE_KERNELS=avx2 (the narrow table, AVX2's 16 registers): the "sluice
-# avx2" columns, which the ratio against llama.cpp's AVX2 library uses.
+# Where sluice's kernel table has more than AVX2 (`+avx512vl` or `+bmi2` in its `kernels`
+# notice), every round also times sluice with SLUICE_KERNELS=avx2 (the narrow table: AVX2's 16
+# registers, no BMI2): the "sluice avx2" columns, which the ratio against llama.cpp's AVX2
+# library uses.
 #
 # A cell of the table is the best (highest tok/s) of the rounds, the one least disturbed by other
 # load; the raw lines keep every round. Needs cargo, g++, npm, git, python3 (gguf, numpy). Takes

@@ -101,8 +101,18 @@ fn cases() -> Vec<Case> {
         exact: true,
         quantizers: true,
     };
+    // the AVX2 table without its AVX-512 builds and BMI2 kernels, where the CPU has those
+    let narrow = Case {
+        fixture: X86,
+        k: Kernels::narrow(),
+        exact: true,
+        quantizers: true,
+    };
     match Kernels::detect().isa() {
         Isa::Scalar => vec![scalar(X86, true)],
+        Isa::Avx2 if Kernels::detect().name() != Kernels::narrow().name() => {
+            vec![scalar(X86, true), best(X86), narrow]
+        }
         Isa::Avx2 => vec![scalar(X86, true), best(X86)],
         // (the scalar table against the ARM data: its own test below)
         Isa::Neon => vec![scalar(X86, true), best(ARM)],
@@ -158,7 +168,7 @@ fn check_quantizer(f: &GgufFile, input: &str, prefix: &str, ty: GgmlType, k: &Ke
             let bs = ty.block_size();
             panic!(
                 "{name} row {r} ({}): {} of {} blocks differ; first is block {b}\n got  {:02x?}\n want {:02x?}\n input {:?}",
-                k.isa().name(),
+                k.name(),
                 bad.len(),
                 want.len() / ts,
                 &got[b * ts..(b + 1) * ts],
@@ -362,7 +372,7 @@ fn check_dots(case: &Case, report: &mut Vec<String>, failures: &mut Vec<String>)
                     }
                     let what = format!(
                         "{ty} {} vs {} n={n} weight row {wi} activation row {ai}: ours {got:e} ggml {expect:e}",
-                        k.isa().name(),
+                        k.name(),
                         case.fixture
                     );
                     if case.exact {
@@ -378,7 +388,7 @@ fn check_dots(case: &Case, report: &mut Vec<String>, failures: &mut Vec<String>)
         report.push(format!(
             "{:>7} {:>6} vs {}: {:>3} of {:>3} differ, max {:>4} ulps, {:.3} of tolerance",
             ty.name(),
-            k.isa().name(),
+            k.name(),
             case.fixture,
             worst.differing,
             worst.cases,

@@ -233,6 +233,8 @@ pub struct Kernels {
     isa: Isa,
     /// Some AVX2 kernels are the builds of [`Kernels::wide`].
     wide: bool,
+    /// Some AVX2 kernels use BMI2 ([`Kernels::pdep`]).
+    pdep: bool,
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
     dot_tokens: [Option<DotTokens>; N_IDS],
@@ -241,10 +243,11 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    fn empty(isa: Isa, wide: bool) -> Kernels {
+    fn empty(isa: Isa, wide: bool, pdep: bool) -> Kernels {
         Kernels {
             isa,
             wide,
+            pdep,
             dot: [None; N_IDS],
             dot_rows: [None; N_IDS],
             dot_tokens: [None; N_IDS],
@@ -253,8 +256,9 @@ impl Kernels {
         }
     }
 
-    fn build(isa: Isa, wide: bool) -> Kernels {
-        let mut k = Kernels::empty(isa, wide && isa == Isa::Avx2);
+    fn build(isa: Isa, wide: bool, pdep: bool) -> Kernels {
+        let avx2 = isa == Isa::Avx2;
+        let mut k = Kernels::empty(isa, wide && avx2, pdep && avx2);
         act::register(&mut k);
         legacy::register(&mut k);
         kquants::register(&mut k);
@@ -472,7 +476,7 @@ impl Kernels {
     /// The portable scalar table (the reference every SIMD kernel is tested against).
     pub fn scalar() -> &'static Kernels {
         static T: OnceLock<Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::build(Isa::Scalar, false))
+        T.get_or_init(|| Kernels::build(Isa::Scalar, false, false))
     }
 
     /// The best table for this CPU, chosen once. The environment variable `SLUICE_KERNELS`
@@ -484,23 +488,58 @@ impl Kernels {
         T.get_or_init(|| match std::env::var("SLUICE_KERNELS").as_deref() {
             Ok("scalar") => Kernels::scalar(),
             Ok("avx2") => Kernels::narrow(),
-            _ => Kernels::best(Kernels::wide_registers()),
+            _ => Kernels::best(Kernels::wide_registers(), Kernels::fast_pdep()),
         })
     }
 
     /// The best table for this CPU without the builds for AVX-512's register file (see
-    /// [`Kernels::wide`]): the table a CPU with AVX2 but no AVX-512 gets. Where those builds
-    /// do not apply, the same kernels as [`Kernels::detect`]'s best.
+    /// [`Kernels::wide`]) and without BMI2 ([`Kernels::pdep`]): the table a CPU with AVX2,
+    /// FMA and F16C and nothing more gets. Where those builds do not apply, the same kernels
+    /// as [`Kernels::detect`]'s best.
     pub fn narrow() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::best(false))
+        T.get_or_init(|| Kernels::best(false, false))
     }
 
-    fn best(wide: bool) -> &'static Kernels {
+    fn best(wide: bool, pdep: bool) -> &'static Kernels {
         match Kernels::best_isa() {
             Isa::Scalar => Kernels::scalar(),
-            isa => Box::leak(Box::new(Kernels::build(isa, wide))),
+            isa => Box::leak(Box::new(Kernels::build(isa, wide, pdep))),
         }
+    }
+
+    /// Whether this CPU has BMI2 and runs its `pdep` fast: every Intel core with BMI2 does;
+    /// AMD's before Zen 3 (family 0x19) run it in microcode, hundreds of cycles an instruction.
+    #[cfg(target_arch = "x86_64")]
+    fn fast_pdep() -> bool {
+        use std::arch::x86_64::__cpuid;
+        if !std::arch::is_x86_feature_detected!("bmi2") {
+            return false;
+        }
+        let vendor = __cpuid(0);
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        // the family: base in bits 8..12, extended (added when the base is 0xf) in 20..28
+        let eax = __cpuid(1).eax;
+        let base = (eax >> 8) & 0xf;
+        let family = if base == 0xf {
+            base + ((eax >> 20) & 0xff)
+        } else {
+            base
+        };
+        !amd || family >= 0x19
+    }
+
+    /// No BMI2 off x86-64.
+    #[cfg(not(target_arch = "x86_64"))]
+    fn fast_pdep() -> bool {
+        false
+    }
+
+    /// Whether some of this AVX2 table's kernels use BMI2's `pdep` (IQ1_S's and IQ1_M's, to
+    /// put their grid indices together): only where the CPU has BMI2 and runs `pdep` fast (not
+    /// AMD before Zen 3), and `SLUICE_KERNELS` is not `avx2`. Same bits either way.
+    pub fn pdep(&self) -> bool {
+        self.pdep
     }
 
     /// Whether this CPU has the AVX-512 subsets (F, VL, BW) that the wide builds use.
@@ -526,11 +565,13 @@ impl Kernels {
     }
 
     /// Name of the table for logs and benchmark reports: the instruction set's, with
-    /// `+avx512vl` for a table with wide builds.
+    /// `+avx512vl` for a table with wide builds and `+bmi2` for one whose kernels use `pdep`.
     pub fn name(&self) -> &'static str {
-        match (self.isa, self.wide) {
-            (Isa::Avx2, true) => "avx2+avx512vl",
-            (isa, _) => isa.name(),
+        match (self.isa, self.wide, self.pdep) {
+            (Isa::Avx2, true, true) => "avx2+avx512vl+bmi2",
+            (Isa::Avx2, true, false) => "avx2+avx512vl",
+            (Isa::Avx2, false, true) => "avx2+bmi2",
+            (isa, _, _) => isa.name(),
         }
     }
 

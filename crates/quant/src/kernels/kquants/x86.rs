@@ -40,6 +40,10 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ3_S, dot_iq3_s);
     k.set_dot(GgmlType::IQ1_S, dot_iq1_s);
     k.set_dot(GgmlType::IQ1_M, dot_iq1_m);
+    if k.pdep() {
+        k.set_dot(GgmlType::IQ1_S, dot_iq1_s_bmi2);
+        k.set_dot(GgmlType::IQ1_M, dot_iq1_m_bmi2);
+    }
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
@@ -78,6 +82,25 @@ entry!(dot_iq3_xxs, GgmlType::IQ3_XXS, iq3xxs::BYTES, iq3xxs_avx2);
 entry!(dot_iq3_s, GgmlType::IQ3_S, iq3s::BYTES, iq3s_avx2);
 entry!(dot_iq1_s, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2);
 entry!(dot_iq1_m, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2);
+
+/// Entry points of the kernels that also use BMI2, registered only in a table built with
+/// [`Kernels::pdep`] (BMI2 detected at run time, and fast).
+macro_rules! entry_bmi2 {
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
+        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            check_dot($ty, n, w, a);
+            debug_assert!(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("bmi2"));
+            let (w, _) = w.as_chunks::<{ $bytes }>();
+            let (a, _) = a.as_chunks::<Q8K_BYTES>();
+            // SAFETY: registered only in an AVX2 table built with `pdep`, which exists only on
+            // CPUs where avx2, fma, f16c and bmi2 were detected at run time.
+            unsafe { $kernel(w, a) }
+        }
+    };
+}
+
+entry_bmi2!(dot_iq1_s_bmi2, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_bmi2);
+entry_bmi2!(dot_iq1_m_bmi2, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_bmi2);
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -996,15 +1019,11 @@ fn mul_add_epi8(x: __m256i, y: __m256i) -> __m256i {
     _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
-/// IQ1_S as ggml's AVX2 kernel: the grid's -1/0/1 times the activations (`mul_add_epi8`),
-/// `vpmaddwd` by each group's `2s + 1`, the block's lanes times `d` into the accumulators;
-/// the shifts from the activation group sums into one f32, added at the end.
-///
-/// The grid indices are put together in general registers: built in vector registers (as
-/// the compiler otherwise does), their inserts and extracts ran out of shuffle ports first.
-/// The shifts' integer total is one `vpmaddwd` of the group sums by the signed scales.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq1s_avx2(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
+macro_rules! iq1s_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:ident) => {
+$(#[$doc])*
+#[target_feature(enable = $features)]
+fn $name(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc1 = 0f32;
     for (x, y) in w.iter().zip(a) {
@@ -1014,13 +1033,7 @@ fn iq1s_avx2(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
                 x[iq1s::QH + 2 * g],
                 x[iq1s::QH + 2 * g + 1],
             ]));
-            let qs = u32_at(x, iq1s::QS + 4 * g) as usize;
-            let grid = |l: usize| {
-                let lo = (qs >> (8 * l)) & 0xff;
-                let hi = (if l == 3 { qh >> 1 } else { qh << (8 - 3 * l) }) & 0x700;
-                IQ1S_GRID[lo | hi] as i64
-            };
-            let q1 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+            let q1 = $grid4(x, g);
             let dot = mul_add_epi8(q1, load256(y, Q8K_QS + 32 * g));
             let ls = odd_scale((qh >> 12) & 7);
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
@@ -1040,6 +1053,59 @@ fn iq1s_avx2(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
     }
     hsum_ps(acc) + IQ1S_DELTA * acc1
 }
+    };
+}
+
+iq1s_kernel!(
+    /// [`iq1s_avx2_bmi2`] with the indices put together by shifts and masks.
+    iq1s_avx2,
+    "avx2,fma,f16c",
+    iq1s_grid4
+);
+iq1s_kernel!(
+    /// IQ1_S as ggml's AVX2 kernel: the grid's -1/0/1 times the activations
+    /// (`mul_add_epi8`), `vpmaddwd` by each group's `2s + 1`, the block's lanes times `d` into
+    /// the accumulators; the shifts from the activation group sums into one f32, added at the
+    /// end. The shifts' integer total is one `vpmaddwd` of the group sums by the signed scales.
+    /// The grid indices are put together with BMI2's `pdep` ([`iq1s_grid4_bmi2`]).
+    iq1s_avx2_bmi2,
+    "avx2,fma,f16c,bmi2",
+    iq1s_grid4_bmi2
+);
+
+/// The grid entries of IQ1_S group `g` as one vector: index `l` is byte `4g + l` of `qs` with
+/// bits `3l..3l + 3` of the group's word above it. Put together in general registers by shifts
+/// and masks (in vector registers, as the compiler otherwise does, their inserts and extracts
+/// ran out of shuffle ports first).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn iq1s_grid4(x: &[u8; iq1s::BYTES], g: usize) -> __m256i {
+    let qh = usize::from(u16::from_le_bytes([
+        x[iq1s::QH + 2 * g],
+        x[iq1s::QH + 2 * g + 1],
+    ]));
+    let qs = u32_at(x, iq1s::QS + 4 * g) as usize;
+    let grid = |l: usize| {
+        let lo = (qs >> (8 * l)) & 0xff;
+        let hi = (if l == 3 { qh >> 1 } else { qh << (8 - 3 * l) }) & 0x700;
+        IQ1S_GRID[lo | hi] as i64
+    };
+    _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
+}
+
+/// [`iq1s_grid4`] with the four indices deposited into 16-bit fields by two `pdep`.
+#[inline]
+#[target_feature(enable = "avx2,bmi2")]
+fn iq1s_grid4_bmi2(x: &[u8; iq1s::BYTES], g: usize) -> __m256i {
+    let qh = u64::from(u16::from_le_bytes([
+        x[iq1s::QH + 2 * g],
+        x[iq1s::QH + 2 * g + 1],
+    ]));
+    let qs = u64::from(u32_at(x, iq1s::QS + 4 * g));
+    let idx = _pdep_u64(qs, 0x00ff_00ff_00ff_00ff) | _pdep_u64(qh, 0x0700_0700_0700_0700);
+    let grid = |l: usize| IQ1S_GRID[((idx >> (16 * l)) & 0x7ff) as usize] as i64;
+    _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
+}
 
 /// The sum of the eight 32-bit lanes (exact: the totals here fit).
 #[inline]
@@ -1051,14 +1117,11 @@ fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(r)
 }
 
-/// IQ1_M as ggml's AVX2 kernel: as [`iq1s_avx2`] with a scale per 16 elements, and the
-/// shifts as the activations with the shift's sign per 8 elements (`vpsignb`), scaled, in
-/// lanes and accumulators of their own.
-///
-/// As in [`iq1s_avx2`], the grid indices are put together in general registers; the four
-/// signs of a group pick one of 16 sign vectors ([`SIGNS4`]).
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
+macro_rules! iq1m_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:ident) => {
+$(#[$doc])*
+#[target_feature(enable = $features)]
+fn $name(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     let ones = _mm256_set1_epi8(1);
     let mut acc1 = _mm256_setzero_ps();
     let mut acc2 = _mm256_setzero_ps();
@@ -1081,13 +1144,7 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
                 x[iq1m::QH + 2 * g],
                 x[iq1m::QH + 2 * g + 1],
             ]));
-            let qs = u32_at(x, iq1m::QS + 4 * g) as usize;
-            let grid = |l: usize| {
-                let lo = (qs >> (8 * l)) & 0xff;
-                let hi = (if l == 3 { qh >> 4 } else { qh << (8 - 4 * l) }) & 0x700;
-                IQ1S_GRID[lo | hi] as i64
-            };
-            let q1 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+            let q1 = $grid4(x, g);
             // bits 3, 7, 11 and 15 of `qh` to bits 28..32 (distinct products, no carries)
             let signs = (((qh & 0x8888) as u64 * 0x0249_0000) >> 28) & 15;
             let sg = load256(&SIGNS4[signs as usize], 0);
@@ -1115,6 +1172,60 @@ fn iq1m_avx2(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
         acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
     }
     hsum_ps(acc1) + IQ1S_DELTA * hsum_ps(acc2)
+}
+    };
+}
+
+iq1m_kernel!(
+    /// [`iq1m_avx2_bmi2`] with the indices put together by shifts and masks.
+    iq1m_avx2,
+    "avx2,fma,f16c",
+    iq1m_grid4
+);
+iq1m_kernel!(
+    /// IQ1_M as ggml's AVX2 kernel: as [`iq1s_avx2`] with a scale per 16 elements, and the
+    /// shifts as the activations with the shift's sign per 8 elements (`vpsignb`), scaled, in
+    /// lanes and accumulators of their own.
+    ///
+    /// As in [`iq1s_avx2`], the grid indices are put together in general registers; the four
+    /// signs of a group pick one of 16 sign vectors ([`SIGNS4`]).
+    /// The grid indices are put together with BMI2's `pdep` ([`iq1m_grid4_bmi2`]).
+    iq1m_avx2_bmi2,
+    "avx2,fma,f16c,bmi2",
+    iq1m_grid4_bmi2
+);
+
+/// The grid entries of IQ1_M group `g` as one vector: index `l` is byte `4g + l` of `qs` with
+/// the low three bits of nibble `l` of the group's word above it (by shifts and masks, as
+/// [`iq1s_grid4`]).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn iq1m_grid4(x: &[u8; iq1m::BYTES], g: usize) -> __m256i {
+    let qh = usize::from(u16::from_le_bytes([
+        x[iq1m::QH + 2 * g],
+        x[iq1m::QH + 2 * g + 1],
+    ]));
+    let qs = u32_at(x, iq1m::QS + 4 * g) as usize;
+    let grid = |l: usize| {
+        let lo = (qs >> (8 * l)) & 0xff;
+        let hi = (if l == 3 { qh >> 4 } else { qh << (8 - 4 * l) }) & 0x700;
+        IQ1S_GRID[lo | hi] as i64
+    };
+    _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
+}
+
+/// [`iq1m_grid4`] with the four indices deposited into 16-bit fields by two `pdep`.
+#[inline]
+#[target_feature(enable = "avx2,bmi2")]
+fn iq1m_grid4_bmi2(x: &[u8; iq1m::BYTES], g: usize) -> __m256i {
+    let qh = u64::from(u16::from_le_bytes([
+        x[iq1m::QH + 2 * g],
+        x[iq1m::QH + 2 * g + 1],
+    ]));
+    let qs = u64::from(u32_at(x, iq1m::QS + 4 * g));
+    let idx = _pdep_u64(qs, 0x00ff_00ff_00ff_00ff) | _pdep_u64(qh & 0x7777, 0x0f00_0f00_0f00_0f00);
+    let grid = |l: usize| IQ1S_GRID[((idx >> (16 * l)) & 0x7ff) as usize] as i64;
+    _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
 }
 
 /// IQ1_M's shift signs of a group as bytes: entry `s` holds -1 in the 8 bytes `8l..8l + 8`
