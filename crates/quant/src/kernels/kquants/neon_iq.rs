@@ -97,14 +97,37 @@ fn group(w0: int8x16_t, w1: int8x16_t, y: &Q8KBlock, g: usize) -> i32 {
     vaddvq_s32(dot32(w0, w1, y, 32 * g))
 }
 
-/// The exact sums of the two halves (16 elements each) of group `g`.
+/// `acc` plus the four lanes of group `g`'s products (weights `w0`, `w1` against its 32
+/// activations) times `sc`: summed across lanes once per block instead of once per group.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn halves(w0: int8x16_t, w1: int8x16_t, y: &Q8KBlock, g: usize) -> [i32; 2] {
+fn group_acc(
+    acc: int32x4_t,
+    w0: int8x16_t,
+    w1: int8x16_t,
+    y: &Q8KBlock,
+    g: usize,
+    sc: i32,
+) -> int32x4_t {
+    vmlaq_n_s32(acc, dot32(w0, w1, y, 32 * g), sc)
+}
+
+/// `acc` plus the lanes of group `g`'s two halves (16 elements each) times their scales.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn halves_acc(
+    acc: int32x4_t,
+    w0: int8x16_t,
+    w1: int8x16_t,
+    y: &Q8KBlock,
+    g: usize,
+    sc: [i32; 2],
+) -> int32x4_t {
     let z = vdupq_n_s32(0);
     let a0 = ld_s8(y, super::Q8K_QS + 32 * g);
     let a1 = ld_s8(y, super::Q8K_QS + 32 * g + 16);
-    [vaddvq_s32(sdot(z, w0, a0)), vaddvq_s32(sdot(z, w1, a1))]
+    let acc = vmlaq_n_s32(acc, sdot(z, w0, a0), sc[0]);
+    vmlaq_n_s32(acc, sdot(z, w1, a1), sc[1])
 }
 
 /// The sum of the 16 activation group sums of a block.
@@ -113,6 +136,16 @@ fn halves(w0: int8x16_t, w1: int8x16_t, y: &Q8KBlock, g: usize) -> [i32; 2] {
 fn bsums_total(y: &Q8KBlock) -> i32 {
     let (s0, s1) = bsums(y);
     vaddvq_s32(vpaddlq_s16(vaddq_s16(s0, s1)))
+}
+
+/// The left shifts 8, 7, ..., 1: bit `k` of a byte to bit 8 of lane `k`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn top_bit_shifts() -> int16x8_t {
+    vcombine_s16(
+        vcreate_s16(0x0005_0006_0007_0008),
+        vcreate_s16(0x0001_0002_0003_0004),
+    )
 }
 
 /// `u16` number `i` of `b` from `off`.
@@ -208,19 +241,26 @@ fn tq1_0_neon(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq2_xxs_neon(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut s = [0f32; 2];
-        for g in 0..8 {
+        // group `g`'s total and its scale `1/2 + s`
+        let total = |g: usize| {
             let grid = u32_at(x, iq2xxs::QS + 8 * g).to_le_bytes();
             let word = u32_at(x, iq2xxs::QS + 8 * g + 4);
             let gr = |l: usize| IQ2XXS_GRID[usize::from(grid[l])];
             let sg = |l: usize| EVEN_SIGNS[((word >> (7 * l)) & 127) as usize];
             let w0 = signed(pair(gr(0), gr(1)), pair(sg(0), sg(1)));
             let w1 = signed(pair(gr(2), gr(3)), pair(sg(2), sg(3)));
-            let p = group(w0, w1, y, g) as f32;
-            s[g % 2] = p.mul_add(0.5 + (word >> 28) as f32, s[g % 2]);
+            (group(w0, w1, y, g) as f32, 0.5 + (word >> 28) as f32)
+        };
+        // even groups into `s0`, odd ones into `s1`
+        let (mut s0, mut s1) = (0f32, 0f32);
+        for p in 0..4 {
+            let (t0, c0) = total(2 * p);
+            let (t1, c1) = total(2 * p + 1);
+            s0 = t0.mul_add(c0, s0);
+            s1 = t1.mul_add(c1, s1);
         }
         let d = f16_at(x, iq2xxs::D) * f32_at(y, 0);
-        sumf = d.mul_add(s[0] + s[1], sumf);
+        sumf = d.mul_add(s0 + s1, sumf);
     }
     0.25 * sumf
 }
@@ -231,19 +271,19 @@ fn iq2_xxs_neon(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq2_xs_neon(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut isum = 0i32;
+        let mut acc = vdupq_n_s32(0);
         for g in 0..8 {
-            let q = |l: usize| u16_at(x, iq2xs::QS, 4 * g + l);
-            let gr = |l: usize| IQ2XS_GRID[usize::from(q(l) & 511)];
-            let sg = |l: usize| EVEN_SIGNS[usize::from(q(l) >> 9)];
+            // the group's four words in one read
+            let q = u64::from_le_bytes(x[iq2xs::QS + 8 * g..].as_chunks::<8>().0[0]);
+            let gr = |l: usize| IQ2XS_GRID[((q >> (16 * l)) & 511) as usize];
+            let sg = |l: usize| EVEN_SIGNS[((q >> (16 * l + 9)) & 127) as usize];
             let w0 = signed(pair(gr(0), gr(1)), pair(sg(0), sg(1)));
             let w1 = signed(pair(gr(2), gr(3)), pair(sg(2), sg(3)));
-            let [h0, h1] = halves(w0, w1, y, g);
             let sc = i32::from(x[iq2xs::SCALES + g]);
-            isum += h0 * (2 * (sc & 15) + 1) + h1 * (2 * (sc >> 4) + 1);
+            acc = halves_acc(acc, w0, w1, y, g, [2 * (sc & 15) + 1, 2 * (sc >> 4) + 1]);
         }
         let d = f16_at(x, iq2xs::D) * f32_at(y, 0);
-        sumf = d.mul_add(isum as f32, sumf);
+        sumf = d.mul_add(vaddvq_s32(acc) as f32, sumf);
     }
     0.125 * sumf
 }
@@ -254,7 +294,7 @@ fn iq2_xs_neon(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq2_s_neon(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut isum = 0i32;
+        let mut acc = vdupq_n_s32(0);
         for g in 0..8 {
             let qh = usize::from(x[iq2s::QH + g]);
             let gr = |l: usize| {
@@ -264,12 +304,11 @@ fn iq2_s_neon(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
             let sg = |l: usize| SIGNS[usize::from(x[iq2s::SIGNS + 4 * g + l])];
             let w0 = signed(pair(gr(0), gr(1)), pair(sg(0), sg(1)));
             let w1 = signed(pair(gr(2), gr(3)), pair(sg(2), sg(3)));
-            let [h0, h1] = halves(w0, w1, y, g);
             let sc = i32::from(x[iq2s::SCALES + g]);
-            isum += h0 * (2 * (sc & 15) + 1) + h1 * (2 * (sc >> 4) + 1);
+            acc = halves_acc(acc, w0, w1, y, g, [2 * (sc & 15) + 1, 2 * (sc >> 4) + 1]);
         }
         let d = f16_at(x, iq2s::D) * f32_at(y, 0);
-        sumf = d.mul_add(isum as f32, sumf);
+        sumf = d.mul_add(vaddvq_s32(acc) as f32, sumf);
     }
     0.125 * sumf
 }
@@ -280,18 +319,25 @@ fn iq2_s_neon(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq3_xxs_neon(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut s = [0f32; 2];
-        for g in 0..8 {
+        // group `g`'s total and its scale `1/2 + s`
+        let total = |g: usize| {
             let gr = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])];
             let word = u32_at(x, iq3xxs::SIGNS + 4 * g);
             let sg = |l: usize| EVEN_SIGNS[((word >> (7 * l)) & 127) as usize];
             let w0 = signed(quad([gr(0), gr(1), gr(2), gr(3)]), pair(sg(0), sg(1)));
             let w1 = signed(quad([gr(4), gr(5), gr(6), gr(7)]), pair(sg(2), sg(3)));
-            let p = group(w0, w1, y, g) as f32;
-            s[g % 2] = p.mul_add(0.5 + (word >> 28) as f32, s[g % 2]);
+            (group(w0, w1, y, g) as f32, 0.5 + (word >> 28) as f32)
+        };
+        // even groups into `s0`, odd ones into `s1`
+        let (mut s0, mut s1) = (0f32, 0f32);
+        for p in 0..4 {
+            let (t0, c0) = total(2 * p);
+            let (t1, c1) = total(2 * p + 1);
+            s0 = t0.mul_add(c0, s0);
+            s1 = t1.mul_add(c1, s1);
         }
         let d = f16_at(x, iq3xxs::D) * f32_at(y, 0);
-        sumf = d.mul_add(s[0] + s[1], sumf);
+        sumf = d.mul_add(s0 + s1, sumf);
     }
     0.5 * sumf
 }
@@ -302,21 +348,34 @@ fn iq3_xxs_neon(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq3_s_neon(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut isum = 0i32;
+        let mut acc = vdupq_n_s32(0);
         for g in 0..8 {
-            let qh = usize::from(x[iq3s::QH + g]);
-            let gr = |k: usize| {
-                let idx = usize::from(x[iq3s::QS + 8 * g + k]) | ((qh << (8 - k)) & 256);
-                IQ3S_GRID[idx]
-            };
+            // the eight 9-bit indices: bytes of `qs`, bit `k` of `qh` as bit 8 of index `k`
+            let qh = vdupq_n_u16(u16::from(x[iq3s::QH + g]));
+            let top = vandq_u16(vshlq_u16(qh, top_bit_shifts()), vdupq_n_u16(256));
+            let low = vmovl_u8(vcreate_u8(u64::from_le_bytes(
+                x[iq3s::QS + 8 * g..].as_chunks::<8>().0[0],
+            )));
+            let idx = vorrq_u16(low, top);
+            let i = [
+                vgetq_lane_u16::<0>(idx),
+                vgetq_lane_u16::<1>(idx),
+                vgetq_lane_u16::<2>(idx),
+                vgetq_lane_u16::<3>(idx),
+                vgetq_lane_u16::<4>(idx),
+                vgetq_lane_u16::<5>(idx),
+                vgetq_lane_u16::<6>(idx),
+                vgetq_lane_u16::<7>(idx),
+            ];
+            let gr = |k: usize| IQ3S_GRID[usize::from(i[k] & 511)];
             let sg = |l: usize| SIGNS[usize::from(x[iq3s::SIGNS + 4 * g + l])];
             let w0 = signed(quad([gr(0), gr(1), gr(2), gr(3)]), pair(sg(0), sg(1)));
             let w1 = signed(quad([gr(4), gr(5), gr(6), gr(7)]), pair(sg(2), sg(3)));
             let sc = i32::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15);
-            isum += group(w0, w1, y, g) * (2 * sc + 1);
+            acc = group_acc(acc, w0, w1, y, g, 2 * sc + 1);
         }
         let d = f16_at(x, iq3s::D) * f32_at(y, 0);
-        sumf = d.mul_add(isum as f32, sumf);
+        sumf = d.mul_add(vaddvq_s32(acc) as f32, sumf);
     }
     sumf
 }
@@ -345,7 +404,7 @@ fn iq1_s_neon(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
                 IQ1S_GRID[usize::from(x[iq1s::QS + 4 * g + l]) | hi]
             };
             let ls = 2 * i32::from((qh >> 12) & 7) + 1;
-            isum += group(pair(gr(0), gr(1)), pair(gr(2), gr(3)), y, g) * ls;
+            isum += vaddvq_s32(dot32(pair(gr(0), gr(1)), pair(gr(2), gr(3)), y, 32 * g)) * ls;
             let sign = if qh & 0x8000 != 0 { -1 } else { 1 };
             shifts += (i32::from(bs[2 * g]) + i32::from(bs[2 * g + 1])) * ls * sign;
         }
@@ -361,7 +420,7 @@ fn iq1_s_neon(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq1_m_neon(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let (mut isum, mut shifts) = (0i32, 0i32);
+        let (mut acc, mut acc_shifts) = (vdupq_n_s32(0), vdupq_n_s32(0));
         for g in 0..8 {
             let nib = |l: usize| iq1m_nibble(x, g, l);
             let gr = |l: usize| {
@@ -377,11 +436,10 @@ fn iq1_m_neon(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
             };
             let sc = u16_at(x, iq1m::SCALES, g / 2) >> (6 * (g % 2));
             let ls = [2 * i32::from(sc & 7) + 1, 2 * i32::from((sc >> 3) & 7) + 1];
-            let [h0, h1] = halves(pair(gr(0), gr(1)), pair(gr(2), gr(3)), y, g);
-            let [s0, s1] = halves(pair(sg(0), sg(1)), pair(sg(2), sg(3)), y, g);
-            isum += h0 * ls[0] + h1 * ls[1];
-            shifts += s0 * ls[0] + s1 * ls[1];
+            acc = halves_acc(acc, pair(gr(0), gr(1)), pair(gr(2), gr(3)), y, g, ls);
+            acc_shifts = halves_acc(acc_shifts, pair(sg(0), sg(1)), pair(sg(2), sg(3)), y, g, ls);
         }
+        let (isum, shifts) = (vaddvq_s32(acc), vaddvq_s32(acc_shifts));
         let d = f32_at(y, 0) * iq1m_d(x);
         sumf = d.mul_add(IQ1S_DELTA.mul_add(shifts as f32, isum as f32), sumf);
     }
