@@ -228,27 +228,6 @@ fn iq1m_nibble(x: &[u8], g: usize, l: usize) -> u8 {
 /// The sum of eight lanes in the order of ggml's `hsum_float_8`, which is tinyBLAS's.
 use super::tinyblas::hsum8;
 
-/// The sign patterns of [`crate::iq_tables::KSIGNS_IQ2XS`] as bytes of 1 and -1 (ggml's
-/// `keven_signs_q2xs`): byte `j` of entry `i` is -1 where bit `j` of pattern `i` is set.
-#[cfg(target_arch = "aarch64")]
-const EVEN_SIGNS: [u64; 128] = {
-    let mut t = [0u64; 128];
-    let mut i = 0;
-    while i < 128 {
-        let s = crate::iq_tables::KSIGNS_IQ2XS[i];
-        let mut v = 0u64;
-        let mut j = 0;
-        while j < 8 {
-            let byte: u64 = if (s >> j) & 1 != 0 { 0xff } else { 0x01 };
-            v |= byte << (8 * j);
-            j += 1;
-        }
-        t[i] = v;
-        i += 1;
-    }
-    t
-};
-
 pub(super) fn register(k: &mut Kernels) {
     k.set_quantize(GgmlType::Q8_K, q8k::quantize_row_q8_k);
 

@@ -27,7 +27,7 @@ use std::arch::aarch64::*;
 
 use super::layout::{iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, tq10, tq20};
 use super::neon::{Q8KBlock, bsums, dot32, ld_s8, ld_u8};
-use super::{EVEN_SIGNS, Q8K_BYTES, check_dot, f32_at, iq1m_d, iq1m_nibble, u32_at};
+use super::{Q8K_BYTES, check_dot, f32_at, iq1m_d, iq1m_nibble, u32_at};
 use crate::GgmlType;
 use crate::iq_tables::{
     IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
@@ -62,6 +62,18 @@ const SIGNS: [u64; 256] = {
         }
         t[s] = v;
         s += 1;
+    }
+    t
+};
+
+/// The sign patterns of [`crate::iq_tables::KSIGNS_IQ2XS`] as bytes of 1 and -1 (ggml's
+/// `keven_signs_q2xs`): entry `i` is [`SIGNS`]' entry for pattern `i`.
+const EVEN_SIGNS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = SIGNS[crate::iq_tables::KSIGNS_IQ2XS[i] as usize];
+        i += 1;
     }
     t
 };

@@ -1020,7 +1020,7 @@ fn mul_add_epi8(x: __m256i, y: __m256i) -> __m256i {
 }
 
 macro_rules! iq1s_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:ident) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:expr) => {
 $(#[$doc])*
 #[target_feature(enable = $features)]
 fn $name(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
@@ -1029,11 +1029,9 @@ fn $name(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let mut sumi = _mm256_setzero_si256();
         for g in 0..8 {
-            let qh = usize::from(u16::from_le_bytes([
-                x[iq1s::QH + 2 * g],
-                x[iq1s::QH + 2 * g + 1],
-            ]));
-            let q1 = $grid4(x, g);
+            let word = u16::from_le_bytes([x[iq1s::QH + 2 * g], x[iq1s::QH + 2 * g + 1]]);
+            let qh = usize::from(word);
+            let q1 = $grid4(u32_at(x, iq1s::QS + 4 * g), word);
             let dot = mul_add_epi8(q1, load256(y, Q8K_QS + 32 * g));
             let ls = odd_scale((qh >> 12) & 7);
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
@@ -1060,52 +1058,18 @@ iq1s_kernel!(
     /// [`iq1s_avx2_bmi2`] with the indices put together by shifts and masks.
     iq1s_avx2,
     "avx2,fma,f16c",
-    iq1s_grid4
+    iq1_grid4::<3>
 );
 iq1s_kernel!(
     /// IQ1_S as ggml's AVX2 kernel: the grid's -1/0/1 times the activations
     /// (`mul_add_epi8`), `vpmaddwd` by each group's `2s + 1`, the block's lanes times `d` into
     /// the accumulators; the shifts from the activation group sums into one f32, added at the
     /// end. The shifts' integer total is one `vpmaddwd` of the group sums by the signed scales.
-    /// The grid indices are put together with BMI2's `pdep` ([`iq1s_grid4_bmi2`]).
+    /// The grid indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
     iq1s_avx2_bmi2,
     "avx2,fma,f16c,bmi2",
-    iq1s_grid4_bmi2
+    iq1_grid4_bmi2::<3>
 );
-
-/// The grid entries of IQ1_S group `g` as one vector: index `l` is byte `4g + l` of `qs` with
-/// bits `3l..3l + 3` of the group's word above it. Put together in general registers by shifts
-/// and masks (in vector registers, as the compiler otherwise does, their inserts and extracts
-/// ran out of shuffle ports first).
-#[inline]
-#[target_feature(enable = "avx2")]
-fn iq1s_grid4(x: &[u8; iq1s::BYTES], g: usize) -> __m256i {
-    let qh = usize::from(u16::from_le_bytes([
-        x[iq1s::QH + 2 * g],
-        x[iq1s::QH + 2 * g + 1],
-    ]));
-    let qs = u32_at(x, iq1s::QS + 4 * g) as usize;
-    let grid = |l: usize| {
-        let lo = (qs >> (8 * l)) & 0xff;
-        let hi = (if l == 3 { qh >> 1 } else { qh << (8 - 3 * l) }) & 0x700;
-        IQ1S_GRID[lo | hi] as i64
-    };
-    _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
-}
-
-/// [`iq1s_grid4`] with the four indices deposited into 16-bit fields by two `pdep`.
-#[inline]
-#[target_feature(enable = "avx2,bmi2")]
-fn iq1s_grid4_bmi2(x: &[u8; iq1s::BYTES], g: usize) -> __m256i {
-    let qh = u64::from(u16::from_le_bytes([
-        x[iq1s::QH + 2 * g],
-        x[iq1s::QH + 2 * g + 1],
-    ]));
-    let qs = u64::from(u32_at(x, iq1s::QS + 4 * g));
-    let idx = _pdep_u64(qs, 0x00ff_00ff_00ff_00ff) | _pdep_u64(qh, 0x0700_0700_0700_0700);
-    let grid = |l: usize| IQ1S_GRID[((idx >> (16 * l)) & 0x7ff) as usize] as i64;
-    _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
-}
 
 /// The sum of the eight 32-bit lanes (exact: the totals here fit).
 #[inline]
@@ -1118,7 +1082,7 @@ fn hsum_epi32(v: __m256i) -> i32 {
 }
 
 macro_rules! iq1m_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:ident) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:expr) => {
 $(#[$doc])*
 #[target_feature(enable = $features)]
 fn $name(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
@@ -1140,11 +1104,9 @@ fn $name(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
         // scaled shift products)
         let group = |g: usize, ctl: __m256i| {
             // the group's four nibbles: three top index bits and the sign, per 8 elements
-            let qh = usize::from(u16::from_le_bytes([
-                x[iq1m::QH + 2 * g],
-                x[iq1m::QH + 2 * g + 1],
-            ]));
-            let q1 = $grid4(x, g);
+            let word = u16::from_le_bytes([x[iq1m::QH + 2 * g], x[iq1m::QH + 2 * g + 1]]);
+            let qh = usize::from(word);
+            let q1 = $grid4(u32_at(x, iq1m::QS + 4 * g), word);
             // bits 3, 7, 11 and 15 of `qh` to bits 28..32 (distinct products, no carries)
             let signs = (((qh & 0x8888) as u64 * 0x0249_0000) >> 28) & 15;
             let sg = load256(&SIGNS4[signs as usize], 0);
@@ -1180,7 +1142,7 @@ iq1m_kernel!(
     /// [`iq1m_avx2_bmi2`] with the indices put together by shifts and masks.
     iq1m_avx2,
     "avx2,fma,f16c",
-    iq1m_grid4
+    iq1_grid4::<4>
 );
 iq1m_kernel!(
     /// IQ1_M as ggml's AVX2 kernel: as [`iq1s_avx2`] with a scale per 16 elements, and the
@@ -1189,41 +1151,40 @@ iq1m_kernel!(
     ///
     /// As in [`iq1s_avx2`], the grid indices are put together in general registers; the four
     /// signs of a group pick one of 16 sign vectors ([`SIGNS4`]).
-    /// The grid indices are put together with BMI2's `pdep` ([`iq1m_grid4_bmi2`]).
+    /// The grid indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
     iq1m_avx2_bmi2,
     "avx2,fma,f16c,bmi2",
-    iq1m_grid4_bmi2
+    iq1_grid4_bmi2::<4>
 );
 
-/// The grid entries of IQ1_M group `g` as one vector: index `l` is byte `4g + l` of `qs` with
-/// the low three bits of nibble `l` of the group's word above it (by shifts and masks, as
-/// [`iq1s_grid4`]).
+/// The grid entries of an IQ1_S or IQ1_M group as one vector: index `l` is byte `l` of `qs`
+/// (the group's four low index bytes) with three bits of the group's word `qh` above it, bits
+/// `S·l..S·l + 3` (`S` 3 for IQ1_S, 4 for IQ1_M, whose fourth bits are the shifts' signs). Put
+/// together in general registers by shifts and masks (in vector registers, as the compiler
+/// otherwise does, their inserts and extracts ran out of shuffle ports first).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn iq1m_grid4(x: &[u8; iq1m::BYTES], g: usize) -> __m256i {
-    let qh = usize::from(u16::from_le_bytes([
-        x[iq1m::QH + 2 * g],
-        x[iq1m::QH + 2 * g + 1],
-    ]));
-    let qs = u32_at(x, iq1m::QS + 4 * g) as usize;
+fn iq1_grid4<const S: usize>(qs: u32, qh: u16) -> __m256i {
     let grid = |l: usize| {
-        let lo = (qs >> (8 * l)) & 0xff;
-        let hi = (if l == 3 { qh >> 4 } else { qh << (8 - 4 * l) }) & 0x700;
+        let lo = (qs as usize >> (8 * l)) & 0xff;
+        let hi = ((usize::from(qh) >> (S * l)) & 7) << 8;
         IQ1S_GRID[lo | hi] as i64
     };
     _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
 }
 
-/// [`iq1m_grid4`] with the four indices deposited into 16-bit fields by two `pdep`.
+/// [`iq1_grid4`] with the four indices deposited into 16-bit fields by two `pdep`.
 #[inline]
 #[target_feature(enable = "avx2,bmi2")]
-fn iq1m_grid4_bmi2(x: &[u8; iq1m::BYTES], g: usize) -> __m256i {
-    let qh = u64::from(u16::from_le_bytes([
-        x[iq1m::QH + 2 * g],
-        x[iq1m::QH + 2 * g + 1],
-    ]));
-    let qs = u64::from(u32_at(x, iq1m::QS + 4 * g));
-    let idx = _pdep_u64(qs, 0x00ff_00ff_00ff_00ff) | _pdep_u64(qh & 0x7777, 0x0f00_0f00_0f00_0f00);
+fn iq1_grid4_bmi2<const S: usize>(qs: u32, qh: u16) -> __m256i {
+    // the index bits of `qh`, and where they go: 3 bits per field
+    let (bits, fields) = if S == 3 {
+        (0x0fff, 0x0700_0700_0700_0700)
+    } else {
+        (0x7777, 0x0f00_0f00_0f00_0f00)
+    };
+    let idx =
+        _pdep_u64(u64::from(qs), 0x00ff_00ff_00ff_00ff) | _pdep_u64(u64::from(qh & bits), fields);
     let grid = |l: usize| IQ1S_GRID[((idx >> (16 * l)) & 0x7ff) as usize] as i64;
     _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
 }
