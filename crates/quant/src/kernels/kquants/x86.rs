@@ -913,19 +913,40 @@ fn sign_masks(b: &[u8], off: usize) -> __m256i {
 }
 
 /// IQ2_S as ggml's AVX2 kernel: as [`iq2xs_avx2`], with the signs flipped by xor and
-/// subtract from the sign bytes (the same as `vpsignb`: -128 stays -128).
+/// subtract from the sign bytes (the same as `vpsignb`: -128 stays -128). The block's 32 grid
+/// indices are put together in vector registers, four groups at a time, and taken out four at
+/// a time (a quarter fewer instructions than index by index in general registers).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
         let d = f16_times(x, iq2s::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
+        // the 32 indices, four groups at a time: bytes of `qs`, two bits of the group's `qh`
+        // byte above each (index `l` takes bits `2l, 2l + 1`, moved up by `8 - 2l`)
+        let ctl = _mm256_setr_epi8(
+            0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1, -1, 2, -1, 2, -1, 2, -1, 2, -1, 3,
+            -1, 3, -1, 3, -1, 3, -1,
+        );
+        let mul = _mm256_set1_epi64x(0x0004_0010_0040_0100);
+        let qh = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(i64::from_le_bytes(
+            x[iq2s::QH..].as_chunks::<8>().0[0],
+        )));
+        let mut idx = [0u64; 8];
+        for h in 0..2 {
+            let c = _mm256_add_epi8(ctl, _mm256_set1_epi8(4 * h as i8));
+            let c = _mm256_or_si256(c, _mm256_cmpgt_epi8(_mm256_setzero_si256(), ctl));
+            let top = _mm256_mullo_epi16(_mm256_shuffle_epi8(qh, c), mul);
+            let top = _mm256_and_si256(top, _mm256_set1_epi16(0x300));
+            let v = _mm256_or_si256(top, _mm256_cvtepu8_epi16(load128(x, iq2s::QS + 16 * h)));
+            let (a, b) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            idx[4 * h] = _mm_cvtsi128_si64(a) as u64;
+            idx[4 * h + 1] = _mm_extract_epi64::<1>(a) as u64;
+            idx[4 * h + 2] = _mm_cvtsi128_si64(b) as u64;
+            idx[4 * h + 3] = _mm_extract_epi64::<1>(b) as u64;
+        }
         for g in 0..8 {
-            let qh = usize::from(x[iq2s::QH + g]);
-            let grid = |l: usize| {
-                let idx = usize::from(x[iq2s::QS + 4 * g + l]) | ((qh << (8 - 2 * l)) & 0x300);
-                IQ2S_GRID[idx] as i64
-            };
+            let grid = |l: usize| IQ2S_GRID[((idx[g] >> (16 * l)) & 0x3ff) as usize] as i64;
             let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
             let s = sign_masks(x, iq2s::SIGNS + 4 * g);
             let q8 = load256(y, Q8K_QS + 32 * g);
