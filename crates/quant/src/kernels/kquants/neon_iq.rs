@@ -27,7 +27,7 @@ use std::arch::aarch64::*;
 
 use super::layout::{iq1m, iq1s, iq2s, iq2xs, iq2xxs, iq3s, iq3xxs, tq10, tq20};
 use super::neon::{Q8KBlock, bsums, dot32, ld_s8, ld_u8};
-use super::{Q8K_BYTES, check_dot, f32_at, iq1m_d, iq1m_nibble, u32_at};
+use super::{Q8K_BYTES, check_dot, f32_at, iq1m_d, u32_at};
 use crate::GgmlType;
 use crate::iq_tables::{
     IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
@@ -428,28 +428,54 @@ fn iq1_s_neon(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
 
 /// IQ1_M: as IQ1_S, with a 3-bit scale per 16 elements and the shift's sign per 8, the
 /// shifts summed from the activations; `d` spread over the scale words' top nibbles.
+///
+/// Two groups a step, as a scale word holds their four scales: each half group's products (and
+/// its shift products, the activations times a [`DELTAS`] vector) reduced to one lane, the
+/// four lanes times the four scales into the accumulators.
 #[target_feature(enable = "neon,dotprod")]
 fn iq1_m_neon(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let z = vdupq_n_s32(0);
+    // scale `k` of a word at bits `3k..3k + 3`
+    let shifts = vcombine_s32(
+        vcreate_s32(0xffff_fffd_0000_0000),
+        vcreate_s32(0xffff_fff7_ffff_fffa),
+    );
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let (mut acc, mut acc_shifts) = (vdupq_n_s32(0), vdupq_n_s32(0));
-        for g in 0..8 {
-            let nib = |l: usize| iq1m_nibble(x, g, l);
-            let gr = |l: usize| {
-                let hi = usize::from(nib(l) & 7) << 8;
-                IQ1S_GRID[usize::from(x[iq1m::QS + 4 * g + l]) | hi]
+        let (mut acc, mut acc_shifts) = (z, z);
+        for p in 0..4 {
+            let sc = vshlq_u32(vdupq_n_u32(u32::from(u16_at(x, iq1m::SCALES, p))), shifts);
+            let sc = vorrq_u32(
+                vshlq_n_u32::<1>(vandq_u32(sc, vdupq_n_u32(7))),
+                vdupq_n_u32(1),
+            );
+            let sc = vreinterpretq_s32_u32(sc);
+            // group `g`: lanes (first half's two, second half's two) of its grid products and
+            // of its shift products
+            let group = |g: usize| {
+                let qh = usize::from(u16_at(x, iq1m::QH, g));
+                let gr = |l: usize| {
+                    let hi = ((qh >> (4 * l)) & 7) << 8;
+                    IQ1S_GRID[usize::from(x[iq1m::QS + 4 * g + l]) | hi]
+                };
+                // the signs of a half's two 8-element pieces: bits 3 and 7 of its byte
+                let delta = |b: usize| {
+                    // SAFETY: an entry of `DELTAS` is 16 readable bytes.
+                    unsafe { vld1q_s8(DELTAS[((b >> 3) & 1) | ((b >> 6) & 2)].as_ptr()) }
+                };
+                let a0 = ld_s8(y, super::Q8K_QS + 32 * g);
+                let a1 = ld_s8(y, super::Q8K_QS + 32 * g + 16);
+                let p = vpaddq_s32(
+                    sdot(z, pair(gr(0), gr(1)), a0),
+                    sdot(z, pair(gr(2), gr(3)), a1),
+                );
+                let d = vpaddq_s32(sdot(z, delta(qh), a0), sdot(z, delta(qh >> 8), a1));
+                (p, d)
             };
-            let sg = |l: usize| {
-                if nib(l) & 8 != 0 {
-                    u64::MAX
-                } else {
-                    0x0101_0101_0101_0101
-                }
-            };
-            let sc = u16_at(x, iq1m::SCALES, g / 2) >> (6 * (g % 2));
-            let ls = [2 * i32::from(sc & 7) + 1, 2 * i32::from((sc >> 3) & 7) + 1];
-            acc = halves_acc(acc, pair(gr(0), gr(1)), pair(gr(2), gr(3)), y, g, ls);
-            acc_shifts = halves_acc(acc_shifts, pair(sg(0), sg(1)), pair(sg(2), sg(3)), y, g, ls);
+            let (p0, d0) = group(2 * p);
+            let (p1, d1) = group(2 * p + 1);
+            acc = vmlaq_s32(acc, vpaddq_s32(p0, p1), sc);
+            acc_shifts = vmlaq_s32(acc_shifts, vpaddq_s32(d0, d1), sc);
         }
         let (isum, shifts) = (vaddvq_s32(acc), vaddvq_s32(acc_shifts));
         let d = f32_at(y, 0) * iq1m_d(x);
@@ -457,6 +483,24 @@ fn iq1_m_neon(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     }
     sumf
 }
+
+/// IQ1_M's shift signs of 16 elements as bytes: entry `s` holds -1 in the first 8 where bit 0
+/// of `s` is set, in the last 8 where bit 1 is, 1 elsewhere.
+static DELTAS: [[i8; 16]; 4] = {
+    let mut t = [[1i8; 16]; 4];
+    let mut s = 0;
+    while s < 4 {
+        let mut e = 0;
+        while e < 16 {
+            if (s >> (e / 8)) & 1 != 0 {
+                t[s][e] = -1;
+            }
+            e += 1;
+        }
+        s += 1;
+    }
+    t
+};
 
 // ---------------------------------------------------------------------------------------
 // DotFn wrappers. They are registered only in a table built for `Isa::Neon`, which
