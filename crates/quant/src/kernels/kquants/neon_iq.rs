@@ -124,22 +124,30 @@ fn group_acc(
     vmlaq_n_s32(acc, dot32(w0, w1, y, 32 * g), sc)
 }
 
-/// `acc` plus the lanes of group `g`'s two halves (16 elements each) times their scales.
+/// The four 16-element sums of groups `g` and `g + 1` (weights `w[0..2]` and `w[2..4]`):
+/// lanes (first half of `g`, second half of `g`, first half of `g + 1`, second of `g + 1`).
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn halves_acc(
-    acc: int32x4_t,
-    w0: int8x16_t,
-    w1: int8x16_t,
-    y: &Q8KBlock,
-    g: usize,
-    sc: [i32; 2],
-) -> int32x4_t {
+fn pair_halves(w: [int8x16_t; 4], y: &Q8KBlock, g: usize) -> int32x4_t {
     let z = vdupq_n_s32(0);
-    let a0 = ld_s8(y, super::Q8K_QS + 32 * g);
-    let a1 = ld_s8(y, super::Q8K_QS + 32 * g + 16);
-    let acc = vmlaq_n_s32(acc, sdot(z, w0, a0), sc[0]);
-    vmlaq_n_s32(acc, sdot(z, w1, a1), sc[1])
+    let half = |k: usize| sdot(z, w[k], ld_s8(y, super::Q8K_QS + 32 * g + 16 * k));
+    vpaddq_s32(vpaddq_s32(half(0), half(1)), vpaddq_s32(half(2), half(3)))
+}
+
+/// The four scales `2s + 1` of two groups' halves from the two scale bytes `b` (low nibble
+/// first), as [`pair_halves`] orders its lanes.
+#[inline]
+#[target_feature(enable = "neon")]
+fn nibble_scales(b: u16) -> int32x4_t {
+    let shifts = vcombine_s32(
+        vcreate_s32(0xffff_fffc_0000_0000),
+        vcreate_s32(0xffff_fff4_ffff_fff8),
+    );
+    let sc = vshlq_u32(vdupq_n_u32(u32::from(b)), shifts);
+    vreinterpretq_s32_u32(vorrq_u32(
+        vshlq_n_u32::<1>(vandq_u32(sc, vdupq_n_u32(15))),
+        vdupq_n_u32(1),
+    ))
 }
 
 /// The sum of the 16 activation group sums of a block.
@@ -284,15 +292,22 @@ fn iq2_xs_neon(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         let mut acc = vdupq_n_s32(0);
-        for g in 0..8 {
+        // group `g`'s weights with their signs, 16 at a time
+        let weights = |g: usize| {
             // the group's four words in one read
             let q = u64::from_le_bytes(x[iq2xs::QS + 8 * g..].as_chunks::<8>().0[0]);
             let gr = |l: usize| IQ2XS_GRID[((q >> (16 * l)) & 511) as usize];
             let sg = |l: usize| EVEN_SIGNS[((q >> (16 * l + 9)) & 127) as usize];
-            let w0 = signed(pair(gr(0), gr(1)), pair(sg(0), sg(1)));
-            let w1 = signed(pair(gr(2), gr(3)), pair(sg(2), sg(3)));
-            let sc = i32::from(x[iq2xs::SCALES + g]);
-            acc = halves_acc(acc, w0, w1, y, g, [2 * (sc & 15) + 1, 2 * (sc >> 4) + 1]);
+            [
+                signed(pair(gr(0), gr(1)), pair(sg(0), sg(1))),
+                signed(pair(gr(2), gr(3)), pair(sg(2), sg(3))),
+            ]
+        };
+        // two groups a step: four half-group sums against four scales
+        for p in 0..4 {
+            let ([a, b], [c, d]) = (weights(2 * p), weights(2 * p + 1));
+            let sc = nibble_scales(u16_at(x, iq2xs::SCALES, p));
+            acc = vmlaq_s32(acc, pair_halves([a, b, c, d], y, 2 * p), sc);
         }
         let d = f16_at(x, iq2xs::D) * f32_at(y, 0);
         sumf = d.mul_add(vaddvq_s32(acc) as f32, sumf);
@@ -307,17 +322,24 @@ fn iq2_s_neon(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
         let mut acc = vdupq_n_s32(0);
-        for g in 0..8 {
+        // group `g`'s weights with their signs, 16 at a time
+        let weights = |g: usize| {
             let qh = usize::from(x[iq2s::QH + g]);
             let gr = |l: usize| {
                 let idx = usize::from(x[iq2s::QS + 4 * g + l]) | ((qh << (8 - 2 * l)) & 0x300);
                 IQ2S_GRID[idx]
             };
             let sg = |l: usize| SIGNS[usize::from(x[iq2s::SIGNS + 4 * g + l])];
-            let w0 = signed(pair(gr(0), gr(1)), pair(sg(0), sg(1)));
-            let w1 = signed(pair(gr(2), gr(3)), pair(sg(2), sg(3)));
-            let sc = i32::from(x[iq2s::SCALES + g]);
-            acc = halves_acc(acc, w0, w1, y, g, [2 * (sc & 15) + 1, 2 * (sc >> 4) + 1]);
+            [
+                signed(pair(gr(0), gr(1)), pair(sg(0), sg(1))),
+                signed(pair(gr(2), gr(3)), pair(sg(2), sg(3))),
+            ]
+        };
+        // two groups a step: four half-group sums against four scales
+        for p in 0..4 {
+            let ([a, b], [c, d]) = (weights(2 * p), weights(2 * p + 1));
+            let sc = nibble_scales(u16_at(x, iq2s::SCALES, p));
+            acc = vmlaq_s32(acc, pair_halves([a, b, c, d], y, 2 * p), sc);
         }
         let d = f16_at(x, iq2s::D) * f32_at(y, 0);
         sumf = d.mul_add(vaddvq_s32(acc) as f32, sumf);
