@@ -21,8 +21,10 @@
 //! `2 · (nb + 8) · u · M` for both comparisons. Observed differences are about 50 times
 //! smaller (at most ~5e-8 · M over a few thousand random rows).
 //!
-//! TQ1_0, TQ2_0 and the 1- to 3-bit i-quants: both kernels follow ggml's x86 lanes and
-//! float order, so they must agree bit for bit. The ternary types' lanes hold the products
+//! TQ1_0, TQ2_0 and the 1- to 3-bit i-quants: the scalar and the AVX2 kernels both follow
+//! ggml's x86 lanes and float order, so they must agree bit for bit; the NEON kernels follow
+//! ggml's ARM order (exact integer totals, one float step per block or group), so against the
+//! scalar ones they are held to the tolerance. The ternary types' lanes hold the products
 //! of the stored digits and the activation sums apart (the offset of -1), so their `M`
 //! counts `|d|` per element besides `|w|`, as the minimum part of the other types.
 
@@ -58,7 +60,7 @@ const TYPES: [GgmlType; 15] = [
     GgmlType::IQ1_M,
 ];
 
-/// The types whose SIMD and scalar kernels sum in the same order (see module docs).
+/// The types whose AVX2 and scalar kernels sum in the same order (see module docs).
 const SAME_ORDER: [GgmlType; 9] = [
     GgmlType::TQ1_0,
     GgmlType::IQ1_S,
@@ -236,7 +238,7 @@ fn quantized_case(ty: GgmlType) -> BoxedStrategy<(usize, Vec<u8>, Vec<u8>)> {
 fn check_simd_vs_scalar(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Result<(), TestCaseError> {
     let scalar = Kernels::scalar().dot(ty).expect("scalar kernel")(n, w, a);
     let simd = Kernels::detect().dot(ty).expect("detected kernel")(n, w, a);
-    if SAME_ORDER.contains(&ty) {
+    if SAME_ORDER.contains(&ty) && Kernels::detect().isa() != Isa::Neon {
         prop_assert_eq!(
             simd.to_bits(),
             scalar.to_bits(),

@@ -1170,9 +1170,8 @@ iq1m_kernel!(
     /// shifts as the activations with the shift's sign per 8 elements (`vpsignb`), scaled, in
     /// lanes and accumulators of their own.
     ///
-    /// As in [`iq1s_avx2`], the grid indices are put together in general registers; the four
-    /// signs of a group pick one of 16 sign vectors ([`SIGNS4`]).
-    /// The grid indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
+    /// The four shift signs of a group pick one of 16 sign vectors ([`SIGNS4`]); the grid
+    /// indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
     iq1m_avx2_bmi2,
     "avx2,fma,f16c,bmi2",
     iq1_grid4_bmi2::<4>
