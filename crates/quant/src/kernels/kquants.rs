@@ -35,6 +35,24 @@
 //! `-(-128)`; the 1- to 3-bit i-quant kernels (scalar too) flip signs as `vpsignb` does, so -128 stays
 //! -128 as in ggml; the other kernels accept the full `i8` range.
 
+/// `DotFn` entry points of the NEON kernels (`neon.rs`, `neon_iq.rs`): the length contract
+/// checked, the rows cut into blocks. They are registered only in a table built for
+/// `Isa::Neon`, which `Kernels::detect` builds only after it detected NEON and the dot product
+/// at run time.
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_entry {
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
+        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            check_dot($ty, n, w, a);
+            let (w, _) = w.as_chunks::<{ $bytes }>();
+            let (a, _) = a.as_chunks::<Q8K_BYTES>();
+            // SAFETY: only reachable through a NEON table (see above), so the CPU has the
+            // features the kernel is compiled for.
+            unsafe { $kernel(w, a) }
+        }
+    };
+}
+
 #[cfg(target_arch = "aarch64")]
 pub(super) mod neon;
 #[cfg(target_arch = "aarch64")]

@@ -508,38 +508,24 @@ fn iq4_xs_neon(w: &[[u8; iq4xs::BYTES]], a: &[Q8KBlock]) -> f32 {
 }
 
 // ---------------------------------------------------------------------------------------
-// DotFn wrappers. They are registered only in a table built for `Isa::Neon`, which
-// `Kernels::detect` builds only after it detected NEON and the dot product at run time.
+// DotFn wrappers (`neon_entry!` of kquants.rs).
 
-macro_rules! entry {
-    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
-        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            check_dot($ty, n, w, a);
-            let (w, _) = w.as_chunks::<{ $bytes }>();
-            let (a, _) = a.as_chunks::<Q8K_BYTES>();
-            // SAFETY: only reachable through a NEON table (see above), so the CPU has the
-            // features the kernel is compiled for.
-            unsafe { $kernel(w, a) }
-        }
-    };
-}
-
-entry!(dot_q2_k, GgmlType::Q2_K, q2k::BYTES, q2_k_neon);
-entry!(dot_q3_k, GgmlType::Q3_K, q3k::BYTES, q3_k_neon);
-entry!(dot_q4_k, GgmlType::Q4_K, q4k::BYTES, q4_k_neon);
-entry!(
+neon_entry!(dot_q2_k, GgmlType::Q2_K, q2k::BYTES, q2_k_neon);
+neon_entry!(dot_q3_k, GgmlType::Q3_K, q3k::BYTES, q3_k_neon);
+neon_entry!(dot_q4_k, GgmlType::Q4_K, q4k::BYTES, q4_k_neon);
+neon_entry!(
     dot_q4_k_repacked,
     GgmlType::Q4_K,
     q4k::BYTES,
     q4_k_repacked_neon
 );
-entry!(
+neon_entry!(
     dot_q5_k_repacked,
     GgmlType::Q5_K,
     q5k::BYTES,
     q5_k_repacked_neon
 );
-entry!(dot_q6_k_gemm, GgmlType::Q6_K, q6k::BYTES, q6_k_gemm_neon);
-entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5_k_neon);
-entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6_k_neon);
-entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4_xs_neon);
+neon_entry!(dot_q6_k_gemm, GgmlType::Q6_K, q6k::BYTES, q6_k_gemm_neon);
+neon_entry!(dot_q5_k, GgmlType::Q5_K, q5k::BYTES, q5_k_neon);
+neon_entry!(dot_q6_k, GgmlType::Q6_K, q6k::BYTES, q6_k_neon);
+neon_entry!(dot_iq4_xs, GgmlType::IQ4_XS, iq4xs::BYTES, iq4_xs_neon);

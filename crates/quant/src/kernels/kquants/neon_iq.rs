@@ -150,6 +150,43 @@ fn nibble_scales(b: u16) -> int32x4_t {
     ))
 }
 
+/// The 2-bit types' integer total of a block: two groups a step, their four half-group sums
+/// ([`pair_halves`]) against the four scales of their two scale bytes (`scales(p)` for groups
+/// `2p` and `2p + 1`); `weights(g)` gives group `g`'s signed weights, 16 at a time.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn pairs_acc(
+    weights: impl Fn(usize) -> [int8x16_t; 2],
+    scales: impl Fn(usize) -> u16,
+    y: &Q8KBlock,
+) -> int32x4_t {
+    let mut acc = vdupq_n_s32(0);
+    for p in 0..4 {
+        let ([a, b], [c, d]) = (weights(2 * p), weights(2 * p + 1));
+        acc = vmlaq_s32(
+            acc,
+            pair_halves([a, b, c, d], y, 2 * p),
+            nibble_scales(scales(p)),
+        );
+    }
+    acc
+}
+
+/// The XXS types' float total of a block: each group's integer total times its scale
+/// (`total(g)` gives both) into one of two float sums, even groups and odd ones, as ggml's ARM
+/// kernels add them (two groups a step, so both sums stay in registers).
+#[inline]
+fn parity_sums(total: impl Fn(usize) -> (f32, f32)) -> f32 {
+    let (mut s0, mut s1) = (0f32, 0f32);
+    for p in 0..4 {
+        let (t0, c0) = total(2 * p);
+        let (t1, c1) = total(2 * p + 1);
+        s0 = t0.mul_add(c0, s0);
+        s1 = t1.mul_add(c1, s1);
+    }
+    s0 + s1
+}
+
 /// The sum of the 16 activation group sums of a block.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -271,16 +308,8 @@ fn iq2_xxs_neon(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
             let w1 = signed(pair(gr(2), gr(3)), pair(sg(2), sg(3)));
             (group(w0, w1, y, g) as f32, 0.5 + (word >> 28) as f32)
         };
-        // even groups into `s0`, odd ones into `s1`
-        let (mut s0, mut s1) = (0f32, 0f32);
-        for p in 0..4 {
-            let (t0, c0) = total(2 * p);
-            let (t1, c1) = total(2 * p + 1);
-            s0 = t0.mul_add(c0, s0);
-            s1 = t1.mul_add(c1, s1);
-        }
         let d = f16_at(x, iq2xxs::D) * f32_at(y, 0);
-        sumf = d.mul_add(s0 + s1, sumf);
+        sumf = d.mul_add(parity_sums(total), sumf);
     }
     0.25 * sumf
 }
@@ -291,7 +320,6 @@ fn iq2_xxs_neon(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq2_xs_neon(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut acc = vdupq_n_s32(0);
         // group `g`'s weights with their signs, 16 at a time
         let weights = |g: usize| {
             // the group's four words in one read
@@ -303,12 +331,7 @@ fn iq2_xs_neon(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
                 signed(pair(gr(2), gr(3)), pair(sg(2), sg(3))),
             ]
         };
-        // two groups a step: four half-group sums against four scales
-        for p in 0..4 {
-            let ([a, b], [c, d]) = (weights(2 * p), weights(2 * p + 1));
-            let sc = nibble_scales(u16_at(x, iq2xs::SCALES, p));
-            acc = vmlaq_s32(acc, pair_halves([a, b, c, d], y, 2 * p), sc);
-        }
+        let acc = pairs_acc(weights, |p| u16_at(x, iq2xs::SCALES, p), y);
         let d = f16_at(x, iq2xs::D) * f32_at(y, 0);
         sumf = d.mul_add(vaddvq_s32(acc) as f32, sumf);
     }
@@ -321,7 +344,6 @@ fn iq2_xs_neon(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn iq2_s_neon(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut acc = vdupq_n_s32(0);
         // group `g`'s weights with their signs, 16 at a time
         let weights = |g: usize| {
             let qh = usize::from(x[iq2s::QH + g]);
@@ -335,12 +357,7 @@ fn iq2_s_neon(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
                 signed(pair(gr(2), gr(3)), pair(sg(2), sg(3))),
             ]
         };
-        // two groups a step: four half-group sums against four scales
-        for p in 0..4 {
-            let ([a, b], [c, d]) = (weights(2 * p), weights(2 * p + 1));
-            let sc = nibble_scales(u16_at(x, iq2s::SCALES, p));
-            acc = vmlaq_s32(acc, pair_halves([a, b, c, d], y, 2 * p), sc);
-        }
+        let acc = pairs_acc(weights, |p| u16_at(x, iq2s::SCALES, p), y);
         let d = f16_at(x, iq2s::D) * f32_at(y, 0);
         sumf = d.mul_add(vaddvq_s32(acc) as f32, sumf);
     }
@@ -362,16 +379,8 @@ fn iq3_xxs_neon(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
             let w1 = signed(quad([gr(4), gr(5), gr(6), gr(7)]), pair(sg(2), sg(3)));
             (group(w0, w1, y, g) as f32, 0.5 + (word >> 28) as f32)
         };
-        // even groups into `s0`, odd ones into `s1`
-        let (mut s0, mut s1) = (0f32, 0f32);
-        for p in 0..4 {
-            let (t0, c0) = total(2 * p);
-            let (t1, c1) = total(2 * p + 1);
-            s0 = t0.mul_add(c0, s0);
-            s1 = t1.mul_add(c1, s1);
-        }
         let d = f16_at(x, iq3xxs::D) * f32_at(y, 0);
-        sumf = d.mul_add(s0 + s1, sumf);
+        sumf = d.mul_add(parity_sums(total), sumf);
     }
     0.5 * sumf
 }
@@ -525,28 +534,14 @@ static DELTAS: [[i8; 16]; 4] = {
 };
 
 // ---------------------------------------------------------------------------------------
-// DotFn wrappers. They are registered only in a table built for `Isa::Neon`, which
-// `Kernels::detect` builds only after it detected NEON and the dot product at run time.
+// DotFn wrappers (`neon_entry!` of kquants.rs).
 
-macro_rules! entry {
-    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
-        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            check_dot($ty, n, w, a);
-            let (w, _) = w.as_chunks::<{ $bytes }>();
-            let (a, _) = a.as_chunks::<Q8K_BYTES>();
-            // SAFETY: only reachable through a NEON table (see above), so the CPU has the
-            // features the kernel is compiled for.
-            unsafe { $kernel(w, a) }
-        }
-    };
-}
-
-entry!(dot_tq1_0, GgmlType::TQ1_0, tq10::BYTES, tq1_0_neon);
-entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq2_0_neon);
-entry!(dot_iq2_xxs, GgmlType::IQ2_XXS, iq2xxs::BYTES, iq2_xxs_neon);
-entry!(dot_iq2_xs, GgmlType::IQ2_XS, iq2xs::BYTES, iq2_xs_neon);
-entry!(dot_iq2_s, GgmlType::IQ2_S, iq2s::BYTES, iq2_s_neon);
-entry!(dot_iq3_xxs, GgmlType::IQ3_XXS, iq3xxs::BYTES, iq3_xxs_neon);
-entry!(dot_iq3_s, GgmlType::IQ3_S, iq3s::BYTES, iq3_s_neon);
-entry!(dot_iq1_s, GgmlType::IQ1_S, iq1s::BYTES, iq1_s_neon);
-entry!(dot_iq1_m, GgmlType::IQ1_M, iq1m::BYTES, iq1_m_neon);
+neon_entry!(dot_tq1_0, GgmlType::TQ1_0, tq10::BYTES, tq1_0_neon);
+neon_entry!(dot_tq2_0, GgmlType::TQ2_0, tq20::BYTES, tq2_0_neon);
+neon_entry!(dot_iq2_xxs, GgmlType::IQ2_XXS, iq2xxs::BYTES, iq2_xxs_neon);
+neon_entry!(dot_iq2_xs, GgmlType::IQ2_XS, iq2xs::BYTES, iq2_xs_neon);
+neon_entry!(dot_iq2_s, GgmlType::IQ2_S, iq2s::BYTES, iq2_s_neon);
+neon_entry!(dot_iq3_xxs, GgmlType::IQ3_XXS, iq3xxs::BYTES, iq3_xxs_neon);
+neon_entry!(dot_iq3_s, GgmlType::IQ3_S, iq3s::BYTES, iq3_s_neon);
+neon_entry!(dot_iq1_s, GgmlType::IQ1_S, iq1s::BYTES, iq1_s_neon);
+neon_entry!(dot_iq1_m, GgmlType::IQ1_M, iq1m::BYTES, iq1_m_neon);
