@@ -919,33 +919,17 @@ fn sign_masks(b: &[u8], off: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
+    // the indices of the next block are put together while this one is multiplied: every grid
+    // load of a block waits for them, and their chain is long (shuffle, multiply, extract)
+    let mut next = w.first().map_or([0; 8], |x| iq2s_indices(x));
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        let idx = next;
+        if let Some(n) = w.get(i + 1) {
+            next = iq2s_indices(n);
+        }
         let d = f16_times(x, iq2s::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
-        // the 32 indices, four groups at a time: bytes of `qs`, two bits of the group's `qh`
-        // byte above each (index `l` takes bits `2l, 2l + 1`, moved up by `8 - 2l`)
-        let ctl = _mm256_setr_epi8(
-            0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1, -1, 2, -1, 2, -1, 2, -1, 2, -1, 3,
-            -1, 3, -1, 3, -1, 3, -1,
-        );
-        let mul = _mm256_set1_epi64x(0x0004_0010_0040_0100);
-        let qh = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(i64::from_le_bytes(
-            x[iq2s::QH..].as_chunks::<8>().0[0],
-        )));
-        let mut idx = [0u64; 8];
-        for h in 0..2 {
-            let c = _mm256_add_epi8(ctl, _mm256_set1_epi8(4 * h as i8));
-            let c = _mm256_or_si256(c, _mm256_cmpgt_epi8(_mm256_setzero_si256(), ctl));
-            let top = _mm256_mullo_epi16(_mm256_shuffle_epi8(qh, c), mul);
-            let top = _mm256_and_si256(top, _mm256_set1_epi16(0x300));
-            let v = _mm256_or_si256(top, _mm256_cvtepu8_epi16(load128(x, iq2s::QS + 16 * h)));
-            let (a, b) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-            idx[4 * h] = _mm_cvtsi128_si64(a) as u64;
-            idx[4 * h + 1] = _mm_extract_epi64::<1>(a) as u64;
-            idx[4 * h + 2] = _mm_cvtsi128_si64(b) as u64;
-            idx[4 * h + 3] = _mm_extract_epi64::<1>(b) as u64;
-        }
-        for g in 0..8 {
+        let mut step = |g: usize| {
             let grid = |l: usize| IQ2S_GRID[((idx[g] >> (16 * l)) & 0x3ff) as usize] as i64;
             let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
             let s = sign_masks(x, iq2s::SIGNS + 4 * g);
@@ -953,10 +937,49 @@ fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
             let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
             let dot = _mm256_maddubs_epi16(q2, q8);
             sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2s::SCALES + g]));
-        }
+        };
+        step(0);
+        step(1);
+        step(2);
+        step(3);
+        step(4);
+        step(5);
+        step(6);
+        step(7);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     0.125 * hsum_ps(acc)
+}
+
+/// An IQ2_S block's 32 grid indices, four to a word (group `g`'s in word `g`, index `l` in
+/// bits `16l..16l + 10`), put together in vector registers four groups at a time: bytes of
+/// `qs`, two bits of the group's `qh` byte above each (index `l` takes bits `2l, 2l + 1`,
+/// moved up by `8 - 2l`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn iq2s_indices(x: &[u8; iq2s::BYTES]) -> [u64; 8] {
+    let ctl = _mm256_setr_epi8(
+        0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1, -1, 2, -1, 2, -1, 2, -1, 2, -1, 3, -1,
+        3, -1, 3, -1, 3, -1,
+    );
+    let mul = _mm256_set1_epi64x(0x0004_0010_0040_0100);
+    let qh = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(i64::from_le_bytes(
+        x[iq2s::QH..].as_chunks::<8>().0[0],
+    )));
+    let mut idx = [0u64; 8];
+    for h in 0..2 {
+        let c = _mm256_add_epi8(ctl, _mm256_set1_epi8(4 * h as i8));
+        let c = _mm256_or_si256(c, _mm256_cmpgt_epi8(_mm256_setzero_si256(), ctl));
+        let top = _mm256_mullo_epi16(_mm256_shuffle_epi8(qh, c), mul);
+        let top = _mm256_and_si256(top, _mm256_set1_epi16(0x300));
+        let v = _mm256_or_si256(top, _mm256_cvtepu8_epi16(load128(x, iq2s::QS + 16 * h)));
+        let (a, b) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        idx[4 * h] = _mm_cvtsi128_si64(a) as u64;
+        idx[4 * h + 1] = _mm_extract_epi64::<1>(a) as u64;
+        idx[4 * h + 2] = _mm_cvtsi128_si64(b) as u64;
+        idx[4 * h + 3] = _mm_extract_epi64::<1>(b) as u64;
+    }
+    idx
 }
 
 /// IQ3_XXS as ggml's AVX2 kernel: eight grid entries of four magnitudes per group, the sign
