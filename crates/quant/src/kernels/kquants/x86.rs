@@ -689,24 +689,26 @@ fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
 /// patterns (`vpsignb`), the products paired by `vpmaddubsw` and scaled by `2s + 1` with
 /// `vpmaddwd`; the block's eight i32 lanes times `d` into the accumulators, and 1/8 of the
 /// lanes' total (even and odd groups in two sums of lanes, as ggml, the same integers). The
-/// sign bytes of four groups at a time come from [`even_signs4`].
+/// sign patterns of four groups at a time come from [`even_patterns4`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let grid = |i: u8| IQ2XXS_GRID[usize::from(i)] as i64;
     let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
+    // the next block's sign patterns are put together while this one is multiplied
+    let mut next = w
+        .first()
+        .map_or([_mm_setzero_si128(); 2], |x| iq2xxs_patterns(x));
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        let patterns = next;
+        if let Some(n) = w.get(i + 1) {
+            next = iq2xxs_patterns(n);
+        }
         let d = f16_times(x, iq2xxs::D, f32_at(y, 0));
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
-        // four groups at a time: words index, signs, index, signs, ...
-        for q in 0..2 {
-            let o = iq2xxs::QS + 32 * q;
-            let (lo, hi) = (load128(x, o), load128(x, o + 16));
-            let words = _mm_castps_si128(_mm_shuffle_ps::<0b11_01_11_01>(
-                _mm_castsi128_ps(lo),
-                _mm_castsi128_ps(hi),
-            ));
-            for (k, sg) in even_signs4(words).into_iter().enumerate() {
+        // four groups at a time
+        for (q, &patterns) in patterns.iter().enumerate() {
+            for (k, sg) in spread_signs4(patterns).into_iter().enumerate() {
                 let g = 4 * q + k;
                 let b = |l: usize| x[iq2xxs::QS + 8 * g + l];
                 let q2 = _mm256_set_epi64x(grid(b(3)), grid(b(2)), grid(b(1)), grid(b(0)));
@@ -726,16 +728,34 @@ fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     0.125 * hsum_ps(acc)
 }
 
-/// The sign bytes (1 or -1) of four groups of 32 from their four sign words (`words`, one per
-/// 32-bit lane): four 7-bit indices of [`crate::iq_tables::KSIGNS_IQ2XS`] at bits 0, 7, 14
-/// and 21, each the sign pattern of 8 elements less its eighth bit, which makes the parity
-/// even. Entry `k` of the result holds group `k`'s 32 sign bytes.
-///
-/// The four groups' 16 patterns are put together in one vector (as bytes, the parity bit
-/// from a table of 16) and spread with shuffles, instead of 16 table loads.
+/// An IQ2_XXS block's sign patterns ([`even_patterns4`]), four groups to a vector: their
+/// sign words are every other 32-bit word of `qs` (index, signs, index, signs, ...).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn even_signs4(words: __m128i) -> [__m256i; 4] {
+fn iq2xxs_patterns(x: &[u8; iq2xxs::BYTES]) -> [__m128i; 2] {
+    [0, 1].map(|q| {
+        let o = iq2xxs::QS + 32 * q;
+        let (lo, hi) = (load128(x, o), load128(x, o + 16));
+        even_patterns4(_mm_castps_si128(_mm_shuffle_ps::<0b11_01_11_01>(
+            _mm_castsi128_ps(lo),
+            _mm_castsi128_ps(hi),
+        )))
+    })
+}
+
+/// The 16 sign patterns of four groups of 32 from their four sign words (`words`, one per
+/// 32-bit lane): four 7-bit indices of [`crate::iq_tables::KSIGNS_IQ2XS`] at bits 0, 7, 14
+/// and 21, each the sign pattern of 8 elements less its eighth bit, which makes the parity
+/// even. Pattern `l` of group `k` goes to byte `4k + l`; [`spread_signs4`] makes the sign
+/// bytes of them.
+///
+/// The four groups' 16 patterns are put together in one vector (as bytes, the parity bit
+/// from a table of 16) and spread with shuffles, instead of 16 table loads. The kernels put
+/// a block's patterns together while they multiply the block before it: the chain is long,
+/// and every group's product waits for it.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn even_patterns4(words: __m128i) -> __m128i {
     let field = |shift: __m128i, mask: i32| {
         _mm_and_si128(_mm_sll_epi32(words, shift), _mm_set1_epi32(mask))
     };
@@ -758,7 +778,15 @@ fn even_signs4(words: __m128i) -> [__m256i; 4] {
         _mm_xor_si128(t, _mm_srli_epi16::<4>(t)),
         _mm_set1_epi8(0x0f),
     );
-    let full = _mm256_broadcastsi128_si256(_mm_or_si128(t, _mm_shuffle_epi8(parity, nibbles)));
+    _mm_or_si128(t, _mm_shuffle_epi8(parity, nibbles))
+}
+
+/// The sign bytes (1 or -1) of four groups from their [`even_patterns4`]: entry `k` holds
+/// group `k`'s 32.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn spread_signs4(patterns: __m128i) -> [__m256i; 4] {
+    let full = _mm256_broadcastsi128_si256(patterns);
     let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
     let ones = _mm256_set1_epi8(1);
     // group `k`: patterns `4k`, `4k + 1` (low lane) and `4k + 2`, `4k + 3` (high lane), each
@@ -985,17 +1013,23 @@ fn iq2s_indices(x: &[u8; iq2s::BYTES]) -> [u64; 8] {
 /// IQ3_XXS as ggml's AVX2 kernel: eight grid entries of four magnitudes per group, the sign
 /// patterns with `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the group's `2s + 1`; the block's
 /// lanes times `d` into the accumulators, and 1/4 of the lanes' total. The sign bytes of four
-/// groups at a time come from [`even_signs4`].
+/// groups at a time come from [`even_patterns4`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
+    // the next block's sign patterns are put together while this one is multiplied
+    let patterns = |x: &[u8]| [0, 1].map(|q| even_patterns4(load128(x, iq3xxs::SIGNS + 16 * q)));
+    let mut next = w.first().map_or([_mm_setzero_si128(); 2], |x| patterns(x));
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        let cur = next;
+        if let Some(n) = w.get(i + 1) {
+            next = patterns(n);
+        }
         let d = f16_times(x, iq3xxs::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
-        // four groups' sign words at a time
-        for q in 0..2 {
-            let signs = even_signs4(load128(x, iq3xxs::SIGNS + 16 * q));
-            for (k, sg) in signs.into_iter().enumerate() {
+        // four groups at a time
+        for (q, &patterns) in cur.iter().enumerate() {
+            for (k, sg) in spread_signs4(patterns).into_iter().enumerate() {
                 let g = 4 * q + k;
                 let grid = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])] as i32;
                 let q3 = _mm256_set_epi32(
