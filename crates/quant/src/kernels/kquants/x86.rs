@@ -1054,18 +1054,22 @@ fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
 }
 
 /// IQ3_S as ggml's AVX2 kernel: 9-bit grid indices, the sign bytes by xor and subtract, a
-/// scale `2s + 1` per group; the block's lanes times `d` into the accumulators.
+/// scale `2s + 1` per group; the block's lanes times `d` into the accumulators. The next
+/// block's indices are put together ([`iq3s_indices`]) while this one is multiplied.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq3s_avx2(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
+    let mut next = w.first().map_or([0; 16], |x| iq3s_indices(x));
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        let idx = next;
+        if let Some(n) = w.get(i + 1) {
+            next = iq3s_indices(n);
+        }
         let d = f16_times(x, iq3s::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
-        for g in 0..8 {
-            let h = usize::from(x[iq3s::QH + g]);
+        let mut step = |g: usize| {
             let grid = |k: usize| {
-                let idx = usize::from(x[iq3s::QS + 8 * g + k]) | ((h << (8 - k)) & 256);
-                IQ3S_GRID[idx] as i32
+                IQ3S_GRID[((idx[2 * g + k / 4] >> (16 * (k % 4))) & 511) as usize] as i32
             };
             let q3 = _mm256_set_epi32(
                 grid(7),
@@ -1083,10 +1087,51 @@ fn iq3s_avx2(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
             let dot = _mm256_maddubs_epi16(q3, q8);
             let ls = 2 * i16::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15) + 1;
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
-        }
+        };
+        step(0);
+        step(1);
+        step(2);
+        step(3);
+        step(4);
+        step(5);
+        step(6);
+        step(7);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
+}
+
+/// An IQ3_S block's 64 grid indices, four to a word (element `k` of group `g` in word
+/// `2g + k / 4`, bits `16(k % 4)..`): byte `k` of the group's `qs` with bit `k` of its `qh`
+/// byte above, two groups at a time in vector registers.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn iq3s_indices(x: &[u8; iq3s::BYTES]) -> [u64; 16] {
+    let qh = _mm256_set1_epi64x(i64::from_le_bytes(x[iq3s::QH..].as_chunks::<8>().0[0]));
+    // bit `k` of a group's `qh` byte, at bit `8 + k` of 16-bit lane `k`
+    let bit = _mm256_setr_epi16(
+        0x100, 0x200, 0x400, 0x800, 0x1000, 0x2000, 0x4000, -0x8000, 0x100, 0x200, 0x400, 0x800,
+        0x1000, 0x2000, 0x4000, -0x8000,
+    );
+    let mut idx = [0u64; 16];
+    for p in 0..4 {
+        // group `2p`'s `qh` byte to the high byte of every 16-bit lane of the low half, group
+        // `2p + 1`'s of the high half
+        let (a, b) = (2 * p as i8, 2 * p as i8 + 1);
+        let ctl = _mm256_setr_epi8(
+            -1, a, -1, a, -1, a, -1, a, -1, a, -1, a, -1, a, -1, a, -1, b, -1, b, -1, b, -1, b, -1,
+            b, -1, b, -1, b, -1, b,
+        );
+        let h = _mm256_and_si256(_mm256_shuffle_epi8(qh, ctl), bit);
+        let h = _mm256_and_si256(_mm256_cmpeq_epi16(h, bit), _mm256_set1_epi16(0x100));
+        let v = _mm256_or_si256(h, _mm256_cvtepu8_epi16(load128(x, iq3s::QS + 16 * p)));
+        let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        idx[4 * p] = _mm_cvtsi128_si64(lo) as u64;
+        idx[4 * p + 1] = _mm_extract_epi64::<1>(lo) as u64;
+        idx[4 * p + 2] = _mm_cvtsi128_si64(hi) as u64;
+        idx[4 * p + 3] = _mm_extract_epi64::<1>(hi) as u64;
+    }
+    idx
 }
 
 /// ggml's `mul_add_epi8`: the products of the signed bytes `x` (-1, 0, 1 here) and `y`,
