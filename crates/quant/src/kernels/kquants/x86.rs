@@ -1338,11 +1338,27 @@ fn times8(q: __m256i) -> __m256i {
 
 /// The top two bits of each byte times 3/4 after taking one off (saturating), as ggml
 /// extracts a base-3 digit: two rounding halving adds, then bits 6 and 7.
+///
+/// The first halving add (with zero) is written as the instruction itself: the intrinsic is
+/// plain arithmetic to the compiler, which turned `avg(q - 1, 0)` into `max(q, 1) >> 1`
+/// (three instructions for one, seven for the digit instead of five).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn top_digit(q: __m256i) -> __m256i {
     let q = _mm256_subs_epu8(q, _mm256_set1_epi8(1));
-    let q = _mm256_avg_epu8(q, _mm256_avg_epu8(q, _mm256_setzero_si256()));
+    let half: __m256i;
+    // SAFETY: `vpavgb` of two registers into a third; AVX2 is enabled for this function. No
+    // memory, stack or flags are touched.
+    unsafe {
+        std::arch::asm!(
+            "vpavgb {h}, {q}, {z}",
+            h = lateout(ymm_reg) half,
+            q = in(ymm_reg) q,
+            z = in(ymm_reg) _mm256_setzero_si256(),
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    let q = _mm256_avg_epu8(q, half);
     _mm256_and_si256(_mm256_srli_epi16::<6>(q), _mm256_set1_epi8(3))
 }
 
