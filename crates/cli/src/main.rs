@@ -793,10 +793,11 @@ struct EngineArgs {
     kv_type: KvTypeArg,
 
     /// Software prefetch of weight rows ahead of the matrix kernels: `auto` as the kernel
-    /// table chose for each weight (on, except for kernels that prefetch their own rows),
-    /// `on` or `off` for every matrix. The output is the same bit for bit; only the speed
-    /// changes, so this is a knob for measuring a CPU the defaults were not tuned on
-    /// (docs/performance.md).
+    /// table chose for each weight (on, except for kernels that prefetch their own rows), and
+    /// for the one-token products of a model of 256 MiB or more as measured at start-up for
+    /// each weight type and order (see `--multi-row`; off where leaving it out streams more
+    /// than 5 % faster); `on` or `off` for every matrix. The output is the same bit for bit;
+    /// only the speed changes (docs/performance.md).
     #[arg(long, value_enum, default_value_t = RowPrefetchArg::Auto)]
     row_prefetch: RowPrefetchArg,
 
@@ -805,8 +806,9 @@ struct EngineArgs {
     /// weight type and summation order the model's matrices use (about 0.1-0.4 s each, for
     /// models of 256 MiB or more; smaller ones keep several rows; on an AMD EPYC Zen 4 one row
     /// streamed Q4_K twice as fast, several rows Q4_0), and, where one row wins, whether the
-    /// row prefetch pays; `on` or `off` for every matrix. The output is the same bit for bit
-    /// either way (docs/performance.md).
+    /// row prefetch pays (as it measures for the types without multi-row kernels unless
+    /// `--row-prefetch` is given); `on` or `off` for every matrix. The output is the same bit
+    /// for bit either way (docs/performance.md).
     #[arg(long, value_enum, default_value_t = RowPrefetchArg::Auto)]
     multi_row: RowPrefetchArg,
 }

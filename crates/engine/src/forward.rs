@@ -2188,8 +2188,8 @@ impl<'a> Engine<'a> {
     }
 
     /// [`Engine::set_row_prefetch`] for the one-token products (decoding; prefill keeps its
-    /// prefetch) of weight type `w` in `order` that have a multi-row kernel (the pairs of
-    /// [`Engine::one_token_multi_row_kernels`]) only.
+    /// prefetch) of weight type `w` in `order` only (the pairs of
+    /// [`Engine::one_token_multi_row_kernels`] and [`Engine::one_token_row_prefetch_kernels`]).
     pub fn set_one_token_row_prefetch_for(
         &mut self,
         w: GgmlType,
@@ -2197,10 +2197,31 @@ impl<'a> Engine<'a> {
         on: bool,
     ) {
         for m in self.w.mats_mut() {
-            if m.multi_row_key() == Some((w, order)) {
+            if (m.kernel_one.wtype, m.kernel_one.order) == (w, order) {
                 m.kernel_one.prefetch = on;
             }
         }
+    }
+
+    /// The (weight type, summation order) pairs of the one-token products without a multi-row
+    /// kernel whose row prefetch is on, each once, in the order of the matrices: the other
+    /// choice of [`Engine::set_one_token_row_prefetch_for`] (whether the prefetch pays depends
+    /// on the CPU, `quant::row_prefetch_calibration_for`). Pairs that some matrix also runs
+    /// with a multi-row kernel are left to [`Engine::one_token_multi_row_kernels`].
+    pub fn one_token_row_prefetch_kernels(&mut self) -> Vec<(GgmlType, quant::SumOrder)> {
+        let multi = self.one_token_multi_row_kernels();
+        let mut out = Vec::new();
+        for m in self.w.mats_mut() {
+            let key = (m.kernel_one.wtype, m.kernel_one.order);
+            if m.multi_row_key().is_none()
+                && m.kernel_one.prefetch
+                && !multi.contains(&key)
+                && !out.contains(&key)
+            {
+                out.push(key);
+            }
+        }
+        out
     }
 
     /// Install (or remove, with `None`) the source of routed experts' bytes. Its expert sizes

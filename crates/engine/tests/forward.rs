@@ -1074,3 +1074,39 @@ fn multi_row_chosen_per_type_keeps_every_decode_bit() {
         assert!(decode(&mut e) == want, "{w} {order:?}: decode bits changed");
     }
 }
+
+/// The start-up choice of the row prefetch for the one-token products without multi-row
+/// kernels: with each pair's prefetch left out in turn, every decode step keeps its logits'
+/// bits, the pair drops out of the choice (its prefetch is off), and no pair is offered to
+/// both choices.
+#[test]
+fn row_prefetch_chosen_per_type_keeps_every_decode_bit() {
+    let file = GgufFile::open(demo_path()).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let k = Kernels::detect();
+    let decode = |e: &mut Engine| -> Vec<u32> {
+        PROMPT
+            .iter()
+            .flat_map(|&t| bits(&e.forward(&[t], LogitsWanted::Last).unwrap()))
+            .collect()
+    };
+    let mut base = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
+    let multi = base.one_token_multi_row_kernels();
+    let pairs = base.one_token_row_prefetch_kernels();
+    assert!(!pairs.is_empty(), "the demo has one-row weight types");
+    assert!(
+        pairs.iter().all(|p| !multi.contains(p)),
+        "{pairs:?} {multi:?}"
+    );
+    let want = decode(&mut base);
+    for &(w, order) in &pairs {
+        let mut e = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
+        e.set_one_token_row_prefetch_for(w, order, false);
+        let left = e.one_token_row_prefetch_kernels();
+        assert!(!left.contains(&(w, order)), "{w} {order:?}: {left:?}");
+        assert_eq!(left.len(), pairs.len() - 1);
+        assert_eq!(e.one_token_multi_row_kernels(), multi);
+        assert!(decode(&mut e) == want, "{w} {order:?}: decode bits changed");
+    }
+}

@@ -78,29 +78,41 @@ pub fn measure_multi_row_in(
     w: GgmlType,
     order: SumOrder,
 ) -> Option<MultiRowCalibration> {
+    let multi = RowKernel::lookup_in(kernels, w, order).ok()?;
+    multi.dot_rows?;
+    let mut single = multi;
+    single.dot_rows = None;
+    single.prefetch = true;
+    let mut single_nopf = single;
+    single_nopf.prefetch = false;
+    // The multi-row kernel with the row prefetch as the table gives it (off where the kernel
+    // prefetches its rows itself), the single-row kernel with and without it.
+    let [multi_gbs, single_gbs, single_nopf_gbs] = stream_rates(w, [multi, single, single_nopf])?;
+    Some(MultiRowCalibration {
+        multi_gbs,
+        single_gbs,
+        single_nopf_gbs,
+    })
+}
+
+/// GB/s of each of `ways` (kernels of weight type `w`) streaming both calibration matrices on
+/// one thread: the best of [`CAL_PASSES`] alternating passes per matrix, the matrices' bytes
+/// over their summed times.
+fn stream_rates<const N: usize>(w: GgmlType, ways: [RowKernel; N]) -> Option<[f64; N]> {
     let pool = ThreadPool::new(1).ok()?;
-    let mut total_s = [0f64; 3];
+    let mut total_s = [0f64; N];
     let mut total_bytes = 0f64;
     for cols in CAL_COLS {
         let rb = w.row_bytes(cols as u64)? as usize;
         let rows = CAL_BYTES / rb / 8 * 8;
-        // The multi-row kernel with the row prefetch as the table gives it (off where the
-        // kernel prefetches its rows itself), the single-row kernel with and without it.
-        let multi = RowKernel::lookup_in(kernels, w, order).ok()?;
-        multi.dot_rows?;
-        let mut single = multi;
-        single.dot_rows = None;
-        single.prefetch = true;
-        let mut single_nopf = single;
-        single_nopf.prefetch = false;
         // Written bytes (not the zero page): 0x11 gives finite f16, bf16, f32 and e8m0 scales.
         let data = vec![0x11u8; rb * rows];
         let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 - 3.0).collect();
         let mut out = vec![0f32; rows];
         let mut scratch = Vec::new();
-        let mut best = [f64::INFINITY; 3];
+        let mut best = [f64::INFINITY; N];
         for _ in 0..CAL_PASSES {
-            for (i, k) in [&multi, &single, &single_nopf].into_iter().enumerate() {
+            for (i, k) in ways.iter().enumerate() {
                 let t = Instant::now();
                 matvec_with(&pool, k, &data, rows, cols, &x, &mut out, &mut scratch).ok()?;
                 best[i] = best[i].min(t.elapsed().as_secs_f64());
@@ -111,25 +123,90 @@ pub fn measure_multi_row_in(
         }
         total_bytes += data.len() as f64;
     }
-    let gbs = |s: f64| total_bytes / s / 1e9;
-    Some(MultiRowCalibration {
-        multi_gbs: gbs(total_s[0]),
-        single_gbs: gbs(total_s[1]),
-        single_nopf_gbs: gbs(total_s[2]),
+    Some(total_s.map(|s| total_bytes / s / 1e9))
+}
+
+/// The result of [`row_prefetch_calibration_for`]: weight bytes streamed per second by a
+/// single-row kernel with and without the software row prefetch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowPrefetchCalibration {
+    /// GB/s with the software row prefetch.
+    pub with_gbs: f64,
+    /// GB/s without it.
+    pub without_gbs: f64,
+}
+
+impl RowPrefetchCalibration {
+    /// Whether the row prefetch pays: it is kept unless leaving it out is more than 5 %
+    /// faster (the rule of [`MultiRowCalibration::single_row_prefetch_pays`]).
+    pub fn pays(&self) -> bool {
+        self.without_gbs <= self.with_gbs * 1.05
+    }
+}
+
+/// Measures `kernels`' one-row kernel of weight type `w` in `order` streaming the calibration
+/// matrices with and without the software row prefetch (for the types whose one-token products
+/// have no multi-row kernel, which [`measure_multi_row_in`] covers). On an AMD EPYC Zen 4 the
+/// prefetch cost the i-quant and ternary kernels 5-15 % of their rate with the matrix
+/// streamed from DRAM (docs/performance.md). `None` when the kernel prefetches its rows itself
+/// (no prefetch to choose) or the measurement cannot run.
+pub fn measure_row_prefetch_in(
+    kernels: &Kernels,
+    w: GgmlType,
+    order: SumOrder,
+) -> Option<RowPrefetchCalibration> {
+    let mut with = RowKernel::lookup_in(kernels, w, order).ok()?;
+    if !with.prefetch {
+        return None;
+    }
+    with.dot_rows = None;
+    let mut without = with;
+    without.prefetch = false;
+    let [with_gbs, without_gbs] = stream_rates(w, [with, without])?;
+    Some(RowPrefetchCalibration {
+        with_gbs,
+        without_gbs,
     })
 }
+
+/// [`measure_row_prefetch_in`] on [`Kernels::detect`]'s table, measured once per process and
+/// (type, order).
+pub fn row_prefetch_calibration_for(
+    w: GgmlType,
+    order: SumOrder,
+) -> Option<RowPrefetchCalibration> {
+    type Measured = Vec<((GgmlType, SumOrder), Option<RowPrefetchCalibration>)>;
+    static CAL: Mutex<Measured> = Mutex::new(Vec::new());
+    // (held while measuring: the same pair is measured once)
+    let mut cal = CAL.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, c)) = cal.iter().find(|(key, _)| *key == (w, order)) {
+        return *c;
+    }
+    let c = {
+        let _alone = MEASURING.lock().unwrap_or_else(PoisonError::into_inner);
+        measure_row_prefetch_in(Kernels::detect(), w, order)
+    };
+    cal.push(((w, order), c));
+    c
+}
+
+/// Held while any measurement of this module runs: two at once would disturb each other.
+static MEASURING: Mutex<()> = Mutex::new(());
 
 /// [`measure_multi_row_in`] on [`Kernels::detect`]'s table, measured once per process and
 /// (type, order).
 pub fn multi_row_calibration_for(w: GgmlType, order: SumOrder) -> Option<MultiRowCalibration> {
     type Measured = Vec<((GgmlType, SumOrder), Option<MultiRowCalibration>)>;
     static CAL: Mutex<Measured> = Mutex::new(Vec::new());
-    // (held while measuring: two measurements at once would disturb each other)
+    // (held while measuring: the same pair is measured once)
     let mut cal = CAL.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, c)) = cal.iter().find(|(key, _)| *key == (w, order)) {
         return *c;
     }
-    let c = measure_multi_row_in(Kernels::detect(), w, order);
+    let c = {
+        let _alone = MEASURING.lock().unwrap_or_else(PoisonError::into_inner);
+        measure_multi_row_in(Kernels::detect(), w, order)
+    };
     cal.push(((w, order), c));
     c
 }
@@ -192,6 +269,40 @@ mod tests {
             let first = multi_row_calibration_for(w, order);
             assert_eq!(first.is_some(), has_rows, "{w} {order:?}");
             assert_eq!(multi_row_calibration_for(w, order), first, "{w} {order:?}");
+        }
+    }
+
+    #[test]
+    fn the_row_prefetch_is_measured_both_ways_for_a_type_without_multi_row_kernels() {
+        let k = Kernels::detect();
+        let (w, order) = (GgmlType::IQ2_XXS, SumOrder::VecDot);
+        assert!(
+            k.dot_rows_in(order, w).is_none(),
+            "the test wants a one-row type"
+        );
+        let c = measure_row_prefetch_in(k, w, order).expect("a prefetching one-row kernel");
+        for gbs in [c.with_gbs, c.without_gbs] {
+            assert!(gbs.is_finite() && gbs > 0.0, "{c:?}");
+        }
+        assert_eq!(c.pays(), c.without_gbs <= c.with_gbs * 1.05);
+        // once per process: the second call returns the first one's numbers
+        let first = row_prefetch_calibration_for(w, order);
+        assert!(first.is_some());
+        assert_eq!(row_prefetch_calibration_for(w, order), first);
+    }
+
+    #[test]
+    fn a_kernel_that_prefetches_its_own_rows_has_no_row_prefetch_to_measure() {
+        let k = Kernels::detect();
+        let (w, order) = (GgmlType::MXFP4, SumOrder::Repacked);
+        let kernel = RowKernel::lookup_in(k, w, order).unwrap();
+        // the 8-row repacked-order MXFP4 kernels prefetch their rows (where the table has them)
+        assert_eq!(
+            kernel.prefetch,
+            !(kernel.order == order && kernel.dot_rows.is_some())
+        );
+        if !kernel.prefetch {
+            assert_eq!(measure_row_prefetch_in(k, w, order), None);
         }
     }
 }

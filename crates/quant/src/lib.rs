@@ -22,7 +22,8 @@ pub use kernels::{DotFn, DotRows, DotRowsFn, Isa, Kernels, QuantizeFn, SumOrder,
 pub mod matvec;
 pub mod pool;
 pub use calibrate::{
-    MultiRowCalibration, measure_multi_row, measure_multi_row_in, multi_row_calibration_for,
+    MultiRowCalibration, RowPrefetchCalibration, measure_multi_row, measure_multi_row_in,
+    measure_row_prefetch_in, multi_row_calibration_for, row_prefetch_calibration_for,
 };
 pub use matvec::{
     MatvecJob, RowKernel, matmul, matmul_with, matvec, matvec_many, matvec_with,

@@ -86,7 +86,9 @@ pub fn build_engine<'a>(
 /// process and pair, said in `notices`) for a model too large to stay in the caches
 /// (`quant::calibrate::STREAMED_MODEL_BYTES`; a smaller one keeps them). Where the measurement
 /// picks one row a call and `prefetch` (`--row-prefetch`) is unset, it also decides those
-/// products' row prefetch. The output is the same bits either way.
+/// products' row prefetch; so it does, measured alike, for the one-token products of the types
+/// without multi-row kernels (the i-quants and ternary types, among others). The output is the
+/// same bits either way.
 pub fn apply_multi_row(
     engine: &mut Engine<'_>,
     file: &GgufFile,
@@ -96,13 +98,17 @@ pub fn apply_multi_row(
 ) {
     if let Some(on) = setting {
         engine.set_multi_row(on);
-        return;
     }
     if file.file_len() < quant::calibrate::STREAMED_MODEL_BYTES {
         return;
     }
     let mut chosen = Vec::new();
-    for (w, order) in engine.one_token_multi_row_kernels() {
+    let pairs = if setting.is_none() {
+        engine.one_token_multi_row_kernels()
+    } else {
+        Vec::new()
+    };
+    for (w, order) in pairs {
         let Some(c) = quant::multi_row_calibration_for(w, order) else {
             continue;
         };
@@ -111,12 +117,8 @@ pub fn apply_multi_row(
         // --row-prefetch did not choose).
         let prefetch_off = !on && prefetch.is_none() && !c.single_row_prefetch_pays();
         chosen.push(format!(
-            "{w}{}: {}{} ({:.1} GB/s with several rows a call, {:.1} one row, {:.1} one row without the row prefetch)",
-            if order == quant::SumOrder::VecDot {
-                String::new()
-            } else {
-                format!(" in the {} order", order_name(order))
-            },
+            "{}: {}{} ({:.1} GB/s with several rows a call, {:.1} one row, {:.1} one row without the row prefetch)",
+            pair_name(w, order),
             if on {
                 "several rows a call"
             } else {
@@ -138,11 +140,45 @@ pub fn apply_multi_row(
             engine.set_one_token_row_prefetch_for(w, order, false);
         }
     }
+    let pairs = if prefetch.is_none() {
+        engine.one_token_row_prefetch_kernels()
+    } else {
+        Vec::new()
+    };
+    for (w, order) in pairs {
+        let Some(c) = quant::row_prefetch_calibration_for(w, order) else {
+            continue;
+        };
+        chosen.push(format!(
+            "{}: one row a call, {} ({:.1} GB/s with the row prefetch, {:.1} without)",
+            pair_name(w, order),
+            if c.pays() {
+                "with the row prefetch"
+            } else {
+                "without the row prefetch"
+            },
+            c.with_gbs,
+            c.without_gbs
+        ));
+        if !c.pays() {
+            engine.set_one_token_row_prefetch_for(w, order, false);
+        }
+    }
     if !chosen.is_empty() {
         notices.info(format!(
             "sluice: decode kernels, measured: {}; --multi-row, --row-prefetch to choose",
             chosen.join("; ")
         ));
+    }
+}
+
+/// A weight type and, unless it is llama.cpp's `vec_dot` order, its summation order, for
+/// notices.
+fn pair_name(w: gguf::GgmlType, order: quant::SumOrder) -> String {
+    if order == quant::SumOrder::VecDot {
+        w.to_string()
+    } else {
+        format!("{w} in the {} order", order_name(order))
     }
 }
 
