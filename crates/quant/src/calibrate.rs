@@ -10,7 +10,8 @@
 //! order): one thread, matrices larger than a large last-level cache, both ways, alternating,
 //! best of each. The single-row kernel is also measured without the software row prefetch,
 //! which on that EPYC costs the single-row kernel up to half its rate on long rows
-//! (docs/performance.md).
+//! (docs/performance.md); so are, with and without it, the single-row kernels of the types
+//! that have no multi-row kernel ([`row_prefetch_calibration_for`]).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
