@@ -1042,6 +1042,14 @@ fn a_draft_head_is_refused_where_it_cannot_run() {
     }
 }
 
+/// The logits' bits of every step of decoding [`PROMPT`] one token at a time.
+fn decode_bits(e: &mut Engine) -> Vec<u32> {
+    PROMPT
+        .iter()
+        .flat_map(|&t| bits(&e.forward(&[t], LogitsWanted::Last).unwrap()))
+        .collect()
+}
+
 /// The start-up choice of the one-token multi-row kernels, made per weight type and order:
 /// with each pair's kernels and row prefetch left out in turn, every decode step keeps its
 /// logits' bits, and the pairs to choose for stay the same.
@@ -1051,12 +1059,6 @@ fn multi_row_chosen_per_type_keeps_every_decode_bit() {
     let model = Model::from_gguf(&file).unwrap();
     let pool = ThreadPool::new(1).unwrap();
     let k = Kernels::detect();
-    let decode = |e: &mut Engine| -> Vec<u32> {
-        PROMPT
-            .iter()
-            .flat_map(|&t| bits(&e.forward(&[t], LogitsWanted::Last).unwrap()))
-            .collect()
-    };
     let mut base = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
     let pairs = base.one_token_multi_row_kernels();
     if k.isa() != quant::Isa::Scalar {
@@ -1065,13 +1067,16 @@ fn multi_row_chosen_per_type_keeps_every_decode_bit() {
             "the demo's weights have multi-row kernels"
         );
     }
-    let want = decode(&mut base);
+    let want = decode_bits(&mut base);
     for &(w, order) in &pairs {
         let mut e = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
         e.set_multi_row_for(w, order, false);
         e.set_one_token_row_prefetch_for(w, order, false);
         assert_eq!(e.one_token_multi_row_kernels(), pairs);
-        assert!(decode(&mut e) == want, "{w} {order:?}: decode bits changed");
+        assert!(
+            decode_bits(&mut e) == want,
+            "{w} {order:?}: decode bits changed"
+        );
     }
 }
 
@@ -1085,12 +1090,6 @@ fn row_prefetch_chosen_per_type_keeps_every_decode_bit() {
     let model = Model::from_gguf(&file).unwrap();
     let pool = ThreadPool::new(1).unwrap();
     let k = Kernels::detect();
-    let decode = |e: &mut Engine| -> Vec<u32> {
-        PROMPT
-            .iter()
-            .flat_map(|&t| bits(&e.forward(&[t], LogitsWanted::Last).unwrap()))
-            .collect()
-    };
     let mut base = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
     let multi = base.one_token_multi_row_kernels();
     let pairs = base.one_token_row_prefetch_kernels();
@@ -1099,7 +1098,7 @@ fn row_prefetch_chosen_per_type_keeps_every_decode_bit() {
         pairs.iter().all(|p| !multi.contains(p)),
         "{pairs:?} {multi:?}"
     );
-    let want = decode(&mut base);
+    let want = decode_bits(&mut base);
     for &(w, order) in &pairs {
         let mut e = Engine::new(&model, k, &pool, cfg(64, 512)).unwrap();
         e.set_one_token_row_prefetch_for(w, order, false);
@@ -1107,6 +1106,9 @@ fn row_prefetch_chosen_per_type_keeps_every_decode_bit() {
         assert!(!left.contains(&(w, order)), "{w} {order:?}: {left:?}");
         assert_eq!(left.len(), pairs.len() - 1);
         assert_eq!(e.one_token_multi_row_kernels(), multi);
-        assert!(decode(&mut e) == want, "{w} {order:?}: decode bits changed");
+        assert!(
+            decode_bits(&mut e) == want,
+            "{w} {order:?}: decode bits changed"
+        );
     }
 }

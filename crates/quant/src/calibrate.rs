@@ -176,39 +176,39 @@ pub fn row_prefetch_calibration_for(
     w: GgmlType,
     order: SumOrder,
 ) -> Option<RowPrefetchCalibration> {
-    type Measured = Vec<((GgmlType, SumOrder), Option<RowPrefetchCalibration>)>;
-    static CAL: Mutex<Measured> = Mutex::new(Vec::new());
-    // (held while measuring: the same pair is measured once)
-    let mut cal = CAL.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, c)) = cal.iter().find(|(key, _)| *key == (w, order)) {
-        return *c;
-    }
-    let c = {
-        let _alone = MEASURING.lock().unwrap_or_else(PoisonError::into_inner);
-        measure_row_prefetch_in(Kernels::detect(), w, order)
-    };
-    cal.push(((w, order), c));
-    c
+    static CAL: Measured<RowPrefetchCalibration> = Mutex::new(Vec::new());
+    measured_once(&CAL, (w, order), measure_row_prefetch_in)
 }
-
-/// Held while any measurement of this module runs: two at once would disturb each other.
-static MEASURING: Mutex<()> = Mutex::new(());
 
 /// [`measure_multi_row_in`] on [`Kernels::detect`]'s table, measured once per process and
 /// (type, order).
 pub fn multi_row_calibration_for(w: GgmlType, order: SumOrder) -> Option<MultiRowCalibration> {
-    type Measured = Vec<((GgmlType, SumOrder), Option<MultiRowCalibration>)>;
-    static CAL: Mutex<Measured> = Mutex::new(Vec::new());
+    static CAL: Measured<MultiRowCalibration> = Mutex::new(Vec::new());
+    measured_once(&CAL, (w, order), measure_multi_row_in)
+}
+
+/// The measurements made so far, by (type, order).
+type Measured<T> = Mutex<Vec<((GgmlType, SumOrder), Option<T>)>>;
+
+/// Held while any measurement of this module runs: two at once would disturb each other.
+static MEASURING: Mutex<()> = Mutex::new(());
+
+/// `measure` of `key` on [`Kernels::detect`]'s table, or what it gave the first time.
+fn measured_once<T: Copy>(
+    cal: &Measured<T>,
+    key: (GgmlType, SumOrder),
+    measure: fn(&Kernels, GgmlType, SumOrder) -> Option<T>,
+) -> Option<T> {
     // (held while measuring: the same pair is measured once)
-    let mut cal = CAL.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, c)) = cal.iter().find(|(key, _)| *key == (w, order)) {
+    let mut cal = cal.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, c)) = cal.iter().find(|(k, _)| *k == key) {
         return *c;
     }
     let c = {
         let _alone = MEASURING.lock().unwrap_or_else(PoisonError::into_inner);
-        measure_multi_row_in(Kernels::detect(), w, order)
+        measure(Kernels::detect(), key.0, key.1)
     };
-    cal.push(((w, order), c));
+    cal.push((key, c));
     c
 }
 
