@@ -210,6 +210,25 @@ mod layout {
     }
 }
 
+/// IQ1_M's shift signs as bytes, `N` patterns of `B` bytes (the SIMD kernels' tables): entry
+/// `s` holds -1 (0xff) in the 8 bytes `8l..8l + 8` where bit `l` of `s` is set, 1 elsewhere.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const fn shift_signs<const N: usize, const B: usize>() -> [[u8; B]; N] {
+    let mut t = [[1u8; B]; N];
+    let mut s = 0;
+    while s < N {
+        let mut e = 0;
+        while e < B {
+            if (s >> (e / 8)) & 1 != 0 {
+                t[s][e] = 0xff;
+            }
+            e += 1;
+        }
+        s += 1;
+    }
+    t
+}
+
 /// IQ1_M's f16 `d`, spread over the top nibbles of its four scale words.
 #[inline]
 fn iq1m_d(x: &[u8]) -> f32 {

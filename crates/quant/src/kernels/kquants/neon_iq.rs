@@ -492,7 +492,8 @@ fn iq1_m_neon(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
                 // the signs of a half's two 8-element pieces: bits 3 and 7 of its byte
                 let delta = |b: usize| {
                     // SAFETY: an entry of `DELTAS` is 16 readable bytes.
-                    unsafe { vld1q_s8(DELTAS[((b >> 3) & 1) | ((b >> 6) & 2)].as_ptr()) }
+                    let d = unsafe { vld1q_u8(DELTAS[((b >> 3) & 1) | ((b >> 6) & 2)].as_ptr()) };
+                    vreinterpretq_s8_u8(d)
                 };
                 let a0 = ld_s8(y, super::Q8K_QS + 32 * g);
                 let a1 = ld_s8(y, super::Q8K_QS + 32 * g + 16);
@@ -515,23 +516,9 @@ fn iq1_m_neon(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
     sumf
 }
 
-/// IQ1_M's shift signs of 16 elements as bytes: entry `s` holds -1 in the first 8 where bit 0
-/// of `s` is set, in the last 8 where bit 1 is, 1 elsewhere.
-static DELTAS: [[i8; 16]; 4] = {
-    let mut t = [[1i8; 16]; 4];
-    let mut s = 0;
-    while s < 4 {
-        let mut e = 0;
-        while e < 16 {
-            if (s >> (e / 8)) & 1 != 0 {
-                t[s][e] = -1;
-            }
-            e += 1;
-        }
-        s += 1;
-    }
-    t
-};
+/// IQ1_M's shift signs of 16 elements as bytes ([`super::shift_signs`]): entry `s` holds -1
+/// in the first 8 where bit 0 of `s` is set, in the last 8 where bit 1 is, 1 elsewhere.
+static DELTAS: [[u8; 16]; 4] = super::shift_signs();
 
 // ---------------------------------------------------------------------------------------
 // DotFn wrappers (`neon_entry!` of kquants.rs).

@@ -1304,23 +1304,9 @@ fn iq1_grid4_bmi2<const S: usize>(qs: u32, qh: u16) -> __m256i {
     _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
 }
 
-/// IQ1_M's shift signs of a group as bytes: entry `s` holds -1 in the 8 bytes `8l..8l + 8`
-/// where bit `l` of `s` is set, 1 elsewhere.
-static SIGNS4: [[u8; 32]; 16] = {
-    let mut t = [[1u8; 32]; 16];
-    let mut s = 0;
-    while s < 16 {
-        let mut e = 0;
-        while e < 32 {
-            if (s >> (e / 8)) & 1 != 0 {
-                t[s][e] = 0xff;
-            }
-            e += 1;
-        }
-        s += 1;
-    }
-    t
-};
+/// IQ1_M's shift signs of a group as bytes ([`super::shift_signs`]): entry `s` holds -1 in
+/// the 8 bytes `8l..8l + 8` where bit `l` of `s` is set, 1 elsewhere.
+static SIGNS4: [[u8; 32]; 16] = super::shift_signs();
 
 /// Bytes times 8 (wrapping), per byte.
 #[inline]
