@@ -210,9 +210,9 @@ mod layout {
     }
 }
 
-/// IQ1_M's shift signs as bytes, `N` patterns of `B` bytes (the SIMD kernels' tables): entry
+/// IQ1_M's shift signs as bytes, `N` patterns of `B` bytes (the NEON kernel's table): entry
 /// `s` holds -1 (0xff) in the 8 bytes `8l..8l + 8` where bit `l` of `s` is set, 1 elsewhere.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(target_arch = "aarch64")]
 const fn shift_signs<const N: usize, const B: usize>() -> [[u8; B]; N] {
     let mut t = [[1u8; B]; N];
     let mut s = 0;

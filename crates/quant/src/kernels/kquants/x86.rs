@@ -975,7 +975,10 @@ fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
         let d = f16_times(x, iq2s::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
         for_each_group(|g: usize| {
-            let grid = |l: usize| IQ2S_GRID[((idx[g] >> (16 * l)) & 0x3ff) as usize] as i64;
+            // SAFETY: the indices have 10 bits ([`iq2s_indices`]), the grid 1024 entries.
+            let grid = |l: usize| unsafe {
+                grid_entry(&IQ2S_GRID, usize::from((idx[g] >> (16 * l)) as u16)) as i64
+            };
             let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
             let s = sign_masks(x, iq2s::SIGNS + 4 * g);
             let q8 = load256(y, Q8K_QS + 32 * g);
@@ -1073,8 +1076,12 @@ fn iq3s_avx2(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
         let d = f16_times(x, iq3s::D, f32_at(y, 0));
         let mut sumi = _mm256_setzero_si256();
         for_each_group(|g: usize| {
-            let grid = |k: usize| {
-                IQ3S_GRID[((idx[2 * g + k / 4] >> (16 * (k % 4))) & 511) as usize] as i32
+            // SAFETY: the indices have 9 bits ([`iq3s_indices`]), the grid 512 entries.
+            let grid = |k: usize| unsafe {
+                grid_entry(
+                    &IQ3S_GRID,
+                    usize::from((idx[2 * g + k / 4] >> (16 * (k % 4))) as u16),
+                ) as i32
             };
             let q3 = _mm256_set_epi32(
                 grid(7),
@@ -1218,14 +1225,12 @@ fn $name(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
         );
         // group `g` with the control broadcasting its scales' words: (scaled grid products,
         // scaled shift products)
+        let signs = iq1m_shift_signs(x);
         let group = |g: usize, ctl: __m256i| {
             // the group's four nibbles: three top index bits and the sign, per 8 elements
             let word = u16::from_le_bytes([x[iq1m::QH + 2 * g], x[iq1m::QH + 2 * g + 1]]);
-            let qh = usize::from(word);
             let q1 = $grid4(u32_at(x, iq1m::QS + 4 * g), word);
-            // bits 3, 7, 11 and 15 of `qh` to bits 28..32 (distinct products, no carries)
-            let signs = (((qh & 0x8888) as u64 * 0x0249_0000) >> 28) & 15;
-            let sg = load256(&SIGNS4[signs as usize], 0);
+            let sg = _mm256_shuffle_epi8(signs, load256(&SIGN_PICK[g], 0));
             let q8 = load256(y, Q8K_QS + 32 * g);
             let dot1 = mul_add_epi8(q1, q8);
             let dot2 = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, sg));
@@ -1265,7 +1270,8 @@ iq1m_kernel!(
     /// shifts as the activations with the shift's sign per 8 elements (`vpsignb`), scaled, in
     /// lanes and accumulators of their own.
     ///
-    /// The four shift signs of a group pick one of 16 sign vectors ([`SIGNS4`]); the grid
+    /// The shift signs of a group are shuffled out of a vector built once a block
+    /// ([`iq1m_shift_signs`]); the grid
     /// indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
     iq1m_avx2_bmi2,
     "avx2,fma,f16c,bmi2",
@@ -1300,13 +1306,61 @@ fn iq1_grid4_bmi2<const S: usize>(qs: u32, qh: u16) -> __m256i {
     };
     let idx =
         _pdep_u64(u64::from(qs), 0x00ff_00ff_00ff_00ff) | _pdep_u64(u64::from(qh & bits), fields);
-    let grid = |l: usize| IQ1S_GRID[((idx >> (16 * l)) & 0x7ff) as usize] as i64;
+    // SAFETY: field `l` of `idx` holds 8 bits of `qs` and 3 of `qh` (the masks above), so
+    // each index is below 2048, the grid's length.
+    let grid =
+        |l: usize| unsafe { grid_entry(&IQ1S_GRID, usize::from((idx >> (16 * l)) as u16)) as i64 };
     _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0))
 }
 
-/// IQ1_M's shift signs of a group as bytes ([`super::shift_signs`]): entry `s` holds -1 in
-/// the 8 bytes `8l..8l + 8` where bit `l` of `s` is set, 1 elsewhere.
-static SIGNS4: [[u8; 32]; 16] = super::shift_signs();
+/// Entry `i` of a grid table, without the bounds check (the callers' indices are 16-bit
+/// fields whose other bits are known zero; masking them again costs an instruction per
+/// index, and the grid loads are these kernels' longest chain).
+///
+/// # Safety
+/// `i < table.len()`.
+#[inline(always)]
+unsafe fn grid_entry<T: Copy>(table: &[T], i: usize) -> T {
+    debug_assert!(i < table.len());
+    // SAFETY: the caller's promise.
+    unsafe { *table.get_unchecked(i) }
+}
+
+/// An IQ1_M block's 32 shift signs as bytes whose sign is the shift's and which are never
+/// zero, for [`SIGN_PICK`]: the low half holds `qh[2g] << 4` and `qh[2g]` at bytes `2g` and
+/// `2g + 1` (the signs of a group's elements 0..8 and 8..16, bits 3 and 7), the high half
+/// the same of `qh[2g + 1]` (elements 16..32), each with bit 0 set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn iq1m_shift_signs(x: &[u8; iq1m::BYTES]) -> __m256i {
+    let qh = load128(x, iq1m::QH);
+    // even bytes, then odd bytes
+    let qh = _mm_shuffle_epi8(
+        qh,
+        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15),
+    );
+    // bit 3 of each byte to bit 7 (the bits crossing from the byte below are don't-cares)
+    let up = _mm_slli_epi16::<4>(qh);
+    let v = _mm256_set_m128i(_mm_unpackhi_epi8(up, qh), _mm_unpacklo_epi8(up, qh));
+    _mm256_or_si256(v, _mm256_set1_epi8(1))
+}
+
+/// The `vpshufb` controls that spread group `g`'s four shift signs from
+/// [`iq1m_shift_signs`] over its 32 elements: bytes `2g` (8 elements) and `2g + 1` (8
+/// elements) of each half.
+static SIGN_PICK: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut g = 0;
+    while g < 8 {
+        let mut e = 0;
+        while e < 32 {
+            t[g][e] = (2 * g + (e / 8) % 2) as u8;
+            e += 1;
+        }
+        g += 1;
+    }
+    t
+};
 
 /// Bytes times 8 (wrapping), per byte.
 #[inline]
