@@ -1402,18 +1402,9 @@ fn top_digit(q: __m256i) -> __m256i {
 fn tq10_avx2(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let qy = |off: usize| load256(y, Q8K_QS + off);
-        // the first 32 bytes: five digits each
-        let q0 = load256(x, tq10::QS);
-        let q1 = _mm256_add_epi8(q0, _mm256_add_epi8(q0, q0));
-        let q2 = _mm256_add_epi8(times8(q0), q0);
-        let q3 = _mm256_add_epi8(times8(q1), q1);
-        let q4 = _mm256_add_epi8(times8(q2), q2);
-        let p = |q: __m256i, off: usize| _mm256_maddubs_epi16(top_digit(q), qy(off));
-        let mut sumi0 = _mm256_add_epi16(p(q0, 0), p(q1, 32));
-        let mut sumi1 = _mm256_add_epi16(p(q2, 64), p(q3, 96));
-        let mut sumi2 = p(q4, 128);
-        // the next 16 bytes (five digits) and the 4 bytes of four digits
+        // bytes 32..48 (five digits) and the 4 bytes of four digits, first: theirs is the
+        // block's longest chain (the 16-bit multiply, the pack), and the compiler keeps the
+        // order written (written last, the block ran 3 % slower than llama.cpp's on Zen 4)
         let h0 = load128(x, tq10::QS + 32);
         let h1 = _mm_add_epi8(h0, _mm_add_epi8(h0, h0));
         let t8 = |q: __m128i| _mm_and_si128(_mm_slli_epi16::<3>(q), _mm_set1_epi8(-8));
@@ -1427,6 +1418,17 @@ fn tq10_avx2(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
             _mm256_castsi256_si128(qh),
             _mm256_extracti128_si256::<1>(qh),
         );
+        let qy = |off: usize| load256(y, Q8K_QS + off);
+        // the first 32 bytes: five digits each
+        let q0 = load256(x, tq10::QS);
+        let q1 = _mm256_add_epi8(q0, _mm256_add_epi8(q0, q0));
+        let q2 = _mm256_add_epi8(times8(q0), q0);
+        let q3 = _mm256_add_epi8(times8(q1), q1);
+        let q4 = _mm256_add_epi8(times8(q2), q2);
+        let p = |q: __m256i, off: usize| _mm256_maddubs_epi16(top_digit(q), qy(off));
+        let mut sumi0 = _mm256_add_epi16(p(q0, 0), p(q1, 32));
+        let mut sumi1 = _mm256_add_epi16(p(q2, 64), p(q3, 96));
+        let mut sumi2 = p(q4, 128);
         sumi0 = _mm256_add_epi16(sumi0, p(_mm256_set_m128i(h1, h0), 160));
         sumi1 = _mm256_add_epi16(sumi1, p(_mm256_set_m128i(h3, h2), 192));
         sumi2 = _mm256_add_epi16(sumi2, p(_mm256_set_m128i(h5, h4), 224));
