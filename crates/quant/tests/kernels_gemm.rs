@@ -177,14 +177,10 @@ fn kernels_under(ty: GgmlType, order: SumOrder) -> Vec<Under> {
     out
 }
 
-/// The detected table and, on a CPU where it has wide builds, the narrow one too.
+/// The detected table and, on a CPU where it has wide builds or BMI2 kernels, the tables
+/// without them too.
 fn tables() -> Vec<&'static Kernels> {
-    let (best, narrow) = (Kernels::detect(), Kernels::narrow());
-    if std::ptr::eq(best, narrow) {
-        vec![best]
-    } else {
-        vec![best, narrow]
-    }
+    Kernels::simd_tables()
 }
 
 /// One call of a tile of `rows` × `tokens` (`f`) against `dot` on every (row, token).

@@ -101,19 +101,18 @@ fn cases() -> Vec<Case> {
         exact: true,
         quantizers: true,
     };
-    // the AVX2 table without its AVX-512 builds and BMI2 kernels, where the CPU has those
-    let narrow = Case {
-        fixture: X86,
-        k: Kernels::narrow(),
-        exact: true,
-        quantizers: true,
-    };
     match Kernels::detect().isa() {
         Isa::Scalar => vec![scalar(X86, true)],
-        Isa::Avx2 if Kernels::detect().name() != Kernels::narrow().name() => {
-            vec![scalar(X86, true), best(X86), narrow]
-        }
-        Isa::Avx2 => vec![scalar(X86, true), best(X86)],
+        // the AVX2 table, and where the CPU has AVX-512 or BMI2 the tables without their
+        // builds (as on CPUs without them)
+        Isa::Avx2 => std::iter::once(scalar(X86, true))
+            .chain(Kernels::simd_tables().into_iter().map(|k| Case {
+                fixture: X86,
+                k,
+                exact: true,
+                quantizers: true,
+            }))
+            .collect(),
         // (the scalar table against the ARM data: its own test below)
         Isa::Neon => vec![scalar(X86, true), best(ARM)],
     }

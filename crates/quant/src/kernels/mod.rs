@@ -501,6 +501,31 @@ impl Kernels {
         T.get_or_init(|| Kernels::best(false, false))
     }
 
+    /// The best table for this CPU without the builds for AVX-512's register file but with
+    /// BMI2 where [`Kernels::detect`]'s has it: the table of a CPU with fast BMI2 and no
+    /// AVX-512 (most laptops), for testing those kernels on a CPU that also has AVX-512.
+    pub fn without_wide() -> &'static Kernels {
+        static T: OnceLock<&'static Kernels> = OnceLock::new();
+        T.get_or_init(|| Kernels::best(false, Kernels::fast_pdep()))
+    }
+
+    /// Every distinct table of [`Kernels::detect`], [`Kernels::without_wide`] and
+    /// [`Kernels::narrow`] on this CPU (by name), best first: the tables whose kernels the
+    /// tests hold to the same bits.
+    pub fn simd_tables() -> Vec<&'static Kernels> {
+        let mut out: Vec<&'static Kernels> = Vec::new();
+        for k in [
+            Kernels::detect(),
+            Kernels::without_wide(),
+            Kernels::narrow(),
+        ] {
+            if out.iter().all(|o| o.name() != k.name()) {
+                out.push(k);
+            }
+        }
+        out
+    }
+
     fn best(wide: bool, pdep: bool) -> &'static Kernels {
         match Kernels::best_isa() {
             Isa::Scalar => Kernels::scalar(),

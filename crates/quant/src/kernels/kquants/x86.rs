@@ -40,9 +40,20 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot(GgmlType::IQ3_S, dot_iq3_s);
     k.set_dot(GgmlType::IQ1_S, dot_iq1_s);
     k.set_dot(GgmlType::IQ1_M, dot_iq1_m);
+    if k.wide() {
+        k.set_dot(GgmlType::IQ2_XXS, dot_iq2_xxs_wide);
+        k.set_dot(GgmlType::IQ2_XS, dot_iq2_xs_wide);
+        k.set_dot(GgmlType::IQ2_S, dot_iq2_s_wide);
+        k.set_dot(GgmlType::IQ3_XXS, dot_iq3_xxs_wide);
+        k.set_dot(GgmlType::IQ3_S, dot_iq3_s_wide);
+    }
     if k.pdep() {
         k.set_dot(GgmlType::IQ1_S, dot_iq1_s_bmi2);
         k.set_dot(GgmlType::IQ1_M, dot_iq1_m_bmi2);
+        if k.wide() {
+            k.set_dot(GgmlType::IQ1_S, dot_iq1_s_wide);
+            k.set_dot(GgmlType::IQ1_M, dot_iq1_m_wide);
+        }
     }
 }
 
@@ -101,6 +112,68 @@ macro_rules! entry_bmi2 {
 
 entry_bmi2!(dot_iq1_s_bmi2, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_bmi2);
 entry_bmi2!(dot_iq1_m_bmi2, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_bmi2);
+
+/// Entry points of the wide builds ([`narrow_and_wide`]), registered only in a table built
+/// with [`Kernels::wide`] (AVX-512F, VL and BW detected at run time); those of IQ1_S and
+/// IQ1_M, which also use BMI2, only in one built with [`Kernels::pdep`] as well.
+macro_rules! entry_wide {
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
+        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            check_dot($ty, n, w, a);
+            debug_assert!(
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bw")
+            );
+            let (w, _) = w.as_chunks::<{ $bytes }>();
+            let (a, _) = a.as_chunks::<Q8K_BYTES>();
+            // SAFETY: registered only in an AVX2 table with wide builds, which exists only on
+            // CPUs where avx2, fma, f16c, avx512f, avx512vl and avx512bw were detected at run
+            // time (and bmi2 too, for the kernels registered only with `pdep`).
+            unsafe { $kernel(w, a) }
+        }
+    };
+}
+
+entry_wide!(
+    dot_iq2_xxs_wide,
+    GgmlType::IQ2_XXS,
+    iq2xxs::BYTES,
+    iq2xxs_avx2_wide
+);
+entry_wide!(
+    dot_iq2_xs_wide,
+    GgmlType::IQ2_XS,
+    iq2xs::BYTES,
+    iq2xs_avx2_wide
+);
+entry_wide!(dot_iq2_s_wide, GgmlType::IQ2_S, iq2s::BYTES, iq2s_avx2_wide);
+entry_wide!(
+    dot_iq3_xxs_wide,
+    GgmlType::IQ3_XXS,
+    iq3xxs::BYTES,
+    iq3xxs_avx2_wide
+);
+entry_wide!(dot_iq3_s_wide, GgmlType::IQ3_S, iq3s::BYTES, iq3s_avx2_wide);
+entry_wide!(dot_iq1_s_wide, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_wide);
+entry_wide!(dot_iq1_m_wide, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_wide);
+
+/// A kernel compiled twice from one body: `$name` for AVX2, FMA and F16C, and `$wide` also
+/// for AVX-512F, VL and BW, whose 32 vector registers (AVX2 has 16) spare the kernels that
+/// hold many vectors live their spills. The same 256-bit operations, the same bits; the wide
+/// build is registered only in a table with [`Kernels::wide`].
+macro_rules! narrow_and_wide {
+    ($(#[$doc:meta])* fn $name:ident / $wide:ident ($($arg:tt)*) -> $ret:ty $body:block) => {
+        $(#[$doc])*
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn $name($($arg)*) -> $ret $body
+
+        #[doc = concat!("[`", stringify!($name), "`] built also for AVX-512F, VL and BW.")]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+        fn $wide($($arg)*) -> $ret $body
+    };
+}
 
 /// 32 bytes of `b` from `off`.
 #[inline]
@@ -684,48 +757,49 @@ fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
     hsum_ps(acc)
 }
 
-/// IQ2_XXS as ggml's AVX2 kernel: per pair of 32-element groups, the four grid entries of
-/// each group gathered into a vector, the activations' signs flipped by the group's
-/// patterns (`vpsignb`), the products paired by `vpmaddubsw` and scaled by `2s + 1` with
-/// `vpmaddwd`; the block's eight i32 lanes times `d` into the accumulators, and 1/8 of the
-/// lanes' total (even and odd groups in two sums of lanes, as ggml, the same integers). The
-/// sign patterns of four groups at a time come from [`even_patterns4`].
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq2xxs_avx2(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let grid = |i: u8| IQ2XXS_GRID[usize::from(i)] as i64;
-    let mut acc = _mm256_setzero_ps();
-    // the next block's sign patterns are put together while this one is multiplied
-    let mut next = w
-        .first()
-        .map_or([_mm_setzero_si128(); 2], |x| iq2xxs_patterns(x));
-    for (i, (x, y)) in w.iter().zip(a).enumerate() {
-        let patterns = next;
-        if let Some(n) = w.get(i + 1) {
-            next = iq2xxs_patterns(n);
-        }
-        let d = f16_times(x, iq2xxs::D, f32_at(y, 0));
-        let mut sumi1 = _mm256_setzero_si256();
-        let mut sumi2 = _mm256_setzero_si256();
-        // four groups at a time
-        for (q, &patterns) in patterns.iter().enumerate() {
-            for (k, sg) in spread_signs4(patterns).into_iter().enumerate() {
-                let g = 4 * q + k;
-                let b = |l: usize| x[iq2xxs::QS + 8 * g + l];
-                let q2 = _mm256_set_epi64x(grid(b(3)), grid(b(2)), grid(b(1)), grid(b(0)));
-                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), sg);
-                let dot = _mm256_maddubs_epi16(q2, q8);
-                let p = _mm256_madd_epi16(dot, odd_scale(usize::from(b(7) >> 4)));
-                if g % 2 == 0 {
-                    sumi1 = _mm256_add_epi32(sumi1, p);
-                } else {
-                    sumi2 = _mm256_add_epi32(sumi2, p);
+narrow_and_wide! {
+    /// IQ2_XXS as ggml's AVX2 kernel: per pair of 32-element groups, the four grid entries of
+    /// each group gathered into a vector, the activations' signs flipped by the group's
+    /// patterns (`vpsignb`), the products paired by `vpmaddubsw` and scaled by `2s + 1` with
+    /// `vpmaddwd`; the block's eight i32 lanes times `d` into the accumulators, and 1/8 of the
+    /// lanes' total (even and odd groups in two sums of lanes, as ggml, the same integers). The
+    /// sign patterns of four groups at a time come from [`even_patterns4`].
+    fn iq2xxs_avx2 / iq2xxs_avx2_wide(w: &[[u8; iq2xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
+        let grid = |i: u8| IQ2XXS_GRID[usize::from(i)] as i64;
+        let mut acc = _mm256_setzero_ps();
+        // the next block's sign patterns are put together while this one is multiplied
+        let mut next = w
+            .first()
+            .map_or([_mm_setzero_si128(); 2], |x| iq2xxs_patterns(x));
+        for (i, (x, y)) in w.iter().zip(a).enumerate() {
+            let patterns = next;
+            if let Some(n) = w.get(i + 1) {
+                next = iq2xxs_patterns(n);
+            }
+            let d = f16_times(x, iq2xxs::D, f32_at(y, 0));
+            let mut sumi1 = _mm256_setzero_si256();
+            let mut sumi2 = _mm256_setzero_si256();
+            // four groups at a time
+            for (q, &patterns) in patterns.iter().enumerate() {
+                for (k, sg) in spread_signs4(patterns).into_iter().enumerate() {
+                    let g = 4 * q + k;
+                    let b = |l: usize| x[iq2xxs::QS + 8 * g + l];
+                    let q2 = _mm256_set_epi64x(grid(b(3)), grid(b(2)), grid(b(1)), grid(b(0)));
+                    let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), sg);
+                    let dot = _mm256_maddubs_epi16(q2, q8);
+                    let p = _mm256_madd_epi16(dot, odd_scale(usize::from(b(7) >> 4)));
+                    if g % 2 == 0 {
+                        sumi1 = _mm256_add_epi32(sumi1, p);
+                    } else {
+                        sumi2 = _mm256_add_epi32(sumi2, p);
+                    }
                 }
             }
+            let lanes = _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2));
+            acc = _mm256_fmadd_ps(d, lanes, acc);
         }
-        let lanes = _mm256_cvtepi32_ps(_mm256_add_epi32(sumi1, sumi2));
-        acc = _mm256_fmadd_ps(d, lanes, acc);
+        0.125 * hsum_ps(acc)
     }
-    0.125 * hsum_ps(acc)
 }
 
 /// An IQ2_XXS block's sign patterns ([`even_patterns4`]), four groups to a vector: their
@@ -804,71 +878,72 @@ fn spread_signs4(patterns: __m128i) -> [__m256i; 4] {
     })
 }
 
-/// IQ2_XS with the integer lanes of ggml's AVX2 kernel (each group's grid entries gathered,
-/// `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the two 16-element scales) and its float order: the
-/// block's eight i32 lanes times `d` into the accumulators, and 1/8 of the lanes' total.
-///
-/// Four groups' 16 words at a time: their grid indices masked in one vector and taken out
-/// 64 bits (four indices) at a time, their sign patterns completed in one vector (the eighth
-/// bit is the parity of the seven stored) and spread to sign bytes with shuffles. Index and
-/// sign work done word by word in general registers took twice the instructions.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq2xs_avx2(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
-    // parity of a 4-bit value, as 0x80 (twice, one per 128-bit lane)
-    let parity = _mm256_setr_epi8(
-        0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0,
-        -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
-    );
-    // byte `j` of a sign pattern selects bit `j % 8`
-    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    // a 128-bit half of the patterns (the low bytes of eight words: two groups), copied to
-    // both lanes: `spread[0]` repeats each of the first group's four patterns 8 times (two in
-    // each lane), `spread[1]` the second group's
-    let spread = [
-        _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6,
-            6, 6, 6,
-        ),
-        _mm256_setr_epi8(
-            8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10, 12, 12, 12, 12, 12, 12, 12, 12,
-            14, 14, 14, 14, 14, 14, 14, 14,
-        ),
-    ];
-    let ones = _mm256_set1_epi8(1);
-    let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
-        let d = f16_times(x, iq2xs::D, f32_at(y, 0));
-        let mut sumi = _mm256_setzero_si256();
-        // four groups (16 words) at a time
-        for q in 0..2 {
-            let words = load256(x, iq2xs::QS + 32 * q);
-            let idx = words64(_mm256_and_si256(words, _mm256_set1_epi16(511)));
-            // the 7 stored sign bits, and the eighth (even parity) from the XOR of bits
-            // 0..3 with bits 4..6
-            let part = _mm256_srli_epi16::<9>(words);
-            let odd = _mm256_shuffle_epi8(
-                parity,
-                _mm256_xor_si256(part, _mm256_srli_epi16::<13>(words)),
-            );
-            let full = _mm256_or_si256(part, odd);
-            let halves = [
-                _mm256_permute2x128_si256::<0x00>(full, full),
-                _mm256_permute2x128_si256::<0x11>(full, full),
-            ];
-            for k in 0..4 {
-                let g = 4 * q + k;
-                let grid = |l: usize| IQ2XS_GRID[((idx[k] >> (16 * l)) & 511) as usize] as i64;
-                let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
-                let s = _mm256_shuffle_epi8(halves[k / 2], spread[k % 2]);
-                let s = _mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits);
-                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), _mm256_or_si256(s, ones));
-                let dot = _mm256_maddubs_epi16(q2, q8);
-                sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2xs::SCALES + g]));
+narrow_and_wide! {
+    /// IQ2_XS with the integer lanes of ggml's AVX2 kernel (each group's grid entries gathered,
+    /// `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the two 16-element scales) and its float order: the
+    /// block's eight i32 lanes times `d` into the accumulators, and 1/8 of the lanes' total.
+    ///
+    /// Four groups' 16 words at a time: their grid indices masked in one vector and taken out
+    /// 64 bits (four indices) at a time, their sign patterns completed in one vector (the eighth
+    /// bit is the parity of the seven stored) and spread to sign bytes with shuffles. Index and
+    /// sign work done word by word in general registers took twice the instructions.
+    fn iq2xs_avx2 / iq2xs_avx2_wide(w: &[[u8; iq2xs::BYTES]], a: &[Q8KBlock]) -> f32 {
+        // parity of a 4-bit value, as 0x80 (twice, one per 128-bit lane)
+        let parity = _mm256_setr_epi8(
+            0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0,
+            -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0,
+        );
+        // byte `j` of a sign pattern selects bit `j % 8`
+        let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        // a 128-bit half of the patterns (the low bytes of eight words: two groups), copied to
+        // both lanes: `spread[0]` repeats each of the first group's four patterns 8 times (two in
+        // each lane), `spread[1]` the second group's
+        let spread = [
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6,
+                6, 6, 6,
+            ),
+            _mm256_setr_epi8(
+                8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10, 12, 12, 12, 12, 12, 12, 12, 12,
+                14, 14, 14, 14, 14, 14, 14, 14,
+            ),
+        ];
+        let ones = _mm256_set1_epi8(1);
+        let mut acc = _mm256_setzero_ps();
+        for (x, y) in w.iter().zip(a) {
+            let d = f16_times(x, iq2xs::D, f32_at(y, 0));
+            let mut sumi = _mm256_setzero_si256();
+            // four groups (16 words) at a time
+            for q in 0..2 {
+                let words = load256(x, iq2xs::QS + 32 * q);
+                let idx = words64(_mm256_and_si256(words, _mm256_set1_epi16(511)));
+                // the 7 stored sign bits, and the eighth (even parity) from the XOR of bits
+                // 0..3 with bits 4..6
+                let part = _mm256_srli_epi16::<9>(words);
+                let odd = _mm256_shuffle_epi8(
+                    parity,
+                    _mm256_xor_si256(part, _mm256_srli_epi16::<13>(words)),
+                );
+                let full = _mm256_or_si256(part, odd);
+                let halves = [
+                    _mm256_permute2x128_si256::<0x00>(full, full),
+                    _mm256_permute2x128_si256::<0x11>(full, full),
+                ];
+                for k in 0..4 {
+                    let g = 4 * q + k;
+                    let grid = |l: usize| IQ2XS_GRID[((idx[k] >> (16 * l)) & 511) as usize] as i64;
+                    let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+                    let s = _mm256_shuffle_epi8(halves[k / 2], spread[k % 2]);
+                    let s = _mm256_cmpeq_epi8(_mm256_and_si256(s, bits), bits);
+                    let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), _mm256_or_si256(s, ones));
+                    let dot = _mm256_maddubs_epi16(q2, q8);
+                    sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2xs::SCALES + g]));
+                }
             }
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        0.125 * hsum_ps(acc)
     }
-    0.125 * hsum_ps(acc)
 }
 
 /// The four 64-bit words of `v`, low first.
@@ -957,38 +1032,39 @@ fn sign_masks(b: &[u8], off: usize) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits)
 }
 
-/// IQ2_S as ggml's AVX2 kernel: as [`iq2xs_avx2`], with the signs flipped by xor and
-/// subtract from the sign bytes (the same as `vpsignb`: -128 stays -128). The block's 32 grid
-/// indices are put together in vector registers, four groups at a time, and taken out four at
-/// a time (a quarter fewer instructions than index by index in general registers).
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq2s_avx2(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    // the indices of the next block are put together while this one is multiplied: every grid
-    // load of a block waits for them, and their chain is long (shuffle, multiply, extract)
-    let mut next = w.first().map_or([0; 8], |x| iq2s_indices(x));
-    for (i, (x, y)) in w.iter().zip(a).enumerate() {
-        let idx = next;
-        if let Some(n) = w.get(i + 1) {
-            next = iq2s_indices(n);
+narrow_and_wide! {
+    /// IQ2_S as ggml's AVX2 kernel: as [`iq2xs_avx2`], with the signs flipped by xor and
+    /// subtract from the sign bytes (the same as `vpsignb`: -128 stays -128). The block's 32 grid
+    /// indices are put together in vector registers, four groups at a time, and taken out four at
+    /// a time (a quarter fewer instructions than index by index in general registers).
+    fn iq2s_avx2 / iq2s_avx2_wide(w: &[[u8; iq2s::BYTES]], a: &[Q8KBlock]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        // the indices of the next block are put together while this one is multiplied: every grid
+        // load of a block waits for them, and their chain is long (shuffle, multiply, extract)
+        let mut next = w.first().map_or([0; 8], |x| iq2s_indices(x));
+        for (i, (x, y)) in w.iter().zip(a).enumerate() {
+            let idx = next;
+            if let Some(n) = w.get(i + 1) {
+                next = iq2s_indices(n);
+            }
+            let d = f16_times(x, iq2s::D, f32_at(y, 0));
+            let mut sumi = _mm256_setzero_si256();
+            for_each_group(|g: usize| {
+                // SAFETY: the indices have 10 bits ([`iq2s_indices`]), the grid 1024 entries.
+                let grid = |l: usize| unsafe {
+                    grid_entry(&IQ2S_GRID, usize::from((idx[g] >> (16 * l)) as u16)) as i64
+                };
+                let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
+                let s = sign_masks(x, iq2s::SIGNS + 4 * g);
+                let q8 = load256(y, Q8K_QS + 32 * g);
+                let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
+                let dot = _mm256_maddubs_epi16(q2, q8);
+                sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2s::SCALES + g]));
+            });
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
-        let d = f16_times(x, iq2s::D, f32_at(y, 0));
-        let mut sumi = _mm256_setzero_si256();
-        for_each_group(|g: usize| {
-            // SAFETY: the indices have 10 bits ([`iq2s_indices`]), the grid 1024 entries.
-            let grid = |l: usize| unsafe {
-                grid_entry(&IQ2S_GRID, usize::from((idx[g] >> (16 * l)) as u16)) as i64
-            };
-            let q2 = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
-            let s = sign_masks(x, iq2s::SIGNS + 4 * g);
-            let q8 = load256(y, Q8K_QS + 32 * g);
-            let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
-            let dot = _mm256_maddubs_epi16(q2, q8);
-            sumi = _mm256_add_epi32(sumi, scaled_halves(dot, x[iq2s::SCALES + g]));
-        });
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        0.125 * hsum_ps(acc)
     }
-    0.125 * hsum_ps(acc)
 }
 
 /// An IQ2_S block's 32 grid indices, four to a word (group `g`'s in word `g`, index `l` in
@@ -1018,28 +1094,72 @@ fn iq2s_indices(x: &[u8; iq2s::BYTES]) -> [u64; 8] {
     idx
 }
 
-/// IQ3_XXS as ggml's AVX2 kernel: eight grid entries of four magnitudes per group, the sign
-/// patterns with `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the group's `2s + 1`; the block's
-/// lanes times `d` into the accumulators, and 1/4 of the lanes' total. The sign bytes of four
-/// groups at a time come from [`even_patterns4`].
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    // the next block's sign patterns are put together while this one is multiplied
-    let patterns = |x: &[u8]| [0, 1].map(|q| even_patterns4(load128(x, iq3xxs::SIGNS + 16 * q)));
-    let mut next = w.first().map_or([_mm_setzero_si128(); 2], |x| patterns(x));
-    for (i, (x, y)) in w.iter().zip(a).enumerate() {
-        let cur = next;
-        if let Some(n) = w.get(i + 1) {
-            next = patterns(n);
+narrow_and_wide! {
+    /// IQ3_XXS as ggml's AVX2 kernel: eight grid entries of four magnitudes per group, the sign
+    /// patterns with `vpsignb`, `vpmaddubsw`, `vpmaddwd` by the group's `2s + 1`; the block's
+    /// lanes times `d` into the accumulators, and 1/4 of the lanes' total. The sign bytes of four
+    /// groups at a time come from [`even_patterns4`].
+    fn iq3xxs_avx2 / iq3xxs_avx2_wide(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        // the next block's sign patterns are put together while this one is multiplied
+        let patterns = |x: &[u8]| [0, 1].map(|q| even_patterns4(load128(x, iq3xxs::SIGNS + 16 * q)));
+        let mut next = w.first().map_or([_mm_setzero_si128(); 2], |x| patterns(x));
+        for (i, (x, y)) in w.iter().zip(a).enumerate() {
+            let cur = next;
+            if let Some(n) = w.get(i + 1) {
+                next = patterns(n);
+            }
+            let d = f16_times(x, iq3xxs::D, f32_at(y, 0));
+            let mut sumi = _mm256_setzero_si256();
+            // four groups at a time
+            for (q, &patterns) in cur.iter().enumerate() {
+                for (k, sg) in spread_signs4(patterns).into_iter().enumerate() {
+                    let g = 4 * q + k;
+                    let grid = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])] as i32;
+                    let q3 = _mm256_set_epi32(
+                        grid(7),
+                        grid(6),
+                        grid(5),
+                        grid(4),
+                        grid(3),
+                        grid(2),
+                        grid(1),
+                        grid(0),
+                    );
+                    let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), sg);
+                    let dot = _mm256_maddubs_epi16(q3, q8);
+                    let ls = odd_scale(usize::from(x[iq3xxs::SIGNS + 4 * g + 3] >> 4));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
+                }
+            }
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
-        let d = f16_times(x, iq3xxs::D, f32_at(y, 0));
-        let mut sumi = _mm256_setzero_si256();
-        // four groups at a time
-        for (q, &patterns) in cur.iter().enumerate() {
-            for (k, sg) in spread_signs4(patterns).into_iter().enumerate() {
-                let g = 4 * q + k;
-                let grid = |k: usize| IQ3XXS_GRID[usize::from(x[iq3xxs::QS + 8 * g + k])] as i32;
+        0.25 * hsum_ps(acc)
+    }
+}
+
+narrow_and_wide! {
+    /// IQ3_S as ggml's AVX2 kernel: 9-bit grid indices, the sign bytes by xor and subtract, a
+    /// scale `2s + 1` per group; the block's lanes times `d` into the accumulators. The next
+    /// block's indices are put together ([`iq3s_indices`]) while this one is multiplied.
+    fn iq3s_avx2 / iq3s_avx2_wide(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut next = w.first().map_or([0; 16], |x| iq3s_indices(x));
+        for (i, (x, y)) in w.iter().zip(a).enumerate() {
+            let idx = next;
+            if let Some(n) = w.get(i + 1) {
+                next = iq3s_indices(n);
+            }
+            let d = f16_times(x, iq3s::D, f32_at(y, 0));
+            let mut sumi = _mm256_setzero_si256();
+            for_each_group(|g: usize| {
+                // SAFETY: the indices have 9 bits ([`iq3s_indices`]), the grid 512 entries.
+                let grid = |k: usize| unsafe {
+                    grid_entry(
+                        &IQ3S_GRID,
+                        usize::from((idx[2 * g + k / 4] >> (16 * (k % 4))) as u16),
+                    ) as i32
+                };
                 let q3 = _mm256_set_epi32(
                     grid(7),
                     grid(6),
@@ -1050,59 +1170,17 @@ fn iq3xxs_avx2(w: &[[u8; iq3xxs::BYTES]], a: &[Q8KBlock]) -> f32 {
                     grid(1),
                     grid(0),
                 );
-                let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), sg);
+                let s = sign_masks(x, iq3s::SIGNS + 4 * g);
+                let q8 = load256(y, Q8K_QS + 32 * g);
+                let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
                 let dot = _mm256_maddubs_epi16(q3, q8);
-                let ls = odd_scale(usize::from(x[iq3xxs::SIGNS + 4 * g + 3] >> 4));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
-            }
+                let ls = 2 * i16::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15) + 1;
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
+            });
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        hsum_ps(acc)
     }
-    0.25 * hsum_ps(acc)
-}
-
-/// IQ3_S as ggml's AVX2 kernel: 9-bit grid indices, the sign bytes by xor and subtract, a
-/// scale `2s + 1` per group; the block's lanes times `d` into the accumulators. The next
-/// block's indices are put together ([`iq3s_indices`]) while this one is multiplied.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq3s_avx2(w: &[[u8; iq3s::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut next = w.first().map_or([0; 16], |x| iq3s_indices(x));
-    for (i, (x, y)) in w.iter().zip(a).enumerate() {
-        let idx = next;
-        if let Some(n) = w.get(i + 1) {
-            next = iq3s_indices(n);
-        }
-        let d = f16_times(x, iq3s::D, f32_at(y, 0));
-        let mut sumi = _mm256_setzero_si256();
-        for_each_group(|g: usize| {
-            // SAFETY: the indices have 9 bits ([`iq3s_indices`]), the grid 512 entries.
-            let grid = |k: usize| unsafe {
-                grid_entry(
-                    &IQ3S_GRID,
-                    usize::from((idx[2 * g + k / 4] >> (16 * (k % 4))) as u16),
-                ) as i32
-            };
-            let q3 = _mm256_set_epi32(
-                grid(7),
-                grid(6),
-                grid(5),
-                grid(4),
-                grid(3),
-                grid(2),
-                grid(1),
-                grid(0),
-            );
-            let s = sign_masks(x, iq3s::SIGNS + 4 * g);
-            let q8 = load256(y, Q8K_QS + 32 * g);
-            let q8 = _mm256_sub_epi8(_mm256_xor_si256(s, q8), s);
-            let dot = _mm256_maddubs_epi16(q3, q8);
-            let ls = 2 * i16::from((x[iq3s::SCALES + g / 2] >> (4 * (g % 2))) & 15) + 1;
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, _mm256_set1_epi16(ls)));
-        });
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
-    }
-    hsum_ps(acc)
 }
 
 /// An IQ3_S block's 64 grid indices, four to a word (element `k` of group `g` in word
@@ -1194,6 +1272,14 @@ iq1s_kernel!(
     iq1_grid4_bmi2::<3>
 );
 
+iq1s_kernel!(
+    /// [`iq1s_avx2_bmi2`] built also for AVX-512F, VL and BW, for their 32 vector registers
+    /// ([`narrow_and_wide`]).
+    iq1s_avx2_wide,
+    "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw",
+    iq1_grid4_bmi2::<3>
+);
+
 /// The sum of the eight 32-bit lanes (exact: the totals here fit).
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -1275,6 +1361,14 @@ iq1m_kernel!(
     /// indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
     iq1m_avx2_bmi2,
     "avx2,fma,f16c,bmi2",
+    iq1_grid4_bmi2::<4>
+);
+
+iq1m_kernel!(
+    /// [`iq1m_avx2_bmi2`] built also for AVX-512F, VL and BW, for their 32 vector registers
+    /// ([`narrow_and_wide`]).
+    iq1m_avx2_wide,
+    "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw",
     iq1_grid4_bmi2::<4>
 );
 
