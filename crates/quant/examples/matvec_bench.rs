@@ -41,7 +41,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use half::{bf16, f16};
+use quant::synth::{Rng, random_weights};
 use quant::{GgmlType, Kernels, RowKernel, SumOrder, ThreadPool, matmul_with, matvec_with};
 
 struct Args {
@@ -186,100 +186,6 @@ fn on_off(opt: &str, v: &str) -> Result<Vec<bool>, String> {
         .collect()
 }
 
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn fill(&mut self, buf: &mut [u8]) {
-        for c in buf.chunks_mut(8) {
-            let r = self.next_u64().to_le_bytes();
-            c.copy_from_slice(&r[..c.len()]);
-        }
-    }
-}
-
-/// Byte offsets of the f16 scale fields inside one block, for the block types the
-/// benchmark can fill (every other byte of a block may hold any value).
-fn f16_scale_offsets(t: GgmlType) -> Option<&'static [usize]> {
-    use GgmlType::*;
-    Some(match t {
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
-        IQ1_S | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S => &[0],
-        TQ1_0 => &[52],
-        TQ2_0 => &[64],
-        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
-        Q2_K => &[80, 82],
-        Q3_K => &[108],
-        Q6_K => &[208],
-        _ => return None,
-    })
-}
-
-/// `rows × cols` random weights of type `t` as valid blocks (finite scales).
-fn random_weights(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Result<Vec<u8>, String> {
-    let n = rows * cols;
-    let rb = t.row_bytes(cols as u64).ok_or(format!(
-        "{cols} columns is not a whole number of {t} blocks"
-    ))? as usize;
-    let mut w = vec![0u8; rows * rb];
-    match t {
-        GgmlType::F32 => {
-            for c in w.chunks_exact_mut(4) {
-                c.copy_from_slice(&rng.f32().to_le_bytes());
-            }
-        }
-        GgmlType::F16 => {
-            for c in w.chunks_exact_mut(2) {
-                c.copy_from_slice(&f16::from_f32(rng.f32()).to_le_bytes());
-            }
-        }
-        GgmlType::BF16 => {
-            for c in w.chunks_exact_mut(2) {
-                c.copy_from_slice(&bf16::from_f32(rng.f32()).to_le_bytes());
-            }
-        }
-        GgmlType::MXFP4 => {
-            rng.fill(&mut w);
-            for b in w.chunks_exact_mut(t.type_size()) {
-                b[0] = 118 + (b[0] % 8); // E8M0 scale 2^-9 .. 2^-2
-            }
-        }
-        GgmlType::IQ1_M => {
-            // the f16 d in the top nibbles of the four scale words at 48
-            rng.fill(&mut w);
-            for b in w.chunks_exact_mut(t.type_size()) {
-                let d = f16::from_f32(0.001 + 0.01 * (rng.f32() + 1.0)).to_bits();
-                for k in 0..4 {
-                    let p = &mut b[48 + 2 * k + 1];
-                    *p = (*p & 0x0f) | ((((d >> (4 * k)) & 0xf) as u8) << 4);
-                }
-            }
-        }
-        _ => {
-            let offs = f16_scale_offsets(t).ok_or(format!("cannot fill {t} weights"))?;
-            rng.fill(&mut w);
-            for b in w.chunks_exact_mut(t.type_size()) {
-                for &o in offs {
-                    let d = 0.001 + 0.01 * (rng.f32() + 1.0);
-                    b[o..o + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-                }
-            }
-        }
-    }
-    debug_assert_eq!(w.len(), n / t.block_size() * t.type_size());
-    Ok(w)
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -345,7 +251,7 @@ fn run(a: &Args) -> Result<(), String> {
         .iter()
         .map(|&n| ThreadPool::new(n).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let mut scratch = Vec::new();
     for &t in &a.types {
         let mut base = RowKernel::lookup_in(kernels, t, a.order).map_err(|e| e.to_string())?;
@@ -359,7 +265,8 @@ fn run(a: &Args) -> Result<(), String> {
             SumOrder::IqPanel => "-iqpanel",
         };
         for &(rows, cols) in &a.shapes {
-            let w0 = random_weights(t, rows, cols, &mut rng)?;
+            let w0 = random_weights(t, rows, cols, &mut rng)
+                .ok_or(format!("cannot fill {t} weights of {cols} columns"))?;
             let w_bytes = w0.len();
             let n_tok = a.tokens;
             let x: Vec<f32> = (0..cols * n_tok).map(|_| rng.f32()).collect();

@@ -21,6 +21,7 @@ use gguf::GgmlType;
 use crate::kernels::{Kernels, SumOrder};
 use crate::matvec::{RowKernel, matvec_with};
 use crate::pool::ThreadPool;
+use crate::synth::{Rng, random_weights};
 
 /// Models smaller than this (256 MiB) keep the multi-row kernels without a measurement: their
 /// weights largely stay in the caches, where the grouping is at least as fast
@@ -106,8 +107,11 @@ fn stream_rates<const N: usize>(w: GgmlType, ways: [RowKernel; N]) -> Option<[f6
     for cols in CAL_COLS {
         let rb = w.row_bytes(cols as u64)? as usize;
         let rows = CAL_BYTES / rb / 8 * 8;
-        // Written bytes (not the zero page): 0x11 gives finite f16, bf16, f32 and e8m0 scales.
-        let data = vec![0x11u8; rb * rows];
+        // Random valid blocks, as a model's: a constant pattern is one grid entry over and
+        // over for the i-quants, which hides what their table reads cost. Types the generator
+        // cannot fill get written bytes (not the zero page) whose scales are finite (0x11).
+        let data = random_weights(w, rows, cols, &mut Rng::new(0x5EED ^ cols as u64))
+            .unwrap_or_else(|| vec![0x11u8; rb * rows]);
         let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 - 3.0).collect();
         let mut out = vec![0f32; rows];
         let mut scratch = Vec::new();

@@ -9,6 +9,7 @@ pub mod dequant;
 mod error;
 mod iq_tables;
 pub mod quantize;
+pub mod synth;
 pub mod tables;
 
 pub use dequant::{can_dequantize, dequantize_row, dequantize_to_vec};
