@@ -504,6 +504,7 @@ impl Kernels {
     /// The best table for this CPU without the builds for AVX-512's register file but with
     /// BMI2 where [`Kernels::detect`]'s has it: the table of a CPU with fast BMI2 and no
     /// AVX-512 (most laptops), for testing those kernels on a CPU that also has AVX-512.
+    /// Unlike [`Kernels::detect`], it does not read `SLUICE_KERNELS`.
     pub fn without_wide() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
         T.get_or_init(|| Kernels::best(false, Kernels::fast_pdep()))
