@@ -43,14 +43,20 @@ impl MultiRowCalibration {
     /// True when the multi-row kernels are not clearly slower (within 5 %) than the single-row
     /// kernel with the better prefetch setting.
     pub fn multi_row_pays(&self) -> bool {
-        self.single_gbs.max(self.single_nopf_gbs) <= self.multi_gbs * 1.05
+        kept(self.multi_gbs, self.single_gbs.max(self.single_nopf_gbs))
     }
 
     /// With the single-row kernel: whether the software row prefetch pays (it is kept unless
     /// leaving it out is more than 5 % faster).
     pub fn single_row_prefetch_pays(&self) -> bool {
-        self.single_nopf_gbs <= self.single_gbs * 1.05
+        kept(self.single_gbs, self.single_nopf_gbs)
     }
+}
+
+/// The rule of every choice here: the default way (`default_gbs`) is kept unless the other
+/// one streams more than 5 % faster.
+fn kept(default_gbs: f64, other_gbs: f64) -> bool {
+    other_gbs <= default_gbs * 1.05
 }
 
 /// Columns of the calibration matrices: rows of 2048 (1152 bytes in Q4_K) and of 8192 (4608
@@ -145,7 +151,7 @@ impl RowPrefetchCalibration {
     /// Whether the row prefetch pays: it is kept unless leaving it out is more than 5 %
     /// faster (the rule of [`MultiRowCalibration::single_row_prefetch_pays`]).
     pub fn pays(&self) -> bool {
-        self.without_gbs <= self.with_gbs * 1.05
+        kept(self.with_gbs, self.without_gbs)
     }
 }
 

@@ -57,22 +57,38 @@ pub(super) fn register(k: &mut Kernels) {
     }
 }
 
-/// Plain-`fn` entry points with the `DotFn` signature. They are registered only in the
-/// AVX2 table, which [`Kernels::detect`] builds only after runtime detection of AVX2, FMA
-/// and F16C.
+/// Plain-`fn` entry points with the `DotFn` signature, for kernels that need the CPU features
+/// listed (AVX2, FMA and F16C when none are). Each is registered only in a table that
+/// [`Kernels::detect`] builds after detecting those features at run time: the AVX2 table
+/// (AVX2, FMA, F16C), and within it the BMI2 kernels only with [`Kernels::pdep`] and the wide
+/// builds ([`narrow_and_wide`]) only with [`Kernels::wide`] (AVX-512F, VL and BW).
 macro_rules! entry {
     ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
+        entry!(@features $name, $ty, $bytes, $kernel, "avx2", "fma", "f16c");
+    };
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident, bmi2) => {
+        entry!(@features $name, $ty, $bytes, $kernel, "avx2", "fma", "f16c", "bmi2");
+    };
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident, wide) => {
+        entry!(
+            @features $name, $ty, $bytes, $kernel,
+            "avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw"
+        );
+    };
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident, bmi2 wide) => {
+        entry!(
+            @features $name, $ty, $bytes, $kernel,
+            "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512vl", "avx512bw"
+        );
+    };
+    (@features $name:ident, $ty:expr, $bytes:expr, $kernel:ident, $($feature:tt),+) => {
         fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
             check_dot($ty, n, w, a);
-            debug_assert!(
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-            );
+            debug_assert!($(is_x86_feature_detected!($feature))&&+);
             let (w, _) = w.as_chunks::<{ $bytes }>();
             let (a, _) = a.as_chunks::<Q8K_BYTES>();
-            // SAFETY: this function is only reachable through the AVX2 kernel table, which
-            // exists only on CPUs where avx2, fma and f16c were detected at run time.
+            // SAFETY: this function is only reachable through a kernel table built after run-time
+            // detection of the features `$kernel` enables (see the macro's documentation).
             unsafe { $kernel(w, a) }
         }
     };
@@ -94,70 +110,58 @@ entry!(dot_iq3_s, GgmlType::IQ3_S, iq3s::BYTES, iq3s_avx2);
 entry!(dot_iq1_s, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2);
 entry!(dot_iq1_m, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2);
 
-/// Entry points of the kernels that also use BMI2, registered only in a table built with
-/// [`Kernels::pdep`] (BMI2 detected at run time, and fast).
-macro_rules! entry_bmi2 {
-    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
-        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            check_dot($ty, n, w, a);
-            debug_assert!(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("bmi2"));
-            let (w, _) = w.as_chunks::<{ $bytes }>();
-            let (a, _) = a.as_chunks::<Q8K_BYTES>();
-            // SAFETY: registered only in an AVX2 table built with `pdep`, which exists only on
-            // CPUs where avx2, fma, f16c and bmi2 were detected at run time.
-            unsafe { $kernel(w, a) }
-        }
-    };
-}
+entry!(
+    dot_iq1_s_bmi2,
+    GgmlType::IQ1_S,
+    iq1s::BYTES,
+    iq1s_avx2_bmi2,
+    bmi2
+);
+entry!(
+    dot_iq1_m_bmi2,
+    GgmlType::IQ1_M,
+    iq1m::BYTES,
+    iq1m_avx2_bmi2,
+    bmi2
+);
 
-entry_bmi2!(dot_iq1_s_bmi2, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_bmi2);
-entry_bmi2!(dot_iq1_m_bmi2, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_bmi2);
-
-/// Entry points of the wide builds ([`narrow_and_wide`]), registered only in a table built
-/// with [`Kernels::wide`] (AVX-512F, VL and BW detected at run time); those of IQ1_S and
-/// IQ1_M, which also use BMI2, only in one built with [`Kernels::pdep`] as well.
-macro_rules! entry_wide {
-    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
-        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            check_dot($ty, n, w, a);
-            debug_assert!(
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512bw")
-            );
-            let (w, _) = w.as_chunks::<{ $bytes }>();
-            let (a, _) = a.as_chunks::<Q8K_BYTES>();
-            // SAFETY: registered only in an AVX2 table with wide builds, which exists only on
-            // CPUs where avx2, fma, f16c, avx512f, avx512vl and avx512bw were detected at run
-            // time (and bmi2 too, for the kernels registered only with `pdep`).
-            unsafe { $kernel(w, a) }
-        }
-    };
-}
-
-entry_wide!(
+entry!(
     dot_iq2_xxs_wide,
     GgmlType::IQ2_XXS,
     iq2xxs::BYTES,
-    iq2xxs_avx2_wide
+    iq2xxs_avx2_wide,
+    wide
 );
-entry_wide!(
+entry!(
     dot_iq2_xs_wide,
     GgmlType::IQ2_XS,
     iq2xs::BYTES,
-    iq2xs_avx2_wide
+    iq2xs_avx2_wide,
+    wide
 );
-entry_wide!(dot_iq2_s_wide, GgmlType::IQ2_S, iq2s::BYTES, iq2s_avx2_wide);
-entry_wide!(
+entry!(
+    dot_iq2_s_wide,
+    GgmlType::IQ2_S,
+    iq2s::BYTES,
+    iq2s_avx2_wide,
+    wide
+);
+entry!(
     dot_iq3_xxs_wide,
     GgmlType::IQ3_XXS,
     iq3xxs::BYTES,
-    iq3xxs_avx2_wide
+    iq3xxs_avx2_wide,
+    wide
 );
-entry_wide!(dot_iq3_s_wide, GgmlType::IQ3_S, iq3s::BYTES, iq3s_avx2_wide);
-entry_wide!(dot_iq1_s_wide, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_wide);
-entry_wide!(dot_iq1_m_wide, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_wide);
+entry!(
+    dot_iq3_s_wide,
+    GgmlType::IQ3_S,
+    iq3s::BYTES,
+    iq3s_avx2_wide,
+    wide
+);
+entry!(dot_iq1_s_wide, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_wide, bmi2 wide);
+entry!(dot_iq1_m_wide, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_wide, bmi2 wide);
 
 /// A kernel compiled twice from one body: `$name` for AVX2, FMA and F16C, and `$wide` also
 /// for AVX-512F, VL and BW, whose 32 vector registers (AVX2 has 16) spare the kernels that
