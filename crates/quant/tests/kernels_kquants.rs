@@ -237,25 +237,30 @@ fn quantized_case(ty: GgmlType) -> BoxedStrategy<(usize, Vec<u8>, Vec<u8>)> {
 
 fn check_simd_vs_scalar(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Result<(), TestCaseError> {
     let scalar = Kernels::scalar().dot(ty).expect("scalar kernel")(n, w, a);
-    let simd = Kernels::detect().dot(ty).expect("detected kernel")(n, w, a);
-    if SAME_ORDER.contains(&ty) && Kernels::detect().isa() != Isa::Neon {
-        prop_assert_eq!(
-            simd.to_bits(),
-            scalar.to_bits(),
-            "{} n={}: {} vs {}",
-            ty,
-            n,
-            simd,
-            scalar
+    let (_, m) = reference(ty, w, a, n);
+    let tol = tolerance(n, m);
+    // every SIMD table of this CPU (with and without its AVX-512 and BMI2 kernels)
+    for k in Kernels::simd_tables() {
+        let simd = k.dot(ty).expect("SIMD kernel")(n, w, a);
+        let name = k.name();
+        if SAME_ORDER.contains(&ty) && k.isa() != Isa::Neon {
+            prop_assert_eq!(
+                simd.to_bits(),
+                scalar.to_bits(),
+                "{} {} n={}: {} vs {}",
+                ty,
+                name,
+                n,
+                simd,
+                scalar
+            );
+        }
+        let diff = (f64::from(simd) - f64::from(scalar)).abs();
+        prop_assert!(
+            diff <= tol,
+            "{ty} {name} n={n}: simd {simd} scalar {scalar} diff {diff:e} > {tol:e} (M = {m:e})"
         );
     }
-    let (_, m) = reference(ty, w, a, n);
-    let diff = (f64::from(simd) - f64::from(scalar)).abs();
-    let tol = tolerance(n, m);
-    prop_assert!(
-        diff <= tol,
-        "{ty} n={n}: simd {simd} scalar {scalar} diff {diff:e} > {tol:e} (M = {m:e})"
-    );
     Ok(())
 }
 

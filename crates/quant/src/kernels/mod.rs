@@ -235,6 +235,8 @@ pub struct Kernels {
     wide: bool,
     /// Some AVX2 kernels use BMI2 ([`Kernels::pdep`]).
     pdep: bool,
+    /// Some AVX2 kernels use AVX-512 VNNI ([`Kernels::vnni`]).
+    vnni: bool,
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
     dot_tokens: [Option<DotTokens>; N_IDS],
@@ -243,11 +245,12 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    fn empty(isa: Isa, wide: bool, pdep: bool) -> Kernels {
+    fn empty(isa: Isa, wide: bool, pdep: bool, vnni: bool) -> Kernels {
         Kernels {
             isa,
             wide,
             pdep,
+            vnni,
             dot: [None; N_IDS],
             dot_rows: [None; N_IDS],
             dot_tokens: [None; N_IDS],
@@ -256,9 +259,9 @@ impl Kernels {
         }
     }
 
-    fn build(isa: Isa, wide: bool, pdep: bool) -> Kernels {
+    fn build(isa: Isa, wide: bool, pdep: bool, vnni: bool) -> Kernels {
         let avx2 = isa == Isa::Avx2;
-        let mut k = Kernels::empty(isa, wide && avx2, pdep && avx2);
+        let mut k = Kernels::empty(isa, wide && avx2, pdep && avx2, vnni && wide && avx2);
         act::register(&mut k);
         legacy::register(&mut k);
         kquants::register(&mut k);
@@ -476,7 +479,7 @@ impl Kernels {
     /// The portable scalar table (the reference every SIMD kernel is tested against).
     pub fn scalar() -> &'static Kernels {
         static T: OnceLock<Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::build(Isa::Scalar, false, false))
+        T.get_or_init(|| Kernels::build(Isa::Scalar, false, false, false))
     }
 
     /// The best table for this CPU, chosen once. The environment variable `SLUICE_KERNELS`
@@ -488,7 +491,11 @@ impl Kernels {
         T.get_or_init(|| match std::env::var("SLUICE_KERNELS").as_deref() {
             Ok("scalar") => Kernels::scalar(),
             Ok("avx2") => Kernels::narrow(),
-            _ => Kernels::best(Kernels::wide_registers(), Kernels::fast_pdep()),
+            _ => Kernels::best(
+                Kernels::wide_registers(),
+                Kernels::fast_pdep(),
+                Kernels::vnni_detected(),
+            ),
         })
     }
 
@@ -498,25 +505,35 @@ impl Kernels {
     /// as [`Kernels::detect`]'s best.
     pub fn narrow() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::best(false, false))
+        T.get_or_init(|| Kernels::best(false, false, false))
     }
 
-    /// The best table for this CPU without the builds for AVX-512's register file but with
-    /// BMI2 where [`Kernels::detect`]'s has it: the table of a CPU with fast BMI2 and no
-    /// AVX-512 (most laptops), for testing those kernels on a CPU that also has AVX-512.
-    /// Unlike [`Kernels::detect`], it does not read `SLUICE_KERNELS`.
+    /// The best table for this CPU without the builds for AVX-512's register file (and so
+    /// without VNNI) but with BMI2 where [`Kernels::detect`]'s has it: the table of a CPU
+    /// with fast BMI2 and no AVX-512 (most laptops), for testing those kernels on a CPU that
+    /// also has AVX-512. Unlike [`Kernels::detect`], it does not read `SLUICE_KERNELS`.
     pub fn without_wide() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::best(false, Kernels::fast_pdep()))
+        T.get_or_init(|| Kernels::best(false, Kernels::fast_pdep(), false))
     }
 
-    /// Every distinct table of [`Kernels::detect`], [`Kernels::without_wide`] and
-    /// [`Kernels::narrow`] on this CPU (by name), best first: the tables whose kernels the
-    /// tests hold to the same bits.
+    /// The best table for this CPU without the AVX-512 VNNI kernels ([`Kernels::vnni`]): the
+    /// table of a CPU with AVX-512F, VL and BW but not VNNI (Skylake-SP), for testing the
+    /// wide builds those kernels replace on a CPU that has VNNI. Unlike [`Kernels::detect`],
+    /// it does not read `SLUICE_KERNELS`.
+    pub fn without_vnni() -> &'static Kernels {
+        static T: OnceLock<&'static Kernels> = OnceLock::new();
+        T.get_or_init(|| Kernels::best(Kernels::wide_registers(), Kernels::fast_pdep(), false))
+    }
+
+    /// Every distinct table of [`Kernels::detect`], [`Kernels::without_vnni`],
+    /// [`Kernels::without_wide`] and [`Kernels::narrow`] on this CPU (by name), best first:
+    /// the tables whose kernels the tests hold to the same bits.
     pub fn simd_tables() -> Vec<&'static Kernels> {
         let mut out: Vec<&'static Kernels> = Vec::new();
         for k in [
             Kernels::detect(),
+            Kernels::without_vnni(),
             Kernels::without_wide(),
             Kernels::narrow(),
         ] {
@@ -527,10 +544,10 @@ impl Kernels {
         out
     }
 
-    fn best(wide: bool, pdep: bool) -> &'static Kernels {
+    fn best(wide: bool, pdep: bool, vnni: bool) -> &'static Kernels {
         match Kernels::best_isa() {
             Isa::Scalar => Kernels::scalar(),
-            isa => Box::leak(Box::new(Kernels::build(isa, wide, pdep))),
+            isa => Box::leak(Box::new(Kernels::build(isa, wide, pdep, vnni))),
         }
     }
 
@@ -590,14 +607,40 @@ impl Kernels {
         self.wide
     }
 
+    /// Whether this CPU has AVX-512 VNNI (with VL, for its 256-bit forms).
+    #[cfg(target_arch = "x86_64")]
+    fn vnni_detected() -> bool {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+
+    /// No VNNI kernels off x86-64.
+    #[cfg(not(target_arch = "x86_64"))]
+    fn vnni_detected() -> bool {
+        false
+    }
+
+    /// Whether some of this AVX2 table's kernels use AVX-512 VNNI's `vpdpbusd` (256-bit, with
+    /// AVX-512VL), which multiplies unsigned by signed bytes and adds each four products into
+    /// a 32-bit lane in one instruction, where the AVX2 kernels take `vpmaddubsw`,
+    /// `vpmaddwd` and an add: the ternary types' and IQ1_S's and IQ1_M's. The lanes sum the
+    /// same products, exactly, so the bits are the same. Only with [`Kernels::wide`] (every
+    /// CPU with VNNI has AVX-512F, VL and BW) and where `SLUICE_KERNELS` is not `avx2`.
+    pub fn vnni(&self) -> bool {
+        self.vnni
+    }
+
     /// Name of the table for logs and benchmark reports: the instruction set's, with
-    /// `+avx512vl` for a table with wide builds and `+bmi2` for one whose kernels use `pdep`.
+    /// `+avx512vl` for a table with wide builds, `+avx512vnni` for one with VNNI kernels too,
+    /// and `+bmi2` for one whose kernels use `pdep`.
     pub fn name(&self) -> &'static str {
-        match (self.isa, self.wide, self.pdep) {
-            (Isa::Avx2, true, true) => "avx2+avx512vl+bmi2",
-            (Isa::Avx2, true, false) => "avx2+avx512vl",
-            (Isa::Avx2, false, true) => "avx2+bmi2",
-            (isa, _, _) => isa.name(),
+        match (self.isa, self.wide, self.vnni, self.pdep) {
+            (Isa::Avx2, true, true, true) => "avx2+avx512vnni+bmi2",
+            (Isa::Avx2, true, true, false) => "avx2+avx512vnni",
+            (Isa::Avx2, true, false, true) => "avx2+avx512vl+bmi2",
+            (Isa::Avx2, true, false, false) => "avx2+avx512vl",
+            (Isa::Avx2, false, _, true) => "avx2+bmi2",
+            (isa, _, _, _) => isa.name(),
         }
     }
 

@@ -47,6 +47,10 @@ pub(super) fn register(k: &mut Kernels) {
         k.set_dot(GgmlType::IQ3_XXS, dot_iq3_xxs_wide);
         k.set_dot(GgmlType::IQ3_S, dot_iq3_s_wide);
     }
+    if k.vnni() {
+        k.set_dot(GgmlType::TQ2_0, dot_tq2_0_vnni);
+        k.set_dot(GgmlType::TQ1_0, dot_tq1_0_vnni);
+    }
     if k.pdep() {
         k.set_dot(GgmlType::IQ1_S, dot_iq1_s_bmi2);
         k.set_dot(GgmlType::IQ1_M, dot_iq1_m_bmi2);
@@ -54,14 +58,19 @@ pub(super) fn register(k: &mut Kernels) {
             k.set_dot(GgmlType::IQ1_S, dot_iq1_s_wide);
             k.set_dot(GgmlType::IQ1_M, dot_iq1_m_wide);
         }
+        if k.vnni() {
+            k.set_dot(GgmlType::IQ1_S, dot_iq1_s_vnni);
+            k.set_dot(GgmlType::IQ1_M, dot_iq1_m_vnni);
+        }
     }
 }
 
 /// Plain-`fn` entry points with the `DotFn` signature, for kernels that need the CPU features
 /// listed (AVX2, FMA and F16C when none are). Each is registered only in a table that
 /// [`Kernels::detect`] builds after detecting those features at run time: the AVX2 table
-/// (AVX2, FMA, F16C), and within it the BMI2 kernels only with [`Kernels::pdep`] and the wide
-/// builds ([`narrow_and_wide`]) only with [`Kernels::wide`] (AVX-512F, VL and BW).
+/// (AVX2, FMA, F16C), and within it the BMI2 kernels only with [`Kernels::pdep`], the wide
+/// builds ([`narrow_and_wide`]) only with [`Kernels::wide`] (AVX-512F, VL and BW) and the VNNI
+/// kernels only with [`Kernels::vnni`].
 macro_rules! entry {
     ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
         entry!(@features $name, $ty, $bytes, $kernel, "avx2", "fma", "f16c");
@@ -79,6 +88,18 @@ macro_rules! entry {
         entry!(
             @features $name, $ty, $bytes, $kernel,
             "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512vl", "avx512bw"
+        );
+    };
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident, vnni) => {
+        entry!(
+            @features $name, $ty, $bytes, $kernel,
+            "avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512vnni"
+        );
+    };
+    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident, bmi2 vnni) => {
+        entry!(
+            @features $name, $ty, $bytes, $kernel,
+            "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512vl", "avx512bw", "avx512vnni"
         );
     };
     (@features $name:ident, $ty:expr, $bytes:expr, $kernel:ident, $($feature:tt),+) => {
@@ -162,6 +183,22 @@ entry!(
 );
 entry!(dot_iq1_s_wide, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_wide, bmi2 wide);
 entry!(dot_iq1_m_wide, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_wide, bmi2 wide);
+entry!(
+    dot_tq2_0_vnni,
+    GgmlType::TQ2_0,
+    tq20::BYTES,
+    tq20_vnni,
+    vnni
+);
+entry!(
+    dot_tq1_0_vnni,
+    GgmlType::TQ1_0,
+    tq10::BYTES,
+    tq10_vnni,
+    vnni
+);
+entry!(dot_iq1_s_vnni, GgmlType::IQ1_S, iq1s::BYTES, iq1s_vnni, bmi2 vnni);
+entry!(dot_iq1_m_vnni, GgmlType::IQ1_M, iq1m::BYTES, iq1m_vnni, bmi2 vnni);
 
 /// A kernel compiled twice from one body: `$name` for AVX2, FMA and F16C, and `$wide` also
 /// for AVX-512F, VL and BW, whose 32 vector registers (AVX2 has 16) spare the kernels that
@@ -694,6 +731,42 @@ mod tests {
         }
     }
 
+    /// [`tq10_digits`] gives [`super::super::tq1_digit`]'s digits, in the activations'
+    /// order, for every byte value in every position.
+    #[test]
+    fn tq1_digits_are_the_formula_for_every_byte() {
+        if !has_avx2() {
+            return;
+        }
+        let digit = super::super::tq1_digit;
+        for start in 0..=255u8 {
+            let mut x = [0u8; tq10::BYTES];
+            for (i, b) in x[tq10::QS..tq10::QH + 4].iter_mut().enumerate() {
+                *b = start.wrapping_add(i as u8);
+            }
+            let (qs, qh) = (&x[tq10::QS..tq10::QS + 48], &x[tq10::QH..tq10::QH + 4]);
+            let mut want = [0u8; 256];
+            for (e, w) in want.iter_mut().enumerate() {
+                let (k, i) = (e / 32, e % 32);
+                *w = match k {
+                    0..5 => digit(qs[i], k as u32),
+                    // bytes 32..48, two digits a vector; then digit 4 and the 4 bytes' digits
+                    5 | 6 => digit(qs[32 + i % 16], (2 * (k - 5) + i / 16) as u32),
+                    _ if i < 16 => digit(qs[32 + i], 4),
+                    _ => digit(qh[(i - 16) % 4], ((i - 16) / 4) as u32),
+                };
+            }
+            let mut got = [0u8; 256];
+            // SAFETY: AVX2 was detected above.
+            let v = unsafe { tq10_digits(&x) };
+            for (k, v) in v.into_iter().enumerate() {
+                // SAFETY: AVX2 was detected above; `got[32k..]` is 32 writable bytes.
+                unsafe { _mm256_storeu_si256(got[32 * k..].as_mut_ptr().cast(), v) };
+            }
+            assert_eq!(got, want, "bytes from {start}");
+        }
+    }
+
     #[test]
     fn iq4xs_scale_unpacking_matches_the_format() {
         if !has_avx2() {
@@ -757,6 +830,33 @@ fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
         let s = _mm256_sub_epi16(_mm256_add_epi16(sumi0, sumi1), load256(y, Q8K_BSUMS));
         let s = _mm256_madd_epi16(s, ones);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
+    }
+    hsum_ps(acc)
+}
+
+/// [`tq20_avx2`] with AVX-512 VNNI: each of the eight crumb vectors times its activations by
+/// one `vpdpbusd`, which adds the four products of elements `4m..4m + 4` into 32-bit lane
+/// `m`: the lanes `vpmaddubsw` and `vpmaddwd` pair into, the same integers (no 16-bit lane of
+/// ggml's overflows: at most `4 · 2 · 3 · 127` less the group sums). The group sums are paired
+/// into the same lanes and taken off at the end.
+///
+/// Four accumulators of two products each: chaining all eight (or four) `vpdpbusd` a block
+/// kept up hot, but ran 50 % slower cold on Zen 4, the loads of the weights waiting behind the
+/// chains (docs/performance.md, "VNNI for the ternary types and IQ1").
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+fn tq20_vnni(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let q0 = crumbs(load256(x, tq20::QS));
+        let q1 = crumbs(load256(x, tq20::QS + 32));
+        let p = |k: usize| {
+            let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q0[k], load256(y, Q8K_QS + 32 * k));
+            _mm256_dpbusd_epi32(s, q1[k], load256(y, Q8K_QS + 128 + 32 * k))
+        };
+        let s = _mm256_add_epi32(_mm256_add_epi32(p(0), p(1)), _mm256_add_epi32(p(2), p(3)));
+        let b = _mm256_madd_epi16(load256(y, Q8K_BSUMS), _mm256_set1_epi16(1));
+        let d = f16_times(x, tq20::D, f32_at(y, 0));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, b)), d, acc);
     }
     hsum_ps(acc)
 }
@@ -1284,6 +1384,53 @@ iq1s_kernel!(
     iq1_grid4_bmi2::<3>
 );
 
+/// `2k + 1` in all 32 bytes, `ODD_BYTES[k]`: a group's scale for `vpdpbusd`.
+static ODD_BYTES: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        t[k] = [2 * k as u8 + 1; 32];
+        k += 1;
+    }
+    t
+};
+
+/// [`iq1s_avx2_bmi2`] with AVX-512 VNNI. The grid's -1, 0 and 1 flip, keep or zero the
+/// activations (`vpsignb`, as ggml's `vpsignb` pair does; -128 stays -128), and one
+/// `vpdpbusd` by the group's scale `2s + 1` in every byte adds four of those into each
+/// 32-bit lane: what ggml's `vpmaddubsw` (by the grid's magnitudes), `vpmaddwd` (by the
+/// scale) and add give, the same integers, in two instructions instead of five.
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw,avx512vnni")]
+fn iq1s_vnni(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut acc1 = 0f32;
+    for (x, y) in w.iter().zip(a) {
+        // two accumulators, for short chains (see `tq20_vnni`)
+        let mut sumi = [_mm256_setzero_si256(); 2];
+        for g in 0..8 {
+            let word = u16::from_le_bytes([x[iq1s::QH + 2 * g], x[iq1s::QH + 2 * g + 1]]);
+            let q1 = iq1_grid4_bmi2::<3>(u32_at(x, iq1s::QS + 4 * g), word);
+            let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), q1);
+            let ls = load256(&ODD_BYTES[usize::from(word >> 12) & 7], 0);
+            sumi[g % 2] = _mm256_dpbusd_epi32(sumi[g % 2], ls, q8);
+        }
+        let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
+        // Σ_g (bsum[2g] + bsum[2g + 1]) · ±(2s_g + 1), the sign the group word's top bit
+        let qh = load128(x, iq1s::QH);
+        let ls = _mm_or_si128(
+            _mm_and_si128(_mm_srli_epi16::<11>(qh), _mm_set1_epi16(14)),
+            _mm_set1_epi16(1),
+        );
+        let ls = _mm_sign_epi16(ls, _mm_or_si128(qh, _mm_set1_epi16(1)));
+        let ls = _mm256_set_m128i(_mm_unpackhi_epi16(ls, ls), _mm_unpacklo_epi16(ls, ls));
+        let shifts = hsum_epi32(_mm256_madd_epi16(load256(y, Q8K_BSUMS), ls));
+        let d = f16_times(x, iq1s::D, f32_at(y, 0));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        acc1 = _mm256_cvtss_f32(d).mul_add(shifts as f32, acc1);
+    }
+    hsum_ps(acc) + IQ1S_DELTA * acc1
+}
+
 /// The sum of the eight 32-bit lanes (exact: the totals here fit).
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -1376,6 +1523,50 @@ iq1m_kernel!(
     iq1_grid4_bmi2::<4>
 );
 
+/// [`iq1m_avx2_bmi2`] with AVX-512 VNNI, as [`iq1s_vnni`]: the activations with the grid's
+/// signs (`vpsignb`) and with the shifts' signs, each times the scales of the group's halves
+/// (as bytes: 2s + 1 is at most 15) by one `vpdpbusd` into its accumulator. ggml's
+/// `vpmaddubsw` then `vpmaddwd` pair the same four products of a 32-bit lane under one scale.
+#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw,avx512vnni")]
+fn iq1m_vnni(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc1 = _mm256_setzero_ps();
+    let mut acc2 = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        // the 16 scales `2s + 1` in the low bytes of words, laid out as `iq1m_avx2_bmi2`'s
+        let sc = _mm256_set1_epi64x(i64::from_le_bytes(x[iq1m::SCALES..].as_chunks::<8>().0[0]));
+        let sc = _mm256_srlv_epi64(sc, _mm256_setr_epi64x(0, 6, 3, 9));
+        let scales = _mm256_or_si256(
+            _mm256_slli_epi16::<1>(_mm256_and_si256(sc, _mm256_set1_epi16(7))),
+            _mm256_set1_epi16(1),
+        );
+        let signs = iq1m_shift_signs(x);
+        // two accumulators each, for short chains (see `tq20_vnni`)
+        let mut sumi1 = [_mm256_setzero_si256(); 2];
+        let mut sumi2 = [_mm256_setzero_si256(); 2];
+        // group 2p's scales are byte 2p of each lane, group 2p + 1's byte 8 + 2p
+        let mut ctl = _mm256_setzero_si256();
+        for p in 0..4 {
+            for (h, ctl) in [(0, ctl), (1, _mm256_add_epi8(ctl, _mm256_set1_epi8(8)))] {
+                let g = 2 * p + h;
+                let word = u16::from_le_bytes([x[iq1m::QH + 2 * g], x[iq1m::QH + 2 * g + 1]]);
+                let q1 = iq1_grid4_bmi2::<4>(u32_at(x, iq1m::QS + 4 * g), word);
+                let sg = _mm256_shuffle_epi8(signs, load256(&SIGN_PICK[g], 0));
+                let q8 = load256(y, Q8K_QS + 32 * g);
+                let sc = _mm256_shuffle_epi8(scales, ctl);
+                sumi1[h] = _mm256_dpbusd_epi32(sumi1[h], sc, _mm256_sign_epi8(q8, q1));
+                sumi2[h] = _mm256_dpbusd_epi32(sumi2[h], sc, _mm256_sign_epi8(q8, sg));
+            }
+            ctl = _mm256_add_epi8(ctl, _mm256_set1_epi8(2));
+        }
+        let d = f16_bits_times(iq1m_d_bits(x), f32_at(y, 0));
+        let sumi1 = _mm256_add_epi32(sumi1[0], sumi1[1]);
+        let sumi2 = _mm256_add_epi32(sumi2[0], sumi2[1]);
+        acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);
+        acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
+    }
+    hsum_ps(acc1) + IQ1S_DELTA * hsum_ps(acc2)
+}
+
 /// The grid entries of an IQ1_S or IQ1_M group as one vector: index `l` is byte `l` of `qs`
 /// (the group's four low index bytes) with three bits of the group's word `qh` above it, bits
 /// `S·l..S·l + 3` (`S` 3 for IQ1_S, 4 for IQ1_M, whose fourth bits are the shifts' signs). Put
@@ -1460,82 +1651,100 @@ static SIGN_PICK: [[u8; 32]; 8] = {
     t
 };
 
-/// Bytes times 8 (wrapping), per byte.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn times8(q: __m256i) -> __m256i {
-    _mm256_and_si256(_mm256_slli_epi16::<3>(q), _mm256_set1_epi8(-8))
-}
-
-/// The top two bits of each byte times 3/4 after taking one off (saturating), as ggml
-/// extracts a base-3 digit: two rounding halving adds, then bits 6 and 7.
+/// The digits of a TQ1_0 block, as bytes 0..=2, in the order of the activations they
+/// multiply: 32 bytes each for elements `32k..32k + 32`.
 ///
-/// The first halving add (with zero) is written as the instruction itself: the intrinsic is
-/// plain arithmetic to the compiler, which turned `avg(q - 1, 0)` into `max(q, 1) >> 1`
-/// (three instructions for one, seven for the digit instead of five).
+/// Digit `n` of byte `b` is `(b · 3^n mod 256) · 3 >> 8` ([`super::tq1_digit`]): 1 from
+/// 86 up and 2 from 171 up. ggml takes it with a saturating subtract, two rounding halving
+/// adds, a shift and a mask; here each byte is flipped by 0x80 once, which makes the two
+/// thresholds signed compares (`b · 3^n + 128` is `(b + 128) · 3^n` mod 256, 3^n being
+/// odd), and the digit is the magnitude of the two compares' sum: four operations instead of
+/// five, none on the shift ports. The powers are taken by adding each byte twice to itself.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn top_digit(q: __m256i) -> __m256i {
-    let q = _mm256_subs_epu8(q, _mm256_set1_epi8(1));
-    let half: __m256i;
-    // SAFETY: `vpavgb` of two registers into a third; AVX2 is enabled for this function. No
-    // memory, stack or flags are touched.
-    unsafe {
-        std::arch::asm!(
-            "vpavgb {h}, {q}, {z}",
-            h = lateout(ymm_reg) half,
-            q = in(ymm_reg) q,
-            z = in(ymm_reg) _mm256_setzero_si256(),
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    let q = _mm256_avg_epu8(q, half);
-    _mm256_and_si256(_mm256_srli_epi16::<6>(q), _mm256_set1_epi8(3))
+fn tq10_digits(x: &[u8; tq10::BYTES]) -> [__m256i; 8] {
+    // 85 and 170 flipped: the largest bytes of digits 0 and 1
+    let lo = _mm256_set1_epi8((85u8 ^ 0x80) as i8);
+    let hi = _mm256_set1_epi8((170u8 ^ 0x80) as i8);
+    let digit = |s: __m256i| {
+        _mm256_abs_epi8(_mm256_add_epi8(
+            _mm256_cmpgt_epi8(s, lo),
+            _mm256_cmpgt_epi8(s, hi),
+        ))
+    };
+    let times3 = |s: __m256i| _mm256_add_epi8(s, _mm256_add_epi8(s, s));
+    let flip = _mm256_set1_epi8(-128);
+    // bytes 32..48 (five digits each) twice, and the 4 bytes of four digits times 1, 3, 9 and
+    // 27 (in 16-bit lanes, the low bytes kept), the last 64 elements' pair
+    let h0 = _mm256_xor_si256(_mm256_broadcastsi128_si256(load128(x, tq10::QS + 32)), flip);
+    let h1 = times3(h0);
+    // (h0, h1), (h2, h3) in the low and high lanes
+    let h01 = _mm256_blend_epi32::<0xf0>(h0, h1);
+    let h23 = times3(times3(h01));
+    let h4 = times3(times3(h23));
+    let qh = _mm256_cvtepu8_epi16(_mm_set1_epi32(u32_at(x, tq10::QH) as i32));
+    let mul = _mm256_set_epi16(27, 27, 27, 27, 9, 9, 9, 9, 3, 3, 3, 3, 1, 1, 1, 1);
+    let qh = _mm256_and_si256(_mm256_mullo_epi16(qh, mul), _mm256_set1_epi16(0xff));
+    let h5 = _mm_packus_epi16(
+        _mm256_castsi256_si128(qh),
+        _mm256_extracti128_si256::<1>(qh),
+    );
+    let h45 = _mm256_inserti128_si256::<1>(h4, _mm_xor_si128(h5, _mm256_castsi256_si128(flip)));
+    // the first 32 bytes: five digits each
+    let q0 = _mm256_xor_si256(load256(x, tq10::QS), flip);
+    let q1 = times3(q0);
+    let q2 = times3(q1);
+    let q3 = times3(q2);
+    let q4 = times3(q3);
+    [
+        digit(q0),
+        digit(q1),
+        digit(q2),
+        digit(q3),
+        digit(q4),
+        digit(h01),
+        digit(h23),
+        digit(h45),
+    ]
 }
 
-/// TQ1_0 as ggml's AVX2 kernel: each byte times 1, 3, 9, 27 and 81 by shifts and adds, the
-/// digits taken as [`top_digit`] does, the products summed in 16-bit lanes, the activation
-/// sums taken off, the lanes paired, and each times `d` into its accumulator.
+/// TQ1_0 as ggml's AVX2 kernel: the digits ([`tq10_digits`]) times the activations summed
+/// in 16-bit lanes, the activation sums taken off, the lanes paired, and each times `d` into
+/// its accumulator. The 16-bit lanes are exact (at most `8 · 2 · 2 · 128` less the sums), so
+/// the order of their additions is free.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tq10_avx2(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        // bytes 32..48 (five digits) and the 4 bytes of four digits, first: theirs is the
-        // block's longest chain (the 16-bit multiply, the pack), and the compiler keeps the
-        // order written (written last, the block ran 3 % slower than llama.cpp's on Zen 4)
-        let h0 = load128(x, tq10::QS + 32);
-        let h1 = _mm_add_epi8(h0, _mm_add_epi8(h0, h0));
-        let t8 = |q: __m128i| _mm_and_si128(_mm_slli_epi16::<3>(q), _mm_set1_epi8(-8));
-        let h2 = _mm_add_epi8(t8(h0), h0);
-        let h3 = _mm_add_epi8(t8(h1), h1);
-        let h4 = _mm_add_epi8(t8(h2), h2);
-        let qh = _mm256_cvtepu8_epi16(_mm_set1_epi32(u32_at(x, tq10::QH) as i32));
-        let mul = _mm256_set_epi16(27, 27, 27, 27, 9, 9, 9, 9, 3, 3, 3, 3, 1, 1, 1, 1);
-        let qh = _mm256_and_si256(_mm256_mullo_epi16(qh, mul), _mm256_set1_epi16(0xff));
-        let h5 = _mm_packus_epi16(
-            _mm256_castsi256_si128(qh),
-            _mm256_extracti128_si256::<1>(qh),
-        );
-        let qy = |off: usize| load256(y, Q8K_QS + off);
-        // the first 32 bytes: five digits each
-        let q0 = load256(x, tq10::QS);
-        let q1 = _mm256_add_epi8(q0, _mm256_add_epi8(q0, q0));
-        let q2 = _mm256_add_epi8(times8(q0), q0);
-        let q3 = _mm256_add_epi8(times8(q1), q1);
-        let q4 = _mm256_add_epi8(times8(q2), q2);
-        let p = |q: __m256i, off: usize| _mm256_maddubs_epi16(top_digit(q), qy(off));
-        let mut sumi0 = _mm256_add_epi16(p(q0, 0), p(q1, 32));
-        let mut sumi1 = _mm256_add_epi16(p(q2, 64), p(q3, 96));
-        let mut sumi2 = p(q4, 128);
-        sumi0 = _mm256_add_epi16(sumi0, p(_mm256_set_m128i(h1, h0), 160));
-        sumi1 = _mm256_add_epi16(sumi1, p(_mm256_set_m128i(h3, h2), 192));
-        sumi2 = _mm256_add_epi16(sumi2, p(_mm256_set_m128i(h5, h4), 224));
-
+        let q = tq10_digits(x);
+        let p = |k: usize| _mm256_maddubs_epi16(q[k], load256(y, Q8K_QS + 32 * k));
+        let sumi0 = _mm256_add_epi16(_mm256_add_epi16(p(0), p(1)), p(5));
+        let sumi1 = _mm256_add_epi16(_mm256_add_epi16(p(2), p(3)), p(6));
+        let sumi2 = _mm256_add_epi16(p(4), p(7));
         let d = f16_times(x, tq10::D, f32_at(y, 0));
         let s = _mm256_sub_epi16(sumi0, load256(y, Q8K_BSUMS));
         let s = _mm256_add_epi16(s, _mm256_add_epi16(sumi1, sumi2));
         let s = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
+    }
+    hsum_ps(acc)
+}
+
+/// [`tq10_avx2`] with AVX-512 VNNI: the products summed into the 32-bit lanes by
+/// `vpdpbusd`, four accumulators of two products each, as [`tq20_vnni`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+fn tq10_vnni(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let q = tq10_digits(x);
+        let p = |k: usize| {
+            let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q[k], load256(y, Q8K_QS + 32 * k));
+            _mm256_dpbusd_epi32(s, q[k + 4], load256(y, Q8K_QS + 32 * (k + 4)))
+        };
+        let s = _mm256_add_epi32(_mm256_add_epi32(p(0), p(1)), _mm256_add_epi32(p(2), p(3)));
+        let b = _mm256_madd_epi16(load256(y, Q8K_BSUMS), _mm256_set1_epi16(1));
+        let d = f16_times(x, tq10::D, f32_at(y, 0));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, b)), d, acc);
     }
     hsum_ps(acc)
 }
