@@ -483,19 +483,35 @@ impl Kernels {
     }
 
     /// The best table for this CPU, chosen once. The environment variable `SLUICE_KERNELS`
-    /// narrows the choice: `scalar` gives [`Kernels::scalar`], `avx2` gives
-    /// [`Kernels::narrow`] (for comparing with a build limited to AVX2); other values are
-    /// ignored. Every table gives the same bits, so the choice changes only the speed.
+    /// narrows the choice: `scalar` gives [`Kernels::scalar`]; the name of one of the CPU's
+    /// narrower SIMD tables ([`Kernels::name`]) gives that table: `avx2` gives
+    /// [`Kernels::narrow`] (for comparing with a build limited to AVX2), and on a CPU with
+    /// AVX-512 for instance `avx2+bmi2` gives [`Kernels::without_wide`] and
+    /// `avx2+avx512vl+bmi2` [`Kernels::without_vnni`]. Other values are ignored. Every table
+    /// gives the same bits, so the choice changes only the speed.
     pub fn detect() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| match std::env::var("SLUICE_KERNELS").as_deref() {
-            Ok("scalar") => Kernels::scalar(),
-            Ok("avx2") => Kernels::narrow(),
-            _ => Kernels::best(
-                Kernels::wide_registers(),
-                Kernels::fast_pdep(),
-                Kernels::vnni_detected(),
-            ),
+        T.get_or_init(|| {
+            let best = || {
+                Kernels::best(
+                    Kernels::wide_registers(),
+                    Kernels::fast_pdep(),
+                    Kernels::vnni_detected(),
+                )
+            };
+            match std::env::var("SLUICE_KERNELS").as_deref() {
+                Ok("scalar") => Kernels::scalar(),
+                Ok("avx2") => Kernels::narrow(),
+                Ok(name) => [
+                    Kernels::without_vnni(),
+                    Kernels::without_wide(),
+                    Kernels::narrow(),
+                ]
+                .into_iter()
+                .find(|k| k.name() == name)
+                .unwrap_or_else(best),
+                Err(_) => best(),
+            }
         })
     }
 

@@ -1316,31 +1316,80 @@ fn iq3s_indices(x: &[u8; iq3s::BYTES]) -> [u64; 16] {
     idx
 }
 
-/// ggml's `mul_add_epi8`: the products of the signed bytes `x` (-1, 0, 1 here) and `y`,
-/// paired in 16-bit lanes (`|x|` times `y` with `x`'s sign).
+/// `2k + 1` in all 32 bytes, `ODD_BYTES[k]`: an IQ1_S group's scale, the unsigned operand
+/// of [`add_scaled`].
+static ODD_BYTES: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        t[k] = [2 * k as u8 + 1; 32];
+        k += 1;
+    }
+    t
+};
+
+/// The IQ1 kernels' products: activations `q8` already carrying the grid's signs (-1, 0, 1 by
+/// `vpsignb`, which keeps -128), times the unsigned scale bytes `sc` (`2s + 1`, at most 15),
+/// added into `acc` as 16-bit lanes: each pair at most `2 · 15 · 128`, so eight groups' worth
+/// fit a lane exactly, and [`lanes16`] pairs them once a block. ggml takes `vpmaddubsw` by the
+/// grid's magnitudes, `vpmaddwd` by the scale and an add, per group: the same integers in the
+/// same 32-bit lanes (elements `4m..4m + 4` in lane `m`), with two instructions fewer.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn mul_add_epi8(x: __m256i, y: __m256i) -> __m256i {
-    _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+fn add_scaled(acc: __m256i, sc: __m256i, q8: __m256i) -> __m256i {
+    _mm256_add_epi16(acc, _mm256_maddubs_epi16(sc, q8))
 }
 
+/// The 32-bit lanes of [`add_scaled`]'s 16-bit ones.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn lanes16(acc: __m256i) -> __m256i {
+    _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
+}
+
+/// [`add_scaled`] with AVX-512 VNNI: one `vpdpbusd` adds the four products of each 32-bit
+/// lane into it.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+fn add_scaled_vnni(acc: __m256i, sc: __m256i, q8: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(acc, sc, q8)
+}
+
+/// The lanes of [`add_scaled_vnni`]: already 32-bit.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn lanes32(acc: __m256i) -> __m256i {
+    acc
+}
+
+/// An IQ1_S kernel: `$grid4` puts a group's grid vector together, `$add` and `$lanes` sum the
+/// products ([`add_scaled`] and [`lanes16`], or the VNNI pair).
 macro_rules! iq1s_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:expr) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:expr, $add:ident, $lanes:ident) => {
 $(#[$doc])*
 #[target_feature(enable = $features)]
 fn $name(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc1 = 0f32;
     for (x, y) in w.iter().zip(a) {
-        let mut sumi = _mm256_setzero_si256();
-        for g in 0..8 {
+        // group `g`'s scale bytes and signed activations
+        let group = |g: usize| {
             let word = u16::from_le_bytes([x[iq1s::QH + 2 * g], x[iq1s::QH + 2 * g + 1]]);
-            let qh = usize::from(word);
             let q1 = $grid4(u32_at(x, iq1s::QS + 4 * g), word);
-            let dot = mul_add_epi8(q1, load256(y, Q8K_QS + 32 * g));
-            let ls = odd_scale((qh >> 12) & 7);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(dot, ls));
+            let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), q1);
+            (load256(&ODD_BYTES[usize::from(word >> 12) & 7], 0), q8)
+        };
+        // two accumulators, even and odd groups: short chains (see `tq20_vnni`); named, not
+        // an array, which a loop the compiler does not unroll would keep in memory
+        let mut even = _mm256_setzero_si256();
+        let mut odd = _mm256_setzero_si256();
+        for p in 0..4 {
+            let (ls, q8) = group(2 * p);
+            even = $add(even, ls, q8);
+            let (ls, q8) = group(2 * p + 1);
+            odd = $add(odd, ls, q8);
         }
+        let sumi = _mm256_add_epi32($lanes(even), $lanes(odd));
         // Σ_g (bsum[2g] + bsum[2g + 1]) · ±(2s_g + 1), the sign the group word's top bit
         let qh = load128(x, iq1s::QH);
         let ls = _mm_or_si128(
@@ -1363,17 +1412,21 @@ iq1s_kernel!(
     /// [`iq1s_avx2_bmi2`] with the indices put together by shifts and masks.
     iq1s_avx2,
     "avx2,fma,f16c",
-    iq1_grid4::<3>
+    iq1_grid4::<3>,
+    add_scaled,
+    lanes16
 );
 iq1s_kernel!(
-    /// IQ1_S as ggml's AVX2 kernel: the grid's -1/0/1 times the activations
-    /// (`mul_add_epi8`), `vpmaddwd` by each group's `2s + 1`, the block's lanes times `d` into
-    /// the accumulators; the shifts from the activation group sums into one f32, added at the
+    /// IQ1_S in the lanes of ggml's AVX2 kernel: the activations with the grid's signs times
+    /// each group's `2s + 1` ([`add_scaled`]), the block's lanes times `d` into the
+    /// accumulators; the shifts from the activation group sums into one f32, added at the
     /// end. The shifts' integer total is one `vpmaddwd` of the group sums by the signed scales.
     /// The grid indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
     iq1s_avx2_bmi2,
     "avx2,fma,f16c,bmi2",
-    iq1_grid4_bmi2::<3>
+    iq1_grid4_bmi2::<3>,
+    add_scaled,
+    lanes16
 );
 
 iq1s_kernel!(
@@ -1381,55 +1434,20 @@ iq1s_kernel!(
     /// ([`narrow_and_wide`]).
     iq1s_avx2_wide,
     "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw",
-    iq1_grid4_bmi2::<3>
+    iq1_grid4_bmi2::<3>,
+    add_scaled,
+    lanes16
 );
 
-/// `2k + 1` in all 32 bytes, `ODD_BYTES[k]`: a group's scale for `vpdpbusd`.
-static ODD_BYTES: [[u8; 32]; 8] = {
-    let mut t = [[0u8; 32]; 8];
-    let mut k = 0;
-    while k < 8 {
-        t[k] = [2 * k as u8 + 1; 32];
-        k += 1;
-    }
-    t
-};
-
-/// [`iq1s_avx2_bmi2`] with AVX-512 VNNI. The grid's -1, 0 and 1 flip, keep or zero the
-/// activations (`vpsignb`, as ggml's `vpsignb` pair does; -128 stays -128), and one
-/// `vpdpbusd` by the group's scale `2s + 1` in every byte adds four of those into each
-/// 32-bit lane: what ggml's `vpmaddubsw` (by the grid's magnitudes), `vpmaddwd` (by the
-/// scale) and add give, the same integers, in two instructions instead of five.
-#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw,avx512vnni")]
-fn iq1s_vnni(w: &[[u8; iq1s::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut acc1 = 0f32;
-    for (x, y) in w.iter().zip(a) {
-        // two accumulators, for short chains (see `tq20_vnni`)
-        let mut sumi = [_mm256_setzero_si256(); 2];
-        for g in 0..8 {
-            let word = u16::from_le_bytes([x[iq1s::QH + 2 * g], x[iq1s::QH + 2 * g + 1]]);
-            let q1 = iq1_grid4_bmi2::<3>(u32_at(x, iq1s::QS + 4 * g), word);
-            let q8 = _mm256_sign_epi8(load256(y, Q8K_QS + 32 * g), q1);
-            let ls = load256(&ODD_BYTES[usize::from(word >> 12) & 7], 0);
-            sumi[g % 2] = _mm256_dpbusd_epi32(sumi[g % 2], ls, q8);
-        }
-        let sumi = _mm256_add_epi32(sumi[0], sumi[1]);
-        // Σ_g (bsum[2g] + bsum[2g + 1]) · ±(2s_g + 1), the sign the group word's top bit
-        let qh = load128(x, iq1s::QH);
-        let ls = _mm_or_si128(
-            _mm_and_si128(_mm_srli_epi16::<11>(qh), _mm_set1_epi16(14)),
-            _mm_set1_epi16(1),
-        );
-        let ls = _mm_sign_epi16(ls, _mm_or_si128(qh, _mm_set1_epi16(1)));
-        let ls = _mm256_set_m128i(_mm_unpackhi_epi16(ls, ls), _mm_unpacklo_epi16(ls, ls));
-        let shifts = hsum_epi32(_mm256_madd_epi16(load256(y, Q8K_BSUMS), ls));
-        let d = f16_times(x, iq1s::D, f32_at(y, 0));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
-        acc1 = _mm256_cvtss_f32(d).mul_add(shifts as f32, acc1);
-    }
-    hsum_ps(acc) + IQ1S_DELTA * acc1
-}
+iq1s_kernel!(
+    /// [`iq1s_avx2_bmi2`] with AVX-512 VNNI's `vpdpbusd` for the products
+    /// ([`add_scaled_vnni`]).
+    iq1s_vnni,
+    "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw,avx512vnni",
+    iq1_grid4_bmi2::<3>,
+    add_scaled_vnni,
+    lanes32
+);
 
 /// The sum of the eight 32-bit lanes (exact: the totals here fit).
 #[inline]
@@ -1441,53 +1459,55 @@ fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(r)
 }
 
+/// An IQ1_M kernel: `$grid4` puts a group's grid vector together, `$add` and `$lanes` sum the
+/// products ([`add_scaled`] and [`lanes16`], or the VNNI pair).
 macro_rules! iq1m_kernel {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:expr) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $grid4:expr, $add:ident, $lanes:ident) => {
 $(#[$doc])*
 #[target_feature(enable = $features)]
 fn $name(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let ones = _mm256_set1_epi8(1);
     let mut acc1 = _mm256_setzero_ps();
     let mut acc2 = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let mut sumi1 = _mm256_setzero_si256();
-        let mut sumi2 = _mm256_setzero_si256();
-        // the 16 scales `2s + 1` as words: the four scale words shifted by 0 and 6 (the
-        // first halves of even and odd groups, low lane), 3 and 9 (second halves, high lane)
+        // the 16 scales `2s + 1` in the low bytes of words: the four scale words shifted by 0
+        // and 6 (the first halves of even and odd groups, low lane), 3 and 9 (second halves,
+        // high lane)
         let sc = _mm256_set1_epi64x(i64::from_le_bytes(x[iq1m::SCALES..].as_chunks::<8>().0[0]));
         let sc = _mm256_srlv_epi64(sc, _mm256_setr_epi64x(0, 6, 3, 9));
         let scales = _mm256_or_si256(
             _mm256_slli_epi16::<1>(_mm256_and_si256(sc, _mm256_set1_epi16(7))),
             _mm256_set1_epi16(1),
         );
-        // group `g` with the control broadcasting its scales' words: (scaled grid products,
-        // scaled shift products)
         let signs = iq1m_shift_signs(x);
+        // group `g` with the control broadcasting its scale bytes: (scale bytes, activations
+        // with the grid's signs, activations with the shifts' signs)
         let group = |g: usize, ctl: __m256i| {
             // the group's four nibbles: three top index bits and the sign, per 8 elements
             let word = u16::from_le_bytes([x[iq1m::QH + 2 * g], x[iq1m::QH + 2 * g + 1]]);
             let q1 = $grid4(u32_at(x, iq1m::QS + 4 * g), word);
             let sg = _mm256_shuffle_epi8(signs, load256(&SIGN_PICK[g], 0));
             let q8 = load256(y, Q8K_QS + 32 * g);
-            let dot1 = mul_add_epi8(q1, q8);
-            let dot2 = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, sg));
             let sc = _mm256_shuffle_epi8(scales, ctl);
-            (_mm256_madd_epi16(dot1, sc), _mm256_madd_epi16(dot2, sc))
+            (sc, _mm256_sign_epi8(q8, q1), _mm256_sign_epi8(q8, sg))
         };
-        // group 2p's scales are word p of each lane, group 2p + 1's word 4 + p
-        let mut ctl = _mm256_set1_epi16(0x0100);
+        // (grid products, shift products), each in two accumulators, even and odd groups:
+        // short chains (see `tq20_vnni`), named (see `iq1s_kernel`)
+        let z = _mm256_setzero_si256();
+        let (mut grid_even, mut grid_odd, mut shift_even, mut shift_odd) = (z, z, z, z);
+        // group 2p's scales are byte 2p of each lane, group 2p + 1's byte 8 + 2p
+        let mut ctl = z;
         for p in 0..4 {
-            for (g, ctl) in [
-                (2 * p, ctl),
-                (2 * p + 1, _mm256_add_epi8(ctl, _mm256_set1_epi8(8))),
-            ] {
-                let (p1, p2) = group(g, ctl);
-                sumi1 = _mm256_add_epi32(sumi1, p1);
-                sumi2 = _mm256_add_epi32(sumi2, p2);
-            }
+            let (sc, q1, sg) = group(2 * p, ctl);
+            grid_even = $add(grid_even, sc, q1);
+            shift_even = $add(shift_even, sc, sg);
+            let (sc, q1, sg) = group(2 * p + 1, _mm256_add_epi8(ctl, _mm256_set1_epi8(8)));
+            grid_odd = $add(grid_odd, sc, q1);
+            shift_odd = $add(shift_odd, sc, sg);
             ctl = _mm256_add_epi8(ctl, _mm256_set1_epi8(2));
         }
         let d = f16_bits_times(iq1m_d_bits(x), f32_at(y, 0));
+        let sumi1 = _mm256_add_epi32($lanes(grid_even), $lanes(grid_odd));
+        let sumi2 = _mm256_add_epi32($lanes(shift_even), $lanes(shift_odd));
         acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);
         acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
     }
@@ -1500,19 +1520,23 @@ iq1m_kernel!(
     /// [`iq1m_avx2_bmi2`] with the indices put together by shifts and masks.
     iq1m_avx2,
     "avx2,fma,f16c",
-    iq1_grid4::<4>
+    iq1_grid4::<4>,
+    add_scaled,
+    lanes16
 );
 iq1m_kernel!(
-    /// IQ1_M as ggml's AVX2 kernel: as [`iq1s_avx2`] with a scale per 16 elements, and the
-    /// shifts as the activations with the shift's sign per 8 elements (`vpsignb`), scaled, in
-    /// lanes and accumulators of their own.
+    /// IQ1_M in the lanes of ggml's AVX2 kernel: as [`iq1s_avx2`] with a scale per 16
+    /// elements, and the shifts as the activations with the shift's sign per 8 elements
+    /// (`vpsignb`), scaled, in lanes and accumulators of their own.
     ///
     /// The shift signs of a group are shuffled out of a vector built once a block
-    /// ([`iq1m_shift_signs`]); the grid
-    /// indices are put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
+    /// ([`iq1m_shift_signs`]), its scales out of one of the block's 16; the grid indices are
+    /// put together with BMI2's `pdep` ([`iq1_grid4_bmi2`]).
     iq1m_avx2_bmi2,
     "avx2,fma,f16c,bmi2",
-    iq1_grid4_bmi2::<4>
+    iq1_grid4_bmi2::<4>,
+    add_scaled,
+    lanes16
 );
 
 iq1m_kernel!(
@@ -1520,52 +1544,20 @@ iq1m_kernel!(
     /// ([`narrow_and_wide`]).
     iq1m_avx2_wide,
     "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw",
-    iq1_grid4_bmi2::<4>
+    iq1_grid4_bmi2::<4>,
+    add_scaled,
+    lanes16
 );
 
-/// [`iq1m_avx2_bmi2`] with AVX-512 VNNI, as [`iq1s_vnni`]: the activations with the grid's
-/// signs (`vpsignb`) and with the shifts' signs, each times the scales of the group's halves
-/// (as bytes: 2s + 1 is at most 15) by one `vpdpbusd` into its accumulator. ggml's
-/// `vpmaddubsw` then `vpmaddwd` pair the same four products of a 32-bit lane under one scale.
-#[target_feature(enable = "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw,avx512vnni")]
-fn iq1m_vnni(w: &[[u8; iq1m::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let mut acc1 = _mm256_setzero_ps();
-    let mut acc2 = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
-        // the 16 scales `2s + 1` in the low bytes of words, laid out as `iq1m_avx2_bmi2`'s
-        let sc = _mm256_set1_epi64x(i64::from_le_bytes(x[iq1m::SCALES..].as_chunks::<8>().0[0]));
-        let sc = _mm256_srlv_epi64(sc, _mm256_setr_epi64x(0, 6, 3, 9));
-        let scales = _mm256_or_si256(
-            _mm256_slli_epi16::<1>(_mm256_and_si256(sc, _mm256_set1_epi16(7))),
-            _mm256_set1_epi16(1),
-        );
-        let signs = iq1m_shift_signs(x);
-        // two accumulators each, for short chains (see `tq20_vnni`)
-        let mut sumi1 = [_mm256_setzero_si256(); 2];
-        let mut sumi2 = [_mm256_setzero_si256(); 2];
-        // group 2p's scales are byte 2p of each lane, group 2p + 1's byte 8 + 2p
-        let mut ctl = _mm256_setzero_si256();
-        for p in 0..4 {
-            for (h, ctl) in [(0, ctl), (1, _mm256_add_epi8(ctl, _mm256_set1_epi8(8)))] {
-                let g = 2 * p + h;
-                let word = u16::from_le_bytes([x[iq1m::QH + 2 * g], x[iq1m::QH + 2 * g + 1]]);
-                let q1 = iq1_grid4_bmi2::<4>(u32_at(x, iq1m::QS + 4 * g), word);
-                let sg = _mm256_shuffle_epi8(signs, load256(&SIGN_PICK[g], 0));
-                let q8 = load256(y, Q8K_QS + 32 * g);
-                let sc = _mm256_shuffle_epi8(scales, ctl);
-                sumi1[h] = _mm256_dpbusd_epi32(sumi1[h], sc, _mm256_sign_epi8(q8, q1));
-                sumi2[h] = _mm256_dpbusd_epi32(sumi2[h], sc, _mm256_sign_epi8(q8, sg));
-            }
-            ctl = _mm256_add_epi8(ctl, _mm256_set1_epi8(2));
-        }
-        let d = f16_bits_times(iq1m_d_bits(x), f32_at(y, 0));
-        let sumi1 = _mm256_add_epi32(sumi1[0], sumi1[1]);
-        let sumi2 = _mm256_add_epi32(sumi2[0], sumi2[1]);
-        acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);
-        acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
-    }
-    hsum_ps(acc1) + IQ1S_DELTA * hsum_ps(acc2)
-}
+iq1m_kernel!(
+    /// [`iq1m_avx2_bmi2`] with AVX-512 VNNI's `vpdpbusd` for the products
+    /// ([`add_scaled_vnni`]).
+    iq1m_vnni,
+    "avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw,avx512vnni",
+    iq1_grid4_bmi2::<4>,
+    add_scaled_vnni,
+    lanes32
+);
 
 /// The grid entries of an IQ1_S or IQ1_M group as one vector: index `l` is byte `l` of `qs`
 /// (the group's four low index bytes) with three bits of the group's word `qh` above it, bits
