@@ -837,12 +837,12 @@ fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
 /// [`tq20_avx2`] with AVX-512 VNNI: each of the eight crumb vectors times its activations by
 /// one `vpdpbusd`, which adds the four products of elements `4m..4m + 4` into 32-bit lane
 /// `m`: the lanes `vpmaddubsw` and `vpmaddwd` pair into, the same integers (no 16-bit lane of
-/// ggml's overflows: at most `4 · 2 · 3 · 127` less the group sums). The group sums are paired
-/// into the same lanes and taken off at the end.
+/// ggml's overflows: eight pair sums of at most `2 · 3 · 128` each, less the group sums). The
+/// group sums are paired into the same lanes and taken off at the end.
 ///
-/// Four accumulators of two products each: chaining all eight (or four) `vpdpbusd` a block
-/// kept up hot, but ran 50 % slower cold on Zen 4, the loads of the weights waiting behind the
-/// chains (docs/performance.md, "VNNI for the ternary types and IQ1").
+/// Four accumulators of two products each: in two chains of four `vpdpbusd` a block, the
+/// kernel kept up hot but ran 50 % slower cold on a Zen 4 (docs/performance.md, "VNNI for the
+/// ternary types and IQ1").
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 fn tq20_vnni(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
@@ -1666,8 +1666,9 @@ fn tq10_digits(x: &[u8; tq10::BYTES]) -> [__m256i; 8] {
     };
     let times3 = |s: __m256i| _mm256_add_epi8(s, _mm256_add_epi8(s, s));
     let flip = _mm256_set1_epi8(-128);
-    // bytes 32..48 (five digits each) twice, and the 4 bytes of four digits times 1, 3, 9 and
-    // 27 (in 16-bit lanes, the low bytes kept), the last 64 elements' pair
+    // bytes 32..48 (five digits each) in both lanes: digits 0 and 1, then 2 and 3, in the low
+    // and high lanes, and digit 4 beside the 4 bytes of `qh` (four digits each) times 1, 3, 9
+    // and 27 (in 16-bit lanes, the low bytes kept)
     let h0 = _mm256_xor_si256(_mm256_broadcastsi128_si256(load128(x, tq10::QS + 32)), flip);
     let h1 = times3(h0);
     // (h0, h1), (h2, h3) in the low and high lanes
