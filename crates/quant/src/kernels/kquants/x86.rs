@@ -847,18 +847,28 @@ fn tq20_avx2(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
 fn tq20_vnni(w: &[[u8; tq20::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let q0 = crumbs(load256(x, tq20::QS));
-        let q1 = crumbs(load256(x, tq20::QS + 32));
-        let p = |k: usize| {
-            let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q0[k], load256(y, Q8K_QS + 32 * k));
-            _mm256_dpbusd_epi32(s, q1[k], load256(y, Q8K_QS + 128 + 32 * k))
-        };
-        let s = _mm256_add_epi32(_mm256_add_epi32(p(0), p(1)), _mm256_add_epi32(p(2), p(3)));
-        let b = _mm256_madd_epi16(load256(y, Q8K_BSUMS), _mm256_set1_epi16(1));
+        let [q0, q1, q2, q3] = crumbs(load256(x, tq20::QS));
+        let [q4, q5, q6, q7] = crumbs(load256(x, tq20::QS + 32));
+        let s = ternary_lanes_vnni([q0, q1, q2, q3, q4, q5, q6, q7], y);
         let d = f16_times(x, tq20::D, f32_at(y, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, b)), d, acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
     }
     hsum_ps(acc)
+}
+
+/// A ternary block's eight 32-bit lanes by `vpdpbusd`: `q[k]` (the stored digits, 0..=2, of
+/// elements `32k..32k + 32`) times the activations, in four accumulators of two products each,
+/// less the activation group sums paired into the same lanes (the digits' offset of -1).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+fn ternary_lanes_vnni(q: [__m256i; 8], y: &Q8KBlock) -> __m256i {
+    let p = |k: usize| {
+        let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q[k], load256(y, Q8K_QS + 32 * k));
+        _mm256_dpbusd_epi32(s, q[k + 4], load256(y, Q8K_QS + 32 * (k + 4)))
+    };
+    let s = _mm256_add_epi32(_mm256_add_epi32(p(0), p(1)), _mm256_add_epi32(p(2), p(3)));
+    let b = _mm256_madd_epi16(load256(y, Q8K_BSUMS), _mm256_set1_epi16(1));
+    _mm256_sub_epi32(s, b)
 }
 
 narrow_and_wide! {
@@ -1724,20 +1734,14 @@ fn tq10_avx2(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
 }
 
 /// [`tq10_avx2`] with AVX-512 VNNI: the products summed into the 32-bit lanes by
-/// `vpdpbusd`, four accumulators of two products each, as [`tq20_vnni`].
+/// `vpdpbusd` ([`ternary_lanes_vnni`]), as [`tq20_vnni`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 fn tq10_vnni(w: &[[u8; tq10::BYTES]], a: &[Q8KBlock]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let q = tq10_digits(x);
-        let p = |k: usize| {
-            let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q[k], load256(y, Q8K_QS + 32 * k));
-            _mm256_dpbusd_epi32(s, q[k + 4], load256(y, Q8K_QS + 32 * (k + 4)))
-        };
-        let s = _mm256_add_epi32(_mm256_add_epi32(p(0), p(1)), _mm256_add_epi32(p(2), p(3)));
-        let b = _mm256_madd_epi16(load256(y, Q8K_BSUMS), _mm256_set1_epi16(1));
+        let s = ternary_lanes_vnni(tq10_digits(x), y);
         let d = f16_times(x, tq10::D, f32_at(y, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, b)), d, acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
     }
     hsum_ps(acc)
 }
