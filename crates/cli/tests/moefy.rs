@@ -52,10 +52,7 @@ fn sorted_rows(data: &[u8], row: usize) -> Vec<&[u8]> {
 fn at_k_equal_e_the_moefied_model_gives_the_dense_logits() {
     let dir = tempfile::tempdir().expect("tempdir");
     let calib = calib_ids(dir.path());
-    for (arch, moe_arch) in [
-        ("llama", model::Arch::Llama),
-        ("qwen2", model::Arch::Qwen2Moe),
-    ] {
+    for (arch, moe_arch) in [("llama", "llama"), ("qwen2", "qwen2moe")] {
         for grouping in ["activation", "gate"] {
             let dense = dir.path().join(format!("{arch}.gguf"));
             let moe = dir.path().join(format!("{arch}-{grouping}-4x4.gguf"));
@@ -74,7 +71,10 @@ fn at_k_equal_e_the_moefied_model_gives_the_dense_logits() {
             );
 
             let file = GgufFile::open(&moe).expect("open");
-            assert_eq!(Model::from_gguf(&file).expect("model").arch(), moe_arch);
+            assert_eq!(
+                Model::from_gguf(&file).expect("model").arch().name(),
+                moe_arch
+            );
             let src = GgufFile::open(&dense).expect("open dense");
             for il in 0..2 {
                 let t = |n: &str| {

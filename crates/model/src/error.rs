@@ -1,6 +1,6 @@
 //! Errors of loading a model's architecture, hyperparameters and tensor table.
 
-use crate::arch::SUPPORTED_ARCHS;
+use crate::arch::supported_archs;
 
 /// Why a GGUF file cannot be used as a model of a supported architecture.
 ///
@@ -9,7 +9,7 @@ use crate::arch::SUPPORTED_ARCHS;
 #[non_exhaustive]
 pub enum ModelError {
     /// `general.architecture` names an architecture this crate does not implement.
-    #[error("unsupported architecture '{0}' (supported: {SUPPORTED_ARCHS})")]
+    #[error("unsupported architecture '{0}' (supported: {list})", list = supported_archs())]
     UnsupportedArch(String),
 
     /// A required metadata key is absent.

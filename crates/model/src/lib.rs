@@ -13,18 +13,20 @@
 mod arch;
 mod error;
 mod hparams;
+mod kv;
 mod model;
+mod params;
 mod tensors;
 
 pub use arch::{
-    Arch, ExpertGating, FfnAct, QDim, QkNorm, RopeType, SUPPORTED_ARCHS, SharedExperts,
+    Arch, ExpertGating, Features, FfnAct, QDim, QkNorm, RopeType, SharedExperts, supported_archs,
 };
 pub use error::ModelError;
-pub use hparams::{
+pub use model::{Model, arch_of, human_bytes};
+pub use params::{
     HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Rope, RopeScalingType,
     Ssm,
 };
-pub use model::{Model, arch_of, human_bytes};
 pub use tensors::{
     Attn, DenseFfn, ExpertSlice, Ffn, GdnTensors, GemmaLayer, GemmaMoe, LayerTensors, MhaTensors,
     MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert,

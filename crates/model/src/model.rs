@@ -6,7 +6,7 @@ use gguf::{GgufError, GgufFile, TensorInfo};
 
 use crate::arch::{Arch, QkNorm, RopeType, SharedExperts};
 use crate::error::ModelError;
-use crate::hparams::{HParams, KEY_ARCH, RopeScalingType};
+use crate::params::{HParams, KEY_ARCH, RopeScalingType};
 use crate::tensors::{Ffn, ModelTensors};
 
 /// A model over an opened GGUF file. Nothing is copied: every tensor role points into the
@@ -51,6 +51,14 @@ pub fn human_bytes(n: u64, decimals: usize) -> String {
         format!("{n} B")
     } else {
         format!("{v:.decimals$} {}", UNITS[u])
+    }
+}
+
+/// A per-layer value as one number when every layer has it, else the list.
+fn per_layer_text(p: &crate::params::PerLayer) -> String {
+    match p.uniform() {
+        Some(v) => v.to_string(),
+        None => format!("{:?}", p.as_slice()),
     }
 }
 
@@ -120,10 +128,23 @@ impl<'a> Model<'a> {
 
     /// A multi-line human-readable description (for `sluice inspect`).
     pub fn summary(&self) -> String {
-        let hp = &self.hparams;
         let mut s = String::new();
+        self.describe_head(&mut s);
+        self.describe_attention(&mut s);
+        self.describe_mla(&mut s);
+        self.hparams.arch.def().describe(self, &mut s);
+        self.describe_ssm(&mut s);
+        self.describe_rope(&mut s);
+        self.describe_ffn(&mut s);
+        self.describe_weights(&mut s);
+        s
+    }
+
+    /// The architecture, name and sizes.
+    fn describe_head(&self, s: &mut String) {
+        let hp = &self.hparams;
         let _ = writeln!(
-            s,
+            *s,
             "arch: {}{}",
             hp.arch,
             self.name
@@ -132,7 +153,7 @@ impl<'a> Model<'a> {
                 .unwrap_or_default()
         );
         let _ = writeln!(
-            s,
+            *s,
             "layers: {} ({} MoE, {} dense), n_embd {}, vocab {}, context {}",
             hp.n_layer,
             hp.n_moe_layers(),
@@ -141,19 +162,20 @@ impl<'a> Model<'a> {
             hp.n_vocab,
             hp.n_ctx_train
         );
-        let per_layer = |p: &crate::hparams::PerLayer| match p.uniform() {
-            Some(v) => v.to_string(),
-            None => format!("{:?}", p.as_slice()),
-        };
+    }
+
+    /// The attention heads and norms.
+    fn describe_attention(&self, s: &mut String) {
+        let hp = &self.hparams;
         let _ = writeln!(
-            s,
+            *s,
             "attention: {} heads, {} kv heads, head dim {}, qk-norm {}, rms eps {:e}",
-            per_layer(&hp.n_head),
-            per_layer(&hp.n_head_kv),
+            per_layer_text(&hp.n_head),
+            per_layer_text(&hp.n_head_kv),
             hp.head_dim_k,
             match hp.qk_norm {
                 QkNorm::None => "none".to_owned(),
-                QkNorm::PerHead if hp.arch.qk_norm_optional() => {
+                QkNorm::PerHead if hp.features.qk_norm_optional => {
                     let with = self
                         .tensors
                         .layers
@@ -168,6 +190,11 @@ impl<'a> Model<'a> {
             },
             hp.rms_eps
         );
+    }
+
+    /// Multi-head latent attention's sizes, where the model has it.
+    fn describe_mla(&self, s: &mut String) {
+        let hp = &self.hparams;
         if let Some(m) = &hp.mla {
             let n_rot = hp.rope.n_rot;
             let n_head = hp.n_head.max();
@@ -207,50 +234,11 @@ impl<'a> Model<'a> {
                 m.head_dim_v
             );
         }
-        if hp.arch.is_gemma4() {
-            let n_swa_layers = (0..hp.n_layer as usize)
-                .filter(|&il| hp.is_swa_layer(il))
-                .count();
-            let _ = writeln!(
-                s,
-                "layer types: {} sliding-window (window {}, heads of {}, rope over {} base {}), {} full (heads of {}, rope over {} base {}{}); attention scale 1, V = rms_norm(V){}; a dense GEGLU MLP in every layer{}{}",
-                n_swa_layers,
-                hp.n_swa,
-                hp.head_dim_k_swa,
-                hp.rope.n_rot_swa,
-                hp.rope.freq_base_swa,
-                hp.n_layer as usize - n_swa_layers,
-                hp.head_dim_k,
-                hp.rope.n_rot,
-                hp.rope.freq_base,
-                if self.tensors.rope_freqs.is_some() {
-                    ", divided per frequency by rope_freqs"
-                } else {
-                    ""
-                },
-                if self
-                    .tensors
-                    .layers
-                    .iter()
-                    .filter_map(|l| l.mha())
-                    .any(|a| a.wv.is_none())
-                {
-                    ", V = K where attn_v is absent"
-                } else {
-                    ""
-                },
-                if hp.n_expert > 0 {
-                    ", experts beside it"
-                } else {
-                    ""
-                },
-                if hp.logit_softcap != 0.0 {
-                    format!("; logits soft-capped at {}", hp.logit_softcap)
-                } else {
-                    String::new()
-                }
-            );
-        }
+    }
+
+    /// The linear-attention layers of a hybrid stack.
+    fn describe_ssm(&self, s: &mut String) {
+        let hp = &self.hparams;
         if let Some(ssm) = &hp.ssm {
             let n_rec = (0..hp.n_layer as usize)
                 .filter(|&il| hp.is_recurrent(il))
@@ -272,6 +260,11 @@ impl<'a> Model<'a> {
                 hp.rope.sections,
             );
         }
+    }
+
+    /// The rotary embedding.
+    fn describe_rope(&self, s: &mut String) {
+        let hp = &self.hparams;
         let scaling = if hp.rope.freq_scale == 1.0 && hp.rope.yarn_ext_factor == 0.0 {
             "off".to_owned()
         } else {
@@ -287,7 +280,7 @@ impl<'a> Model<'a> {
             )
         };
         let _ = writeln!(
-            s,
+            *s,
             "rope: {} over {} dims{}, base {}, scaling {scaling}",
             match hp.rope.ty {
                 RopeType::Norm => "norm",
@@ -301,12 +294,17 @@ impl<'a> Model<'a> {
             },
             hp.rope.freq_base,
         );
+    }
+
+    /// The experts (or the dense FFN).
+    fn describe_ffn(&self, s: &mut String) {
+        let hp = &self.hparams;
         if hp.n_expert > 0 {
             let _ = writeln!(
                 s,
                 "experts: {} per layer, {} used per token, width {}, router {}{}{} -> top-k{}{}{}",
                 hp.n_expert,
-                per_layer(&hp.n_expert_used),
+                per_layer_text(&hp.n_expert_used),
                 hp.n_ff_exp.max(),
                 hp.expert_gating.name(),
                 {
@@ -335,7 +333,7 @@ impl<'a> Model<'a> {
                 } else {
                     String::new()
                 },
-                match hp.arch.shared_experts() {
+                match hp.features.shared_experts {
                     _ if hp.n_expert_shared == 0 => String::new(),
                     SharedExperts::Gated =>
                         format!(", shared expert width {} (sigmoid gate)", hp.n_ff_shexp),
@@ -346,13 +344,18 @@ impl<'a> Model<'a> {
                 }
             );
             if hp.n_layer_dense_lead > 0 {
-                let _ = writeln!(s, "leading dense layers: {}", hp.n_layer_dense_lead);
+                let _ = writeln!(*s, "leading dense layers: {}", hp.n_layer_dense_lead);
             }
         } else {
-            let _ = writeln!(s, "ffn: dense, width {}", per_layer(&hp.n_ff));
+            let _ = writeln!(*s, "ffn: dense, width {}", per_layer_text(&hp.n_ff));
         }
+    }
+
+    /// The output, the weight bytes, NextN layers and each layer's experts.
+    fn describe_weights(&self, s: &mut String) {
+        let hp = &self.hparams;
         let _ = writeln!(
-            s,
+            *s,
             "output: {}",
             if self.tensors.output_tied {
                 "tied to token_embd"
@@ -364,7 +367,7 @@ impl<'a> Model<'a> {
             .map(|il| self.expert_bytes(il))
             .sum();
         let _ = writeln!(
-            s,
+            *s,
             "weights: {} resident (non-expert), {} routed experts",
             human_bytes(self.dense_bytes(), 2),
             human_bytes(expert_total, 2)
@@ -406,7 +409,6 @@ impl<'a> Model<'a> {
                 );
             }
         }
-        s
     }
 }
 

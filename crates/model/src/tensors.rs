@@ -5,9 +5,9 @@ use std::collections::HashSet;
 
 use gguf::{GgufFile, TensorInfo};
 
-use crate::arch::{Arch, QkNorm, SharedExperts};
+use crate::arch::Globals;
 use crate::error::ModelError;
-use crate::hparams::{HParams, Mla, Ssm};
+use crate::params::HParams;
 
 /// A tensor of the file: name, type, dims (ggml order, ne0 first), offset and shard. Its bytes
 /// are borrowed from the mapped file with [`GgufFile::tensor_data`].
@@ -458,7 +458,7 @@ impl MoeFfn<'_> {
 }
 
 /// Tensors looked up in the file, with the set of names used.
-struct Loader<'a> {
+pub(crate) struct Loader<'a> {
     file: &'a GgufFile,
     used: HashSet<&'a str>,
 }
@@ -469,7 +469,11 @@ fn same_shape(expected: &[u64], got: &[u64]) -> bool {
 }
 
 impl<'a> Loader<'a> {
-    fn find(&mut self, name: &str, dims: &[u64]) -> Result<Option<Tensor<'a>>, ModelError> {
+    pub(crate) fn find(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+    ) -> Result<Option<Tensor<'a>>, ModelError> {
         let Some(t) = self.file.tensor(name) else {
             return Ok(None);
         };
@@ -484,16 +488,20 @@ impl<'a> Loader<'a> {
         Ok(Some(t))
     }
 
-    fn req(&mut self, name: &str, dims: &[u64]) -> Result<Tensor<'a>, ModelError> {
+    pub(crate) fn req(&mut self, name: &str, dims: &[u64]) -> Result<Tensor<'a>, ModelError> {
         self.find(name, dims)?
             .ok_or_else(|| ModelError::MissingTensor(name.to_owned()))
     }
 
-    fn opt(&mut self, name: &str, dims: &[u64]) -> Result<Option<Tensor<'a>>, ModelError> {
+    pub(crate) fn opt(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+    ) -> Result<Option<Tensor<'a>>, ModelError> {
         self.find(name, dims)
     }
 
-    fn exists(&self, name: &str) -> bool {
+    pub(crate) fn exists(&self, name: &str) -> bool {
         self.file.tensor(name).is_some()
     }
 }
@@ -512,12 +520,13 @@ impl<'a> ModelTensors<'a> {
             used: HashSet::new(),
         };
         let arch = hp.arch;
+        let def = arch.def();
         let n_embd = u64::from(hp.n_embd);
         let n_vocab = u64::from(hp.n_vocab);
 
         let token_embd = ld.req("token_embd.weight", &[n_embd, n_vocab])?;
         let output_norm = ld.req("output_norm.weight", &[n_embd])?;
-        let (output, output_tied) = if arch.output_required() {
+        let (output, output_tied) = if def.output_required() {
             (ld.req("output.weight", &[n_embd, n_vocab])?, false)
         } else {
             match ld.opt("output.weight", &[n_embd, n_vocab])? {
@@ -525,23 +534,14 @@ impl<'a> ModelTensors<'a> {
                 None => (token_embd, true),
             }
         };
-        let output_bias = if arch == Arch::Qwen2 {
-            ld.opt("output.bias", &[n_vocab])?
-        } else {
-            None
-        };
-        let rope_freqs = if arch == Arch::Llama {
-            ld.opt("rope_freqs.weight", &[u64::from(hp.rope.n_rot / 2)])?
-        } else if arch.is_gemma4() && (0..hp.n_layer as usize).any(|il| !hp.is_swa_layer(il)) {
-            // the full-attention layers' proportional rope (one tensor for all of them)
-            Some(ld.req("rope_freqs.weight", &[u64::from(hp.head_dim_k / 2)])?)
-        } else {
-            None
-        };
+        let Globals {
+            output_bias,
+            rope_freqs,
+        } = def.globals(&mut ld, hp)?;
 
         let mut layers = Vec::with_capacity(hp.n_layer as usize);
         for il in 0..hp.n_layer as usize {
-            layers.push(layer(&mut ld, hp, il)?);
+            layers.push(def.layer(&mut ld, hp, il)?);
         }
         let mut nextn = Vec::new();
         for il in hp.n_layer as usize..hp.n_layer_all() as usize {
@@ -594,7 +594,7 @@ fn nextn_layer<'a>(
     let n = |s: &str| format!("blk.{il}.{s}");
     let e = u64::from(hp.n_embd);
     let v = u64::from(hp.n_vocab);
-    let block = layer(ld, hp, il)?;
+    let block = hp.arch.def().layer(ld, hp, il)?;
     Ok(Some(NextNTensors {
         layer: il,
         block,
@@ -605,297 +605,4 @@ fn nextn_layer<'a>(
         shared_head_head: ld.opt(&n("nextn.shared_head_head.weight"), &[e, v])?,
         shared_head_norm: ld.opt(&n("nextn.shared_head_norm.weight"), &[e])?,
     }))
-}
-
-/// The q/k/v projections of multi-head attention in layer `il`.
-fn mha<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<MhaTensors<'a>, ModelError> {
-    let n = |s: &str| format!("blk.{il}.{s}");
-    let n_embd = u64::from(hp.n_embd);
-    let n_q = u64::from(hp.n_embd_q(il));
-    let n_k = u64::from(hp.n_embd_k_gqa(il));
-    let n_v = u64::from(hp.n_embd_v_gqa(il));
-
-    let qkv = n("attn_qkv.weight");
-    if ld.exists(&qkv) && !ld.exists(&n("attn_q.weight")) {
-        return Err(ModelError::FusedLayout {
-            name: qkv,
-            layout: "attn_qkv",
-        });
-    }
-    let wq = ld.req(&n("attn_q.weight"), &[n_embd, n_q])?;
-    let wk = ld.req(&n("attn_k.weight"), &[n_embd, n_k])?;
-    let wv = if hp.arch.is_gemma4() {
-        ld.opt(&n("attn_v.weight"), &[n_embd, n_v])?
-    } else {
-        Some(ld.req(&n("attn_v.weight"), &[n_embd, n_v])?)
-    };
-    let bq = ld.opt(&n("attn_q.bias"), &[n_q])?;
-    let bk = ld.opt(&n("attn_k.bias"), &[n_k])?;
-    let bv = ld.opt(&n("attn_v.bias"), &[n_v])?;
-    let (q_norm, k_norm) = match hp.qk_norm {
-        QkNorm::None => (None, None),
-        QkNorm::PerHead if hp.arch.qk_norm_optional() => {
-            let d = u64::from(hp.head_dim_k_at(il));
-            (
-                ld.opt(&n("attn_q_norm.weight"), &[d])?,
-                ld.opt(&n("attn_k_norm.weight"), &[d])?,
-            )
-        }
-        QkNorm::PerHead => {
-            let d = u64::from(hp.head_dim_k_at(il));
-            (
-                Some(ld.req(&n("attn_q_norm.weight"), &[d])?),
-                Some(ld.req(&n("attn_k_norm.weight"), &[d])?),
-            )
-        }
-        QkNorm::Whole => (
-            Some(ld.req(&n("attn_q_norm.weight"), &[n_embd])?),
-            Some(ld.req(&n("attn_k_norm.weight"), &[n_embd])?),
-        ),
-    };
-    Ok(MhaTensors {
-        wq,
-        wk,
-        wv,
-        bq,
-        bk,
-        bv,
-        q_norm,
-        k_norm,
-    })
-}
-
-/// The projections of multi-head latent attention in layer `il`, as llama.cpp's deepseek2
-/// loader shapes them.
-fn mla<'a>(
-    ld: &mut Loader<'a>,
-    hp: &HParams,
-    m: &Mla,
-    il: usize,
-) -> Result<MlaTensors<'a>, ModelError> {
-    let n = |s: &str| format!("blk.{il}.{s}");
-    let n_embd = u64::from(hp.n_embd);
-    let n_head = u64::from(hp.n_head.at(il));
-    let n_rot = u64::from(hp.rope.n_rot);
-    let (k, v, r) = (
-        u64::from(m.head_dim_k),
-        u64::from(m.head_dim_v),
-        u64::from(m.kv_lora_rank),
-    );
-    let nope = k - n_rot;
-    let q = if m.q_lora_rank > 0 {
-        let ql = u64::from(m.q_lora_rank);
-        MlaQuery::LowRank {
-            a_norm: ld.req(&n("attn_q_a_norm.weight"), &[ql])?,
-            a: ld.req(&n("attn_q_a.weight"), &[n_embd, ql])?,
-            b: ld.req(&n("attn_q_b.weight"), &[ql, n_head * k])?,
-        }
-    } else {
-        MlaQuery::Direct(ld.req(&n("attn_q.weight"), &[n_embd, n_head * k])?)
-    };
-    let kv_a_norm = ld.req(&n("attn_kv_a_norm.weight"), &[r])?;
-    let kv_a_mqa = ld.req(&n("attn_kv_a_mqa.weight"), &[n_embd, r + n_rot])?;
-    let kv_b = if m.absorbed {
-        MlaKvB::Absorbed {
-            k_b: ld.req(&n("attn_k_b.weight"), &[nope, r, n_head])?,
-            v_b: ld.req(&n("attn_v_b.weight"), &[r, v, n_head])?,
-        }
-    } else {
-        MlaKvB::Legacy(ld.req(&n("attn_kv_b.weight"), &[r, n_head * (nope + v)])?)
-    };
-    Ok(MlaTensors {
-        q,
-        kv_a_mqa,
-        kv_a_norm,
-        kv_b,
-    })
-}
-
-/// The tensors of linear-attention layer `il`.
-fn gdn<'a>(
-    ld: &mut Loader<'a>,
-    ssm: &Ssm,
-    n_embd: u64,
-    il: usize,
-) -> Result<GdnTensors<'a>, ModelError> {
-    let n = |s: &str| format!("blk.{il}.{s}");
-    let hv = u64::from(ssm.n_v_heads);
-    Ok(GdnTensors {
-        qkv: ld.req(
-            &n("attn_qkv.weight"),
-            &[n_embd, u64::from(ssm.conv_channels())],
-        )?,
-        gate: ld.req(
-            &n("attn_gate.weight"),
-            &[n_embd, u64::from(ssm.value_dim())],
-        )?,
-        conv1d: ld.req(
-            &n("ssm_conv1d.weight"),
-            &[u64::from(ssm.d_conv), u64::from(ssm.conv_channels())],
-        )?,
-        dt_bias: ld.req(&n("ssm_dt.bias"), &[hv])?,
-        a: ld.req(&n("ssm_a"), &[hv])?,
-        beta: ld.req(&n("ssm_beta.weight"), &[n_embd, hv])?,
-        alpha: ld.req(&n("ssm_alpha.weight"), &[n_embd, hv])?,
-        norm: ld.req(&n("ssm_norm.weight"), &[u64::from(ssm.d_state)])?,
-    })
-}
-
-fn layer<'a>(ld: &mut Loader<'a>, hp: &HParams, il: usize) -> Result<LayerTensors<'a>, ModelError> {
-    let arch = hp.arch;
-    let n = |s: &str| format!("blk.{il}.{s}");
-    let n_embd = u64::from(hp.n_embd);
-
-    let attn_norm = ld.req(&n("attn_norm.weight"), &[n_embd])?;
-    let attn = match (&hp.mla, &hp.ssm) {
-        (Some(m), _) => Attn::Mla(mla(ld, hp, m, il)?),
-        (None, Some(ssm)) if hp.is_recurrent(il) => Attn::Gdn(gdn(ld, ssm, n_embd, il)?),
-        _ => Attn::Mha(mha(ld, hp, il)?),
-    };
-    let wo_name = if matches!(attn, Attn::Gdn(_)) {
-        "ssm_out.weight"
-    } else {
-        "attn_output.weight"
-    };
-    let wo = ld.req(&n(wo_name), &[u64::from(hp.n_embd_out(il)), n_embd])?;
-    let bo = match arch {
-        Arch::Llama => ld.opt(&n("attn_output.bias"), &[n_embd])?,
-        Arch::GptOss => Some(ld.req(&n("attn_output.bias"), &[n_embd])?),
-        _ => None,
-    };
-    let attn_sinks = if arch.is_gpt_oss() {
-        Some(ld.req(&n("attn_sinks.weight"), &[u64::from(hp.n_head.at(il))])?)
-    } else {
-        None
-    };
-    let ffn_norm = if arch.post_attention_norm() {
-        ld.req(&n("post_attention_norm.weight"), &[n_embd])?
-    } else {
-        ld.req(&n("ffn_norm.weight"), &[n_embd])?
-    };
-
-    let dense = |ld: &mut Loader<'a>| -> Result<DenseFfn<'a>, ModelError> {
-        let n_ff = u64::from(hp.n_ff.at(il));
-        let gate = ld.req(&n("ffn_gate.weight"), &[n_embd, n_ff])?;
-        let down = ld.req(&n("ffn_down.weight"), &[n_ff, n_embd])?;
-        let up = ld.req(&n("ffn_up.weight"), &[n_embd, n_ff])?;
-        let (gate_b, down_b, up_b) = if arch == Arch::Llama {
-            (
-                ld.opt(&n("ffn_gate.bias"), &[n_ff])?,
-                ld.opt(&n("ffn_down.bias"), &[n_embd])?,
-                ld.opt(&n("ffn_up.bias"), &[n_ff])?,
-            )
-        } else {
-            (None, None, None)
-        };
-        Ok(DenseFfn {
-            gate,
-            up,
-            down,
-            gate_b,
-            up_b,
-            down_b,
-        })
-    };
-    let gemma = if arch.is_gemma4() {
-        let moe = if hp.stored_layer_has_experts(il) {
-            Some(GemmaMoe {
-                mlp: dense(ld)?,
-                post_norm_1: ld.req(&n("post_ffw_norm_1.weight"), &[n_embd])?,
-                pre_norm_2: ld.req(&n("pre_ffw_norm_2.weight"), &[n_embd])?,
-                post_norm_2: ld.req(&n("post_ffw_norm_2.weight"), &[n_embd])?,
-                router_scale: ld.req(&n("ffn_gate_inp.scale"), &[n_embd])?,
-                down_scale: ld.opt(&n("ffn_down_exps.scale"), &[u64::from(hp.n_expert)])?,
-            })
-        } else {
-            None
-        };
-        Some(GemmaLayer {
-            post_attn_norm: ld.req(&n("post_attention_norm.weight"), &[n_embd])?,
-            post_ffn_norm: ld.req(&n("post_ffw_norm.weight"), &[n_embd])?,
-            out_scale: ld.opt(&n("layer_output_scale.weight"), &[1])?,
-            moe,
-        })
-    } else {
-        None
-    };
-    let ffn = if hp.stored_layer_has_experts(il) {
-        let n_expert = u64::from(hp.n_expert);
-        let n_ff_exp = u64::from(hp.n_ff_exp.at(il));
-        let gate_up = n("ffn_gate_up_exps.weight");
-        let fused_gate_up = ld.exists(&gate_up);
-        if fused_gate_up && !arch.allows_fused_gate_up() {
-            return Err(ModelError::FusedLayout {
-                name: gate_up,
-                layout: "ffn_gate_up_exps",
-            });
-        }
-        let router = ld.req(&n("ffn_gate_inp.weight"), &[n_embd, n_expert])?;
-        // as llama.cpp: a fused tensor, when present, is taken instead of gate and up
-        let (gate_exps, up_exps) = if fused_gate_up {
-            let t = ld.req(&gate_up, &[n_embd, 2 * n_ff_exp, n_expert])?;
-            (t, t)
-        } else {
-            (
-                ld.req(&n("ffn_gate_exps.weight"), &[n_embd, n_ff_exp, n_expert])?,
-                ld.req(&n("ffn_up_exps.weight"), &[n_embd, n_ff_exp, n_expert])?,
-            )
-        };
-        let down_exps = ld.req(&n("ffn_down_exps.weight"), &[n_ff_exp, n_embd, n_expert])?;
-        let w = u64::from(hp.n_ff_shexp_at(il));
-        let shared = match arch.shared_experts() {
-            SharedExperts::None => None,
-            SharedExperts::Counted if w == 0 => None,
-            kind => Some(SharedExpert {
-                gate_inp: match kind {
-                    SharedExperts::Gated => {
-                        Some(ld.req(&n("ffn_gate_inp_shexp.weight"), &[n_embd])?)
-                    }
-                    _ => None,
-                },
-                gate: ld.req(&n("ffn_gate_shexp.weight"), &[n_embd, w])?,
-                down: ld.req(&n("ffn_down_shexp.weight"), &[w, n_embd])?,
-                up: ld.req(&n("ffn_up_shexp.weight"), &[n_embd, w])?,
-            }),
-        };
-        let selection_bias = match arch.selection_bias() {
-            Some(true) => Some(ld.req(&n("exp_probs_b.bias"), &[n_expert])?),
-            Some(false) => ld.opt(&n("exp_probs_b.bias"), &[n_expert])?,
-            None => None,
-        };
-        let biases = if arch.is_gpt_oss() {
-            Some(MoeBiases {
-                router: ld.req(&n("ffn_gate_inp.bias"), &[n_expert])?,
-                gate: ld.req(&n("ffn_gate_exps.bias"), &[n_ff_exp, n_expert])?,
-                up: ld.req(&n("ffn_up_exps.bias"), &[n_ff_exp, n_expert])?,
-                down: ld.req(&n("ffn_down_exps.bias"), &[n_embd, n_expert])?,
-            })
-        } else {
-            None
-        };
-        Ffn::Moe(MoeFfn {
-            router,
-            gate_exps,
-            up_exps,
-            fused_gate_up,
-            down_exps,
-            n_expert: hp.n_expert,
-            shared,
-            selection_bias,
-            biases,
-        })
-    } else {
-        Ffn::Dense(dense(ld)?)
-    };
-
-    Ok(LayerTensors {
-        attn_norm,
-        attn,
-        wo,
-        bo,
-        attn_sinks,
-        ffn_norm,
-        ffn,
-        gemma,
-    })
 }

@@ -1,0 +1,316 @@
+//! The supported architectures: one module each, behind [`ArchDef`], over shared readers
+//! ([`keys`]) and tensor builders ([`blocks`]).
+//!
+//! An architecture's module says which keys it reads beyond the common ones (`hparams.rs`),
+//! its per-layer tensor roles and shapes, and the [`Features`] it switches on: the graph rules
+//! the forward pass reads, so that the engine never asks which architecture it runs. Adding one
+//! is a new file here and its name in [`registry!`]'s list (`docs/adding-an-architecture.md`).
+
+pub(crate) mod blocks;
+pub(crate) mod keys;
+
+use crate::error::ModelError;
+use crate::kv::Kv;
+use crate::model::Model;
+use crate::params::HParams;
+use crate::tensors::{LayerTensors, Loader, Tensor};
+
+/// What an architecture defines: its name, its graph rules, its keys and its tensors.
+pub(crate) trait ArchDef: Sync {
+    /// The GGUF name (`general.architecture`), also the prefix of its metadata keys.
+    fn name(&self) -> &'static str;
+
+    /// The graph rules it switches on.
+    fn features(&self) -> Features;
+
+    /// Reads the keys beyond the common ones (experts, attention variants, windows…) into
+    /// `hp`, which holds the common ones, and checks them.
+    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError>;
+
+    /// True when `output.weight` must be present; otherwise the head falls back to
+    /// `token_embd.weight`.
+    fn output_required(&self) -> bool {
+        false
+    }
+
+    /// The model-wide tensors beyond the embedding, the output norm and the output.
+    fn globals<'a>(&self, _ld: &mut Loader<'a>, _hp: &HParams) -> Result<Globals<'a>, ModelError> {
+        Ok(Globals::default())
+    }
+
+    /// The tensors of stored layer `il` (a trunk layer, or the block of a NextN layer).
+    fn layer<'a>(
+        &self,
+        ld: &mut Loader<'a>,
+        hp: &HParams,
+        il: usize,
+    ) -> Result<LayerTensors<'a>, ModelError>;
+
+    /// Lines of `sluice inspect` that only this architecture has (its layer types).
+    fn describe(&self, _m: &Model<'_>, _out: &mut String) {}
+}
+
+/// Model-wide tensors an architecture may have.
+#[derive(Debug, Default)]
+pub(crate) struct Globals<'a> {
+    /// `output.bias` `{n_vocab}`.
+    pub(crate) output_bias: Option<Tensor<'a>>,
+    /// `rope_freqs.weight`: per-frequency rope divisors shared by every layer.
+    pub(crate) rope_freqs: Option<Tensor<'a>>,
+}
+
+/// Declares the architecture modules and the registry that lists them, in one list: adding
+/// an architecture adds its module's name here.
+macro_rules! registry {
+    ($($m:ident),* $(,)?) => {
+        $(mod $m;)*
+        /// Every supported architecture, in the order messages list them.
+        static REGISTRY: &[&dyn ArchDef] = &[$(&$m::ARCH),*];
+    };
+}
+
+registry![
+    qwen3moe, qwen2moe, olmoe, gpt_oss, glm4moe, deepseek2, gemma4, qwen35moe, llama, qwen2, qwen3,
+];
+
+/// A model architecture, from `general.architecture`: a handle on its module.
+#[derive(Clone, Copy)]
+pub struct Arch(&'static dyn ArchDef);
+
+impl Arch {
+    /// Every supported architecture.
+    pub fn all() -> impl Iterator<Item = Arch> {
+        REGISTRY.iter().map(|&d| Arch(d))
+    }
+
+    /// The architecture named `name` (the value of `general.architecture`).
+    pub fn from_name(name: &str) -> Result<Arch, ModelError> {
+        Arch::all()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| ModelError::UnsupportedArch(name.to_owned()))
+    }
+
+    /// The GGUF name, which is also the prefix of its metadata keys.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// The graph rules the architecture switches on.
+    pub fn features(self) -> Features {
+        self.0.features()
+    }
+
+    /// Its definition.
+    pub(crate) fn def(self) -> &'static dyn ArchDef {
+        self.0
+    }
+}
+
+// TEMPORARY shims for the engine until it reads `HParams::features` (removed in this change).
+#[allow(missing_docs)]
+impl Arch {
+    pub fn is_gemma4(self) -> bool {
+        self.name() == "gemma4"
+    }
+    pub fn is_hybrid_recurrent(self) -> bool {
+        self.name() == "qwen35moe"
+    }
+    pub fn gated_q(self) -> bool {
+        self.features().gated_q
+    }
+    pub fn imrope(self) -> bool {
+        self.features().imrope
+    }
+    pub fn ffn_act(self) -> FfnAct {
+        self.features().ffn_act
+    }
+    pub fn shared_gate_sigmoid_op(self) -> bool {
+        self.features().shared_gate_sigmoid_op
+    }
+}
+
+/// The names accepted in `general.architecture`, comma-separated, for messages.
+pub fn supported_archs() -> String {
+    Arch::all().map(Arch::name).collect::<Vec<_>>().join(", ")
+}
+
+impl PartialEq for Arch {
+    fn eq(&self, other: &Arch) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Arch {}
+
+impl std::hash::Hash for Arch {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl std::fmt::Debug for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Arch({})", self.name())
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The graph rules an architecture switches on, which the file does not store. The forward
+/// pass reads these (and the rest of [`HParams`]), never the architecture's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// Rotary pairing.
+    pub rope_type: RopeType,
+    /// Where queries and keys are RMS-normalised.
+    pub qk_norm: QkNorm,
+    /// True when a layer's QK-norm weights may be absent (GLM-4.5-Air has none, GLM-4.5
+    /// has them); each one present is applied.
+    pub qk_norm_optional: bool,
+    /// True when rope may rotate only the first `rope.dimension_count` elements of a head.
+    pub partial_rope: bool,
+    /// Width of q and `attn_output`.
+    pub q_dim: QDim,
+    /// True where the full-attention q projection also makes a per-head output gate
+    /// (interleaved per head: the head's queries, then its gate), applied as a sigmoid to the
+    /// attention output before `attn_output`.
+    pub gated_q: bool,
+    /// True where rope positions are interleaved multi-section (IMRoPE,
+    /// `rope.dimension_sections`): text tokens rotate by their position in the first three
+    /// sections and by 0 in the fourth.
+    pub imrope: bool,
+    /// True when the file may hold `nextn_predict_layers` NextN (multi-token prediction)
+    /// layers after the trunk's, counted in `block_count`.
+    pub nextn: bool,
+    /// The gated activation of the feed-forward blocks.
+    pub ffn_act: FfnAct,
+    /// The shared experts of the MoE layers.
+    pub shared_experts: SharedExperts,
+    /// True where llama.cpp gates the shared expert with its sigmoid op (qwen35moe); qwen2moe's
+    /// graph computes the same sigmoid as `silu(x) / x`, which rounds differently.
+    pub shared_gate_sigmoid_op: bool,
+    /// True when each value head is RMS-normalised without weights before attention.
+    pub v_norm: bool,
+    /// True when the sliding-window layers rotate with their own dims and base
+    /// (`rope.dimension_count_swa`, `rope.freq_base_swa`), without divisors or scaling.
+    pub swa_rope: bool,
+    /// True when a layer with experts also runs a dense MLP beside them, each with its own
+    /// norms (Gemma 4's layer: see [`crate::GemmaLayer`]).
+    pub mlp_beside_experts: bool,
+    /// True when llama.cpp's graph runs every row through the last layer and picks the
+    /// wanted rows after the output norm (its other graphs pick them after the last
+    /// attention).
+    pub late_row_pick: bool,
+}
+
+impl Features {
+    /// The rules of a plain llama-style transformer: NEOX rope, no QK-norm, SwiGLU, nothing
+    /// else; architectures state what they change.
+    pub const BASE: Features = Features {
+        rope_type: RopeType::Neox,
+        qk_norm: QkNorm::None,
+        qk_norm_optional: false,
+        partial_rope: false,
+        q_dim: QDim::HeadDimTimesHeads,
+        gated_q: false,
+        imrope: false,
+        nextn: false,
+        ffn_act: FfnAct::Swiglu,
+        shared_experts: SharedExperts::None,
+        shared_gate_sigmoid_op: false,
+        v_norm: false,
+        swa_rope: false,
+        mlp_beside_experts: false,
+        late_row_pick: false,
+    };
+}
+
+/// How a MoE layer turns router logits into expert weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertGating {
+    /// Softmax over all experts, then the top-k probabilities.
+    Softmax,
+    /// Top-k of the raw logits, then a softmax over the k selected logits.
+    SoftmaxSelected,
+    /// Element-wise sigmoid of the logits, then the top-k probabilities.
+    Sigmoid,
+}
+
+impl ExpertGating {
+    /// The gating named by llama.cpp's `expert_gating_func` value (1 softmax, 2 sigmoid);
+    /// `None` for a value it has no such meaning for here.
+    pub fn from_func(v: u32) -> Option<ExpertGating> {
+        match v {
+            1 => Some(ExpertGating::Softmax),
+            2 => Some(ExpertGating::Sigmoid),
+            _ => None,
+        }
+    }
+
+    /// A short name, for messages and `inspect`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpertGating::Softmax => "softmax",
+            ExpertGating::SoftmaxSelected => "top-k logits, softmax over the selected",
+            ExpertGating::Sigmoid => "sigmoid",
+        }
+    }
+}
+
+/// The always-on shared expert(s) of an architecture's MoE layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedExperts {
+    /// None.
+    None,
+    /// Exactly one, of width `expert_shared_feed_forward_length`, its output multiplied by
+    /// `sigmoid(ffn_gate_inp_shexp · x)` (qwen2moe).
+    Gated,
+    /// `expert_shared_count` of them fused into one SwiGLU of `count × n_ff_exp` rows,
+    /// ungated (glm4moe, deepseek2).
+    Counted,
+}
+
+/// The gated activation of the feed-forward blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnAct {
+    /// `silu(gate) * up`.
+    Swiglu,
+    /// gpt-oss: `g = min(gate, 7)`, `u = clamp(up, -7, 7)`, `g * sigmoid(1.702 g) * (u + 1)`.
+    SwigluOai,
+    /// Gemma 4: `gelu(gate) * up` (ggml's tanh GELU through its f16 table).
+    Geglu,
+}
+
+/// How rotary embeddings pair the elements of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeType {
+    /// Adjacent pairs (2i, 2i+1) rotate together (ggml mode 0).
+    Norm,
+    /// Halves: element i rotates with i + n_rot/2 (ggml mode 2, GPT-NeoX).
+    Neox,
+}
+
+/// Where RMS-normalisation of queries and keys happens (before RoPE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    /// No QK-norm.
+    None,
+    /// RMSNorm of each head separately; weights `{head_dim}`.
+    PerHead,
+    /// RMSNorm over the whole q (and k) projection before the head split; weights `{n_embd}`.
+    Whole,
+}
+
+/// Width of the attention projections, as llama.cpp's loader shapes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QDim {
+    /// q has `n_head * head_dim` rows, `attn_output` has as many columns.
+    HeadDimTimesHeads,
+    /// q has `n_embd` rows and `attn_output` is `{n_embd, n_embd}` (requires
+    /// `n_head * head_dim == n_embd`).
+    Embd,
+}

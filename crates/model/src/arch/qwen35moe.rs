@@ -1,0 +1,77 @@
+//! Qwen3.5/3.6 MoE (`qwen35moe`): Gated DeltaNet linear-attention layers between
+//! full-attention layers with a gated output and IMRoPE, experts plus a gated shared expert.
+
+use crate::error::ModelError;
+use crate::kv::Kv;
+use crate::params::HParams;
+use crate::tensors::{Attn, LayerTensors, Loader};
+
+use super::blocks::{self, LayerRules, MoeRules};
+use super::keys::{self, ExpertRules, ExpertWidth, Experts};
+use super::{ArchDef, ExpertGating, Features, QkNorm, SharedExperts};
+
+/// The architecture.
+pub(super) struct Def;
+/// Its registration.
+pub(super) const ARCH: Def = Def;
+
+impl ArchDef for Def {
+    fn name(&self) -> &'static str {
+        "qwen35moe"
+    }
+
+    fn features(&self) -> Features {
+        Features {
+            qk_norm: QkNorm::PerHead,
+            partial_rope: true,
+            gated_q: true,
+            imrope: true,
+            nextn: true,
+            shared_experts: SharedExperts::Gated,
+            shared_gate_sigmoid_op: true,
+            late_row_pick: true,
+            ..Features::BASE
+        }
+    }
+
+    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
+        keys::experts(
+            kv,
+            hp,
+            &ExpertRules {
+                experts: Experts::Required,
+                width: ExpertWidth::KeyOrFfnPerUsed,
+                weights_norm: true,
+                gating: ExpertGating::Softmax,
+                reads_gating_func: false,
+            },
+        )?;
+        keys::imrope_sections(kv, hp)?;
+        let (ssm, recurrent) = keys::hybrid(kv, hp.n_layer, hp.n_layer_all())?;
+        hp.ssm = ssm;
+        hp.recurrent = recurrent;
+        Ok(())
+    }
+
+    fn layer<'a>(
+        &self,
+        ld: &mut Loader<'a>,
+        hp: &HParams,
+        il: usize,
+    ) -> Result<LayerTensors<'a>, ModelError> {
+        let rules = LayerRules {
+            ffn_norm: "post_attention_norm.weight",
+            moe: MoeRules {
+                fused_gate_up: true,
+                ..LayerRules::BASE.moe
+            },
+            ..LayerRules::BASE
+        };
+        blocks::layer(ld, hp, il, &rules, |ld| match &hp.ssm {
+            Some(ssm) if hp.is_recurrent(il) => {
+                Ok(Attn::Gdn(blocks::gdn(ld, ssm, u64::from(hp.n_embd), il)?))
+            }
+            _ => Ok(Attn::Mha(blocks::mha(ld, hp, il, false)?)),
+        })
+    }
+}

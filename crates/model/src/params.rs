@@ -1,0 +1,442 @@
+//! The validated hyperparameters of a model and what follows from them per layer.
+//!
+//! `hparams.rs` reads the keys every architecture has; each module of `arch/` reads its own
+//! into the same [`HParams`].
+
+use crate::arch::{Arch, ExpertGating, Features, QDim, QkNorm, RopeType, SharedExperts};
+
+/// Most layers llama.cpp accepts.
+pub const MAX_LAYERS: u32 = 512;
+/// Most experts llama.cpp accepts.
+pub const MAX_EXPERTS: u32 = 1024;
+
+/// Key holding the token list (its length is the vocabulary size).
+pub const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
+/// Key holding the architecture name.
+pub const KEY_ARCH: &str = "general.architecture";
+
+/// A value per layer (a scalar key is repeated for every layer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerLayer(pub(crate) Vec<u32>);
+
+impl PerLayer {
+    /// The value for layer `il` (0 for a layer out of range).
+    pub fn at(&self, il: usize) -> u32 {
+        self.0.get(il).copied().unwrap_or(0)
+    }
+
+    /// The largest value.
+    pub fn max(&self) -> u32 {
+        self.0.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The value when every layer has the same one.
+    pub fn uniform(&self) -> Option<u32> {
+        let first = *self.0.first()?;
+        self.0.iter().all(|&v| v == first).then_some(first)
+    }
+
+    /// All values, layer by layer.
+    pub fn as_slice(&self) -> &[u32] {
+        &self.0
+    }
+
+    /// Every layer's value set to `v`.
+    pub fn set_all(&mut self, v: u32) {
+        self.0.iter_mut().for_each(|x| *x = v);
+    }
+}
+
+/// RoPE frequency scaling as stored in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeScalingType {
+    /// No scaling: the frequency scale is forced to 1.
+    None,
+    /// Linear position interpolation (llama.cpp's default when the key is absent).
+    Linear,
+    /// YaRN.
+    Yarn,
+}
+
+/// Rotary embedding parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    /// Pairing of the rotated elements (fixed per arch).
+    pub ty: RopeType,
+    /// `rope.freq_base` (default 10000).
+    pub freq_base: f32,
+    /// `rope.dimension_count`: rotated elements per head (default head_dim_k).
+    pub n_rot: u32,
+    /// `rope.scaling.type` (default linear).
+    pub scaling: RopeScalingType,
+    /// `rope.scaling.factor` (or the older `rope.scale_linear`); 0 when absent.
+    pub scaling_factor: f32,
+    /// Frequency scale applied to positions: 1/factor, or 1 when the factor is 0 or the type is none.
+    pub freq_scale: f32,
+    /// `rope.scaling.original_context_length` (default context_length).
+    pub n_ctx_orig: u32,
+    /// `rope.scaling.attn_factor` (default 1).
+    pub attn_factor: f32,
+    /// `rope.scaling.yarn_ext_factor`; when absent 1 for YaRN, else 0.
+    pub yarn_ext_factor: f32,
+    /// `rope.scaling.yarn_attn_factor` (default 1; replaced as llama.cpp does when ext_factor != 0,
+    /// see [`Rope::mscale`]).
+    pub yarn_attn_factor: f32,
+    /// `rope.scaling.yarn_beta_fast` (default 32).
+    pub yarn_beta_fast: f32,
+    /// `rope.scaling.yarn_beta_slow` (default 1).
+    pub yarn_beta_slow: f32,
+    /// `rope.scaling.finetuned` (default false; informational).
+    pub finetuned: bool,
+    /// Rotated elements per head in sliding-window layers (`rope.dimension_count_swa`,
+    /// gemma4; else `n_rot`).
+    pub n_rot_swa: u32,
+    /// Rope base of sliding-window layers (`rope.freq_base_swa`; gemma4: 10000 when absent,
+    /// as llama.cpp; else `freq_base`).
+    pub freq_base_swa: f32,
+    /// deepseek2: `rope.scaling.yarn_log_multiplier` / 0.1 (llama.cpp undoes the converter's
+    /// factor of 0.1); 0 when absent and for the other archs, which do not read it.
+    pub yarn_log_mul: f32,
+    /// IMRoPE's sections (`rope.dimension_sections`, rotated pairs per position stream), all
+    /// zero where the arch has none.
+    pub sections: [u32; 4],
+}
+
+impl Rope {
+    /// The magnitude factor handed to the rope kernel (ggml's `attn_factor` argument), as
+    /// llama.cpp's context computes it. When `yarn_ext_factor != 0` the kernel itself further
+    /// multiplies by `1 + 0.1 ln(1/freq_scale)`.
+    ///
+    /// With a YaRN log multiplier (deepseek2), llama.cpp's ratio of two equal magnitude factors
+    /// is exactly 1, so the base is 1 before the kernel's factor is cancelled.
+    pub fn mscale(&self) -> f32 {
+        let mut base = self.yarn_attn_factor;
+        if self.yarn_ext_factor != 0.0 {
+            let factor = 1.0 / self.freq_scale;
+            base = if self.yarn_log_mul != 0.0 || factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * factor.ln() + 1.0
+            };
+            // llama.cpp multiplies by the reciprocal (not the same bits as a division)
+            base *= 1.0 / (1.0 + 0.1 * factor.ln());
+        }
+        base * self.attn_factor
+    }
+}
+
+/// The dimensions of multi-head latent attention (deepseek2).
+///
+/// Each token's attention input is projected to one compressed row of `kv_lora_rank` values
+/// (RMS-normalised) and `n_rot` rotated key values shared by every head. In the absorbed form
+/// (`attn_k_b`/`attn_v_b`, llama.cpp's `is_mla`) that row and the rotated part are the one
+/// key head of the cache ([`HParams::head_dim_k`] = `kv_lora_rank + n_rot`), the row alone its
+/// value ([`HParams::head_dim_v`] = `kv_lora_rank`), and each query head is carried into the
+/// compressed space by `attn_k_b`; the attention output goes back to `head_dim_v` values per
+/// head through `attn_v_b`. In the legacy form (`attn_kv_b`) the row is expanded into ordinary
+/// keys and values of `head_dim_k` / `head_dim_v` per head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mla {
+    /// `attention.q_lora_rank`: rank of the low-rank query (`attn_q_a`, its norm, `attn_q_b`);
+    /// 0 when the query is one projection `attn_q` (DeepSeek-V2-Lite's layout).
+    pub q_lora_rank: u32,
+    /// `attention.kv_lora_rank`: width of the compressed key/value row.
+    pub kv_lora_rank: u32,
+    /// Query/key head size of the model (`attention.key_length_mla`; `key_length` in legacy
+    /// files): `head_dim_k - n_rot` plain values, then `n_rot` rotated ones.
+    pub head_dim_k: u32,
+    /// Value head size of the model (`attention.value_length_mla`; `value_length` in legacy
+    /// files).
+    pub head_dim_v: u32,
+    /// True for the absorbed form (`attn_k_b`/`attn_v_b`; the file has the `*_length_mla`
+    /// keys), false for the legacy `attn_kv_b`.
+    pub absorbed: bool,
+}
+
+impl Mla {
+    /// The plain (not rotated) part of a query/key head.
+    pub fn head_dim_nope(&self, n_rot: u32) -> u32 {
+        self.head_dim_k - n_rot
+    }
+}
+
+/// The sizes of the Gated DeltaNet (linear attention) layers of a hybrid stack (qwen35moe), as
+/// llama.cpp reads them from the `ssm.*` keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ssm {
+    /// Width of the causal convolution (`ssm.conv_kernel`).
+    pub d_conv: u32,
+    /// Key and value head size (`ssm.state_size`).
+    pub d_state: u32,
+    /// Key heads (`ssm.group_count`).
+    pub n_k_heads: u32,
+    /// Value heads (`ssm.time_step_rank`); a multiple of the key heads.
+    pub n_v_heads: u32,
+}
+
+impl Ssm {
+    /// Values of all key heads (of the queries, likewise).
+    pub fn key_dim(&self) -> u32 {
+        self.d_state * self.n_k_heads
+    }
+
+    /// Values of all value heads (`ssm.inner_size`).
+    pub fn value_dim(&self) -> u32 {
+        self.d_state * self.n_v_heads
+    }
+
+    /// Channels of the convolution: queries, keys and values.
+    pub fn conv_channels(&self) -> u32 {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// Floats of a layer's convolution state: the last `d_conv - 1` inputs of every channel.
+    pub fn conv_state_len(&self) -> usize {
+        (self.d_conv as usize - 1) * self.conv_channels() as usize
+    }
+
+    /// Floats of a layer's recurrent state: one `d_state` x `d_state` matrix per value head.
+    pub fn state_len(&self) -> usize {
+        let d = self.d_state as usize;
+        d * d * self.n_v_heads as usize
+    }
+}
+
+/// Validated hyperparameters of a model.
+///
+/// Per-arch rules that are not stored in the file (rope pairing, QK-norm kind, router rule,
+/// shared expert) are resolved here too, in [`HParams::features`], so that the forward pass
+/// never asks which arch it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HParams {
+    /// The architecture (its name, for messages).
+    pub arch: Arch,
+    /// The graph rules the architecture switches on.
+    pub features: Features,
+    /// Vocabulary size: length of `tokenizer.ggml.tokens`, else `{arch}.vocab_size`.
+    pub n_vocab: u32,
+    /// `context_length`.
+    pub n_ctx_train: u32,
+    /// `embedding_length`.
+    pub n_embd: u32,
+    /// Layers the model runs: `block_count` less the NextN layers.
+    pub n_layer: u32,
+    /// `nextn_predict_layers`: NextN (multi-token prediction) layers stored after the trunk's,
+    /// counted in `block_count`, never run by decoding (default 0).
+    pub n_layer_nextn: u32,
+    /// `feed_forward_length` per layer (0 when absent): width of dense FFNs (and of the
+    /// experts for olmoe and llama).
+    pub n_ff: PerLayer,
+    /// Width of one routed expert per layer, resolved per arch (0 for dense layers).
+    pub n_ff_exp: PerLayer,
+    /// Width of the shared expert (qwen2moe: `expert_shared_feed_forward_length`, default n_ff;
+    /// glm4moe: `expert_shared_count` × the first MoE layer's expert width; see
+    /// [`HParams::n_ff_shexp_at`]).
+    pub n_ff_shexp: u32,
+    /// `attention.head_count` per layer.
+    pub n_head: PerLayer,
+    /// `attention.head_count_kv` per layer (default n_head).
+    pub n_head_kv: PerLayer,
+    /// `attention.key_length` (default n_embd / n_head).
+    pub head_dim_k: u32,
+    /// `attention.value_length` (default n_embd / n_head).
+    pub head_dim_v: u32,
+    /// `attention.layer_norm_rms_epsilon` (required).
+    pub rms_eps: f32,
+    /// Rotary embedding.
+    pub rope: Rope,
+    /// QK-norm kind (fixed per arch).
+    pub qk_norm: QkNorm,
+    /// `expert_count` (0: dense).
+    pub n_expert: u32,
+    /// `expert_used_count` per layer (top-k).
+    pub n_expert_used: PerLayer,
+    /// `expert_group_count` (0 or 1: no grouped routing).
+    pub n_expert_groups: u32,
+    /// `expert_group_used_count`.
+    pub n_group_used: u32,
+    /// Renormalise the top-k weights to sum 1 (`expert_weights_norm`, default per arch).
+    pub expert_weights_norm: bool,
+    /// Multiply the routing weights by this when it is neither 0 nor 1
+    /// (`expert_weights_scale`, default 0).
+    pub expert_weights_scale: f32,
+    /// Number of shared (always-on) experts: 1 for qwen2moe, `expert_shared_count` for
+    /// glm4moe, else 0.
+    pub n_expert_shared: u32,
+    /// How router logits become expert weights (`expert_gating_func` where the arch reads
+    /// it, else fixed per arch).
+    pub expert_gating: ExpertGating,
+    /// `leading_dense_block_count`: the first layers use a dense FFN (default 0).
+    pub n_layer_dense_lead: u32,
+    /// `attention.sliding_window` (gpt-oss): a sliding-window layer's token at position `p`
+    /// sees the keys at positions `p - n_swa + 1 ..= p`. 0: no sliding window.
+    pub n_swa: u32,
+    /// Per layer: true when the layer attends through the sliding window
+    /// (`attention.sliding_window_pattern`, an array of bools or a period; llama.cpp's
+    /// per-arch default otherwise). All false when `n_swa` is 0.
+    pub swa_layers: Vec<bool>,
+    /// Multi-head latent attention (deepseek2), else `None`.
+    pub mla: Option<Mla>,
+    /// Key and value head sizes of the sliding-window layers (`attention.key_length_swa` /
+    /// `value_length_swa`, gemma4; else `head_dim_k` / `head_dim_v`).
+    pub head_dim_k_swa: u32,
+    /// See [`HParams::head_dim_k_swa`].
+    pub head_dim_v_swa: u32,
+    /// `final_logit_softcapping` (gemma4): logits become `cap · tanh(logit / cap)`; 0: none.
+    pub logit_softcap: f32,
+    /// Linear-attention sizes of a hybrid stack (qwen35moe).
+    pub ssm: Option<Ssm>,
+    /// Per stored layer: true for a linear-attention (recurrent) layer.
+    pub recurrent: Vec<bool>,
+    /// A factor the token embeddings are multiplied by before the first layer (gemma4:
+    /// sqrt(n_embd)); `None`: none.
+    pub embd_scale: Option<f32>,
+    /// The attention scale when the architecture fixes it instead of 1/sqrt(head_dim)
+    /// (gemma4: 1, the q/k norms take its place); `None`: see [`HParams::attn_scale`].
+    pub attn_scale_fixed: Option<f32>,
+}
+
+impl HParams {
+    /// True when layer `il` attends through the sliding window of `n_swa` positions.
+    pub fn is_swa_layer(&self, il: usize) -> bool {
+        self.n_swa > 0 && self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// True when layer `il` is a linear-attention layer with a recurrent state (no KV cells).
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        self.recurrent.get(il).copied().unwrap_or(false)
+    }
+
+    /// True when layer `il` has a routed-expert FFN.
+    pub fn is_moe_layer(&self, il: usize) -> bool {
+        self.n_expert > 0 && il >= self.n_layer_dense_lead as usize && il < self.n_layer as usize
+    }
+
+    /// `block_count`: the trunk's layers and the NextN layers after them.
+    pub fn n_layer_all(&self) -> u32 {
+        self.n_layer + self.n_layer_nextn
+    }
+
+    /// True when stored layer `il` (of [`HParams::n_layer_all`]) has a routed-expert FFN: the
+    /// trunk's MoE layers and the NextN layers past the leading dense ones.
+    pub fn stored_layer_has_experts(&self, il: usize) -> bool {
+        self.n_expert > 0
+            && il >= self.n_layer_dense_lead as usize
+            && il < self.n_layer_all() as usize
+    }
+
+    /// Width of layer `il`'s shared expert (0 without one).
+    pub fn n_ff_shexp_at(&self, il: usize) -> u32 {
+        match self.features.shared_experts {
+            SharedExperts::None => 0,
+            SharedExperts::Gated => self.n_ff_shexp,
+            SharedExperts::Counted => self.n_ff_exp.at(il) * self.n_expert_shared,
+        }
+    }
+
+    /// Number of MoE layers.
+    pub fn n_moe_layers(&self) -> u32 {
+        if self.n_expert == 0 {
+            0
+        } else {
+            self.n_layer - self.n_layer_dense_lead
+        }
+    }
+
+    /// Key head size of layer `il` (the sliding-window layers' own in gemma4).
+    pub fn head_dim_k_at(&self, il: usize) -> u32 {
+        if self.is_swa_layer(il) {
+            self.head_dim_k_swa
+        } else {
+            self.head_dim_k
+        }
+    }
+
+    /// Value head size of layer `il`.
+    pub fn head_dim_v_at(&self, il: usize) -> u32 {
+        if self.is_swa_layer(il) {
+            self.head_dim_v_swa
+        } else {
+            self.head_dim_v
+        }
+    }
+
+    /// Rotated elements per head in layer `il`.
+    pub fn n_rot_at(&self, il: usize) -> u32 {
+        if self.is_swa_layer(il) {
+            self.rope.n_rot_swa
+        } else {
+            self.rope.n_rot
+        }
+    }
+
+    /// Rows of the q projection (and columns of attn_output) in layer `il`; with MLA, the
+    /// rows of the q projection (`attn_q_b` or `attn_q`).
+    pub fn n_embd_q(&self, il: usize) -> u32 {
+        if let Some(m) = &self.mla {
+            return m.head_dim_k * self.n_head.at(il);
+        }
+        match self.features.q_dim {
+            // queries and their output gate, interleaved per head
+            QDim::HeadDimTimesHeads if self.features.gated_q => {
+                2 * self.head_dim_k_at(il) * self.n_head.at(il)
+            }
+            QDim::HeadDimTimesHeads => self.head_dim_k_at(il) * self.n_head.at(il),
+            QDim::Embd => self.n_embd,
+        }
+    }
+
+    /// Rows of the k projection in layer `il`.
+    pub fn n_embd_k_gqa(&self, il: usize) -> u32 {
+        self.head_dim_k_at(il) * self.n_head_kv.at(il)
+    }
+
+    /// Rows of the v projection in layer `il`.
+    pub fn n_embd_v_gqa(&self, il: usize) -> u32 {
+        self.head_dim_v_at(il) * self.n_head_kv.at(il)
+    }
+
+    /// Values the KV cache holds per token in layer `il`: keys and values, or the keys alone
+    /// in MLA's absorbed form, whose value is the start of its key.
+    pub fn kv_values_per_token(&self, il: usize) -> u32 {
+        if self.is_recurrent(il) {
+            return 0;
+        }
+        if self.mla.as_ref().is_some_and(|m| m.absorbed) {
+            self.n_embd_k_gqa(il)
+        } else {
+            self.n_embd_k_gqa(il) + self.n_embd_v_gqa(il)
+        }
+    }
+
+    /// Columns of `attn_output` in layer `il`.
+    pub fn n_embd_out(&self, il: usize) -> u32 {
+        if let Some(ssm) = self.ssm.as_ref().filter(|_| self.is_recurrent(il)) {
+            return ssm.value_dim();
+        }
+        match &self.mla {
+            Some(m) => m.head_dim_v * self.n_head.at(il),
+            None if self.features.gated_q => self.head_dim_v_at(il) * self.n_head.at(il),
+            None => self.n_embd_q(il),
+        }
+    }
+
+    /// The attention scale: 1/sqrt(head_dim); with MLA, llama.cpp's deepseek2 scale
+    /// `mscale² / sqrt(head_dim_k of the model)`, where `mscale` carries the YaRN magnitude
+    /// correction (`1 + 0.1 · yarn_log_mul · ln(factor)` over the original attention factor).
+    pub fn attn_scale(&self) -> f32 {
+        if let Some(scale) = self.attn_scale_fixed {
+            return scale;
+        }
+        match &self.mla {
+            None => 1.0 / (self.head_dim_k as f32).sqrt(),
+            Some(m) => {
+                let r = &self.rope;
+                let ln = (1.0f32 / r.freq_scale).ln();
+                let attn_factor_org = r.mscale() * (1.0 + 0.1 * ln);
+                let mscale = attn_factor_org * (1.0 + 0.1 * r.yarn_log_mul * ln);
+                mscale * mscale / (m.head_dim_k as f32).sqrt()
+            }
+        }
+    }
+}
