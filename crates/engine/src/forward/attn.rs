@@ -6,7 +6,7 @@
 
 use model::{HParams, QkNorm, RopeType};
 
-use super::RecState;
+use super::state::RecState;
 use super::weights::{AttnW, GdnW, LayerW, MhaW, MlaKvBW, MlaW};
 use super::{ForwardError, Scratch, Stage, add_bias, mm, mm_part};
 use crate::ops::{self, KvCache, Rope, RopeConfig, RopeMode};
