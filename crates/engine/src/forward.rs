@@ -12,6 +12,7 @@ mod attn;
 mod cache_aware;
 mod ffn;
 mod head;
+mod scratch;
 mod source;
 mod state;
 mod weights;
@@ -29,12 +30,12 @@ use thiserror::Error;
 use crate::EngineError;
 use crate::ops::{self, KvCache, KvType, Rope};
 use ahead::{Ahead, AheadState};
-use attn::{MLA_PART, attention, gdn_attention, rope_config};
-use cache_aware::CacheAwareScratch;
+use attn::{MLA_PART, attention, gdn_attention, rope_config, swa_rope};
 use ffn::{moe_ffn, swiglu_ffn};
 use head::MtpState;
+use scratch::Scratch;
 use source::Routing;
-use state::RecState;
+use state::{RecState, kv_caches};
 use weights::{AttnW, FfnW, LayerW, Mat, Weights};
 
 /// Errors of building or running an [`Engine`].
@@ -142,77 +143,6 @@ pub enum LogitsWanted {
 /// batch, token after token; `layer` is `None` for the final norm and output.
 pub type Observer<'a> = Box<dyn Fn(&str, Option<usize>, &[f32]) + Send + 'a>;
 
-/// Per-chunk scratch buffers, sized for `ubatch` tokens.
-#[derive(Default)]
-struct Scratch {
-    x: Vec<f32>,
-    /// The last layer's rows after its attention, aside while the rows that do not go on run
-    /// their FFN for the draft head.
-    aside: Vec<f32>,
-    cur: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    proj: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    act: Vec<f32>,
-    router: Vec<f32>,
-    probs: Vec<f32>,
-    ids: Vec<usize>,
-    wts: Vec<f32>,
-    gath: Vec<f32>,
-    eout: Vec<f32>,
-    slots: Vec<f32>,
-    moe: Vec<f32>,
-    shg: Vec<f32>,
-    by_expert: Vec<Vec<(usize, usize)>>,
-    /// Cache-aware dropping: per routing of the batch, whether it was dropped (sized and
-    /// written only when the policy acts), and the experts the source loads instead of all.
-    dropped: Vec<bool>,
-    load_ids: Vec<usize>,
-    cache_aware: CacheAwareScratch,
-    pending: Vec<usize>,
-    /// The experts computed together in one step of a one-token pass.
-    ready: Vec<usize>,
-    /// A one-token pass's expert group: gate, up and activation outputs (expert after
-    /// expert), the quantized FFN input (for gate and for up) and activations.
-    grp_gate: Vec<f32>,
-    grp_up: Vec<f32>,
-    grp_act: Vec<f32>,
-    grp_qx: Vec<u8>,
-    grp_qx_up: Vec<u8>,
-    grp_qa: Vec<u8>,
-    route: ops::RouteScratch,
-    rope: Vec<f32>,
-    qbuf: Vec<u8>,
-    /// Multi-head latent attention: the query projection's output, the compressed rows with
-    /// the rotated key part, a head's gathered inputs and outputs of the per-head products, and
-    /// the value heads of the absorbed form.
-    qraw: Vec<f32>,
-    kva: Vec<f32>,
-    hx: Vec<f32>,
-    hy: Vec<f32>,
-    heads: Vec<f32>,
-    /// Gemma 4: the sliding-window layers' rope table, the router's input, the dense MLP's
-    /// output while the experts run.
-    rope_swa: Vec<f32>,
-    rin: Vec<f32>,
-    mlp: Vec<f32>,
-    /// Gated DeltaNet: the qkv projection (then the convolved, activated channels), the
-    /// convolution's output, the contiguous queries, keys and values, the output gate (z, then
-    /// silu(z)), beta and the decay gate.
-    gdn_qkv: Vec<f32>,
-    gdn_conv: Vec<f32>,
-    gdn_q: Vec<f32>,
-    gdn_k: Vec<f32>,
-    gdn_v: Vec<f32>,
-    gdn_z: Vec<f32>,
-    gdn_b: Vec<f32>,
-    gdn_g: Vec<f32>,
-}
-
 /// Whose FFN [`Engine::layer_ffn`] runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum FfnRun {
@@ -275,6 +205,36 @@ pub struct Engine<'a> {
 
 /// Asked before each chunk of a [`Engine::forward`] call; `true` stops the call.
 pub type AbortCheck<'a> = Box<dyn FnMut() -> bool + Send + 'a>;
+
+/// The shapes the forward pass relies on: every attention layer's query width is its heads
+/// times their width (twice that with Qwen's output gate), and the output matrix is
+/// `n_vocab × n_embd`.
+fn check_widths(hp: &HParams, w: &Weights<'_>) -> Result<(), ForwardError> {
+    let e = hp.n_embd as usize;
+    for il in 0..hp.n_layer as usize {
+        let hd = hp.head_dim_k_at(il) as usize;
+        let gate = if hp.arch.gated_q() { 2 } else { 1 };
+        if hp.mla.is_none()
+            && !hp.is_recurrent(il)
+            && hp.n_embd_q(il) as usize != gate * hp.n_head.at(il) as usize * hd
+        {
+            return Err(ForwardError::Unsupported(format!(
+                "layer {il}: q width {} differs from n_head x head_dim",
+                hp.n_embd_q(il)
+            )));
+        }
+    }
+    if w.output.rows != w.n_vocab || w.output.cols != e {
+        return Err(ForwardError::BadTensor {
+            tensor: w.output.name.to_owned(),
+            msg: format!(
+                "{} x {} does not match n_vocab {} x n_embd {e}",
+                w.output.rows, w.output.cols, w.n_vocab
+            ),
+        });
+    }
+    Ok(())
+}
 
 impl std::fmt::Debug for Engine<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -395,201 +355,12 @@ impl<'a> Engine<'a> {
             .filter(|(_, lw)| matches!(lw.ffn, FfnW::Moe(_)))
             .map(|(il, _)| il)
             .collect();
-        let e = hp.n_embd as usize;
-        for il in 0..hp.n_layer as usize {
-            let hd = hp.head_dim_k_at(il) as usize;
-            let gate = if hp.arch.gated_q() { 2 } else { 1 };
-            if hp.mla.is_none()
-                && !hp.is_recurrent(il)
-                && hp.n_embd_q(il) as usize != gate * hp.n_head.at(il) as usize * hd
-            {
-                return Err(ForwardError::Unsupported(format!(
-                    "layer {il}: q width {} differs from n_head x head_dim",
-                    hp.n_embd_q(il)
-                )));
-            }
-        }
-        if w.output.rows != w.n_vocab || w.output.cols != e {
-            return Err(ForwardError::BadTensor {
-                tensor: w.output.name.to_owned(),
-                msg: format!(
-                    "{} x {} does not match n_vocab {} x n_embd {e}",
-                    w.output.rows, w.output.cols, w.n_vocab
-                ),
-            });
-        }
+        check_widths(&hp, &w)?;
         let rope = Rope::new(rope_config(&hp, w.rope_freqs.clone()))?;
-        // Gemma 4's sliding-window layers: their own rotated dims and base, no divisors
-        let rope_swa = if hp.arch.is_gemma4() {
-            let mut c = rope_config(&hp, None);
-            c.n_dims = hp.rope.n_rot_swa as usize;
-            c.freq_base = hp.rope.freq_base_swa;
-            c.freq_scale = 1.0;
-            Some(Rope::new(c)?)
-        } else {
-            None
-        };
-        let kv_type = cfg.kv_type;
-        // llama.cpp rounds its context up to a multiple of 256 cells, and the cell count bounds
-        // the (padded) KV length its attention sums over, which decides which kernels and which
-        // softmax exponential it uses; the same cell count gives the same results for any -c.
-        // Positions past `cfg.n_ctx` are still refused by `forward`.
-        let kv_cells = cfg.n_ctx.next_multiple_of(KV_CELL_PAD);
-        let kv = (0..hp.n_layer as usize)
-            .map(|il| {
-                if hp.is_recurrent(il) {
-                    // no KV cells: the layer's state is in `rs`
-                    return KvCache::with_value_dim(kv_type, 1, 0, 1, 1, 1);
-                }
-                let n_kv = hp.n_head_kv.at(il) as usize;
-                let hd = hp.head_dim_k_at(il) as usize;
-                let hdv = hp.head_dim_v_at(il) as usize;
-                if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
-                    // the cached value is the compressed row that starts the key
-                    KvCache::with_values_in_keys(kv_type, 1, kv_cells, n_kv, hd, hdv)
-                } else {
-                    KvCache::with_value_dim(kv_type, 1, kv_cells, n_kv, hd, hdv)
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-
-        let ub = cfg.ubatch;
-        let nl = hp.n_layer as usize;
-        // (the buffers fit the NextN layers too, which a draft head runs)
-        let nl_all = hp.n_layer_all() as usize;
-        let q_max = (0..nl_all)
-            .map(|il| hp.n_embd_q(il) as usize)
-            .max()
-            .unwrap_or(0);
-        let q_max = q_max.max(
-            (0..nl_all)
-                .map(|il| hp.n_head.at(il) as usize * hp.head_dim_k_at(il) as usize)
-                .max()
-                .unwrap_or(0),
-        );
-        let kv_max = (0..nl_all)
-            .map(|il| hp.n_embd_k_gqa(il).max(hp.n_embd_v_gqa(il)) as usize)
-            .max()
-            .unwrap_or(0);
-        let att_max = (0..nl_all)
-            .map(|il| (hp.n_head.at(il) * hp.head_dim_v_at(il)) as usize)
-            .max()
-            .unwrap_or(0)
-            .max(q_max);
-        // the linear-attention layers' buffers and states (empty without them)
-        let (g_ch, g_kd, g_vd, g_hv) = match &hp.ssm {
-            Some(m) => (
-                m.conv_channels() as usize,
-                m.key_dim() as usize,
-                m.value_dim() as usize,
-                m.n_v_heads as usize,
-            ),
-            None => (0, 0, 0, 0),
-        };
-        let att_max = att_max.max(g_vd);
-        let rs = (0..nl)
-            .map(|il| {
-                let m = hp.ssm.as_ref().filter(|_| hp.is_recurrent(il))?;
-                Some(RecState {
-                    conv: vec![0.0; m.conv_state_len()],
-                    ssm: vec![0.0; m.state_len()],
-                })
-            })
-            .collect();
-        // the absorbed form's queries and attention outputs are made a part at a time
-        let att_rows = if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
-            ub.min(MLA_PART + 1)
-        } else {
-            ub
-        };
-        // MLA buffers (empty without MLA)
-        let (mla_q, mla_kva, mla_hx, mla_hy, mla_heads) = match &hp.mla {
-            None => (0, 0, 0, 0, 0),
-            Some(m) => {
-                let nr = hp.rope.n_rot;
-                let nope = m.head_dim_nope(nr);
-                let h = hp.n_head.max();
-                let hx = m.q_lora_rank.max(m.kv_lora_rank).max(nope);
-                // a head's k_b / v_b output, or the legacy form's whole kv_b output
-                let hy = if m.absorbed {
-                    m.kv_lora_rank.max(m.head_dim_v)
-                } else {
-                    h * (nope + m.head_dim_v)
-                };
-                (
-                    h * m.head_dim_k,
-                    m.kv_lora_rank + nr,
-                    hx,
-                    hy,
-                    h * m.head_dim_v,
-                )
-            }
-        };
-        let f_max = [
-            hp.n_ff.max() as usize,
-            hp.n_ff_exp.max() as usize,
-            hp.n_ff_shexp as usize,
-            // the gated attention's gate and its sigmoid use `gate` and `up`
-            if hp.arch.gated_q() { att_max } else { 0 },
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-        let k_max = hp.n_expert_used.max() as usize;
-        let x_n = hp.n_expert as usize;
-        let s = Scratch {
-            x: vec![0.0; ub * e],
-            aside: Vec::new(),
-            cur: vec![0.0; ub * e],
-            q: vec![0.0; att_rows * q_max],
-            k: vec![0.0; ub * kv_max],
-            v: vec![0.0; ub * kv_max],
-            att: vec![0.0; att_rows * att_max],
-            proj: vec![0.0; ub * e],
-            gate: vec![0.0; ub * f_max],
-            up: vec![0.0; ub * f_max],
-            act: vec![0.0; ub * f_max],
-            router: vec![0.0; ub * x_n],
-            probs: vec![0.0; ub * x_n],
-            ids: vec![0; ub * k_max],
-            wts: vec![0.0; ub * k_max],
-            gath: vec![0.0; if x_n > 0 { ub * e } else { 0 }],
-            eout: vec![0.0; if x_n > 0 { ub * e } else { 0 }],
-            slots: vec![0.0; ub * k_max * e],
-            moe: vec![0.0; ub * e],
-            shg: vec![0.0; ub],
-            by_expert: (0..x_n).map(|_| Vec::with_capacity(ub)).collect(),
-            dropped: Vec::new(),
-            load_ids: Vec::new(),
-            cache_aware: CacheAwareScratch::default(),
-            pending: Vec::with_capacity(x_n),
-            ready: Vec::with_capacity(x_n),
-            grp_gate: Vec::new(),
-            grp_up: Vec::new(),
-            grp_act: Vec::new(),
-            grp_qx: Vec::new(),
-            grp_qx_up: Vec::new(),
-            grp_qa: Vec::new(),
-            route: ops::RouteScratch::default(),
-            rope: vec![0.0; ub * hp.rope.n_rot as usize],
-            qbuf: Vec::new(),
-            qraw: vec![0.0; ub * mla_q as usize],
-            kva: vec![0.0; ub * mla_kva as usize],
-            hx: vec![0.0; ub * mla_hx as usize],
-            hy: vec![0.0; ub * mla_hy as usize],
-            heads: vec![0.0; ub * mla_heads as usize],
-            rope_swa: vec![0.0; ub * hp.rope.n_rot_swa as usize],
-            rin: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
-            mlp: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
-            gdn_qkv: vec![0.0; ub * g_ch],
-            gdn_conv: vec![0.0; ub * g_ch],
-            gdn_q: vec![0.0; ub * g_kd],
-            gdn_k: vec![0.0; ub * g_kd],
-            gdn_v: vec![0.0; ub * g_vd],
-            gdn_z: vec![0.0; ub * g_vd],
-            gdn_b: vec![0.0; ub * g_hv],
-            gdn_g: vec![0.0; ub * g_hv],
-        };
+        let rope_swa = swa_rope(&hp)?;
+        let kv = kv_caches(&hp, cfg)?;
+        let rs = RecState::for_layers(&hp);
+        let s = Scratch::new(&hp, cfg.ubatch);
         Ok(Engine {
             hp,
             w,

@@ -31,6 +31,21 @@ pub(super) fn rope_config(hp: &HParams, freq_factors: Option<Vec<f32>>) -> RopeC
     }
 }
 
+/// Gemma 4's sliding-window layers' rope: their own rotated dims and base, no divisors
+/// (`None` for the other models).
+pub(super) fn swa_rope(hp: &HParams) -> Result<Option<Rope>, ForwardError> {
+    let rope_swa = if hp.arch.is_gemma4() {
+        let mut c = rope_config(hp, None);
+        c.n_dims = hp.rope.n_rot_swa as usize;
+        c.freq_base = hp.rope.freq_base_swa;
+        c.freq_scale = 1.0;
+        Some(Rope::new(c)?)
+    } else {
+        None
+    };
+    Ok(rope_swa)
+}
+
 /// The attention block's input: `s.cur = rmsnorm(s.x) · attn_norm` for the chunk's rows.
 fn attn_input(st: Stage<'_, '_>, lw: &LayerW<'_>, s: &mut Scratch) {
     let len = st.n * st.e();

@@ -2,8 +2,10 @@
 //! copy of the whole context ([`KvState`]), and the engine's ways back to an earlier context
 //! (truncation, reset, the rollback snapshot, save and restore).
 
-use super::{Engine, ForwardError};
-use crate::ops;
+use model::HParams;
+
+use super::{Engine, EngineConfig, ForwardError, KV_CELL_PAD};
+use crate::ops::{self, KvCache};
 
 /// A linear-attention layer's state after the context's tokens: the convolution's last
 /// inputs and the delta rule's matrices (see `ops::causal_conv`, `ops::gated_delta_rule`).
@@ -30,6 +32,21 @@ impl Clone for RecState {
 }
 
 impl RecState {
+    /// Every layer's state at the empty context: zeros for the linear-attention layers,
+    /// `None` for the others.
+    pub(super) fn for_layers(hp: &HParams) -> Vec<Option<RecState>> {
+        let nl = hp.n_layer as usize;
+        (0..nl)
+            .map(|il| {
+                let m = hp.ssm.as_ref().filter(|_| hp.is_recurrent(il))?;
+                Some(RecState {
+                    conv: vec![0.0; m.conv_state_len()],
+                    ssm: vec![0.0; m.state_len()],
+                })
+            })
+            .collect()
+    }
+
     fn clear(&mut self) {
         self.conv.fill(0.0);
         self.ssm.fill(0.0);
@@ -48,6 +65,35 @@ impl RecState {
             }
         }
     }
+}
+
+/// Every trunk layer's KV cache (a linear-attention layer's has no cells: its state is a
+/// [`RecState`]).
+pub(super) fn kv_caches(hp: &HParams, cfg: EngineConfig) -> Result<Vec<KvCache>, ForwardError> {
+    let kv_type = cfg.kv_type;
+    // llama.cpp rounds its context up to a multiple of 256 cells, and the cell count bounds
+    // the (padded) KV length its attention sums over, which decides which kernels and which
+    // softmax exponential it uses; the same cell count gives the same results for any -c.
+    // Positions past `cfg.n_ctx` are still refused by `forward`.
+    let kv_cells = cfg.n_ctx.next_multiple_of(KV_CELL_PAD);
+    let kv = (0..hp.n_layer as usize)
+        .map(|il| {
+            if hp.is_recurrent(il) {
+                // no KV cells: the layer's state is in `rs`
+                return KvCache::with_value_dim(kv_type, 1, 0, 1, 1, 1);
+            }
+            let n_kv = hp.n_head_kv.at(il) as usize;
+            let hd = hp.head_dim_k_at(il) as usize;
+            let hdv = hp.head_dim_v_at(il) as usize;
+            if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
+                // the cached value is the compressed row that starts the key
+                KvCache::with_values_in_keys(kv_type, 1, kv_cells, n_kv, hd, hdv)
+            } else {
+                KvCache::with_value_dim(kv_type, 1, kv_cells, n_kv, hd, hdv)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(kv)
 }
 
 /// The context's state: its tokens' keys and values in every layer (see
