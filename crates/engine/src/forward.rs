@@ -28,10 +28,10 @@ use quant::{Kernels, QuantError, ThreadPool};
 use thiserror::Error;
 
 use crate::EngineError;
-use crate::ops::{self, KvCache, KvType, Rope};
+use crate::ops::{KvCache, KvType, Rope};
 use ahead::{Ahead, AheadState};
 use attn::{MLA_PART, attention, gdn_attention, rope_config, swa_rope};
-use ffn::{moe_ffn, swiglu_ffn};
+use ffn::{ffn_input, ffn_residual, moe_ffn, swiglu_ffn};
 use head::MtpState;
 use scratch::Scratch;
 use source::Routing;
@@ -879,16 +879,6 @@ impl<'a> Engine<'a> {
         // The aside rows and the head are nobody's routing: no tap, no observer, no policy,
         // no ranking ahead; the head's experts are read from the file, not the source.
         let trunk = run == FfnRun::Trunk;
-        let mut no_source = None;
-        let mut no_tap = None;
-        let mut no_counts = CacheAwareCounts::default();
-        let mut no_ahead = AheadState::default();
-        let mut no_foresight = None;
-        let (source, route_tap) = match run {
-            FfnRun::Trunk => (source, route_tap),
-            FfnRun::Aside => (source, &mut no_tap),
-            FfnRun::Head => (&mut no_source, &mut no_tap),
-        };
         let st = Stage {
             pool,
             hp,
@@ -898,42 +888,7 @@ impl<'a> Engine<'a> {
             mla_part: *mla_part,
             single: *single_rows,
         };
-        let e = st.e();
-        st.emit("ffn_inp", &s.x[..n * e]);
-        ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, hp.rms_eps, &mut s.cur[..n * e]);
-        st.emit("ffn_norm", &s.cur[..n * e]);
-        if let Some(g) = &lw.gemma
-            && let Some(gm) = &g.moe
-        {
-            // the dense MLP, normed, aside; then the experts' input and the router's
-            let d = &gm.mlp;
-            swiglu_ffn(st, [&d.gate, &d.up, &d.down], [None, None, None], s)?;
-            let f = d.gate.rows;
-            st.emit("ffn_gate", &s.gate[..n * f]);
-            st.emit("ffn_up", &s.up[..n * f]);
-            st.emit("ffn_geglu", &s.act[..n * f]);
-            ops::rms_norm(
-                &s.proj[..n * e],
-                &gm.post_norm_1,
-                hp.rms_eps,
-                &mut s.mlp[..n * e],
-            );
-            st.emit("ffn_mlp", &s.mlp[..n * e]);
-            ops::rms_norm(
-                &s.x[..n * e],
-                &gm.pre_norm_2,
-                hp.rms_eps,
-                &mut s.cur[..n * e],
-            );
-            s.rin[..n * e].copy_from_slice(&s.x[..n * e]);
-            let inv = 1.0 / (e as f32).sqrt();
-            for row in s.rin[..n * e].chunks_exact_mut(e) {
-                ops::rms_norm_plain_inplace(row, e, hp.rms_eps);
-                for (v, &w) in row.iter_mut().zip(&gm.router_scale) {
-                    *v = *v * inv * w;
-                }
-            }
-        }
+        ffn_input(st, lw, s)?;
         match &lw.ffn {
             FfnW::Dense(d) => {
                 swiglu_ffn(
@@ -945,6 +900,16 @@ impl<'a> Engine<'a> {
                 st.emit("ffn_swiglu", &s.act[..n * d.gate.rows]);
             }
             FfnW::Moe(m) => {
+                let mut no_source = None;
+                let mut no_tap = None;
+                let mut no_counts = CacheAwareCounts::default();
+                let mut no_ahead = AheadState::default();
+                let mut no_foresight = None;
+                let (source, route_tap) = match run {
+                    FfnRun::Trunk => (source, route_tap),
+                    FfnRun::Aside => (source, &mut no_tap),
+                    FfnRun::Head => (&mut no_source, &mut no_tap),
+                };
                 let replayed = match replay {
                     Some(r) if *replaying && trunk => Some(r.steps[r.next][il].as_slice()),
                     _ => None,
@@ -980,26 +945,7 @@ impl<'a> Engine<'a> {
                 moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }
         }
-        if let Some(g) = &lw.gemma {
-            if let Some(gm) = &g.moe {
-                // the experts' output normed, added to the MLP's (mlp + moe)
-                ops::rms_norm_inplace(&mut s.proj[..n * e], &gm.post_norm_2, hp.rms_eps);
-                for (p, &m) in s.proj[..n * e].iter_mut().zip(&s.mlp[..n * e]) {
-                    *p += m;
-                }
-            }
-            ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_ffn_norm, hp.rms_eps);
-        }
-        st.emit("ffn_out", &s.proj[..n * e]);
-        for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
-            *xv += a;
-        }
-        if let Some(k) = lw.gemma.as_ref().and_then(|g| g.out_scale) {
-            for v in &mut s.x[..n * e] {
-                *v *= k;
-            }
-        }
-        st.emit("l_out", &s.x[..n * e]);
+        ffn_residual(st, lw, s);
         Ok(())
     }
 }

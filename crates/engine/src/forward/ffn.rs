@@ -7,7 +7,7 @@ use quant::{MatvecJob, ThreadPool};
 
 use super::ahead::Ahead;
 use super::source::{Routing, cache_aware_routing, group_routings, route, take_pending};
-use super::weights::{Mat, MoeW, SharedW};
+use super::weights::{LayerW, Mat, MoeW, SharedW};
 use super::{
     ExpertProj, ExpertSource, ForwardError, RouteTap, Routed, Scratch, Stage, add_bias,
     add_bias_slice, cache_aware, mm,
@@ -17,6 +17,80 @@ use crate::ops;
 /// gpt-oss's SwiGLU constants (llama.cpp's `build_moe_ffn`, `LLM_FFN_SWIGLU_OAI_MOE`).
 const SWIGLU_OAI_ALPHA: f32 = 1.702;
 const SWIGLU_OAI_LIMIT: f32 = 7.0;
+
+/// The FFN block's input: `s.cur = rmsnorm(s.x) · ffn_norm` for the chunk's rows; on Gemma 4's
+/// MoE layers first the dense MLP on those, normed, aside in `s.mlp`, then the experts' input
+/// (`s.cur`, with its own norm) and the router's (`s.rin`).
+pub(super) fn ffn_input(
+    st: Stage<'_, '_>,
+    lw: &LayerW<'_>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, n, e) = (st.hp, st.n, st.e());
+    st.emit("ffn_inp", &s.x[..n * e]);
+    ops::rms_norm(&s.x[..n * e], &lw.ffn_norm, hp.rms_eps, &mut s.cur[..n * e]);
+    st.emit("ffn_norm", &s.cur[..n * e]);
+    if let Some(g) = &lw.gemma
+        && let Some(gm) = &g.moe
+    {
+        // the dense MLP, normed, aside; then the experts' input and the router's
+        let d = &gm.mlp;
+        swiglu_ffn(st, [&d.gate, &d.up, &d.down], [None, None, None], s)?;
+        let f = d.gate.rows;
+        st.emit("ffn_gate", &s.gate[..n * f]);
+        st.emit("ffn_up", &s.up[..n * f]);
+        st.emit("ffn_geglu", &s.act[..n * f]);
+        ops::rms_norm(
+            &s.proj[..n * e],
+            &gm.post_norm_1,
+            hp.rms_eps,
+            &mut s.mlp[..n * e],
+        );
+        st.emit("ffn_mlp", &s.mlp[..n * e]);
+        ops::rms_norm(
+            &s.x[..n * e],
+            &gm.pre_norm_2,
+            hp.rms_eps,
+            &mut s.cur[..n * e],
+        );
+        s.rin[..n * e].copy_from_slice(&s.x[..n * e]);
+        let inv = 1.0 / (e as f32).sqrt();
+        for row in s.rin[..n * e].chunks_exact_mut(e) {
+            ops::rms_norm_plain_inplace(row, e, hp.rms_eps);
+            for (v, &w) in row.iter_mut().zip(&gm.router_scale) {
+                *v = *v * inv * w;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The FFN block's output `s.proj` (on Gemma 4 normed, after the experts' output is normed and
+/// added to the dense MLP's), shown and added into the residual stream `s.x`, which the
+/// layer's output scale then scales where it has one.
+pub(super) fn ffn_residual(st: Stage<'_, '_>, lw: &LayerW<'_>, s: &mut Scratch) {
+    let (hp, n, e) = (st.hp, st.n, st.e());
+    if let Some(g) = &lw.gemma {
+        if let Some(gm) = &g.moe {
+            // the experts' output normed, added to the MLP's (mlp + moe)
+            ops::rms_norm_inplace(&mut s.proj[..n * e], &gm.post_norm_2, hp.rms_eps);
+            for (p, &m) in s.proj[..n * e].iter_mut().zip(&s.mlp[..n * e]) {
+                *p += m;
+            }
+        }
+        ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_ffn_norm, hp.rms_eps);
+    }
+    st.emit("ffn_out", &s.proj[..n * e]);
+    for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
+        *xv += a;
+    }
+    if let Some(k) = lw.gemma.as_ref().and_then(|g| g.out_scale) {
+        for v in &mut s.x[..n * e] {
+            *v *= k;
+        }
+    }
+    st.emit("l_out", &s.x[..n * e]);
+}
 
 /// A SwiGLU FFN (a dense layer's, or the shared expert's without biases) on the normed rows
 /// `s.cur`, into `s.proj`: `down · (silu(gate · x + gate_b) * (up · x + up_b)) + down_b`.
