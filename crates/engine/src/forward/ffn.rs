@@ -204,8 +204,20 @@ pub(super) fn moe_ffn<'a>(
     if let Some(src) = source {
         src.release(il);
     }
-    // weighted sum in selection order (each product rounded, then added); a dropped routing
-    // has no product
+    weighted_sum(m, n, e, k_used, dropping, s);
+    st.emit("ffn_moe_out", &s.moe[..n * e]);
+    if let Some(sh) = &m.shared {
+        shared_expert(st, sh, s)?;
+    }
+    s.proj[..n * e].copy_from_slice(&s.moe[..n * e]);
+    Ok(())
+}
+
+/// The routed experts' outputs (`s.slots`) of each of the `n` rows, weighted by their routing
+/// weights and summed into `s.moe` in selection order (each product rounded, then added); a
+/// dropped routing (when `dropping`) has no product. Gemma 4 scales each expert's output
+/// first.
+fn weighted_sum(m: &MoeW<'_>, n: usize, e: usize, k_used: usize, dropping: bool, s: &mut Scratch) {
     for t in 0..n {
         let out = &mut s.moe[t * e..(t + 1) * e];
         let mut first = true;
@@ -235,12 +247,6 @@ pub(super) fn moe_ffn<'a>(
             }
         }
     }
-    st.emit("ffn_moe_out", &s.moe[..n * e]);
-    if let Some(sh) = &m.shared {
-        shared_expert(st, sh, s)?;
-    }
-    s.proj[..n * e].copy_from_slice(&s.moe[..n * e]);
-    Ok(())
 }
 
 /// Each routed expert on the rows that chose it, in the order the source has them ready (each
@@ -308,12 +314,6 @@ fn experts_one_token<'a>(
     source: Option<&(dyn ExpertSource + 'a)>,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
-    let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
-        match source {
-            Some(src) => src.part(il, ex, proj),
-            None => mat.expert(ex),
-        }
-    };
     let g = s.ready.len();
     let fe = m.gate.rows;
     for v in [&mut s.grp_gate, &mut s.grp_up, &mut s.grp_act] {
@@ -321,41 +321,82 @@ fn experts_one_token<'a>(
             v.resize(g * fe, 0.0);
         }
     }
+    group_gate_up(pool, m, il, e, source, s)?;
+    let arb = group_activations(m, act, il, s)?;
+    group_down(pool, m, (il, e, k_used), arb, source, s)
+}
+
+/// The bytes of expert `ex`'s `proj` (`mat` in the model) in layer `il`: the source's, else
+/// the model's.
+fn expert_bytes<'x, 'a>(
+    source: Option<&'x (dyn ExpertSource + 'a)>,
+    mat: &'x Mat<'a>,
+    il: usize,
+    ex: usize,
+    proj: ExpertProj,
+) -> &'x [u8] {
+    match source {
+        Some(src) => src.part(il, ex, proj),
+        None => mat.expert(ex),
+    }
+}
+
+/// The first pool run of [`experts_one_token`]: the quantized FFN input (`s.cur`'s row) times
+/// every ready expert's gate and up projections, into `s.grp_gate` and `s.grp_up`.
+fn group_gate_up<'a>(
+    pool: &ThreadPool,
+    m: &MoeW<'a>,
+    il: usize,
+    e: usize,
+    source: Option<&(dyn ExpertSource + 'a)>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (g, fe) = (s.ready.len(), m.gate.rows);
     let x = &s.cur[..e];
-    let (kg, ku, kd) = (&m.gate.kernel_one, &m.up.kernel_one, &m.down.kernel_one);
+    let (kg, ku) = (&m.gate.kernel_one, &m.up.kernel_one);
     quant::quantize_activation(kg, e, x, &mut s.grp_qx)?;
     let same_act = (ku.order, ku.act_type) == (kg.order, kg.act_type);
     if !same_act {
         quant::quantize_activation(ku, e, x, &mut s.grp_qx_up)?;
     }
+    let qx_up: &[u8] = if same_act { &s.grp_qx } else { &s.grp_qx_up };
+    let mut jobs: Vec<MatvecJob<'_>> = Vec::with_capacity(2 * g);
+    for ((&ex, go), uo) in s
+        .ready
+        .iter()
+        .zip(s.grp_gate.chunks_exact_mut(fe))
+        .zip(s.grp_up.chunks_exact_mut(fe))
     {
-        let qx_up: &[u8] = if same_act { &s.grp_qx } else { &s.grp_qx_up };
-        let mut jobs: Vec<MatvecJob<'_>> = Vec::with_capacity(2 * g);
-        for ((&ex, go), uo) in s
-            .ready
-            .iter()
-            .zip(s.grp_gate.chunks_exact_mut(fe))
-            .zip(s.grp_up.chunks_exact_mut(fe))
-        {
-            jobs.push(MatvecJob {
-                kernel: kg,
-                w: bytes(&m.gate, ex, ExpertProj::Gate),
-                rows: fe,
-                cols: e,
-                xq: &s.grp_qx,
-                out: go,
-            });
-            jobs.push(MatvecJob {
-                kernel: ku,
-                w: bytes(&m.up, ex, ExpertProj::Up),
-                rows: fe,
-                cols: e,
-                xq: qx_up,
-                out: uo,
-            });
-        }
-        quant::matvec_many(pool, &mut jobs)?;
+        jobs.push(MatvecJob {
+            kernel: kg,
+            w: expert_bytes(source, &m.gate, il, ex, ExpertProj::Gate),
+            rows: fe,
+            cols: e,
+            xq: &s.grp_qx,
+            out: go,
+        });
+        jobs.push(MatvecJob {
+            kernel: ku,
+            w: expert_bytes(source, &m.up, il, ex, ExpertProj::Up),
+            rows: fe,
+            cols: e,
+            xq: qx_up,
+            out: uo,
+        });
     }
+    quant::matvec_many(pool, &mut jobs)?;
+    Ok(())
+}
+
+/// Each ready expert's gate and up biases and activation (`s.grp_act`), quantized for its down
+/// projection into `s.grp_qa`. Returns the bytes of one quantized activation row.
+fn group_activations(
+    m: &MoeW<'_>,
+    act: FfnAct,
+    il: usize,
+    s: &mut Scratch,
+) -> Result<usize, ForwardError> {
+    let (g, fe, kd) = (s.ready.len(), m.gate.rows, &m.down.kernel_one);
     let arb = kd
         .act_type
         .row_bytes(fe as u64)
@@ -393,6 +434,20 @@ fn experts_one_token<'a>(
         }
         (kd.quantize)(&s.grp_act[r], &mut s.grp_qa[i * arb..(i + 1) * arb]);
     }
+    Ok(arb)
+}
+
+/// The second pool run of [`experts_one_token`]: every ready expert's down projection of its
+/// quantized activation (`arb` bytes each) straight into its slot, then the down biases.
+fn group_down<'a>(
+    pool: &ThreadPool,
+    m: &MoeW<'a>,
+    (il, e, k_used): (usize, usize, usize),
+    arb: usize,
+    source: Option<&(dyn ExpertSource + 'a)>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (g, fe, kd) = (s.ready.len(), m.gate.rows, &m.down.kernel_one);
     // Each expert's down projection straight into its slot (one token: slot `k` at `k · e`).
     let mut outs: Vec<Option<&mut [f32]>> = s.slots[..k_used * e]
         .chunks_exact_mut(e)
@@ -413,7 +468,7 @@ fn experts_one_token<'a>(
         };
         jobs.push(MatvecJob {
             kernel: kd,
-            w: bytes(&m.down, ex, ExpertProj::Down),
+            w: expert_bytes(source, &m.down, il, ex, ExpertProj::Down),
             rows: e,
             cols: fe,
             xq: &s.grp_qa[i * arb..(i + 1) * arb],
@@ -445,12 +500,6 @@ fn expert_rows<'a>(
 ) -> Result<(), ForwardError> {
     let (hp, il, pool, e) = (st.hp, st.il, st.pool, st.e());
     let fe = m.gate.rows;
-    let bytes = |mat: &Mat<'a>, ex: usize, proj: ExpertProj| -> &[u8] {
-        match source {
-            Some(src) => src.part(il, ex, proj),
-            None => mat.expert(ex),
-        }
-    };
     let list = &s.by_expert[ex];
     let cnt = list.len();
     for (j, &(t, _)) in list.iter().enumerate() {
@@ -459,7 +508,7 @@ fn expert_rows<'a>(
     mm(
         pool,
         &m.gate,
-        bytes(&m.gate, ex, ExpertProj::Gate),
+        expert_bytes(source, &m.gate, il, ex, ExpertProj::Gate),
         &s.gath,
         cnt,
         &mut s.gate,
@@ -468,7 +517,7 @@ fn expert_rows<'a>(
     mm(
         pool,
         &m.up,
-        bytes(&m.up, ex, ExpertProj::Up),
+        expert_bytes(source, &m.up, il, ex, ExpertProj::Up),
         &s.gath,
         cnt,
         &mut s.up,
@@ -501,7 +550,7 @@ fn expert_rows<'a>(
     mm(
         pool,
         &m.down,
-        bytes(&m.down, ex, ExpertProj::Down),
+        expert_bytes(source, &m.down, il, ex, ExpertProj::Down),
         &s.act,
         cnt,
         &mut s.eout,
