@@ -76,7 +76,7 @@ pub(super) fn attention(
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
     let e = st.e();
     let n_head = hp.n_head.at(il) as usize;
-    let (hd, hdv) = (hp.head_dim_k_at(il) as usize, hp.head_dim_v_at(il) as usize);
+    let hd = hp.head_dim_k_at(il) as usize;
     let kw = hp.n_embd_k_gqa(il) as usize;
     let vw = hp.n_embd_v_gqa(il) as usize;
 
@@ -111,7 +111,6 @@ pub(super) fn attention(
             &s.v[t * vw..(t + 1) * vw],
         )?;
     }
-    let aw = n_head * hdv;
     let extras = ops::AttnExtras {
         window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
         sinks: lw.sinks.as_deref(),
@@ -122,46 +121,7 @@ pub(super) fn attention(
         mla_absorbed_attention(st, a, cache, p0, s)?;
         &s.heads
     } else {
-        if st.single {
-            // each row alone at its position, as its one-token pass attends
-            let qw = n_head * hd;
-            for t in 0..n {
-                ops::attend_batch_with(
-                    pool,
-                    &s.q[t * qw..(t + 1) * qw],
-                    cache,
-                    0,
-                    p0 + t,
-                    1,
-                    n_head,
-                    hp.attn_scale(),
-                    extras,
-                    &mut s.att[t * aw..(t + 1) * aw],
-                )?;
-            }
-        } else {
-            ops::attend_batch_with(
-                pool,
-                &s.q[..n * n_head * hd],
-                cache,
-                0,
-                p0,
-                n,
-                n_head,
-                hp.attn_scale(),
-                extras,
-                &mut s.att[..n * aw],
-            )?;
-        }
-        st.emit("kqv_out", &s.att[..n * aw]);
-        if hp.arch.gated_q() {
-            // the output gate (made by mha_qkv in s.gate): attention · sigmoid(gate)
-            ops::sigmoid(&s.gate[..n * aw], &mut s.up[..n * aw]);
-            for (a, &g) in s.att[..n * aw].iter_mut().zip(&s.up[..n * aw]) {
-                *a *= g;
-            }
-            st.emit("attn_gated", &s.att[..n * aw]);
-        }
+        mha_attend(st, cache, p0, extras, s)?;
         &s.att
     };
     mm(pool, &lw.wo, lw.wo.data, heads, n, &mut s.proj, &mut s.qbuf)?;
@@ -170,6 +130,63 @@ pub(super) fn attention(
         ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_attn_norm, hp.rms_eps);
     }
     attn_residual(st, s);
+    Ok(())
+}
+
+/// Multi-head attention of the queries `s.q` of the chunk's rows at positions `p0..` over the
+/// cache (each row alone at its position when `st.single`), into `s.att`; with Qwen's output
+/// gate, times `sigmoid(gate)`.
+fn mha_attend(
+    st: Stage<'_, '_>,
+    cache: &KvCache,
+    p0: usize,
+    extras: ops::AttnExtras<'_>,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let n_head = hp.n_head.at(il) as usize;
+    let (hd, hdv) = (hp.head_dim_k_at(il) as usize, hp.head_dim_v_at(il) as usize);
+    let aw = n_head * hdv;
+    if st.single {
+        // each row alone at its position, as its one-token pass attends
+        let qw = n_head * hd;
+        for t in 0..n {
+            ops::attend_batch_with(
+                pool,
+                &s.q[t * qw..(t + 1) * qw],
+                cache,
+                0,
+                p0 + t,
+                1,
+                n_head,
+                hp.attn_scale(),
+                extras,
+                &mut s.att[t * aw..(t + 1) * aw],
+            )?;
+        }
+    } else {
+        ops::attend_batch_with(
+            pool,
+            &s.q[..n * n_head * hd],
+            cache,
+            0,
+            p0,
+            n,
+            n_head,
+            hp.attn_scale(),
+            extras,
+            &mut s.att[..n * aw],
+        )?;
+    }
+    st.emit("kqv_out", &s.att[..n * aw]);
+    if hp.arch.gated_q() {
+        // the output gate (made by mha_qkv in s.gate): attention · sigmoid(gate)
+        ops::sigmoid(&s.gate[..n * aw], &mut s.up[..n * aw]);
+        for (a, &g) in s.att[..n * aw].iter_mut().zip(&s.up[..n * aw]) {
+            *a *= g;
+        }
+        st.emit("attn_gated", &s.att[..n * aw]);
+    }
     Ok(())
 }
 
@@ -197,48 +214,7 @@ pub(super) fn gdn_attention(
     let eps = hp.rms_eps;
 
     attn_input(st, lw, s);
-    mm(
-        pool,
-        &g.qkv,
-        g.qkv.data,
-        &s.cur,
-        n,
-        &mut s.gdn_qkv,
-        &mut s.qbuf,
-    )?;
-    mm(
-        pool,
-        &g.gate,
-        g.gate.data,
-        &s.cur,
-        n,
-        &mut s.gdn_z,
-        &mut s.qbuf,
-    )?;
-    mm(
-        pool,
-        &g.beta,
-        g.beta.data,
-        &s.cur,
-        n,
-        &mut s.gdn_conv,
-        &mut s.qbuf,
-    )?;
-    ops::sigmoid(&s.gdn_conv[..n * hv], &mut s.gdn_b[..n * hv]);
-    mm(
-        pool,
-        &g.alpha,
-        g.alpha.data,
-        &s.cur,
-        n,
-        &mut s.gdn_g,
-        &mut s.qbuf,
-    )?;
-    for row in s.gdn_g[..n * hv].chunks_exact_mut(hv) {
-        for ((x, &dt), &a) in row.iter_mut().zip(&g.dt_bias).zip(&g.a) {
-            *x = ops::softplus(*x + dt) * a;
-        }
-    }
+    gdn_projections(st, g, hv, s)?;
     st.emit("linear_attn_qkv_mixed", &s.gdn_qkv[..n * ch]);
     ops::causal_conv(
         &s.gdn_qkv[..n * ch],
@@ -297,6 +273,61 @@ pub(super) fn gdn_attention(
         &mut s.qbuf,
     )?;
     attn_residual(st, s);
+    Ok(())
+}
+
+/// The Gated DeltaNet's projections of the normed rows `s.cur`: qkv (`s.gdn_qkv`), the output
+/// gate z (`s.gdn_z`), beta through a sigmoid (`s.gdn_b`, by way of `s.gdn_conv`) and the
+/// decay gate `softplus(alpha + dt_bias) · a` (`s.gdn_g`) of the `hv` value heads.
+fn gdn_projections(
+    st: Stage<'_, '_>,
+    g: &GdnW<'_>,
+    hv: usize,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (n, pool) = (st.n, st.pool);
+    mm(
+        pool,
+        &g.qkv,
+        g.qkv.data,
+        &s.cur,
+        n,
+        &mut s.gdn_qkv,
+        &mut s.qbuf,
+    )?;
+    mm(
+        pool,
+        &g.gate,
+        g.gate.data,
+        &s.cur,
+        n,
+        &mut s.gdn_z,
+        &mut s.qbuf,
+    )?;
+    mm(
+        pool,
+        &g.beta,
+        g.beta.data,
+        &s.cur,
+        n,
+        &mut s.gdn_conv,
+        &mut s.qbuf,
+    )?;
+    ops::sigmoid(&s.gdn_conv[..n * hv], &mut s.gdn_b[..n * hv]);
+    mm(
+        pool,
+        &g.alpha,
+        g.alpha.data,
+        &s.cur,
+        n,
+        &mut s.gdn_g,
+        &mut s.qbuf,
+    )?;
+    for row in s.gdn_g[..n * hv].chunks_exact_mut(hv) {
+        for ((x, &dt), &a) in row.iter_mut().zip(&g.dt_bias).zip(&g.a) {
+            *x = ops::softplus(*x + dt) * a;
+        }
+    }
     Ok(())
 }
 
