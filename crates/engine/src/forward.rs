@@ -6,6 +6,16 @@
 //! `ubatch` tokens with batched products; a single token (decode) uses matrix × vector
 //! products. The KV cache and every scratch buffer are allocated once, when the engine is
 //! built.
+//!
+//! This module builds the engine, splits a call into chunks and runs the layer loop; the
+//! stages live in submodules: `source` (which experts a MoE layer routes to and where their
+//! bytes come from: [`ExpertSource`], the router, [`RouteReplay`], the route tap, the
+//! cache-aware pass), `attn` (multi-head attention with sinks, windows and the output gate,
+//! latent attention, Gated DeltaNet), `ffn` (the dense FFN, the routed experts, the shared
+//! expert), `head` (the output and the NextN draft head), `ahead` and `cache_aware` (what is
+//! ranked ahead of a router, the cache-aware policies), with `weights` (the resolved
+//! weights), `scratch` (the per-chunk buffers) and `state` (the context's state, saved and
+//! restored).
 
 mod ahead;
 mod attn;

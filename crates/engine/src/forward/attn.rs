@@ -405,7 +405,7 @@ pub(super) const MLA_PART: usize = 32;
 /// The parts of a batch of `n` tokens: `MLA_PART` at a time, a last part of one token joined
 /// to the one before, so that no part of a batch of two or more has one token (its products
 /// would take the one-token kernels, whose sums llama.cpp does not use for a batch).
-fn mla_parts(n: usize, part: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+pub(super) fn mla_parts(n: usize, part: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
     let mut t0 = 0;
     std::iter::from_fn(move || {
         if t0 >= n {

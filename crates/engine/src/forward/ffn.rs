@@ -1,6 +1,8 @@
-//! The feed-forward stage of a layer: a dense gated FFN ([`swiglu_ffn`]), the MoE block
-//! ([`moe_ffn`]: routing through [`super::source`], the routed experts a row group at a time
-//! or a one-token pass's experts together, their weighted sum) and the shared expert.
+//! The feed-forward stage of a layer: its input and its residual ([`ffn_input`],
+//! [`ffn_residual`], with Gemma 4's dense MLP beside the experts), a dense gated FFN
+//! ([`swiglu_ffn`]), the MoE block ([`moe_ffn`]: routing through [`super::source`], the routed
+//! experts a row group at a time or a one-token pass's experts together, their weighted sum)
+//! and the shared expert.
 
 use model::FfnAct;
 use quant::{MatvecJob, ThreadPool};
