@@ -155,7 +155,7 @@ impl AheadState {
         let gating = Gating::from(hp.expert_gating);
         ops::route_biased_into(
             &self.logits,
-            super::selection(hp, m),
+            super::source::selection(hp, m),
             hp.expert_weights_norm,
             hp.expert_weights_scale,
             gating,
@@ -218,7 +218,7 @@ impl Ahead<'_, '_> {
             a.wts.resize(k, 0.0);
             ops::route_biased_into(
                 &router_logits[..m.n_expert],
-                super::selection(hp, m),
+                super::source::selection(hp, m),
                 hp.expert_weights_norm,
                 hp.expert_weights_scale,
                 Gating::from(hp.expert_gating),

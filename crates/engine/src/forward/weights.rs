@@ -554,7 +554,27 @@ fn layer_w<'a>(
     il: usize,
     l: &model::LayerTensors<'a>,
 ) -> Result<LayerW<'a>, ForwardError> {
-    let hp = &model.hparams;
+    let ffn = ffn_w(model, kernels, l)?;
+    let attn = attn_w(model, kernels, il, l)?;
+    let gemma = gemma_w(model, kernels, l)?;
+    Ok(LayerW {
+        attn_norm: vector(model, l.attn_norm)?,
+        attn,
+        wo: mat(model, kernels, l.wo, 1)?,
+        bo: opt_vector(model, l.bo)?,
+        sinks: opt_vector(model, l.attn_sinks)?,
+        ffn_norm: vector(model, l.ffn_norm)?,
+        ffn,
+        gemma,
+    })
+}
+
+/// A layer's FFN: dense or MoE.
+fn ffn_w<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    l: &model::LayerTensors<'a>,
+) -> Result<FfnW<'a>, ForwardError> {
     let ffn = match &l.ffn {
         Ffn::Dense(d) => FfnW::Dense(Box::new(DenseW {
             gate: mat(model, kernels, d.gate, 1)?,
@@ -564,52 +584,69 @@ fn layer_w<'a>(
             up_b: opt_vector(model, d.up_b)?,
             down_b: opt_vector(model, d.down_b)?,
         })),
-        Ffn::Moe(m) => {
-            let x = m.n_expert as usize;
-            let shared = match &m.shared {
-                None => None,
-                Some(sh) => Some(SharedW {
-                    gate: mat(model, kernels, sh.gate, 1)?,
-                    up: mat(model, kernels, sh.up, 1)?,
-                    down: mat(model, kernels, sh.down, 1)?,
-                    gate_inp: sh.gate_inp.map(|g| mat(model, kernels, g, 1)).transpose()?,
-                }),
-            };
-            FfnW::Moe(Box::new(MoeW {
-                router: mat(model, kernels, m.router, 1)?,
-                gate: if m.fused_gate_up {
-                    half_of_fused(model, kernels, m.gate_exps, x, 0)?
-                } else {
-                    mat(model, kernels, m.gate_exps, x)?
-                },
-                up: if m.fused_gate_up {
-                    half_of_fused(model, kernels, m.up_exps, x, 1)?
-                } else {
-                    mat(model, kernels, m.up_exps, x)?
-                },
-                down: mat(model, kernels, m.down_exps, x)?,
-                n_expert: x,
-                shared,
-                sel_bias: opt_vector(model, m.selection_bias)?,
-                router_own_input: l.gemma.as_ref().is_some_and(|g| g.moe.is_some()),
-                down_scale: match &l.gemma {
-                    Some(model::GemmaLayer { moe: Some(g), .. }) => {
-                        opt_vector(model, g.down_scale)?
-                    }
-                    _ => None,
-                },
-                biases: match &m.biases {
-                    None => None,
-                    Some(b) => Some(MoeBiasW {
-                        router: vector(model, b.router)?,
-                        gate: vector(model, b.gate)?,
-                        up: vector(model, b.up)?,
-                        down: vector(model, b.down)?,
-                    }),
-                },
-            }))
-        }
+        Ffn::Moe(m) => FfnW::Moe(Box::new(moe_w(model, kernels, l, m)?)),
     };
+    Ok(ffn)
+}
+
+/// A MoE layer's router, routed experts (gate and up apart, or the halves of a fused
+/// tensor), shared expert, selection bias, biases and Gemma 4's per-expert scales.
+fn moe_w<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    l: &model::LayerTensors<'a>,
+    m: &model::MoeFfn<'a>,
+) -> Result<MoeW<'a>, ForwardError> {
+    let x = m.n_expert as usize;
+    let shared = match &m.shared {
+        None => None,
+        Some(sh) => Some(SharedW {
+            gate: mat(model, kernels, sh.gate, 1)?,
+            up: mat(model, kernels, sh.up, 1)?,
+            down: mat(model, kernels, sh.down, 1)?,
+            gate_inp: sh.gate_inp.map(|g| mat(model, kernels, g, 1)).transpose()?,
+        }),
+    };
+    Ok(MoeW {
+        router: mat(model, kernels, m.router, 1)?,
+        gate: if m.fused_gate_up {
+            half_of_fused(model, kernels, m.gate_exps, x, 0)?
+        } else {
+            mat(model, kernels, m.gate_exps, x)?
+        },
+        up: if m.fused_gate_up {
+            half_of_fused(model, kernels, m.up_exps, x, 1)?
+        } else {
+            mat(model, kernels, m.up_exps, x)?
+        },
+        down: mat(model, kernels, m.down_exps, x)?,
+        n_expert: x,
+        shared,
+        sel_bias: opt_vector(model, m.selection_bias)?,
+        router_own_input: l.gemma.as_ref().is_some_and(|g| g.moe.is_some()),
+        down_scale: match &l.gemma {
+            Some(model::GemmaLayer { moe: Some(g), .. }) => opt_vector(model, g.down_scale)?,
+            _ => None,
+        },
+        biases: match &m.biases {
+            None => None,
+            Some(b) => Some(MoeBiasW {
+                router: vector(model, b.router)?,
+                gate: vector(model, b.gate)?,
+                up: vector(model, b.up)?,
+                down: vector(model, b.down)?,
+            }),
+        },
+    })
+}
+
+/// A layer's attention: multi-head, latent or Gated DeltaNet.
+fn attn_w<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    il: usize,
+    l: &model::LayerTensors<'a>,
+) -> Result<AttnW<'a>, ForwardError> {
     let attn = match &l.attn {
         Attn::Mha(a) => AttnW::Mha(Box::new(MhaW {
             wq: mat(model, kernels, a.wq, 1)?,
@@ -621,44 +658,7 @@ fn layer_w<'a>(
             q_norm: opt_vector(model, a.q_norm)?,
             k_norm: opt_vector(model, a.k_norm)?,
         })),
-        Attn::Mla(a) => {
-            let (q_a, q) = match &a.q {
-                MlaQuery::Direct(q) => (None, mat(model, kernels, q, 1)?),
-                MlaQuery::LowRank { a, a_norm, b } => (
-                    Some((mat(model, kernels, a, 1)?, vector(model, a_norm)?)),
-                    mat(model, kernels, b, 1)?,
-                ),
-            };
-            let n_head = hp.n_head.at(il) as usize;
-            let kv_b = match &a.kv_b {
-                // k_b multiplies the plain query parts, a permuted view of q; v_b the
-                // attention output, which is contiguous
-                MlaKvB::Absorbed { k_b, v_b } => MlaKvBW::Absorbed {
-                    k_b: mat_as(
-                        model,
-                        kernels,
-                        k_b,
-                        n_head,
-                        Use::Heads { contiguous: false },
-                    )?,
-                    v_b: Box::new(mat_as(
-                        model,
-                        kernels,
-                        v_b,
-                        n_head,
-                        Use::Heads { contiguous: true },
-                    )?),
-                },
-                MlaKvB::Legacy(kv_b) => MlaKvBW::Legacy(mat(model, kernels, kv_b, 1)?),
-            };
-            AttnW::Mla(Box::new(MlaW {
-                q_a,
-                q,
-                kv_a: mat(model, kernels, a.kv_a_mqa, 1)?,
-                kv_a_norm: vector(model, a.kv_a_norm)?,
-                kv_b,
-            }))
-        }
+        Attn::Mla(a) => AttnW::Mla(Box::new(mla_w(model, kernels, il, a)?)),
         Attn::Gdn(g) => AttnW::Gdn(Box::new(GdnW {
             qkv: mat(model, kernels, g.qkv, 1)?,
             gate: mat(model, kernels, g.gate, 1)?,
@@ -670,6 +670,63 @@ fn layer_w<'a>(
             norm: vector(model, g.norm)?,
         })),
     };
+    Ok(attn)
+}
+
+/// Multi-head latent attention's weights of layer `il`: the query (direct or low-rank), the
+/// compressed key-value row and its norm, and `attn_k_b`/`attn_v_b` or the legacy `attn_kv_b`.
+fn mla_w<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    il: usize,
+    a: &model::MlaTensors<'a>,
+) -> Result<MlaW<'a>, ForwardError> {
+    let hp = &model.hparams;
+    let (q_a, q) = match &a.q {
+        MlaQuery::Direct(q) => (None, mat(model, kernels, q, 1)?),
+        MlaQuery::LowRank { a, a_norm, b } => (
+            Some((mat(model, kernels, a, 1)?, vector(model, a_norm)?)),
+            mat(model, kernels, b, 1)?,
+        ),
+    };
+    let n_head = hp.n_head.at(il) as usize;
+    let kv_b = match &a.kv_b {
+        // k_b multiplies the plain query parts, a permuted view of q; v_b the
+        // attention output, which is contiguous
+        MlaKvB::Absorbed { k_b, v_b } => MlaKvBW::Absorbed {
+            k_b: mat_as(
+                model,
+                kernels,
+                k_b,
+                n_head,
+                Use::Heads { contiguous: false },
+            )?,
+            v_b: Box::new(mat_as(
+                model,
+                kernels,
+                v_b,
+                n_head,
+                Use::Heads { contiguous: true },
+            )?),
+        },
+        MlaKvB::Legacy(kv_b) => MlaKvBW::Legacy(mat(model, kernels, kv_b, 1)?),
+    };
+    Ok(MlaW {
+        q_a,
+        q,
+        kv_a: mat(model, kernels, a.kv_a_mqa, 1)?,
+        kv_a_norm: vector(model, a.kv_a_norm)?,
+        kv_b,
+    })
+}
+
+/// Gemma 4's extra weights of a layer (`None` for the other models): its post-attention and
+/// post-FFN norms, output scale, and a MoE layer's dense MLP with its norms and router scale.
+fn gemma_w<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    l: &model::LayerTensors<'a>,
+) -> Result<Option<Box<GemmaW<'a>>>, ForwardError> {
     let gemma = match &l.gemma {
         None => None,
         Some(g) => Some(Box::new(GemmaW {
@@ -698,14 +755,5 @@ fn layer_w<'a>(
             },
         })),
     };
-    Ok(LayerW {
-        attn_norm: vector(model, l.attn_norm)?,
-        attn,
-        wo: mat(model, kernels, l.wo, 1)?,
-        bo: opt_vector(model, l.bo)?,
-        sinks: opt_vector(model, l.attn_sinks)?,
-        ffn_norm: vector(model, l.ffn_norm)?,
-        ffn,
-        gemma,
-    })
+    Ok(gemma)
 }
