@@ -24,6 +24,10 @@
 //!   (docs/benchmarks.md has the measurements).
 //! * **Vocabulary.** Copied from a GGUF that holds one (`--vocab`, or the preset's tokenizer in
 //!   the fixture cache), padded with `[PAD<i>]` tokens to the model's vocabulary size.
+//! * **Cuts.** `--layers N` keeps the first N layers, and the metadata says exactly what the
+//!   file holds, so that every cut loads: at most N - 1 leading dense layers (a cut keeps an
+//!   MoE layer), per-layer patterns of N layers, no tensor no kept layer reads (`Shape::cut`,
+//!   docs/benchmarks.md).
 //! * **Streaming.** Bytes are generated while they are written (memory stays bounded), to
 //!   `OUT.part`, synced to disk and renamed: an interrupted run never leaves a file that looks
 //!   complete. The rate printed includes the sync, so it is the disk's.
@@ -621,7 +625,8 @@ pub struct Options {
     pub like: Like,
     /// The file type [default: the one the published files use].
     pub quant: Option<FileType>,
-    /// Keep only the first N layers.
+    /// Keep only the first N layers (1 to the real count; the cut keeps an MoE layer, see
+    /// `Shape::cut`).
     pub layers: Option<u32>,
     /// A GGUF to copy the tokenizer (`tokenizer.*` metadata) from. Without one the plan has
     /// the preset's vocabulary size and cannot be written.
