@@ -40,10 +40,39 @@ pub fn choice<T: Choice + Send + Sync + Clone>() -> impl TypedValueParser<Value 
     )
 }
 
-/// The value parser of a quantization file type (`quantize --type`, `gen-model --quant`).
+/// The value parser of a quantization file type (`quantize --type`).
 pub fn file_type() -> impl TypedValueParser<Value = FileType> {
-    let values = FileType::ALL.iter().map(|t| {
-        let v = PossibleValue::new(t.name()).help(t.about());
+    file_types(|_| None)
+}
+
+/// The value parser of `gen-model --quant`: only the mixes gen-model can fill are listed and
+/// taken; the others are refused with the reason.
+pub fn gen_model_quant() -> impl TypedValueParser<Value = FileType> {
+    file_types(|t| {
+        (!transform::genmodel::fills(t)).then(|| {
+            format!(
+                "{}: gen-model has no random-block generator for this mix's types; it writes \
+                 {}",
+                t.name(),
+                FileType::ALL
+                    .iter()
+                    .filter(|&&t| transform::genmodel::fills(t))
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    })
+}
+
+/// File types by name: every one `refuse` has no reason against is listed (with its help);
+/// the others, and llama.cpp's importance-matrix file types, are taken by name only to be
+/// refused with the reason.
+fn file_types(refuse: fn(FileType) -> Option<String>) -> impl TypedValueParser<Value = FileType> {
+    let values = FileType::ALL.iter().map(move |&t| {
+        let v = PossibleValue::new(t.name())
+            .help(t.about())
+            .hide(refuse(t).is_some());
         match t.alias() {
             Some(a) => v.alias(a),
             None => v,
@@ -54,8 +83,8 @@ pub fn file_type() -> impl TypedValueParser<Value = FileType> {
     let refused = IMATRIX_FILE_TYPES
         .iter()
         .map(|name| PossibleValue::new(*name).hide(true));
-    PossibleValuesParser::new(values.chain(refused)).try_map(|name: String| {
-        FileType::from_name(&name).ok_or_else(|| {
+    PossibleValuesParser::new(values.chain(refused)).try_map(move |name: String| {
+        let t = FileType::from_name(&name).ok_or_else(|| {
             match IMATRIX_FILE_TYPES
                 .iter()
                 .find(|n| n.eq_ignore_ascii_case(&name))
@@ -67,7 +96,11 @@ pub fn file_type() -> impl TypedValueParser<Value = FileType> {
                 ),
                 None => format!("`{name}` is not a value"),
             }
-        })
+        })?;
+        match refuse(t) {
+            Some(why) => Err(why),
+            None => Ok(t),
+        }
     })
 }
 

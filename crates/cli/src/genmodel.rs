@@ -18,11 +18,11 @@ pub struct GenModelArgs {
     #[arg(long, value_parser = crate::args::like(), value_name = "NAME")]
     like: Like,
 
-    /// The file type (llama.cpp's mixes, as `sluice quantize --type`) [default: the one the
-    /// published files use: Q4_K_M (Q4_K with Q6_K on half of attn_v and ffn_down and on
-    /// output.weight) for the qwen3, olmoe and mixtral presets, MXFP4_MOE (MXFP4 experts, Q8_0
-    /// elsewhere) for gpt-oss].
-    #[arg(long, value_parser = crate::args::file_type(), ignore_case = true, value_name = "MIX")]
+    /// The file type (llama.cpp's mixes, as `sluice quantize --type`, but for the ternary
+    /// TQ1_0 and TQ2_0, whose blocks gen-model cannot fill) [default: the one the published
+    /// files use: MXFP4_MOE (MXFP4 experts, Q8_0 elsewhere) for gpt-oss, Q4_K_M (Q4_K with
+    /// Q6_K on half of attn_v and ffn_down and on output.weight) for the others].
+    #[arg(long, value_parser = crate::args::gen_model_quant(), ignore_case = true, value_name = "MIX")]
     quant: Option<FileType>,
 
     /// Types for the routed expert stacks instead of the --quant mix's, as GATE_UP,DOWN (ggml
@@ -38,7 +38,14 @@ pub struct GenModelArgs {
     #[arg(long, value_name = "OUT.gguf", required_unless_present = "plan")]
     out: Option<PathBuf>,
 
-    /// Keep only the first N layers (a shallower model of the same width).
+    /// Keep only the first N layers (a shallower model of the same width). The cut keeps at
+    /// least one MoE layer: the leading dense layers (deepseek-v3's 3, kimi-k2's and
+    /// glm-4.5-air's 1) become at most N - 1. Per-layer patterns (sliding-window and full
+    /// attention, linear-attention layers) are the first N layers'; gemma-4's rope_freqs is
+    /// written only when the cut has a full-attention layer (N >= 6); glm-4.5-air's NextN
+    /// layer follows the cut trunk. A deepseek-v3 / kimi-k2 cut of 26 or 27 layers gets one
+    /// attn_q instead of the low-rank query: llama.cpp reads such a file as
+    /// DeepSeek-V2-Lite's layout.
     #[arg(long, value_name = "N")]
     layers: Option<u32>,
 

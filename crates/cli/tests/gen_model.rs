@@ -476,3 +476,40 @@ fn expert_types_give_the_routed_stacks_their_i_quants() {
         );
     }
 }
+
+/// `--quant` lists and takes only the mixes gen-model can fill: TQ1_0 and TQ2_0 are not
+/// offered (while `quantize --type` offers them) and are refused with the reason.
+#[test]
+fn quant_offers_only_the_mixes_gen_model_fills() {
+    let help = ok(sluice(&["gen-model", "--help"]));
+    assert!(help.contains("Q4_K_M"), "{help}");
+    assert!(help.contains("MXFP4_MOE"), "{help}");
+    let values = |help: &str| {
+        help.lines()
+            .filter_map(|l| l.trim().strip_prefix("- "))
+            .filter_map(|l| l.split(':').next())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let offered = values(&help);
+    assert!(offered.iter().any(|v| v == "Q6_K"), "{offered:?}");
+    for t in ["TQ1_0", "TQ2_0"] {
+        assert!(!offered.iter().any(|v| v == t), "{t} offered: {offered:?}");
+    }
+    let quantize = values(&ok(sluice(&["quantize", "--help"])));
+    assert!(quantize.iter().any(|v| v == "TQ1_0"), "{quantize:?}");
+    for t in ["TQ1_0", "tq2_0"] {
+        let o = sluice(&["gen-model", "--like", "olmoe-1b-7b", "--plan", "--quant", t]);
+        assert!(!o.status.success(), "{t} taken");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("no random-block generator"), "{err}");
+        assert!(err.contains("Q4_K_M"), "{err}");
+    }
+    // every offered mix plans for a preset
+    for t in offered
+        .iter()
+        .filter(|v| v.contains('_') || v.starts_with('Q'))
+    {
+        plan(&["--like", "olmoe-1b-7b", "--layers", "1", "--quant", t]);
+    }
+}

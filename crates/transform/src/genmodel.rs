@@ -24,6 +24,10 @@
 //!   (docs/benchmarks.md has the measurements).
 //! * **Vocabulary.** Copied from a GGUF that holds one (`--vocab`, or the preset's tokenizer in
 //!   the fixture cache), padded with `[PAD<i>]` tokens to the model's vocabulary size.
+//! * **Cuts.** `--layers N` keeps the first N layers, and the metadata says exactly what the
+//!   file holds, so that every cut loads: at most N - 1 leading dense layers (a cut keeps an
+//!   MoE layer), per-layer patterns of N layers, no tensor no kept layer reads (`Shape::cut`,
+//!   docs/benchmarks.md).
 //! * **Streaming.** Bytes are generated while they are written (memory stays bounded), to
 //!   `OUT.part`, synced to disk and renamed: an interrupted run never leaves a file that looks
 //!   complete. The rate printed includes the sync, so it is the disk's.
@@ -193,6 +197,7 @@ struct GlmExtras {
 /// deepseek2's attention and routing beyond the common shape.
 #[derive(Clone, Copy, Debug)]
 struct MlaShape {
+    /// Rank of the low-rank query (`attn_q_a`, its norm, `attn_q_b`); 0: one `attn_q`.
     q_lora: u64,
     kv_lora: u64,
     /// Plain and rotated query/key values per head, and value values per head.
@@ -579,6 +584,35 @@ impl Like {
     }
 }
 
+impl Shape {
+    /// The first `n` layers of the model (`--layers`), described so that the file is
+    /// consistent and loads: the leading dense layers are at most `n - 1`, so that a cut keeps
+    /// at least one MoE layer (a 2-layer DeepSeek-V3 cut: one dense layer, one MoE layer); the
+    /// per-layer patterns (sliding-window layers, KV heads, recurrent layers) follow from
+    /// `n_layer`, and [`tensor_list`] drops what no kept layer uses (gemma4's `rope_freqs`
+    /// without a full-attention layer). NextN layers stay after the cut trunk. A deepseek2 cut
+    /// of 26 or 27 layers is read by llama.cpp (and sluice) as DeepSeek-V2-Lite, whose query is
+    /// one projection: such a cut gets `attn_q` instead of the low-rank query.
+    fn cut(&mut self, n: u32) {
+        self.n_layer = n;
+        if let Some(g) = &mut self.glm {
+            g.dense_lead = g.dense_lead.min(n - 1);
+        }
+        if let Some(m) = &mut self.mla
+            && deepseek2_reads_as_lite(n)
+        {
+            m.q_lora = 0;
+        }
+    }
+}
+
+/// True when llama.cpp's deepseek2 loader (and sluice's) takes a file of `n_layer` layers for
+/// DeepSeek-V2-Lite's layout: no `attention.q_lora_rank`, the query one `attn_q` (its rule
+/// also covers 48 layers with a vocabulary of 128256, which no preset's vocabulary is).
+fn deepseek2_reads_as_lite(n_layer: u32) -> bool {
+    matches!(n_layer, 26 | 27)
+}
+
 /// gpt-oss's sliding window (every other layer, starting with layer 0).
 const GPT_OSS_SWA: u32 = 128;
 /// gpt-oss's YaRN: factor 32 over an original context of 4096.
@@ -591,7 +625,8 @@ pub struct Options {
     pub like: Like,
     /// The file type [default: the one the published files use].
     pub quant: Option<FileType>,
-    /// Keep only the first N layers.
+    /// Keep only the first N layers (1 to the real count; the cut keeps an MoE layer, see
+    /// `Shape::cut`).
     pub layers: Option<u32>,
     /// A GGUF to copy the tokenizer (`tokenizer.*` metadata) from. Without one the plan has
     /// the preset's vocabulary size and cannot be written.
@@ -697,14 +732,17 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         t("output_norm.weight".into(), &[e], Role::Norm),
     ];
     if let Some(g) = s.gemma {
-        // tied embeddings, as the released files
-        v.push(t(
-            "rope_freqs.weight".into(),
-            &[g.head_full / 2],
-            Role::RopeFreqs {
-                rotated: g.rot_pairs_full,
-            },
-        ));
+        // tied embeddings, as the released files; the full-attention layers' rope divisors
+        // only when the (cut) model has one, else no layer reads them
+        if n_layer >= g.period {
+            v.push(t(
+                "rope_freqs.weight".into(),
+                &[g.head_full / 2],
+                Role::RopeFreqs {
+                    rotated: g.rot_pairs_full,
+                },
+            ));
+        }
     } else {
         v.push(t("output.weight".into(), &[e, s.n_vocab], Role::Weight));
     }
@@ -799,13 +837,17 @@ fn mla_layer(v: &mut Vec<Planned>, s: &Shape, m: MlaShape, g: GlmExtras, il: u32
     };
     let p = |n: &str| format!("blk.{il}.{n}.weight");
     let (e, h) = (s.n_embd, s.n_head);
-    v.push(t(p("attn_q_a"), &[e, m.q_lora], Role::Weight));
-    v.push(t(p("attn_q_a_norm"), &[m.q_lora], Role::Norm));
-    v.push(t(
-        p("attn_q_b"),
-        &[m.q_lora, h * (m.nope + m.rope)],
-        Role::Weight,
-    ));
+    if m.q_lora == 0 {
+        v.push(t(p("attn_q"), &[e, h * (m.nope + m.rope)], Role::Weight));
+    } else {
+        v.push(t(p("attn_q_a"), &[e, m.q_lora], Role::Weight));
+        v.push(t(p("attn_q_a_norm"), &[m.q_lora], Role::Norm));
+        v.push(t(
+            p("attn_q_b"),
+            &[m.q_lora, h * (m.nope + m.rope)],
+            Role::Weight,
+        ));
+    }
     v.push(t(
         p("attn_kv_a_mqa"),
         &[e, m.kv_lora + m.rope],
@@ -1006,6 +1048,14 @@ fn filled() -> impl Iterator<Item = GgmlType> {
         .iter()
         .copied()
         .filter(|&t| block_profile(t).is_some())
+}
+
+/// True when gen-model can write the file type `quant` for every preset: it has a
+/// random-block generator for every type the mix gives a weight. That is every llama.cpp mix
+/// `sluice quantize` writes but the ternary TQ1_0 and TQ2_0 (their blocks hold trits, which
+/// random bytes are not); the CLI offers only these.
+pub fn fills(quant: FileType) -> bool {
+    !matches!(quant, FileType::TQ1_0 | FileType::TQ2_0)
 }
 
 /// Standard deviation of the synthetic weights.
@@ -1363,7 +1413,7 @@ pub fn plan(opts: &Options, on: &mut dyn FnMut(Event)) -> Result<Plan> {
                 shape.title
             );
         }
-        shape.n_layer = n;
+        shape.cut(n);
     }
     if let Some(k) = opts.experts_used {
         if k == 0 || u64::from(k) > shape.n_expert {
@@ -1542,7 +1592,9 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             Value::U32((m.nope + m.rope) as u32),
         ));
         meta.push((a("attention.value_length_mla"), Value::U32(m.v as u32)));
-        meta.push((a("attention.q_lora_rank"), Value::U32(m.q_lora as u32)));
+        if m.q_lora > 0 {
+            meta.push((a("attention.q_lora_rank"), Value::U32(m.q_lora as u32)));
+        }
         meta.push((a("attention.kv_lora_rank"), Value::U32(m.kv_lora as u32)));
         if m.groups.0 > 1 {
             meta.push((a("expert_group_count"), Value::U32(m.groups.0)));
@@ -1656,13 +1708,48 @@ pub fn write(plan: Plan, out: &Path, on: &mut dyn FnMut(Event)) -> Result<Writte
     if !plan.has_vocab {
         reject!("the plan has no vocabulary: give one to write the model");
     }
+    let w = model_writer(&plan, on)?;
+    let part = PathBuf::from(format!("{}.part", out.display()));
+    let (bytes, file, direct) = match DirectWriter::create(&part) {
+        Ok(mut dw) => {
+            let n = w
+                .write_to(&mut dw)
+                .with_context(|| format!("writing {}", part.display()))?;
+            let file = dw
+                .finish()
+                .with_context(|| format!("writing {}", part.display()))?;
+            (n, file, true)
+        }
+        // O_DIRECT refused (tmpfs, some network file systems): through the page cache.
+        Err(_) => {
+            let file =
+                File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
+            let mut bw = BufWriter::with_capacity(1 << 20, file);
+            let n = w
+                .write_to(&mut bw)
+                .with_context(|| format!("writing {}", part.display()))?;
+            let file = bw
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .with_context(|| format!("writing {}", part.display()))?;
+            (n, file, false)
+        }
+    };
+    file.sync_all()
+        .with_context(|| format!("syncing {}", part.display()))?;
+    drop(file);
+    std::fs::rename(&part, out)
+        .with_context(|| format!("renaming {} to {}", part.display(), out.display()))?;
+    Ok(Written { bytes, direct })
+}
+
+/// The file's writer: the plan's metadata and every tensor with its bytes, the weights'
+/// generated while they are written (telling `on` of the progress).
+fn model_writer<'o>(plan: &Plan, on: &'o mut dyn FnMut(Event)) -> Result<GgufWriter<'o>> {
     let total = plan.tensor_bytes();
     let done = Rc::new(Cell::new(0u64));
     let on = Rc::new(std::cell::RefCell::new(on));
-    let mut w = GgufWriter::new();
-    for (k, v) in plan.meta {
-        w.add_metadata(k, v)?;
-    }
+    let mut w = gguf_writer(plan)?;
     // The experts' popularity gains, one stream for the whole model.
     let mut gain_rng = WyRand::new(plan.seed ^ 0x5EED_0F5E_ED00);
     for t in &plan.tensors {
@@ -1719,39 +1806,65 @@ pub fn write(plan: Plan, out: &Path, on: &mut dyn FnMut(Event)) -> Result<Writte
             }
         }
     }
+    Ok(w)
+}
 
-    let part = PathBuf::from(format!("{}.part", out.display()));
-    let (bytes, file, direct) = match DirectWriter::create(&part) {
-        Ok(mut dw) => {
-            let n = w
-                .write_to(&mut dw)
-                .with_context(|| format!("writing {}", part.display()))?;
-            let file = dw
-                .finish()
-                .with_context(|| format!("writing {}", part.display()))?;
-            (n, file, true)
+/// A writer holding the plan's metadata, ready for its tensors.
+fn gguf_writer(plan: &Plan) -> Result<GgufWriter<'static>> {
+    let mut w = GgufWriter::new();
+    for (k, v) in &plan.meta {
+        w.add_metadata(k.clone(), v.clone())?;
+    }
+    Ok(w)
+}
+
+/// The bytes [`write`] writes before the tensor data: the header, the metadata, the tensor
+/// table and the padding to the data section. The same writer is given the same tensor
+/// entries (name, shape, type) and stopped where the first tensor's bytes would go.
+#[cfg(test)]
+fn header_bytes(plan: &Plan) -> Result<Vec<u8>> {
+    /// The marker a tensor's writer returns to stop the writer at the data section.
+    #[derive(Debug)]
+    struct DataSection;
+    impl std::fmt::Display for DataSection {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("the data section starts here")
         }
-        // O_DIRECT refused (tmpfs, some network file systems): through the page cache.
-        Err(_) => {
-            let file =
-                File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
-            let mut bw = BufWriter::with_capacity(1 << 20, file);
-            let n = w
-                .write_to(&mut bw)
-                .with_context(|| format!("writing {}", part.display()))?;
-            let file = bw
-                .into_inner()
-                .map_err(|e| e.into_error())
-                .with_context(|| format!("writing {}", part.display()))?;
-            (n, file, false)
+    }
+    impl std::error::Error for DataSection {}
+
+    let mut w = gguf_writer(plan)?;
+    for t in &plan.tensors {
+        w.add_tensor_with(t.name.clone(), &t.dims, t.ty, |_| {
+            Err(io::Error::other(DataSection))
+        })?;
+    }
+    let mut buf = Vec::new();
+    match w.write_to(&mut buf) {
+        Err(gguf::GgufError::Io { error, .. })
+            if error.get_ref().is_some_and(|e| e.is::<DataSection>()) =>
+        {
+            Ok(buf)
         }
-    };
-    file.sync_all()
-        .with_context(|| format!("syncing {}", part.display()))?;
-    drop(file);
-    std::fs::rename(&part, out)
-        .with_context(|| format!("renaming {} to {}", part.display(), out.display()))?;
-    Ok(Written { bytes, direct })
+        Err(e) => Err(e.into()),
+        Ok(_) => fail!("a plan without tensors"),
+    }
+}
+
+/// For tests of what reads the file's header (the loader): the file [`write`] would write
+/// with its tensor data left a hole. The header and tensor table are the real ones and the
+/// file has its full length (sparse: a few KiB on disk whatever the model's size), its
+/// weights all zero bytes. A plan without a vocabulary is written too (with the preset's
+/// `vocab_size`). Returns the file's length.
+#[cfg(test)]
+fn write_hollow(plan: &Plan, out: &Path) -> Result<u64> {
+    let header = header_bytes(plan)?;
+    let len = header.len() as u64 + plan.data_bytes;
+    let mut file = File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    file.write_all(&header)
+        .and_then(|()| file.set_len(len))
+        .with_context(|| format!("writing {}", out.display()))?;
+    Ok(len)
 }
 
 #[cfg(test)]
@@ -1876,6 +1989,154 @@ mod tests {
             "{}",
             plan_err(&bad)
         );
+    }
+
+    fn opts(like: Like, layers: Option<u32>) -> Options {
+        Options {
+            like,
+            quant: None,
+            layers,
+            vocab: None,
+            router_skew: 0.0,
+            experts_used: None,
+            attn_out_std: 0.0045,
+            seed: 0,
+            chat_template: None,
+            expert_types: None,
+        }
+    }
+
+    /// The mixes [`fills`] offers are the ones every preset plans whole; every other mix is
+    /// refused for some preset, naming the type gen-model cannot fill.
+    #[test]
+    fn the_offered_mixes_are_the_ones_every_preset_plans() {
+        for quant in FileType::ALL {
+            let mut refused = Vec::new();
+            for like in Like::ALL {
+                let o = Options {
+                    quant: Some(quant),
+                    ..opts(like, None)
+                };
+                match plan(&o, &mut |_| {}) {
+                    Ok(_) => {}
+                    Err(e) => {
+                        assert!(e.is_rejected(), "{} {}: {e}", like.name(), quant.name());
+                        assert!(e.to_string().contains("cannot fill"), "{e}");
+                        refused.push(like.name());
+                    }
+                }
+            }
+            if fills(quant) {
+                assert!(
+                    refused.is_empty(),
+                    "{} refused for {refused:?}",
+                    quant.name()
+                );
+            } else {
+                assert!(
+                    !refused.is_empty(),
+                    "{} plans for every preset",
+                    quant.name()
+                );
+            }
+        }
+        assert!(!fills(FileType::TQ1_0) && !fills(FileType::TQ2_0));
+        assert!(fills(FileType::Q4_K_M) && fills(FileType::Mxfp4Moe));
+    }
+
+    /// The header [`write_hollow`] writes is, byte for byte, the one [`write`]'s writer
+    /// streams before the first tensor's data.
+    #[test]
+    fn the_hollow_files_header_is_the_written_files() {
+        /// Keeps the first `cap` bytes, then refuses.
+        struct Prefix {
+            buf: Vec<u8>,
+            cap: usize,
+        }
+        impl Write for Prefix {
+            fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+                let n = data.len().min(self.cap - self.buf.len());
+                if n == 0 && !data.is_empty() {
+                    return Err(io::Error::other("enough"));
+                }
+                self.buf.extend_from_slice(&data[..n]);
+                Ok(n)
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        for like in Like::ALL {
+            let p = plan(&opts(like, Some(2)), &mut |_| {}).expect("plan");
+            let header = header_bytes(&p).expect("header");
+            let mut sink = Prefix {
+                buf: Vec::new(),
+                cap: header.len(),
+            };
+            let mut quiet = |_| {};
+            let w = model_writer(&p, &mut quiet).expect("writer");
+            let err = w.write_to(&mut sink).expect_err("stopped at the data");
+            assert!(err.to_string().contains("enough"), "{err}");
+            assert_eq!(sink.buf.len(), header.len(), "{}", like.name());
+            assert!(sink.buf == header, "{}: the headers differ", like.name());
+            assert_eq!(header.len() % 32, 0);
+        }
+    }
+
+    /// Every preset, whole and cut to every layer count, is a file the loader opens: the
+    /// metadata and the tensor table agree (the cut rule of [`Shape::cut`]). Hollow files:
+    /// the real header and tensor table, the data a hole of its full length.
+    #[test]
+    fn every_cut_of_every_preset_loads() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for like in Like::ALL {
+            let full = like.shape();
+            let cuts = (1..=full.n_layer).map(Some).chain([None]);
+            for layers in cuts {
+                let what = format!("{} --layers {layers:?}", like.name());
+                let p = plan(&opts(like, layers), &mut |_| {}).expect(&what);
+                let path = dir.path().join(format!("{}.gguf", like.name()));
+                let len = write_hollow(&p, &path).expect(&what);
+                let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(file.file_len(), len, "{what}");
+                assert_eq!(file.tensors().len(), p.tensors.len(), "{what}");
+                let m = model::Model::from_gguf(&file).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let hp = &m.hparams;
+                let n = layers.unwrap_or(full.n_layer);
+                assert_eq!(hp.n_layer, n, "{what}");
+                // at least one MoE layer; the leading dense ones as many as the real model's,
+                // at most all but one
+                let dense = full.glm.map_or(0, |g| g.dense_lead.min(n - 1));
+                assert_eq!(hp.n_layer_dense_lead, dense, "{what}");
+                assert_eq!(hp.n_moe_layers(), n - dense, "{what}");
+                assert_eq!(m.tensors.layers.len(), n as usize, "{what}");
+                assert_eq!(
+                    m.tensors.nextn.len(),
+                    full.glm.map_or(0, |g| g.nextn) as usize,
+                    "{what}"
+                );
+                if let Some(g) = full.gemma {
+                    let n_full = n / g.period;
+                    assert_eq!(
+                        (0..n as usize).filter(|&il| !hp.is_swa_layer(il)).count(),
+                        n_full as usize,
+                        "{what}"
+                    );
+                    assert_eq!(m.tensors.rope_freqs.is_some(), n_full > 0, "{what}");
+                }
+                if let Some(h) = full.hybrid {
+                    let recurrent = (0..n as usize).filter(|&il| hp.is_recurrent(il)).count();
+                    assert_eq!(recurrent as u32, n - n / h.interval, "{what}");
+                }
+                if let Some(mla) = &hp.mla {
+                    let lite = deepseek2_reads_as_lite(n);
+                    assert_eq!(mla.q_lora_rank == 0, lite, "{what}");
+                }
+                drop(m);
+                drop(file);
+                std::fs::remove_file(&path).expect("remove");
+            }
+        }
     }
 
     fn plan_err(opts: &Options) -> String {
