@@ -223,7 +223,7 @@ fn check_widths(hp: &HParams, w: &Weights<'_>) -> Result<(), ForwardError> {
     let e = hp.n_embd as usize;
     for il in 0..hp.n_layer as usize {
         let hd = hp.head_dim_k_at(il) as usize;
-        let gate = if hp.arch.gated_q() { 2 } else { 1 };
+        let gate = if hp.features.gated_q { 2 } else { 1 };
         if hp.mla.is_none()
             && !hp.is_recurrent(il)
             && hp.n_embd_q(il) as usize != gate * hp.n_head.at(il) as usize * hd
@@ -713,9 +713,8 @@ impl<'a> Engine<'a> {
             let row = &emb_data[tok as usize * rb..(tok as usize + 1) * rb];
             quant::dequantize_row(emb.ty, row, &mut self.s.x[t * e..(t + 1) * e])?;
         }
-        if self.hp.arch.is_gemma4() {
-            // Gemma scales the embeddings by sqrt(n_embd) (ggml_scale)
-            let k = (e as f32).sqrt();
+        if let Some(k) = self.hp.embd_scale {
+            // ggml_scale (Gemma: by sqrt(n_embd))
             for v in &mut self.s.x[..n * e] {
                 *v *= k;
             }
@@ -738,7 +737,7 @@ impl<'a> Engine<'a> {
         }
         // llama.cpp's Gemma 4 and Qwen3.5 graphs run every row through the last layer and picks the
         // wanted ones after the output norm (its other graphs after the last attention)
-        let late_pick = self.hp.arch.is_gemma4() || self.hp.arch.is_hybrid_recurrent();
+        let late_pick = self.hp.features.late_row_pick;
         for il in 0..n_layer {
             let keep = if il + 1 == n_layer && !late_pick {
                 out_rows.clone()

@@ -27,14 +27,14 @@ pub(super) fn rope_config(hp: &HParams, freq_factors: Option<Vec<f32>>) -> RopeC
         beta_slow: r.yarn_beta_slow,
         n_ctx_orig: r.n_ctx_orig,
         freq_factors,
-        imrope_sections: hp.arch.imrope().then_some(r.sections),
+        imrope_sections: hp.features.imrope.then_some(r.sections),
     }
 }
 
 /// Gemma 4's sliding-window layers' rope: their own rotated dims and base, no divisors
 /// (`None` for the other models).
 pub(super) fn swa_rope(hp: &HParams) -> Result<Option<Rope>, ForwardError> {
-    let rope_swa = if hp.arch.is_gemma4() {
+    let rope_swa = if hp.features.swa_rope {
         let mut c = rope_config(hp, None);
         c.n_dims = hp.rope.n_rot_swa as usize;
         c.freq_base = hp.rope.freq_base_swa;
@@ -179,7 +179,7 @@ fn mha_attend(
         )?;
     }
     st.emit("kqv_out", &s.att[..n * aw]);
-    if hp.arch.gated_q() {
+    if hp.features.gated_q {
         // the output gate (made by mha_qkv in s.gate): attention · sigmoid(gate)
         ops::sigmoid(&s.gate[..n * aw], &mut s.up[..n * aw]);
         for (a, &g) in s.att[..n * aw].iter_mut().zip(&s.up[..n * aw]) {
@@ -345,7 +345,7 @@ fn mha_qkv(
     let kw = hp.n_embd_k_gqa(il) as usize;
     let eps = hp.rms_eps;
     mm(pool, &a.wq, a.wq.data, &s.cur, n, &mut s.q, &mut s.qbuf)?;
-    if hp.arch.gated_q() {
+    if hp.features.gated_q {
         // per head the queries, then the output gate: the gates to s.gate, the queries
         // packed to the front of s.q (each moves to a lower or equal index)
         let heads = qw / (2 * hd);
@@ -380,13 +380,13 @@ fn mha_qkv(
             ops::rms_norm_inplace(k, kn, eps);
         }
     }
-    if hp.arch.is_gemma4() {
-        // a weightless RMS norm of each value head
+    if hp.features.v_norm {
+        // a weightless RMS norm of each value head (Gemma 4)
         ops::rms_norm_plain_inplace(v, hd, eps);
     }
     // RoPE (Gemma 4's sliding-window layers have a rope of their own)
     let nr = hp.n_rot_at(il) as usize;
-    let table = if hp.arch.is_gemma4() && hp.is_swa_layer(il) {
+    let table = if hp.features.swa_rope && hp.is_swa_layer(il) {
         &s.rope_swa
     } else {
         &s.rope

@@ -108,7 +108,7 @@ pub(super) fn swiglu_ffn(
     add_bias(&mut s.gate[..n * f], gate_b);
     mm(pool, up, up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
     add_bias(&mut s.up[..n * f], up_b);
-    if st.hp.arch.ffn_act() == FfnAct::Geglu {
+    if st.hp.features.ffn_act == FfnAct::Geglu {
         ops::geglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
     } else {
         ops::swiglu(&s.gate[..n * f], &s.up[..n * f], &mut s.act[..n * f]);
@@ -284,7 +284,7 @@ fn routed_experts<'a>(
             for i in 0..s.ready.len() {
                 take_pending(s, il, s.ready[i])?;
             }
-            let act = hp.arch.ffn_act();
+            let act = hp.features.ffn_act;
             experts_one_token(st.pool, m, act, il, e, k_used, source.as_deref(), s)?;
             continue;
         }
@@ -530,7 +530,7 @@ fn expert_rows<'a>(
         add_bias_slice(&mut s.gate[..cnt * fe], &b.gate[eb.clone()]);
         add_bias_slice(&mut s.up[..cnt * fe], &b.up[eb]);
     }
-    match hp.arch.ffn_act() {
+    match hp.features.ffn_act {
         FfnAct::Swiglu => ops::swiglu(
             &s.gate[..cnt * fe],
             &s.up[..cnt * fe],
@@ -575,7 +575,7 @@ fn shared_expert(st: Stage<'_, '_>, sh: &SharedW<'_>, s: &mut Scratch) -> Result
     swiglu_ffn(st, [&sh.gate, &sh.up, &sh.down], [None; 3], s)?;
     if let Some(g) = &sh.gate_inp {
         mm(pool, g, g.data, &s.cur, n, &mut s.shg, &mut s.qbuf)?;
-        let plain = st.hp.arch.shared_gate_sigmoid_op();
+        let plain = st.hp.features.shared_gate_sigmoid_op;
         for t in 0..n {
             let gx = s.shg[t];
             let gate = if plain {

@@ -96,6 +96,8 @@ impl Scratch {
         let f_max = ffn_width(hp, att_max);
         let k_max = hp.n_expert_used.max() as usize;
         let x_n = hp.n_expert as usize;
+        // the router input and the dense MLP's output of a layer with both (Gemma 4)
+        let beside = if hp.features.mlp_beside_experts { ub * e } else { 0 };
         Scratch {
             x: vec![0.0; ub * e],
             aside: Vec::new(),
@@ -138,8 +140,8 @@ impl Scratch {
             hy: vec![0.0; ub * mla_hy as usize],
             heads: vec![0.0; ub * mla_heads as usize],
             rope_swa: vec![0.0; ub * hp.rope.n_rot_swa as usize],
-            rin: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
-            mlp: vec![0.0; if hp.arch.is_gemma4() { ub * e } else { 0 }],
+            rin: vec![0.0; beside],
+            mlp: vec![0.0; beside],
             gdn_qkv: vec![0.0; ub * g_ch],
             gdn_conv: vec![0.0; ub * g_ch],
             gdn_q: vec![0.0; ub * g_kd],
@@ -227,7 +229,7 @@ fn ffn_width(hp: &HParams, att_max: usize) -> usize {
         hp.n_ff_exp.max() as usize,
         hp.n_ff_shexp as usize,
         // the gated attention's gate and its sigmoid use `gate` and `up`
-        if hp.arch.gated_q() { att_max } else { 0 },
+        if hp.features.gated_q { att_max } else { 0 },
     ]
     .into_iter()
     .max()

@@ -106,29 +106,6 @@ impl Arch {
     }
 }
 
-// TEMPORARY shims for the engine until it reads `HParams::features` (removed in this change).
-#[allow(missing_docs)]
-impl Arch {
-    pub fn is_gemma4(self) -> bool {
-        self.name() == "gemma4"
-    }
-    pub fn is_hybrid_recurrent(self) -> bool {
-        self.name() == "qwen35moe"
-    }
-    pub fn gated_q(self) -> bool {
-        self.features().gated_q
-    }
-    pub fn imrope(self) -> bool {
-        self.features().imrope
-    }
-    pub fn ffn_act(self) -> FfnAct {
-        self.features().ffn_act
-    }
-    pub fn shared_gate_sigmoid_op(self) -> bool {
-        self.features().shared_gate_sigmoid_op
-    }
-}
-
 /// The names accepted in `general.architecture`, comma-separated, for messages.
 pub fn supported_archs() -> String {
     Arch::all().map(Arch::name).collect::<Vec<_>>().join(", ")
