@@ -40,6 +40,15 @@ weight types:
                layer with a sigmoid output gate and interleaved M-RoPE,
                post-attention norm, a sigmoid-gated shared expert; F32
                and Q8_0
+    qwen3vlmoe 16 experts, top-4: Qwen3-VL-MoE's text model: qwen3moe's  vocabulary: qwen2.5
+               layers with interleaved M-RoPE over whole heads in
+               sections 20/6/6/0 (9 of 32 pairs on the fourth position
+               stream, 0 for text) and 2 deepstack layers (no vision
+               input: they add zeros); F32 and Q8_0
+    granitemoe 12 experts, top-3: Granite 3.x MoE: llama-like layers     vocabulary: refact
+               (NORM rope, no biases) with the four Granite multipliers   (StarCoder BPE, as
+               (embedding 5, attention 0.3, residual 0.35, logits 1/6);   Granite's) + Granite's
+               F32 and Q8_0                                               role tokens
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -63,7 +72,10 @@ result are all kept, and the special tokens the model needs appended after them.
 vocabulary is the trimmed qwen2.5 one with the harmony format's special tokens added after it
 as new control tokens (the source vocabulary has none of them), <|return|> as end of sequence,
 and llama.cpp's copy of the gpt-oss chat template (models/templates/openai-gpt-oss-120b.jinja,
-from the text fixtures' template directory).
+from the text fixtures' template directory). The Granite vocabulary is llama.cpp's refact one
+(StarCoder's BPE, which Granite 3.x uses) with its first token renamed <|end_of_text|> as in
+Granite's files, Granite's role tokens added as new control tokens and Granite 3.3's chat
+template.
 
 The output is byte-for-byte deterministic for a given gguf (0.19.0) and numpy (2.x) version.
 
@@ -155,6 +167,21 @@ VOCABS = {
         "add_bos": True,
         "eos": "<｜end▁of▁sentence｜>",
         "template": "deepseek-ai-DeepSeek-V3.1.jinja",
+    },
+    # Granite 3.x's tokenizer: StarCoder's BPE with the refact pre-tokenizer (llama.cpp's
+    # ggml-vocab-refact has Granite's 48891 merges), its first token renamed <|end_of_text|>
+    # (BOS, EOS, UNK and PAD, no BOS added, as in the released Granite files), and the role
+    # tokens of Granite's chat template as new control tokens; the template is llama.cpp's
+    # copy of Granite 3.3's.
+    "refact-granite": {
+        "file": "ggml-vocab-refact.gguf",
+        "keep": 1024,  # ids 0..18 are its special tokens
+        "extra": [],
+        "rename": {"<|endoftext|>": "<|end_of_text|>"},
+        "new": ["<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>"],
+        "pad": "<|end_of_text|>",
+        "add_bos": False,
+        "template": "ibm-granite-granite-3.3-2B-Instruct.jinja",
     },
 }
 
@@ -279,6 +306,35 @@ MODELS = {
         selection_bias=False, tied=False, rope_base=10_000.0, rms_eps=1e-6,
         wtypes=("f32", "q8_0", "q4_0"),
     ),
+    # Qwen3-VL-30B-A3B's text model (qwen3vlmoe) at a small size: qwen3moe's layers (q/k
+    # RMSNorm per head, softmax routing renormalised over the top 4) with interleaved M-RoPE
+    # over all 64 dims of a head (llama.cpp insists on rope over whole heads) in sections of
+    # 20/6/6/0 pairs: for text the three first streams carry the token's position and the
+    # fourth 0, and llama.cpp's interleaving puts pairs 19, 20, 22, 23, 25, 26, 28, 29 and 31
+    # on the fourth stream, so they do not rotate (the real model's 24/20/20/0 over 64 pairs
+    # leaves pairs 61 and 62 so); rope base 10^4 so that those pairs would turn noticeably.
+    # Two deepstack layers: llama.cpp adds the zero-padded input columns of a text token
+    # after layers 0 and 1.
+    "qwen3vlmoe": dict(
+        arch="qwen3vlmoe", vocab="qwen2.5", seed=1013, n_layer=3, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=64, rope_sections=(20, 6, 6, 0), n_deepstack=2, n_expert=16,
+        n_expert_used=4, n_ff_exp=256, tied=False, rope_base=10_000.0, rms_eps=1e-6,
+        wtypes=("f32", "q8_0"),
+    ),
+    # Granite 3.x MoE (granite-3.1-3b-a800m's layout) at a small size: llama-like attention
+    # with NORM rope, 12 experts top-3 whose width is feed_forward_length (llama.cpp reads no
+    # expert_feed_forward_length for granitemoe), and the four Granite multipliers, each far
+    # from its neutral value so that a missing one shows: input embeddings times 5, attention
+    # scores times 0.3 (instead of 1/8), each attention and MoE output times 0.35 before its
+    # residual add, logits times 1/6 (the output projection is drawn 6 times larger than the
+    # other models' so that the logits spread alike).
+    "granitemoe": dict(
+        arch="granitemoe", vocab="refact-granite", seed=1014, n_layer=3, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_expert=12, n_expert_used=3, n_ff_exp=256,
+        tied=False, rope_base=10_000.0, rms_eps=1e-6, embedding_scale=5.0,
+        attention_scale=0.3, residual_scale=0.35, logit_scale=6.0, output_scale=24.0,
+        wtypes=("f32", "q8_0"),
+    ),
 }
 
 CTX = 4096
@@ -313,10 +369,11 @@ def trimmed_vocab(vocab_dir, template_dir, name):
     for t in spec["extra"]:
         ids.append(index[t])
     remap = {old: new for new, old in enumerate(ids)}
+    rename = spec.get("rename", {})
     out = {
         "model": field(r, "tokenizer.ggml.model"),
         "pre": field(r, "tokenizer.ggml.pre"),
-        "tokens": [tokens[i] for i in ids],
+        "tokens": [rename.get(tokens[i], tokens[i]) for i in ids],
         "token_type": [int(types[i]) for i in ids],
         "source": spec["file"],
         "keep": n,
@@ -350,6 +407,8 @@ def trimmed_vocab(vocab_dir, template_dir, name):
         out["eos"] = out["tokens"].index(spec["eos"])
     if "bos" in spec:
         out["bos"] = out["tokens"].index(spec["bos"])
+    if "pad" in spec:
+        out["padding"] = out["tokens"].index(spec["pad"])
     if "add_bos" in spec:
         out["add_bos_token"] = spec["add_bos"]
     if "template" in spec:
@@ -396,7 +455,7 @@ def make_weights(cfg, n_vocab):
             w[p + "attn_k.bias"] = (0.1 * rng.standard_normal(nkv)).astype(np.float32)
             w[p + "attn_v.bias"] = (0.1 * rng.standard_normal(nkv)).astype(np.float32)
         w[p + "attn_output.weight"] = lin(e, nq)
-        if cfg["arch"] == "qwen3moe":
+        if cfg["arch"] in ("qwen3moe", "qwen3vlmoe"):
             w[p + "attn_q_norm.weight"] = norm(hd)
             w[p + "attn_k_norm.weight"] = norm(hd)
         elif cfg["arch"] == "olmoe":
@@ -420,7 +479,7 @@ def make_weights(cfg, n_vocab):
     w["output_norm.weight"] = norm(e)
     if not cfg["tied"]:
         # Scaled up so that the logits spread widely and greedy choices are clear.
-        w["output.weight"] = lin(n_vocab, e, 4.0)
+        w["output.weight"] = lin(n_vocab, e, cfg.get("output_scale", 4.0))
     return w
 
 
@@ -757,7 +816,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_kv_lora_rank(r)
     else:
         w.add_head_count_kv(cfg["n_head_kv"])
-    if arch in ("qwen3moe", "gpt-oss", "glm4moe"):
+    if arch in ("qwen3moe", "gpt-oss", "glm4moe", "qwen3vlmoe"):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
@@ -765,8 +824,19 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_rope_dimension_count(cfg.get("n_rot", cfg.get("qk_rope", cfg.get("head_dim"))))
     w.add_expert_count(cfg["n_expert"])
     w.add_expert_used_count(cfg["n_expert_used"])
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe"):
+    if arch in (
+        "qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe",
+        "qwen3vlmoe",
+    ):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "qwen3vlmoe":
+        w.add_rope_dimension_sections(list(cfg["rope_sections"]))
+        w.add_num_deepstack_layers(cfg["n_deepstack"])
+    if arch == "granitemoe":
+        w.add_embedding_scale(cfg["embedding_scale"])
+        w.add_attention_scale(cfg["attention_scale"])
+        w.add_residual_scale(cfg["residual_scale"])
+        w.add_logit_scale(cfg["logit_scale"])
     if arch == "deepseek2":
         w.add_leading_dense_block_count(cfg["n_dense_lead"])
         w.add_expert_shared_count(cfg["n_shared"])

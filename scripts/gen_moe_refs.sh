@@ -30,9 +30,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen3moe-ternary qwen3moe-iq qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
+ARCHS="qwen3moe qwen3moe-ternary qwen3moe-iq qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe qwen3vlmoe granitemoe"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
-KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe"
+KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe qwen3vlmoe granitemoe"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
 # left as they are).
 if [ -n "${ONLY:-}" ]; then
@@ -56,6 +56,8 @@ declare -A TYPES=(
     [deepseek2-fused]="f32 q8_0 q4_k_m"
     [gemma4]="f32 q8_0"
     [qwen35moe]="f32 q8_0 q4_k_m"
+    [qwen3vlmoe]="f32 q8_0 q4_k_m"
+    [granitemoe]="f32 q8_0 q4_k_m"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose
@@ -327,7 +329,7 @@ for a in $ARCHS; do
     [ "$a" = qwen3moe-ternary ] && m=$a-tq2_0
     [ "$a" = qwen3moe-iq ] && m=$a-mix
     echo "== $m.gguf"
-    grep -iE "warn|error|special_eog_ids|setting token|SWA cache|is_swa =|print_info: (arch|file type|n_vocab|n_expert|vocab type|model type|n_swa|is_swa_any|rope|freq_|n_ctx_orig_yarn|n_ctx_train|[A-Z]+ token)" \
+    grep -iE "warn|error|special_eog_ids|setting token|SWA cache|is_swa =|print_info: (arch|file type|n_vocab|n_expert|vocab type|model type|n_swa|is_swa_any|m?rope|freq_|n_ctx_orig_yarn|n_ctx_train|n_embd_inp|f_(embedding|residual|attention|logit)_scale|[A-Z]+ token)" \
         "$work/log/ref-$m.log" | awk '!seen[$0]++' || true
 done
 echo "wrote $REFS"
