@@ -97,7 +97,11 @@ impl Scratch {
         let k_max = hp.n_expert_used.max() as usize;
         let x_n = hp.n_expert as usize;
         // the router input and the dense MLP's output of a layer with both (Gemma 4)
-        let beside = if hp.features.mlp_beside_experts { ub * e } else { 0 };
+        let beside = if hp.features.mlp_beside_experts {
+            ub * e
+        } else {
+            0
+        };
         Scratch {
             x: vec![0.0; ub * e],
             aside: Vec::new(),
