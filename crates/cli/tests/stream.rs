@@ -53,6 +53,8 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "deepseek2-fused-q4_k_m.gguf",
         "gemma4-q8_0.gguf",
         "qwen35moe-q8_0.gguf",
+        "qwen3vlmoe-q4_k_m.gguf",
+        "granitemoe-q8_0.gguf",
     ] {
         let m = moe_fixture(f);
         let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);

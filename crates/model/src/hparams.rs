@@ -132,6 +132,8 @@ fn common(arch: Arch, kv: &Kv<'_>) -> Result<HParams, ModelError> {
         recurrent: vec![false; nl],
         embd_scale: None,
         attn_scale_fixed: None,
+        residual_scale: None,
+        logit_scale: None,
     })
 }
 

@@ -292,8 +292,15 @@ pub struct HParams {
     /// sqrt(n_embd)); `None`: none.
     pub embd_scale: Option<f32>,
     /// The attention scale when the architecture fixes it instead of 1/sqrt(head_dim)
-    /// (gemma4: 1, the q/k norms take its place); `None`: see [`HParams::attn_scale`].
+    /// (gemma4: 1, the q/k norms take its place; granitemoe: `attention.scale`); `None`: see
+    /// [`HParams::attn_scale`].
     pub attn_scale_fixed: Option<f32>,
+    /// A factor the attention's and the FFN's outputs are multiplied by before each residual
+    /// add (granitemoe's `residual_scale`); `None`: none.
+    pub residual_scale: Option<f32>,
+    /// A factor the logits are multiplied by (granitemoe: `1 / logit_scale`, as llama.cpp
+    /// computes it in f32); `None`: none.
+    pub logit_scale: Option<f32>,
 }
 
 impl HParams {

@@ -750,3 +750,146 @@ fn qwen35moe_refusals_name_the_key_or_tensor() {
         "{e}"
     );
 }
+
+/// The weight types of the two architectures added last, with their experts' type (Q4_K_M:
+/// llama.cpp's mix, whose gate experts are Q4_K).
+const NEW_TYPES: [(&str, GgmlType); 3] = [
+    ("f32", GgmlType::F32),
+    ("q8_0", GgmlType::Q8_0),
+    ("q4_k_m", GgmlType::Q4_K),
+];
+
+#[test]
+fn the_qwen3vlmoe_model_is_qwen3moe_with_imrope_sections() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in NEW_TYPES {
+        let path = model_path(&dir, &format!("qwen3vlmoe-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "qwen3vlmoe", "{what}");
+        assert!(hp.features.imrope, "{what}");
+        assert_eq!(hp.rope.sections, [20, 6, 6, 0], "{what}");
+        // the whole head rotates (some pairs by position 0 for text)
+        assert_eq!((hp.rope.n_rot, hp.head_dim_k), (64, 64), "{what}");
+        assert_eq!(hp.rope.ty, RopeType::Neox, "{what}");
+        assert_eq!(hp.qk_norm, QkNorm::PerHead, "{what}");
+        assert_eq!(
+            (hp.n_layer, hp.n_expert, hp.n_expert_used.max()),
+            (3, 16, 4)
+        );
+        assert!(hp.expert_weights_norm, "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            let a = layer.mha().expect("multi-head attention");
+            assert!(a.q_norm.is_some() && a.k_norm.is_some(), "{what}");
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} dense")
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert!(moe.shared.is_none(), "{what}");
+        }
+        let s = m.summary();
+        assert!(s.contains("2 deepstack layers"), "{s}");
+        assert!(s.contains("images are not supported"), "{s}");
+        let r = refs_dir().join(format!("qwen3vlmoe-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn qwen3vlmoe_refusals_name_the_key() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = fixture_variant(&dir, "qwen3vlmoe-f32.gguf", drop, &[], kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|_| ()).unwrap_err()
+    };
+    let key = "qwen3vlmoe.rope.dimension_sections";
+    assert_eq!(load(&[key], &[]), ModelError::MissingKey(key.into()));
+    // sections of more pairs than a head has
+    let wide = gguf::Value::Array(gguf::ArrayValue::I32(vec![20, 20, 20, 0]));
+    let e = load(&[], &[(key, wide)]);
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+        "{e}"
+    );
+    // a partial rope: the graph rotates the whole head
+    let key = "qwen3vlmoe.rope.dimension_count";
+    let e = load(&[], &[(key, gguf::Value::U32(32))]);
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_granitemoe_model_has_its_four_multipliers() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in NEW_TYPES {
+        let path = model_path(&dir, &format!("granitemoe-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "granitemoe", "{what}");
+        assert_eq!(hp.embd_scale, Some(5.0), "{what}");
+        assert_eq!(hp.attn_scale_fixed, Some(0.3), "{what}");
+        assert_eq!(hp.attn_scale(), 0.3, "{what}");
+        assert_eq!(hp.residual_scale, Some(0.35), "{what}");
+        assert_eq!(hp.logit_scale, Some(1.0 / 6.0), "{what}");
+        assert_eq!(hp.rope.ty, RopeType::Norm, "{what}");
+        assert_eq!(hp.qk_norm, QkNorm::None, "{what}");
+        assert_eq!(
+            (hp.n_layer, hp.n_expert, hp.n_expert_used.max()),
+            (3, 12, 3)
+        );
+        assert!(hp.expert_weights_norm, "{what}");
+        assert!(!m.tensors.output_tied, "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} dense")
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            // experts as wide as feed_forward_length
+            assert_eq!(hp.n_ff_exp.at(il), hp.n_ff.at(il), "{what}");
+        }
+        let r = refs_dir().join(format!("granitemoe-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn granitemoe_refusals_name_the_key() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = fixture_variant(&dir, "granitemoe-f32.gguf", drop, &[], kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|m| m.hparams)
+    };
+    let key = "granitemoe.logit_scale";
+    assert_eq!(
+        load(&[key], &[]).map(|_| ()).unwrap_err(),
+        ModelError::MissingKey(key.into())
+    );
+    let e = load(&[], &[(key, gguf::Value::F32(0.0))])
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+        "{e}"
+    );
+    let key = "granitemoe.expert_shared_feed_forward_length";
+    let e = load(&[], &[(key, gguf::Value::U32(128))])
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::Unsupported(m) if m.contains(key)),
+        "{e}"
+    );
+    // a multiplier of 0 is not applied, as llama.cpp
+    let hp = load(&[], &[("granitemoe.residual_scale", gguf::Value::F32(0.0))]).unwrap();
+    assert_eq!(hp.residual_scale, None);
+}

@@ -64,6 +64,8 @@ fn streamed_experts_generate_the_resident_tokens() {
         "deepseek2-q8_0.gguf",
         "gemma4-f32.gguf",
         "qwen35moe-f32.gguf",
+        "qwen3vlmoe-q8_0.gguf",
+        "granitemoe-f32.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;
@@ -644,6 +646,7 @@ fn ngram_speculation_generates_the_unspeculated_tokens() {
             "gptoss-mxfp4.gguf",
             "glm4moe-q4_0.gguf",
             "gemma4-f32.gguf",
+            "granitemoe-q8_0.gguf",
         ]
     };
     let (drafted, accepted) = speculation_gives_the_unspeculated_tokens(

@@ -57,8 +57,18 @@ fn attn_input(st: Stage<'_, '_>, lw: &LayerW<'_>, s: &mut Scratch) {
 fn attn_residual(st: Stage<'_, '_>, s: &mut Scratch) {
     let len = st.n * st.e();
     st.emit("attn_out", &s.proj[..len]);
+    scale_residual(st.hp, &mut s.proj[..len]);
     for (xv, &a) in s.x[..len].iter_mut().zip(&s.proj[..len]) {
         *xv += a;
+    }
+}
+
+/// A block's output multiplied by the residual scale, where the model has one (ggml_scale).
+pub(super) fn scale_residual(hp: &HParams, out: &mut [f32]) {
+    if let Some(k) = hp.residual_scale {
+        for v in out {
+            *v *= k;
+        }
     }
 }
 

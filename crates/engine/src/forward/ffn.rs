@@ -8,6 +8,7 @@ use model::FfnAct;
 use quant::{MatvecJob, ThreadPool};
 
 use super::ahead::Ahead;
+use super::attn::scale_residual;
 use super::source::{Routing, cache_aware_routing, group_routings, route, take_pending};
 use super::weights::{LayerW, Mat, MoeW, SharedW};
 use super::{
@@ -83,6 +84,7 @@ pub(super) fn ffn_residual(st: Stage<'_, '_>, lw: &LayerW<'_>, s: &mut Scratch) 
         ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_ffn_norm, hp.rms_eps);
     }
     st.emit("ffn_out", &s.proj[..n * e]);
+    scale_residual(hp, &mut s.proj[..n * e]);
     for (xv, &a) in s.x[..n * e].iter_mut().zip(&s.proj[..n * e]) {
         *xv += a;
     }

@@ -107,6 +107,11 @@ impl<'a> Engine<'a> {
         let o = &self.w.output;
         mm(self.pool, o, o.data, &s.cur, n, dst, &mut s.qbuf)?;
         add_bias(dst, self.w.output_bias.as_ref());
+        if let Some(k) = self.hp.logit_scale {
+            for v in dst.iter_mut() {
+                *v *= k;
+            }
+        }
         let cap = self.hp.logit_softcap;
         if cap != 0.0 {
             // as ggml: scale by 1/cap, tanh, scale by cap

@@ -71,6 +71,7 @@ macro_rules! registry {
 
 registry![
     qwen3moe, qwen2moe, olmoe, gpt_oss, glm4moe, deepseek2, gemma4, qwen35moe, llama, qwen2, qwen3,
+    qwen3vlmoe, granitemoe,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
