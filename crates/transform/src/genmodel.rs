@@ -91,6 +91,33 @@ pub enum Like {
     /// (top-8) of width 704 in every layer, n_embd 2816, vocabulary 262144 (Gemma 4 tokenizer),
     /// tied embeddings, logits soft-capped at 30.
     Gemma4_26bA4b,
+    /// Qwen3-VL-30B-A3B's text model: qwen3vlmoe, Qwen3-30B-A3B's layers with IMRoPE sections
+    /// [24, 20, 20, 0] (rope base 5e6, context 262144) and 3 deepstack layers (vision input
+    /// only; their features are the projector's, not in this file).
+    Qwen3Vl30bA3b,
+    /// Granite-3.1-3B-A800M: granitemoe, 32 layers, 40 experts (top-8) of width 512, n_embd
+    /// 1536, 24 query / 8 KV heads of 64, NORM rope (base 1e7, context 131072), tied
+    /// embeddings, vocabulary 49155 (StarCoder's tokenizer, padded); the Granite 3 MoE
+    /// multipliers: embeddings x12, attention scale 1/64, residuals x0.22, logits / 6.
+    Granite31_3bA800m,
+}
+
+/// What a preset has beyond the common shape that no other preset has.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Extra {
+    None,
+    /// qwen3vlmoe's IMRoPE sections and deepstack layers.
+    Vision {
+        sections: [u32; 4],
+        deepstack: u32,
+    },
+    /// granitemoe's multipliers (tied embeddings).
+    Granite {
+        embedding: f32,
+        attention: f32,
+        residual: f32,
+        logit: f32,
+    },
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -143,6 +170,8 @@ struct Shape {
     /// gemma4's layer types, norms, dense MLP and fused experts (`head_dim` and `n_head_kv`
     /// are the sliding-window layers').
     gemma: Option<GemmaShape>,
+    /// What only this preset has.
+    extra: Extra,
     /// The mix the released files use when `--quant` is not given.
     default_quant: FileType,
 }
@@ -212,7 +241,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 10] = [
+    pub const ALL: [Like; 12] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -223,6 +252,8 @@ impl Like {
         Like::KimiK2,
         Like::Qwen36_35bA3b,
         Like::Gemma4_26bA4b,
+        Like::Qwen3Vl30bA3b,
+        Like::Granite31_3bA800m,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -238,6 +269,8 @@ impl Like {
             Like::KimiK2 => "kimi-k2",
             Like::Qwen36_35bA3b => "qwen3.6-35b-a3b",
             Like::Gemma4_26bA4b => "gemma-4-26b-a4b",
+            Like::Qwen3Vl30bA3b => "qwen3-vl-30b-a3b",
+            Like::Granite31_3bA800m => "granite-3.1-3b-a800m",
         }
     }
 
@@ -305,6 +338,17 @@ impl Like {
                  fused experts (top-8) of width 704 in every layer, n_embd 2816, vocabulary \
                  262144 (Gemma 4 tokenizer), tied embeddings, logits soft-capped at 30"
             }
+            Like::Qwen3Vl30bA3b => {
+                "Qwen3-VL-30B-A3B (text model): qwen3vlmoe, Qwen3-30B-A3B's 48 layers with \
+                 IMRoPE sections [24, 20, 20, 0], rope base 5e6, 3 deepstack layers (vision \
+                 input is not supported), vocabulary 151936 (Qwen2.5 tokenizer)"
+            }
+            Like::Granite31_3bA800m => {
+                "Granite-3.1-3B-A800M: granitemoe, 32 layers, 40 experts (top-8) of width 512, \
+                 n_embd 1536, 24 query / 8 KV heads of 64, NORM rope, tied embeddings, \
+                 multipliers: embeddings x12, attention 1/64, residuals x0.22, logits / 6; \
+                 vocabulary 49155 (the StarCoder tokenizer of llama.cpp's tests, padded)"
+            }
         }
     }
 
@@ -345,6 +389,7 @@ impl Like {
                 mla: None,
                 hybrid: None,
                 gemma: None,
+                extra: Extra::None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Olmoe1b7b => Shape {
@@ -372,6 +417,7 @@ impl Like {
                 mla: None,
                 hybrid: None,
                 gemma: None,
+                extra: Extra::None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Mixtral8x7b => Shape {
@@ -399,6 +445,7 @@ impl Like {
                 mla: None,
                 hybrid: None,
                 gemma: None,
+                extra: Extra::None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::GptOss20b | Like::GptOss120b => {
@@ -428,6 +475,7 @@ impl Like {
                     mla: None,
                     hybrid: None,
                     gemma: None,
+                    extra: Extra::None,
                     default_quant: FileType::Mxfp4Moe,
                 }
             }
@@ -462,6 +510,7 @@ impl Like {
                 mla: None,
                 hybrid: None,
                 gemma: None,
+                extra: Extra::None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::DeepseekV3 | Like::KimiK2 => {
@@ -506,6 +555,7 @@ impl Like {
                     }),
                     hybrid: None,
                     gemma: None,
+                    extra: Extra::None,
                     default_quant: FileType::Q4_K_M,
                 }
             }
@@ -543,6 +593,7 @@ impl Like {
                     shexp: 512,
                 }),
                 gemma: None,
+                extra: Extra::None,
                 default_quant: FileType::Q4_K_M,
             },
             Like::Gemma4_26bA4b => Shape {
@@ -578,6 +629,51 @@ impl Like {
                     rope_base_swa: 10_000.0,
                     softcap: 30.0,
                 }),
+                extra: Extra::None,
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::Qwen3Vl30bA3b => Shape {
+                arch: "qwen3vlmoe",
+                title: "Qwen3-VL-30B-A3B",
+                ctx_train: 262_144,
+                rope_base: 5_000_000.0,
+                extra: Extra::Vision {
+                    sections: [24, 20, 20, 0],
+                    deepstack: 3,
+                },
+                ..Like::Qwen3_30bA3b.shape()
+            },
+            Like::Granite31_3bA800m => Shape {
+                arch: "granitemoe",
+                title: "Granite-3.1-3B-A800M",
+                n_layer: 32,
+                n_embd: 1536,
+                n_head: 24,
+                n_head_kv: 8,
+                head_dim: 64,
+                n_expert: 40,
+                n_expert_used: 8,
+                n_ff_exp: 512,
+                n_ff: 512,
+                n_vocab: 49_155,
+                ctx_train: 131_072,
+                rope_base: 10_000_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::None,
+                expert_ff_key: false,
+                rope_dims_key: true,
+                vocab_fixture: "ggml-vocab-starcoder.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: None,
+                gemma: None,
+                extra: Extra::Granite {
+                    embedding: 12.0,
+                    attention: 0.015625,
+                    residual: 0.22,
+                    logit: 6.0,
+                },
                 default_quant: FileType::Q4_K_M,
             },
         }
@@ -743,7 +839,8 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
                 },
             ));
         }
-    } else {
+    } else if !matches!(s.extra, Extra::Granite { .. }) {
+        // granitemoe's released files tie the output to the embeddings
         v.push(t("output.weight".into(), &[e, s.n_vocab], Role::Weight));
     }
     let nextn = s.glm.map_or(0, |g| g.nextn);
@@ -1657,6 +1754,30 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             a("expert_shared_feed_forward_length"),
             Value::U32(h.shexp as u32),
         ));
+    }
+    match s.extra {
+        Extra::None => {}
+        Extra::Vision {
+            sections,
+            deepstack,
+        } => {
+            meta.push((
+                a("rope.dimension_sections"),
+                Value::Array(ArrayValue::I32(sections.map(|x| x as i32).to_vec())),
+            ));
+            meta.push((a("n_deepstack_layers"), Value::U32(deepstack)));
+        }
+        Extra::Granite {
+            embedding,
+            attention,
+            residual,
+            logit,
+        } => {
+            meta.push((a("embedding_scale"), Value::F32(embedding)));
+            meta.push((a("attention.scale"), Value::F32(attention)));
+            meta.push((a("residual_scale"), Value::F32(residual)));
+            meta.push((a("logit_scale"), Value::F32(logit)));
+        }
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
     meta.push((a("expert_used_count"), Value::U32(s.n_expert_used)));
