@@ -259,6 +259,12 @@ fn content(i: usize, v: Option<&Value>) -> Result<String, ApiError> {
             for p in parts {
                 match (p.get("type").and_then(Value::as_str), p.get("text")) {
                     (Some("text"), Some(Value::String(t))) => text.push_str(t),
+                    (Some(image @ ("image_url" | "image" | "input_image")), _) => {
+                        return Err(ApiError::bad(format!(
+                            "message {i}: images are not supported (a content part of type \
+                             {image:?}); sluice runs the text model only"
+                        )));
+                    }
                     (Some(other), _) if other != "text" => {
                         return Err(ApiError::bad(format!(
                             "message {i}: content parts of type {other:?} are not supported \
@@ -641,9 +647,14 @@ mod tests {
             .contains("4")
         );
         assert!(msg(&format!(r#"{{"messages":{m},"top_p":2}}"#)).contains("top_p"));
+        let image = msg(r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#);
         assert!(
-            msg(r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#)
-                .contains("image_url")
+            image.contains("image_url") && image.contains("images are not supported"),
+            "{image}"
+        );
+        assert!(
+            msg(r#"{"messages":[{"role":"user","content":[{"type":"input_audio"}]}]}"#)
+                .contains("\"input_audio\" are not supported")
         );
         assert_eq!(parse_chat(b"{}").unwrap_err().status, 400);
     }
