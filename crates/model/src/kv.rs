@@ -3,7 +3,7 @@
 use gguf::{ArrayValue, Metadata, Value};
 
 use crate::error::ModelError;
-use crate::params::PerLayer;
+use crate::params::{KEY_TOKENS, PerLayer};
 
 /// The metadata of a file, read under one architecture's key prefix.
 pub(crate) struct Kv<'m> {
@@ -85,6 +85,29 @@ impl Kv<'_> {
                 found: value_type_name(v),
             }),
         }
+    }
+
+    /// The vocabulary size: the token list's length (it wins, as in llama.cpp), else
+    /// `{arch}.vocab_size` for files without one; never 0.
+    pub(crate) fn n_vocab(&self) -> Result<u32, ModelError> {
+        let n_vocab = match self.md.get(KEY_TOKENS) {
+            Some(Value::Array(a)) => u32::try_from(a.len())
+                .map_err(|_| invalid(KEY_TOKENS.to_owned(), "more than 2^32 tokens"))?,
+            Some(v) => {
+                return Err(ModelError::KeyType {
+                    key: KEY_TOKENS.to_owned(),
+                    expected: "array of strings",
+                    found: value_type_name(v),
+                });
+            }
+            None => self.u32(&self.key("vocab_size"))?.ok_or_else(|| {
+                ModelError::MissingKey(format!("{KEY_TOKENS} (or {})", self.key("vocab_size")))
+            })?,
+        };
+        if n_vocab == 0 {
+            return Err(invalid(self.key("vocab_size"), "the vocabulary is empty"));
+        }
+        Ok(n_vocab)
     }
 
     /// A scalar repeated per layer, or an array of exactly `n_layer` integers.

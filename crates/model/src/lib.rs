@@ -16,6 +16,7 @@ mod hparams;
 mod kv;
 mod model;
 mod params;
+mod rope;
 mod tensors;
 
 pub use arch::{
@@ -23,10 +24,8 @@ pub use arch::{
 };
 pub use error::ModelError;
 pub use model::{Model, arch_of, human_bytes};
-pub use params::{
-    HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Rope, RopeScalingType,
-    Ssm,
-};
+pub use params::{HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Ssm};
+pub use rope::{Rope, RopeScalingType};
 pub use tensors::{
     Attn, DenseFfn, ExpertSlice, Ffn, GdnTensors, GemmaLayer, GemmaMoe, LayerTensors, MhaTensors,
     MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert,

@@ -6,7 +6,8 @@ use gguf::{GgufError, GgufFile, TensorInfo};
 
 use crate::arch::{Arch, QkNorm, RopeType, SharedExperts};
 use crate::error::ModelError;
-use crate::params::{HParams, KEY_ARCH, RopeScalingType};
+use crate::params::{HParams, KEY_ARCH};
+use crate::rope::RopeScalingType;
 use crate::tensors::{Ffn, ModelTensors};
 
 /// A model over an opened GGUF file. Nothing is copied: every tensor role points into the

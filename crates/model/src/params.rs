@@ -3,7 +3,10 @@
 //! `hparams.rs` reads the keys every architecture has; each module of `arch/` reads its own
 //! into the same [`HParams`].
 
-use crate::arch::{Arch, ExpertGating, Features, QDim, QkNorm, RopeType, SharedExperts};
+use crate::arch::{Arch, ExpertGating, Features, QDim, QkNorm, SharedExperts};
+use crate::error::ModelError;
+use crate::kv::{Kv, invalid};
+use crate::rope::Rope;
 
 /// Most layers llama.cpp accepts.
 pub const MAX_LAYERS: u32 = 512;
@@ -44,84 +47,6 @@ impl PerLayer {
     /// Every layer's value set to `v`.
     pub fn set_all(&mut self, v: u32) {
         self.0.iter_mut().for_each(|x| *x = v);
-    }
-}
-
-/// RoPE frequency scaling as stored in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeScalingType {
-    /// No scaling: the frequency scale is forced to 1.
-    None,
-    /// Linear position interpolation (llama.cpp's default when the key is absent).
-    Linear,
-    /// YaRN.
-    Yarn,
-}
-
-/// Rotary embedding parameters.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rope {
-    /// Pairing of the rotated elements (fixed per arch).
-    pub ty: RopeType,
-    /// `rope.freq_base` (default 10000).
-    pub freq_base: f32,
-    /// `rope.dimension_count`: rotated elements per head (default head_dim_k).
-    pub n_rot: u32,
-    /// `rope.scaling.type` (default linear).
-    pub scaling: RopeScalingType,
-    /// `rope.scaling.factor` (or the older `rope.scale_linear`); 0 when absent.
-    pub scaling_factor: f32,
-    /// Frequency scale applied to positions: 1/factor, or 1 when the factor is 0 or the type is none.
-    pub freq_scale: f32,
-    /// `rope.scaling.original_context_length` (default context_length).
-    pub n_ctx_orig: u32,
-    /// `rope.scaling.attn_factor` (default 1).
-    pub attn_factor: f32,
-    /// `rope.scaling.yarn_ext_factor`; when absent 1 for YaRN, else 0.
-    pub yarn_ext_factor: f32,
-    /// `rope.scaling.yarn_attn_factor` (default 1; replaced as llama.cpp does when ext_factor != 0,
-    /// see [`Rope::mscale`]).
-    pub yarn_attn_factor: f32,
-    /// `rope.scaling.yarn_beta_fast` (default 32).
-    pub yarn_beta_fast: f32,
-    /// `rope.scaling.yarn_beta_slow` (default 1).
-    pub yarn_beta_slow: f32,
-    /// `rope.scaling.finetuned` (default false; informational).
-    pub finetuned: bool,
-    /// Rotated elements per head in sliding-window layers (`rope.dimension_count_swa`,
-    /// gemma4; else `n_rot`).
-    pub n_rot_swa: u32,
-    /// Rope base of sliding-window layers (`rope.freq_base_swa`; gemma4: 10000 when absent,
-    /// as llama.cpp; else `freq_base`).
-    pub freq_base_swa: f32,
-    /// deepseek2: `rope.scaling.yarn_log_multiplier` / 0.1 (llama.cpp undoes the converter's
-    /// factor of 0.1); 0 when absent and for the other archs, which do not read it.
-    pub yarn_log_mul: f32,
-    /// IMRoPE's sections (`rope.dimension_sections`, rotated pairs per position stream), all
-    /// zero where the arch has none.
-    pub sections: [u32; 4],
-}
-
-impl Rope {
-    /// The magnitude factor handed to the rope kernel (ggml's `attn_factor` argument), as
-    /// llama.cpp's context computes it. When `yarn_ext_factor != 0` the kernel itself further
-    /// multiplies by `1 + 0.1 ln(1/freq_scale)`.
-    ///
-    /// With a YaRN log multiplier (deepseek2), llama.cpp's ratio of two equal magnitude factors
-    /// is exactly 1, so the base is 1 before the kernel's factor is cancelled.
-    pub fn mscale(&self) -> f32 {
-        let mut base = self.yarn_attn_factor;
-        if self.yarn_ext_factor != 0.0 {
-            let factor = 1.0 / self.freq_scale;
-            base = if self.yarn_log_mul != 0.0 || factor <= 1.0 {
-                1.0
-            } else {
-                0.1 * factor.ln() + 1.0
-            };
-            // llama.cpp multiplies by the reciprocal (not the same bits as a division)
-            base *= 1.0 / (1.0 + 0.1 * factor.ln());
-        }
-        base * self.attn_factor
     }
 }
 
@@ -445,5 +370,54 @@ impl HParams {
                 mscale * mscale / (m.head_dim_k as f32).sqrt()
             }
         }
+    }
+
+    /// What the head sizes must satisfy once the architecture has read its own keys (MLA's
+    /// head sizes are its own: it checks them).
+    pub(crate) fn check_heads(&self, kv: &Kv<'_>) -> Result<(), ModelError> {
+        let hp = self;
+        let k = |s: &str| kv.key(s);
+        let (arch, head_dim_k, head_dim_v) = (hp.arch, hp.head_dim_k, hp.head_dim_v);
+        if hp.mla.is_none() && head_dim_v != head_dim_k {
+            return Err(invalid(
+                k("attention.value_length"),
+                format!("value head size {head_dim_v} differs from key head size {head_dim_k}"),
+            ));
+        }
+        for &h in hp.n_head.as_slice() {
+            if head_dim_k.checked_mul(h).is_none() {
+                return Err(invalid(
+                    k("attention.key_length"),
+                    format!("head size {head_dim_k} x {h} heads overflows 32 bits"),
+                ));
+            }
+            if hp.features.q_dim == QDim::Embd && head_dim_k * h != hp.n_embd {
+                return Err(invalid(
+                    k("attention.key_length"),
+                    format!(
+                        "{arch} needs heads x head size = n_embd, got {h} x {head_dim_k} != {}",
+                        hp.n_embd
+                    ),
+                ));
+            }
+        }
+        let n_rot = hp.rope.n_rot;
+        if hp.mla.is_some() {
+            return Ok(());
+        }
+        if hp.features.partial_rope {
+            if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot > head_dim_k {
+                return Err(invalid(
+                    k("rope.dimension_count"),
+                    format!("{n_rot} rotated dimensions; must be even and in 2..={head_dim_k}"),
+                ));
+            }
+        } else if n_rot != head_dim_k {
+            return Err(invalid(
+                k("rope.dimension_count"),
+                format!("{n_rot} rotated dimensions; {arch} rotates the whole head ({head_dim_k})"),
+            ));
+        }
+        Ok(())
     }
 }
