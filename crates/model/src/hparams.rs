@@ -5,7 +5,7 @@
 
 use gguf::Metadata;
 
-use crate::arch::{Arch, ExpertGating, QkNorm};
+use crate::arch::{Arch, ExpertGating, QkNorm, keys};
 use crate::error::ModelError;
 use crate::kv::{Kv, invalid};
 use crate::params::{HParams, MAX_LAYERS, PerLayer};
@@ -18,7 +18,10 @@ impl HParams {
             prefix: arch.name(),
         };
         let mut hp = common(arch, &kv)?;
-        arch.def().read(&kv, &mut hp)?;
+        let def = arch.def();
+        let experts = def.experts(&hp);
+        keys::experts(&kv, &mut hp, &experts)?;
+        def.read(&kv, &mut hp)?;
         hp.check_heads(&kv)?;
         Ok(hp)
     }

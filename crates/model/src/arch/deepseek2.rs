@@ -11,13 +11,11 @@ use crate::params::HParams;
 use crate::tensors::{Attn, LayerTensors, Loader};
 
 use super::blocks::{self, LayerRules, MoeRules, Presence};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
+use super::keys::{self, ExpertRules};
 use super::{ArchDef, ExpertGating, Features, RopeType, SharedExperts};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -33,26 +31,23 @@ impl ArchDef for Def {
         }
     }
 
-    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
-        let k = |s: &str| kv.key(s);
+    fn experts(&self, hp: &HParams) -> ExpertRules {
         // files written before `expert_gating_func` existed: GLM-4.7-Lite's shape (47 or 48
         // layers, a vocabulary of 154880) routes by sigmoid, DeepSeek V2/V2.5 by softmax
         let glm_lite = matches!(hp.n_layer, 47 | 48) && hp.n_vocab == 154_880;
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Required,
-                width: ExpertWidth::Key,
-                weights_norm: false,
-                gating: if glm_lite {
-                    ExpertGating::Sigmoid
-                } else {
-                    ExpertGating::Softmax
-                },
-                reads_gating_func: true,
+        ExpertRules {
+            gating: if glm_lite {
+                ExpertGating::Sigmoid
+            } else {
+                ExpertGating::Softmax
             },
-        )?;
+            reads_gating_func: true,
+            ..ExpertRules::MOE
+        }
+    }
+
+    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
+        let k = |s: &str| kv.key(s);
         let m = keys::mla(
             kv,
             hp.n_layer,

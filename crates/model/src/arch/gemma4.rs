@@ -14,13 +14,11 @@ use crate::params::HParams;
 use crate::tensors::{Attn, GemmaLayer, GemmaMoe, LayerTensors, Loader};
 
 use super::blocks::{self, LayerRules, MoeRules};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
-use super::{ArchDef, ExpertGating, Features, FfnAct, Globals, QkNorm};
+use super::keys::{self, ExpertRules, Experts};
+use super::{ArchDef, Features, FfnAct, Globals, QkNorm};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -40,19 +38,16 @@ impl ArchDef for Def {
         }
     }
 
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules {
+            experts: Experts::Optional,
+            weights_norm: true,
+            ..ExpertRules::MOE
+        }
+    }
+
     fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
         let k = |s: &str| kv.key(s);
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Optional,
-                width: ExpertWidth::Key,
-                weights_norm: true,
-                gating: ExpertGating::Softmax,
-                reads_gating_func: false,
-            },
-        )?;
         let ks = kv
             .u32(&k("attention.key_length_swa"))?
             .unwrap_or(hp.head_dim_k);

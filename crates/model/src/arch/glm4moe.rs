@@ -3,19 +3,14 @@
 //! expert, q/k/v biases, optional per-head QK-norm, NEOX rope over part of each head, and NextN
 //! (multi-token prediction) layers after the trunk.
 
-use crate::error::ModelError;
-use crate::kv::Kv;
 use crate::params::HParams;
-use crate::tensors::{LayerTensors, Loader};
 
-use super::blocks::{self, LayerRules, MoeRules, Presence};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
+use super::blocks::{LayerRules, MoeRules, Presence};
+use super::keys::ExpertRules;
 use super::{ArchDef, ExpertGating, Features, QkNorm, SharedExperts};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -33,38 +28,22 @@ impl ArchDef for Def {
         }
     }
 
-    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Required,
-                width: ExpertWidth::Key,
-                weights_norm: false,
-                gating: ExpertGating::Sigmoid,
-                reads_gating_func: true,
-            },
-        )
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules {
+            gating: ExpertGating::Sigmoid,
+            reads_gating_func: true,
+            ..ExpertRules::MOE
+        }
     }
 
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        blocks::mha_layer(
-            ld,
-            hp,
-            il,
-            &LayerRules {
-                ffn_norm: "post_attention_norm.weight",
-                moe: MoeRules {
-                    selection_bias: Presence::Required,
-                    ..LayerRules::BASE.moe
-                },
-                ..LayerRules::BASE
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules {
+            ffn_norm: "post_attention_norm.weight",
+            moe: MoeRules {
+                selection_bias: Presence::Required,
+                ..LayerRules::BASE.moe
             },
-        )
+            ..LayerRules::BASE
+        }
     }
 }

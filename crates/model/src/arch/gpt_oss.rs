@@ -6,16 +6,13 @@
 use crate::error::ModelError;
 use crate::kv::Kv;
 use crate::params::HParams;
-use crate::tensors::{LayerTensors, Loader};
 
-use super::blocks::{self, LayerRules, MoeRules, Presence};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
+use super::blocks::{LayerRules, MoeRules, Presence};
+use super::keys::{self, ExpertRules};
 use super::{ArchDef, ExpertGating, Features, FfnAct};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -29,18 +26,14 @@ impl ArchDef for Def {
         }
     }
 
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules {
+            gating: ExpertGating::SoftmaxSelected,
+            ..ExpertRules::MOE
+        }
+    }
+
     fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Required,
-                width: ExpertWidth::Key,
-                weights_norm: false,
-                gating: ExpertGating::SoftmaxSelected,
-                reads_gating_func: false,
-            },
-        )?;
         // llama.cpp's default pattern: every second layer attends fully
         keys::sliding_window(kv, hp, Some(2))?;
         let k = |s: &str| kv.key(s);
@@ -58,26 +51,16 @@ impl ArchDef for Def {
         Ok(())
     }
 
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        blocks::mha_layer(
-            ld,
-            hp,
-            il,
-            &LayerRules {
-                ffn_norm: "post_attention_norm.weight",
-                out_bias: Presence::Required,
-                sinks: true,
-                moe: MoeRules {
-                    biases: true,
-                    ..LayerRules::BASE.moe
-                },
-                ..LayerRules::BASE
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules {
+            ffn_norm: "post_attention_norm.weight",
+            out_bias: Presence::Required,
+            sinks: true,
+            moe: MoeRules {
+                biases: true,
+                ..LayerRules::BASE.moe
             },
-        )
+            ..LayerRules::BASE
+        }
     }
 }

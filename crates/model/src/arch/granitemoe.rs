@@ -9,16 +9,14 @@
 use crate::error::ModelError;
 use crate::kv::{Kv, invalid};
 use crate::params::HParams;
-use crate::tensors::{LayerTensors, Loader};
+use crate::tensors::Loader;
 
-use super::blocks::{self, LayerRules, Presence};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
-use super::{ArchDef, ExpertGating, Features, Globals, RopeType};
+use super::blocks::{LayerRules, Presence};
+use super::keys::{ExpertRules, ExpertWidth};
+use super::{ArchDef, Features, Globals, RopeType};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -32,19 +30,16 @@ impl ArchDef for Def {
         }
     }
 
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules {
+            width: ExpertWidth::Ffn,
+            weights_norm: true,
+            ..ExpertRules::MOE
+        }
+    }
+
     fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
         let k = |s: &str| kv.key(s);
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Required,
-                width: ExpertWidth::Ffn,
-                weights_norm: true,
-                gating: ExpertGating::Softmax,
-                reads_gating_func: false,
-            },
-        )?;
         let shared_key = k("expert_shared_feed_forward_length");
         if let Some(w) = kv.u32(&shared_key)?
             && w > 0
@@ -78,17 +73,11 @@ impl ArchDef for Def {
         })
     }
 
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        let rules = LayerRules {
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules {
             out_bias: Presence::Optional,
             ..LayerRules::BASE
-        };
-        blocks::mha_layer(ld, hp, il, &rules)
+        }
     }
 }
 

@@ -47,6 +47,17 @@ pub(crate) struct ExpertRules {
 }
 
 impl ExpertRules {
+    /// An architecture whose every layer past the leading dense ones has experts, as wide as
+    /// `expert_feed_forward_length` (required), routed by a softmax over all of them, not
+    /// renormalised: the others state what they change.
+    pub(crate) const MOE: ExpertRules = ExpertRules {
+        experts: Experts::Required,
+        width: ExpertWidth::Key,
+        weights_norm: false,
+        gating: ExpertGating::Softmax,
+        reads_gating_func: false,
+    };
+
     /// A dense architecture's: `expert_count` must be 0 or absent.
     pub(crate) const DENSE: ExpertRules = ExpertRules {
         experts: Experts::Never,

@@ -2,19 +2,15 @@
 //! optional biases and per-frequency rope divisors (`rope_freqs`, as in Llama 3).
 
 use crate::error::ModelError;
-use crate::kv::Kv;
 use crate::params::HParams;
-use crate::tensors::{LayerTensors, Loader};
+use crate::tensors::Loader;
 
-use super::blocks::{self, LayerRules};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
-use super::{ExpertGating, Globals, RopeType, ArchDef, Features};
-use super::blocks::Presence;
+use super::blocks::{LayerRules, Presence};
+use super::keys::{ExpertRules, ExpertWidth, Experts};
+use super::{ArchDef, Features, Globals, RopeType};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -28,18 +24,13 @@ impl ArchDef for Def {
         }
     }
 
-    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Optional,
-                width: ExpertWidth::Ffn,
-                weights_norm: true,
-                gating: ExpertGating::Softmax,
-                reads_gating_func: false,
-            },
-        )
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules {
+            experts: Experts::Optional,
+            width: ExpertWidth::Ffn,
+            weights_norm: true,
+            ..ExpertRules::MOE
+        }
     }
 
     fn globals<'a>(&self, ld: &mut Loader<'a>, hp: &HParams) -> Result<Globals<'a>, ModelError> {
@@ -49,21 +40,11 @@ impl ArchDef for Def {
         })
     }
 
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        blocks::mha_layer(
-            ld,
-            hp,
-            il,
-            &LayerRules {
-                out_bias: Presence::Optional,
-                dense_biases: true,
-                ..LayerRules::BASE
-            },
-        )
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules {
+            out_bias: Presence::Optional,
+            dense_biases: true,
+            ..LayerRules::BASE
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The supported architectures: one module each, behind [`ArchDef`], over shared readers
-//! ([`keys`]) and tensor builders ([`blocks`]).
+//! ([`keys`]) and tensor builders ([`blocks`]). Each module defines a unit struct `Def`.
 //!
 //! An architecture's module says which keys it reads beyond the common ones (`hparams.rs`),
 //! its per-layer tensor roles and shapes, and the [`Features`] it switches on: the graph rules
@@ -14,8 +14,12 @@ use crate::kv::Kv;
 use crate::model::Model;
 use crate::params::HParams;
 use crate::tensors::{LayerTensors, Loader, Tensor};
+use blocks::LayerRules;
+use keys::ExpertRules;
 
-/// What an architecture defines: its name, its graph rules, its keys and its tensors.
+/// What an architecture defines: its name, its graph rules, its keys and its tensors. Only the
+/// name, the features and the experts' rules have no default: a plain layer (multi-head
+/// attention, the norms, a dense or routed-expert FFN) needs nothing more.
 pub(crate) trait ArchDef: Sync {
     /// The GGUF name (`general.architecture`), also the prefix of its metadata keys.
     fn name(&self) -> &'static str;
@@ -23,9 +27,14 @@ pub(crate) trait ArchDef: Sync {
     /// The graph rules it switches on.
     fn features(&self) -> Features;
 
-    /// Reads the keys beyond the common ones (experts, attention variants, windows…) into
-    /// `hp`, which holds the common ones, and checks them.
-    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError>;
+    /// How it reads the expert keys ([`keys::experts`]), given the common ones.
+    fn experts(&self, hp: &HParams) -> ExpertRules;
+
+    /// Reads the keys beyond the common ones and the experts' (attention variants, windows,
+    /// multipliers…) into `hp`, and checks them.
+    fn read(&self, _kv: &Kv<'_>, _hp: &mut HParams) -> Result<(), ModelError> {
+        Ok(())
+    }
 
     /// True when `output.weight` must be present; otherwise the head falls back to
     /// `token_embd.weight`.
@@ -38,13 +47,22 @@ pub(crate) trait ArchDef: Sync {
         Ok(Globals::default())
     }
 
-    /// The tensors of stored layer `il` (a trunk layer, or the block of a NextN layer).
+    /// The tensors around a layer's attention projections (the FFN norm's name, biases,
+    /// sinks, the experts' layout), for the default [`ArchDef::layer`].
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules::BASE
+    }
+
+    /// The tensors of stored layer `il` (a trunk layer, or the block of a NextN layer): by
+    /// default multi-head attention in the common layer of [`ArchDef::layer_rules`].
     fn layer<'a>(
         &self,
         ld: &mut Loader<'a>,
         hp: &HParams,
         il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError>;
+    ) -> Result<LayerTensors<'a>, ModelError> {
+        blocks::mha_layer(ld, hp, il, &self.layer_rules())
+    }
 
     /// Lines of `sluice inspect` that only this architecture has (its layer types).
     fn describe(&self, _m: &Model<'_>, _out: &mut String) {}
@@ -65,7 +83,7 @@ macro_rules! registry {
     ($($m:ident),* $(,)?) => {
         $(mod $m;)*
         /// Every supported architecture, in the order messages list them.
-        static REGISTRY: &[&dyn ArchDef] = &[$(&$m::ARCH),*];
+        static REGISTRY: &[&dyn ArchDef] = &[$(&$m::Def),*];
     };
 }
 

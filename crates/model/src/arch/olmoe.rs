@@ -1,18 +1,12 @@
 //! OLMoE (`olmoe`): QK-norm over the whole projection, NEOX rope, no renormalisation.
 
-use crate::error::ModelError;
-use crate::kv::Kv;
 use crate::params::HParams;
-use crate::tensors::{LayerTensors, Loader};
 
-use super::blocks::{self, LayerRules};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
-use super::{ExpertGating, QDim, QkNorm, ArchDef, Features};
+use super::keys::{ExpertRules, ExpertWidth};
+use super::{ArchDef, Features, QDim, QkNorm};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -27,30 +21,14 @@ impl ArchDef for Def {
         }
     }
 
-    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Required,
-                width: ExpertWidth::Ffn,
-                weights_norm: false,
-                gating: ExpertGating::Softmax,
-                reads_gating_func: false,
-            },
-        )
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules {
+            width: ExpertWidth::Ffn,
+            ..ExpertRules::MOE
+        }
     }
 
     fn output_required(&self) -> bool {
         true
-    }
-
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        blocks::mha_layer(ld, hp, il, &LayerRules::BASE)
     }
 }

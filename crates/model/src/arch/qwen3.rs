@@ -1,18 +1,12 @@
 //! Qwen3 dense (`qwen3`): per-head QK-norm, NEOX rope.
 
-use crate::error::ModelError;
-use crate::kv::Kv;
 use crate::params::HParams;
-use crate::tensors::{LayerTensors, Loader};
 
-use super::blocks::{self, LayerRules};
-use super::keys::{self, ExpertRules};
-use super::{QkNorm, ArchDef, Features};
+use super::keys::ExpertRules;
+use super::{ArchDef, Features, QkNorm};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -26,16 +20,7 @@ impl ArchDef for Def {
         }
     }
 
-    fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
-        keys::experts(kv, hp, &ExpertRules::DENSE)
-    }
-
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        blocks::mha_layer(ld, hp, il, &LayerRules::BASE)
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules::DENSE
     }
 }

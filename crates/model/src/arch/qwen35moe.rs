@@ -7,13 +7,11 @@ use crate::params::HParams;
 use crate::tensors::{Attn, LayerTensors, Loader};
 
 use super::blocks::{self, LayerRules, MoeRules};
-use super::keys::{self, ExpertRules, ExpertWidth, Experts};
-use super::{ArchDef, ExpertGating, Features, QkNorm, SharedExperts};
+use super::keys::{self, ExpertRules, ExpertWidth};
+use super::{ArchDef, Features, QkNorm, SharedExperts};
 
 /// The architecture.
 pub(super) struct Def;
-/// Its registration.
-pub(super) const ARCH: Def = Def;
 
 impl ArchDef for Def {
     fn name(&self) -> &'static str {
@@ -34,18 +32,15 @@ impl ArchDef for Def {
         }
     }
 
+    fn experts(&self, _: &HParams) -> ExpertRules {
+        ExpertRules {
+            width: ExpertWidth::KeyOrFfnPerUsed,
+            weights_norm: true,
+            ..ExpertRules::MOE
+        }
+    }
+
     fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
-        keys::experts(
-            kv,
-            hp,
-            &ExpertRules {
-                experts: Experts::Required,
-                width: ExpertWidth::KeyOrFfnPerUsed,
-                weights_norm: true,
-                gating: ExpertGating::Softmax,
-                reads_gating_func: false,
-            },
-        )?;
         keys::imrope_sections(kv, hp)?;
         let (ssm, recurrent) = keys::hybrid(kv, hp.n_layer, hp.n_layer_all())?;
         hp.ssm = ssm;
