@@ -855,6 +855,11 @@ fn the_granitemoe_model_has_its_four_multipliers() {
             // experts as wide as feed_forward_length
             assert_eq!(hp.n_ff_exp.at(il), hp.n_ff.at(il), "{what}");
         }
+        let sum = m.summary();
+        assert!(
+            sum.contains("multipliers: embeddings x5, attention scale 0.3, residuals x0.35"),
+            "{sum}"
+        );
         let r = refs_dir().join(format!("granitemoe-{wtype}.gguf"));
         assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
     }

@@ -6,8 +6,11 @@
 //! `1 / logit_scale`. A multiplier of 0 (or an absent key) is not applied; `logit_scale` is
 //! required, as llama.cpp requires it.
 
+use std::fmt::Write as _;
+
 use crate::error::ModelError;
 use crate::kv::{Kv, invalid};
+use crate::model::Model;
 use crate::params::HParams;
 use crate::tensors::Loader;
 
@@ -71,6 +74,19 @@ impl ArchDef for Def {
             rope_freqs: ld.opt("rope_freqs.weight", &[u64::from(hp.rope.n_rot / 2)])?,
             ..Globals::default()
         })
+    }
+
+    fn describe(&self, m: &Model<'_>, s: &mut String) {
+        let hp = &m.hparams;
+        let show = |v: Option<f32>| v.map_or("none".to_owned(), |v| format!("x{v}"));
+        let _ = writeln!(
+            s,
+            "multipliers: embeddings {}, attention scale {}, residuals {}, logits {}",
+            show(hp.embd_scale),
+            hp.attn_scale(),
+            show(hp.residual_scale),
+            show(hp.logit_scale),
+        );
     }
 
     fn layer_rules(&self) -> LayerRules {
