@@ -99,7 +99,6 @@ fn common(arch: Arch, kv: &Kv<'_>) -> Result<HParams, ModelError> {
         head_dim_v,
         rms_eps,
         rope,
-        qk_norm: features.qk_norm,
         n_expert: 0,
         n_expert_used: PerLayer(vec![0; nl]),
         n_expert_groups: 0,

@@ -174,7 +174,7 @@ impl<'a> Model<'a> {
             per_layer_text(&hp.n_head),
             per_layer_text(&hp.n_head_kv),
             hp.head_dim_k,
-            match hp.qk_norm {
+            match hp.features.qk_norm {
                 QkNorm::None => "none".to_owned(),
                 QkNorm::PerHead if hp.features.qk_norm_optional => {
                     let with = self
@@ -283,7 +283,7 @@ impl<'a> Model<'a> {
         let _ = writeln!(
             *s,
             "rope: {} over {} dims{}, base {}, scaling {scaling}",
-            match hp.rope.ty {
+            match hp.features.rope_type {
                 RopeType::Norm => "norm",
                 RopeType::Neox => "neox",
             },

@@ -3,7 +3,7 @@
 //! `hparams.rs` reads the keys every architecture has; each module of `arch/` reads its own
 //! into the same [`HParams`].
 
-use crate::arch::{Arch, ExpertGating, Features, QDim, QkNorm, SharedExperts};
+use crate::arch::{Arch, ExpertGating, Features, QDim, SharedExperts};
 use crate::error::ModelError;
 use crate::kv::{Kv, invalid};
 use crate::rope::Rope;
@@ -170,8 +170,6 @@ pub struct HParams {
     pub rms_eps: f32,
     /// Rotary embedding.
     pub rope: Rope,
-    /// QK-norm kind (fixed per arch).
-    pub qk_norm: QkNorm,
     /// `expert_count` (0: dense).
     pub n_expert: u32,
     /// `expert_used_count` per layer (top-k).

@@ -4,7 +4,7 @@
 
 use gguf::Value;
 
-use crate::arch::{Arch, RopeType};
+use crate::arch::Arch;
 use crate::error::ModelError;
 use crate::kv::{Kv, invalid};
 
@@ -22,8 +22,6 @@ pub enum RopeScalingType {
 /// Rotary embedding parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rope {
-    /// Pairing of the rotated elements (fixed per arch).
-    pub ty: RopeType,
     /// `rope.freq_base` (default 10000).
     pub freq_base: f32,
     /// `rope.dimension_count`: rotated elements per head (default head_dim_k).
@@ -157,7 +155,6 @@ pub(crate) fn read(
         _ => 0.0,
     };
     Ok(Rope {
-        ty: arch.features().rope_type,
         freq_base,
         n_rot,
         scaling,

@@ -183,7 +183,7 @@ pub struct MhaTensors<'a> {
     /// `attn_v.bias` `{n_embd_v_gqa}` (optional).
     pub bv: Option<Tensor<'a>>,
     /// `attn_q_norm.weight`: `{head_dim}` per head, or `{n_embd}` over the whole projection
-    /// (see [`HParams::qk_norm`]).
+    /// (see [`crate::Features::qk_norm`]).
     pub q_norm: Option<Tensor<'a>>,
     /// `attn_k_norm.weight`, as `q_norm`.
     pub k_norm: Option<Tensor<'a>>,

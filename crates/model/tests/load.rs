@@ -400,10 +400,10 @@ fn qwen3moe_loads_with_per_head_qk_norm() {
     assert_eq!((hp.n_head.at(1), hp.n_head_kv.at(1)), (4, 2));
     assert_eq!(hp.n_embd_q(0), 64);
     assert_eq!(hp.n_embd_k_gqa(0), 32);
-    assert_eq!(hp.rope.ty, RopeType::Neox);
+    assert_eq!(hp.features.rope_type, RopeType::Neox);
     assert_eq!(hp.rope.freq_base, 1e6);
     assert_eq!(hp.rms_eps, 1e-6);
-    assert_eq!(hp.qk_norm, QkNorm::PerHead);
+    assert_eq!(hp.features.qk_norm, QkNorm::PerHead);
     assert_eq!((hp.n_expert, hp.n_expert_used.at(0)), (4, 2));
     assert_eq!(hp.n_ff_exp.as_slice(), &[32, 32]);
     assert!(hp.expert_weights_norm, "qwen3moe renormalises top-k");
@@ -445,8 +445,8 @@ fn qwen2moe_has_biases_and_a_gated_shared_expert() {
     let (_d, f) = s.open();
     let m = Model::from_gguf(&f).unwrap();
     let hp = &m.hparams;
-    assert_eq!(hp.qk_norm, QkNorm::None);
-    assert_eq!(hp.rope.ty, RopeType::Neox);
+    assert_eq!(hp.features.qk_norm, QkNorm::None);
+    assert_eq!(hp.features.rope_type, RopeType::Neox);
     assert!(!hp.expert_weights_norm, "qwen2moe does not renormalise");
     assert_eq!((hp.n_expert_shared, hp.n_ff_shexp), (1, 64));
     assert_eq!(hp.head_dim_k, 8);
@@ -496,7 +496,7 @@ fn olmoe_normalises_the_whole_projection_and_uses_n_ff_for_experts() {
     let (_d, f) = s.open();
     let m = Model::from_gguf(&f).unwrap();
     let hp = &m.hparams;
-    assert_eq!(hp.qk_norm, QkNorm::Whole);
+    assert_eq!(hp.features.qk_norm, QkNorm::Whole);
     assert!(!hp.expert_weights_norm);
     assert_eq!(hp.n_ff_exp.as_slice(), &[48, 48]);
     let l = &m.tensors.layers[0];
@@ -528,8 +528,8 @@ fn gpt_oss_has_sinks_biases_and_alternating_windows() {
     let m = Model::from_gguf(&f).unwrap();
     let hp = &m.hparams;
     assert_eq!(m.arch().name(), "gpt-oss");
-    assert_eq!(hp.rope.ty, RopeType::Neox);
-    assert_eq!(hp.qk_norm, QkNorm::None);
+    assert_eq!(hp.features.rope_type, RopeType::Neox);
+    assert_eq!(hp.features.qk_norm, QkNorm::None);
     assert_eq!(hp.n_embd_q(0), 64, "q is n_head x head_dim, not n_embd");
     assert_eq!(
         hp.n_ff_exp.at(1),
@@ -610,7 +610,7 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
     let hp = &m.hparams;
     assert_eq!(m.arch().name(), "glm4moe");
     assert_eq!((hp.n_layer, hp.n_layer_nextn, hp.n_layer_all()), (2, 1, 3));
-    assert_eq!(hp.rope.ty, RopeType::Neox);
+    assert_eq!(hp.features.rope_type, RopeType::Neox);
     assert_eq!((hp.rope.n_rot, hp.head_dim_k), (8, 16), "partial rope");
     assert_eq!(
         hp.expert_gating,
@@ -678,7 +678,7 @@ fn deepseek2_has_latent_attention_in_both_forms() {
     let m = Model::from_gguf(&f).unwrap();
     let hp = &m.hparams;
     assert_eq!(m.arch().name(), "deepseek2");
-    assert_eq!(hp.rope.ty, RopeType::Norm);
+    assert_eq!(hp.features.rope_type, RopeType::Norm);
     assert_eq!(
         (hp.n_layer, hp.n_layer_nextn, hp.n_layer_dense_lead),
         (2, 1, 1)
@@ -927,7 +927,7 @@ fn llama_dense_uses_norm_rope_and_dense_ffn() {
     let (_d, f) = s.open();
     let m = Model::from_gguf(&f).unwrap();
     let hp = &m.hparams;
-    assert_eq!(hp.rope.ty, RopeType::Norm);
+    assert_eq!(hp.features.rope_type, RopeType::Norm);
     assert_eq!(hp.n_expert, 0);
     assert_eq!(hp.n_moe_layers(), 0);
     assert!(!hp.is_moe_layer(0));
@@ -988,7 +988,7 @@ fn qwen2_dense_with_biases_and_output_bias() {
     s.extra_tensors.push(("output.bias".into(), vec![40]));
     let (_d, f) = s.open();
     let m = Model::from_gguf(&f).unwrap();
-    assert_eq!(m.hparams.rope.ty, RopeType::Neox);
+    assert_eq!(m.hparams.features.rope_type, RopeType::Neox);
     assert!(m.tensors.output_tied);
     assert_eq!(m.tensors.output.name, "token_embd.weight");
     assert_eq!(m.tensors.output_bias.unwrap().dims, vec![40]);
@@ -1003,7 +1003,7 @@ fn qwen3_dense_with_qk_norm() {
     let s = spec("qwen3");
     let (_d, f) = s.open();
     let m = Model::from_gguf(&f).unwrap();
-    assert_eq!(m.hparams.qk_norm, QkNorm::PerHead);
+    assert_eq!(m.hparams.features.qk_norm, QkNorm::PerHead);
     assert_eq!(
         m.tensors.layers[0].mha().unwrap().q_norm.unwrap().dims,
         vec![16]

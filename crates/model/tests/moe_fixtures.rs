@@ -139,8 +139,8 @@ fn check_model(path: &Path, want: &Intended, exps_type: GgmlType) {
         "{what}"
     );
     assert_eq!(hp.n_moe_layers(), want.n_layer, "{what}");
-    assert_eq!(hp.qk_norm, want.qk_norm, "{what}");
-    assert_eq!(hp.rope.ty, want.rope, "{what}");
+    assert_eq!(hp.features.qk_norm, want.qk_norm, "{what}");
+    assert_eq!(hp.features.rope_type, want.rope, "{what}");
     assert_eq!(hp.rope.n_rot, 64, "{what}");
     assert_eq!(hp.rope.freq_base, want.rope_base, "{what}");
     assert_eq!(hp.rms_eps, want.rms_eps, "{what}");
@@ -465,7 +465,7 @@ fn the_deepseek2_models_have_latent_attention_in_both_forms() {
                 if absorbed { (288, 256) } else { (96, 64) },
                 "{what}"
             );
-            assert_eq!(hp.rope.ty, RopeType::Norm, "{what}");
+            assert_eq!(hp.features.rope_type, RopeType::Norm, "{what}");
             assert_eq!(hp.rope.n_rot, 32, "{what}");
             assert_eq!(hp.n_expert_shared, shared, "{what}");
             assert_eq!(
@@ -773,8 +773,8 @@ fn the_qwen3vlmoe_model_is_qwen3moe_with_imrope_sections() {
         assert_eq!(hp.rope.sections, [20, 6, 6, 0], "{what}");
         // the whole head rotates (some pairs by position 0 for text)
         assert_eq!((hp.rope.n_rot, hp.head_dim_k), (64, 64), "{what}");
-        assert_eq!(hp.rope.ty, RopeType::Neox, "{what}");
-        assert_eq!(hp.qk_norm, QkNorm::PerHead, "{what}");
+        assert_eq!(hp.features.rope_type, RopeType::Neox, "{what}");
+        assert_eq!(hp.features.qk_norm, QkNorm::PerHead, "{what}");
         assert_eq!(
             (hp.n_layer, hp.n_expert, hp.n_expert_used.max()),
             (3, 16, 4)
@@ -839,8 +839,8 @@ fn the_granitemoe_model_has_its_four_multipliers() {
         assert_eq!(hp.attn_scale(), 0.3, "{what}");
         assert_eq!(hp.residual_scale, Some(0.35), "{what}");
         assert_eq!(hp.logit_scale, Some(1.0 / 6.0), "{what}");
-        assert_eq!(hp.rope.ty, RopeType::Norm, "{what}");
-        assert_eq!(hp.qk_norm, QkNorm::None, "{what}");
+        assert_eq!(hp.features.rope_type, RopeType::Norm, "{what}");
+        assert_eq!(hp.features.qk_norm, QkNorm::None, "{what}");
         assert_eq!(
             (hp.n_layer, hp.n_expert, hp.n_expert_used.max()),
             (3, 12, 3)

@@ -15,7 +15,7 @@ pub(super) fn rope_config(hp: &HParams, freq_factors: Option<Vec<f32>>) -> RopeC
     let r = &hp.rope;
     RopeConfig {
         n_dims: r.n_rot as usize,
-        mode: match r.ty {
+        mode: match hp.features.rope_type {
             RopeType::Norm => RopeMode::Norm,
             RopeType::Neox => RopeMode::Neox,
         },
@@ -382,7 +382,7 @@ fn mha_qkv(
     add_bias(k, a.bk.as_ref());
     add_bias(v, a.bv.as_ref());
     // QK-norm (row length = the weight length: one head, or the whole projection)
-    if hp.qk_norm != QkNorm::None {
+    if hp.features.qk_norm != QkNorm::None {
         if let Some(qn) = &a.q_norm {
             ops::rms_norm_inplace(q, qn, eps);
         }

@@ -273,7 +273,7 @@ pub(crate) fn mha<'a>(
     let bq = ld.opt(&n("attn_q.bias"), &[n_q])?;
     let bk = ld.opt(&n("attn_k.bias"), &[n_k])?;
     let bv = ld.opt(&n("attn_v.bias"), &[n_v])?;
-    let (q_norm, k_norm) = match hp.qk_norm {
+    let (q_norm, k_norm) = match hp.features.qk_norm {
         QkNorm::None => (None, None),
         QkNorm::PerHead if hp.features.qk_norm_optional => {
             let d = u64::from(hp.head_dim_k_at(il));
