@@ -92,21 +92,24 @@ impl ArchDef for Def {
         Ok(())
     }
 
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        let rules = LayerRules {
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules {
             moe: MoeRules {
                 fused_gate_up: true,
                 selection_bias: Presence::Optional,
                 biases: false,
             },
             ..LayerRules::BASE
-        };
-        blocks::layer(ld, hp, il, &rules, |ld| match &hp.mla {
+        }
+    }
+
+    fn layer<'a>(
+        &self,
+        ld: &mut Loader<'a>,
+        hp: &HParams,
+        il: usize,
+    ) -> Result<LayerTensors<'a>, ModelError> {
+        blocks::layer(ld, hp, il, &self.layer_rules(), |ld| match &hp.mla {
             Some(m) => Ok(Attn::Mla(blocks::mla(ld, hp, m, il)?)),
             None => Err(ModelError::Unsupported(
                 "deepseek2 without multi-head latent attention".to_owned(),

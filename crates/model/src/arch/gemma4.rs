@@ -98,20 +98,23 @@ impl ArchDef for Def {
         })
     }
 
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules {
+            moe: MoeRules {
+                fused_gate_up: true,
+                ..LayerRules::BASE.moe
+            },
+            ..LayerRules::BASE
+        }
+    }
+
     fn layer<'a>(
         &self,
         ld: &mut Loader<'a>,
         hp: &HParams,
         il: usize,
     ) -> Result<LayerTensors<'a>, ModelError> {
-        let rules = LayerRules {
-            moe: MoeRules {
-                fused_gate_up: true,
-                ..LayerRules::BASE.moe
-            },
-            ..LayerRules::BASE
-        };
-        let mut l = blocks::layer(ld, hp, il, &rules, |ld| {
+        let mut l = blocks::layer(ld, hp, il, &self.layer_rules(), |ld| {
             Ok(Attn::Mha(blocks::mha(ld, hp, il, true)?))
         })?;
         let n = |s: &str| format!("blk.{il}.{s}");

@@ -70,10 +70,7 @@ impl ArchDef for Def {
     }
 
     fn globals<'a>(&self, ld: &mut Loader<'a>, hp: &HParams) -> Result<Globals<'a>, ModelError> {
-        Ok(Globals {
-            rope_freqs: ld.opt("rope_freqs.weight", &[u64::from(hp.rope.n_rot / 2)])?,
-            ..Globals::default()
-        })
+        Globals::rope_freqs_optional(ld, hp)
     }
 
     fn describe(&self, m: &Model<'_>, s: &mut String) {

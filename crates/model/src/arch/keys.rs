@@ -58,6 +58,15 @@ impl ExpertRules {
         reads_gating_func: false,
     };
 
+    /// The Qwen3 MoE family's (qwen3moe, qwen35moe, qwen3vlmoe): experts as wide as
+    /// `expert_feed_forward_length`, else `feed_forward_length / expert_used_count`, the top-k
+    /// weights renormalised.
+    pub(crate) const QWEN3: ExpertRules = ExpertRules {
+        width: ExpertWidth::KeyOrFfnPerUsed,
+        weights_norm: true,
+        ..ExpertRules::MOE
+    };
+
     /// A dense architecture's: `expert_count` must be 0 or absent.
     pub(crate) const DENSE: ExpertRules = ExpertRules {
         experts: Experts::Never,

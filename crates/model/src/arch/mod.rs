@@ -77,6 +77,20 @@ pub(crate) struct Globals<'a> {
     pub(crate) rope_freqs: Option<Tensor<'a>>,
 }
 
+impl<'a> Globals<'a> {
+    /// An optional `rope_freqs.weight` `{n_rot/2}` (llama's and Granite's per-frequency rope
+    /// divisors), nothing else.
+    pub(crate) fn rope_freqs_optional(
+        ld: &mut Loader<'a>,
+        hp: &HParams,
+    ) -> Result<Globals<'a>, ModelError> {
+        Ok(Globals {
+            rope_freqs: ld.opt("rope_freqs.weight", &[u64::from(hp.rope.n_rot / 2)])?,
+            ..Globals::default()
+        })
+    }
+}
+
 /// Declares the architecture modules and the registry that lists them, in one list: adding
 /// an architecture adds its module's name here.
 macro_rules! registry {

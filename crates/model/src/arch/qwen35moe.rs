@@ -7,7 +7,7 @@ use crate::params::HParams;
 use crate::tensors::{Attn, LayerTensors, Loader};
 
 use super::blocks::{self, LayerRules, MoeRules};
-use super::keys::{self, ExpertRules, ExpertWidth};
+use super::keys::{self, ExpertRules};
 use super::{ArchDef, Features, QkNorm, SharedExperts};
 
 /// The architecture.
@@ -33,11 +33,7 @@ impl ArchDef for Def {
     }
 
     fn experts(&self, _: &HParams) -> ExpertRules {
-        ExpertRules {
-            width: ExpertWidth::KeyOrFfnPerUsed,
-            weights_norm: true,
-            ..ExpertRules::MOE
-        }
+        ExpertRules::QWEN3
     }
 
     fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
@@ -48,21 +44,24 @@ impl ArchDef for Def {
         Ok(())
     }
 
-    fn layer<'a>(
-        &self,
-        ld: &mut Loader<'a>,
-        hp: &HParams,
-        il: usize,
-    ) -> Result<LayerTensors<'a>, ModelError> {
-        let rules = LayerRules {
+    fn layer_rules(&self) -> LayerRules {
+        LayerRules {
             ffn_norm: "post_attention_norm.weight",
             moe: MoeRules {
                 fused_gate_up: true,
                 ..LayerRules::BASE.moe
             },
             ..LayerRules::BASE
-        };
-        blocks::layer(ld, hp, il, &rules, |ld| match &hp.ssm {
+        }
+    }
+
+    fn layer<'a>(
+        &self,
+        ld: &mut Loader<'a>,
+        hp: &HParams,
+        il: usize,
+    ) -> Result<LayerTensors<'a>, ModelError> {
+        blocks::layer(ld, hp, il, &self.layer_rules(), |ld| match &hp.ssm {
             Some(ssm) if hp.is_recurrent(il) => {
                 Ok(Attn::Gdn(blocks::gdn(ld, ssm, u64::from(hp.n_embd), il)?))
             }

@@ -2,7 +2,7 @@
 
 use crate::params::HParams;
 
-use super::keys::{ExpertRules, ExpertWidth};
+use super::keys::ExpertRules;
 use super::{ArchDef, Features, QkNorm};
 
 /// The architecture.
@@ -21,10 +21,6 @@ impl ArchDef for Def {
     }
 
     fn experts(&self, _: &HParams) -> ExpertRules {
-        ExpertRules {
-            width: ExpertWidth::KeyOrFfnPerUsed,
-            weights_norm: true,
-            ..ExpertRules::MOE
-        }
+        ExpertRules::QWEN3
     }
 }

@@ -12,7 +12,7 @@ use crate::kv::Kv;
 use crate::model::Model;
 use crate::params::HParams;
 
-use super::keys::{self, ExpertRules, ExpertWidth};
+use super::keys::{self, ExpertRules};
 use super::{ArchDef, Features, QkNorm};
 
 /// The architecture.
@@ -35,11 +35,7 @@ impl ArchDef for Def {
     }
 
     fn experts(&self, _: &HParams) -> ExpertRules {
-        ExpertRules {
-            width: ExpertWidth::KeyOrFfnPerUsed,
-            weights_norm: true,
-            ..ExpertRules::MOE
-        }
+        ExpertRules::QWEN3
     }
 
     fn read(&self, kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
