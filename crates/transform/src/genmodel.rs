@@ -2023,18 +2023,7 @@ mod tests {
         for l in Like::ALL {
             assert_eq!(Like::from_name(l.name()), Some(l));
         }
-        let opts = Options {
-            like: Like::Olmoe1b7b,
-            quant: None,
-            layers: Some(2),
-            vocab: None,
-            router_skew: 0.0,
-            experts_used: None,
-            attn_out_std: 0.0045,
-            seed: 0,
-            chat_template: None,
-            expert_types: None,
-        };
+        let opts = opts(Like::Olmoe1b7b, Some(2));
         let plan = plan(&opts, &mut |_| panic!("no vocabulary, no event")).expect("plan");
         assert_eq!(plan.quant, FileType::Q4_K_M);
         assert_eq!(plan.layer_bytes().len(), 2);
@@ -2058,16 +2047,8 @@ mod tests {
     #[test]
     fn expert_types_replace_only_the_routed_stacks() {
         let base = Options {
-            like: Like::DeepseekV3,
             quant: Some(FileType::Q4_K_M),
-            layers: Some(5),
-            vocab: None,
-            router_skew: 0.0,
-            experts_used: None,
-            attn_out_std: 0.0045,
-            seed: 0,
-            chat_template: None,
-            expert_types: None,
+            ..opts(Like::DeepseekV3, Some(5))
         };
         let x = ExpertTypes {
             gate_up: GgmlType::IQ2_XXS,
@@ -2112,6 +2093,7 @@ mod tests {
         );
     }
 
+    /// The default options of a `like` plan cut to `layers`.
     fn opts(like: Like, layers: Option<u32>) -> Options {
         Options {
             like,
