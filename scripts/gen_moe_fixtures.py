@@ -49,6 +49,11 @@ weight types:
                (NORM rope, no biases) with the four Granite multipliers   (StarCoder BPE, as
                (embedding 5, attention 0.3, residual 0.35, logits 1/6);   Granite's) + Granite's
                F32 and Q8_0                                               role tokens
+    minimax    16 experts, top-4: MiniMax-M2's layout: q/k RMSNorm over   vocabulary: qwen2.5 +
+               the whole projection (512 query and 256 key values, wider   MiniMax's specials
+               than n_embd), NEOX rope over 64 of 128 dims per head,
+               sigmoid routing with a selection bias, renormalised; F32
+               and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -167,6 +172,23 @@ VOCABS = {
         "add_bos": True,
         "eos": "<｜end▁of▁sentence｜>",
         "template": "deepseek-ai-DeepSeek-V3.1.jinja",
+    },
+    # qwen2.5's trimmed vocabulary plus the special tokens MiniMax-M2's chat template writes,
+    # as new control tokens (]~!b[ begins the text, ]~b] a turn, [e~[ ends one, as in the
+    # released files, whose template writes ]~!b[ itself); the template is llama.cpp's copy of
+    # MiniMax-M2's.
+    "qwen2.5-minimax": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": ["<|endoftext|>"],
+        "new": [
+            "]~!b[", "]~b]", "[e~[", "<think>", "</think>", "<minimax:tool_call>",
+            "</minimax:tool_call>",
+        ],
+        "bos": "]~!b[",
+        "add_bos": False,
+        "eos": "[e~[",
+        "template": "MiniMax-M2.jinja",
     },
     # Granite 3.x's tokenizer: StarCoder's BPE with the refact pre-tokenizer (llama.cpp's
     # ggml-vocab-refact has Granite's 48891 merges), its first token renamed <|end_of_text|>
@@ -335,6 +357,16 @@ MODELS = {
         attention_scale=0.3, residual_scale=0.35, logit_scale=6.0, output_scale=24.0,
         wtypes=("f32", "q8_0"),
     ),
+    # MiniMax-M2's layout at a small size: heads of 128 (4 query, 2 key/value heads, so the
+    # query projection is 512 wide where n_embd is 256, as the released model's 6144 against
+    # 3072), RMSNorm over the whole query projection and over the whole key projection, NEOX
+    # rope over the first 64 dims of each head; 16 experts top-4 by sigmoid with a selection
+    # bias (exp_probs_b), renormalised; no shared expert, no dense layer.
+    "minimax": dict(
+        arch="minimax-m2", vocab="qwen2.5-minimax", seed=1015, n_layer=2, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=128, n_rot=64, n_expert=16, n_expert_used=4,
+        n_ff_exp=256, tied=False, rope_base=10_000.0, rms_eps=1e-6, wtypes=("f32", "q8_0"),
+    ),
 }
 
 CTX = 4096
@@ -458,13 +490,17 @@ def make_weights(cfg, n_vocab):
         if cfg["arch"] in ("qwen3moe", "qwen3vlmoe"):
             w[p + "attn_q_norm.weight"] = norm(hd)
             w[p + "attn_k_norm.weight"] = norm(hd)
-        elif cfg["arch"] == "olmoe":
+        elif cfg["arch"] in ("olmoe", "minimax-m2"):
             w[p + "attn_q_norm.weight"] = norm(nq)
             w[p + "attn_k_norm.weight"] = norm(nkv)
         w[p + "ffn_norm.weight"] = norm(e)
         # Router logits of about unit spread: the top-k choice is clear in probability terms
         # (a much larger spread leaves the k-th and (k+1)-th probabilities both near zero).
         w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        if cfg["arch"] == "minimax-m2":
+            w[p + "exp_probs_b.bias"] = (
+                GLM_SELECTION_BIAS * rng.standard_normal(ne)
+            ).astype(np.float32)
         w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
         w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
         w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
@@ -816,7 +852,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_kv_lora_rank(r)
     else:
         w.add_head_count_kv(cfg["n_head_kv"])
-    if arch in ("qwen3moe", "gpt-oss", "glm4moe", "qwen3vlmoe"):
+    if arch in ("qwen3moe", "gpt-oss", "glm4moe", "qwen3vlmoe", "minimax-m2"):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
@@ -826,9 +862,11 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_expert_used_count(cfg["n_expert_used"])
     if arch in (
         "qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe",
-        "qwen3vlmoe",
+        "qwen3vlmoe", "minimax-m2",
     ):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "minimax-m2":
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if arch == "qwen3vlmoe":
         w.add_rope_dimension_sections(list(cfg["rope_sections"]))
         w.add_num_deepstack_layers(cfg["n_deepstack"])

@@ -319,6 +319,33 @@ fn gemma_4_plan_has_sliding_and_full_layers_a_dense_mlp_and_fused_experts() {
 }
 
 #[test]
+fn minimax_m2_plan_has_whole_projection_norms_and_a_selection_bias() {
+    let (data, layers, rows) = plan(&["--like", "minimax-m2"]);
+    // 13 tensors a layer over 62 layers, and the embeddings, output and output norm: the 809
+    // tensors a published quantization log of MiniMax-M2.7 (the same layout) lists
+    assert_eq!(rows.len(), 809);
+    assert_eq!(layers.len(), 62);
+    let bytes = |n: &str| rows.iter().find(|r| r.3 == n).map(|r| r.1);
+    // f32 norms over the whole query (48 x 128) and key (8 x 128) projections; the bias
+    assert_eq!(bytes("blk.0.attn_q_norm.weight"), Some(6144 * 4));
+    assert_eq!(bytes("blk.61.attn_k_norm.weight"), Some(1024 * 4));
+    assert_eq!(bytes("blk.7.exp_probs_b.bias"), Some(256 * 4));
+    assert!(!rows.iter().any(|r| r.3.contains("shexp")));
+    // every layer routed; one expert: gate and up Q4_K (1536 rows of 3072: 12 blocks of 144
+    // bytes a row), down Q4_K or Q6_K (3072 rows of 1536: 6 blocks of 144 or 210 bytes)
+    let gate_up = 2 * 1536 * 12 * 144;
+    let (down_q4, down_q6) = (3072 * 6 * 144, 3072 * 6 * 210);
+    for (l, (x, _)) in &layers {
+        assert!(
+            *x == gate_up + down_q4 || *x == gate_up + down_q6,
+            "layer {l}: {x}"
+        );
+    }
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
+#[test]
 fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("olmoe-l1.gguf");

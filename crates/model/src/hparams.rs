@@ -5,7 +5,7 @@
 
 use gguf::Metadata;
 
-use crate::arch::{Arch, ExpertGating, QkNorm, keys};
+use crate::arch::{Arch, ExpertGating, QDim, QkNorm, keys};
 use crate::error::ModelError;
 use crate::kv::{Kv, invalid};
 use crate::params::{HParams, MAX_LAYERS, PerLayer};
@@ -146,7 +146,9 @@ fn heads(arch: Arch, kv: &Kv<'_>, n_layer_all: u32) -> Result<(PerLayer, PerLaye
                 format!("layer {il}: {h} heads are not a multiple of {hkv} kv heads"),
             ));
         }
-        if arch.features().qk_norm == QkNorm::Whole && hkv != h {
+        // OLMoE's whole-projection norms are n_embd wide, for keys as for queries
+        let f = arch.features();
+        if f.qk_norm == QkNorm::Whole && f.q_dim == QDim::Embd && hkv != h {
             return Err(invalid(
                 k("attention.head_count_kv"),
                 format!(

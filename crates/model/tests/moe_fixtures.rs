@@ -898,3 +898,76 @@ fn granitemoe_refusals_name_the_key() {
     let hp = load(&[], &[("granitemoe.residual_scale", gguf::Value::F32(0.0))]).unwrap();
     assert_eq!(hp.residual_scale, None);
 }
+
+#[test]
+fn the_minimax_model_normalises_whole_projections() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in NEW_TYPES {
+        let path = model_path(&dir, &format!("minimax-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "minimax-m2", "{what}");
+        assert_eq!(hp.features.qk_norm, QkNorm::Whole, "{what}");
+        assert_eq!(hp.features.rope_type, RopeType::Neox, "{what}");
+        assert_eq!((hp.head_dim_k, hp.rope.n_rot), (128, 64), "{what}");
+        assert_eq!(
+            (hp.n_layer, hp.n_expert, hp.n_expert_used.max()),
+            (2, 16, 4)
+        );
+        assert_eq!(hp.expert_gating, model::ExpertGating::Sigmoid, "{what}");
+        assert!(hp.expert_weights_norm, "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            let a = layer.mha().expect("multi-head attention");
+            // over all 4 query heads and both key heads of 128
+            assert_eq!(a.q_norm.map(|t| t.dims.clone()), Some(vec![512]), "{what}");
+            assert_eq!(a.k_norm.map(|t| t.dims.clone()), Some(vec![256]), "{what}");
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} dense")
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert!(moe.shared.is_none(), "{what}");
+        }
+        let r = refs_dir().join(format!("minimax-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn minimax_refusals_name_the_tensor_or_key() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], reshape: &[(&str, Vec<u64>)], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = fixture_variant(&dir, "minimax-f32.gguf", drop, reshape, kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|_| ()).unwrap_err()
+    };
+    let names = |e: &ModelError, s: &str| e.to_string().contains(s);
+    // the selection bias is required
+    let t = "blk.1.exp_probs_b.bias";
+    let e = load(&[t], &[], &[]);
+    assert!(names(&e, t), "{e}");
+    // the key norm spans the key heads, not n_embd or one head
+    let t = "blk.0.attn_k_norm.weight";
+    let e = load(&[], &[(t, vec![128])], &[]);
+    assert!(names(&e, t), "{e}");
+    let key = "minimax-m2.expert_feed_forward_length";
+    assert_eq!(load(&[key], &[], &[]), ModelError::MissingKey(key.into()));
+    let e = load(&[], &[], &[(key, gguf::Value::U32(128))]);
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+        "{e}"
+    );
+    for (key, v) in [
+        ("minimax-m2.expert_weights_norm", gguf::Value::Bool(false)),
+        ("minimax-m2.expert_weights_scale", gguf::Value::F32(2.5)),
+        ("minimax-m2.leading_dense_block_count", gguf::Value::U32(1)),
+    ] {
+        let e = load(&[], &[], &[(key, v)]);
+        assert!(
+            matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+            "{key}: {e}"
+        );
+    }
+}

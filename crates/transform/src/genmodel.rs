@@ -100,6 +100,11 @@ pub enum Like {
     /// embeddings, vocabulary 49155 (StarCoder's tokenizer, padded); the Granite 3 MoE
     /// multipliers: embeddings x12, attention scale 1/64, residuals x0.22, logits / 6.
     Granite31_3bA800m,
+    /// MiniMax-M2: minimax-m2, 62 layers, 256 experts (top-8, sigmoid routing with a selection
+    /// bias) of width 1536, n_embd 3072, 48 query / 8 KV heads of 128 with q/k norms over the
+    /// whole projections, rope over 64 of each head's 128 dims (base 5e6, context 196608),
+    /// vocabulary 200064 (filled from the Qwen2.5 tokenizer, padded).
+    MinimaxM2,
 }
 
 /// What a preset has beyond the common shape that no other preset has.
@@ -118,6 +123,10 @@ enum Extra {
         residual: f32,
         logit: f32,
     },
+    /// minimax-m2's partial rope and its router's selection bias (sigmoid routing).
+    MiniMax {
+        rope_dims: u64,
+    },
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -126,7 +135,7 @@ enum QkNorm {
     None,
     /// One RMSNorm weight of `head_dim` per projection, applied per head (qwen3moe).
     PerHead,
-    /// One RMSNorm weight over the whole projection (olmoe).
+    /// One RMSNorm weight over the whole projection (olmoe, minimax-m2).
     Full,
 }
 
@@ -241,7 +250,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 12] = [
+    pub const ALL: [Like; 13] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -254,6 +263,7 @@ impl Like {
         Like::Gemma4_26bA4b,
         Like::Qwen3Vl30bA3b,
         Like::Granite31_3bA800m,
+        Like::MinimaxM2,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -271,6 +281,7 @@ impl Like {
             Like::Gemma4_26bA4b => "gemma-4-26b-a4b",
             Like::Qwen3Vl30bA3b => "qwen3-vl-30b-a3b",
             Like::Granite31_3bA800m => "granite-3.1-3b-a800m",
+            Like::MinimaxM2 => "minimax-m2",
         }
     }
 
@@ -348,6 +359,13 @@ impl Like {
                  n_embd 1536, 24 query / 8 KV heads of 64, NORM rope, tied embeddings, \
                  multipliers: embeddings x12, attention 1/64, residuals x0.22, logits / 6; \
                  vocabulary 49155 (the StarCoder tokenizer of llama.cpp's tests, padded)"
+            }
+            Like::MinimaxM2 => {
+                "MiniMax-M2: minimax-m2, 62 layers, 256 experts (top-8, sigmoid routing with a \
+                 selection bias) of width 1536, n_embd 3072, 48 query / 8 KV heads of 128, q/k \
+                 norms over the whole projections, rope over 64 of 128 dims, vocabulary 200064 \
+                 (filled from the Qwen2.5 tokenizer, padded); about 138 GB at Q4_K_M: write a \
+                 --layers cut"
             }
         }
     }
@@ -676,6 +694,34 @@ impl Like {
                 },
                 default_quant: FileType::Q4_K_M,
             },
+            Like::MinimaxM2 => Shape {
+                arch: "minimax-m2",
+                title: "MiniMax-M2",
+                n_layer: 62,
+                n_embd: 3072,
+                n_head: 48,
+                n_head_kv: 8,
+                head_dim: 128,
+                n_expert: 256,
+                n_expert_used: 8,
+                n_ff_exp: 1536,
+                n_ff: 1536,
+                n_vocab: 200_064,
+                ctx_train: 196_608,
+                rope_base: 5_000_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::Full,
+                expert_ff_key: true,
+                rope_dims_key: true,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: None,
+                gemma: None,
+                extra: Extra::MiniMax { rope_dims: 64 },
+                default_quant: FileType::Q4_K_M,
+            },
         }
     }
 }
@@ -914,6 +960,13 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
             v.push(t(p("ffn_down_shexp"), &[w, e], Role::Weight));
         } else {
             v.push(t(p("ffn_norm"), &[e], Role::Norm));
+            if let Extra::MiniMax { .. } = s.extra {
+                v.push(t(
+                    format!("blk.{il}.exp_probs_b.bias"),
+                    &[x],
+                    Role::Small(BIAS_STD),
+                ));
+            }
         }
         v.push(t(p("ffn_gate_inp"), &[e, s.n_expert], Role::Router));
         v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
@@ -1735,7 +1788,10 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             (None, Some(h), _) => h.rope_dims,
             // the full-attention heads, whole (rope_freqs leaves most pairs unrotated)
             (None, None, Some(g)) => g.head_full,
-            (None, None, None) => s.head_dim,
+            (None, None, None) => match s.extra {
+                Extra::MiniMax { rope_dims } => rope_dims,
+                _ => s.head_dim,
+            },
         };
         meta.push((a("rope.dimension_count"), Value::U32(dims as u32)));
     }
@@ -1778,6 +1834,8 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             meta.push((a("residual_scale"), Value::F32(residual)));
             meta.push((a("logit_scale"), Value::F32(logit)));
         }
+        // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+        Extra::MiniMax { .. } => meta.push((a("expert_gating_func"), Value::U32(2))),
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
     meta.push((a("expert_used_count"), Value::U32(s.n_expert_used)));

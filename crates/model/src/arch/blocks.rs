@@ -289,9 +289,10 @@ pub(crate) fn mha<'a>(
                 Some(ld.req(&n("attn_k_norm.weight"), &[d])?),
             )
         }
+        // over the whole projection: every query head, every key head
         QkNorm::Whole => (
-            Some(ld.req(&n("attn_q_norm.weight"), &[n_embd])?),
-            Some(ld.req(&n("attn_k_norm.weight"), &[n_embd])?),
+            Some(ld.req(&n("attn_q_norm.weight"), &[n_q])?),
+            Some(ld.req(&n("attn_k_norm.weight"), &[n_k])?),
         ),
     };
     Ok(MhaTensors {

@@ -103,7 +103,7 @@ macro_rules! registry {
 
 registry![
     qwen3moe, qwen2moe, olmoe, gpt_oss, glm4moe, deepseek2, gemma4, qwen35moe, llama, qwen2, qwen3,
-    qwen3vlmoe, granitemoe,
+    qwen3vlmoe, granitemoe, minimax_m2,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -311,7 +311,9 @@ pub enum QkNorm {
     None,
     /// RMSNorm of each head separately; weights `{head_dim}`.
     PerHead,
-    /// RMSNorm over the whole q (and k) projection before the head split; weights `{n_embd}`.
+    /// RMSNorm over the whole q (and k) projection before the head split; weights as wide as
+    /// the projection (`{n_embd}` for OLMoE; `{n_head * head_dim}` and `{n_head_kv *
+    /// head_dim}` for MiniMax-M2).
     Whole,
 }
 
