@@ -54,6 +54,11 @@ weight types:
                than n_embd), NEOX rope over 64 of 128 dims per head,
                sigmoid routing with a selection bias, renormalised; F32
                and Q8_0
+    smallthinker 16 experts, top-4: SmallThinker's layout: the router   vocabulary: qwen2.5
+               reads each layer's input before the attention norm,
+               ReLU-gated experts, sigmoid routing renormalised; a
+               sliding window (4096 in llama.cpp) on layers 1-2, layer 0
+               full attention without rope (NoPE); F32 and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -366,6 +371,19 @@ MODELS = {
         arch="minimax-m2", vocab="qwen2.5-minimax", seed=1015, n_layer=2, n_embd=256,
         n_head=4, n_head_kv=2, head_dim=128, n_rot=64, n_expert=16, n_expert_used=4,
         n_ff_exp=256, tied=False, rope_base=10_000.0, rms_eps=1e-6, wtypes=("f32", "q8_0"),
+    ),
+    # SmallThinker's layout (smallthinker) at a small size: three layers; the router of each
+    # reads the layer's input (the residual stream before attn_norm), so its experts are known
+    # before the attention; ReLU-gated experts (relu(gate) * up); 16 experts top-4 by sigmoid,
+    # renormalised. attention.sliding_window is set, so llama.cpp attends through a window of
+    # 4096 on every layer but each fourth from layer 0 (layers 1 and 2 here; the prompts are
+    # shorter than the window) and drops rope on every fourth layer from 0 (layer 0: NoPE; a
+    # model of exactly 4 layers would keep rope everywhere).
+    "smallthinker": dict(
+        arch="smallthinker", vocab="qwen2.5", seed=1016, n_layer=3, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_expert=16, n_expert_used=4, n_ff_exp=256,
+        tied=False, rope_base=1_000_000.0, rms_eps=1e-6, sliding_window=4096,
+        wtypes=("f32", "q8_0"),
     ),
 }
 
@@ -862,9 +880,12 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_expert_used_count(cfg["n_expert_used"])
     if arch in (
         "qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe",
-        "qwen3vlmoe", "minimax-m2",
+        "qwen3vlmoe", "minimax-m2", "smallthinker",
     ):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "smallthinker":
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_sliding_window(cfg["sliding_window"])
     if arch == "minimax-m2":
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if arch == "qwen3vlmoe":

@@ -346,6 +346,27 @@ fn minimax_m2_plan_has_whole_projection_norms_and_a_selection_bias() {
 }
 
 #[test]
+fn smallthinker_plan_is_routed_everywhere_with_tied_embeddings() {
+    let (data, layers, rows) = plan(&["--like", "smallthinker-21b-a3b"]);
+    // 10 tensors a layer over 52 layers, the embeddings and the output norm (no output.weight)
+    assert_eq!(rows.len(), 522);
+    assert_eq!(layers.len(), 52);
+    assert!(!rows.iter().any(|r| r.3 == "output.weight"));
+    // one expert: gate and up Q4_K (768 rows of 2560: 10 blocks of 144 bytes), down Q4_K or
+    // Q6_K (2560 rows of 768: 3 blocks of 144 or 210 bytes)
+    let gate_up = 2 * 768 * 10 * 144;
+    let (down_q4, down_q6) = (2560 * 3 * 144, 2560 * 3 * 210);
+    for (l, (x, _)) in &layers {
+        assert!(
+            *x == gate_up + down_q4 || *x == gate_up + down_q6,
+            "layer {l}: {x}"
+        );
+    }
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
+#[test]
 fn a_generated_model_is_its_plan_holds_valid_blocks_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("olmoe-l1.gguf");

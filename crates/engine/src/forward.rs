@@ -768,8 +768,12 @@ impl<'a> Engine<'a> {
         p0: usize,
         keep: std::ops::Range<usize>,
     ) -> Result<(), ForwardError> {
-        self.layer_attn(il, n, p0)?;
         let e = self.hp.n_embd as usize;
+        if self.hp.features.router_reads_layer_input {
+            // the router's input: the layer's, before the attention
+            self.s.rin[..n * e].copy_from_slice(&self.s.x[..n * e]);
+        }
+        self.layer_attn(il, n, p0)?;
         if keep != (0..n) && il + 1 == self.hp.n_layer as usize && self.mtp.is_some() {
             // The draft head takes every row's final hidden state: the rows that do not go
             // on run the FFN aside (their bits feed drafts only), then the kept ones as ever.
@@ -787,6 +791,9 @@ impl<'a> Engine<'a> {
         // only the rows that go on
         if keep != (0..n) {
             self.s.x.copy_within(keep.start * e..keep.end * e, 0);
+            if self.hp.features.router_reads_layer_input {
+                self.s.rin.copy_within(keep.start * e..keep.end * e, 0);
+            }
         }
         if keep.is_empty() {
             return Ok(());

@@ -207,6 +207,31 @@ fn swiglu_oai_clamps_and_matches_f64() {
     assert_eq!(sat[0], sat[2]);
 }
 
+/// ggml's `reglu` (`ggml_vec_reglu_f32`): `gate > 0 ? gate * up : 0`, so a gate that is not
+/// positive gives +0 whatever `up` holds (infinite, NaN, negative), and -0 only from a positive
+/// gate times a negative zero.
+#[test]
+fn reglu_is_ggmls_select_not_a_product_with_relu() {
+    let gate = [-2.0f32, -0.0, 0.0, 1e-30, 0.5, 3.0, -1.0, f32::NAN, 2.0];
+    let up = [
+        5.0f32,
+        f32::NAN,
+        f32::INFINITY,
+        4.0,
+        -0.0,
+        -1.5,
+        f32::INFINITY,
+        1.0,
+        0.25,
+    ];
+    let mut out = [1f32; 9];
+    ops::reglu(&gate, &up, &mut out);
+    let want = [0.0f32, 0.0, 0.0, 4e-30, -0.0, -4.5, 0.0, 0.0, 0.5];
+    for i in 0..9 {
+        assert_eq!(out[i].to_bits(), want[i].to_bits(), "{i}: {}", out[i]);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 

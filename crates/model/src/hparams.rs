@@ -110,6 +110,7 @@ fn common(arch: Arch, kv: &Kv<'_>) -> Result<HParams, ModelError> {
         n_layer_dense_lead: 0,
         n_swa: 0,
         swa_layers: vec![false; nl],
+        nope_layers: Vec::new(),
         mla: None,
         head_dim_k_swa: head_dim_k,
         head_dim_v_swa: head_dim_v,

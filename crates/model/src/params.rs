@@ -198,6 +198,9 @@ pub struct HParams {
     /// (`attention.sliding_window_pattern`, an array of bools or a period; llama.cpp's
     /// per-arch default otherwise). All false when `n_swa` is 0.
     pub swa_layers: Vec<bool>,
+    /// Per layer: true when the layer's attention has no rotary embedding (NoPE: SmallThinker's
+    /// full-attention layers); empty or false: rope as [`HParams::rope`] says.
+    pub nope_layers: Vec<bool>,
     /// Multi-head latent attention (deepseek2), else `None`.
     pub mla: Option<Mla>,
     /// Key and value head sizes of the sliding-window layers (`attention.key_length_swa` /
@@ -230,6 +233,11 @@ impl HParams {
     /// True when layer `il` attends through the sliding window of `n_swa` positions.
     pub fn is_swa_layer(&self, il: usize) -> bool {
         self.n_swa > 0 && self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// True when layer `il` rotates its queries and keys (not a NoPE layer).
+    pub fn has_rope(&self, il: usize) -> bool {
+        !self.nope_layers.get(il).copied().unwrap_or(false)
     }
 
     /// True when layer `il` is a linear-attention layer with a recurrent state (no KV cells).

@@ -971,3 +971,100 @@ fn minimax_refusals_name_the_tensor_or_key() {
         );
     }
 }
+
+#[test]
+fn the_smallthinker_model_routes_on_the_layer_input() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in NEW_TYPES {
+        let path = model_path(&dir, &format!("smallthinker-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "smallthinker", "{what}");
+        assert!(hp.features.router_reads_layer_input, "{what}");
+        assert_eq!(hp.features.ffn_act, model::FfnAct::Reglu, "{what}");
+        assert_eq!(hp.expert_gating, model::ExpertGating::Sigmoid, "{what}");
+        assert!(hp.expert_weights_norm, "{what}");
+        // the file's window is llama.cpp's 4096 anyway; layer 0 full attention without rope
+        assert_eq!(hp.n_swa, 4096, "{what}");
+        assert_eq!(
+            (0..3).map(|il| hp.is_swa_layer(il)).collect::<Vec<_>>(),
+            [false, true, true]
+        );
+        assert_eq!(
+            (0..3).map(|il| hp.has_rope(il)).collect::<Vec<_>>(),
+            [false, true, true]
+        );
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} dense")
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert!(
+                moe.shared.is_none() && moe.selection_bias.is_none(),
+                "{what}"
+            );
+        }
+        let r = refs_dir().join(format!("smallthinker-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn smallthinker_windows_and_refusals() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = fixture_variant(&dir, "smallthinker-f32.gguf", drop, &[], kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|m| m.hparams)
+    };
+    // without a sliding window every layer attends fully, with rope
+    let hp = load(&["smallthinker.attention.sliding_window"], &[]).unwrap();
+    assert_eq!(hp.n_swa, 0);
+    assert!((0..3).all(|il| hp.has_rope(il) && !hp.is_swa_layer(il)));
+    // a period of 2: layers 0 and 2 full; NoPE stays every fourth layer
+    let hp = load(
+        &[],
+        &[(
+            "smallthinker.attention.sliding_window_pattern",
+            gguf::Value::U32(2),
+        )],
+    )
+    .unwrap();
+    assert_eq!(
+        (0..3).map(|il| hp.is_swa_layer(il)).collect::<Vec<_>>(),
+        [false, true, false]
+    );
+    assert_eq!(
+        (0..3).map(|il| hp.has_rope(il)).collect::<Vec<_>>(),
+        [false, true, true]
+    );
+    let key = "smallthinker.expert_gating_func";
+    assert_eq!(
+        load(&[key], &[]).map(|_| ()).unwrap_err(),
+        ModelError::MissingKey(key.into())
+    );
+    let key = "smallthinker.rope.freq_base_swa";
+    let e = load(&[], &[(key, gguf::Value::F32(10_000.0))])
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::Unsupported(m) if m.contains(key)),
+        "{e}"
+    );
+    for (key, v) in [
+        ("smallthinker.expert_weights_norm", gguf::Value::Bool(false)),
+        ("smallthinker.expert_weights_scale", gguf::Value::F32(2.0)),
+    ] {
+        let e = load(&[], &[(key, v)]).map(|_| ()).unwrap_err();
+        assert!(
+            matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+            "{key}: {e}"
+        );
+    }
+    let t = "blk.2.ffn_gate_inp.weight";
+    let e = load(&[t], &[]).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains(t), "{e}");
+}

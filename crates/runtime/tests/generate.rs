@@ -67,6 +67,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "qwen3vlmoe-q8_0.gguf",
         "granitemoe-f32.gguf",
         "minimax-q4_k_m.gguf",
+        "smallthinker-q4_k_m.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;

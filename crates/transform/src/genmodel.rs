@@ -105,6 +105,11 @@ pub enum Like {
     /// whole projections, rope over 64 of each head's 128 dims (base 5e6, context 196608),
     /// vocabulary 200064 (filled from the Qwen2.5 tokenizer, padded).
     MinimaxM2,
+    /// SmallThinker-21B-A3B: smallthinker, 52 layers, 64 experts (top-6, sigmoid, ReLU-gated)
+    /// of width 768 routed on each layer's input, n_embd 2560, 28 query / 4 KV heads of 128, a
+    /// sliding window of 4096 on three layers of four and no rope on the fourth (from layer
+    /// 0), tied embeddings, vocabulary 151936 (Qwen2.5 tokenizer).
+    SmallThinker21bA3b,
 }
 
 /// What a preset has beyond the common shape that no other preset has.
@@ -126,6 +131,11 @@ enum Extra {
     /// minimax-m2's partial rope and its router's selection bias (sigmoid routing).
     MiniMax {
         rope_dims: u64,
+    },
+    /// smallthinker's sliding window (which llama.cpp reads as 4096 on three layers of four,
+    /// the fourth without rope), sigmoid routing, tied embeddings.
+    SmallThinker {
+        window: u32,
     },
 }
 
@@ -250,7 +260,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 13] = [
+    pub const ALL: [Like; 14] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -264,6 +274,7 @@ impl Like {
         Like::Qwen3Vl30bA3b,
         Like::Granite31_3bA800m,
         Like::MinimaxM2,
+        Like::SmallThinker21bA3b,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -282,6 +293,7 @@ impl Like {
             Like::Qwen3Vl30bA3b => "qwen3-vl-30b-a3b",
             Like::Granite31_3bA800m => "granite-3.1-3b-a800m",
             Like::MinimaxM2 => "minimax-m2",
+            Like::SmallThinker21bA3b => "smallthinker-21b-a3b",
         }
     }
 
@@ -366,6 +378,12 @@ impl Like {
                  norms over the whole projections, rope over 64 of 128 dims, vocabulary 200064 \
                  (filled from the Qwen2.5 tokenizer, padded); about 138 GB at Q4_K_M: write a \
                  --layers cut"
+            }
+            Like::SmallThinker21bA3b => {
+                "SmallThinker-21B-A3B: smallthinker, 52 layers, 64 experts (top-6, sigmoid \
+                 routing on each layer's input, ReLU-gated) of width 768, n_embd 2560, 28 query \
+                 / 4 KV heads of 128, sliding window 4096 on three layers of four and no rope on \
+                 the fourth, tied embeddings, vocabulary 151936 (Qwen2.5 tokenizer)"
             }
         }
     }
@@ -722,6 +740,34 @@ impl Like {
                 extra: Extra::MiniMax { rope_dims: 64 },
                 default_quant: FileType::Q4_K_M,
             },
+            Like::SmallThinker21bA3b => Shape {
+                arch: "smallthinker",
+                title: "SmallThinker-21B-A3B",
+                n_layer: 52,
+                n_embd: 2560,
+                n_head: 28,
+                n_head_kv: 4,
+                head_dim: 128,
+                n_expert: 64,
+                n_expert_used: 6,
+                n_ff_exp: 768,
+                n_ff: 768,
+                n_vocab: 151_936,
+                ctx_train: 16_384,
+                rope_base: 1_500_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::None,
+                expert_ff_key: true,
+                rope_dims_key: false,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: None,
+                gemma: None,
+                extra: Extra::SmallThinker { window: 4096 },
+                default_quant: FileType::Q4_K_M,
+            },
         }
     }
 }
@@ -885,8 +931,8 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
                 },
             ));
         }
-    } else if !matches!(s.extra, Extra::Granite { .. }) {
-        // granitemoe's released files tie the output to the embeddings
+    } else if !matches!(s.extra, Extra::Granite { .. } | Extra::SmallThinker { .. }) {
+        // granitemoe's and SmallThinker's released files tie the output to the embeddings
         v.push(t("output.weight".into(), &[e, s.n_vocab], Role::Weight));
     }
     let nextn = s.glm.map_or(0, |g| g.nextn);
@@ -1836,6 +1882,10 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         }
         // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
         Extra::MiniMax { .. } => meta.push((a("expert_gating_func"), Value::U32(2))),
+        Extra::SmallThinker { window } => {
+            meta.push((a("expert_gating_func"), Value::U32(2)));
+            meta.push((a("attention.sliding_window"), Value::U32(window)));
+        }
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
     meta.push((a("expert_used_count"), Value::U32(s.n_expert_used)));

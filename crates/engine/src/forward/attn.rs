@@ -394,7 +394,10 @@ fn mha_qkv(
         // a weightless RMS norm of each value head (Gemma 4)
         ops::rms_norm_plain_inplace(v, hd, eps);
     }
-    // RoPE (Gemma 4's sliding-window layers have a rope of their own)
+    // RoPE (Gemma 4's sliding-window layers have a rope of their own; NoPE layers none)
+    if !hp.has_rope(il) {
+        return Ok(());
+    }
     let nr = hp.n_rot_at(il) as usize;
     let table = if hp.features.swa_rope && hp.is_swa_layer(il) {
         &s.rope_swa

@@ -21,6 +21,16 @@ use crate::ops;
 const SWIGLU_OAI_ALPHA: f32 = 1.702;
 const SWIGLU_OAI_LIMIT: f32 = 7.0;
 
+/// The routed experts' gated activation `act(gate) * up` into `out`.
+fn activate(act: FfnAct, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    match act {
+        FfnAct::Swiglu => ops::swiglu(gate, up, out),
+        FfnAct::SwigluOai => ops::swiglu_oai(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT, out),
+        FfnAct::Geglu => ops::geglu(gate, up, out),
+        FfnAct::Reglu => ops::reglu(gate, up, out),
+    }
+}
+
 /// The FFN block's input: `s.cur = rmsnorm(s.x) · ffn_norm` for the chunk's rows; on Gemma 4's
 /// MoE layers first the dense MLP on those, normed, aside in `s.mlp`, then the experts' input
 /// (`s.cur`, with its own norm) and the router's (`s.rin`).
@@ -417,25 +427,12 @@ fn group_activations(
             add_bias_slice(&mut s.grp_gate[r.clone()], &b.gate[eb.clone()]);
             add_bias_slice(&mut s.grp_up[r.clone()], &b.up[eb]);
         }
-        match act {
-            FfnAct::Swiglu => ops::swiglu(
-                &s.grp_gate[r.clone()],
-                &s.grp_up[r.clone()],
-                &mut s.grp_act[r.clone()],
-            ),
-            FfnAct::SwigluOai => ops::swiglu_oai(
-                &s.grp_gate[r.clone()],
-                &s.grp_up[r.clone()],
-                SWIGLU_OAI_ALPHA,
-                SWIGLU_OAI_LIMIT,
-                &mut s.grp_act[r.clone()],
-            ),
-            FfnAct::Geglu => ops::geglu(
-                &s.grp_gate[r.clone()],
-                &s.grp_up[r.clone()],
-                &mut s.grp_act[r.clone()],
-            ),
-        }
+        activate(
+            act,
+            &s.grp_gate[r.clone()],
+            &s.grp_up[r.clone()],
+            &mut s.grp_act[r.clone()],
+        );
         (kd.quantize)(&s.grp_act[r], &mut s.grp_qa[i * arb..(i + 1) * arb]);
     }
     Ok(arb)
@@ -532,25 +529,12 @@ fn expert_rows<'a>(
         add_bias_slice(&mut s.gate[..cnt * fe], &b.gate[eb.clone()]);
         add_bias_slice(&mut s.up[..cnt * fe], &b.up[eb]);
     }
-    match hp.features.ffn_act {
-        FfnAct::Swiglu => ops::swiglu(
-            &s.gate[..cnt * fe],
-            &s.up[..cnt * fe],
-            &mut s.act[..cnt * fe],
-        ),
-        FfnAct::SwigluOai => ops::swiglu_oai(
-            &s.gate[..cnt * fe],
-            &s.up[..cnt * fe],
-            SWIGLU_OAI_ALPHA,
-            SWIGLU_OAI_LIMIT,
-            &mut s.act[..cnt * fe],
-        ),
-        FfnAct::Geglu => ops::geglu(
-            &s.gate[..cnt * fe],
-            &s.up[..cnt * fe],
-            &mut s.act[..cnt * fe],
-        ),
-    }
+    activate(
+        hp.features.ffn_act,
+        &s.gate[..cnt * fe],
+        &s.up[..cnt * fe],
+        &mut s.act[..cnt * fe],
+    );
     mm(
         pool,
         &m.down,

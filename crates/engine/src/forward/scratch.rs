@@ -96,11 +96,17 @@ impl Scratch {
         let f_max = ffn_width(hp, att_max);
         let k_max = hp.n_expert_used.max() as usize;
         let x_n = hp.n_expert as usize;
-        // the router input and the dense MLP's output of a layer with both (Gemma 4)
+        // the router input and the dense MLP's output of a layer with both (Gemma 4); the
+        // router input alone where the router reads the layer's input (SmallThinker)
         let beside = if hp.features.mlp_beside_experts {
             ub * e
         } else {
             0
+        };
+        let router_in = if hp.features.router_reads_layer_input {
+            ub * e
+        } else {
+            beside
         };
         Scratch {
             x: vec![0.0; ub * e],
@@ -144,7 +150,7 @@ impl Scratch {
             hy: vec![0.0; ub * mla_hy as usize],
             heads: vec![0.0; ub * mla_heads as usize],
             rope_swa: vec![0.0; ub * hp.rope.n_rot_swa as usize],
-            rin: vec![0.0; beside],
+            rin: vec![0.0; router_in],
             mlp: vec![0.0; beside],
             gdn_qkv: vec![0.0; ub * g_ch],
             gdn_conv: vec![0.0; ub * g_ch],

@@ -100,7 +100,8 @@ pub(crate) struct MoeW<'a> {
     pub biases: Option<MoeBiasW>,
     /// The selection bias `{n_expert}` (glm4moe's `exp_probs_b`).
     pub sel_bias: Option<Vec<f32>>,
-    /// Gemma 4: the router reads `Scratch::rin`, not the experts' input.
+    /// The router reads `Scratch::rin`, not the experts' input (Gemma 4: its own normed
+    /// input; SmallThinker: the layer's input, before the attention).
     pub router_own_input: bool,
     /// Gemma 4: each expert's output is multiplied by its scale `{n_expert}`.
     pub down_scale: Option<Vec<f32>>,
@@ -623,7 +624,8 @@ fn moe_w<'a>(
         n_expert: x,
         shared,
         sel_bias: opt_vector(model, m.selection_bias)?,
-        router_own_input: l.gemma.as_ref().is_some_and(|g| g.moe.is_some()),
+        router_own_input: l.gemma.as_ref().is_some_and(|g| g.moe.is_some())
+            || model.hparams.features.router_reads_layer_input,
         down_scale: match &l.gemma {
             Some(model::GemmaLayer { moe: Some(g), .. }) => opt_vector(model, g.down_scale)?,
             _ => None,

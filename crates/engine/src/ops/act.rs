@@ -242,6 +242,16 @@ pub fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `relu(gate) · up`, as ggml's `ggml_reglu_split` on the CPU: `gate > 0 ? gate · up : 0` (a
+/// positive zero wherever the gate is not positive, whatever `up` holds).
+pub fn reglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert_eq!(gate.len(), out.len(), "reglu: length mismatch");
+    assert_eq!(up.len(), out.len(), "reglu: length mismatch");
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = if g > 0.0 { g * u } else { 0.0 };
+    }
+}
+
 /// Row softmax as ggml's `soft_max` op: `w = x·scale`, elements at index `>= n_visible` are
 /// masked (as an added `-inf`, so they come out as exactly 0), `m = max w`,
 /// `e_i = exp(w_i - m)`, `sum` accumulated in f64, `out_i = e_i · (f32)(1/sum)`.

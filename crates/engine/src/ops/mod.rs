@@ -13,7 +13,7 @@ mod rope;
 mod route;
 
 pub use act::{
-    EXP_LANES, exp_ggml, geglu, gelu, gelu_one, sigmoid, silu, silu_scalar, softmax,
+    EXP_LANES, exp_ggml, geglu, gelu, gelu_one, reglu, sigmoid, silu, silu_scalar, softmax,
     softmax_scalar, softmax_sink, softmax_sink_scalar, swiglu, swiglu_oai, swiglu_scalar,
 };
 pub use attn::{

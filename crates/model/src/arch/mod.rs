@@ -102,8 +102,21 @@ macro_rules! registry {
 }
 
 registry![
-    qwen3moe, qwen2moe, olmoe, gpt_oss, glm4moe, deepseek2, gemma4, qwen35moe, llama, qwen2, qwen3,
-    qwen3vlmoe, granitemoe, minimax_m2,
+    qwen3moe,
+    qwen2moe,
+    olmoe,
+    gpt_oss,
+    glm4moe,
+    deepseek2,
+    gemma4,
+    qwen35moe,
+    llama,
+    qwen2,
+    qwen3,
+    qwen3vlmoe,
+    granitemoe,
+    minimax_m2,
+    smallthinker,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -215,6 +228,10 @@ pub struct Features {
     /// wanted rows after the output norm (its other graphs pick them after the last
     /// attention).
     pub late_row_pick: bool,
+    /// True when a MoE layer's router reads the layer's input (the residual stream before the
+    /// attention norm) instead of the FFN's normed input (SmallThinker): the layer's experts
+    /// are known before its attention runs.
+    pub router_reads_layer_input: bool,
 }
 
 impl Features {
@@ -236,6 +253,7 @@ impl Features {
         swa_rope: false,
         mlp_beside_experts: false,
         late_row_pick: false,
+        router_reads_layer_input: false,
     };
 }
 
@@ -293,6 +311,8 @@ pub enum FfnAct {
     SwigluOai,
     /// Gemma 4: `gelu(gate) * up` (ggml's tanh GELU through its f16 table).
     Geglu,
+    /// SmallThinker's experts: `relu(gate) * up` (ggml's `reglu`: `gate > 0 ? gate * up : 0`).
+    Reglu,
 }
 
 /// How rotary embeddings pair the elements of a head.
