@@ -259,7 +259,7 @@ impl HParams {
     pub fn n_ff_shexp_at(&self, il: usize) -> u32 {
         match self.features.shared_experts {
             SharedExperts::None => 0,
-            SharedExperts::Gated => self.n_ff_shexp,
+            SharedExperts::Gated | SharedExperts::CountedKeyed => self.n_ff_shexp,
             SharedExperts::Counted => self.n_ff_exp.at(il) * self.n_expert_shared,
         }
     }
