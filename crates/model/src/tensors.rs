@@ -56,7 +56,7 @@ pub struct NextNTensors<'a> {
     pub shared_head_head: Option<Tensor<'a>>,
     /// `nextn.shared_head_norm.weight` `{n_embd}` (optional: the trunk's output norm).
     pub shared_head_norm: Option<Tensor<'a>>,
-    /// `layer_out_norm.weight` `{n_embd}`: the layer's own norm of its output (bailingmoe2,
+    /// `layer_output_norm.weight` `{n_embd}`: the layer's own norm of its output (bailingmoe2,
     /// required there; llama.cpp keeps it without running it).
     pub out_norm: Option<Tensor<'a>>,
 }
@@ -616,7 +616,7 @@ fn nextn_layer<'a>(
         shared_head_head: ld.opt(&n("nextn.shared_head_head.weight"), &[e, v])?,
         shared_head_norm: ld.opt(&n("nextn.shared_head_norm.weight"), &[e])?,
         out_norm: if rules.out_norm {
-            Some(ld.req(&n("layer_out_norm.weight"), &[e])?)
+            Some(ld.req(&n("layer_output_norm.weight"), &[e])?)
         } else {
             None
         },

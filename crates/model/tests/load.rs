@@ -287,7 +287,7 @@ impl Spec {
                     t.push((n("nextn.eh_proj.weight"), vec![2 * e, e]));
                     t.push((n("nextn.enorm.weight"), vec![e]));
                     t.push((n("nextn.hnorm.weight"), vec![e]));
-                    t.push((n("layer_out_norm.weight"), vec![e]));
+                    t.push((n("layer_output_norm.weight"), vec![e]));
                 }
             } else if self.arch == "gpt-oss" {
                 t.push((n("attn_output.bias"), vec![e]));
@@ -785,7 +785,7 @@ fn bailingmoe2_refusals_name_the_key_or_tensor() {
         ("blk.1.attn_k_norm.weight", "k norm"),
         ("blk.1.ffn_up_shexp.weight", "shared expert"),
         ("blk.0.ffn_gate.weight", "leading dense layer"),
-        ("blk.2.layer_out_norm.weight", "NextN output norm"),
+        ("blk.2.layer_output_norm.weight", "NextN output norm"),
         ("blk.2.nextn.enorm.weight", "NextN layer"),
         ("output.weight", "output"),
     ] {

@@ -252,7 +252,7 @@ impl<'a> NextnW<'a> {
         }
         if t.out_norm.is_some() {
             return Err(ForwardError::Unsupported(format!(
-                "NextN layer {}: a layer with an output norm of its own (layer_out_norm) is not \
+                "NextN layer {}: a layer with an output norm of its own (layer_output_norm) is not \
                  run as a draft head",
                 t.layer
             )));

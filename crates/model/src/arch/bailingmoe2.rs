@@ -4,7 +4,7 @@
 //! layers, then MoE layers routed by the function `expert_gating_func` names (sigmoid in the
 //! released models) with an optional selection bias (`exp_probs_b`), expert groups, the top-k
 //! weights renormalised and scaled as the keys say, and ungated shared experts; NextN layers
-//! after the trunk, each with an output norm of its own (`layer_out_norm`), which llama.cpp
+//! after the trunk, each with an output norm of its own (`layer_output_norm`), which llama.cpp
 //! keeps without running.
 
 use crate::error::ModelError;

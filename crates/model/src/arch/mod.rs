@@ -80,7 +80,7 @@ pub(crate) struct NextnRules {
     /// layer: then none of the NextN layers' tensors), as llama.cpp's glm4moe loader allows;
     /// where false every NextN layer is required.
     pub(crate) trunk_only: bool,
-    /// `layer_out_norm.weight` `{n_embd}`: the layer's own norm of its output (required
+    /// `layer_output_norm.weight` `{n_embd}`: the layer's own norm of its output (required
     /// where true).
     pub(crate) out_norm: bool,
 }
