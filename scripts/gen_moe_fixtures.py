@@ -59,6 +59,13 @@ weight types:
                ReLU-gated experts, sigmoid routing renormalised; a
                sliding window (4096 in llama.cpp) on layers 1-2, layer 0
                full attention without rope (NoPE); F32 and Q8_0
+    bailingmoe2 16 experts, top-4: Ling 2.0's layout: q/k/v in one fused   vocabulary: qwen2.5 +
+               attn_qkv, q/k RMSNorm per head, NEOX rope over half of     Ling's specials
+               each head, a leading dense layer, sigmoid routing with a
+               selection bias and expert groups (4 of 4, the best 2),
+               renormalised and scaled by 2.5, one ungated shared
+               expert, and a NextN layer with its own output norm; F32
+               and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -194,6 +201,18 @@ VOCABS = {
         "add_bos": False,
         "eos": "[e~[",
         "template": "MiniMax-M2.jinja",
+    },
+    # qwen2.5's trimmed vocabulary plus the special tokens of Ling's chat templates as new
+    # control tokens, <|role_end|> as end of sequence (as the released Ling 2.0 files); the
+    # template is llama.cpp's copy of Ling 3.0's (the same role markers as Ling 2.0's own, which
+    # the template directory does not have).
+    "qwen2.5-ling": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": ["<|endoftext|>"],
+        "new": ["<|startoftext|>", "<role>", "</role>", "<|role_end|>", "<think>", "</think>"],
+        "eos": "<|role_end|>",
+        "template": "inclusionai-ling-3.0-flash.jinja",
     },
     # Granite 3.x's tokenizer: StarCoder's BPE with the refact pre-tokenizer (llama.cpp's
     # ggml-vocab-refact has Granite's 48891 merges), its first token renamed <|end_of_text|>
@@ -383,6 +402,19 @@ MODELS = {
         arch="smallthinker", vocab="qwen2.5", seed=1016, n_layer=3, n_embd=256,
         n_head=4, n_head_kv=2, head_dim=64, n_expert=16, n_expert_used=4, n_ff_exp=256,
         tied=False, rope_base=1_000_000.0, rms_eps=1e-6, sliding_window=4096,
+        wtypes=("f32", "q8_0"),
+    ),
+    # Ling 2.0's layout (bailingmoe2, Ling-mini-2.0's) at a small size: one attn_qkv tensor per
+    # layer (256 query rows, then 128 key and 128 value rows), q/k RMSNorm per head, NEOX rope
+    # over 32 of 64 dims per head, layer 0 dense, then 16 experts top-4 by sigmoid with a
+    # selection bias and group-limited routing (4 groups, best 2), renormalised and scaled by
+    # 2.5, one shared expert; NextN layer 3 with its layer_output_norm (llama.cpp keeps it
+    # without running it).
+    "bailingmoe2": dict(
+        arch="bailingmoe2", vocab="qwen2.5-ling", seed=1015, n_layer=3, n_nextn=1, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_rot=32, n_expert=16, n_expert_used=4,
+        n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, n_shared=1, weights_scale=2.5,
+        expert_groups=(4, 2), tied=False, rope_base=600_000.0, rms_eps=1e-6,
         wtypes=("f32", "q8_0"),
     ),
 }
@@ -581,11 +613,12 @@ def make_weights_gptoss(cfg, n_vocab):
     return w
 
 
-def lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias):
-    """The rest of a glm4moe or deepseek2 layer after its FFN norm, in a fixed draw order: a
-    dense FFN in the leading layers, else the router, the selection bias (when the model has
-    one; comparable to the spread of the sigmoid probabilities, so that it changes choices),
-    the experts and the shared experts; then, past the trunk, the NextN tensors."""
+def lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias, nextn_out_norm=False):
+    """The rest of a glm4moe, deepseek2 or bailingmoe2 layer after its FFN norm, in a fixed
+    draw order: a dense FFN in the leading layers, else the router, the selection bias (when
+    the model has one; comparable to the spread of the sigmoid probabilities, so that it
+    changes choices), the experts and the shared experts; then, past the trunk, the NextN
+    tensors (with layer_output_norm instead of nextn.shared_head_norm where nextn_out_norm)."""
     e, ne, ff = cfg["n_embd"], cfg["n_expert"], cfg["n_ff_exp"]
     sh = ff * cfg["n_shared"]
     if il < cfg["n_dense_lead"]:
@@ -606,7 +639,10 @@ def lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias):
         w[p + "nextn.eh_proj.weight"] = lin(e, 2 * e)
         w[p + "nextn.enorm.weight"] = norm(e)
         w[p + "nextn.hnorm.weight"] = norm(e)
-        w[p + "nextn.shared_head_norm.weight"] = norm(e)
+        if nextn_out_norm:
+            w[p + "layer_output_norm.weight"] = norm(e)
+        else:
+            w[p + "nextn.shared_head_norm.weight"] = norm(e)
 
 
 def make_weights_glm4moe(cfg, n_vocab):
@@ -634,6 +670,31 @@ def make_weights_glm4moe(cfg, n_vocab):
             w[p + "attn_k_norm.weight"] = norm(hd)
         w[p + "post_attention_norm.weight"] = norm(e)
         lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias=True)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
+def make_weights_bailingmoe2(cfg, n_vocab):
+    """The bailingmoe2 layout (llama.cpp's LLM_ARCH_BAILINGMOE2), in a fixed order like
+    make_weights; attn_qkv is the q, k and v projections one after the other."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+
+    lin, norm, bias = draws(rng)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"] + cfg["n_nextn"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        w[p + "attn_qkv.weight"] = np.concatenate([lin(nq, e), lin(nkv, e), lin(nkv, e)])
+        w[p + "attn_output.weight"] = lin(e, nq)
+        w[p + "attn_q_norm.weight"] = norm(hd)
+        w[p + "attn_k_norm.weight"] = norm(hd)
+        w[p + "ffn_norm.weight"] = norm(e)
+        lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias=True, nextn_out_norm=True)
     w["output_norm.weight"] = norm(e)
     w["output.weight"] = lin(n_vocab, e, 4.0)
     return w
@@ -870,7 +931,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_kv_lora_rank(r)
     else:
         w.add_head_count_kv(cfg["n_head_kv"])
-    if arch in ("qwen3moe", "gpt-oss", "glm4moe", "qwen3vlmoe", "minimax-m2"):
+    if arch in ("qwen3moe", "gpt-oss", "glm4moe", "qwen3vlmoe", "minimax-m2", "bailingmoe2"):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
@@ -880,7 +941,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_expert_used_count(cfg["n_expert_used"])
     if arch in (
         "qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe",
-        "qwen3vlmoe", "minimax-m2", "smallthinker",
+        "qwen3vlmoe", "minimax-m2", "smallthinker", "bailingmoe2",
     ):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     if arch == "smallthinker":
@@ -916,6 +977,15 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_expert_shared_count(cfg["n_shared"])
         w.add_expert_weights_norm(True)
         w.add_expert_weights_scale(cfg["weights_scale"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_nextn_predict_layers(cfg["n_nextn"])
+    if arch == "bailingmoe2":
+        # the converter's keys (expert_shared_feed_forward_length: the shared experts' width)
+        w.add_leading_dense_block_count(cfg["n_dense_lead"])
+        w.add_expert_shared_feed_forward_length(cfg["n_ff_exp"] * cfg["n_shared"])
+        w.add_expert_weights_scale(cfg["weights_scale"])
+        w.add_expert_shared_count(cfg["n_shared"])
+        w.add_expert_weights_norm(True)
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
         w.add_nextn_predict_layers(cfg["n_nextn"])
     if "expert_groups" in cfg:
@@ -983,6 +1053,7 @@ def main():
             "deepseek2": make_weights_deepseek2,
             "gemma4": make_weights_gemma4,
             "qwen35moe": make_weights_qwen35moe,
+            "bailingmoe2": make_weights_bailingmoe2,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         if cfg.get("fused_gate_up"):

@@ -169,6 +169,58 @@ fn glm_4_5_air_plan_has_a_dense_lead_shared_experts_and_a_nextn_layer_after_the_
 }
 
 #[test]
+fn ling_mini_2_0_plan_has_fused_qkv_a_dense_lead_grouped_experts_and_shared_experts() {
+    for (args, trunk) in [
+        (vec!["--like", "ling-mini-2.0"], 20u32),
+        (vec!["--like", "ling-mini-2.0", "--layers", "3"], 3),
+    ] {
+        let (data, layers, rows) = plan(&args);
+        assert_eq!(
+            layers.keys().copied().collect::<Vec<_>>(),
+            (0..trunk).collect::<Vec<_>>()
+        );
+        assert_eq!(layers[&0].0, 0, "layer 0 is dense");
+        // each expert: Q4_K gate and up (512 rows of 2048: 8 blocks of 144 bytes a row), down
+        // (2048 rows of 512: 2 blocks a row) Q4_K or, on the layers with more bits, Q6_K (210)
+        let gate_up = 2 * 512 * 8 * 144;
+        let (down_q4, down_q6) = (2048 * 2 * 144, 2048 * 2 * 210);
+        for l in 1..trunk {
+            let x = layers[&l].0;
+            assert!(
+                x == gate_up + down_q4 || x == gate_up + down_q6,
+                "layer {l}: {x}"
+            );
+        }
+        let row = |n: &str| rows.iter().find(|r| r.3 == n);
+        // q, k and v in one tensor: 2048 query rows and 2 x 512 key/value rows
+        let qkv = row("blk.1.attn_qkv.weight").expect("attn_qkv");
+        assert!(qkv.1 % 3072 == 0, "{qkv:?}");
+        assert!(row("blk.1.attn_q.weight").is_none());
+        for t in [
+            "blk.1.attn_q_norm.weight",
+            "blk.1.exp_probs_b.bias",
+            "blk.1.ffn_norm.weight",
+            "blk.0.ffn_gate.weight",
+        ] {
+            assert!(row(t).is_some(), "{t}");
+        }
+        let shexp = row("blk.1.ffn_gate_shexp.weight").unwrap();
+        assert_eq!(
+            shexp.1,
+            512 * 8 * 144,
+            "one shared expert of the experts' width"
+        );
+        assert!(
+            !rows
+                .iter()
+                .any(|r| r.3.starts_with(&format!("blk.{trunk}.")))
+        );
+        let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+        assert_eq!(last, data);
+    }
+}
+
+#[test]
 fn deepseek_v3_plan_has_latent_attention_dense_leads_and_256_experts() {
     for (args, trunk) in [
         (vec!["--like", "deepseek-v3"], 61u32),

@@ -170,10 +170,15 @@ impl<'a> Model<'a> {
         let hp = &self.hparams;
         let _ = writeln!(
             *s,
-            "attention: {} heads, {} kv heads, head dim {}, qk-norm {}, rms eps {:e}",
+            "attention: {} heads, {} kv heads, head dim {}{}, qk-norm {}, rms eps {:e}",
             per_layer_text(&hp.n_head),
             per_layer_text(&hp.n_head_kv),
             hp.head_dim_k,
+            if (self.tensors.layers.iter().filter_map(|l| l.mha())).any(|m| m.fused_qkv) {
+                ", q/k/v fused (attn_qkv)"
+            } else {
+                ""
+            },
             match hp.features.qk_norm {
                 QkNorm::None => "none".to_owned(),
                 QkNorm::PerHead if hp.features.qk_norm_optional => {

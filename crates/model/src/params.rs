@@ -155,8 +155,9 @@ pub struct HParams {
     /// Width of one routed expert per layer, resolved per arch (0 for dense layers).
     pub n_ff_exp: PerLayer,
     /// Width of the shared expert (qwen2moe: `expert_shared_feed_forward_length`, default n_ff;
-    /// glm4moe: `expert_shared_count` × the first MoE layer's expert width; see
-    /// [`HParams::n_ff_shexp_at`]).
+    /// glm4moe: `expert_shared_count` × the first MoE layer's expert width; bailingmoe2:
+    /// `expert_shared_count` × `expert_shared_feed_forward_length`, or the expert width where
+    /// that is 0 or absent; see [`HParams::n_ff_shexp_at`]).
     pub n_ff_shexp: u32,
     /// `attention.head_count` per layer.
     pub n_head: PerLayer,
@@ -267,7 +268,7 @@ impl HParams {
     pub fn n_ff_shexp_at(&self, il: usize) -> u32 {
         match self.features.shared_experts {
             SharedExperts::None => 0,
-            SharedExperts::Gated => self.n_ff_shexp,
+            SharedExperts::Gated | SharedExperts::CountedKeyed => self.n_ff_shexp,
             SharedExperts::Counted => self.n_ff_exp.at(il) * self.n_expert_shared,
         }
     }

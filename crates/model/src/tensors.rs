@@ -56,6 +56,9 @@ pub struct NextNTensors<'a> {
     pub shared_head_head: Option<Tensor<'a>>,
     /// `nextn.shared_head_norm.weight` `{n_embd}` (optional: the trunk's output norm).
     pub shared_head_norm: Option<Tensor<'a>>,
+    /// `layer_output_norm.weight` `{n_embd}`: the layer's own norm of its output (bailingmoe2,
+    /// required there; llama.cpp keeps it without running it).
+    pub out_norm: Option<Tensor<'a>>,
 }
 
 impl NextNTensors<'_> {
@@ -68,6 +71,7 @@ impl NextNTensors<'_> {
                 self.embed_tokens,
                 self.shared_head_head,
                 self.shared_head_norm,
+                self.out_norm,
             ]
             .into_iter()
             .flatten(),
@@ -176,6 +180,10 @@ pub struct MhaTensors<'a> {
     /// `attn_v.weight` `{n_embd, n_embd_v_gqa}`; absent in Gemma 4's full-attention layers,
     /// whose values are their keys (before the key norm).
     pub wv: Option<Tensor<'a>>,
+    /// True when `wq`, `wk` and `wv` are one `attn_qkv.weight` `{n_embd, n_embd_q +
+    /// n_embd_k_gqa + n_embd_v_gqa}` (bailingmoe2): its first `n_embd_q` rows are the query
+    /// projection, the next `n_embd_k_gqa` the key projection, the rest the value projection.
+    pub fused_qkv: bool,
     /// `attn_q.bias` `{n_embd_q}` (optional; present in Qwen2 files).
     pub bq: Option<Tensor<'a>>,
     /// `attn_k.bias` `{n_embd_k_gqa}` (optional).
@@ -243,12 +251,14 @@ impl Attn<'_> {
     pub fn tensors(&self) -> Vec<&TensorInfo> {
         match self {
             Attn::Mha(m) => {
-                let mut v = vec![m.wq, m.wk];
-                v.extend(
-                    [m.wv, m.bq, m.bk, m.bv, m.q_norm, m.k_norm]
-                        .into_iter()
-                        .flatten(),
-                );
+                let mut v = if m.fused_qkv {
+                    vec![m.wq]
+                } else {
+                    let mut v = vec![m.wq, m.wk];
+                    v.extend(m.wv);
+                    v
+                };
+                v.extend([m.bq, m.bk, m.bv, m.q_norm, m.k_norm].into_iter().flatten());
                 v
             }
             Attn::Mla(m) => {
@@ -579,16 +589,17 @@ impl<'a> ModelTensors<'a> {
     }
 }
 
-/// NextN layer `il`, when the file has it: as llama.cpp, a file whose first NextN layer has no
-/// `nextn.eh_proj` holds the trunk only (then none of that layer's tensors may be present,
-/// which the unused-tensor check enforces).
+/// NextN layer `il`, when the file has it: as llama.cpp, where the architecture's rules allow
+/// it a file whose first NextN layer has no `nextn.eh_proj` holds the trunk only (then none of
+/// that layer's tensors may be present, which the unused-tensor check enforces).
 fn nextn_layer<'a>(
     ld: &mut Loader<'a>,
     hp: &HParams,
     il: usize,
 ) -> Result<Option<NextNTensors<'a>>, ModelError> {
+    let rules = hp.arch.def().nextn_rules();
     let probe = format!("blk.{}.nextn.eh_proj.weight", hp.n_layer);
-    if !ld.exists(&probe) {
+    if rules.trunk_only && !ld.exists(&probe) {
         return Ok(None);
     }
     let n = |s: &str| format!("blk.{il}.{s}");
@@ -604,5 +615,10 @@ fn nextn_layer<'a>(
         embed_tokens: ld.opt(&n("nextn.embed_tokens.weight"), &[e, v])?,
         shared_head_head: ld.opt(&n("nextn.shared_head_head.weight"), &[e, v])?,
         shared_head_norm: ld.opt(&n("nextn.shared_head_norm.weight"), &[e])?,
+        out_norm: if rules.out_norm {
+            Some(ld.req(&n("layer_output_norm.weight"), &[e])?)
+        } else {
+            None
+        },
     }))
 }

@@ -53,7 +53,7 @@ const DS_V: u64 = 8;
 fn spec(arch: &'static str) -> Spec {
     let moe = matches!(
         arch,
-        "qwen3moe" | "qwen2moe" | "olmoe" | "gpt-oss" | "glm4moe" | "deepseek2"
+        "qwen3moe" | "qwen2moe" | "olmoe" | "gpt-oss" | "glm4moe" | "deepseek2" | "bailingmoe2"
     );
     let (n_head, n_head_kv) = match arch {
         "olmoe" => (4, 4),
@@ -81,8 +81,8 @@ fn spec(arch: &'static str) -> Spec {
         skip_tensors: Vec::new(),
         reshape: Vec::new(),
         extra_tensors: Vec::new(),
-        dense_lead: u64::from(matches!(arch, "glm4moe" | "deepseek2")),
-        nextn: u64::from(matches!(arch, "glm4moe" | "deepseek2")),
+        dense_lead: u64::from(matches!(arch, "glm4moe" | "deepseek2" | "bailingmoe2")),
+        nextn: u64::from(matches!(arch, "glm4moe" | "deepseek2" | "bailingmoe2")),
         qk_norm_layers: if arch == "glm4moe" {
             vec![2]
         } else {
@@ -145,7 +145,7 @@ impl Spec {
             if a == "gpt-oss" {
                 v.push((k("attention.sliding_window"), Value::U32(4)));
             }
-            if matches!(a, "glm4moe" | "deepseek2") {
+            if matches!(a, "glm4moe" | "deepseek2" | "bailingmoe2") {
                 v.push((
                     k("leading_dense_block_count"),
                     Value::U32(self.dense_lead as u32),
@@ -156,9 +156,14 @@ impl Spec {
             if a == "glm4moe" {
                 v.push((k("rope.dimension_count"), Value::U32(8)));
             }
+            if a == "bailingmoe2" {
+                // half of each head of 8, as Ling 2.0's partial_rotary_factor 0.5
+                v.push((k("rope.dimension_count"), Value::U32(4)));
+                v.push((k("expert_gating_func"), Value::U32(2)));
+            }
             if matches!(
                 a,
-                "qwen3moe" | "qwen2moe" | "gpt-oss" | "glm4moe" | "deepseek2"
+                "qwen3moe" | "qwen2moe" | "gpt-oss" | "glm4moe" | "deepseek2" | "bailingmoe2"
             ) {
                 v.push((
                     k("expert_feed_forward_length"),
@@ -232,6 +237,9 @@ impl Spec {
                     t.push((n("attn_kv_b.weight"), vec![DS_R, h * (DS_NOPE + DS_V)]));
                 }
                 t.push((n("attn_output.weight"), vec![h * DS_V, e]));
+            } else if self.arch == "bailingmoe2" {
+                t.push((n("attn_qkv.weight"), vec![e, q + 2 * kv]));
+                t.push((n("attn_output.weight"), vec![q, e]));
             } else {
                 t.push((n("attn_q.weight"), vec![e, q]));
                 t.push((n("attn_k.weight"), vec![e, kv]));
@@ -244,7 +252,7 @@ impl Spec {
                 t.push((n("attn_v.bias"), vec![kv]));
             }
             match self.arch {
-                "qwen3moe" | "qwen3" => {
+                "qwen3moe" | "qwen3" | "bailingmoe2" => {
                     t.push((n("attn_q_norm.weight"), vec![hd]));
                     t.push((n("attn_k_norm.weight"), vec![hd]));
                 }
@@ -273,6 +281,14 @@ impl Spec {
                     t.push((n("nextn.hnorm.weight"), vec![e]));
                     t.push((n("nextn.shared_head_norm.weight"), vec![e]));
                 }
+            } else if self.arch == "bailingmoe2" {
+                t.push((n("ffn_norm.weight"), vec![e]));
+                if il >= self.n_layer {
+                    t.push((n("nextn.eh_proj.weight"), vec![2 * e, e]));
+                    t.push((n("nextn.enorm.weight"), vec![e]));
+                    t.push((n("nextn.hnorm.weight"), vec![e]));
+                    t.push((n("layer_output_norm.weight"), vec![e]));
+                }
             } else if self.arch == "gpt-oss" {
                 t.push((n("attn_output.bias"), vec![e]));
                 t.push((n("attn_sinks.weight"), vec![self.n_head]));
@@ -296,7 +312,7 @@ impl Spec {
                     t.push((n("ffn_up_exps.bias"), vec![f, ne]));
                     t.push((n("ffn_down_exps.bias"), vec![e, ne]));
                 }
-                if matches!(self.arch, "glm4moe" | "deepseek2") {
+                if matches!(self.arch, "glm4moe" | "deepseek2" | "bailingmoe2") {
                     t.push((n("exp_probs_b.bias"), vec![ne]));
                     t.push((n("ffn_gate_shexp.weight"), vec![e, f]));
                     t.push((n("ffn_up_shexp.weight"), vec![e, f]));
@@ -669,6 +685,178 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
         .open();
     let m = Model::from_gguf(&f).unwrap();
     assert_eq!((m.hparams.n_layer, m.tensors.nextn.len()), (2, 0));
+}
+
+#[test]
+fn bailingmoe2_takes_fused_qkv_partial_rope_grouped_sigmoid_routing_and_nextn() {
+    let s = spec("bailingmoe2");
+    let (_d, f) = s.open();
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(m.arch().name(), "bailingmoe2");
+    assert_eq!(
+        (hp.n_layer, hp.n_layer_nextn, hp.n_layer_dense_lead),
+        (2, 1, 1)
+    );
+    assert_eq!(hp.features.rope_type, RopeType::Neox);
+    assert_eq!((hp.rope.n_rot, hp.head_dim_k), (4, 8), "partial rope");
+    assert_eq!(hp.features.qk_norm, QkNorm::PerHead);
+    assert_eq!(hp.expert_gating, ExpertGating::Sigmoid);
+    assert!(!hp.expert_weights_norm, "llama.cpp's default");
+    assert_eq!((hp.n_expert_shared, hp.n_ff_shexp_at(1)), (1, 32));
+    assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
+    // q, k and v are the row ranges of one tensor: n_embd query rows, then 2 x 16
+    for l in &m.tensors.layers {
+        let a = l.mha().unwrap();
+        assert!(a.fused_qkv);
+        assert_eq!(a.wq.dims, vec![32, 64]);
+        assert_eq!(
+            (a.wk.name.as_str(), a.wv.unwrap().name.as_str()),
+            (a.wq.name.as_str(), a.wq.name.as_str())
+        );
+        assert!(a.bq.is_none() && a.q_norm.is_some() && a.k_norm.is_some());
+        assert_eq!(
+            l.attn
+                .tensors()
+                .iter()
+                .filter(|t| t.name.ends_with("attn_qkv.weight"))
+                .count(),
+            1
+        );
+    }
+    let x = moe(&m.tensors.layers[1]);
+    assert!(x.selection_bias.is_some());
+    assert!(x.shared.as_ref().is_some_and(|sh| sh.gate_inp.is_none()));
+    // the NextN layer (with its output norm) is read, out of the trunk and of the resident bytes
+    assert_eq!(m.tensors.nextn.len(), 1);
+    assert!(m.tensors.nextn[0].out_norm.is_some());
+    let all: u64 = f.tensors().iter().filter_map(|t| t.n_bytes).sum();
+    assert_eq!(m.dense_bytes() + m.expert_bytes(1) + m.nextn_bytes(), all);
+    assert!(
+        m.summary().contains("q/k/v fused (attn_qkv)"),
+        "{}",
+        m.summary()
+    );
+    // the selection bias is optional; groups, weights norm and scale are read
+    let mut no_bias = spec("bailingmoe2");
+    no_bias.skip_tensors = vec![
+        "blk.1.exp_probs_b.bias".into(),
+        "blk.2.exp_probs_b.bias".into(),
+    ];
+    let (_d, f) = no_bias.open();
+    let m = Model::from_gguf(&f).unwrap();
+    assert!(moe(&m.tensors.layers[1]).selection_bias.is_none());
+    let hp = spec("bailingmoe2")
+        .with_kv("bailingmoe2.expert_group_count", Value::U32(2))
+        .with_kv("bailingmoe2.expert_group_used_count", Value::U32(1))
+        .with_kv("bailingmoe2.expert_weights_norm", Value::Bool(true))
+        .with_kv("bailingmoe2.expert_weights_scale", Value::F32(2.5))
+        .hparams()
+        .unwrap();
+    assert_eq!((hp.n_expert_groups, hp.n_group_used), (2, 1));
+    assert!(hp.expert_weights_norm);
+    assert_eq!(hp.expert_weights_scale, 2.5);
+    // the shared experts' width: expert_shared_feed_forward_length (else the experts'), times
+    // their count
+    let hp = spec("bailingmoe2")
+        .with_kv(
+            "bailingmoe2.expert_shared_feed_forward_length",
+            Value::U32(24),
+        )
+        .with_kv("bailingmoe2.expert_shared_count", Value::U32(2))
+        .hparams()
+        .unwrap();
+    assert_eq!((hp.n_expert_shared, hp.n_ff_shexp_at(1)), (2, 48));
+    let hp = spec("bailingmoe2")
+        .with_kv(
+            "bailingmoe2.expert_shared_feed_forward_length",
+            Value::U32(0),
+        )
+        .with_kv("bailingmoe2.expert_shared_count", Value::U32(2))
+        .hparams()
+        .unwrap();
+    assert_eq!(hp.n_ff_shexp_at(1), 64);
+}
+
+#[test]
+fn bailingmoe2_refusals_name_the_key_or_tensor() {
+    for (missing, what) in [
+        ("blk.0.attn_qkv.weight", "fused qkv"),
+        ("blk.1.attn_k_norm.weight", "k norm"),
+        ("blk.1.ffn_up_shexp.weight", "shared expert"),
+        ("blk.0.ffn_gate.weight", "leading dense layer"),
+        ("blk.2.layer_output_norm.weight", "NextN output norm"),
+        ("blk.2.nextn.enorm.weight", "NextN layer"),
+        ("output.weight", "output"),
+    ] {
+        let mut s = spec("bailingmoe2");
+        s.skip_tensors.push(missing.into());
+        assert_eq!(
+            s.load_err(),
+            ModelError::MissingTensor(missing.into()),
+            "{what}"
+        );
+    }
+    // separate projections are not what llama.cpp's bailingmoe2 loader takes
+    let mut s = spec("bailingmoe2");
+    s.skip_tensors.push("blk.0.attn_qkv.weight".into());
+    s.extra_tensors
+        .push(("blk.0.attn_q.weight".into(), vec![32, 32]));
+    s.extra_tensors
+        .push(("blk.0.attn_k.weight".into(), vec![32, 16]));
+    s.extra_tensors
+        .push(("blk.0.attn_v.weight".into(), vec![32, 16]));
+    assert_eq!(
+        s.load_err(),
+        ModelError::MissingTensor("blk.0.attn_qkv.weight".into())
+    );
+    let mut s = spec("bailingmoe2");
+    s.reshape
+        .push(("blk.1.attn_qkv.weight".into(), vec![32, 48]));
+    assert!(
+        matches!(s.load_err(), ModelError::BadShape { name, .. } if name == "blk.1.attn_qkv.weight")
+    );
+    // a file of the trunk alone: llama.cpp requires the NextN layers it counts
+    let mut trunk = spec("bailingmoe2");
+    trunk.nextn = 0;
+    let e = trunk
+        .with_kv("bailingmoe2.nextn_predict_layers", Value::U32(1))
+        .with_kv("bailingmoe2.block_count", Value::U32(3))
+        .load_err();
+    assert_eq!(
+        e,
+        ModelError::MissingTensor("blk.2.attn_norm.weight".into())
+    );
+    for key in [
+        "bailingmoe2.expert_gating_func",
+        "bailingmoe2.expert_shared_count",
+        "bailingmoe2.expert_feed_forward_length",
+    ] {
+        assert_eq!(
+            spec("bailingmoe2").without_kv(key).hparams().unwrap_err(),
+            ModelError::MissingKey(key.into()),
+        );
+    }
+    for (key, v) in [
+        ("bailingmoe2.expert_gating_func", Value::U32(0)),
+        ("bailingmoe2.expert_shared_count", Value::U32(0)),
+        // heads x head size must be n_embd: the fused tensor's query rows are n_embd
+        ("bailingmoe2.attention.key_length", Value::U32(16)),
+        (
+            "bailingmoe2.expert_feed_forward_length",
+            Value::Array(ArrayValue::U32(vec![32, 32, 16])),
+        ),
+    ] {
+        let mut s = spec("bailingmoe2").with_kv(key, v);
+        if key.ends_with("key_length") {
+            s = s.with_kv("bailingmoe2.attention.value_length", Value::U32(16));
+        }
+        let e = s.hparams().unwrap_err();
+        assert!(
+            matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+            "{key}: {e}"
+        );
+    }
 }
 
 #[test]

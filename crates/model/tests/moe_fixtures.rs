@@ -1068,3 +1068,71 @@ fn smallthinker_windows_and_refusals() {
     let e = load(&[t], &[]).map(|_| ()).unwrap_err();
     assert!(e.to_string().contains(t), "{e}");
 }
+
+#[test]
+fn the_bailingmoe2_model_has_its_fused_qkv_groups_shared_expert_and_nextn_layer() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in NEW_TYPES {
+        let path = model_path(&dir, &format!("bailingmoe2-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "bailingmoe2", "{what}");
+        assert_eq!(
+            (hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_layer_nextn),
+            (1031, 256, 3, 1),
+            "{what}"
+        );
+        assert_eq!((hp.rope.n_rot, hp.head_dim_k), (32, 64), "{what}");
+        assert_eq!(hp.features.qk_norm, QkNorm::PerHead, "{what}");
+        assert_eq!(hp.expert_gating, model::ExpertGating::Sigmoid, "{what}");
+        assert!(hp.expert_weights_norm, "{what}");
+        assert_eq!(hp.expert_weights_scale, 2.5, "{what}");
+        assert_eq!((hp.n_expert_groups, hp.n_group_used), (4, 2), "{what}");
+        assert_eq!((hp.n_expert_shared, hp.n_ff_shexp), (1, 256), "{what}");
+        assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)), "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            let a = layer.mha().unwrap();
+            assert!(a.fused_qkv, "{what}");
+            assert_eq!(a.wq.dims, vec![256, 512], "{what}: attn_qkv");
+            if il == 0 {
+                continue;
+            }
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} is dense");
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert!(
+                moe.selection_bias.is_some() && moe.shared.is_some(),
+                "{what}"
+            );
+        }
+        assert_eq!(m.tensors.nextn.len(), 1, "{what}");
+        assert!(m.tensors.nextn[0].out_norm.is_some(), "{what}");
+        let r = refs_dir().join(format!("bailingmoe2-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn bailingmoe2_refusals_name_the_key_or_tensor() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = fixture_variant(&dir, "bailingmoe2-f32.gguf", drop, &[], kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|m| m.hparams)
+    };
+    for name in ["blk.1.attn_qkv.weight", "blk.3.layer_output_norm.weight"] {
+        assert_eq!(
+            load(&[name], &[]).map(|_| ()).unwrap_err(),
+            ModelError::MissingTensor(name.into())
+        );
+    }
+    let key = "bailingmoe2.expert_gating_func";
+    assert_eq!(
+        load(&[key], &[]).map(|_| ()).unwrap_err(),
+        ModelError::MissingKey(key.into())
+    );
+}

@@ -110,6 +110,18 @@ pub enum Like {
     /// sliding window of 4096 on three layers of four and no rope on the fourth (from layer
     /// 0), tied embeddings, vocabulary 151936 (Qwen2.5 tokenizer).
     SmallThinker21bA3b,
+    /// Ling-mini-2.0 (and Ring-mini-2.0, the same shape): bailingmoe2, 20 layers (the first
+    /// dense, of width 5120), 256 experts (top-8 within the best 4 of 8 groups, sigmoid
+    /// routing with a selection bias, renormalised, x2.5) of width 512 plus a shared expert of
+    /// 512, n_embd 2048, 16 query / 4 KV heads of 128 in one fused `attn_qkv`, per-head q/k
+    /// norms, rope over half of each head (base 600000), vocabulary 157184 (filled from the
+    /// Qwen2.5 tokenizer, padded). 16.26B parameters, no NextN layer (as the published
+    /// checkpoint's count).
+    LingMini20,
+    /// Ling-flash-2.0: as Ling-mini-2.0 with 32 layers (the first dense, of width 9216),
+    /// experts of width 1024 (shared 1024), n_embd 4096, 32 query / 4 KV heads of 128
+    /// (102,889,705,216 parameters, the published checkpoint's count to the last one).
+    LingFlash20,
 }
 
 /// What a preset has beyond the common shape that no other preset has.
@@ -120,6 +132,12 @@ enum Extra {
     Vision {
         sections: [u32; 4],
         deepstack: u32,
+    },
+    /// bailingmoe2's fused `attn_qkv`, per-head q/k norms, `ffn_norm`, optional NextN layers
+    /// with `layer_output_norm`, and its expert groups (with `glm`'s dense lead, shared expert,
+    /// selection bias, partial rope and scale).
+    Bailing {
+        groups: (u32, u32),
     },
     /// granitemoe's multipliers (tied embeddings).
     Granite {
@@ -260,7 +278,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 14] = [
+    pub const ALL: [Like; 16] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -275,6 +293,8 @@ impl Like {
         Like::Granite31_3bA800m,
         Like::MinimaxM2,
         Like::SmallThinker21bA3b,
+        Like::LingMini20,
+        Like::LingFlash20,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -294,6 +314,8 @@ impl Like {
             Like::Granite31_3bA800m => "granite-3.1-3b-a800m",
             Like::MinimaxM2 => "minimax-m2",
             Like::SmallThinker21bA3b => "smallthinker-21b-a3b",
+            Like::LingMini20 => "ling-mini-2.0",
+            Like::LingFlash20 => "ling-flash-2.0",
         }
     }
 
@@ -384,6 +406,17 @@ impl Like {
                  routing on each layer's input, ReLU-gated) of width 768, n_embd 2560, 28 query \
                  / 4 KV heads of 128, sliding window 4096 on three layers of four and no rope on \
                  the fourth, tied embeddings, vocabulary 151936 (Qwen2.5 tokenizer)"
+            }
+            Like::LingMini20 => {
+                "Ling-mini-2.0 (and Ring-mini-2.0): bailingmoe2, 20 layers (the first dense, \
+                 width 5120), 256 experts (top-8 within the best 4 of 8 groups, sigmoid routing \
+                 with a selection bias, x2.5) of width 512 plus a shared expert, n_embd 2048, 16 \
+                 query / 4 KV heads of 128 in one fused attn_qkv, q/k norms, rope over half of \
+                 each head, vocabulary 157184 (filled from the Qwen2.5 tokenizer, padded)"
+            }
+            Like::LingFlash20 => {
+                "Ling-flash-2.0: bailingmoe2 as Ling-mini-2.0 with 32 layers (the first dense, \
+                 width 9216), experts of width 1024, n_embd 4096, 32 query / 4 KV heads of 128"
             }
         }
     }
@@ -768,6 +801,49 @@ impl Like {
                 extra: Extra::SmallThinker { window: 4096 },
                 default_quant: FileType::Q4_K_M,
             },
+            Like::LingMini20 => Shape {
+                arch: "bailingmoe2",
+                title: "Ling-mini-2.0",
+                n_layer: 20,
+                n_embd: 2048,
+                n_head: 16,
+                n_head_kv: 4,
+                head_dim: 128,
+                n_expert: 256,
+                n_expert_used: 8,
+                n_ff_exp: 512,
+                n_ff: 5120,
+                n_vocab: 157_184,
+                ctx_train: 32_768,
+                rope_base: 600_000.0,
+                rms_eps: 1e-6,
+                qk_norm: QkNorm::PerHead,
+                expert_ff_key: true,
+                rope_dims_key: true,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: Some(GlmExtras {
+                    dense_lead: 1,
+                    shared: 1,
+                    nextn: 0,
+                    rope_dims: 64,
+                    weights_scale: 2.5,
+                }),
+                mla: None,
+                hybrid: None,
+                gemma: None,
+                extra: Extra::Bailing { groups: (8, 4) },
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::LingFlash20 => Shape {
+                title: "Ling-flash-2.0",
+                n_layer: 32,
+                n_embd: 4096,
+                n_head: 32,
+                n_ff_exp: 1024,
+                n_ff: 9216,
+                ..Like::LingMini20.shape()
+            },
         }
     }
 }
@@ -951,6 +1027,10 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
             gemma_layer(&mut v, s, g, il);
             continue;
         }
+        if let (Extra::Bailing { .. }, Some(g)) = (s.extra, s.glm) {
+            bailing_layer(&mut v, s, g, il, n_layer);
+            continue;
+        }
         v.push(t(p("attn_q"), &[e, nq], Role::Weight));
         v.push(t(p("attn_k"), &[e, nkv], Role::Weight));
         v.push(t(p("attn_v"), &[e, nkv], Role::Weight));
@@ -1020,6 +1100,52 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
     }
     v
+}
+
+/// A bailingmoe2 layer after its `attn_norm`: the fused q/k/v projection, the output
+/// projection, the per-head q/k norms, the FFN norm, past the trunk the NextN tensors, then a
+/// dense FFN (the leading layers) or the router with its selection bias, the shared expert and
+/// the experts.
+fn bailing_layer(v: &mut Vec<Planned>, s: &Shape, g: GlmExtras, il: u32, n_layer: u32) {
+    let t = |name: String, dims: &[u64], role| Planned {
+        name,
+        dims: dims.to_vec(),
+        role,
+    };
+    let p = |n: &str| format!("blk.{il}.{n}.weight");
+    let e = s.n_embd;
+    let (nq, nkv) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    v.push(t(p("attn_qkv"), &[e, nq + 2 * nkv], Role::Weight));
+    v.push(t(p("attn_output"), &[nq, e], Role::Weight));
+    v.push(t(p("attn_q_norm"), &[s.head_dim], Role::Norm));
+    v.push(t(p("attn_k_norm"), &[s.head_dim], Role::Norm));
+    v.push(t(p("ffn_norm"), &[e], Role::Norm));
+    if il >= n_layer {
+        v.push(t(p("nextn.eh_proj"), &[2 * e, e], Role::Weight));
+        v.push(t(p("nextn.enorm"), &[e], Role::Norm));
+        v.push(t(p("nextn.hnorm"), &[e], Role::Norm));
+        v.push(t(p("layer_output_norm"), &[e], Role::Norm));
+    }
+    if il < g.dense_lead {
+        v.push(t(p("ffn_gate"), &[e, s.n_ff], Role::Weight));
+        v.push(t(p("ffn_up"), &[e, s.n_ff], Role::Weight));
+        v.push(t(p("ffn_down"), &[s.n_ff, e], Role::Weight));
+        return;
+    }
+    let (f, x) = (s.n_ff_exp, s.n_expert);
+    let w = f * g.shared;
+    v.push(t(
+        format!("blk.{il}.exp_probs_b.bias"),
+        &[x],
+        Role::Small(BIAS_STD),
+    ));
+    v.push(t(p("ffn_gate_shexp"), &[e, w], Role::Weight));
+    v.push(t(p("ffn_up_shexp"), &[e, w], Role::Weight));
+    v.push(t(p("ffn_down_shexp"), &[w, e], Role::Weight));
+    v.push(t(p("ffn_gate_inp"), &[e, x], Role::Router));
+    v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
 }
 
 /// A deepseek2 layer after its `attn_norm`: multi-head latent attention in the absorbed form,
@@ -1868,6 +1994,16 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
                 Value::Array(ArrayValue::I32(sections.map(|x| x as i32).to_vec())),
             ));
             meta.push((a("n_deepstack_layers"), Value::U32(deepstack)));
+        }
+        Extra::Bailing { groups } => {
+            // as llama.cpp's converter: the shared experts' width, and the groups
+            let shared = s.glm.map_or(0, |g| g.shared);
+            meta.push((
+                a("expert_shared_feed_forward_length"),
+                Value::U32((s.n_ff_exp * shared) as u32),
+            ));
+            meta.push((a("expert_group_count"), Value::U32(groups.0)));
+            meta.push((a("expert_group_used_count"), Value::U32(groups.1)));
         }
         Extra::Granite {
             embedding,

@@ -251,6 +251,13 @@ impl<'a> NextnW<'a> {
                 t.layer
             )));
         }
+        if t.out_norm.is_some() {
+            return Err(ForwardError::Unsupported(format!(
+                "NextN layer {}: a layer with an output norm of its own (layer_output_norm) is not \
+                 run as a draft head",
+                t.layer
+            )));
+        }
         let embed = match t.embed_tokens {
             None => None,
             Some(te) => {
@@ -501,6 +508,30 @@ fn half_of_fused<'a>(
     Ok(m)
 }
 
+/// Rows `start..start + rows` of a fused plain matrix (the q, k or v part of `attn_qkv`): a
+/// GGUF matrix stores its rows one after the other, so the part is a contiguous byte range.
+/// The kernels are chosen for the fused tensor, the one llama.cpp multiplies (each output row
+/// of a product is summed alone, so a part's rows come out as the fused product's).
+fn rows_of_fused<'a>(
+    model: &Model<'a>,
+    kernels: &Kernels,
+    t: &'a TensorInfo,
+    start: usize,
+    rows: usize,
+) -> Result<Mat<'a>, ForwardError> {
+    let mut m = mat(model, kernels, t, 1)?;
+    let rb = m.per_expert / m.rows.max(1);
+    let end = start
+        .checked_add(rows)
+        .filter(|&e| e <= m.rows)
+        .ok_or_else(|| bad(t, format!("rows {start}..+{rows} past its {} rows", m.rows)))?;
+    m.data = &m.data[start * rb..end * rb];
+    m.rows = rows;
+    m.per_expert = rows * rb;
+    m.stride = m.per_expert;
+    Ok(m)
+}
+
 /// A small tensor (norm weight, bias) as f32.
 fn vector<'a>(model: &Model<'a>, t: &'a TensorInfo) -> Result<Vec<f32>, ForwardError> {
     let ty = ggml_type(t)?;
@@ -650,6 +681,22 @@ fn attn_w<'a>(
     l: &model::LayerTensors<'a>,
 ) -> Result<AttnW<'a>, ForwardError> {
     let attn = match &l.attn {
+        Attn::Mha(a) if a.fused_qkv => {
+            let hp = &model.hparams;
+            let nq = hp.n_embd_q(il) as usize;
+            let nk = hp.n_embd_k_gqa(il) as usize;
+            let nv = hp.n_embd_v_gqa(il) as usize;
+            AttnW::Mha(Box::new(MhaW {
+                wq: rows_of_fused(model, kernels, a.wq, 0, nq)?,
+                wk: rows_of_fused(model, kernels, a.wq, nq, nk)?,
+                wv: Some(rows_of_fused(model, kernels, a.wq, nq + nk, nv)?),
+                bq: None,
+                bk: None,
+                bv: None,
+                q_norm: opt_vector(model, a.q_norm)?,
+                k_norm: opt_vector(model, a.k_norm)?,
+            }))
+        }
         Attn::Mha(a) => AttnW::Mha(Box::new(MhaW {
             wq: mat(model, kernels, a.wq, 1)?,
             wk: mat(model, kernels, a.wk, 1)?,

@@ -49,6 +49,10 @@ pub(crate) struct LayerRules {
     pub(crate) sinks: bool,
     /// `ffn_gate/up/down.bias` of the dense FFN (optional where true).
     pub(crate) dense_biases: bool,
+    /// The q, k and v projections are one `attn_qkv.weight` (required), whose rows are the
+    /// queries', then the keys', then the values'; where false such a tensor is refused as a
+    /// fused layout.
+    pub(crate) fused_qkv: bool,
     /// The routed-expert FFN's rules.
     pub(crate) moe: MoeRules,
 }
@@ -72,6 +76,7 @@ impl LayerRules {
         out_bias: Presence::Never,
         sinks: false,
         dense_biases: false,
+        fused_qkv: false,
         moe: MoeRules {
             fused_gate_up: false,
             selection_bias: Presence::Never,
@@ -273,7 +278,31 @@ pub(crate) fn mha<'a>(
     let bq = ld.opt(&n("attn_q.bias"), &[n_q])?;
     let bk = ld.opt(&n("attn_k.bias"), &[n_k])?;
     let bv = ld.opt(&n("attn_v.bias"), &[n_v])?;
-    let (q_norm, k_norm) = match hp.features.qk_norm {
+    let (q_norm, k_norm) = qk_norm(ld, hp, il)?;
+    Ok(MhaTensors {
+        wq,
+        wk,
+        wv,
+        fused_qkv: false,
+        bq,
+        bk,
+        bv,
+        q_norm,
+        k_norm,
+    })
+}
+
+/// Layer `il`'s QK-norm weights, as the architecture's features say.
+#[allow(clippy::type_complexity)]
+fn qk_norm<'a>(
+    ld: &mut Loader<'a>,
+    hp: &HParams,
+    il: usize,
+) -> Result<(Option<Tensor<'a>>, Option<Tensor<'a>>), ModelError> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let n_q = u64::from(hp.n_embd_q(il));
+    let n_k = u64::from(hp.n_embd_k_gqa(il));
+    Ok(match hp.features.qk_norm {
         QkNorm::None => (None, None),
         QkNorm::PerHead if hp.features.qk_norm_optional => {
             let d = u64::from(hp.head_dim_k_at(il));
@@ -294,14 +323,32 @@ pub(crate) fn mha<'a>(
             Some(ld.req(&n("attn_q_norm.weight"), &[n_q])?),
             Some(ld.req(&n("attn_k_norm.weight"), &[n_k])?),
         ),
-    };
+    })
+}
+
+/// The q/k/v projections of multi-head attention in layer `il` as one fused `attn_qkv.weight`
+/// `{n_embd, n_q + n_k + n_v}` (rows: the queries, then the keys, then the values) and the
+/// QK-norm weights; no biases.
+pub(crate) fn mha_fused<'a>(
+    ld: &mut Loader<'a>,
+    hp: &HParams,
+    il: usize,
+) -> Result<MhaTensors<'a>, ModelError> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let n_embd = u64::from(hp.n_embd);
+    let rows = u64::from(hp.n_embd_q(il))
+        + u64::from(hp.n_embd_k_gqa(il))
+        + u64::from(hp.n_embd_v_gqa(il));
+    let qkv = ld.req(&n("attn_qkv.weight"), &[n_embd, rows])?;
+    let (q_norm, k_norm) = qk_norm(ld, hp, il)?;
     Ok(MhaTensors {
-        wq,
-        wk,
-        wv,
-        bq,
-        bk,
-        bv,
+        wq: qkv,
+        wk: qkv,
+        wv: Some(qkv),
+        fused_qkv: true,
+        bq: None,
+        bk: None,
+        bv: None,
         q_norm,
         k_norm,
     })
@@ -390,5 +437,11 @@ pub(crate) fn mha_layer<'a>(
     il: usize,
     r: &LayerRules,
 ) -> Result<LayerTensors<'a>, ModelError> {
-    layer(ld, hp, il, r, |ld| Ok(Attn::Mha(mha(ld, hp, il, false)?)))
+    layer(ld, hp, il, r, |ld| {
+        Ok(Attn::Mha(if r.fused_qkv {
+            mha_fused(ld, hp, il)?
+        } else {
+            mha(ld, hp, il, false)?
+        }))
+    })
 }

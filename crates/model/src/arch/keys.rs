@@ -44,6 +44,9 @@ pub(crate) struct ExpertRules {
     pub(crate) gating: ExpertGating,
     /// True when `expert_gating_func` is read (else the gating is the default).
     pub(crate) reads_gating_func: bool,
+    /// True when `expert_gating_func` is required and must name a gating (llama.cpp's
+    /// loader requires it, and its graph has no "none" gating): implies reading it.
+    pub(crate) gating_func_required: bool,
 }
 
 impl ExpertRules {
@@ -56,6 +59,7 @@ impl ExpertRules {
         weights_norm: false,
         gating: ExpertGating::Softmax,
         reads_gating_func: false,
+        gating_func_required: false,
     };
 
     /// The Qwen3 MoE family's (qwen3moe, qwen35moe, qwen3vlmoe): experts as wide as
@@ -74,6 +78,7 @@ impl ExpertRules {
         weights_norm: false,
         gating: ExpertGating::Softmax,
         reads_gating_func: false,
+        gating_func_required: false,
     };
 }
 
@@ -96,7 +101,23 @@ pub(crate) fn experts(kv: &Kv<'_>, hp: &mut HParams, r: &ExpertRules) -> Result<
     widths(kv, hp, r)?;
     shared(kv, hp)?;
     let gating_key = k("expert_gating_func");
-    hp.expert_gating = match (r.reads_gating_func, kv.u32(&gating_key)?) {
+    if r.gating_func_required {
+        match kv.u32(&gating_key)? {
+            None => return Err(ModelError::MissingKey(gating_key)),
+            Some(0) => {
+                return Err(invalid(
+                    gating_key,
+                    format!(
+                        "0 names no gating; {} routes by the function it names",
+                        hp.arch
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let reads = r.reads_gating_func || r.gating_func_required;
+    hp.expert_gating = match (reads, kv.u32(&gating_key)?) {
         // 0 is llama.cpp's "none": the arch's default
         (true, Some(v)) if v != 0 => ExpertGating::from_func(v).ok_or_else(|| {
             ModelError::Unsupported(format!(
@@ -317,6 +338,22 @@ fn shared(kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
                         format!("{count} shared experts overflow 32 bits of width"),
                     )
                 })?;
+            (count, w)
+        }
+        SharedExperts::CountedKeyed => {
+            let count = kv.u32_req(&count_key)?;
+            let nl = hp.n_layer_all() as usize;
+            let first_moe = (hp.n_layer_dense_lead as usize).min(nl.saturating_sub(1));
+            let each = match kv.u32(&k("expert_shared_feed_forward_length"))? {
+                Some(v) if v > 0 => v,
+                _ => hp.n_ff_exp.at(first_moe),
+            };
+            let w = each.checked_mul(count).ok_or_else(|| {
+                invalid(
+                    count_key.clone(),
+                    format!("{count} shared experts of {each} overflow 32 bits of width"),
+                )
+            })?;
             (count, w)
         }
     };

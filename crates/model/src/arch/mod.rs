@@ -66,6 +66,31 @@ pub(crate) trait ArchDef: Sync {
 
     /// Lines of `sluice inspect` that only this architecture has (its layer types).
     fn describe(&self, _m: &Model<'_>, _out: &mut String) {}
+
+    /// What a NextN layer holds beyond its block (where [`Features::nextn`] is on).
+    fn nextn_rules(&self) -> NextnRules {
+        NextnRules::GLM
+    }
+}
+
+/// The NextN layers' rules beyond the block and the common `nextn.*` tensors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NextnRules {
+    /// True when a file may hold the trunk alone (no `nextn.eh_proj` in the first NextN
+    /// layer: then none of the NextN layers' tensors), as llama.cpp's glm4moe loader allows;
+    /// where false every NextN layer is required.
+    pub(crate) trunk_only: bool,
+    /// `layer_output_norm.weight` `{n_embd}`: the layer's own norm of its output (required
+    /// where true).
+    pub(crate) out_norm: bool,
+}
+
+impl NextnRules {
+    /// glm4moe's and deepseek2's: the trunk alone is allowed, no output norm of its own.
+    pub(crate) const GLM: NextnRules = NextnRules {
+        trunk_only: true,
+        out_norm: false,
+    };
 }
 
 /// Model-wide tensors an architecture may have.
@@ -117,6 +142,7 @@ registry![
     granitemoe,
     minimax_m2,
     smallthinker,
+    bailingmoe2,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -300,6 +326,10 @@ pub enum SharedExperts {
     /// `expert_shared_count` of them fused into one SwiGLU of `count × n_ff_exp` rows,
     /// ungated (glm4moe, deepseek2).
     Counted,
+    /// `expert_shared_count` of them fused into one ungated SwiGLU of `count × w` rows, `w`
+    /// being `expert_shared_feed_forward_length` where it is non-zero, else the routed
+    /// experts' width; the same width in every MoE layer (bailingmoe2).
+    CountedKeyed,
 }
 
 /// The gated activation of the feed-forward blocks.
