@@ -224,6 +224,14 @@ pub struct StreamArgs {
     #[arg(long)]
     pub prompt_ahead: bool,
 
+    /// When streaming a model whose router reads the layer's input (SmallThinker): request a
+    /// layer's experts after its attention, as for every other model, instead of as soon as
+    /// the router has chosen them (before the attention, so that the reads go on while it
+    /// computes). For measuring what the early request hides; the output is the same either
+    /// way.
+    #[arg(long)]
+    pub no_early_load: bool,
+
     /// When streaming: where the dense (non-expert) weights live: `anon` (read into this
     /// process's own memory with O_DIRECT; the file's map is released), `mmap` (the file's map,
     /// faulted in on first use), `warm` (the map, faulted in at load) [default: anon].
@@ -258,6 +266,7 @@ impl StreamArgs {
             io_backend: self.io_backend,
             overlap: self.overlap,
             prompt_ahead: self.prompt_ahead,
+            no_early_load: self.no_early_load,
             dense_weights: self.dense_weights,
             load_all: self.load_all,
             inject_read_fault: self.inject_read_fault,

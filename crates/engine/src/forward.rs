@@ -769,9 +769,11 @@ impl<'a> Engine<'a> {
         keep: std::ops::Range<usize>,
     ) -> Result<(), ForwardError> {
         let e = self.hp.n_embd as usize;
+        let mut loaded_early = false;
         if self.hp.features.router_reads_layer_input {
             // the router's input: the layer's, before the attention
             self.s.rin[..n * e].copy_from_slice(&self.s.x[..n * e]);
+            loaded_early = keep == (0..n) && self.load_early(il, n)?;
         }
         self.layer_attn(il, n, p0)?;
         if keep != (0..n) && il + 1 == self.hp.n_layer as usize && self.mtp.is_some() {
@@ -780,7 +782,7 @@ impl<'a> Engine<'a> {
             let mut aside = std::mem::take(&mut self.s.aside);
             aside.clear();
             aside.extend_from_slice(&self.s.x[..n * e]);
-            let r = self.layer_ffn(il, n, p0, FfnRun::Aside);
+            let r = self.layer_ffn(il, n, p0, FfnRun::Aside, false);
             if r.is_ok() {
                 self.record_hidden(n);
             }
@@ -803,7 +805,47 @@ impl<'a> Engine<'a> {
         } else {
             FfnRun::Head
         };
-        self.layer_ffn(il, keep.len(), p0 + keep.start, run)
+        self.layer_ffn(il, keep.len(), p0 + keep.start, run, loaded_early)
+    }
+
+    /// Where the router reads the layer's input, its routing of the chunk's `n` rows is known
+    /// before the attention: hand it to the expert source now ([`ExpertSource::load_early`]),
+    /// so that the reads go on while the attention computes. Only the router's own routing of
+    /// every row (no replay, route-ahead or cache-aware policy, which change it after the
+    /// router), on the trunk. Returns whether the source took it as the layer's load.
+    fn load_early(&mut self, il: usize, n: usize) -> Result<bool, ForwardError> {
+        let replaying = self.replaying && self.replay.is_some();
+        if self.lookahead.any() || self.cache_aware.any() || replaying {
+            return Ok(false);
+        }
+        let Engine {
+            hp,
+            w,
+            pool,
+            s,
+            source,
+            mla_part,
+            single_rows,
+            ..
+        } = self;
+        let (Some(src), Some(lw)) = (source.as_mut(), w.layers.get(il)) else {
+            return Ok(false);
+        };
+        let FfnW::Moe(m) = &lw.ffn else {
+            return Ok(false);
+        };
+        let st = Stage {
+            pool,
+            hp,
+            il,
+            n,
+            obs: None,
+            mla_part: *mla_part,
+            single: *single_rows,
+        };
+        let k = source::route(st, m, None, s)?;
+        src.load_early(il, &s.ids[..n * k])
+            .map_err(ForwardError::Experts)
     }
 
     /// The attention of layer `il` (or the head's block) over the chunk's `n` tokens at
@@ -862,6 +904,7 @@ impl<'a> Engine<'a> {
         n: usize,
         first_pos: usize,
         run: FfnRun,
+        loaded_early: bool,
     ) -> Result<(), ForwardError> {
         let Engine {
             hp,
@@ -957,6 +1000,7 @@ impl<'a> Engine<'a> {
                     },
                     counts: if trunk { ca_counts } else { &mut no_counts },
                     decode: *decoding && trunk,
+                    loaded_early: loaded_early && trunk,
                 };
                 moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }

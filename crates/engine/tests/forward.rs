@@ -1114,3 +1114,134 @@ fn row_prefetch_chosen_per_type_keeps_every_decode_bit() {
         );
     }
 }
+
+/// An expert source over the file's own expert bytes that logs when each layer's routing
+/// reaches it, beside the observer's log of each layer's attention.
+struct LoggingSource<'f> {
+    file: &'f GgufFile,
+    take_early: bool,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl LoggingSource<'_> {
+    fn stack(&self, layer: usize, proj: engine::ExpertProj) -> (&[u8], usize) {
+        let name = match proj {
+            engine::ExpertProj::Gate => "ffn_gate_exps",
+            engine::ExpertProj::Up => "ffn_up_exps",
+            engine::ExpertProj::Down => "ffn_down_exps",
+        };
+        let t = self
+            .file
+            .tensor(&format!("blk.{layer}.{name}.weight"))
+            .unwrap();
+        let data = self.file.tensor_data(t).unwrap();
+        (data, data.len() / t.dims[2] as usize)
+    }
+}
+
+impl engine::ExpertSource for LoggingSource<'_> {
+    fn proj_bytes(&self, layer: usize, proj: engine::ExpertProj) -> Option<usize> {
+        Some(self.stack(layer, proj).1)
+    }
+    fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("load {layer} {routed:?}"));
+        Ok(())
+    }
+    fn load_early(&mut self, layer: usize, routed: &[usize]) -> Result<bool, String> {
+        if self.take_early {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("early {layer} {routed:?}"));
+        }
+        Ok(self.take_early)
+    }
+    fn part(&self, layer: usize, expert: usize, proj: engine::ExpertProj) -> &[u8] {
+        let (data, per) = self.stack(layer, proj);
+        &data[expert * per..(expert + 1) * per]
+    }
+    fn release(&mut self, _layer: usize) {}
+}
+
+/// SmallThinker's router reads the layer's input: the engine hands each layer's routing to
+/// the source before the layer's attention (a source that takes it gets no second load), or
+/// after it where the source declines; the experts routed and the logits are the same.
+#[test]
+fn a_routing_known_before_the_attention_reaches_the_source_first() {
+    use std::sync::{Arc, Mutex};
+    let p = testdata::fixtures_root()
+        .join("moe")
+        .join("smallthinker-q8_0.gguf");
+    assert!(
+        p.is_file(),
+        "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh`"
+    );
+    let file = GgufFile::open(&p).unwrap();
+    let model = Model::from_gguf(&file).unwrap();
+    let pool = ThreadPool::new(1).unwrap();
+    let tokens = [9u32, 100, 7, 300, 5];
+    let mut resident = Engine::new(&model, Kernels::detect(), &pool, cfg(64, 8)).unwrap();
+    let want = resident.forward(&tokens, LogitsWanted::All).unwrap();
+    let want1 = resident.forward(&[11], LogitsWanted::Last).unwrap();
+    let mut routings = Vec::new();
+    for take_early in [true, false] {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut eng = Engine::new(&model, Kernels::detect(), &pool, cfg(64, 8)).unwrap();
+        let src = LoggingSource {
+            file: &file,
+            take_early,
+            log: Arc::clone(&log),
+        };
+        eng.set_expert_source(Some(Box::new(src))).unwrap();
+        let seen = Arc::clone(&log);
+        eng.set_observer(Some(Box::new(
+            move |name: &str, il: Option<usize>, _: &[f32]| {
+                if name == "kqv_out" {
+                    seen.lock()
+                        .unwrap()
+                        .push(format!("attention {}", il.unwrap_or(99)));
+                }
+            },
+        )));
+        let got = eng.forward(&tokens, LogitsWanted::All).unwrap();
+        assert_eq!(bits(&got), bits(&want), "take_early {take_early}");
+        // the prompt, then one more token (a one-token pass)
+        let got = eng.forward(&[11], LogitsWanted::Last).unwrap();
+        assert_eq!(bits(&got), bits(&want1), "take_early {take_early}");
+        drop(eng);
+        let log = log.lock().unwrap().clone();
+        let (verb, first) = if take_early {
+            ("early", true)
+        } else {
+            ("load", false)
+        };
+        for pass in 0..2 {
+            for il in 0..3 {
+                let at = |what: &str| {
+                    let hits: Vec<usize> = (log.iter().enumerate())
+                        .filter(|(_, l)| l.starts_with(&format!("{what} {il}")))
+                        .map(|(i, _)| i)
+                        .collect();
+                    assert_eq!(hits.len(), 2, "{what} {il}: {log:?}");
+                    hits[pass]
+                };
+                assert_eq!(at(verb) < at("attention"), first, "{log:?}");
+            }
+        }
+        // no layer is loaded twice: one routing per layer and pass
+        assert_eq!(
+            log.iter().filter(|l| !l.starts_with("attention")).count(),
+            6
+        );
+        routings.push(
+            log.iter()
+                .filter(|l| !l.starts_with("attention"))
+                .map(|l| l.split_once(' ').unwrap().1.to_owned())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(routings[0], routings[1]);
+}

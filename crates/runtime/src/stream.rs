@@ -177,6 +177,9 @@ pub struct SourceConfig {
     pub overlap: bool,
     /// Prompt batches read the next MoE layer's experts ahead ([`StoreSource::prompt_ahead`]).
     pub prompt_ahead: bool,
+    /// Take a layer's routing before its attention where the model knows it then
+    /// (`ExpertSource::load_early`).
+    pub early_load: bool,
     pub load_all: bool,
     pub fault: Option<ReadFault>,
     /// Fall back to pread lanes when the io_uring cannot be set up (`--io-backend auto`).
@@ -272,6 +275,8 @@ pub struct StoreSource {
     spare: SpareLanes,
     /// Whether prompt batches read ahead ([`StoreSource::prompt_ahead`]).
     prompt_on: bool,
+    /// Whether a routing known before the layer's attention is loaded then (`load_early`).
+    early_on: bool,
     /// Experts a prompt batch read ahead ([`StoreSource::prompt_ahead`]) not looked up since.
     prompt_keys: std::collections::HashSet<(u32, u32)>,
     /// The prompt's reads ahead since the last [`publish`](StoreSource::publish): experts,
@@ -503,6 +508,7 @@ impl StoreSource {
                 ..SpareLanes::default()
             },
             prompt_on: cfg.prompt_ahead,
+            early_on: cfg.early_load,
             prompt_keys: std::collections::HashSet::new(),
             prompt_batch: [0; 3],
         })
@@ -946,15 +952,11 @@ impl StoreSource {
     }
 }
 
-impl ExpertSource for StoreSource {
-    fn proj_bytes(&self, layer: usize, proj: ExpertProj) -> Option<usize> {
-        let at = self.index(layer, proj)?;
-        let l = self.layout.layer(layer as u32)?;
-        let whole = l.parts.get(at.part)?.stride as usize;
-        Some(if at.half.is_some() { whole / 2 } else { whole })
-    }
-
-    fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String> {
+impl StoreSource {
+    /// The layer's load (`ExpertSource::load`): look its routing up, submit the misses and
+    /// the reads ahead; in serial mode a one-token layer then waits for its reads when `wait`
+    /// (an early load leaves that wait to `next_ready`, after the attention).
+    fn load_with(&mut self, layer: usize, routed: &[usize], wait: bool) -> Result<(), String> {
         let t0 = Instant::now();
         let layer32 = layer as u32;
         let slot_bytes = self.reader.slot_bytes(layer32).map_err(|e| e.to_string())?;
@@ -999,7 +1001,7 @@ impl ExpertSource for StoreSource {
             .layer_demand_max
             .fetch_max(demand, Ordering::Relaxed);
         let mut io_ns = 0u64;
-        if !self.overlap && one_token {
+        if wait && !self.overlap && one_token {
             // Serial: the layer computes once every read it needs is in (reads ahead for
             // later layers go on). A prompt batch computes each expert as its bytes come in,
             // as under --overlap (its waits count as I/O, see `next_ready`).
@@ -1016,6 +1018,29 @@ impl ExpertSource for StoreSource {
         let total = t0.elapsed().as_nanos() as u64;
         StreamCounters::add(&self.counters.mgmt_ns, total.saturating_sub(io_ns));
         result
+    }
+}
+
+impl ExpertSource for StoreSource {
+    fn proj_bytes(&self, layer: usize, proj: ExpertProj) -> Option<usize> {
+        let at = self.index(layer, proj)?;
+        let l = self.layout.layer(layer as u32)?;
+        let whole = l.parts.get(at.part)?.stride as usize;
+        Some(if at.half.is_some() { whole / 2 } else { whole })
+    }
+
+    fn load(&mut self, layer: usize, routed: &[usize]) -> Result<(), String> {
+        self.load_with(layer, routed, true)
+    }
+
+    fn load_early(&mut self, layer: usize, routed: &[usize]) -> Result<bool, String> {
+        if !self.early_on {
+            return Ok(false);
+        }
+        // the reads go on during the attention; the layer's experts are waited for as they
+        // are computed (`next_ready`), in serial mode too
+        self.load_with(layer, routed, false)?;
+        Ok(true)
     }
 
     fn next_ready(&mut self, _layer: usize, pending: &[usize]) -> Result<usize, String> {
@@ -1165,6 +1190,9 @@ pub struct StreamConfig {
     pub overlap: bool,
     /// Prompt batches read the next MoE layer's experts ahead (`--prompt-ahead`).
     pub prompt_ahead: bool,
+    /// A layer's routing known before its attention (SmallThinker's router reads the layer's
+    /// input) is not loaded until after it (`--no-early-load`, for comparison).
+    pub no_early_load: bool,
     pub dense_weights: Option<DenseWeights>,
     pub load_all: bool,
     pub inject_read_fault: Option<ReadFault>,
@@ -1199,6 +1227,7 @@ impl Default for StreamConfig {
             io_backend: ReadBackend::Pread,
             overlap: false,
             prompt_ahead: false,
+            no_early_load: false,
             dense_weights: None,
             load_all: false,
             inject_read_fault: None,
@@ -1543,6 +1572,7 @@ impl StreamConfig {
             backend: self.backend(),
             overlap: self.overlap,
             prompt_ahead: self.prompt_ahead,
+            early_load: !self.no_early_load,
             load_all: self.load_all,
             fault: self.inject_read_fault,
             uring_fallback: self.io_backend == ReadBackend::Auto,

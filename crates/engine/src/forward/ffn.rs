@@ -149,6 +149,7 @@ pub(super) fn moe_ffn<'a>(
         policy,
         counts,
         decode,
+        loaded_early,
     } = routing;
     // A one-token pass ranks ahead; a replay wins over route-ahead's committed selection.
     let ranking = n == 1 && ahead.state.one_token && ahead.cfg.any();
@@ -171,7 +172,7 @@ pub(super) fn moe_ffn<'a>(
             s,
         );
     group_routings(s, n, k_used, dropping);
-    if let Some(src) = source {
+    if let Some(src) = source.as_mut().filter(|_| !loaded_early) {
         let ids = if dropping {
             &s.load_ids[..]
         } else {

@@ -156,6 +156,17 @@ pub trait ExpertSource: Send {
     fn foresee(&mut self, layer: usize, ranked: &[usize], committed: bool) {
         let _ = (layer, ranked, committed);
     }
+    /// The layer's exact routing, known before its attention runs (an architecture whose
+    /// router reads the layer's input, [`model::Features::router_reads_layer_input`]): the
+    /// source may start what [`load`](Self::load) would now, without waiting for the reads,
+    /// so that they go on while the attention computes. Returns true when it took them as the
+    /// layer's load (the engine then does not call `load` for the layer and takes the experts
+    /// through [`next_ready`](Self::next_ready) / [`ready_now`](Self::ready_now) as ever);
+    /// false leaves the load to after the attention. The default: false.
+    fn load_early(&mut self, layer: usize, routed: &[usize]) -> Result<bool, String> {
+        let _ = (layer, routed);
+        Ok(false)
+    }
 }
 
 /// Where a MoE layer's routing comes from: a replayed step's experts (else the router), and
@@ -169,6 +180,9 @@ pub(super) struct Routing<'r> {
     /// A decode step's pass (one token in the whole call), where the policies act unless
     /// told to act on prompts too.
     pub(super) decode: bool,
+    /// The source took this layer's routing before the attention
+    /// ([`ExpertSource::load_early`]): no second load.
+    pub(super) loaded_early: bool,
 }
 
 /// The router of layer `st.il` on `s.cur`: each row's experts into `s.ids` and their weights
