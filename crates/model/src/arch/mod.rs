@@ -103,7 +103,7 @@ macro_rules! registry {
 
 registry![
     qwen3moe, qwen2moe, olmoe, gpt_oss, glm4moe, deepseek2, gemma4, qwen35moe, llama, qwen2, qwen3,
-    qwen3vlmoe, granitemoe,
+    qwen3vlmoe, granitemoe, qwen3next,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -215,6 +215,11 @@ pub struct Features {
     /// wanted rows after the output norm (its other graphs pick them after the last
     /// attention).
     pub late_row_pick: bool,
+    /// Which query and key head a Gated DeltaNet value head reads when there are fewer key
+    /// heads than value heads: true where each key head's value heads are stored together
+    /// (Qwen3-Next: value head `h` reads key head `h / (n_v_heads / n_k_heads)`), false where
+    /// they are stored tiled (Qwen3.5, whose converter reorders them: `h mod n_k_heads`).
+    pub gdn_grouped_heads: bool,
 }
 
 impl Features {
@@ -236,6 +241,7 @@ impl Features {
         swa_rope: false,
         mlp_beside_experts: false,
         late_row_pick: false,
+        gdn_grouped_heads: false,
     };
 }
 
