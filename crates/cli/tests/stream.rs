@@ -55,6 +55,7 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "qwen35moe-q8_0.gguf",
         "qwen3vlmoe-q4_k_m.gguf",
         "granitemoe-q8_0.gguf",
+        "qwen3next-q8_0.gguf",
     ] {
         let m = moe_fixture(f);
         let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);

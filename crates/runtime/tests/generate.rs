@@ -66,6 +66,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "qwen35moe-f32.gguf",
         "qwen3vlmoe-q8_0.gguf",
         "granitemoe-f32.gguf",
+        "qwen3next-q8_0.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;
