@@ -384,9 +384,8 @@ pub(crate) fn gdn<'a>(
     let (ch, vd) = (u64::from(ssm.conv_channels()), u64::from(ssm.value_dim()));
     // as llama.cpp: attn_qkv, when present, is taken (and ssm_in is then left unused); with
     // neither, the current converter's attn_qkv is the one named missing
-    let grouped = layout.grouped_input
-        && !ld.exists(&n("attn_qkv.weight"))
-        && ld.exists(&n("ssm_in.weight"));
+    let grouped =
+        layout.grouped_input && !ld.exists(&n("attn_qkv.weight")) && ld.exists(&n("ssm_in.weight"));
     let input = if grouped {
         GdnInput::Grouped(ld.req(&n("ssm_in.weight"), &[n_embd, ch + vd])?)
     } else {
