@@ -201,11 +201,12 @@ fn mha_attend(
 }
 
 /// The Gated DeltaNet block of linear-attention layer `st.il` over the chunk's rows, as
-/// llama.cpp's qwen35moe graph: norm; the qkv, gate (z), beta and alpha projections; the
-/// causal convolution continuing from the layer's state, SiLU; L2 norm of the query and key
-/// heads; the gated delta rule (`beta` through a sigmoid, decay gate `softplus(alpha +
-/// dt_bias) · a`) updating the state; RMSNorm of each output head times `silu(z)`; `ssm_out`
-/// (the layer's `wo`) and the residual added into `s.x`.
+/// llama.cpp's qwen35moe and qwen3next graphs: norm; the qkv, gate (z), beta and alpha
+/// projections; the causal convolution continuing from the layer's state, SiLU; L2 norm of the
+/// query and key heads; the gated delta rule (`beta` through a sigmoid, decay gate
+/// `softplus(alpha + dt_bias) · a`, each value head reading the key head that
+/// `gdn_grouped_heads` of the features names) updating the state; RMSNorm of each output head
+/// times `silu(z)`; `ssm_out` (the layer's `wo`) and the residual added into `s.x`.
 pub(super) fn gdn_attention(
     st: Stage<'_, '_>,
     lw: &LayerW<'_>,
