@@ -66,6 +66,14 @@ weight types:
                renormalised and scaled by 2.5, one ungated shared
                expert, and a NextN layer with its own output norm; F32
                and Q8_0
+    qwen3next  16 experts, top-4: Qwen3-Next's hybrid layout: three      vocabulary: qwen2.5
+               Gated DeltaNet layers whose value heads are grouped by key
+               head, beta and alpha in one ssm_ba, a full-attention layer
+               with a sigmoid output gate and NEOX rope over 16 of 64
+               dims, a sigmoid-gated shared expert and one NextN layer;
+               qwen3next-legacy is the same model with each linear
+               layer's attn_qkv and attn_gate in the first converter's
+               ssm_in (rows grouped by key head); F32 and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -339,6 +347,28 @@ MODELS = {
         n_expert_used=4, n_ff_exp=256, n_ff_shexp=256, ssm_state=64, ssm_k_heads=2,
         ssm_v_heads=4, ssm_conv=4, full_attention_interval=4, tied=False,
         rope_base=10_000_000.0, rms_eps=1e-6, wtypes=("f32", "q8_0"),
+    ),
+    # Qwen3-Next-80B-A3B's layout (qwen3next) at a small size: qwen35moe's shape (layers 0-2
+    # Gated DeltaNet with 2 key heads and 4 value heads of 64, layer 3 full attention with the
+    # gated q projection and q/k RMSNorm per head) with what Qwen3-Next does otherwise: plain
+    # NEOX rope over 16 of 64 dims (the real model's 64 of 256), beta and alpha in one ssm_ba
+    # (per key head the betas of its value heads, then their alphas), each key head's two value
+    # heads stored together (value head h reads key head h / 2), and one NextN layer after the
+    # trunk (block_count 5), which decoding does not run. qwen3next-legacy: the same weights
+    # with attn_qkv and attn_gate in one ssm_in, as the first converter wrote them.
+    "qwen3next": dict(
+        arch="qwen3next", vocab="qwen2.5", seed=1015, n_layer=4, n_nextn=1, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_rot=16, n_expert=16, n_expert_used=4,
+        n_ff_exp=256, n_ff_shexp=256, ssm_state=64, ssm_k_heads=2, ssm_v_heads=4, ssm_conv=4,
+        full_attention_interval=4, tied=False, rope_base=10_000_000.0, rms_eps=1e-6,
+        wtypes=("f32", "q8_0"),
+    ),
+    "qwen3next-legacy": dict(
+        arch="qwen3next", vocab="qwen2.5", seed=1015, n_layer=4, n_nextn=1, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_rot=16, n_expert=16, n_expert_used=4,
+        n_ff_exp=256, n_ff_shexp=256, ssm_state=64, ssm_k_heads=2, ssm_v_heads=4, ssm_conv=4,
+        full_attention_interval=4, tied=False, rope_base=10_000_000.0, rms_eps=1e-6,
+        ssm_in=True, wtypes=("f32", "q8_0"),
     ),
     # DeepSeek-V2-Lite's layout: the legacy MLA form (attn_kv_b, from files converted before
     # the absorbed form), a single query projection (q_lora_rank 0), softmax routing (no
@@ -854,6 +884,79 @@ def make_weights_qwen35moe(cfg, n_vocab):
     return w
 
 
+def make_weights_qwen3next(cfg, n_vocab):
+    """The qwen3next layout (llama.cpp's LLM_ARCH_QWEN3NEXT), in a fixed order like
+    make_weights; with cfg["ssm_in"], each linear layer's attn_qkv and attn_gate rows are
+    written as one ssm_in grouped by key head (the same model)."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff, sh = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_shexp"]
+    sk, hk, hv = cfg["ssm_state"], cfg["ssm_k_heads"], cfg["ssm_v_heads"]
+    key_dim, value_dim = sk * hk, sk * hv
+    conv_dim = 2 * key_dim + value_dim
+    vg = value_dim // hk  # the values (and gates) of one key head
+
+    lin, norm, bias = draws(rng)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"] + cfg["n_nextn"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        if il < cfg["n_layer"] and (il + 1) % cfg["full_attention_interval"] != 0:
+            qkv = lin(conv_dim, e)
+            gate = lin(value_dim, e)
+            if cfg.get("ssm_in"):
+                # per key head: its query, its key, its value heads' values, their gates
+                rows = []
+                for g in range(hk):
+                    rows += [
+                        qkv[g * sk:(g + 1) * sk],
+                        qkv[key_dim + g * sk:key_dim + (g + 1) * sk],
+                        qkv[2 * key_dim + g * vg:2 * key_dim + (g + 1) * vg],
+                        gate[g * vg:(g + 1) * vg],
+                    ]
+                w[p + "ssm_in.weight"] = np.concatenate(rows)
+            else:
+                w[p + "attn_qkv.weight"] = qkv
+                w[p + "attn_gate.weight"] = gate
+            w[p + "ssm_conv1d.weight"] = lin(conv_dim, cfg["ssm_conv"])
+            # decay exp(softplus(alpha + dt) * a): about 0.8 per token for alpha near 0
+            w[p + "ssm_dt.bias"] = bias(hv, 0.5) - 1.0
+            w[p + "ssm_a"] = -(0.1 + rng.random(hv)).astype(np.float32)
+            # per key head: the betas of its value heads, then their alphas
+            w[p + "ssm_ba.weight"] = lin(2 * hv, e)
+            w[p + "ssm_norm.weight"] = norm(sk)
+            w[p + "ssm_out.weight"] = lin(e, value_dim)
+        else:
+            w[p + "attn_q.weight"] = lin(2 * nq, e)
+            w[p + "attn_k.weight"] = lin(nkv, e)
+            w[p + "attn_v.weight"] = lin(nkv, e)
+            w[p + "attn_output.weight"] = lin(e, nq)
+            w[p + "attn_q_norm.weight"] = norm(hd)
+            w[p + "attn_k_norm.weight"] = norm(hd)
+        w[p + "post_attention_norm.weight"] = norm(e)
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+        w[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(e) / np.sqrt(e)).astype(
+            np.float32
+        )
+        w[p + "ffn_gate_shexp.weight"] = lin(sh, e)
+        w[p + "ffn_up_shexp.weight"] = lin(sh, e)
+        w[p + "ffn_down_shexp.weight"] = lin(e, sh)
+        if il >= cfg["n_layer"]:
+            w[p + "nextn.eh_proj.weight"] = lin(e, 2 * e)
+            w[p + "nextn.enorm.weight"] = norm(e)
+            w[p + "nextn.hnorm.weight"] = norm(e)
+            w[p + "nextn.shared_head_norm.weight"] = norm(e)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
 def keep_f32(name, arr):
     # llama.cpp's quantizer leaves ssm_conv1d in F32 (and its rows of 4 fit no block)
     return (
@@ -903,11 +1006,14 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_sliding_window_pattern(list(cfg["swa_layers"]))
         w.add_embedding_length_per_layer_input(0)
         w.add_final_logit_softcapping(cfg["softcap"])
-    elif arch == "qwen35moe":
+    elif arch in ("qwen35moe", "qwen3next"):
         w.add_head_count_kv(cfg["n_head_kv"])
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
-        w.add_rope_dimension_sections(list(cfg["rope_sections"]))
+        if arch == "qwen35moe":
+            w.add_rope_dimension_sections(list(cfg["rope_sections"]))
+        else:
+            w.add_nextn_predict_layers(cfg["n_nextn"])
         w.add_full_attention_interval(cfg["full_attention_interval"])
         w.add_ssm_conv_kernel(cfg["ssm_conv"])
         w.add_ssm_inner_size(cfg["ssm_state"] * cfg["ssm_v_heads"])
@@ -941,7 +1047,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_expert_used_count(cfg["n_expert_used"])
     if arch in (
         "qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe",
-        "qwen3vlmoe", "minimax-m2", "smallthinker", "bailingmoe2",
+        "qwen3vlmoe", "minimax-m2", "smallthinker", "bailingmoe2", "qwen3next",
     ):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     if arch == "smallthinker":
@@ -991,7 +1097,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     if "expert_groups" in cfg:
         w.add_expert_group_count(cfg["expert_groups"][0])
         w.add_expert_group_used_count(cfg["expert_groups"][1])
-    if arch in ("qwen2moe", "qwen35moe"):
+    if arch in ("qwen2moe", "qwen35moe", "qwen3next"):
         w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
     if arch == "gpt-oss":
         w.add_sliding_window(cfg["sliding_window"])
@@ -1053,6 +1159,7 @@ def main():
             "deepseek2": make_weights_deepseek2,
             "gemma4": make_weights_gemma4,
             "qwen35moe": make_weights_qwen35moe,
+            "qwen3next": make_weights_qwen3next,
             "bailingmoe2": make_weights_bailingmoe2,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))

@@ -326,6 +326,51 @@ fn qwen3_6_plan_has_linear_and_full_attention_layers_and_256_experts() {
     assert_eq!(last, data);
 }
 
+/// Qwen's own Qwen3-Next-80B-A3B-Thinking-Q4_K_M.gguf (Hugging Face: Qwen/Qwen3-Next-80B-A3B-
+/// Thinking-GGUF) is listed as 48.4 GB, in the first converter's layout (`ssm_in`): the plan's
+/// tensor data plus a header of a few MB rounds to it (the current converter's `attn_qkv`, of
+/// which llama.cpp's mix makes half Q6_K, would make it 78 MB more, 48.5 GB).
+#[test]
+fn qwen3_next_plan_has_grouped_projections_and_512_experts() {
+    let (data, layers, rows) = plan(&["--like", "qwen3-next-80b-a3b"]);
+    assert_eq!(
+        layers.keys().copied().collect::<Vec<_>>(),
+        (0..48).collect::<Vec<_>>()
+    );
+    // an expert as Qwen3.6-35B-A3B's (width 512 of n_embd 2048)
+    let gate_up = 2 * 512 * 8 * 144;
+    let (down_q4, down_q6) = (2048 * 2 * 144, 2048 * 2 * 210);
+    for (l, (x, _)) in &layers {
+        assert!(
+            *x == gate_up + down_q4 || *x == gate_up + down_q6,
+            "layer {l}: {x}"
+        );
+    }
+    let has = |name: &str| rows.iter().any(|r| r.3 == name);
+    let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+    for il in 0..48 {
+        let full = (il + 1) % 4 == 0;
+        assert_eq!(has(&format!("blk.{il}.attn_q.weight")), full, "layer {il}");
+        assert_eq!(has(&format!("blk.{il}.ssm_ba.weight")), !full, "layer {il}");
+        assert_eq!(has(&format!("blk.{il}.ssm_in.weight")), !full, "layer {il}");
+        assert!(!has(&format!("blk.{il}.ssm_beta.weight")), "layer {il}");
+        assert!(!has(&format!("blk.{il}.attn_qkv.weight")), "layer {il}");
+    }
+    // beta and alpha of 32 value heads in one Q4_K tensor; q, k, v and z (2 x 2048 + 2 x
+    // 4096 rows) in another; 512 experts in the router
+    assert_eq!(at("blk.0.ssm_ba.weight").1, 64 * 8 * 144);
+    assert_eq!(at("blk.0.ssm_in.weight").1, 12288 * 8 * 144);
+    assert_eq!(at("blk.0.ffn_gate_inp.weight").1, 2048 * 512 * 4);
+    assert!(!rows.iter().any(|r| r.3.contains("nextn")));
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+    // the published 48.4 GB (a header of a few MB on top)
+    assert!(
+        (48_350_000_000..48_440_000_000).contains(&data),
+        "{data} bytes of tensor data"
+    );
+}
+
 #[test]
 fn gemma_4_plan_has_sliding_and_full_layers_a_dense_mlp_and_fused_experts() {
     let (data, layers, rows) = plan(&["--like", "gemma-4-26b-a4b"]);

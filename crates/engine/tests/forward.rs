@@ -639,9 +639,16 @@ fn abort_before_a_chunk_leaves_the_context_unchanged() {
 }
 
 fn qwen35moe_path() -> PathBuf {
-    let p = testdata::fixtures_root()
-        .join("moe")
-        .join("qwen35moe-q8_0.gguf");
+    moe_path("qwen35moe-q8_0.gguf")
+}
+
+/// The hybrid models: qwen35moe's value heads tiled over the key heads, qwen3next's grouped.
+fn hybrid_paths() -> [PathBuf; 2] {
+    [qwen35moe_path(), moe_path("qwen3next-q8_0.gguf")]
+}
+
+fn moe_path(name: &str) -> PathBuf {
+    let p = testdata::fixtures_root().join("moe").join(name);
     assert!(
         p.is_file(),
         "moe fixtures missing: run `bash scripts/fetch_moe_fixtures.sh` ({} not found)",
@@ -655,7 +662,13 @@ fn qwen35moe_path() -> PathBuf {
 /// on; going anywhere else empties the context; a saved state carries the recurrent state.
 #[test]
 fn hybrid_context_goes_back_through_its_snapshot_or_to_empty() {
-    let file = GgufFile::open(qwen35moe_path()).unwrap();
+    for path in hybrid_paths() {
+        context_goes_back(&path);
+    }
+}
+
+fn context_goes_back(path: &std::path::Path) {
+    let file = GgufFile::open(path).unwrap();
     let model = Model::from_gguf(&file).unwrap();
     let pool = ThreadPool::new(1).unwrap();
     let k = Kernels::detect();
@@ -691,7 +704,13 @@ fn hybrid_context_goes_back_through_its_snapshot_or_to_empty() {
 /// context goes back through the snapshot of the call's start (rollback on) or to empty.
 #[test]
 fn hybrid_abort_after_a_chunk_rolls_back_or_empties() {
-    let file = GgufFile::open(qwen35moe_path()).unwrap();
+    for path in hybrid_paths() {
+        abort_rolls_back(&path);
+    }
+}
+
+fn abort_rolls_back(path: &std::path::Path) {
+    let file = GgufFile::open(path).unwrap();
     let model = Model::from_gguf(&file).unwrap();
     let pool = ThreadPool::new(1).unwrap();
     let k = Kernels::detect();
@@ -872,6 +891,7 @@ fn rows_in_one_token_order_equal_decode_steps() {
             name.ends_with(".gguf")
                 && !name.starts_with("deepseek2")
                 && !name.starts_with("qwen35moe")
+                && !name.starts_with("qwen3next")
         })
         .collect();
     paths.sort();
@@ -888,7 +908,11 @@ fn rows_in_one_token_order_equal_decode_steps() {
 #[test]
 fn rows_in_one_token_order_are_refused_where_not_kept() {
     let dir = testdata::fixtures_root().join("moe");
-    for name in ["deepseek2-f32.gguf", "qwen35moe-f32.gguf"] {
+    for name in [
+        "deepseek2-f32.gguf",
+        "qwen35moe-f32.gguf",
+        "qwen3next-f32.gguf",
+    ] {
         let file = GgufFile::open(dir.join(name)).unwrap();
         let model = Model::from_gguf(&file).unwrap();
         let pool = ThreadPool::new(1).unwrap();
@@ -1031,6 +1055,8 @@ fn a_draft_head_is_refused_where_it_cannot_run() {
         ("qwen35moe-f32.gguf", "latent or linear attention"),
         // bailingmoe2's NextN layer has its own output norm, which llama.cpp does not run
         ("bailingmoe2-f32.gguf", "layer_output_norm"),
+        // a NextN layer, over linear-attention layers
+        ("qwen3next-f32.gguf", "latent or linear attention"),
     ] {
         let file = GgufFile::open(dir.join(name)).unwrap();
         let model = Model::from_gguf(&file).unwrap();

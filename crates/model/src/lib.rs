@@ -27,7 +27,7 @@ pub use model::{Model, arch_of, human_bytes};
 pub use params::{HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Ssm};
 pub use rope::{Rope, RopeScalingType};
 pub use tensors::{
-    Attn, DenseFfn, ExpertSlice, Ffn, GdnTensors, GemmaLayer, GemmaMoe, LayerTensors, MhaTensors,
-    MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn, NextNTensors, SharedExpert,
-    Tensor,
+    Attn, DenseFfn, ExpertSlice, Ffn, GdnBetaAlpha, GdnInput, GdnTensors, GemmaLayer, GemmaMoe,
+    LayerTensors, MhaTensors, MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn,
+    NextNTensors, SharedExpert, Tensor,
 };

@@ -250,9 +250,19 @@ impl<'a> Model<'a> {
                 .filter(|&il| hp.is_recurrent(il))
                 .count();
             let state = ssm.conv_state_len() + ssm.state_len();
+            let order = if hp.features.gdn_grouped_heads {
+                "grouped by key head"
+            } else {
+                "tiled over the key heads"
+            };
+            let rope = if hp.features.imrope {
+                format!(", IMRoPE sections {:?}", hp.rope.sections)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                "layer types: {n_rec} linear attention (Gated DeltaNet: {} key heads, {} value heads of {}, convolution over {} of {} channels; state per sequence and layer {} floats = convolution {} + recurrent {}, {} in all), {} full attention (sigmoid-gated output, IMRoPE sections {:?})",
+                "layer types: {n_rec} linear attention (Gated DeltaNet: {} key heads, {} value heads of {} {order}, convolution over {} of {} channels; state per sequence and layer {} floats = convolution {} + recurrent {}, {} in all), {} full attention (sigmoid-gated output{rope})",
                 ssm.n_k_heads,
                 ssm.n_v_heads,
                 ssm.d_state,
@@ -263,7 +273,6 @@ impl<'a> Model<'a> {
                 ssm.state_len(),
                 human_bytes((state * n_rec * 4) as u64, 1),
                 hp.n_layer as usize - n_rec,
-                hp.rope.sections,
             );
         }
     }

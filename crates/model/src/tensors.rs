@@ -147,27 +147,109 @@ pub enum Attn<'a> {
     Gdn(GdnTensors<'a>),
 }
 
-/// The tensors of a Gated DeltaNet linear-attention layer, as llama.cpp's qwen35moe loader
-/// shapes them (ggml order: columns first).
+/// The tensors of a Gated DeltaNet linear-attention layer, as llama.cpp's qwen35moe and
+/// qwen3next loaders shape them (ggml order: columns first).
 #[derive(Debug, Clone, Copy)]
 pub struct GdnTensors<'a> {
-    /// `attn_qkv` {n_embd, 2 key_dim + value_dim}: the queries, keys and values before the
-    /// convolution.
-    pub qkv: Tensor<'a>,
-    /// `attn_gate` {n_embd, value_dim}: the output gate (z).
-    pub gate: Tensor<'a>,
+    /// The projection of the queries, keys and values before the convolution, and of the
+    /// output gate (z).
+    pub input: GdnInput<'a>,
     /// `ssm_conv1d` {d_conv, channels}: the causal convolution's weights.
     pub conv1d: Tensor<'a>,
     /// `ssm_dt.bias` {value heads}: added to alpha before the softplus.
     pub dt_bias: Tensor<'a>,
     /// `ssm_a` {value heads}: the decay rates (-exp(A_log)).
     pub a: Tensor<'a>,
-    /// `ssm_beta` {n_embd, value heads}: the write strengths (through a sigmoid).
-    pub beta: Tensor<'a>,
-    /// `ssm_alpha` {n_embd, value heads}: the decay inputs.
-    pub alpha: Tensor<'a>,
+    /// The projections of beta (the write strengths, through a sigmoid) and alpha (the decay
+    /// inputs).
+    pub beta_alpha: GdnBetaAlpha<'a>,
     /// `ssm_norm` {head size}: the output's RMSNorm weights.
     pub norm: Tensor<'a>,
+}
+
+/// How a Gated DeltaNet layer stores its input projections.
+#[derive(Debug, Clone, Copy)]
+pub enum GdnInput<'a> {
+    /// `attn_qkv` {n_embd, 2 key_dim + value_dim} (all queries, all keys, all values) and
+    /// `attn_gate` {n_embd, value_dim}.
+    Split {
+        /// `attn_qkv`.
+        qkv: Tensor<'a>,
+        /// `attn_gate`.
+        gate: Tensor<'a>,
+    },
+    /// `ssm_in` {n_embd, 2 key_dim + 2 value_dim} (Qwen3-Next files of the first converter):
+    /// for each key head in turn, its query, its key, the values and the gates of its value
+    /// heads.
+    Grouped(Tensor<'a>),
+}
+
+/// How a Gated DeltaNet layer stores its beta and alpha projections.
+#[derive(Debug, Clone, Copy)]
+pub enum GdnBetaAlpha<'a> {
+    /// `ssm_beta` and `ssm_alpha`, each {n_embd, value heads}.
+    Split {
+        /// `ssm_beta`.
+        beta: Tensor<'a>,
+        /// `ssm_alpha`.
+        alpha: Tensor<'a>,
+    },
+    /// `ssm_ba` {n_embd, 2 value heads} (Qwen3-Next): for each key head in turn, the betas of
+    /// its value heads, then their alphas.
+    Grouped(Tensor<'a>),
+}
+
+impl<'a> GdnInput<'a> {
+    /// `attn_qkv`, or the grouped `ssm_in`.
+    pub fn qkv_or_grouped(&self) -> Tensor<'a> {
+        match *self {
+            GdnInput::Split { qkv, .. } => qkv,
+            GdnInput::Grouped(t) => t,
+        }
+    }
+
+    /// `attn_gate` (`None` where the gates are in `ssm_in`).
+    pub fn gate(&self) -> Option<Tensor<'a>> {
+        match *self {
+            GdnInput::Split { gate, .. } => Some(gate),
+            GdnInput::Grouped(_) => None,
+        }
+    }
+}
+
+impl<'a> GdnBetaAlpha<'a> {
+    /// `ssm_beta`, or the grouped `ssm_ba`.
+    pub fn beta_or_grouped(&self) -> Tensor<'a> {
+        match *self {
+            GdnBetaAlpha::Split { beta, .. } => beta,
+            GdnBetaAlpha::Grouped(t) => t,
+        }
+    }
+
+    /// `ssm_alpha` (`None` where the alphas are in `ssm_ba`).
+    pub fn alpha(&self) -> Option<Tensor<'a>> {
+        match *self {
+            GdnBetaAlpha::Split { alpha, .. } => Some(alpha),
+            GdnBetaAlpha::Grouped(_) => None,
+        }
+    }
+}
+
+impl<'a> GdnTensors<'a> {
+    /// Every tensor of the layer's linear attention (its output projection is the layer's).
+    pub fn tensors(&self) -> Vec<Tensor<'a>> {
+        let mut v = match self.input {
+            GdnInput::Split { qkv, gate } => vec![qkv, gate],
+            GdnInput::Grouped(t) => vec![t],
+        };
+        v.extend([self.conv1d, self.dt_bias, self.a]);
+        match self.beta_alpha {
+            GdnBetaAlpha::Split { beta, alpha } => v.extend([beta, alpha]),
+            GdnBetaAlpha::Grouped(t) => v.push(t),
+        }
+        v.push(self.norm);
+        v
+    }
 }
 
 /// The q, k and v projections of multi-head attention.
@@ -273,9 +355,7 @@ impl Attn<'_> {
                 }
                 v
             }
-            Attn::Gdn(g) => vec![
-                g.qkv, g.gate, g.conv1d, g.dt_bias, g.a, g.beta, g.alpha, g.norm,
-            ],
+            Attn::Gdn(g) => g.tensors(),
         }
     }
 }

@@ -547,6 +547,15 @@ fn fixture_variant(
             }
         }
     }
+    // a reshaped name the file does not have is added (zeros in F32)
+    for (name, dims) in reshape {
+        if src.tensor(name).is_none() {
+            let n: u64 = dims.iter().product();
+            let bytes = vec![0u8; GgmlType::F32.row_bytes(n).unwrap() as usize];
+            w.add_tensor((*name).to_owned(), dims, GgmlType::F32, bytes)
+                .unwrap();
+        }
+    }
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("g.gguf");
     w.write_to_path(&p).unwrap();
@@ -1135,4 +1144,147 @@ fn bailingmoe2_refusals_name_the_key_or_tensor() {
         load(&[key], &[]).map(|_| ()).unwrap_err(),
         ModelError::MissingKey(key.into())
     );
+}
+
+#[test]
+fn the_qwen3next_models_group_value_heads_by_key_head() {
+    use model::{GdnBetaAlpha, GdnInput};
+    let dir = moe_dir();
+    for (key, wtype, exps_type) in [
+        ("qwen3next", "f32", GgmlType::F32),
+        ("qwen3next", "q8_0", GgmlType::Q8_0),
+        ("qwen3next", "q4_k_m", GgmlType::Q4_K),
+        ("qwen3next-legacy", "f32", GgmlType::F32),
+        ("qwen3next-legacy", "q8_0", GgmlType::Q8_0),
+    ] {
+        let path = model_path(&dir, &format!("{key}-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "qwen3next", "{what}");
+        assert!(hp.features.gdn_grouped_heads, "{what}");
+        // plain NEOX rope over 16 of the 64 dims of a head
+        assert!(!hp.features.imrope, "{what}");
+        assert_eq!(hp.features.rope_type, RopeType::Neox, "{what}");
+        assert_eq!((hp.rope.n_rot, hp.head_dim_k), (16, 64), "{what}");
+        assert_eq!((hp.n_layer, hp.n_layer_nextn), (4, 1), "{what}");
+        assert_eq!(hp.recurrent, vec![true, true, true, false, false], "{what}");
+        let ssm = hp.ssm.as_ref().expect("ssm sizes");
+        assert_eq!(
+            (ssm.d_conv, ssm.d_state, ssm.n_k_heads, ssm.n_v_heads),
+            (4, 64, 2, 4),
+            "{what}"
+        );
+        assert_eq!(hp.n_embd_q(3), 512, "{what}");
+        assert_eq!(hp.n_ff_shexp_at(0), 256, "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            match (&layer.attn, il) {
+                (Attn::Gdn(g), 0..=2) => {
+                    let legacy = key == "qwen3next-legacy";
+                    match g.input {
+                        GdnInput::Grouped(t) => {
+                            assert!(legacy, "{what}");
+                            assert_eq!(t.name, format!("blk.{il}.ssm_in.weight"));
+                            assert_eq!(t.dims, vec![256, 768], "{what}");
+                        }
+                        GdnInput::Split { qkv, .. } => {
+                            assert!(!legacy, "{what}");
+                            assert_eq!(qkv.dims, vec![256, 512], "{what}");
+                        }
+                    }
+                    let GdnBetaAlpha::Grouped(ba) = g.beta_alpha else {
+                        panic!("{what}: layer {il} has split beta and alpha")
+                    };
+                    assert_eq!(ba.dims, vec![256, 8], "{what}");
+                }
+                (Attn::Mha(a), 3) => assert!(a.q_norm.is_some() && a.k_norm.is_some()),
+                _ => panic!("{what}: layer {il} has the wrong attention"),
+            }
+            let Ffn::Moe(moe) = &layer.ffn else {
+                panic!("{what}: layer {il} dense")
+            };
+            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert!(moe.shared.as_ref().is_some_and(|s| s.gate_inp.is_some()));
+        }
+        // the NextN layer: full attention, never run by decoding
+        assert_eq!(m.tensors.nextn.len(), 1, "{what}");
+        assert!(m.tensors.nextn[0].block.mha().is_some(), "{what}");
+        let s = m.summary();
+        assert!(s.contains("4 value heads of 64 grouped by key head"), "{s}");
+        assert!(!s.contains("IMRoPE"), "{s}");
+        let r = refs_dir().join(format!("{key}-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn qwen3next_refusals_name_the_key_or_tensor() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |file: &str, drop: &[&str], reshape: &[(&str, Vec<u64>)]| {
+        let (_d, p) = fixture_variant(&dir, file, drop, reshape, &[]);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|_| ()).unwrap_err()
+    };
+    for (file, name) in [
+        ("qwen3next-f32.gguf", "blk.0.ssm_ba.weight"),
+        ("qwen3next-f32.gguf", "blk.1.attn_gate.weight"),
+        ("qwen3next-f32.gguf", "blk.3.attn_q_norm.weight"),
+        ("qwen3next-f32.gguf", "blk.4.nextn.enorm.weight"),
+        ("qwen3next-legacy-f32.gguf", "blk.2.ssm_ba.weight"),
+    ] {
+        assert_eq!(
+            load(file, &[name], &[]),
+            ModelError::MissingTensor(name.into()),
+            "{file}"
+        );
+    }
+    // neither layout's input projection: the current converter's is named
+    assert_eq!(
+        load("qwen3next-legacy-f32.gguf", &["blk.0.ssm_in.weight"], &[]),
+        ModelError::MissingTensor("blk.0.attn_qkv.weight".into())
+    );
+    for (file, name, dims) in [
+        ("qwen3next-f32.gguf", "blk.0.ssm_ba.weight", vec![256, 4]),
+        (
+            "qwen3next-legacy-f32.gguf",
+            "blk.1.ssm_in.weight",
+            vec![256, 512],
+        ),
+        (
+            "qwen3next-f32.gguf",
+            "blk.2.attn_qkv.weight",
+            vec![256, 768],
+        ),
+    ] {
+        let e = load(file, &[], &[(name, dims)]);
+        assert!(
+            matches!(&e, ModelError::BadShape { name: n, .. } if n == name),
+            "{e}"
+        );
+    }
+    // both layouts at once: attn_qkv is taken, as llama.cpp does, and ssm_in is left unused
+    let e = load(
+        "qwen3next-f32.gguf",
+        &[],
+        &[("blk.0.ssm_in.weight", vec![256, 768])],
+    );
+    assert!(
+        matches!(&e, ModelError::UnusedTensors { names, .. } if names == &["blk.0.ssm_in.weight"]),
+        "{e}"
+    );
+    // split beta and alpha are qwen35moe's layout, not qwen3next's
+    let e = load(
+        "qwen3next-f32.gguf",
+        &[],
+        &[("blk.0.ssm_beta.weight", vec![256, 4])],
+    );
+    assert!(matches!(&e, ModelError::UnusedTensors { .. }), "{e}");
+    for key in ["qwen3next.ssm.group_count", "qwen3next.ssm.time_step_rank"] {
+        assert_eq!(
+            load("qwen3next-f32.gguf", &[key], &[]),
+            ModelError::MissingKey(key.into())
+        );
+    }
 }

@@ -69,6 +69,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "minimax-q4_k_m.gguf",
         "smallthinker-q4_k_m.gguf",
         "bailingmoe2-q8_0.gguf",
+        "qwen3next-q8_0.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;
@@ -787,7 +788,11 @@ fn ngram_speculation_stops_at_a_full_context_as_decoding_does() {
 /// Where a one-token pass cannot be matched row by row, `--ngram` is refused at load.
 #[test]
 fn ngram_speculation_is_refused_where_rows_are_not_exact() {
-    for model in ["deepseek2-q8_0.gguf", "qwen35moe-f32.gguf"] {
+    for model in [
+        "deepseek2-q8_0.gguf",
+        "qwen35moe-f32.gguf",
+        "qwen3next-f32.gguf",
+    ] {
         let mut cfg = config(moe(model));
         cfg.spec = Some(runtime::spec::Spec::Ngram(Default::default()));
         let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");

@@ -29,12 +29,14 @@ fn chat_config_of(model: &str) -> RunConfig {
 
 /// The models the context-reuse tests run on: one with a KV cache of keys and values, one
 /// with multi-head latent attention, whose cache holds keys only (deepseek2, DeepSeek V3.1's
-/// template), and a hybrid whose linear-attention layers hold a recurrent state instead of
-/// KV cells (qwen35moe: going back goes through the state kept at the last call's start).
-const CONTEXT_MODELS: [&str; 3] = [
+/// template), and two hybrids whose linear-attention layers hold a recurrent state instead of
+/// KV cells (qwen35moe, and qwen3next with its value heads grouped by key head: going back
+/// goes through the state kept at the last call's start).
+const CONTEXT_MODELS: [&str; 4] = [
     "qwen3moe-q4_k_m.gguf",
     "deepseek2-q8_0.gguf",
     "qwen35moe-q8_0.gguf",
+    "qwen3next-q8_0.gguf",
 ];
 
 fn session() -> Session {

@@ -122,6 +122,14 @@ pub enum Like {
     /// experts of width 1024 (shared 1024), n_embd 4096, 32 query / 4 KV heads of 128
     /// (102,889,705,216 parameters, the published checkpoint's count to the last one).
     LingFlash20,
+    /// Qwen3-Next-80B-A3B (and Qwen3-Coder-Next, the same shape): qwen3next, 48 layers of
+    /// which every fourth attends fully (16 query / 2 KV heads of 256 with an output gate,
+    /// NEOX rope over 64 dims) and the rest are Gated DeltaNet linear attention (16 key / 32
+    /// value heads of 128 grouped by key head, convolution over 4, the published files'
+    /// `ssm_in` and `ssm_ba`), 512 experts (top-10) of width 512 plus a gated shared expert of
+    /// 512, n_embd 2048, vocabulary 151936 (Qwen2.5 tokenizer). 48.41 GB at Q4_K_M, as Qwen's
+    /// own file (48.4 GB).
+    Qwen3Next80bA3b,
 }
 
 /// What a preset has beyond the common shape that no other preset has.
@@ -238,9 +246,15 @@ struct HybridShape {
     v_heads: u64,
     head: u64,
     conv: u64,
-    /// Rotated dims of the full-attention heads and the IMRoPE sections.
+    /// Rotated dims of the full-attention heads and the IMRoPE sections (qwen35moe; `None`:
+    /// plain NEOX rope, qwen3next).
     rope_dims: u64,
-    sections: [u32; 4],
+    sections: Option<[u32; 4]>,
+    /// Qwen3-Next's linear layers as its published files hold them: beta and alpha in one
+    /// `ssm_ba`, queries, keys, values and gates in one `ssm_in` (both grouped
+    /// by key head, the first converter's layout); else qwen35moe's `attn_qkv`, `attn_gate`,
+    /// `ssm_beta` and `ssm_alpha`.
+    grouped: bool,
     /// Width of the shared expert.
     shexp: u64,
 }
@@ -278,7 +292,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 16] = [
+    pub const ALL: [Like; 17] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -295,6 +309,7 @@ impl Like {
         Like::SmallThinker21bA3b,
         Like::LingMini20,
         Like::LingFlash20,
+        Like::Qwen3Next80bA3b,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -316,6 +331,7 @@ impl Like {
             Like::SmallThinker21bA3b => "smallthinker-21b-a3b",
             Like::LingMini20 => "ling-mini-2.0",
             Like::LingFlash20 => "ling-flash-2.0",
+            Like::Qwen3Next80bA3b => "qwen3-next-80b-a3b",
         }
     }
 
@@ -417,6 +433,14 @@ impl Like {
             Like::LingFlash20 => {
                 "Ling-flash-2.0: bailingmoe2 as Ling-mini-2.0 with 32 layers (the first dense, \
                  width 9216), experts of width 1024, n_embd 4096, 32 query / 4 KV heads of 128"
+            }
+            Like::Qwen3Next80bA3b => {
+                "Qwen3-Next-80B-A3B / Qwen3-Coder-Next: qwen3next, 48 layers: 36 Gated DeltaNet \
+                 linear-attention layers (16 key / 32 value heads of 128 grouped by key head, \
+                 convolution over 4, the published files' ssm_in and ssm_ba) and every fourth \
+                 full attention (16 query / 2 KV heads of 256, sigmoid output gate, NEOX rope \
+                 over 64 dims), 512 experts (top-10) of width 512 plus a gated shared expert of 512, \
+                 n_embd 2048, vocabulary 151936 (Qwen2.5 tokenizer)"
             }
         }
     }
@@ -658,7 +682,8 @@ impl Like {
                     head: 128,
                     conv: 4,
                     rope_dims: 64,
-                    sections: [11, 11, 10, 0],
+                    sections: Some([11, 11, 10, 0]),
+                    grouped: false,
                     shexp: 512,
                 }),
                 gemma: None,
@@ -843,6 +868,28 @@ impl Like {
                 n_ff_exp: 1024,
                 n_ff: 9216,
                 ..Like::LingMini20.shape()
+            },
+            Like::Qwen3Next80bA3b => Shape {
+                arch: "qwen3next",
+                title: "Qwen3-Next-80B-A3B",
+                n_layer: 48,
+                n_expert: 512,
+                n_expert_used: 10,
+                n_ff: 5120,
+                n_vocab: 151_936,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                hybrid: Some(HybridShape {
+                    interval: 4,
+                    k_heads: 16,
+                    v_heads: 32,
+                    head: 128,
+                    conv: 4,
+                    rope_dims: 64,
+                    sections: None,
+                    grouped: true,
+                    shexp: 512,
+                }),
+                ..Like::Qwen36_35bA3b.shape()
             },
         }
     }
@@ -1216,8 +1263,12 @@ fn hybrid_layer(v: &mut Vec<Planned>, s: &Shape, h: HybridShape, il: u32) {
     if !(il + 1).is_multiple_of(h.interval) {
         let (kd, vd) = (h.k_heads * h.head, h.v_heads * h.head);
         let ch = 2 * kd + vd;
-        v.push(t(p("attn_qkv"), &[e, ch], Role::Weight));
-        v.push(t(p("attn_gate"), &[e, vd], Role::Weight));
+        if h.grouped {
+            v.push(t(p("ssm_in"), &[e, ch + vd], Role::Weight));
+        } else {
+            v.push(t(p("attn_qkv"), &[e, ch], Role::Weight));
+            v.push(t(p("attn_gate"), &[e, vd], Role::Weight));
+        }
         v.push(t(p("ssm_conv1d"), &[h.conv, ch], Role::Small(0.2)));
         v.push(t(
             format!("blk.{il}.ssm_dt.bias"),
@@ -1226,8 +1277,12 @@ fn hybrid_layer(v: &mut Vec<Planned>, s: &Shape, h: HybridShape, il: u32) {
         ));
         // decay exp(softplus(alpha) · a): about 0.7 per token for alpha near 0
         v.push(t(format!("blk.{il}.ssm_a"), &[h.v_heads], Role::Fill(-0.5)));
-        v.push(t(p("ssm_beta"), &[e, h.v_heads], Role::Weight));
-        v.push(t(p("ssm_alpha"), &[e, h.v_heads], Role::Weight));
+        if h.grouped {
+            v.push(t(p("ssm_ba"), &[e, 2 * h.v_heads], Role::Weight));
+        } else {
+            v.push(t(p("ssm_beta"), &[e, h.v_heads], Role::Weight));
+            v.push(t(p("ssm_alpha"), &[e, h.v_heads], Role::Weight));
+        }
         v.push(t(p("ssm_norm"), &[h.head], Role::Norm));
         v.push(t(p("ssm_out"), &[vd, e], Role::Weight));
     } else {
@@ -1968,10 +2023,12 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         meta.push((a("rope.dimension_count"), Value::U32(dims as u32)));
     }
     if let Some(h) = s.hybrid {
-        meta.push((
-            a("rope.dimension_sections"),
-            Value::Array(ArrayValue::I32(h.sections.map(|x| x as i32).to_vec())),
-        ));
+        if let Some(sections) = h.sections {
+            meta.push((
+                a("rope.dimension_sections"),
+                Value::Array(ArrayValue::I32(sections.map(|x| x as i32).to_vec())),
+            ));
+        }
         meta.push((a("full_attention_interval"), Value::U32(h.interval)));
         meta.push((a("ssm.conv_kernel"), Value::U32(h.conv as u32)));
         meta.push((a("ssm.state_size"), Value::U32(h.head as u32)));

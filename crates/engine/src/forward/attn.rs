@@ -4,7 +4,7 @@
 //! [`mla_absorbed_attention`]), the Gated DeltaNet linear attention ([`gdn_attention`]), and
 //! the rotary embedding's configuration.
 
-use model::{HParams, QkNorm, RopeType};
+use model::{HParams, QkNorm, RopeType, Ssm};
 
 use super::state::RecState;
 use super::weights::{AttnW, GdnW, LayerW, MhaW, MlaKvBW, MlaW};
@@ -201,11 +201,12 @@ fn mha_attend(
 }
 
 /// The Gated DeltaNet block of linear-attention layer `st.il` over the chunk's rows, as
-/// llama.cpp's qwen35moe graph: norm; the qkv, gate (z), beta and alpha projections; the
-/// causal convolution continuing from the layer's state, SiLU; L2 norm of the query and key
-/// heads; the gated delta rule (`beta` through a sigmoid, decay gate `softplus(alpha +
-/// dt_bias) · a`) updating the state; RMSNorm of each output head times `silu(z)`; `ssm_out`
-/// (the layer's `wo`) and the residual added into `s.x`.
+/// llama.cpp's qwen35moe and qwen3next graphs: norm; the qkv, gate (z), beta and alpha
+/// projections; the causal convolution continuing from the layer's state, SiLU; L2 norm of the
+/// query and key heads; the gated delta rule (`beta` through a sigmoid, decay gate
+/// `softplus(alpha + dt_bias) · a`, each value head reading the key head that
+/// `gdn_grouped_heads` of the features names) updating the state; RMSNorm of each output head
+/// times `silu(z)`; `ssm_out` (the layer's `wo`) and the residual added into `s.x`.
 pub(super) fn gdn_attention(
     st: Stage<'_, '_>,
     lw: &LayerW<'_>,
@@ -224,7 +225,7 @@ pub(super) fn gdn_attention(
     let eps = hp.rms_eps;
 
     attn_input(st, lw, s);
-    gdn_projections(st, g, hv, s)?;
+    gdn_projections(st, g, m, s)?;
     st.emit("linear_attn_qkv_mixed", &s.gdn_qkv[..n * ch]);
     ops::causal_conv(
         &s.gdn_qkv[..n * ch],
@@ -258,6 +259,11 @@ pub(super) fn gdn_attention(
         &s.gdn_g[..n * hv],
         &s.gdn_b[..n * hv],
         (d, hk, hv),
+        if hp.features.gdn_grouped_heads {
+            ops::KeyHeads::Grouped
+        } else {
+            ops::KeyHeads::Tiled
+        },
         &mut s.att[..n * vd],
     );
     st.emit("attn_output", &s.att[..n * vd]);
@@ -287,58 +293,146 @@ pub(super) fn gdn_attention(
 }
 
 /// The Gated DeltaNet's projections of the normed rows `s.cur`: qkv (`s.gdn_qkv`), the output
-/// gate z (`s.gdn_z`), beta through a sigmoid (`s.gdn_b`, by way of `s.gdn_conv`) and the
-/// decay gate `softplus(alpha + dt_bias) · a` (`s.gdn_g`) of the `hv` value heads.
+/// gate z (`s.gdn_z`), beta through a sigmoid (`s.gdn_b`) and the decay gate
+/// `softplus(alpha + dt_bias) · a` (`s.gdn_g`) of the value heads. Projections stored grouped
+/// by key head (`ssm_in`, `ssm_ba`) are multiplied whole, as llama.cpp does, and their rows
+/// then put in the split projections' order (copies: the same values).
 fn gdn_projections(
     st: Stage<'_, '_>,
     g: &GdnW<'_>,
-    hv: usize,
+    m: &Ssm,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
     let (n, pool) = (st.n, st.pool);
-    mm(
-        pool,
-        &g.qkv,
-        g.qkv.data,
-        &s.cur,
-        n,
-        &mut s.gdn_qkv,
-        &mut s.qbuf,
-    )?;
-    mm(
-        pool,
-        &g.gate,
-        g.gate.data,
-        &s.cur,
-        n,
-        &mut s.gdn_z,
-        &mut s.qbuf,
-    )?;
-    mm(
-        pool,
-        &g.beta,
-        g.beta.data,
-        &s.cur,
-        n,
-        &mut s.gdn_conv,
-        &mut s.qbuf,
-    )?;
-    ops::sigmoid(&s.gdn_conv[..n * hv], &mut s.gdn_b[..n * hv]);
-    mm(
-        pool,
-        &g.alpha,
-        g.alpha.data,
-        &s.cur,
-        n,
-        &mut s.gdn_g,
-        &mut s.qbuf,
-    )?;
+    let dims = (
+        m.d_state as usize,
+        m.n_k_heads as usize,
+        m.n_v_heads as usize,
+    );
+    let (d, hk, hv) = dims;
+    let (ch, vd) = (2 * d * hk + d * hv, d * hv);
+    match &g.gate {
+        Some(gate) => {
+            mm(
+                pool,
+                &g.qkv,
+                g.qkv.data,
+                &s.cur,
+                n,
+                &mut s.gdn_qkv,
+                &mut s.qbuf,
+            )?;
+            mm(pool, gate, gate.data, &s.cur, n, &mut s.gdn_z, &mut s.qbuf)?;
+        }
+        None => {
+            // ssm_in: queries, keys, values and gates grouped by key head
+            grow(&mut s.gdn_in, n * (ch + vd));
+            mm(
+                pool,
+                &g.qkv,
+                g.qkv.data,
+                &s.cur,
+                n,
+                &mut s.gdn_in,
+                &mut s.qbuf,
+            )?;
+            ungroup_qkvz(
+                &s.gdn_in[..n * (ch + vd)],
+                dims,
+                &mut s.gdn_qkv[..n * ch],
+                &mut s.gdn_z[..n * vd],
+            );
+        }
+    }
+    match &g.alpha {
+        Some(alpha) => {
+            mm(
+                pool,
+                &g.beta,
+                g.beta.data,
+                &s.cur,
+                n,
+                &mut s.gdn_g,
+                &mut s.qbuf,
+            )?;
+            ops::sigmoid(&s.gdn_g[..n * hv], &mut s.gdn_b[..n * hv]);
+            mm(
+                pool,
+                alpha,
+                alpha.data,
+                &s.cur,
+                n,
+                &mut s.gdn_g,
+                &mut s.qbuf,
+            )?;
+        }
+        None => {
+            // ssm_ba: betas and alphas grouped by key head
+            grow(&mut s.gdn_in, n * 2 * hv);
+            mm(
+                pool,
+                &g.beta,
+                g.beta.data,
+                &s.cur,
+                n,
+                &mut s.gdn_in,
+                &mut s.qbuf,
+            )?;
+            let ba = &s.gdn_in[..n * 2 * hv];
+            ungroup_ba(ba, (hk, hv), false, &mut s.gdn_g[..n * hv]);
+            ops::sigmoid(&s.gdn_g[..n * hv], &mut s.gdn_b[..n * hv]);
+            ungroup_ba(ba, (hk, hv), true, &mut s.gdn_g[..n * hv]);
+        }
+    }
     for row in s.gdn_g[..n * hv].chunks_exact_mut(hv) {
         for ((x, &dt), &a) in row.iter_mut().zip(&g.dt_bias).zip(&g.a) {
             *x = ops::softplus(*x + dt) * a;
         }
     }
     Ok(())
+}
+
+/// Grows `buf` to at least `len` values (a scratch buffer only some models need).
+fn grow(buf: &mut Vec<f32>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+}
+
+/// The rows of `ssm_in`'s product (per token, for each key head: its query, its key, then the
+/// values and the gates of its `n_v / n_k` value heads) in the split projections' order: all
+/// queries, all keys, all values into `qkv`, all gates into `z`, as llama.cpp's views and
+/// concatenations of the legacy layout give them.
+fn ungroup_qkvz(x: &[f32], (d, n_k, n_v): (usize, usize, usize), qkv: &mut [f32], z: &mut [f32]) {
+    let (kd, vd) = (d * n_k, d * n_v);
+    let vg = vd / n_k; // the values (and gates) of one key head
+    let group = 2 * d + 2 * vg;
+    let ch = 2 * kd + vd;
+    for ((xt, qt), zt) in x
+        .chunks_exact(n_k * group)
+        .zip(qkv.chunks_exact_mut(ch))
+        .zip(z.chunks_exact_mut(vd))
+    {
+        for (gi, xg) in xt.chunks_exact(group).enumerate() {
+            qt[gi * d..(gi + 1) * d].copy_from_slice(&xg[..d]);
+            qt[kd + gi * d..kd + (gi + 1) * d].copy_from_slice(&xg[d..2 * d]);
+            qt[2 * kd + gi * vg..2 * kd + (gi + 1) * vg].copy_from_slice(&xg[2 * d..2 * d + vg]);
+            zt[gi * vg..(gi + 1) * vg].copy_from_slice(&xg[2 * d + vg..]);
+        }
+    }
+}
+
+/// The betas (`alphas` false) or the alphas of `ssm_ba`'s product (per token, for each key
+/// head: the betas of its value heads, then their alphas) into `out`, one per value head in
+/// order.
+fn ungroup_ba(x: &[f32], (n_k, n_v): (usize, usize), alphas: bool, out: &mut [f32]) {
+    let r = n_v / n_k;
+    let off = if alphas { r } else { 0 };
+    for (xt, ot) in x.chunks_exact(2 * n_v).zip(out.chunks_exact_mut(n_v)) {
+        for (xg, og) in xt.chunks_exact(2 * r).zip(ot.chunks_exact_mut(r)) {
+            og.copy_from_slice(&xg[off..off + r]);
+        }
+    }
 }
 
 /// Multi-head attention's queries, keys and values of the normed rows `s.cur` into `s.q`,
@@ -619,5 +713,72 @@ fn mla_qkv(
             s.q[..n * qw].copy_from_slice(&s.qraw[..n * qw]);
             Ok(false)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ssm_in`'s rows, grouped by key head, come out as llama.cpp's views and concatenations
+    /// of the legacy layout order them.
+    #[test]
+    fn grouped_qkvz_rows_take_the_split_order() {
+        // head size 2, 2 key heads of 2 value heads each, 2 tokens; each value names its
+        // token (hundreds), part (tens: q 1, k 2, v 3, z 4), key head and position
+        let (d, n_k, n_v) = (2, 2, 4);
+        let vg = d * n_v / n_k;
+        let mut x = Vec::new();
+        for t in 0..2 {
+            for g in 0..n_k {
+                for (part, len) in [(1, d), (2, d), (3, vg), (4, vg)] {
+                    for i in 0..len {
+                        x.push((100 * t + 10 * part + 4 * g + i) as f32);
+                    }
+                }
+            }
+        }
+        let ch = 2 * d * n_k + d * n_v;
+        let mut qkv = vec![0f32; 2 * ch];
+        let mut z = vec![0f32; 2 * d * n_v];
+        ungroup_qkvz(&x, (d, n_k, n_v), &mut qkv, &mut z);
+        let row = |t: usize, parts: &[(usize, usize)]| -> Vec<f32> {
+            let mut v = Vec::new();
+            for &(part, len) in parts {
+                for g in 0..n_k {
+                    for i in 0..len {
+                        v.push((100 * t + 10 * part + 4 * g + i) as f32);
+                    }
+                }
+            }
+            v
+        };
+        for t in 0..2 {
+            assert_eq!(
+                qkv[t * ch..(t + 1) * ch],
+                row(t, &[(1, d), (2, d), (3, vg)])
+            );
+            assert_eq!(z[t * d * n_v..(t + 1) * d * n_v], row(t, &[(4, vg)]));
+        }
+    }
+
+    /// `ssm_ba`'s rows: per key head the betas of its value heads, then their alphas.
+    #[test]
+    fn grouped_beta_alpha_rows_take_the_value_head_order() {
+        // 2 key heads of 3 value heads, 2 tokens
+        let x = [
+            1., 2., 3., -1., -2., -3., 4., 5., 6., -4., -5., -6., //
+            11., 12., 13., -11., -12., -13., 14., 15., 16., -14., -15., -16.,
+        ];
+        let mut out = [0f32; 12];
+        ungroup_ba(&x, (2, 6), false, &mut out);
+        assert_eq!(out, [1., 2., 3., 4., 5., 6., 11., 12., 13., 14., 15., 16.]);
+        ungroup_ba(&x, (2, 6), true, &mut out);
+        assert_eq!(
+            out,
+            [
+                -1., -2., -3., -4., -5., -6., -11., -12., -13., -14., -15., -16.
+            ]
+        );
     }
 }

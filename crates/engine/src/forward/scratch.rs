@@ -76,6 +76,9 @@ pub(super) struct Scratch {
     pub(super) gdn_z: Vec<f32>,
     pub(super) gdn_b: Vec<f32>,
     pub(super) gdn_g: Vec<f32>,
+    /// The product of a projection stored grouped by key head (`ssm_in`, `ssm_ba`), before its
+    /// rows are put in order; grown on first use.
+    pub(super) gdn_in: Vec<f32>,
 }
 
 impl Scratch {
@@ -160,6 +163,7 @@ impl Scratch {
             gdn_z: vec![0.0; ub * g_vd],
             gdn_b: vec![0.0; ub * g_hv],
             gdn_g: vec![0.0; ub * g_hv],
+            gdn_in: Vec::new(),
         }
     }
 }

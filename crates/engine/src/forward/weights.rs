@@ -157,10 +157,16 @@ pub(crate) enum AttnW<'a> {
 /// A Gated DeltaNet layer's projections and its small tensors as f32 (see
 /// `model::GdnTensors`; the output projection is the layer's `wo`).
 pub(crate) struct GdnW<'a> {
+    /// `attn_qkv`; or, where `gate` is `None`, `ssm_in` (per key head its query, key, values
+    /// and gates).
     pub qkv: Mat<'a>,
-    pub gate: Mat<'a>,
+    /// `attn_gate`.
+    pub gate: Option<Mat<'a>>,
+    /// `ssm_beta`; or, where `alpha` is `None`, `ssm_ba` (per key head the betas, then the
+    /// alphas of its value heads).
     pub beta: Mat<'a>,
-    pub alpha: Mat<'a>,
+    /// `ssm_alpha`.
+    pub alpha: Option<Mat<'a>>,
     /// `{d_conv, channels}`: each channel's `d_conv` weights, oldest input first.
     pub conv1d: Vec<f32>,
     pub dt_bias: Vec<f32>,
@@ -353,7 +359,9 @@ fn layer_mats<'m, 'a>(l: &'m mut LayerW<'a>) -> Vec<&'m mut Mat<'a>> {
         }
         AttnW::Gdn(g) => {
             let g = &mut **g;
-            v.extend([&mut g.qkv, &mut g.gate, &mut g.beta, &mut g.alpha]);
+            v.extend([&mut g.qkv, &mut g.beta]);
+            v.extend(g.gate.as_mut());
+            v.extend(g.alpha.as_mut());
         }
     }
     v.push(&mut l.wo);
@@ -709,10 +717,18 @@ fn attn_w<'a>(
         })),
         Attn::Mla(a) => AttnW::Mla(Box::new(mla_w(model, kernels, il, a)?)),
         Attn::Gdn(g) => AttnW::Gdn(Box::new(GdnW {
-            qkv: mat(model, kernels, g.qkv, 1)?,
-            gate: mat(model, kernels, g.gate, 1)?,
-            beta: mat(model, kernels, g.beta, 1)?,
-            alpha: mat(model, kernels, g.alpha, 1)?,
+            qkv: mat(model, kernels, g.input.qkv_or_grouped(), 1)?,
+            gate: g
+                .input
+                .gate()
+                .map(|t| mat(model, kernels, t, 1))
+                .transpose()?,
+            beta: mat(model, kernels, g.beta_alpha.beta_or_grouped(), 1)?,
+            alpha: g
+                .beta_alpha
+                .alpha()
+                .map(|t| mat(model, kernels, t, 1))
+                .transpose()?,
             conv1d: vector(model, g.conv1d)?,
             dt_bias: vector(model, g.dt_bias)?,
             a: vector(model, g.a)?,

@@ -7,7 +7,31 @@
 //! (`m[j·d + i]` is `S[i][j]`), each token scales it by `exp(g)`, reads `S·k` with ggml's
 //! `vec_dot_f32` (in the layout of llama.cpp's build for this architecture, [`F32Dot`]),
 //! writes `k · delta[j]` into row `j` with a fused multiply-add per element (ggml's
-//! `vec_mad_f32`), and reads the output `S·q` scaled by `1/sqrt(d)`. Value head `h` reads query and key head `h mod n_k_heads`, as ggml's op does.
+//! `vec_mad_f32`), and reads the output `S·q` scaled by `1/sqrt(d)`. Value head `h` reads the
+//! query and key head [`KeyHeads`] names: `h mod n_k_heads` as ggml's op broadcasts them
+//! (Qwen3.5), or `h / (n_v_heads / n_k_heads)` as Qwen3-Next's graph repeats them.
+
+/// Which query and key head a value head reads when there are fewer key heads than value
+/// heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHeads {
+    /// Value head `h` reads key head `h mod n_k` (ggml's broadcast: the key heads tiled).
+    Tiled,
+    /// Value head `h` reads key head `h / (n_v / n_k)` (each key head's value heads
+    /// together: `ggml_repeat_4d` of the key heads over a new inner dimension).
+    Grouped,
+}
+
+impl KeyHeads {
+    /// The key head of value head `h`, of `n_v` value heads over `n_k` key heads.
+    #[inline]
+    pub fn of(self, h: usize, n_k: usize, n_v: usize) -> usize {
+        match self {
+            KeyHeads::Tiled => h % n_k,
+            KeyHeads::Grouped => h / (n_v / n_k),
+        }
+    }
+}
 
 /// The L2 norm of each row of `n` values, in place, as ggml's `l2_norm`: the squares (f32)
 /// summed in f64, `scale = 1 / max(sqrt(sum), eps)` in f32, every value times `scale`.
@@ -86,7 +110,7 @@ pub fn causal_conv(
 
 /// The gated delta rule over `n` tokens for `n_v` value heads of size `d`, with the state
 /// `state` (`n_v` matrices of `d × d`, transposed as ggml keeps them) updated in place:
-/// for each token and head `h` (query and key head `h mod n_k`):
+/// for each token and head `h` (query and key head `heads.of(h, n_k, n_v)`):
 /// `S ·= exp(g)`, `delta = (v − Sᵀk) · beta`, `S += k ⊗ delta`, `out = (Sᵀq) / sqrt(d)`.
 ///
 /// `q`, `k`: `[n][n_k][d]`; `v`, `out`: `[n][n_v][d]`; `g`, `beta`: `[n][n_v]`.
@@ -102,6 +126,7 @@ pub fn gated_delta_rule(
     g: &[f32],
     beta: &[f32],
     (d, n_k, n_v): (usize, usize, usize),
+    heads: KeyHeads,
     out: &mut [f32],
 ) {
     let n = g.len() / n_v.max(1);
@@ -120,10 +145,10 @@ pub fn gated_delta_rule(
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         // SAFETY: AVX2 and FMA were detected on this CPU just above.
-        unsafe { rule_fma(state, q, k, v, g, beta, (d, n_k, n_v), out) };
+        unsafe { rule_fma(state, q, k, v, g, beta, (d, n_k, n_v), heads, out) };
         return;
     }
-    rule(state, q, k, v, g, beta, (d, n_k, n_v), out);
+    rule(state, q, k, v, g, beta, (d, n_k, n_v), heads, out);
 }
 
 /// [`rule`] compiled with FMA enabled, so `mul_add` is one instruction instead of a library
@@ -139,9 +164,10 @@ fn rule_fma(
     g: &[f32],
     beta: &[f32],
     dims: (usize, usize, usize),
+    heads: KeyHeads,
     out: &mut [f32],
 ) {
-    rule(state, q, k, v, g, beta, dims, out);
+    rule(state, q, k, v, g, beta, dims, heads, out);
 }
 
 /// ggml's `vec_dot_f32` as llama.cpp's build for this architecture sums it: on x86 the AVX2
@@ -193,13 +219,14 @@ pub fn rule(
     g: &[f32],
     beta: &[f32],
     (d, n_k, n_v): (usize, usize, usize),
+    heads: KeyHeads,
     out: &mut [f32],
 ) {
     let n = g.len() / n_v;
     let scale = 1.0 / (d as f32).sqrt();
     let dot = F32Dot::detect();
     for h in 0..n_v {
-        let hk = h % n_k;
+        let hk = heads.of(h, n_k, n_v);
         let m = &mut state[h * d * d..(h + 1) * d * d];
         for t in 0..n {
             let qt = &q[(t * n_k + hk) * d..(t * n_k + hk + 1) * d];
@@ -232,6 +259,75 @@ mod tests {
     /// The rule against a plain f64 evaluation of the same recurrence (state not transposed).
     #[test]
     fn delta_rule_matches_f64_recurrence() {
+        for heads in [KeyHeads::Tiled, KeyHeads::Grouped] {
+            delta_rule_matches_f64_recurrence_with(heads);
+        }
+    }
+
+    /// Grouped key heads give the bits of the rule over keys repeated to one per value head
+    /// (llama.cpp's qwen3next graph repeats them so before its op).
+    #[test]
+    fn grouped_key_heads_are_the_rule_over_repeated_keys() {
+        let (d, n_k, n_v, n) = (8, 2, 6, 3);
+        let r = n_v / n_k;
+        let mut seed = 11u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+        };
+        let q: Vec<f32> = (0..n * n_k * d).map(|_| rnd()).collect();
+        let k: Vec<f32> = (0..n * n_k * d).map(|_| rnd()).collect();
+        let v: Vec<f32> = (0..n * n_v * d).map(|_| rnd()).collect();
+        let g: Vec<f32> = (0..n * n_v).map(|_| rnd() - 0.3).collect();
+        let beta: Vec<f32> = (0..n * n_v).map(|_| rnd() + 0.5).collect();
+        let state0: Vec<f32> = (0..n_v * d * d).map(|_| rnd()).collect();
+        // value head h = key head h / r, as ggml_repeat_4d over a new inner dimension
+        let repeat = |x: &[f32]| -> Vec<f32> {
+            (0..n * n_v)
+                .flat_map(|th| {
+                    let (t, h) = (th / n_v, th % n_v);
+                    let hk = h / r;
+                    x[(t * n_k + hk) * d..(t * n_k + hk + 1) * d].to_vec()
+                })
+                .collect()
+        };
+        let (qr, kr) = (repeat(&q), repeat(&k));
+        let mut s_grouped = state0.clone();
+        let mut out_grouped = vec![0f32; n * n_v * d];
+        gated_delta_rule(
+            &mut s_grouped,
+            &q,
+            &k,
+            &v,
+            &g,
+            &beta,
+            (d, n_k, n_v),
+            KeyHeads::Grouped,
+            &mut out_grouped,
+        );
+        for heads in [KeyHeads::Tiled, KeyHeads::Grouped] {
+            let mut s_rep = state0.clone();
+            let mut out_rep = vec![0f32; n * n_v * d];
+            // with as many key heads as value heads both maps are the identity
+            rule(
+                &mut s_rep,
+                &qr,
+                &kr,
+                &v,
+                &g,
+                &beta,
+                (d, n_v, n_v),
+                heads,
+                &mut out_rep,
+            );
+            assert_eq!(out_grouped, out_rep);
+            assert_eq!(s_grouped, s_rep);
+        }
+    }
+
+    fn delta_rule_matches_f64_recurrence_with(heads: KeyHeads) {
         let (d, n_k, n_v, n) = (8, 2, 4, 5);
         let mut seed = 7u64;
         let mut rnd = || {
@@ -256,10 +352,23 @@ mod tests {
             }
         }
         let mut out = vec![0f32; n * n_v * d];
-        gated_delta_rule(&mut state, &q, &k, &v, &g, &beta, (d, n_k, n_v), &mut out);
+        gated_delta_rule(
+            &mut state,
+            &q,
+            &k,
+            &v,
+            &g,
+            &beta,
+            (d, n_k, n_v),
+            heads,
+            &mut out,
+        );
         for t in 0..n {
             for h in 0..n_v {
-                let hk = h % n_k;
+                let hk = match heads {
+                    KeyHeads::Tiled => h % n_k,
+                    KeyHeads::Grouped => h / (n_v / n_k),
+                };
                 let s = &mut s64[h * d * d..(h + 1) * d * d];
                 let decay = f64::from(g[t * n_v + h]).exp();
                 s.iter_mut().for_each(|x| *x *= decay);

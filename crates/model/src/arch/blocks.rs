@@ -6,8 +6,8 @@ use crate::arch::SharedExperts;
 use crate::error::ModelError;
 use crate::params::{HParams, Mla, Ssm};
 use crate::tensors::{
-    Attn, DenseFfn, Ffn, GdnTensors, LayerTensors, Loader, MhaTensors, MlaKvB, MlaQuery,
-    MlaTensors, MoeBiases, MoeFfn, SharedExpert, Tensor,
+    Attn, DenseFfn, Ffn, GdnBetaAlpha, GdnInput, GdnTensors, LayerTensors, Loader, MhaTensors,
+    MlaKvB, MlaQuery, MlaTensors, MoeBiases, MoeFfn, SharedExpert, Tensor,
 };
 
 /// Whether a tensor is looked for.
@@ -400,32 +400,65 @@ pub(crate) fn mla<'a>(
     })
 }
 
-/// The tensors of linear-attention layer `il`.
+/// Where a Gated DeltaNet layer's projections may be stored besides `attn_qkv`, `attn_gate`,
+/// `ssm_beta` and `ssm_alpha`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GdnLayout {
+    /// `ssm_in` (queries, keys, values and gates grouped by key head) is taken where the file
+    /// has no `attn_qkv`.
+    pub(crate) grouped_input: bool,
+    /// Beta and alpha are one `ssm_ba` (grouped by key head), required.
+    pub(crate) grouped_beta_alpha: bool,
+}
+
+impl GdnLayout {
+    /// Qwen3.5's: the split projections only.
+    pub(crate) const SPLIT: GdnLayout = GdnLayout {
+        grouped_input: false,
+        grouped_beta_alpha: false,
+    };
+}
+
+/// The tensors of linear-attention layer `il`, stored as `layout` allows.
 pub(crate) fn gdn<'a>(
     ld: &mut Loader<'a>,
     ssm: &Ssm,
     n_embd: u64,
     il: usize,
+    layout: GdnLayout,
 ) -> Result<GdnTensors<'a>, ModelError> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let hv = u64::from(ssm.n_v_heads);
+    let (ch, vd) = (u64::from(ssm.conv_channels()), u64::from(ssm.value_dim()));
+    // as llama.cpp: attn_qkv, when present, is taken (and ssm_in is then left unused); with
+    // neither, the current converter's attn_qkv is the one named missing
+    let grouped =
+        layout.grouped_input && !ld.exists(&n("attn_qkv.weight")) && ld.exists(&n("ssm_in.weight"));
+    let input = if grouped {
+        GdnInput::Grouped(ld.req(&n("ssm_in.weight"), &[n_embd, ch + vd])?)
+    } else {
+        GdnInput::Split {
+            qkv: ld.req(&n("attn_qkv.weight"), &[n_embd, ch])?,
+            gate: ld.req(&n("attn_gate.weight"), &[n_embd, vd])?,
+        }
+    };
+    let conv1d = ld.req(&n("ssm_conv1d.weight"), &[u64::from(ssm.d_conv), ch])?;
+    let dt_bias = ld.req(&n("ssm_dt.bias"), &[hv])?;
+    let a = ld.req(&n("ssm_a"), &[hv])?;
+    let beta_alpha = if layout.grouped_beta_alpha {
+        GdnBetaAlpha::Grouped(ld.req(&n("ssm_ba.weight"), &[n_embd, 2 * hv])?)
+    } else {
+        GdnBetaAlpha::Split {
+            beta: ld.req(&n("ssm_beta.weight"), &[n_embd, hv])?,
+            alpha: ld.req(&n("ssm_alpha.weight"), &[n_embd, hv])?,
+        }
+    };
     Ok(GdnTensors {
-        qkv: ld.req(
-            &n("attn_qkv.weight"),
-            &[n_embd, u64::from(ssm.conv_channels())],
-        )?,
-        gate: ld.req(
-            &n("attn_gate.weight"),
-            &[n_embd, u64::from(ssm.value_dim())],
-        )?,
-        conv1d: ld.req(
-            &n("ssm_conv1d.weight"),
-            &[u64::from(ssm.d_conv), u64::from(ssm.conv_channels())],
-        )?,
-        dt_bias: ld.req(&n("ssm_dt.bias"), &[hv])?,
-        a: ld.req(&n("ssm_a"), &[hv])?,
-        beta: ld.req(&n("ssm_beta.weight"), &[n_embd, hv])?,
-        alpha: ld.req(&n("ssm_alpha.weight"), &[n_embd, hv])?,
+        input,
+        conv1d,
+        dt_bias,
+        a,
+        beta_alpha,
         norm: ld.req(&n("ssm_norm.weight"), &[u64::from(ssm.d_state)])?,
     })
 }

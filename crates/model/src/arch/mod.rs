@@ -143,6 +143,7 @@ registry![
     minimax_m2,
     smallthinker,
     bailingmoe2,
+    qwen3next,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -258,6 +259,11 @@ pub struct Features {
     /// attention norm) instead of the FFN's normed input (SmallThinker): the layer's experts
     /// are known before its attention runs.
     pub router_reads_layer_input: bool,
+    /// Which query and key head a Gated DeltaNet value head reads when there are fewer key
+    /// heads than value heads: true where each key head's value heads are stored together
+    /// (Qwen3-Next: value head `h` reads key head `h / (n_v_heads / n_k_heads)`), false where
+    /// they are stored tiled (Qwen3.5, whose converter reorders them: `h mod n_k_heads`).
+    pub gdn_grouped_heads: bool,
 }
 
 impl Features {
@@ -280,6 +286,7 @@ impl Features {
         mlp_beside_experts: false,
         late_row_pick: false,
         router_reads_layer_input: false,
+        gdn_grouped_heads: false,
     };
 }
 

@@ -6,7 +6,7 @@ use crate::kv::Kv;
 use crate::params::HParams;
 use crate::tensors::{Attn, LayerTensors, Loader};
 
-use super::blocks::{self, LayerRules, MoeRules};
+use super::blocks::{self, GdnLayout, LayerRules, MoeRules};
 use super::keys::{self, ExpertRules};
 use super::{ArchDef, Features, QkNorm, SharedExperts};
 
@@ -63,7 +63,13 @@ impl ArchDef for Def {
     ) -> Result<LayerTensors<'a>, ModelError> {
         blocks::layer(ld, hp, il, &self.layer_rules(), |ld| match &hp.ssm {
             Some(ssm) if hp.is_recurrent(il) => {
-                Ok(Attn::Gdn(blocks::gdn(ld, ssm, u64::from(hp.n_embd), il)?))
+                Ok(Attn::Gdn(blocks::gdn(
+                ld,
+                ssm,
+                u64::from(hp.n_embd),
+                il,
+                GdnLayout::SPLIT,
+            )?))
             }
             _ => Ok(Attn::Mha(blocks::mha(ld, hp, il, false)?)),
         })
