@@ -143,6 +143,7 @@ registry![
     minimax_m2,
     smallthinker,
     bailingmoe2,
+    llama4,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -258,6 +259,13 @@ pub struct Features {
     /// attention norm) instead of the FFN's normed input (SmallThinker): the layer's experts
     /// are known before its attention runs.
     pub router_reads_layer_input: bool,
+    /// True when the sliding-window layers attend through chunks instead (llama.cpp's
+    /// `LLAMA_SWA_TYPE_CHUNKED`, Llama 4): a query at position `p` sees the keys from
+    /// `(p / n_swa) · n_swa` to `p`, its own chunk of `n_swa` positions.
+    pub swa_chunked: bool,
+    /// True when each routed expert's input is the FFN input times the expert's routing
+    /// weight, and the experts' outputs are summed unweighted (Llama 4's `weight_before_ffn`).
+    pub expert_weights_before_ffn: bool,
 }
 
 impl Features {
@@ -280,6 +288,8 @@ impl Features {
         mlp_beside_experts: false,
         late_row_pick: false,
         router_reads_layer_input: false,
+        swa_chunked: false,
+        expert_weights_before_ffn: false,
     };
 }
 
@@ -292,6 +302,9 @@ pub enum ExpertGating {
     SoftmaxSelected,
     /// Element-wise sigmoid of the logits, then the top-k probabilities.
     Sigmoid,
+    /// The top-k of the raw logits, weighted by their sigmoid (Llama 4: the same choice as
+    /// [`ExpertGating::Sigmoid`] but for ties the sigmoid's rounding makes).
+    SigmoidRankLogits,
 }
 
 impl ExpertGating {
@@ -311,6 +324,7 @@ impl ExpertGating {
             ExpertGating::Softmax => "softmax",
             ExpertGating::SoftmaxSelected => "top-k logits, softmax over the selected",
             ExpertGating::Sigmoid => "sigmoid",
+            ExpertGating::SigmoidRankLogits => "top-k logits, sigmoid weights",
         }
     }
 }
@@ -330,6 +344,8 @@ pub enum SharedExperts {
     /// being `expert_shared_feed_forward_length` where it is non-zero, else the routed
     /// experts' width; the same width in every MoE layer (bailingmoe2).
     CountedKeyed,
+    /// One ungated SwiGLU as wide as the layer's routed experts (llama4).
+    One,
 }
 
 /// The gated activation of the feed-forward blocks.
