@@ -59,6 +59,12 @@ weight types:
                ReLU-gated experts, sigmoid routing renormalised; a
                sliding window (4096 in llama.cpp) on layers 1-2, layer 0
                full attention without rope (NoPE); F32 and Q8_0
+    llama4     16 experts, top-1: Llama 4's layout: every other layer   vocabulary: qwen2.5
+               MoE (raw-logit choice, the sigmoid weight applied to the
+               expert's input, an ungated shared expert), the others
+               dense; chunked attention with a weightless q/k norm after
+               NORM rope (with rope_freqs) on layers 0-2, layer 3 NoPE
+               with the attention temperature; F32 and Q8_0
     bailingmoe2 16 experts, top-4: Ling 2.0's layout: q/k/v in one fused   vocabulary: qwen2.5 +
                attn_qkv, q/k RMSNorm per head, NEOX rope over half of     Ling's specials
                each head, a leading dense layer, sigmoid routing with a
@@ -440,6 +446,19 @@ MODELS = {
     # selection bias and group-limited routing (4 groups, best 2), renormalised and scaled by
     # 2.5, one shared expert; NextN layer 3 with its layer_output_norm (llama.cpp keeps it
     # without running it).
+    # Llama 4's layout (llama4, Llama-4-Scout's) at a small size: four layers, NORM rope with
+    # rope_freqs divisors; llama.cpp runs layers 0-2 in chunks of 8192 positions (longer than
+    # any prompt here) with a weightless RMS norm of the rotated q/k heads, and layer 3 (every
+    # fourth from 3) without rope, attending fully, its queries scaled by the attention
+    # temperature (1 below position 8191); interleave_moe_layer_step 2: layers 1 and 3 have 16
+    # experts top-1 chosen on the raw logits, each expert's input times the sigmoid weight, and
+    # an ungated shared expert as wide as the experts; layers 0 and 2 a dense FFN of 512.
+    "llama4": dict(
+        arch="llama4", vocab="qwen2.5", seed=1017, n_layer=4, n_embd=256,
+        n_head=4, n_head_kv=2, head_dim=64, n_expert=16, n_expert_used=1, n_ff_exp=256,
+        n_ff_dense=512, moe_step=2, tied=False, rope_base=500_000.0, rms_eps=1e-5,
+        wtypes=("f32", "q8_0"),
+    ),
     "bailingmoe2": dict(
         arch="bailingmoe2", vocab="qwen2.5-ling", seed=1015, n_layer=3, n_nextn=1, n_embd=256,
         n_head=4, n_head_kv=2, head_dim=64, n_rot=32, n_expert=16, n_expert_used=4,
@@ -702,6 +721,43 @@ def make_weights_glm4moe(cfg, n_vocab):
         lead_moe_nextn(w, p, il, cfg, lin, norm, bias, selection_bias=True)
     w["output_norm.weight"] = norm(e)
     w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
+def make_weights_llama4(cfg, n_vocab):
+    """The llama4 layout (llama.cpp's LLM_ARCH_LLAMA4), in a fixed order like
+    make_weights: a global rope_freqs, then per layer attention, and a dense FFN or the
+    router, the experts and the shared expert (every moe_step-th layer)."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff, fd = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_dense"]
+    lin, norm, _ = draws(rng)
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    w["rope_freqs.weight"] = (1.0 + 3.0 * rng.random(hd // 2)).astype(np.float32)
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        w[p + "attn_q.weight"] = lin(nq, e)
+        w[p + "attn_k.weight"] = lin(nkv, e)
+        w[p + "attn_v.weight"] = lin(nkv, e)
+        w[p + "attn_output.weight"] = lin(e, nq)
+        w[p + "ffn_norm.weight"] = norm(e)
+        if (il + 1) % cfg["moe_step"] != 0:
+            w[p + "ffn_gate.weight"] = lin(fd, e)
+            w[p + "ffn_up.weight"] = lin(fd, e)
+            w[p + "ffn_down.weight"] = lin(e, fd)
+            continue
+        w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+        w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+        w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+        w[p + "ffn_gate_shexp.weight"] = lin(ff, e)
+        w[p + "ffn_up_shexp.weight"] = lin(ff, e)
+        w[p + "ffn_down_shexp.weight"] = lin(e, ff)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, cfg.get("output_scale", 4.0))
     return w
 
 
@@ -1047,12 +1103,14 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_expert_used_count(cfg["n_expert_used"])
     if arch in (
         "qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe",
-        "qwen3vlmoe", "minimax-m2", "smallthinker", "bailingmoe2", "qwen3next",
+        "qwen3vlmoe", "minimax-m2", "smallthinker", "bailingmoe2", "qwen3next", "llama4",
     ):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     if arch == "smallthinker":
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
         w.add_sliding_window(cfg["sliding_window"])
+    if arch == "llama4":
+        w.add_interleave_moe_layer_step(cfg["moe_step"])
     if arch == "minimax-m2":
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if arch == "qwen3vlmoe":
@@ -1161,6 +1219,7 @@ def main():
             "qwen35moe": make_weights_qwen35moe,
             "qwen3next": make_weights_qwen3next,
             "bailingmoe2": make_weights_bailingmoe2,
+            "llama4": make_weights_llama4,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         if cfg.get("fused_gate_up"):

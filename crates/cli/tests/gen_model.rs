@@ -658,3 +658,44 @@ fn quant_offers_only_the_mixes_gen_model_fills() {
         plan(&["--like", "olmoe-1b-7b", "--layers", "1", "--quant", t]);
     }
 }
+
+#[test]
+fn llama4_plans_interleave_dense_and_moe_layers_with_a_shared_expert() {
+    // Scout: every layer MoE (13 tensors: 2 norms, q/k/v/o, router, 3 experts, 3 shared),
+    // the embeddings, the output, its norm and the rope divisors
+    let (data, layers, rows) = plan(&["--like", "llama-4-scout-17b-16e"]);
+    assert_eq!(rows.len(), 48 * 13 + 4);
+    assert_eq!(layers.len(), 48);
+    assert!(rows.iter().any(|r| r.3 == "rope_freqs.weight"));
+    // one expert: gate and up Q4_K (8192 rows of 5120: 20 blocks of 144 bytes), down Q4_K or
+    // Q6_K (5120 rows of 8192: 32 blocks of 144 or 210 bytes)
+    let gate_up = 2 * 8192 * 20 * 144;
+    let (down_q4, down_q6) = (5120 * 32 * 144, 5120 * 32 * 210);
+    for (l, (x, _)) in &layers {
+        assert!(
+            *x == gate_up + down_q4 || *x == gate_up + down_q6,
+            "layer {l}: {x}"
+        );
+    }
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+    // Maverick: MoE on every other layer from layer 1 (128 experts), the others dense of
+    // 16384 (9 tensors), no rope divisors
+    let (_, layers, rows) = plan(&["--like", "llama-4-maverick-17b-128e"]);
+    assert_eq!(rows.len(), 24 * 13 + 24 * 9 + 3);
+    assert!(!rows.iter().any(|r| r.3 == "rope_freqs.weight"));
+    for (l, (x, _)) in &layers {
+        if l % 2 == 0 {
+            assert_eq!(*x, 0, "layer {l}");
+            assert!(
+                rows.iter()
+                    .any(|r| r.3 == format!("blk.{l}.ffn_gate.weight"))
+            );
+        } else {
+            assert!(
+                *x == gate_up + down_q4 || *x == gate_up + down_q6,
+                "layer {l}: {x}"
+            );
+        }
+    }
+}

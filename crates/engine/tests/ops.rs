@@ -516,6 +516,71 @@ fn route_ties_keep_index_order() {
     assert!((w[0] - 0.5).abs() < 1e-7);
 }
 
+/// Llama 4's routing ranks the raw logits and weights the chosen by their sigmoid: the same
+/// choice as sigmoid gating where the sigmoids differ, the larger logit where they round to
+/// the same f32 (both 1 here, where sigmoid gating keeps the lower index).
+#[test]
+fn route_sigmoid_weights_ranked_on_the_logits() {
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let logits = [0.5f32, 2.0, -1.0, 1.5, 0.0, 1.9, -3.0, 0.7];
+    let (ids, w) = ops::route(&logits, 3, false, 0.0, Gating::SigmoidRankLogits);
+    assert_eq!(ids, ops::top_k_desc(&logits, 3));
+    assert!(max_abs_diff(&w, &[sig(2.0), sig(1.9), sig(1.5)]) < 1e-6);
+    let (sig_ids, sig_w) = ops::route(&logits, 3, false, 0.0, Gating::Sigmoid);
+    assert_eq!((&ids, bits(&w)), (&sig_ids, bits(&sig_w)));
+    let saturated = [20.0f32, 30.0, 0.0, -1.0];
+    let (ids, w) = ops::route(&saturated, 1, false, 0.0, Gating::SigmoidRankLogits);
+    assert_eq!(ids, vec![1]);
+    assert_eq!(w[0], 1.0);
+    let (ids, _) = ops::route(&saturated, 1, false, 0.0, Gating::Sigmoid);
+    assert_eq!(ids, vec![0]);
+    // a replayed choice gets the same weights
+    let mut fixed = vec![0f32; 3];
+    let chosen = ops::top_k_desc(&logits, 3);
+    ops::route_fixed_into(
+        &logits,
+        &chosen,
+        false,
+        0.0,
+        Gating::SigmoidRankLogits,
+        &mut ops::RouteScratch::default(),
+        &mut fixed,
+    );
+    assert_eq!(bits(&fixed), bits(&sig_w));
+}
+
+/// Llama 4's attention temperature: 1 up to the position before the first step of
+/// `floor_scale` (less the offset), then `ln(steps + 1) · scale + 1` (f64, rounded to f32).
+#[test]
+fn attention_temperature_steps_with_the_position() {
+    let t = model::AttnTemp {
+        floor_scale: 8192,
+        scale: 0.1,
+        offset: 1.0,
+    };
+    let want = |steps: f64| (steps.ln_1p() * 0.1f32 as f64 + 1.0) as f32;
+    for (pos, steps) in [
+        (0, 0.0),
+        (5, 0.0),
+        (8190, 0.0),
+        (8191, 1.0),
+        (16382, 1.0),
+        (16383, 2.0),
+        (100_000, 12.0),
+    ] {
+        assert_eq!(
+            ops::attn_temp_factor(&t, pos),
+            want(steps),
+            "position {pos}"
+        );
+    }
+    assert_eq!(ops::attn_temp_factor(&t, 10), 1.0);
+    let mut q = vec![1.5f32, -2.0, 0.25];
+    let k = ops::attn_temp_factor(&t, 8191);
+    ops::scale_inplace(&mut q, k);
+    assert_eq!(bits(&q), bits(&[1.5 * k, -2.0 * k, 0.25 * k]));
+}
+
 // ---------- attention ----------
 
 /// Naive f64 attention on the given (already rounded, if needed) values: every cell visible,
@@ -712,6 +777,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
     ] {
         let extras = ops::AttnExtras {
             window: win,
+            chunk: None,
             sinks: sk,
             batch_end: None,
             batch_tokens: None,
@@ -760,6 +826,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
     let (mut a, mut b) = (vec![0f32; q.len()], vec![0f32; q.len()]);
     let wide = ops::AttnExtras {
         window: Some(1000),
+        chunk: None,
         sinks: None,
         batch_end: None,
         batch_tokens: None,
@@ -770,6 +837,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
     // wrong sink count and an empty window are refused
     let bad = ops::AttnExtras {
         window: None,
+        chunk: None,
         sinks: Some(&sinks[..3]),
         batch_end: None,
         batch_tokens: None,
@@ -780,6 +848,7 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
     );
     let zero = ops::AttnExtras {
         window: Some(0),
+        chunk: None,
         sinks: None,
         batch_end: None,
         batch_tokens: None,
@@ -788,6 +857,83 @@ fn attention_with_sliding_window_and_sinks_matches_naive() {
         ops::attend_batch_with(&pool, &q, &cache, 0, p0, n_tok, n_head, scale, zero, &mut a)
             .is_err()
     );
+}
+
+/// Chunked attention (Llama 4): a query at position `p` sees its own chunk's cells
+/// `(p / c) · c ..= p` only, in a batch that crosses a chunk boundary and token by token; the
+/// bits equal a sliding window that starts at the chunk, and a chunk of 0 is refused.
+#[test]
+fn attention_in_chunks_matches_naive() {
+    let pool = ThreadPool::new(2).unwrap();
+    let (n_head, n_kv, hd, n_ctx) = (4, 2, 64, 64);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let n = 40;
+    let ks: Vec<Vec<f32>> = (0..n)
+        .map(|t| rand_vec(500 + t as u64, n_kv * hd, 2.0))
+        .collect();
+    let vs: Vec<Vec<f32>> = (0..n)
+        .map(|t| rand_vec(5000 + t as u64, n_kv * hd, 1.0))
+        .collect();
+    {
+        let ty = KvType::F32;
+        let mut cache = KvCache::new(ty, 1, n_ctx, n_kv, hd).unwrap();
+        for t in 0..n {
+            cache.store(0, t, &ks[t], &vs[t]).unwrap();
+        }
+        let (ks_c, vs_c) = (&ks, &vs);
+        let (chunk, p0, n_tok) = (8, 29, 6);
+        let q = rand_vec(79, n_tok * n_head * hd, 2.0);
+        let extras = ops::AttnExtras {
+            chunk: Some(chunk),
+            ..ops::AttnExtras::default()
+        };
+        let mut batch = vec![0f32; q.len()];
+        ops::attend_batch_with(
+            &pool, &q, &cache, 0, p0, n_tok, n_head, scale, extras, &mut batch,
+        )
+        .unwrap();
+        for i in 0..n_tok {
+            let pos = p0 + i;
+            let first = pos / chunk * chunk;
+            assert_eq!(extras.first_visible(pos + 1), first);
+            let qi = &q[i * n_head * hd..(i + 1) * n_head * hd];
+            let window = Window {
+                first,
+                sinks: None,
+                round_p: false,
+            };
+            let want = attn_ref_window(qi, ks_c, vs_c, n_head, n_kv, hd, pos + 1, scale, window);
+            let got = &batch[i * n_head * hd..(i + 1) * n_head * hd];
+            let err = max_abs_diff(got, &want);
+            assert!(err < 2e-6, "{ty:?} position {pos}: {err:e}");
+            // one token alone: the same bits as a window reaching back to its chunk's start
+            let (mut one, mut win) = (vec![0f32; n_head * hd], vec![0f32; n_head * hd]);
+            ops::attend_batch_with(
+                &pool, qi, &cache, 0, pos, 1, n_head, scale, extras, &mut one,
+            )
+            .unwrap();
+            let as_window = ops::AttnExtras {
+                window: Some(pos - first + 1),
+                ..ops::AttnExtras::default()
+            };
+            ops::attend_batch_with(
+                &pool, qi, &cache, 0, pos, 1, n_head, scale, as_window, &mut win,
+            )
+            .unwrap();
+            assert_eq!(bits(&one), bits(&win), "{ty:?} position {pos}");
+            assert!(max_abs_diff(&one, &want) < 2e-6);
+        }
+        let zero = ops::AttnExtras {
+            chunk: Some(0),
+            ..ops::AttnExtras::default()
+        };
+        assert!(
+            ops::attend_batch_with(
+                &pool, &q, &cache, 0, p0, n_tok, n_head, scale, zero, &mut batch
+            )
+            .is_err()
+        );
+    }
 }
 
 #[test]

@@ -24,7 +24,9 @@ pub use arch::{
 };
 pub use error::ModelError;
 pub use model::{Model, arch_of, human_bytes};
-pub use params::{HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Ssm};
+pub use params::{
+    AttnTemp, HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Ssm,
+};
 pub use rope::{Rope, RopeScalingType};
 pub use tensors::{
     Attn, DenseFfn, ExpertSlice, Ffn, GdnBetaAlpha, GdnInput, GdnTensors, GemmaLayer, GemmaMoe,

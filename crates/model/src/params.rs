@@ -87,6 +87,18 @@ impl Mla {
 
 /// The sizes of the Gated DeltaNet (linear attention) layers of a hybrid stack (qwen35moe), as
 /// llama.cpp reads them from the `ssm.*` keys.
+/// Attention temperature tuning (llama4's NoPE layers): the queries of the token at position
+/// `p` are multiplied by `ln(floor((p + offset) / floor_scale) + 1) · scale + 1`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemp {
+    /// Positions per step of the factor (llama.cpp's `n_attn_temp_floor_scale`, > 0).
+    pub floor_scale: u32,
+    /// `f_attn_temp_scale`.
+    pub scale: f32,
+    /// `f_attn_temp_offset`: added to the position first.
+    pub offset: f32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ssm {
     /// Width of the causal convolution (`ssm.conv_kernel`).
@@ -202,6 +214,14 @@ pub struct HParams {
     /// Per layer: true when the layer's attention has no rotary embedding (NoPE: SmallThinker's
     /// full-attention layers); empty or false: rope as [`HParams::rope`] says.
     pub nope_layers: Vec<bool>,
+    /// `interleave_moe_layer_step` (llama4): of the layers past the leading dense ones, only
+    /// those with `(il + 1) % step == 0` have experts; 0: all of them.
+    pub moe_layer_step: u32,
+    /// Attention temperature tuning of the NoPE layers (llama4), else `None`.
+    pub attn_temp: Option<AttnTemp>,
+    /// True when the rope layers' queries and keys are RMS-normalised per head without
+    /// weights after the rope, with `rms_eps` (llama4's `use_kq_norm`, its L2 norm).
+    pub qk_norm_plain_rope: bool,
     /// Multi-head latent attention (deepseek2), else `None`.
     pub mla: Option<Mla>,
     /// Key and value head sizes of the sliding-window layers (`attention.key_length_swa` /
@@ -248,7 +268,7 @@ impl HParams {
 
     /// True when layer `il` has a routed-expert FFN.
     pub fn is_moe_layer(&self, il: usize) -> bool {
-        self.n_expert > 0 && il >= self.n_layer_dense_lead as usize && il < self.n_layer as usize
+        il < self.n_layer as usize && self.stored_layer_has_experts(il)
     }
 
     /// `block_count`: the trunk's layers and the NextN layers after them.
@@ -262,6 +282,7 @@ impl HParams {
         self.n_expert > 0
             && il >= self.n_layer_dense_lead as usize
             && il < self.n_layer_all() as usize
+            && (self.moe_layer_step == 0 || (il + 1).is_multiple_of(self.moe_layer_step as usize))
     }
 
     /// Width of layer `il`'s shared expert (0 without one).
@@ -270,16 +291,15 @@ impl HParams {
             SharedExperts::None => 0,
             SharedExperts::Gated | SharedExperts::CountedKeyed => self.n_ff_shexp,
             SharedExperts::Counted => self.n_ff_exp.at(il) * self.n_expert_shared,
+            SharedExperts::One => self.n_ff_exp.at(il),
         }
     }
 
     /// Number of MoE layers.
     pub fn n_moe_layers(&self) -> u32 {
-        if self.n_expert == 0 {
-            0
-        } else {
-            self.n_layer - self.n_layer_dense_lead
-        }
+        (0..self.n_layer as usize)
+            .filter(|&il| self.is_moe_layer(il))
+            .count() as u32
     }
 
     /// Key head size of layer `il` (the sliding-window layers' own in gemma4).

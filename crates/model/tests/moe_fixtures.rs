@@ -1288,3 +1288,145 @@ fn qwen3next_refusals_name_the_key_or_tensor() {
         );
     }
 }
+
+#[test]
+fn the_llama4_model_interleaves_dense_and_moe_layers_with_chunks_and_nope() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in NEW_TYPES {
+        let path = model_path(&dir, &format!("llama4-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "llama4", "{what}");
+        assert!(hp.features.swa_chunked, "{what}");
+        assert!(hp.features.expert_weights_before_ffn, "{what}");
+        assert_eq!(
+            hp.expert_gating,
+            model::ExpertGating::SigmoidRankLogits,
+            "{what}"
+        );
+        assert!(!hp.expert_weights_norm, "{what}");
+        // llama.cpp's chunk and temperature, whatever the file says
+        assert_eq!(hp.n_swa, 8192, "{what}");
+        assert_eq!(
+            hp.attn_temp,
+            Some(model::AttnTemp {
+                floor_scale: 8192,
+                scale: 0.1,
+                offset: 1.0
+            }),
+            "{what}"
+        );
+        // 16 experts: Scout's q/k norm on the rope layers
+        assert!(hp.qk_norm_plain_rope, "{what}");
+        assert_eq!(
+            (0..4).map(|il| hp.is_swa_layer(il)).collect::<Vec<_>>(),
+            [true, true, true, false]
+        );
+        assert_eq!(
+            (0..4).map(|il| hp.has_rope(il)).collect::<Vec<_>>(),
+            [true, true, true, false]
+        );
+        assert_eq!(hp.moe_layer_step, 2, "{what}");
+        assert_eq!(hp.n_moe_layers(), 2, "{what}");
+        assert!(m.tensors.rope_freqs.is_some(), "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            match &layer.ffn {
+                Ffn::Moe(moe) => {
+                    assert!(il % 2 == 1, "{what}: layer {il} has experts");
+                    assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+                    let sh = moe.shared.as_ref().expect("a shared expert");
+                    assert!(sh.gate_inp.is_none(), "{what}");
+                    assert_eq!(sh.gate.dims, [256, 256], "{what}");
+                }
+                Ffn::Dense(d) => {
+                    assert!(il % 2 == 0, "{what}: layer {il} is dense");
+                    assert_eq!(d.gate.dims, [256, 512], "{what}");
+                }
+            }
+        }
+        let r = refs_dir().join(format!("llama4-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn llama4_keys_and_refusals() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str], kv: &[(&str, gguf::Value)]| {
+        let (_d, p) = fixture_variant(&dir, "llama4-f32.gguf", drop, &[], kv);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|m| m.hparams)
+    };
+    // the file's window does not change llama.cpp's chunk; a pattern of 2 chunks every other
+    // layer, NoPE stays on every fourth
+    let hp = load(
+        &[],
+        &[
+            ("llama4.attention.sliding_window", gguf::Value::U32(16)),
+            (
+                "llama4.attention.sliding_window_pattern",
+                gguf::Value::U32(2),
+            ),
+        ],
+    )
+    .unwrap();
+    assert_eq!(hp.n_swa, 8192);
+    assert_eq!(
+        (0..4).map(|il| hp.is_swa_layer(il)).collect::<Vec<_>>(),
+        [true, false, true, false]
+    );
+    assert_eq!(
+        (0..4).map(|il| hp.has_rope(il)).collect::<Vec<_>>(),
+        [true, true, true, false]
+    );
+    // the routing weights are never renormalised nor scaled, as llama.cpp's graph
+    let hp = load(
+        &[],
+        &[
+            ("llama4.expert_weights_norm", gguf::Value::Bool(true)),
+            ("llama4.expert_weights_scale", gguf::Value::F32(2.0)),
+        ],
+    )
+    .unwrap();
+    assert!(!hp.expert_weights_norm);
+    assert_eq!(hp.expert_weights_scale, 0.0);
+    let key = "llama4.interleave_moe_layer_step";
+    assert_eq!(
+        load(&[key], &[]).map(|_| ()).unwrap_err(),
+        ModelError::MissingKey(key.into())
+    );
+    let e = load(&[], &[(key, gguf::Value::U32(0))])
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::InvalidValue { key: k, .. } if k == key),
+        "{e}"
+    );
+    // a step of 1: every layer needs its experts, and layer 0 has none
+    let e = load(&[], &[(key, gguf::Value::U32(1))])
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.to_string().contains("blk.0.ffn_gate_inp.weight"), "{e}");
+    for (key, v) in [
+        ("llama4.attention.sliding_window", gguf::Value::U32(0)),
+        ("llama4.rope.freq_base_swa", gguf::Value::F32(10_000.0)),
+    ] {
+        let e = load(&[], &[(key, v)]).map(|_| ()).unwrap_err();
+        assert!(
+            matches!(&e, ModelError::Unsupported(m) if m.contains(key)),
+            "{key}: {e}"
+        );
+    }
+    for t in [
+        "blk.1.ffn_gate_inp.weight",
+        "blk.1.ffn_up_shexp.weight",
+        "blk.2.ffn_down.weight",
+        "blk.3.attn_k.weight",
+    ] {
+        let e = load(&[t], &[]).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains(t), "{t}: {e}");
+    }
+}

@@ -70,6 +70,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "smallthinker-q4_k_m.gguf",
         "bailingmoe2-q8_0.gguf",
         "qwen3next-q8_0.gguf",
+        "llama4-q8_0.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;

@@ -130,6 +130,15 @@ pub enum Like {
     /// 512, n_embd 2048, vocabulary 151936 (Qwen2.5 tokenizer). 48.41 GB at Q4_K_M, as Qwen's
     /// own file (48.4 GB).
     Qwen3Next80bA3b,
+    /// Llama-4-Scout-17B-16E: llama4, 48 layers, every one MoE (16 experts of width 8192,
+    /// top-1 on the raw logits, the sigmoid weight on the expert's input, plus an ungated
+    /// shared expert of 8192), n_embd 5120, 40 query / 8 KV heads of 128, chunked attention
+    /// and rope with llama3 divisors on three layers of four, the fourth without rope,
+    /// vocabulary 202048 (filled from the Qwen2.5 tokenizer, padded).
+    Llama4Scout,
+    /// Llama-4-Maverick-17B-128E: as Scout with 128 experts on every other layer (from layer
+    /// 1), the others dense of width 16384, no rope divisors and no q/k norm.
+    Llama4Maverick,
 }
 
 /// What a preset has beyond the common shape that no other preset has.
@@ -162,6 +171,13 @@ enum Extra {
     /// the fourth without rope), sigmoid routing, tied embeddings.
     SmallThinker {
         window: u32,
+    },
+    /// llama4's interleaved MoE layers (`interleave_moe_layer_step`; the others dense of width
+    /// `n_ff`), each MoE layer's shared expert as wide as its experts, and the llama3 rope
+    /// divisors where the model has them (Scout).
+    Llama4 {
+        moe_step: u32,
+        rope_freqs: bool,
     },
 }
 
@@ -292,7 +308,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 17] = [
+    pub const ALL: [Like; 19] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -310,6 +326,8 @@ impl Like {
         Like::LingMini20,
         Like::LingFlash20,
         Like::Qwen3Next80bA3b,
+        Like::Llama4Scout,
+        Like::Llama4Maverick,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -332,6 +350,8 @@ impl Like {
             Like::LingMini20 => "ling-mini-2.0",
             Like::LingFlash20 => "ling-flash-2.0",
             Like::Qwen3Next80bA3b => "qwen3-next-80b-a3b",
+            Like::Llama4Scout => "llama-4-scout-17b-16e",
+            Like::Llama4Maverick => "llama-4-maverick-17b-128e",
         }
     }
 
@@ -441,6 +461,18 @@ impl Like {
                  full attention (16 query / 2 KV heads of 256, sigmoid output gate, NEOX rope \
                  over 64 dims), 512 experts (top-10) of width 512 plus a gated shared expert of 512, \
                  n_embd 2048, vocabulary 151936 (Qwen2.5 tokenizer)"
+            }
+            Like::Llama4Scout => {
+                "Llama-4-Scout-17B-16E: llama4, 48 layers, 16 experts (top-1, sigmoid weight on \
+                 the expert's input) of width 8192 plus a shared expert on every layer, n_embd \
+                 5120, 40 query / 8 KV heads of 128, chunked attention with rope (llama3 \
+                 divisors) on three layers of four, vocabulary 202048 (filled from the Qwen2.5 \
+                 tokenizer, padded); about 65 GB at Q4_K_M: write a --layers cut"
+            }
+            Like::Llama4Maverick => {
+                "Llama-4-Maverick-17B-128E: llama4 as Scout with 128 experts on every other \
+                 layer, the others dense of width 16384; about 230 GB at Q4_K_M: write a \
+                 --layers cut"
             }
         }
     }
@@ -891,6 +923,47 @@ impl Like {
                 }),
                 ..Like::Qwen36_35bA3b.shape()
             },
+            Like::Llama4Scout => Shape {
+                arch: "llama4",
+                title: "Llama-4-Scout-17B-16E",
+                n_layer: 48,
+                n_embd: 5120,
+                n_head: 40,
+                n_head_kv: 8,
+                head_dim: 128,
+                n_expert: 16,
+                n_expert_used: 1,
+                n_ff_exp: 8192,
+                n_ff: 16_384,
+                n_vocab: 202_048,
+                ctx_train: 10_485_760,
+                rope_base: 500_000.0,
+                rms_eps: 1e-5,
+                qk_norm: QkNorm::None,
+                expert_ff_key: true,
+                rope_dims_key: true,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: None,
+                gemma: None,
+                extra: Extra::Llama4 {
+                    moe_step: 1,
+                    rope_freqs: true,
+                },
+                default_quant: FileType::Q4_K_M,
+            },
+            Like::Llama4Maverick => Shape {
+                title: "Llama-4-Maverick-17B-128E",
+                n_expert: 128,
+                ctx_train: 1_048_576,
+                extra: Extra::Llama4 {
+                    moe_step: 2,
+                    rope_freqs: false,
+                },
+                ..Like::Llama4Scout.shape()
+            },
         }
     }
 }
@@ -1058,6 +1131,19 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         // granitemoe's and SmallThinker's released files tie the output to the embeddings
         v.push(t("output.weight".into(), &[e, s.n_vocab], Role::Weight));
     }
+    if let Extra::Llama4 {
+        rope_freqs: true, ..
+    } = s.extra
+    {
+        // the llama3 rope divisors (ones here), one per rotated pair
+        v.push(t(
+            "rope_freqs.weight".into(),
+            &[s.head_dim / 2],
+            Role::RopeFreqs {
+                rotated: s.head_dim / 2,
+            },
+        ));
+    }
     let nextn = s.glm.map_or(0, |g| g.nextn);
     for il in 0..n_layer + nextn {
         let p = |n: &str| format!("blk.{il}.{n}.weight");
@@ -1139,6 +1225,17 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
                     &[x],
                     Role::Small(BIAS_STD),
                 ));
+            }
+            if let Extra::Llama4 { moe_step, .. } = s.extra {
+                if !(il + 1).is_multiple_of(moe_step) {
+                    v.push(t(p("ffn_gate"), &[e, s.n_ff], Role::Weight));
+                    v.push(t(p("ffn_up"), &[e, s.n_ff], Role::Weight));
+                    v.push(t(p("ffn_down"), &[s.n_ff, e], Role::Weight));
+                    continue;
+                }
+                v.push(t(p("ffn_gate_shexp"), &[e, f], Role::Weight));
+                v.push(t(p("ffn_up_shexp"), &[e, f], Role::Weight));
+                v.push(t(p("ffn_down_shexp"), &[f, e], Role::Weight));
             }
         }
         v.push(t(p("ffn_gate_inp"), &[e, s.n_expert], Role::Router));
@@ -2079,6 +2176,9 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             meta.push((a("expert_gating_func"), Value::U32(2)));
             meta.push((a("attention.sliding_window"), Value::U32(window)));
         }
+        Extra::Llama4 { moe_step, .. } => {
+            meta.push((a("interleave_moe_layer_step"), Value::U32(moe_step)));
+        }
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
     meta.push((a("expert_used_count"), Value::U32(s.n_expert_used)));
@@ -2509,10 +2609,15 @@ mod tests {
                 let n = layers.unwrap_or(full.n_layer);
                 assert_eq!(hp.n_layer, n, "{what}");
                 // at least one MoE layer; the leading dense ones as many as the real model's,
-                // at most all but one
+                // at most all but one (llama4: every moe_step-th layer, none in a Maverick cut
+                // of one layer)
                 let dense = full.glm.map_or(0, |g| g.dense_lead.min(n - 1));
                 assert_eq!(hp.n_layer_dense_lead, dense, "{what}");
-                assert_eq!(hp.n_moe_layers(), n - dense, "{what}");
+                let moe = match full.extra {
+                    Extra::Llama4 { moe_step, .. } => n / moe_step,
+                    _ => n - dense,
+                };
+                assert_eq!(hp.n_moe_layers(), moe, "{what}");
                 assert_eq!(m.tensors.layers.len(), n as usize, "{what}");
                 assert_eq!(
                     m.tensors.nextn.len(),

@@ -97,7 +97,7 @@ pub(super) fn attention(
                 Some(r) if hp.is_swa_layer(il) => r,
                 _ => rope,
             };
-            mha_qkv(st, a, rope, s)?;
+            mha_qkv(st, a, rope, p0, s)?;
             None
         }
         AttnW::Mla(a) => mla_qkv(st, a, rope, s)?.then_some(&**a),
@@ -121,8 +121,11 @@ pub(super) fn attention(
             &s.v[t * vw..(t + 1) * vw],
         )?;
     }
+    let swa = hp.is_swa_layer(il).then_some(hp.n_swa as usize);
+    let chunked = hp.features.swa_chunked;
     let extras = ops::AttnExtras {
-        window: hp.is_swa_layer(il).then_some(hp.n_swa as usize),
+        window: swa.filter(|_| !chunked),
+        chunk: swa.filter(|_| chunked),
         sinks: lw.sinks.as_deref(),
         batch_end: None,
         batch_tokens: None,
@@ -435,12 +438,15 @@ fn ungroup_ba(x: &[f32], (n_k, n_v): (usize, usize), alphas: bool, out: &mut [f3
     }
 }
 
-/// Multi-head attention's queries, keys and values of the normed rows `s.cur` into `s.q`,
-/// `s.k` and `s.v`: the projections, their biases, QK-norm and RoPE.
+/// Multi-head attention's queries, keys and values of the normed rows `s.cur` (at positions
+/// `p0..`) into `s.q`, `s.k` and `s.v`: the projections, their biases, QK-norm and RoPE; on a
+/// NoPE layer the attention temperature instead, where the model has one; after the rope the
+/// weightless per-head norm of the queries and keys, where the model has it (Llama 4).
 fn mha_qkv(
     st: Stage<'_, '_>,
     a: &MhaW<'_>,
     rope: &Rope,
+    p0: usize,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
     let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
@@ -488,8 +494,14 @@ fn mha_qkv(
         // a weightless RMS norm of each value head (Gemma 4)
         ops::rms_norm_plain_inplace(v, hd, eps);
     }
-    // RoPE (Gemma 4's sliding-window layers have a rope of their own; NoPE layers none)
+    // RoPE (Gemma 4's sliding-window layers have a rope of their own; NoPE layers none, and
+    // Llama 4's scale their queries by the attention temperature of their position instead)
     if !hp.has_rope(il) {
+        if let Some(temp) = &hp.attn_temp {
+            for (t, row) in q.chunks_exact_mut(qw).enumerate() {
+                ops::scale_inplace(row, ops::attn_temp_factor(temp, p0 + t));
+            }
+        }
         return Ok(());
     }
     let nr = hp.n_rot_at(il) as usize;
@@ -502,6 +514,11 @@ fn mha_qkv(
         let cache = &table[t * nr..(t + 1) * nr];
         rope.apply_cached(&mut q[t * qw..(t + 1) * qw], hd, cache)?;
         rope.apply_cached(&mut k[t * kw..(t + 1) * kw], hd, cache)?;
+    }
+    if hp.qk_norm_plain_rope {
+        // Llama 4's L2 norm of the rotated heads: a weightless RMS norm of each
+        ops::rms_norm_plain_inplace(q, hd, eps);
+        ops::rms_norm_plain_inplace(k, hd, eps);
     }
     Ok(())
 }

@@ -219,7 +219,8 @@ pub(super) fn moe_ffn<'a>(
     if let Some(src) = source {
         src.release(il);
     }
-    weighted_sum(m, n, e, k_used, dropping, s);
+    let before = st.hp.features.expert_weights_before_ffn;
+    weighted_sum(m, (n, e, k_used), dropping, before, s);
     st.emit("ffn_moe_out", &s.moe[..n * e]);
     if let Some(sh) = &m.shared {
         shared_expert(st, sh, s)?;
@@ -231,8 +232,15 @@ pub(super) fn moe_ffn<'a>(
 /// The routed experts' outputs (`s.slots`) of each of the `n` rows, weighted by their routing
 /// weights and summed into `s.moe` in selection order (each product rounded, then added); a
 /// dropped routing (when `dropping`) has no product. Gemma 4 scales each expert's output
-/// first.
-fn weighted_sum(m: &MoeW<'_>, n: usize, e: usize, k_used: usize, dropping: bool, s: &mut Scratch) {
+/// first. Where the weights went into the experts' inputs (`before`), the outputs are summed
+/// as they are.
+fn weighted_sum(
+    m: &MoeW<'_>,
+    (n, e, k_used): (usize, usize, usize),
+    dropping: bool,
+    before: bool,
+    s: &mut Scratch,
+) {
     for t in 0..n {
         let out = &mut s.moe[t * e..(t + 1) * e];
         let mut first = true;
@@ -242,6 +250,17 @@ fn weighted_sum(m: &MoeW<'_>, n: usize, e: usize, k_used: usize, dropping: bool,
             }
             let wt = s.wts[t * k_used + slot];
             let src = &mut s.slots[(t * k_used + slot) * e..(t * k_used + slot + 1) * e];
+            if before {
+                if first {
+                    first = false;
+                    out.copy_from_slice(src);
+                } else {
+                    for (o, &v) in out.iter_mut().zip(src.iter()) {
+                        *o += v;
+                    }
+                }
+                continue;
+            }
             // Gemma 4: each expert's output times its scale first (ggml_mul, then the weight)
             if let Some(ds) = &m.down_scale {
                 let x = s.ids[t * k_used + slot];
@@ -277,8 +296,11 @@ fn routed_experts<'a>(
     s.pending.clear();
     s.pending
         .extend((0..m.n_expert).filter(|&ex| !s.by_expert[ex].is_empty()));
+    // Llama 4 weights each expert's input: a one-token pass's experts then read inputs of
+    // their own, which the row path below makes (the same kernels, so the same bits)
+    let before = hp.features.expert_weights_before_ffn;
     while !s.pending.is_empty() {
-        if n == 1 {
+        if n == 1 && !before {
             // One token: every expert that is ready now, in two pool runs.
             s.ready.clear();
             match source {
@@ -504,8 +526,13 @@ fn expert_rows<'a>(
     let fe = m.gate.rows;
     let list = &s.by_expert[ex];
     let cnt = list.len();
-    for (j, &(t, _)) in list.iter().enumerate() {
-        s.gath[j * e..(j + 1) * e].copy_from_slice(&s.cur[t * e..(t + 1) * e]);
+    for (j, &(t, slot)) in list.iter().enumerate() {
+        let row = &mut s.gath[j * e..(j + 1) * e];
+        row.copy_from_slice(&s.cur[t * e..(t + 1) * e]);
+        if hp.features.expert_weights_before_ffn {
+            // Llama 4: the expert's input times its routing weight (ggml_mul)
+            ops::scale_inplace(row, s.wts[t * k_used + slot]);
+        }
     }
     mm(
         pool,

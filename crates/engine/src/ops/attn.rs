@@ -508,6 +508,10 @@ pub struct AttnExtras<'s> {
     /// The masked cells stay in the softmax row as `-inf` (they come out as exact zeros), so
     /// the sums run in the same order as llama.cpp's over its full-size cache.
     pub window: Option<usize>,
+    /// Chunked attention: when `Some(c)`, the token at position `p` sees only the cells of its
+    /// own chunk of `c` positions, `(p / c) · c ..= p` (llama.cpp's chunked SWA mask: a key
+    /// before the query's chunk start is masked). Masked as the window's cells are.
+    pub chunk: Option<usize>,
     /// Attention sinks, one per query head (see [`super::softmax_sink`]).
     pub sinks: Option<&'s [f32]>,
     /// When the call computes part of a larger batch's tokens: the position after that batch's
@@ -520,7 +524,20 @@ pub struct AttnExtras<'s> {
     pub batch_tokens: Option<usize>,
 }
 
-/// [`attend_batch`] with a sliding window and/or attention sinks.
+impl AttnExtras<'_> {
+    /// The first cell a token that sees cells up to `n_vis` (exclusive; its position is
+    /// `n_vis - 1`) sees: the start of its sliding window or of its chunk, 0 without either.
+    pub fn first_visible(&self, n_vis: usize) -> usize {
+        let win = self.window.map_or(0, |w| n_vis.saturating_sub(w));
+        let chunk = self
+            .chunk
+            .filter(|&c| c > 0)
+            .map_or(0, |c| n_vis.saturating_sub(1) / c * c);
+        win.max(chunk)
+    }
+}
+
+/// [`attend_batch`] with a sliding window or chunks and/or attention sinks.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_batch_with(
     pool: &ThreadPool,
@@ -545,6 +562,9 @@ pub fn attend_batch_with(
     }
     if extras.window == Some(0) {
         return Err(EngineError::Shape("a sliding window of 0 positions".into()));
+    }
+    if extras.chunk == Some(0) {
+        return Err(EngineError::Shape("attention chunks of 0 positions".into()));
     }
     let n_kv = cache.n_head_kv;
     if n_head == 0 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
@@ -586,7 +606,7 @@ pub fn attend_batch_with(
         let (kvh, share) = (rest / shares, rest % shares);
         let mut dst = slots[task].lock().unwrap_or_else(PoisonError::into_inner);
         let n_vis = p0 + t + 1;
-        let first = extras.window.map_or(0, |w| n_vis.saturating_sub(w));
+        let first = extras.first_visible(n_vis);
         let rows = KvRows::read(cache, layer, kvh, first, n_vis);
         let mut scratch = HeadScratch::default();
         for (g, o) in dst.chunks_exact_mut(hdv).enumerate() {
@@ -1153,6 +1173,7 @@ mod tests {
                         AttnExtras::default(),
                         AttnExtras {
                             window: Some(5),
+                            chunk: None,
                             sinks: Some(&sinks),
                             batch_end: None,
                             batch_tokens: None,
@@ -1164,7 +1185,7 @@ mod tests {
                             let (t, h) = (task / n_head, task % n_head);
                             let n_vis = p0 + t + 1;
                             let job = HeadJob {
-                                first: extras.window.map_or(0, |w| n_vis.saturating_sub(w)),
+                                first: extras.first_visible(n_vis),
                                 n_vis,
                                 row_len,
                                 n_tok,

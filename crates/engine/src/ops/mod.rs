@@ -21,7 +21,9 @@ pub use attn::{
     dot_ggml_scalar, dot_tinyblas, dot_tinyblas_scalar,
 };
 pub use gdn::{KeyHeads, causal_conv, gated_delta_rule, l2_norm_inplace, softplus};
-pub use norm::{rms_norm, rms_norm_inplace, rms_norm_plain_inplace};
+pub use norm::{
+    attn_temp_factor, rms_norm, rms_norm_inplace, rms_norm_plain_inplace, scale_inplace,
+};
 pub use rope::{Rope, RopeConfig, RopeMode};
 pub use route::{
     Gating, RouteScratch, Selection, argsort_desc, argsort_desc_into, gate_probs, route,

@@ -60,6 +60,21 @@ pub fn rms_norm_plain_inplace(x: &mut [f32], n: usize, eps: f32) {
     }
 }
 
+/// `x · k` element by element, in place (ggml's `mul` by a broadcast scalar, or `scale`).
+pub fn scale_inplace(x: &mut [f32], k: f32) {
+    for v in x {
+        *v *= k;
+    }
+}
+
+/// The attention temperature factor of the token at position `pos` (Llama 4's NoPE layers),
+/// as llama.cpp's `llm_graph_input_attn_temp` computes it: `floor((pos + offset) /
+/// floor_scale)` in f32, then `ln(that + 1) · scale + 1` in f64, rounded to f32.
+pub fn attn_temp_factor(t: &model::AttnTemp, pos: usize) -> f32 {
+    let steps = ((pos as f32 + t.offset) / t.floor_scale as f32).floor();
+    ((f64::from(steps) + 1.0).ln() * f64::from(t.scale) + 1.0) as f32
+}
+
 #[inline]
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();

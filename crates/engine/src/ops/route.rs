@@ -12,6 +12,9 @@ pub enum Gating {
     /// gpt-oss: the top-k are chosen on the logits themselves, and the weights are a softmax
     /// over the k chosen logits (ggml `soft_max` of a row of k).
     SoftmaxSelected,
+    /// Llama 4: the top-k are chosen on the logits themselves, and the weights are their
+    /// sigmoids ([`Gating::Sigmoid`]'s probabilities of the chosen experts).
+    SigmoidRankLogits,
 }
 
 impl From<model::ExpertGating> for Gating {
@@ -21,6 +24,7 @@ impl From<model::ExpertGating> for Gating {
             model::ExpertGating::Softmax => Gating::Softmax,
             model::ExpertGating::SoftmaxSelected => Gating::SoftmaxSelected,
             model::ExpertGating::Sigmoid => Gating::Sigmoid,
+            model::ExpertGating::SigmoidRankLogits => Gating::SigmoidRankLogits,
         }
     }
 }
@@ -397,15 +401,21 @@ pub fn selection_scores(
 impl RouteScratch {
     /// The gating probabilities of `logits`, the values the top-k sorts (see
     /// [`selection_values`]) and the index buffer to sort them in.
-    fn ranked_values(
-        &mut self,
-        logits: &[f32],
+    fn ranked_values<'s>(
+        &'s mut self,
+        logits: &'s [f32],
         selection: Selection<'_>,
         gating: Gating,
-    ) -> (&[f32], &[f32], &mut Vec<usize>) {
+    ) -> (&'s [f32], &'s [f32], &'s mut Vec<usize>) {
         let probs = gate_probs(logits, gating, &mut self.probs);
+        // Llama 4 ranks the raw logits (llama.cpp's selection_probs = logits)
+        let ranked = if gating == Gating::SigmoidRankLogits {
+            logits
+        } else {
+            probs
+        };
         let sorted = selection_values(
-            probs,
+            ranked,
             selection,
             &mut self.sel,
             &mut self.group_score,
@@ -451,7 +461,7 @@ pub fn gate_probs<'p>(logits: &[f32], gating: Gating, probs: &'p mut Vec<f32>) -
     probs.resize(logits.len(), 0.0);
     match gating {
         Gating::Softmax => softmax(logits, 1.0, logits.len(), probs),
-        Gating::Sigmoid => sigmoid(logits, probs),
+        Gating::Sigmoid | Gating::SigmoidRankLogits => sigmoid(logits, probs),
         Gating::SoftmaxSelected => probs.copy_from_slice(logits),
     }
     probs

@@ -47,6 +47,8 @@ pub(crate) struct ExpertRules {
     /// True when `expert_gating_func` is required and must name a gating (llama.cpp's
     /// loader requires it, and its graph has no "none" gating): implies reading it.
     pub(crate) gating_func_required: bool,
+    /// True when `interleave_moe_layer_step` is required and places the MoE layers (llama4).
+    pub(crate) interleaved: bool,
 }
 
 impl ExpertRules {
@@ -60,6 +62,7 @@ impl ExpertRules {
         gating: ExpertGating::Softmax,
         reads_gating_func: false,
         gating_func_required: false,
+        interleaved: false,
     };
 
     /// The Qwen3 MoE family's (qwen3moe, qwen35moe, qwen3vlmoe): experts as wide as
@@ -79,6 +82,7 @@ impl ExpertRules {
         gating: ExpertGating::Softmax,
         reads_gating_func: false,
         gating_func_required: false,
+        interleaved: false,
     };
 }
 
@@ -98,6 +102,17 @@ pub(crate) fn experts(kv: &Kv<'_>, hp: &mut HParams, r: &ExpertRules) -> Result<
         ));
     }
     hp.n_layer_dense_lead = n_layer_dense_lead;
+    if r.interleaved {
+        let key = k("interleave_moe_layer_step");
+        let step = kv.u32_req(&key)?;
+        if step == 0 {
+            return Err(invalid(
+                key,
+                "0 would leave every layer without its experts",
+            ));
+        }
+        hp.moe_layer_step = step;
+    }
     widths(kv, hp, r)?;
     shared(kv, hp)?;
     let gating_key = k("expert_gating_func");
@@ -244,8 +259,7 @@ fn groups(kv: &Kv<'_>, n_expert: u32, n_groups: u32, n_group_used: u32) -> Resul
 fn widths(kv: &Kv<'_>, hp: &mut HParams, r: &ExpertRules) -> Result<(), ModelError> {
     let k = |s: &str| kv.key(s);
     let nl = hp.n_layer_all() as usize;
-    let (n_expert, lead) = (hp.n_expert, hp.n_layer_dense_lead as usize);
-    let is_moe = |il: usize| n_expert > 0 && il >= lead;
+    let is_moe = |il: usize| hp.stored_layer_has_experts(il);
     for il in 0..nl {
         // a dense MLP beside the experts (gemma4) needs its width too
         if (!is_moe(il) || hp.features.mlp_beside_experts) && hp.n_ff.at(il) == 0 {
@@ -303,6 +317,12 @@ fn shared(kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
     let count_key = k("expert_shared_count");
     let (count, width) = match hp.features.shared_experts {
         SharedExperts::None => (0, 0),
+        // as wide as each layer's routed experts (HParams::n_ff_shexp_at)
+        SharedExperts::One => {
+            let nl = hp.n_layer_all() as usize;
+            let first_moe = (0..nl).find(|&il| hp.stored_layer_has_experts(il));
+            (1, first_moe.map_or(0, |il| hp.n_ff_exp.at(il)))
+        }
         SharedExperts::Gated => {
             let w = match kv.u32(&k("expert_shared_feed_forward_length"))? {
                 Some(v) if v > 0 => v,

@@ -144,6 +144,7 @@ registry![
     smallthinker,
     bailingmoe2,
     qwen3next,
+    llama4,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -264,6 +265,13 @@ pub struct Features {
     /// (Qwen3-Next: value head `h` reads key head `h / (n_v_heads / n_k_heads)`), false where
     /// they are stored tiled (Qwen3.5, whose converter reorders them: `h mod n_k_heads`).
     pub gdn_grouped_heads: bool,
+    /// True when the sliding-window layers attend through chunks instead (llama.cpp's
+    /// `LLAMA_SWA_TYPE_CHUNKED`, Llama 4): a query at position `p` sees the keys from
+    /// `(p / n_swa) · n_swa` to `p`, its own chunk of `n_swa` positions.
+    pub swa_chunked: bool,
+    /// True when each routed expert's input is the FFN input times the expert's routing
+    /// weight, and the experts' outputs are summed unweighted (Llama 4's `weight_before_ffn`).
+    pub expert_weights_before_ffn: bool,
 }
 
 impl Features {
@@ -287,6 +295,8 @@ impl Features {
         late_row_pick: false,
         router_reads_layer_input: false,
         gdn_grouped_heads: false,
+        swa_chunked: false,
+        expert_weights_before_ffn: false,
     };
 }
 
@@ -299,6 +309,9 @@ pub enum ExpertGating {
     SoftmaxSelected,
     /// Element-wise sigmoid of the logits, then the top-k probabilities.
     Sigmoid,
+    /// The top-k of the raw logits, weighted by their sigmoid (Llama 4: the same choice as
+    /// [`ExpertGating::Sigmoid`] but for ties the sigmoid's rounding makes).
+    SigmoidRankLogits,
 }
 
 impl ExpertGating {
@@ -318,6 +331,7 @@ impl ExpertGating {
             ExpertGating::Softmax => "softmax",
             ExpertGating::SoftmaxSelected => "top-k logits, softmax over the selected",
             ExpertGating::Sigmoid => "sigmoid",
+            ExpertGating::SigmoidRankLogits => "top-k logits, sigmoid weights",
         }
     }
 }
@@ -337,6 +351,8 @@ pub enum SharedExperts {
     /// being `expert_shared_feed_forward_length` where it is non-zero, else the routed
     /// experts' width; the same width in every MoE layer (bailingmoe2).
     CountedKeyed,
+    /// One ungated SwiGLU as wide as the layer's routed experts (llama4).
+    One,
 }
 
 /// The gated activation of the feed-forward blocks.
