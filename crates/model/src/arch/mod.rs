@@ -42,6 +42,11 @@ pub(crate) trait ArchDef: Sync {
         false
     }
 
+    /// The name of the final norm's weights (LFM2's converter names it `token_embd_norm`).
+    fn output_norm_name(&self) -> &'static str {
+        "output_norm.weight"
+    }
+
     /// The model-wide tensors beyond the embedding, the output norm and the output.
     fn globals<'a>(&self, _ld: &mut Loader<'a>, _hp: &HParams) -> Result<Globals<'a>, ModelError> {
         Ok(Globals::default())
@@ -144,6 +149,7 @@ registry![
     smallthinker,
     bailingmoe2,
     qwen3next,
+    lfm2moe,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -264,6 +270,10 @@ pub struct Features {
     /// (Qwen3-Next: value head `h` reads key head `h / (n_v_heads / n_k_heads)`), false where
     /// they are stored tiled (Qwen3.5, whose converter reorders them: `h mod n_k_heads`).
     pub gdn_grouped_heads: bool,
+    /// True where a layer of 0 kv heads (`attention.head_count_kv`, per layer) is an LFM2
+    /// short-convolution block (`shortconv.l_cache` wide) with a recurrent state instead of
+    /// attention.
+    pub shortconv: bool,
 }
 
 impl Features {
@@ -287,6 +297,7 @@ impl Features {
         late_row_pick: false,
         router_reads_layer_input: false,
         gdn_grouped_heads: false,
+        shortconv: false,
     };
 }
 
