@@ -233,6 +233,7 @@ pub(super) fn gdn_attention(
         &mut state.conv,
         ch,
         m.d_conv as usize,
+        ops::ConvSum::Rounded,
         &mut s.gdn_conv[..n * ch],
     );
     st.emit("conv_output_raw", &s.gdn_conv[..n * ch]);
@@ -295,7 +296,7 @@ pub(super) fn gdn_attention(
 /// LFM2's short-convolution block of recurrent layer `st.il` over the chunk's rows, as
 /// llama.cpp's lfm2 graph: norm; `in_proj` into B, C and x (each `n_embd` wide, in that
 /// order); `B · x`; the causal convolution of `B · x` over `l_cache` positions continuing from
-/// the layer's state (ggml's `ssm_conv`, no activation); `C ·` the convolution's output;
+/// the layer's state (ggml's `ssm_conv`, each product fused into the sum, no activation); `C ·` the convolution's output;
 /// `out_proj` (the layer's `wo`) and the residual added into `s.x`.
 pub(super) fn shortconv(
     st: Stage<'_, '_>,
@@ -332,6 +333,7 @@ pub(super) fn shortconv(
         &mut state.conv,
         e,
         hp.shortconv_l_cache as usize,
+        ops::ConvSum::Fused,
         &mut s.gdn_conv[..n * e],
     );
     st.emit("conv.conv", &s.gdn_conv[..n * e]);
