@@ -418,8 +418,6 @@ mod tests {
         // two channels, width 3: the same outputs whether the tokens come at once or one by one
         let w = [0.5, -1.0, 2.0, 1.5, 0.25, -0.75];
         let x = [1.0, 2.0, -1.0, 0.5, 3.0, -2.0, 0.25, 1.0];
-        let mut st_all = vec![0.1, 0.2, -0.3, 0.4];
-        let mut all = vec![0f32; 8];
         for rule in [ConvSum::Rounded, ConvSum::Fused] {
             let mut st_all = vec![0.1, 0.2, -0.3, 0.4];
             let mut all = vec![0f32; 8];
