@@ -80,6 +80,15 @@ weight types:
                qwen3next-legacy is the same model with each linear
                layer's attn_qkv and attn_gate in the first converter's
                ssm_in (rows grouped by key head); F32 and Q8_0
+    lfm2moe    16 experts, top-4: LFM2-8B-A1B's layout: LFM2 short-       vocabulary: qwen2.5 +
+               convolution layers (0 and 3: in_proj into B, C, x, a       LFM2's specials
+               causal convolution of B·x over 3 positions, times C)       (BOS added)
+               and attention layers (1 and 2: q/k RMSNorm per head,
+               NEOX rope), told apart by a per-layer head_count_kv (0:
+               short convolution); a leading dense layer, sigmoid
+               routing with a selection bias, renormalised; the output
+               tied to the embedding, the final norm named
+               token_embd_norm; F32 and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
 versions of the F32 file (K-quants need rows of a multiple of 256).
@@ -227,6 +236,22 @@ VOCABS = {
         "new": ["<|startoftext|>", "<role>", "</role>", "<|role_end|>", "<think>", "</think>"],
         "eos": "<|role_end|>",
         "template": "inclusionai-ling-3.0-flash.jinja",
+    },
+    # qwen2.5's trimmed vocabulary plus the special tokens LFM2's chat template writes, as new
+    # control tokens, with <|startoftext|> added in front of every prompt and <|im_end|> as end
+    # of sequence, as LFM2's files do; the template is llama.cpp's copy of LFM2-8B-A1B's.
+    "qwen2.5-lfm2": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "new": [
+            "<|startoftext|>", "<|tool_list_start|>", "<|tool_list_end|>",
+            "<|tool_response_start|>", "<|tool_response_end|>",
+        ],
+        "bos": "<|startoftext|>",
+        "add_bos": True,
+        "eos": "<|im_end|>",
+        "template": "LFM2-8B-A1B.jinja",
     },
     # Granite 3.x's tokenizer: StarCoder's BPE with the refact pre-tokenizer (llama.cpp's
     # ggml-vocab-refact has Granite's 48891 merges), its first token renamed <|end_of_text|>
@@ -465,6 +490,16 @@ MODELS = {
         n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, n_shared=1, weights_scale=2.5,
         expert_groups=(4, 2), tied=False, rope_base=600_000.0, rms_eps=1e-6,
         wtypes=("f32", "q8_0"),
+    ),
+    # LFM2-8B-A1B's layout (lfm2moe) at a small size: short-convolution layers 0 and 3 (the
+    # published model's last layer is one too), attention layers 1 and 2 (head_count_kv 0 marks
+    # the others), a leading dense layer of width 512, then 16 experts top-4 with sigmoid
+    # routing and a selection bias; the output tied to the embedding, as the released files.
+    "lfm2moe": dict(
+        arch="lfm2moe", vocab="qwen2.5-lfm2", seed=1017, n_layer=4, n_embd=256, n_head=4,
+        n_head_kv=2, head_dim=64, conv_layers=(0, 3), l_cache=3, n_expert=16,
+        n_expert_used=4, n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, tied=True,
+        rope_base=1_000_000.0, rms_eps=1e-5, wtypes=("f32", "q8_0"),
     ),
 }
 
@@ -1013,11 +1048,53 @@ def make_weights_qwen3next(cfg, n_vocab):
     return w
 
 
+def make_weights_lfm2moe(cfg, n_vocab):
+    """The lfm2moe layout (llama.cpp's LLM_ARCH_LFM2MOE), in a fixed order like make_weights;
+    no output.weight (tied), the final norm as token_embd_norm."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff = cfg["n_expert"], cfg["n_ff_exp"]
+
+    lin, norm, bias = draws(rng)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        if il in cfg["conv_layers"]:
+            w[p + "shortconv.in_proj.weight"] = lin(3 * e, e)
+            w[p + "shortconv.conv.weight"] = lin(e, cfg["l_cache"])
+            w[p + "shortconv.out_proj.weight"] = lin(e, e)
+        else:
+            w[p + "attn_q.weight"] = lin(nq, e)
+            w[p + "attn_k.weight"] = lin(nkv, e)
+            w[p + "attn_v.weight"] = lin(nkv, e)
+            w[p + "attn_output.weight"] = lin(e, nq)
+            w[p + "attn_q_norm.weight"] = norm(hd)
+            w[p + "attn_k_norm.weight"] = norm(hd)
+        w[p + "ffn_norm.weight"] = norm(e)
+        if il < cfg["n_dense_lead"]:
+            w[p + "ffn_gate.weight"] = lin(cfg["n_ff_dense"], e)
+            w[p + "ffn_up.weight"] = lin(cfg["n_ff_dense"], e)
+            w[p + "ffn_down.weight"] = lin(e, cfg["n_ff_dense"])
+        else:
+            w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+            w[p + "exp_probs_b.bias"] = bias(ne, GLM_SELECTION_BIAS)
+            w[p + "ffn_gate_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+            w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, e) for _ in range(ne)])
+            w[p + "ffn_down_exps.weight"] = np.stack([lin(e, ff) for _ in range(ne)])
+    w["token_embd_norm.weight"] = norm(e)
+    return w
+
+
 def keep_f32(name, arr):
     # llama.cpp's quantizer leaves ssm_conv1d in F32 (and its rows of 4 fit no block)
     return (
         arr.ndim < 2
         or name.endswith("ssm_conv1d.weight")
+        or name.endswith("shortconv.conv.weight")
         or name.endswith("ffn_gate_inp.weight")
         or name.endswith("ffn_gate_inp_shexp.weight")
         or name.endswith(".bias")
@@ -1076,6 +1153,12 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_ssm_state_size(cfg["ssm_state"])
         w.add_ssm_time_step_rank(cfg["ssm_v_heads"])
         w.add_ssm_group_count(cfg["ssm_k_heads"])
+    elif arch == "lfm2moe":
+        # head_count_kv 0 marks the short-convolution layers
+        w.add_head_count_kv(
+            [0 if il in cfg["conv_layers"] else cfg["n_head_kv"] for il in range(cfg["n_layer"])]
+        )
+        w.add_shortconv_l_cache(cfg["l_cache"])
     elif arch == "deepseek2":
         rot, r = cfg["qk_rope"], cfg["kv_lora"]
         # the converter's keys: the absorbed form caches one head of the compressed row and
@@ -1104,6 +1187,7 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     if arch in (
         "qwen3moe", "qwen2moe", "gpt-oss", "glm4moe", "deepseek2", "gemma4", "qwen35moe",
         "qwen3vlmoe", "minimax-m2", "smallthinker", "bailingmoe2", "qwen3next", "llama4",
+        "lfm2moe",
     ):
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     if arch == "smallthinker":
@@ -1112,6 +1196,9 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     if arch == "llama4":
         w.add_interleave_moe_layer_step(cfg["moe_step"])
     if arch == "minimax-m2":
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if arch == "lfm2moe":
+        w.add_leading_dense_block_count(cfg["n_dense_lead"])
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if arch == "qwen3vlmoe":
         w.add_rope_dimension_sections(list(cfg["rope_sections"]))
@@ -1220,6 +1307,7 @@ def main():
             "qwen3next": make_weights_qwen3next,
             "bailingmoe2": make_weights_bailingmoe2,
             "llama4": make_weights_llama4,
+            "lfm2moe": make_weights_lfm2moe,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         if cfg.get("fused_gate_up"):

@@ -30,9 +30,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen3moe-ternary qwen3moe-iq qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next qwen3next-legacy llama4"
+ARCHS="qwen3moe qwen3moe-ternary qwen3moe-iq qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next qwen3next-legacy llama4 lfm2moe"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
-KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next llama4"
+KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next llama4 lfm2moe"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
 # left as they are).
 if [ -n "${ONLY:-}" ]; then
@@ -64,6 +64,7 @@ declare -A TYPES=(
     [qwen3next]="f32 q8_0 q4_k_m"
     [qwen3next-legacy]="f32 q8_0"
     [llama4]="f32 q8_0 q4_k_m"
+    [lfm2moe]="f32 q8_0 q4_k_m"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose
@@ -72,15 +73,15 @@ declare -A TYPES=(
 # experts), so that some expert of an i-quant layer gets 8 tokens or more and llama.cpp
 # multiplies it through its i-quant panel kernel (MUL_MAT_ID from GGML_IQP_MIN_BATCH_ID rows);
 # the refs record the largest such count (max_expert_tokens) and the parity test checks it.
-declare -A LONG=([gptoss]=10 [gemma4]=10 [qwen35moe]=10 [qwen3next]=10 [qwen3next-legacy]=10 [qwen3moe-iq]=32)
+declare -A LONG=([gptoss]=10 [gemma4]=10 [qwen35moe]=10 [qwen3next]=10 [qwen3next-legacy]=10 [lfm2moe]=10 [qwen3moe-iq]=32)
 # Candidates of one architecture only, after those below.
 declare -A EXTRA=(
     [qwen3moe-iq]="The old lighthouse keeper climbed the narrow stairs every evening, lit the great lamp, and watched the ships pass the rocks until morning came over the grey sea again."
 )
 # Micro-batch of the prompt runs, where it is not the whole prompt: qwen35moe's and
-# qwen3next's recurrent layers carry their state from one micro-batch of 4 tokens to the next
-# inside the prompt.
-declare -A UBATCH=([qwen35moe]=4 [qwen3next]=4 [qwen3next-legacy]=4)
+# qwen3next's recurrent layers (lfm2moe's short convolutions) carry their state from one
+# micro-batch of 4 tokens to the next inside the prompt.
+declare -A UBATCH=([qwen35moe]=4 [qwen3next]=4 [qwen3next-legacy]=4 [lfm2moe]=4)
 N_GEN=32
 
 CANDIDATES=(

@@ -371,6 +371,54 @@ fn qwen3_next_plan_has_grouped_projections_and_512_experts() {
     );
 }
 
+/// LFM2-8B-A1B: 18 short-convolution layers and 6 attention layers (2, 6, 10, 14, 18, 21), the
+/// first 2 dense, 32 experts of 1792 in the others, the final norm as `token_embd_norm`, tied
+/// embeddings.
+#[test]
+fn lfm2_plan_has_short_convolutions_attention_layers_and_a_dense_lead() {
+    let (data, layers, rows) = plan(&["--like", "lfm2-8b-a1b"]);
+    assert_eq!(
+        layers.keys().copied().collect::<Vec<_>>(),
+        (0..24).collect::<Vec<_>>()
+    );
+    let has = |name: &str| rows.iter().any(|r| r.3 == name);
+    let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+    for il in 0..24u32 {
+        let attn = [2, 6, 10, 14, 18, 21].contains(&il);
+        assert_eq!(has(&format!("blk.{il}.attn_q.weight")), attn, "layer {il}");
+        assert_eq!(
+            has(&format!("blk.{il}.attn_k_norm.weight")),
+            attn,
+            "layer {il}"
+        );
+        assert_eq!(
+            has(&format!("blk.{il}.shortconv.in_proj.weight")),
+            !attn,
+            "layer {il}"
+        );
+        assert_eq!(
+            has(&format!("blk.{il}.ffn_gate.weight")),
+            il < 2,
+            "layer {il}"
+        );
+        assert_eq!(
+            has(&format!("blk.{il}.exp_probs_b.bias")),
+            il >= 2,
+            "layer {il}"
+        );
+        let (x, _) = layers[&il];
+        assert_eq!(x == 0, il < 2, "layer {il}: {x}");
+    }
+    // the convolution stays F32 ({3, 2048}); in_proj makes B, C and x (3 x 2048 rows, Q4_K)
+    assert_eq!(at("blk.0.shortconv.conv.weight").1, 3 * 2048 * 4);
+    assert_eq!(at("blk.0.shortconv.in_proj.weight").1, 6144 * 8 * 144);
+    assert_eq!(at("blk.2.ffn_gate_inp.weight").1, 2048 * 32 * 4);
+    assert!(has("token_embd_norm.weight"));
+    assert!(!has("output_norm.weight") && !has("output.weight"));
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
 #[test]
 fn gemma_4_plan_has_sliding_and_full_layers_a_dense_mlp_and_fused_experts() {
     let (data, layers, rows) = plan(&["--like", "gemma-4-26b-a4b"]);

@@ -60,6 +60,7 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "bailingmoe2-q8_0.gguf",
         "qwen3next-q8_0.gguf",
         "llama4-q8_0.gguf",
+        "lfm2moe-q8_0.gguf",
     ] {
         let m = moe_fixture(f);
         let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);

@@ -40,7 +40,7 @@ use thiserror::Error;
 use crate::EngineError;
 use crate::ops::{KvCache, KvType, Rope};
 use ahead::{Ahead, AheadState};
-use attn::{MLA_PART, attention, gdn_attention, rope_config, swa_rope};
+use attn::{MLA_PART, attention, gdn_attention, rope_config, shortconv, swa_rope};
 use ffn::{ffn_input, ffn_residual, moe_ffn, swiglu_ffn};
 use head::MtpState;
 use scratch::Scratch;
@@ -886,7 +886,8 @@ impl<'a> Engine<'a> {
         };
         match (&lw.attn, rs.get_mut(il).and_then(Option::as_mut)) {
             (AttnW::Gdn(g), Some(state)) => gdn_attention(st, lw, g, state, s)?,
-            (AttnW::Gdn(_), None) => {
+            (AttnW::ShortConv(c), Some(state)) => shortconv(st, lw, c, state, s)?,
+            (AttnW::Gdn(_) | AttnW::ShortConv(_), None) => {
                 return Err(ForwardError::Unsupported(format!(
                     "layer {il} has linear-attention weights but no recurrent state"
                 )));

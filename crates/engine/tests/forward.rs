@@ -642,9 +642,14 @@ fn qwen35moe_path() -> PathBuf {
     moe_path("qwen35moe-q8_0.gguf")
 }
 
-/// The hybrid models: qwen35moe's value heads tiled over the key heads, qwen3next's grouped.
-fn hybrid_paths() -> [PathBuf; 2] {
-    [qwen35moe_path(), moe_path("qwen3next-q8_0.gguf")]
+/// The hybrid models: qwen35moe's value heads tiled over the key heads, qwen3next's grouped,
+/// and lfm2moe's short convolutions (a convolution state alone).
+fn hybrid_paths() -> [PathBuf; 3] {
+    [
+        qwen35moe_path(),
+        moe_path("qwen3next-q8_0.gguf"),
+        moe_path("lfm2moe-q8_0.gguf"),
+    ]
 }
 
 fn moe_path(name: &str) -> PathBuf {
@@ -892,6 +897,7 @@ fn rows_in_one_token_order_equal_decode_steps() {
                 && !name.starts_with("deepseek2")
                 && !name.starts_with("qwen35moe")
                 && !name.starts_with("qwen3next")
+                && !name.starts_with("lfm2moe")
         })
         .collect();
     paths.sort();
@@ -912,6 +918,7 @@ fn rows_in_one_token_order_are_refused_where_not_kept() {
         "deepseek2-f32.gguf",
         "qwen35moe-f32.gguf",
         "qwen3next-f32.gguf",
+        "lfm2moe-f32.gguf",
     ] {
         let file = GgufFile::open(dir.join(name)).unwrap();
         let model = Model::from_gguf(&file).unwrap();

@@ -120,6 +120,7 @@ fn common(arch: Arch, kv: &Kv<'_>) -> Result<HParams, ModelError> {
         logit_softcap: 0.0,
         ssm: None,
         recurrent: vec![false; nl],
+        shortconv_l_cache: 0,
         embd_scale: None,
         attn_scale_fixed: None,
         residual_scale: None,
@@ -143,6 +144,10 @@ fn heads(arch: Arch, kv: &Kv<'_>, n_layer_all: u32) -> Result<(PerLayer, PerLaye
                 k("attention.head_count"),
                 format!("layer {il} has 0 heads"),
             ));
+        }
+        // (LFM2: a layer of no kv heads is a short-convolution layer)
+        if hkv == 0 && arch.features().shortconv {
+            continue;
         }
         if hkv == 0 || !h.is_multiple_of(hkv) {
             return Err(invalid(

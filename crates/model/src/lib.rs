@@ -31,5 +31,5 @@ pub use rope::{Rope, RopeScalingType};
 pub use tensors::{
     Attn, DenseFfn, ExpertSlice, Ffn, GdnBetaAlpha, GdnInput, GdnTensors, GemmaLayer, GemmaMoe,
     LayerTensors, MhaTensors, MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn,
-    NextNTensors, SharedExpert, Tensor,
+    NextNTensors, SharedExpert, ShortConvTensors, Tensor,
 };

@@ -235,6 +235,10 @@ pub struct HParams {
     pub ssm: Option<Ssm>,
     /// Per stored layer: true for a linear-attention (recurrent) layer.
     pub recurrent: Vec<bool>,
+    /// `shortconv.l_cache` (LFM2): the width of the short convolution of the recurrent
+    /// layers, whose state per sequence is the last `l_cache - 1` gated inputs of each of the
+    /// `n_embd` channels; 0 where the model has no short-convolution layers.
+    pub shortconv_l_cache: u32,
     /// A factor the token embeddings are multiplied by before the first layer (gemma4:
     /// sqrt(n_embd)); `None`: none.
     pub embd_scale: Option<f32>,
@@ -264,6 +268,20 @@ impl HParams {
     /// True when layer `il` is a linear-attention layer with a recurrent state (no KV cells).
     pub fn is_recurrent(&self, il: usize) -> bool {
         self.recurrent.get(il).copied().unwrap_or(false)
+    }
+
+    /// The floats of recurrent layer `il`'s state per sequence: its convolution's last inputs
+    /// and its recurrent matrices (`None` for a layer with KV cells).
+    pub fn recurrent_state_lens(&self, il: usize) -> Option<(usize, usize)> {
+        if !self.is_recurrent(il) {
+            return None;
+        }
+        if self.shortconv_l_cache > 0 {
+            let k = self.shortconv_l_cache as usize - 1;
+            return Some((k * self.n_embd as usize, 0));
+        }
+        let m = self.ssm.as_ref()?;
+        Some((m.conv_state_len(), m.state_len()))
     }
 
     /// True when layer `il` has a routed-expert FFN.
@@ -370,6 +388,9 @@ impl HParams {
 
     /// Columns of `attn_output` in layer `il`.
     pub fn n_embd_out(&self, il: usize) -> u32 {
+        if self.shortconv_l_cache > 0 && self.is_recurrent(il) {
+            return self.n_embd;
+        }
         if let Some(ssm) = self.ssm.as_ref().filter(|_| self.is_recurrent(il)) {
             return ssm.value_dim();
         }

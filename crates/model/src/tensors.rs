@@ -145,6 +145,17 @@ pub enum Attn<'a> {
     /// Gated DeltaNet linear attention (qwen35moe's recurrent layers); the layer's `wo` is
     /// its `ssm_out`.
     Gdn(GdnTensors<'a>),
+    /// LFM2's short convolution (its recurrent layers); the layer's `wo` is its `out_proj`.
+    ShortConv(ShortConvTensors<'a>),
+}
+
+/// The tensors of an LFM2 short-convolution layer (ggml order: columns first).
+#[derive(Debug, Clone, Copy)]
+pub struct ShortConvTensors<'a> {
+    /// `shortconv.in_proj` {n_embd, 3 n_embd}: the gate B, the gate C and the input x.
+    pub in_proj: Tensor<'a>,
+    /// `shortconv.conv` {l_cache, n_embd}: each channel's weights, oldest input first.
+    pub conv: Tensor<'a>,
 }
 
 /// The tensors of a Gated DeltaNet linear-attention layer, as llama.cpp's qwen35moe and
@@ -356,6 +367,7 @@ impl Attn<'_> {
                 v
             }
             Attn::Gdn(g) => g.tensors(),
+            Attn::ShortConv(c) => vec![c.in_proj, c.conv],
         }
     }
 }
@@ -365,7 +377,7 @@ impl<'a> LayerTensors<'a> {
     pub fn mha(&self) -> Option<&MhaTensors<'a>> {
         match &self.attn {
             Attn::Mha(m) => Some(m),
-            Attn::Mla(_) | Attn::Gdn(_) => None,
+            Attn::Mla(_) | Attn::Gdn(_) | Attn::ShortConv(_) => None,
         }
     }
 
@@ -373,7 +385,7 @@ impl<'a> LayerTensors<'a> {
     pub fn mla(&self) -> Option<&MlaTensors<'a>> {
         match &self.attn {
             Attn::Mla(m) => Some(m),
-            Attn::Mha(_) | Attn::Gdn(_) => None,
+            Attn::Mha(_) | Attn::Gdn(_) | Attn::ShortConv(_) => None,
         }
     }
 
@@ -615,7 +627,7 @@ impl<'a> ModelTensors<'a> {
         let n_vocab = u64::from(hp.n_vocab);
 
         let token_embd = ld.req("token_embd.weight", &[n_embd, n_vocab])?;
-        let output_norm = ld.req("output_norm.weight", &[n_embd])?;
+        let output_norm = ld.req(def.output_norm_name(), &[n_embd])?;
         let (output, output_tied) = if def.output_required() {
             (ld.req("output.weight", &[n_embd, n_vocab])?, false)
         } else {

@@ -1804,3 +1804,224 @@ fn every_model_in_a_directory_loads() {
     }
     assert!(n > 0, "no .gguf files in {dir}");
 }
+
+// ---------------------------------------------------------------- lfm2moe
+
+/// An lfm2moe file: layers 0 and 2 short convolution (head_count_kv 0), layer 1 attention;
+/// layer 0 dense, the others routed (sigmoid, selection bias); `kv` and `t` edit the keys and
+/// the tensors before writing.
+fn lfm2moe_file(
+    kv: impl FnOnce(&mut Vec<(String, Value)>),
+    t: impl FnOnce(&mut Vec<(String, Vec<u64>)>),
+) -> (tempfile::TempDir, GgufFile) {
+    let (e, voc, ff, fe, ne) = (32u64, 40u64, 48u64, 16u64, 4u64);
+    let k = |s: &str| format!("lfm2moe.{s}");
+    let mut keys = vec![
+        (
+            "general.architecture".to_owned(),
+            Value::String("lfm2moe".into()),
+        ),
+        (k("vocab_size"), Value::U32(voc as u32)),
+        (k("context_length"), Value::U32(256)),
+        (k("embedding_length"), Value::U32(e as u32)),
+        (k("block_count"), Value::U32(3)),
+        (k("feed_forward_length"), Value::U32(ff as u32)),
+        (k("attention.head_count"), Value::U32(4)),
+        (
+            k("attention.head_count_kv"),
+            Value::Array(ArrayValue::U32(vec![0, 2, 0])),
+        ),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+        (k("rope.freq_base"), Value::F32(1e6)),
+        (k("shortconv.l_cache"), Value::U32(3)),
+        (k("expert_count"), Value::U32(ne as u32)),
+        (k("expert_used_count"), Value::U32(2)),
+        (k("expert_feed_forward_length"), Value::U32(fe as u32)),
+        (k("leading_dense_block_count"), Value::U32(1)),
+        (k("expert_gating_func"), Value::U32(2)),
+    ];
+    kv(&mut keys);
+    let mut ts: Vec<(String, Vec<u64>)> = vec![
+        ("token_embd.weight".into(), vec![e, voc]),
+        ("token_embd_norm.weight".into(), vec![e]),
+    ];
+    for il in 0..3u64 {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        ts.push((n("attn_norm.weight"), vec![e]));
+        if il == 1 {
+            ts.push((n("attn_q.weight"), vec![e, e]));
+            ts.push((n("attn_k.weight"), vec![e, 16]));
+            ts.push((n("attn_v.weight"), vec![e, 16]));
+            ts.push((n("attn_output.weight"), vec![e, e]));
+            ts.push((n("attn_q_norm.weight"), vec![8]));
+            ts.push((n("attn_k_norm.weight"), vec![8]));
+        } else {
+            ts.push((n("shortconv.in_proj.weight"), vec![e, 3 * e]));
+            ts.push((n("shortconv.conv.weight"), vec![3, e]));
+            ts.push((n("shortconv.out_proj.weight"), vec![e, e]));
+        }
+        ts.push((n("ffn_norm.weight"), vec![e]));
+        if il == 0 {
+            ts.push((n("ffn_gate.weight"), vec![e, ff]));
+            ts.push((n("ffn_up.weight"), vec![e, ff]));
+            ts.push((n("ffn_down.weight"), vec![ff, e]));
+        } else {
+            ts.push((n("ffn_gate_inp.weight"), vec![e, ne]));
+            ts.push((n("exp_probs_b.bias"), vec![ne]));
+            ts.push((n("ffn_gate_exps.weight"), vec![e, fe, ne]));
+            ts.push((n("ffn_up_exps.weight"), vec![e, fe, ne]));
+            ts.push((n("ffn_down_exps.weight"), vec![fe, e, ne]));
+        }
+    }
+    t(&mut ts);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let mut w = GgufWriter::new();
+    for (key, v) in keys {
+        w.add_metadata(key, v).unwrap();
+    }
+    for (name, dims) in ts {
+        let n: u64 = dims.iter().product();
+        let bytes = GgmlType::F32.row_bytes(n).unwrap() as usize;
+        w.add_tensor(name, &dims, GgmlType::F32, vec![0u8; bytes])
+            .unwrap();
+    }
+    w.write_to_path(&path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    (dir, f)
+}
+
+fn lfm2moe_err(
+    kv: impl FnOnce(&mut Vec<(String, Value)>),
+    t: impl FnOnce(&mut Vec<(String, Vec<u64>)>),
+) -> ModelError {
+    let (_d, f) = lfm2moe_file(kv, t);
+    Model::from_gguf(&f).unwrap_err()
+}
+
+fn set_kv(kv: &mut [(String, Value)], key: &str, v: Value) {
+    kv.iter_mut().find(|(k, _)| k == key).unwrap().1 = v;
+}
+
+#[test]
+fn lfm2moe_has_short_convolutions_where_kv_heads_are_0_and_biased_sigmoid_routing() {
+    let (_d, f) = lfm2moe_file(|_| {}, |_| {});
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(hp.shortconv_l_cache, 3);
+    assert_eq!(hp.recurrent, vec![true, false, true]);
+    assert_eq!(hp.n_layer_dense_lead, 1);
+    assert_eq!(hp.expert_gating, ExpertGating::Sigmoid);
+    assert!(hp.expert_weights_norm);
+    assert_eq!(hp.expert_weights_scale, 0.0);
+    assert!(hp.features.shortconv);
+    assert_eq!(hp.features.qk_norm, QkNorm::PerHead);
+    assert_eq!(hp.features.rope_type, RopeType::Neox);
+    // the state of a short-convolution layer: l_cache - 1 inputs of every channel
+    assert_eq!(hp.recurrent_state_lens(0), Some((2 * 32, 0)));
+    assert_eq!(hp.recurrent_state_lens(1), None);
+    assert_eq!(hp.kv_values_per_token(0), 0);
+    assert!(m.tensors.output_tied);
+    assert_eq!(m.tensors.output_norm.name, "token_embd_norm.weight");
+    for (il, l) in m.tensors.layers.iter().enumerate() {
+        match (&l.attn, il) {
+            (model::Attn::ShortConv(c), 0 | 2) => {
+                assert_eq!(c.in_proj.name, format!("blk.{il}.shortconv.in_proj.weight"));
+                assert_eq!(c.conv.dims, vec![3, 32]);
+                assert_eq!(l.wo.name, format!("blk.{il}.shortconv.out_proj.weight"));
+            }
+            (model::Attn::Mha(a), 1) => {
+                assert!(a.q_norm.is_some() && a.k_norm.is_some());
+            }
+            _ => panic!("layer {il}: unexpected attention"),
+        }
+    }
+    assert!(matches!(m.tensors.layers[0].ffn, Ffn::Dense(_)));
+    assert!(moe(&m.tensors.layers[1]).selection_bias.is_some());
+    assert!(
+        m.summary().contains("2 short convolution"),
+        "{}",
+        m.summary()
+    );
+}
+
+#[test]
+fn lfm2moe_refusals_name_the_key_or_tensor() {
+    let missing = |key: &'static str| lfm2moe_err(|kv| kv.retain(|(k, _)| k != key), |_| {});
+    assert!(
+        matches!(missing("lfm2moe.shortconv.l_cache"), ModelError::MissingKey(k) if k == "lfm2moe.shortconv.l_cache")
+    );
+    assert!(
+        matches!(missing("lfm2moe.expert_gating_func"), ModelError::MissingKey(k) if k == "lfm2moe.expert_gating_func")
+    );
+    let err = lfm2moe_err(
+        |kv| set_kv(kv, "lfm2moe.shortconv.l_cache", Value::U32(1)),
+        |_| {},
+    );
+    assert!(
+        matches!(&err, ModelError::InvalidValue { key, .. } if key == "lfm2moe.shortconv.l_cache"),
+        "{err}"
+    );
+    // the attention layers' heads must make n_embd
+    let err = lfm2moe_err(
+        |kv| kv.push(("lfm2moe.attention.key_length".into(), Value::U32(4))),
+        |_| {},
+    );
+    assert!(
+        matches!(&err, ModelError::InvalidValue { key, .. } if key == "lfm2moe.attention.head_count"),
+        "{err}"
+    );
+    // another architecture still refuses 0 kv heads
+    let err = spec("llama")
+        .with_kv(
+            "llama.attention.head_count_kv",
+            Value::Array(ArrayValue::U32(vec![0, 2])),
+        )
+        .load_err();
+    assert!(
+        matches!(&err, ModelError::InvalidValue { key, .. } if key == "llama.attention.head_count_kv"),
+        "{err}"
+    );
+    for name in [
+        "blk.0.shortconv.conv.weight",
+        "blk.2.shortconv.in_proj.weight",
+        "blk.2.shortconv.out_proj.weight",
+        "blk.1.exp_probs_b.bias",
+        "blk.1.attn_q_norm.weight",
+        "token_embd_norm.weight",
+    ] {
+        let err = lfm2moe_err(|_| {}, |t| t.retain(|(n, _)| n != name));
+        assert!(
+            matches!(&err, ModelError::MissingTensor(n) if n == name),
+            "{name}: {err}"
+        );
+    }
+    // the convolution's width is l_cache
+    let err = lfm2moe_err(
+        |_| {},
+        |t| {
+            t.iter_mut()
+                .find(|(n, _)| n == "blk.0.shortconv.conv.weight")
+                .unwrap()
+                .1 = vec![4, 32];
+        },
+    );
+    assert!(
+        matches!(&err, ModelError::BadShape { name, .. } if name == "blk.0.shortconv.conv.weight"),
+        "{err}"
+    );
+    // llama's name of the final norm is not taken
+    let err = lfm2moe_err(
+        |_| {},
+        |t| {
+            t.iter_mut()
+                .find(|(n, _)| n == "token_embd_norm.weight")
+                .unwrap()
+                .0 = "output_norm.weight".into();
+        },
+    );
+    assert!(
+        matches!(&err, ModelError::MissingTensor(n) if n == "token_embd_norm.weight"),
+        "{err}"
+    );
+}

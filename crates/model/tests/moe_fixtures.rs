@@ -1430,3 +1430,78 @@ fn llama4_keys_and_refusals() {
         assert!(e.to_string().contains(t), "{t}: {e}");
     }
 }
+
+#[test]
+fn the_lfm2moe_model_has_short_convolutions_and_attention_layers() {
+    let dir = moe_dir();
+    for (wtype, exps_type) in NEW_TYPES {
+        let path = model_path(&dir, &format!("lfm2moe-{wtype}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let m = Model::from_gguf(&file).unwrap();
+        let what = path.display();
+        let hp = &m.hparams;
+        assert_eq!(m.arch().name(), "lfm2moe", "{what}");
+        assert_eq!(
+            (hp.n_vocab, hp.n_embd, hp.n_layer),
+            (1032, 256, 4),
+            "{what}"
+        );
+        assert_eq!(hp.n_head_kv.as_slice(), &[0, 2, 2, 0], "{what}");
+        assert_eq!(hp.recurrent, vec![true, false, false, true], "{what}");
+        assert_eq!(hp.shortconv_l_cache, 3, "{what}");
+        assert_eq!(hp.features.qk_norm, QkNorm::PerHead, "{what}");
+        assert_eq!(hp.features.rope_type, RopeType::Neox, "{what}");
+        assert_eq!(hp.expert_gating, model::ExpertGating::Sigmoid, "{what}");
+        assert!(hp.expert_weights_norm, "{what}");
+        assert_eq!(hp.n_layer_dense_lead, 1, "{what}");
+        assert!(m.tensors.output_tied, "{what}");
+        for (il, layer) in m.tensors.layers.iter().enumerate() {
+            match (&layer.attn, il) {
+                (Attn::ShortConv(c), 0 | 3) => {
+                    assert_eq!(c.conv.dims, vec![3, 256], "{what}");
+                    assert_eq!(c.conv.ty, TensorType::Known(GgmlType::F32), "{what}");
+                }
+                (Attn::Mha(a), 1 | 2) => assert!(a.q_norm.is_some() && a.k_norm.is_some()),
+                _ => panic!("{what}: layer {il} has an unexpected attention"),
+            }
+            match &layer.ffn {
+                Ffn::Dense(_) => assert_eq!(il, 0, "{what}"),
+                Ffn::Moe(moe) => {
+                    assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+                    assert!(moe.selection_bias.is_some() && moe.shared.is_none());
+                }
+            }
+        }
+        let r = refs_dir().join(format!("lfm2moe-{wtype}.gguf"));
+        assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
+    }
+}
+
+#[test]
+fn lfm2moe_refusals_name_the_key_or_tensor() {
+    use model::ModelError;
+    let dir = moe_dir();
+    let load = |drop: &[&str]| {
+        let (_d, p) = fixture_variant(&dir, "lfm2moe-f32.gguf", drop, &[], &[]);
+        let f = GgufFile::open(&p).unwrap();
+        Model::from_gguf(&f).map(|m| m.hparams)
+    };
+    for name in [
+        "blk.3.shortconv.conv.weight",
+        "blk.0.shortconv.in_proj.weight",
+        "blk.2.attn_k_norm.weight",
+        "blk.1.exp_probs_b.bias",
+        "token_embd_norm.weight",
+    ] {
+        assert_eq!(
+            load(&[name]).map(|_| ()).unwrap_err(),
+            ModelError::MissingTensor(name.into())
+        );
+    }
+    for key in ["lfm2moe.shortconv.l_cache", "lfm2moe.expert_gating_func"] {
+        assert_eq!(
+            load(&[key]).map(|_| ()).unwrap_err(),
+            ModelError::MissingKey(key.into())
+        );
+    }
+}

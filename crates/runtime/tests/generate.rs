@@ -71,6 +71,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "bailingmoe2-q8_0.gguf",
         "qwen3next-q8_0.gguf",
         "llama4-q8_0.gguf",
+        "lfm2moe-q8_0.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;
@@ -793,6 +794,7 @@ fn ngram_speculation_is_refused_where_rows_are_not_exact() {
         "deepseek2-q8_0.gguf",
         "qwen35moe-f32.gguf",
         "qwen3next-f32.gguf",
+        "lfm2moe-f32.gguf",
     ] {
         let mut cfg = config(moe(model));
         cfg.spec = Some(runtime::spec::Spec::Ngram(Default::default()));

@@ -30,13 +30,14 @@ fn chat_config_of(model: &str) -> RunConfig {
 /// The models the context-reuse tests run on: one with a KV cache of keys and values, one
 /// with multi-head latent attention, whose cache holds keys only (deepseek2, DeepSeek V3.1's
 /// template), and two hybrids whose linear-attention layers hold a recurrent state instead of
-/// KV cells (qwen35moe, and qwen3next with its value heads grouped by key head: going back
-/// goes through the state kept at the last call's start).
-const CONTEXT_MODELS: [&str; 4] = [
+/// KV cells (qwen35moe, qwen3next with its value heads grouped by key head, and lfm2moe's
+/// short convolutions: going back goes through the state kept at the last call's start).
+const CONTEXT_MODELS: [&str; 5] = [
     "qwen3moe-q4_k_m.gguf",
     "deepseek2-q8_0.gguf",
     "qwen35moe-q8_0.gguf",
     "qwen3next-q8_0.gguf",
+    "lfm2moe-q8_0.gguf",
 ];
 
 fn session() -> Session {
@@ -94,7 +95,10 @@ fn with_runtime(cfg: &RunConfig, f: impl FnOnce(&mut Runtime<'_>)) {
 #[test]
 fn a_continued_chat_reuses_its_context_and_answers_as_a_fresh_prefill() {
     for model in CONTEXT_MODELS {
-        continued_chat(&chat_config_of(model), !model.starts_with("deepseek2"));
+        // lfm2moe's tiny model answers with three newline tokens, which the next turn's
+        // rendering tokenizes as one: its history is held up to the answer
+        let exact = !model.starts_with("deepseek2") && !model.starts_with("lfm2moe");
+        continued_chat(&chat_config_of(model), exact);
     }
 }
 
@@ -125,11 +129,12 @@ fn continued_chat(cfg: &RunConfig, exact_history: bool) {
         let (n_prompt, n_new) = sink.0.expect("prefilled");
         assert_eq!(n_prompt, ids.len());
         let reused = ids.len() - n_new;
-        assert!(
-            reused > 0 && reused <= held.len(),
-            "{reused} of {}",
-            held.len()
-        );
+        assert!(reused <= held.len(), "{reused} of {}", held.len());
+        // (a recurrent state goes back only to where the last call started: a history held up
+        // to the answer is run again whole)
+        if exact_history || !rt.engine.has_recurrent_state() {
+            assert!(reused > 0, "{reused} of {}", held.len());
+        }
         assert_eq!(s.conversation().len(), 4);
         assert_eq!(s.context_tokens().len(), rt.engine.n_past());
         assert_eq!(s.turns(), 2);

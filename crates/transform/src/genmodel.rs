@@ -139,6 +139,12 @@ pub enum Like {
     /// Llama-4-Maverick-17B-128E: as Scout with 128 experts on every other layer (from layer
     /// 1), the others dense of width 16384, no rope divisors and no q/k norm.
     Llama4Maverick,
+    /// LFM2-8B-A1B: lfm2moe, 24 layers: 18 LFM2 short convolutions (over 3 positions) and 6
+    /// attention layers (2, 6, 10, 14, 18, 21; 32 query / 8 KV heads of 64, per-head q/k
+    /// norms), the first 2 dense (width 7168), then 32 experts (top-4, sigmoid routing with a
+    /// selection bias) of width 1792, n_embd 2048, tied embeddings, vocabulary 65536 (filled
+    /// from the Qwen2.5 tokenizer, padded).
+    Lfm2_8bA1b,
 }
 
 /// What a preset has beyond the common shape that no other preset has.
@@ -178,6 +184,14 @@ enum Extra {
     Llama4 {
         moe_step: u32,
         rope_freqs: bool,
+    },
+    /// lfm2moe's short-convolution layers (all but `attn`, the attention layers, which hold
+    /// KV heads), the convolution's width, the leading dense layers (of width `n_ff`), the
+    /// selection bias (sigmoid routing), the final norm as `token_embd_norm`, tied embeddings.
+    Lfm2 {
+        attn: &'static [u32],
+        l_cache: u64,
+        dense_lead: u32,
     },
 }
 
@@ -308,7 +322,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 19] = [
+    pub const ALL: [Like; 20] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -328,6 +342,7 @@ impl Like {
         Like::Qwen3Next80bA3b,
         Like::Llama4Scout,
         Like::Llama4Maverick,
+        Like::Lfm2_8bA1b,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -352,6 +367,7 @@ impl Like {
             Like::Qwen3Next80bA3b => "qwen3-next-80b-a3b",
             Like::Llama4Scout => "llama-4-scout-17b-16e",
             Like::Llama4Maverick => "llama-4-maverick-17b-128e",
+            Like::Lfm2_8bA1b => "lfm2-8b-a1b",
         }
     }
 
@@ -473,6 +489,13 @@ impl Like {
                 "Llama-4-Maverick-17B-128E: llama4 as Scout with 128 experts on every other \
                  layer, the others dense of width 16384; about 230 GB at Q4_K_M: write a \
                  --layers cut"
+            }
+            Like::Lfm2_8bA1b => {
+                "LFM2-8B-A1B: lfm2moe, 24 layers: 18 short convolutions (over 3 positions) and 6 \
+                 attention layers (32 query / 8 KV heads of 64, q/k norms), the first 2 dense \
+                 (width 7168), 32 experts (top-4, sigmoid routing with a selection bias) of width \
+                 1792, n_embd 2048, tied embeddings, vocabulary 65536 (filled from the Qwen2.5 \
+                 tokenizer, padded)"
             }
         }
     }
@@ -964,6 +987,38 @@ impl Like {
                 },
                 ..Like::Llama4Scout.shape()
             },
+            Like::Lfm2_8bA1b => Shape {
+                arch: "lfm2moe",
+                title: "LFM2-8B-A1B",
+                n_layer: 24,
+                n_embd: 2048,
+                n_head: 32,
+                n_head_kv: 8,
+                head_dim: 64,
+                n_expert: 32,
+                n_expert_used: 4,
+                n_ff_exp: 1792,
+                n_ff: 7168,
+                n_vocab: 65_536,
+                ctx_train: 128_000,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-5,
+                qk_norm: QkNorm::PerHead,
+                expert_ff_key: true,
+                rope_dims_key: false,
+                vocab_fixture: "qwen2.5-coder-1.5b.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: None,
+                gemma: None,
+                extra: Extra::Lfm2 {
+                    attn: &[2, 6, 10, 14, 18, 21],
+                    l_cache: 3,
+                    dense_lead: 2,
+                },
+                default_quant: FileType::Q4_K_M,
+            },
         }
     }
 }
@@ -981,6 +1036,9 @@ impl Shape {
         self.n_layer = n;
         if let Some(g) = &mut self.glm {
             g.dense_lead = g.dense_lead.min(n - 1);
+        }
+        if let Extra::Lfm2 { dense_lead, .. } = &mut self.extra {
+            *dense_lead = (*dense_lead).min(n - 1);
         }
         if let Some(m) = &mut self.mla
             && deepseek2_reads_as_lite(n)
@@ -1111,9 +1169,15 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
     let e = s.n_embd;
     let nq = s.n_head * s.head_dim;
     let nkv = s.n_head_kv * s.head_dim;
+    // (LFM2's converter names the final norm token_embd_norm)
+    let out_norm = if matches!(s.extra, Extra::Lfm2 { .. }) {
+        "token_embd_norm.weight"
+    } else {
+        "output_norm.weight"
+    };
     let mut v = vec![
         t("token_embd.weight".into(), &[e, s.n_vocab], Role::Weight),
-        t("output_norm.weight".into(), &[e], Role::Norm),
+        t(out_norm.into(), &[e], Role::Norm),
     ];
     if let Some(g) = s.gemma {
         // tied embeddings, as the released files; the full-attention layers' rope divisors
@@ -1127,8 +1191,12 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
                 },
             ));
         }
-    } else if !matches!(s.extra, Extra::Granite { .. } | Extra::SmallThinker { .. }) {
-        // granitemoe's and SmallThinker's released files tie the output to the embeddings
+    } else if !matches!(
+        s.extra,
+        Extra::Granite { .. } | Extra::SmallThinker { .. } | Extra::Lfm2 { .. }
+    ) {
+        // granitemoe's, SmallThinker's and LFM2's released files tie the output to the
+        // embeddings
         v.push(t("output.weight".into(), &[e, s.n_vocab], Role::Weight));
     }
     if let Extra::Llama4 {
@@ -1162,6 +1230,15 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
         }
         if let (Extra::Bailing { .. }, Some(g)) = (s.extra, s.glm) {
             bailing_layer(&mut v, s, g, il, n_layer);
+            continue;
+        }
+        if let Extra::Lfm2 {
+            attn,
+            l_cache,
+            dense_lead,
+        } = s.extra
+        {
+            lfm2_layer(&mut v, s, (attn.contains(&il), l_cache, dense_lead), il);
             continue;
         }
         v.push(t(p("attn_q"), &[e, nq], Role::Weight));
@@ -1286,6 +1363,56 @@ fn bailing_layer(v: &mut Vec<Planned>, s: &Shape, g: GlmExtras, il: u32, n_layer
     v.push(t(p("ffn_gate_shexp"), &[e, w], Role::Weight));
     v.push(t(p("ffn_up_shexp"), &[e, w], Role::Weight));
     v.push(t(p("ffn_down_shexp"), &[w, e], Role::Weight));
+    v.push(t(p("ffn_gate_inp"), &[e, x], Role::Router));
+    v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
+    v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
+}
+
+/// An lfm2moe layer after its `attn_norm`: attention with per-head q/k norms (where `attn`)
+/// or the short convolution (`in_proj`, the convolution over `l_cache` positions,
+/// `out_proj`), the FFN norm, then a dense FFN (the first `dense_lead` layers) or the router
+/// with its selection bias and the experts.
+fn lfm2_layer(
+    v: &mut Vec<Planned>,
+    s: &Shape,
+    (attn, l_cache, dense_lead): (bool, u64, u32),
+    il: u32,
+) {
+    let t = |name: String, dims: &[u64], role| Planned {
+        name,
+        dims: dims.to_vec(),
+        role,
+    };
+    let p = |n: &str| format!("blk.{il}.{n}.weight");
+    let e = s.n_embd;
+    if attn {
+        let nq = s.n_head * s.head_dim;
+        let nkv = s.n_head_kv * s.head_dim;
+        v.push(t(p("attn_q"), &[e, nq], Role::Weight));
+        v.push(t(p("attn_k"), &[e, nkv], Role::Weight));
+        v.push(t(p("attn_v"), &[e, nkv], Role::Weight));
+        v.push(t(p("attn_output"), &[nq, e], Role::Weight));
+        v.push(t(p("attn_q_norm"), &[s.head_dim], Role::Norm));
+        v.push(t(p("attn_k_norm"), &[s.head_dim], Role::Norm));
+    } else {
+        v.push(t(p("shortconv.in_proj"), &[e, 3 * e], Role::Weight));
+        v.push(t(p("shortconv.conv"), &[l_cache, e], Role::Small(0.2)));
+        v.push(t(p("shortconv.out_proj"), &[e, e], Role::Weight));
+    }
+    v.push(t(p("ffn_norm"), &[e], Role::Norm));
+    if il < dense_lead {
+        v.push(t(p("ffn_gate"), &[e, s.n_ff], Role::Weight));
+        v.push(t(p("ffn_up"), &[e, s.n_ff], Role::Weight));
+        v.push(t(p("ffn_down"), &[s.n_ff, e], Role::Weight));
+        return;
+    }
+    let (f, x) = (s.n_ff_exp, s.n_expert);
+    v.push(t(
+        format!("blk.{il}.exp_probs_b.bias"),
+        &[x],
+        Role::Small(BIAS_STD),
+    ));
     v.push(t(p("ffn_gate_inp"), &[e, x], Role::Router));
     v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
     v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
@@ -2052,7 +2179,25 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
                 Value::Array(ArrayValue::I32(kv)),
             ));
         }
-        None => meta.push((a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32))),
+        None => match s.extra {
+            // 0 KV heads: a short-convolution layer
+            Extra::Lfm2 { attn, .. } => {
+                let kv: Vec<i32> = (0..s.n_layer)
+                    .map(|il| {
+                        if attn.contains(&il) {
+                            s.n_head_kv as i32
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                meta.push((
+                    a("attention.head_count_kv"),
+                    Value::Array(ArrayValue::I32(kv)),
+                ));
+            }
+            _ => meta.push((a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32))),
+        },
     }
     if let Some(m) = s.mla {
         // the absorbed form's keys, as llama.cpp's converter writes them
@@ -2178,6 +2323,15 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         }
         Extra::Llama4 { moe_step, .. } => {
             meta.push((a("interleave_moe_layer_step"), Value::U32(moe_step)));
+        }
+        Extra::Lfm2 {
+            l_cache,
+            dense_lead,
+            ..
+        } => {
+            meta.push((a("shortconv.l_cache"), Value::U32(l_cache as u32)));
+            meta.push((a("leading_dense_block_count"), Value::U32(dense_lead)));
+            meta.push((a("expert_gating_func"), Value::U32(2)));
         }
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
@@ -2611,7 +2765,10 @@ mod tests {
                 // at least one MoE layer; the leading dense ones as many as the real model's,
                 // at most all but one (llama4: every moe_step-th layer, none in a Maverick cut
                 // of one layer)
-                let dense = full.glm.map_or(0, |g| g.dense_lead.min(n - 1));
+                let dense = match full.extra {
+                    Extra::Lfm2 { dense_lead, .. } => dense_lead.min(n - 1),
+                    _ => full.glm.map_or(0, |g| g.dense_lead.min(n - 1)),
+                };
                 assert_eq!(hp.n_layer_dense_lead, dense, "{what}");
                 let moe = match full.extra {
                     Extra::Llama4 { moe_step, .. } => n / moe_step,
@@ -2636,6 +2793,11 @@ mod tests {
                 if let Some(h) = full.hybrid {
                     let recurrent = (0..n as usize).filter(|&il| hp.is_recurrent(il)).count();
                     assert_eq!(recurrent as u32, n - n / h.interval, "{what}");
+                }
+                if let Extra::Lfm2 { attn, .. } = full.extra {
+                    for il in 0..n {
+                        assert_eq!(hp.is_recurrent(il as usize), !attn.contains(&il), "{what}");
+                    }
                 }
                 if let Some(mla) = &hp.mla {
                     let lite = deepseek2_reads_as_lite(n);

@@ -7,7 +7,7 @@
 use model::{HParams, QkNorm, RopeType, Ssm};
 
 use super::state::RecState;
-use super::weights::{AttnW, GdnW, LayerW, MhaW, MlaKvBW, MlaW};
+use super::weights::{AttnW, GdnW, LayerW, MhaW, MlaKvBW, MlaW, ShortConvW};
 use super::{ForwardError, Scratch, Stage, add_bias, mm, mm_part};
 use crate::ops::{self, KvCache, Rope, RopeConfig, RopeMode};
 
@@ -101,7 +101,7 @@ pub(super) fn attention(
             None
         }
         AttnW::Mla(a) => mla_qkv(st, a, rope, s)?.then_some(&**a),
-        AttnW::Gdn(_) => {
+        AttnW::Gdn(_) | AttnW::ShortConv(_) => {
             return Err(ForwardError::Unsupported(format!(
                 "layer {il}: linear attention has no KV attention"
             )));
@@ -236,6 +236,7 @@ pub(super) fn gdn_attention(
         &mut state.conv,
         ch,
         m.d_conv as usize,
+        ops::ConvSum::Rounded,
         &mut s.gdn_conv[..n * ch],
     );
     st.emit("conv_output_raw", &s.gdn_conv[..n * ch]);
@@ -287,6 +288,71 @@ pub(super) fn gdn_attention(
         &lw.wo,
         lw.wo.data,
         &s.att,
+        n,
+        &mut s.proj,
+        &mut s.qbuf,
+    )?;
+    attn_residual(st, s);
+    Ok(())
+}
+
+/// LFM2's short-convolution block of recurrent layer `st.il` over the chunk's rows, as
+/// llama.cpp's lfm2 graph: norm; `in_proj` into B, C and x (each `n_embd` wide, in that
+/// order); `B · x`; the causal convolution of `B · x` over `l_cache` positions continuing from
+/// the layer's state (ggml's `ssm_conv`, each product fused into the sum, no activation); `C ·` the convolution's output;
+/// `out_proj` (the layer's `wo`) and the residual added into `s.x`.
+pub(super) fn shortconv(
+    st: Stage<'_, '_>,
+    lw: &LayerW<'_>,
+    c: &ShortConvW<'_>,
+    state: &mut RecState,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, n, pool) = (st.hp, st.n, st.pool);
+    let e = st.e();
+    attn_input(st, lw, s);
+    mm(
+        pool,
+        &c.in_proj,
+        c.in_proj.data,
+        &s.cur,
+        n,
+        &mut s.gdn_qkv,
+        &mut s.qbuf,
+    )?;
+    st.emit("conv.in_proj", &s.gdn_qkv[..n * 3 * e]);
+    for (bcx, bx) in s.gdn_qkv[..n * 3 * e]
+        .chunks_exact(3 * e)
+        .zip(s.gdn_bx[..n * e].chunks_exact_mut(e))
+    {
+        let (b, x) = (&bcx[..e], &bcx[2 * e..]);
+        for ((o, &bv), &xv) in bx.iter_mut().zip(b).zip(x) {
+            *o = bv * xv;
+        }
+    }
+    ops::causal_conv(
+        &s.gdn_bx[..n * e],
+        &c.conv,
+        &mut state.conv,
+        e,
+        hp.shortconv_l_cache as usize,
+        ops::ConvSum::Fused,
+        &mut s.gdn_conv[..n * e],
+    );
+    st.emit("conv.conv", &s.gdn_conv[..n * e]);
+    for (bcx, y) in s.gdn_qkv[..n * 3 * e]
+        .chunks_exact(3 * e)
+        .zip(s.gdn_conv[..n * e].chunks_exact_mut(e))
+    {
+        for (o, &cv) in y.iter_mut().zip(&bcx[e..2 * e]) {
+            *o *= cv;
+        }
+    }
+    mm(
+        pool,
+        &lw.wo,
+        lw.wo.data,
+        &s.gdn_conv,
         n,
         &mut s.proj,
         &mut s.qbuf,

@@ -70,6 +70,8 @@ pub(super) struct Scratch {
     /// silu(z)), beta and the decay gate.
     pub(super) gdn_qkv: Vec<f32>,
     pub(super) gdn_conv: Vec<f32>,
+    /// LFM2's short convolution's input `B · x`.
+    pub(super) gdn_bx: Vec<f32>,
     pub(super) gdn_q: Vec<f32>,
     pub(super) gdn_k: Vec<f32>,
     pub(super) gdn_v: Vec<f32>,
@@ -88,6 +90,9 @@ impl Scratch {
         let (q_max, kv_max, att_max) = attn_widths(hp);
         // the linear-attention layers' buffers (empty without them)
         let (g_ch, g_kd, g_vd, g_hv) = gdn_widths(hp);
+        // LFM2's short convolution: its B, C, x rows in gdn_qkv, B·x then the convolution's
+        // output in gdn_conv
+        let sc = if hp.shortconv_l_cache > 0 { e } else { 0 };
         let att_max = att_max.max(g_vd);
         // the absorbed form's queries and attention outputs are made a part at a time
         let att_rows = if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
@@ -155,8 +160,9 @@ impl Scratch {
             rope_swa: vec![0.0; ub * hp.rope.n_rot_swa as usize],
             rin: vec![0.0; router_in],
             mlp: vec![0.0; beside],
-            gdn_qkv: vec![0.0; ub * g_ch],
-            gdn_conv: vec![0.0; ub * g_ch],
+            gdn_qkv: vec![0.0; ub * g_ch.max(3 * sc)],
+            gdn_conv: vec![0.0; ub * g_ch.max(sc)],
+            gdn_bx: vec![0.0; ub * sc],
             gdn_q: vec![0.0; ub * g_kd],
             gdn_k: vec![0.0; ub * g_kd],
             gdn_v: vec![0.0; ub * g_vd],

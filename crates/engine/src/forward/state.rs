@@ -8,7 +8,8 @@ use super::{Engine, EngineConfig, ForwardError, KV_CELL_PAD};
 use crate::ops::{self, KvCache};
 
 /// A linear-attention layer's state after the context's tokens: the convolution's last
-/// inputs and the delta rule's matrices (see `ops::causal_conv`, `ops::gated_delta_rule`).
+/// inputs and the delta rule's matrices (see `ops::causal_conv`, `ops::gated_delta_rule`; an
+/// LFM2 short-convolution layer has the convolution's alone).
 #[derive(Debug)]
 pub(crate) struct RecState {
     pub(super) conv: Vec<f32>,
@@ -38,10 +39,10 @@ impl RecState {
         let nl = hp.n_layer as usize;
         (0..nl)
             .map(|il| {
-                let m = hp.ssm.as_ref().filter(|_| hp.is_recurrent(il))?;
+                let (conv, ssm) = hp.recurrent_state_lens(il)?;
                 Some(RecState {
-                    conv: vec![0.0; m.conv_state_len()],
-                    ssm: vec![0.0; m.state_len()],
+                    conv: vec![0.0; conv],
+                    ssm: vec![0.0; ssm],
                 })
             })
             .collect()

@@ -152,6 +152,16 @@ pub(crate) enum AttnW<'a> {
     Mha(Box<MhaW<'a>>),
     Mla(Box<MlaW<'a>>),
     Gdn(Box<GdnW<'a>>),
+    ShortConv(Box<ShortConvW<'a>>),
+}
+
+/// An LFM2 short-convolution layer's input projection and convolution weights (see
+/// `model::ShortConvTensors`; the output projection is the layer's `wo`).
+pub(crate) struct ShortConvW<'a> {
+    /// `shortconv.in_proj`: per token B, C and x, each `n_embd` wide.
+    pub in_proj: Mat<'a>,
+    /// `{l_cache, n_embd}`: each channel's `l_cache` weights, oldest input first.
+    pub conv: Vec<f32>,
 }
 
 /// A Gated DeltaNet layer's projections and its small tensors as f32 (see
@@ -363,6 +373,7 @@ fn layer_mats<'m, 'a>(l: &'m mut LayerW<'a>) -> Vec<&'m mut Mat<'a>> {
             v.extend(g.gate.as_mut());
             v.extend(g.alpha.as_mut());
         }
+        AttnW::ShortConv(c) => v.push(&mut c.in_proj),
     }
     v.push(&mut l.wo);
     if let Some(g) = &mut l.gemma
@@ -733,6 +744,10 @@ fn attn_w<'a>(
             dt_bias: vector(model, g.dt_bias)?,
             a: vector(model, g.a)?,
             norm: vector(model, g.norm)?,
+        })),
+        Attn::ShortConv(c) => AttnW::ShortConv(Box::new(ShortConvW {
+            in_proj: mat(model, kernels, c.in_proj, 1)?,
+            conv: vector(model, c.conv)?,
         })),
     };
     Ok(attn)

@@ -57,13 +57,25 @@ pub fn softplus(x: f32) -> f32 {
     if x > 20.0 { x } else { (1.0 + x.exp()).ln() }
 }
 
+/// How [`causal_conv`] adds a channel's products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvSum {
+    /// `sum += s · c`, each product rounded before the add (the Gated DeltaNet's convolution
+    /// in llama.cpp's x86 build).
+    Rounded,
+    /// `sum = fma(s, c, sum)`, one rounding per step (LFM2's short convolution in llama.cpp's
+    /// builds: the same `ssm_conv` loop, contracted).
+    Fused,
+}
+
 /// The causal convolution of `n` tokens' inputs (`x`, `[n][channels]`) with `w`
 /// (`[channels][d_conv]`, oldest input first), continuing from `state` (`[channels][d_conv -
 /// 1]`, the channel's last inputs, oldest first), into `out` (`[n][channels]`); `state` then
 /// holds the last `d_conv - 1` inputs of every channel. Each output is ggml's `ssm_conv` sum:
-/// `d_conv` products, each rounded, added in order from the oldest input (ggml's x86 build
-/// leaves `sum += s · c` uncontracted here: a fused multiply-add gives other bits, which the
-/// qwen35moe fixtures tell apart).
+/// `d_conv` products added in order from the oldest input, each rounded before its add
+/// ([`ConvSum::Rounded`]: the Gated DeltaNet's, which the qwen35moe fixtures tell apart from
+/// a fused multiply-add) or fused with it ([`ConvSum::Fused`]: LFM2's short convolution, which
+/// the lfm2moe fixtures tell apart the other way).
 ///
 /// # Panics
 /// If a length does not match `channels` and `d_conv`.
@@ -73,6 +85,7 @@ pub fn causal_conv(
     state: &mut [f32],
     channels: usize,
     d_conv: usize,
+    sum_rule: ConvSum,
     out: &mut [f32],
 ) {
     let k = d_conv - 1;
@@ -97,7 +110,10 @@ pub fn causal_conv(
         for t in 0..n {
             let mut sum = 0f32;
             for (i, &cw) in wc.iter().enumerate() {
-                sum += at(st, t + i) * cw;
+                sum = match sum_rule {
+                    ConvSum::Rounded => sum + at(st, t + i) * cw,
+                    ConvSum::Fused => at(st, t + i).mul_add(cw, sum),
+                };
             }
             out[t * channels + c] = sum;
         }
@@ -402,29 +418,54 @@ mod tests {
         // two channels, width 3: the same outputs whether the tokens come at once or one by one
         let w = [0.5, -1.0, 2.0, 1.5, 0.25, -0.75];
         let x = [1.0, 2.0, -1.0, 0.5, 3.0, -2.0, 0.25, 1.0];
-        let mut st_all = vec![0.1, 0.2, -0.3, 0.4];
-        let mut all = vec![0f32; 8];
-        causal_conv(&x, &w, &mut st_all, 2, 3, &mut all);
-        let mut st = vec![0.1, 0.2, -0.3, 0.4];
-        let mut one = vec![0f32; 8];
-        for t in 0..4 {
-            causal_conv(
-                &x[t * 2..t * 2 + 2],
-                &w,
-                &mut st,
-                2,
-                3,
-                &mut one[t * 2..t * 2 + 2],
-            );
+        for rule in [ConvSum::Rounded, ConvSum::Fused] {
+            let mut st_all = vec![0.1, 0.2, -0.3, 0.4];
+            let mut all = vec![0f32; 8];
+            causal_conv(&x, &w, &mut st_all, 2, 3, rule, &mut all);
+            let mut st = vec![0.1, 0.2, -0.3, 0.4];
+            let mut one = vec![0f32; 8];
+            for t in 0..4 {
+                causal_conv(
+                    &x[t * 2..t * 2 + 2],
+                    &w,
+                    &mut st,
+                    2,
+                    3,
+                    rule,
+                    &mut one[t * 2..t * 2 + 2],
+                );
+            }
+            assert_eq!(all, one);
+            assert_eq!(st_all, st);
+            // channel 0, token 0: window [0.1, 0.2, 1.0]
+            let window = [0.1f32, 0.2, 1.0];
+            let want = window
+                .iter()
+                .zip(&w[..3])
+                .fold(0f32, |s, (a, b)| match rule {
+                    ConvSum::Rounded => s + a * b,
+                    ConvSum::Fused => a.mul_add(*b, s),
+                });
+            assert_eq!(all[0], want);
+            // the state is the last two inputs of each channel
+            assert_eq!(st, vec![3.0, 0.25, -2.0, 1.0]);
         }
-        assert_eq!(all, one);
-        assert_eq!(st_all, st);
-        // channel 0, token 0: window [0.1, 0.2, 1.0]
-        let window = [0.1f32, 0.2, 1.0];
-        let want = window.iter().zip(&w[..3]).fold(0f32, |s, (a, b)| s + a * b);
-        assert_eq!(all[0], want);
-        // the state is the last two inputs of each channel
-        assert_eq!(st, vec![3.0, 0.25, -2.0, 1.0]);
+    }
+
+    #[test]
+    fn conv_sums_round_each_product_or_fuse_it() {
+        // 1 + 2^-12 squared is 1 + 2^-11 + 2^-24: rounded, the 2^-24 is lost before the add
+        // of -(1 + 2^-11); fused, it is the whole result
+        let a = 1.0 + f32::EPSILON * 2048.0;
+        let w = [1.0, a];
+        let x = [a];
+        let mut out = [0f32];
+        let mut st = vec![-(1.0 + f32::EPSILON * 4096.0)];
+        causal_conv(&x, &w, &mut st, 1, 2, ConvSum::Rounded, &mut out);
+        assert_eq!(out[0], 0.0);
+        let mut st = vec![-(1.0 + f32::EPSILON * 4096.0)];
+        causal_conv(&x, &w, &mut st, 1, 2, ConvSum::Fused, &mut out);
+        assert_eq!(out[0], 2f32.powi(-24));
     }
 
     #[test]

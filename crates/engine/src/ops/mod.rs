@@ -20,7 +20,7 @@ pub use attn::{
     AttnExtras, KvCache, KvPrefix, KvType, attend, attend_batch, attend_batch_with, dot_ggml,
     dot_ggml_scalar, dot_tinyblas, dot_tinyblas_scalar,
 };
-pub use gdn::{KeyHeads, causal_conv, gated_delta_rule, l2_norm_inplace, softplus};
+pub use gdn::{ConvSum, KeyHeads, causal_conv, gated_delta_rule, l2_norm_inplace, softplus};
 pub use norm::{
     attn_temp_factor, rms_norm, rms_norm_inplace, rms_norm_plain_inplace, scale_inplace,
 };

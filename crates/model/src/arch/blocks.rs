@@ -99,10 +99,10 @@ pub(crate) fn layer<'a>(
     let n_embd = u64::from(hp.n_embd);
     let attn_norm = ld.req(&n("attn_norm.weight"), &[n_embd])?;
     let attn = attn(ld)?;
-    let wo_name = if matches!(attn, Attn::Gdn(_)) {
-        "ssm_out.weight"
-    } else {
-        "attn_output.weight"
+    let wo_name = match attn {
+        Attn::Gdn(_) => "ssm_out.weight",
+        Attn::ShortConv(_) => "shortconv.out_proj.weight",
+        Attn::Mha(_) | Attn::Mla(_) => "attn_output.weight",
     };
     let wo = ld.req(&n(wo_name), &[u64::from(hp.n_embd_out(il)), n_embd])?;
     let bo = r.out_bias.find(ld, &n("attn_output.bias"), &[n_embd])?;

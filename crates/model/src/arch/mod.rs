@@ -42,6 +42,11 @@ pub(crate) trait ArchDef: Sync {
         false
     }
 
+    /// The name of the final norm's weights (LFM2's converter names it `token_embd_norm`).
+    fn output_norm_name(&self) -> &'static str {
+        "output_norm.weight"
+    }
+
     /// The model-wide tensors beyond the embedding, the output norm and the output.
     fn globals<'a>(&self, _ld: &mut Loader<'a>, _hp: &HParams) -> Result<Globals<'a>, ModelError> {
         Ok(Globals::default())
@@ -145,6 +150,7 @@ registry![
     bailingmoe2,
     qwen3next,
     llama4,
+    lfm2moe,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -272,6 +278,10 @@ pub struct Features {
     /// True when each routed expert's input is the FFN input times the expert's routing
     /// weight, and the experts' outputs are summed unweighted (Llama 4's `weight_before_ffn`).
     pub expert_weights_before_ffn: bool,
+    /// True where a layer of 0 kv heads (`attention.head_count_kv`, per layer) is an LFM2
+    /// short-convolution block (`shortconv.l_cache` wide) with a recurrent state instead of
+    /// attention.
+    pub shortconv: bool,
 }
 
 impl Features {
@@ -297,6 +307,7 @@ impl Features {
         gdn_grouped_heads: false,
         swa_chunked: false,
         expert_weights_before_ffn: false,
+        shortconv: false,
     };
 }
 
