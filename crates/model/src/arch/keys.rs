@@ -155,6 +155,28 @@ pub(crate) fn experts(kv: &Kv<'_>, hp: &mut HParams, r: &ExpertRules) -> Result<
     Ok(())
 }
 
+/// For an architecture whose graph always renormalises the top-k weights and never scales
+/// them (llama.cpp passes `true` and no scale, whatever the file says): a file that says
+/// otherwise is refused rather than run as it does not mean.
+pub(crate) fn renormalised_unscaled(kv: &Kv<'_>, hp: &HParams) -> Result<(), ModelError> {
+    if !hp.expert_weights_norm {
+        return Err(invalid(
+            kv.key("expert_weights_norm"),
+            "false, but this architecture always renormalises the top-k weights",
+        ));
+    }
+    if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
+        return Err(invalid(
+            kv.key("expert_weights_scale"),
+            format!(
+                "{}, but this architecture never scales the routing weights",
+                hp.expert_weights_scale
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `expert_count`, `expert_used_count` and the expert groups.
 fn counts(kv: &Kv<'_>, hp: &mut HParams, r: &ExpertRules) -> Result<(), ModelError> {
     let k = |s: &str| kv.key(s);

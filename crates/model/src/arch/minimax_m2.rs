@@ -15,7 +15,7 @@ use crate::kv::{Kv, invalid};
 use crate::params::HParams;
 
 use super::blocks::{LayerRules, MoeRules, Presence};
-use super::keys::ExpertRules;
+use super::keys::{self, ExpertRules};
 use super::{ArchDef, ExpertGating, Features, QkNorm};
 
 /// The architecture.
@@ -66,21 +66,7 @@ impl ArchDef for Def {
                 ));
             }
         }
-        if !hp.expert_weights_norm {
-            return Err(invalid(
-                k("expert_weights_norm"),
-                "false, but this architecture always renormalises the top-k weights",
-            ));
-        }
-        if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
-            return Err(invalid(
-                k("expert_weights_scale"),
-                format!(
-                    "{}, but this architecture never scales the routing weights",
-                    hp.expert_weights_scale
-                ),
-            ));
-        }
+        keys::renormalised_unscaled(kv, hp)?;
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use crate::error::ModelError;
 use crate::kv::{Kv, invalid};
 use crate::params::HParams;
 
-use super::keys::ExpertRules;
+use super::keys::{self, ExpertRules};
 use super::{ArchDef, Features, FfnAct};
 
 /// The architecture.
@@ -60,21 +60,7 @@ impl ArchDef for Def {
                 "every layer of this architecture is routed",
             ));
         }
-        if !hp.expert_weights_norm {
-            return Err(invalid(
-                k("expert_weights_norm"),
-                "false, but this architecture always renormalises the top-k weights",
-            ));
-        }
-        if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
-            return Err(invalid(
-                k("expert_weights_scale"),
-                format!(
-                    "{}, but this architecture never scales the routing weights",
-                    hp.expert_weights_scale
-                ),
-            ));
-        }
+        keys::renormalised_unscaled(kv, hp)?;
         if kv.u32(&k("attention.sliding_window"))?.unwrap_or(0) > 0 {
             let period = kv.u32(&k("attention.sliding_window_pattern"))?.unwrap_or(4);
             let base_key = k("rope.freq_base_swa");
