@@ -426,6 +426,38 @@ fn model_json(model: &Model) -> serde_json::Value {
                 });
                 doc["rope_sections"] = json!(hp.rope.sections);
             }
+            let recurrent: Vec<usize> = (0..hp.n_layer as usize)
+                .filter(|&il| hp.is_recurrent(il))
+                .collect();
+            if let Some(s) = &hp.mamba2 {
+                let floats = (s.conv_state_len() + s.state_len()) * recurrent.len();
+                doc["mamba2"] = json!({
+                    "layers": recurrent,
+                    "heads": s.n_head,
+                    "head_dim": s.head_dim(),
+                    "groups": s.n_group,
+                    "state_size": s.d_state,
+                    "conv_kernel": s.d_conv,
+                    "conv_state_floats_per_layer": s.conv_state_len(),
+                    "recurrent_state_floats_per_layer": s.state_len(),
+                    "state_bytes": floats * 4,
+                });
+                doc["ffn_only_layers"] = json!(
+                    (0..hp.n_layer as usize)
+                        .filter(|&il| hp.has_no_mixer(il))
+                        .collect::<Vec<_>>()
+                );
+                doc["moe_latent_size"] = json!(hp.moe_latent);
+            }
+            if hp.shortconv_l_cache > 0 {
+                let per_layer = (hp.shortconv_l_cache as usize - 1) * hp.n_embd as usize;
+                doc["short_convolution"] = json!({
+                    "layers": recurrent,
+                    "l_cache": hp.shortconv_l_cache,
+                    "conv_state_floats_per_layer": per_layer,
+                    "state_bytes": per_layer * recurrent.len() * 4,
+                });
+            }
             doc
         }
         Err(e) => json!({ "error": e.to_string() }),
@@ -447,6 +479,7 @@ fn experts_text(w: &mut impl Write, model: &Model) -> Result<()> {
     let fusion = |f: Fusion| match f {
         Fusion::Split => "gate, up and down",
         Fusion::Fused => "fused gate-up and down",
+        Fusion::Ungated => "up and down (no gate)",
     };
     writeln!(w)?;
     writeln!(

@@ -40,7 +40,7 @@ use thiserror::Error;
 use crate::EngineError;
 use crate::ops::{KvCache, KvType, Rope};
 use ahead::{Ahead, AheadState};
-use attn::{MLA_PART, attention, gdn_attention, rope_config, shortconv, swa_rope};
+use attn::{MLA_PART, attention, gdn_attention, mamba2, rope_config, shortconv, swa_rope};
 use ffn::{ffn_input, ffn_residual, moe_ffn, swiglu_ffn};
 use head::MtpState;
 use scratch::Scratch;
@@ -887,7 +887,10 @@ impl<'a> Engine<'a> {
         match (&lw.attn, rs.get_mut(il).and_then(Option::as_mut)) {
             (AttnW::Gdn(g), Some(state)) => gdn_attention(st, lw, g, state, s)?,
             (AttnW::ShortConv(c), Some(state)) => shortconv(st, lw, c, state, s)?,
-            (AttnW::Gdn(_) | AttnW::ShortConv(_), None) => {
+            (AttnW::Mamba2(m), Some(state)) => mamba2(st, lw, m, state, s)?,
+            // a layer that is its FFN alone
+            (AttnW::None, _) => {}
+            (AttnW::Gdn(_) | AttnW::ShortConv(_) | AttnW::Mamba2(_), None) => {
                 return Err(ForwardError::Unsupported(format!(
                     "layer {il} has linear-attention weights but no recurrent state"
                 )));
@@ -948,6 +951,10 @@ impl<'a> Engine<'a> {
             mla_part: *mla_part,
             single: *single_rows,
         };
+        if matches!(lw.ffn, FfnW::None) {
+            // a layer that is its mixer alone
+            return Ok(());
+        }
         ffn_input(st, lw, s)?;
         match &lw.ffn {
             FfnW::Dense(d) => {
@@ -1005,6 +1012,7 @@ impl<'a> Engine<'a> {
                 };
                 moe_ffn(st, m, routing, source, route_tap, &mut ahead, s)?;
             }
+            FfnW::None => {}
         }
         ffn_residual(st, lw, s);
         Ok(())

@@ -19,6 +19,7 @@ impl HParams {
         };
         let mut hp = common(arch, &kv)?;
         let def = arch.def();
+        def.read_layer_types(&kv, &mut hp)?;
         let experts = def.experts(&hp);
         keys::experts(&kv, &mut hp, &experts)?;
         def.read(&kv, &mut hp)?;
@@ -121,6 +122,10 @@ fn common(arch: Arch, kv: &Kv<'_>) -> Result<HParams, ModelError> {
         ssm: None,
         recurrent: vec![false; nl],
         shortconv_l_cache: 0,
+        mamba2: None,
+        no_mixer: Vec::new(),
+        no_ffn: Vec::new(),
+        moe_latent: 0,
         embd_scale: None,
         attn_scale_fixed: None,
         residual_scale: None,
@@ -145,8 +150,9 @@ fn heads(arch: Arch, kv: &Kv<'_>, n_layer_all: u32) -> Result<(PerLayer, PerLaye
                 format!("layer {il} has 0 heads"),
             ));
         }
-        // (LFM2: a layer of no kv heads is a short-convolution layer)
-        if hkv == 0 && arch.features().shortconv {
+        // (LFM2: a layer of no kv heads is a short-convolution layer; Nemotron-H: a Mamba-2
+        // mixer or an FFN alone)
+        if hkv == 0 && (arch.features().shortconv || arch.features().mamba2) {
             continue;
         }
         if hkv == 0 || !h.is_multiple_of(hkv) {

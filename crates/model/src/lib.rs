@@ -25,11 +25,11 @@ pub use arch::{
 pub use error::ModelError;
 pub use model::{Model, arch_of, human_bytes};
 pub use params::{
-    AttnTemp, HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mla, PerLayer, Ssm,
+    AttnTemp, HParams, KEY_ARCH, KEY_TOKENS, MAX_EXPERTS, MAX_LAYERS, Mamba2, Mla, PerLayer, Ssm,
 };
 pub use rope::{Rope, RopeScalingType};
 pub use tensors::{
     Attn, DenseFfn, ExpertSlice, Ffn, GdnBetaAlpha, GdnInput, GdnTensors, GemmaLayer, GemmaMoe,
-    LayerTensors, MhaTensors, MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases, MoeFfn,
-    NextNTensors, SharedExpert, ShortConvTensors, Tensor,
+    LayerTensors, Mamba2Tensors, MhaTensors, MlaKvB, MlaQuery, MlaTensors, ModelTensors, MoeBiases,
+    MoeFfn, MoeLatent, NextNTensors, SharedExpert, ShortConvTensors, Tensor,
 };

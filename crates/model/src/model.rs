@@ -413,7 +413,7 @@ impl<'a> Model<'a> {
                     human_bytes(m.expert_bytes().unwrap_or(0), 2),
                     m.expert_bytes().unwrap_or(0),
                     human_bytes(m.bytes_per_expert().unwrap_or(0), 2),
-                    m.gate_exps.ty,
+                    m.gate_exps.map_or("none".to_owned(), |g| g.ty.to_string()),
                     m.up_exps.ty,
                     if m.fused_gate_up {
                         " (fused: ffn_gate_up_exps)"

@@ -139,6 +139,51 @@ impl Ssm {
     }
 }
 
+/// The sizes of a Mamba-2 mixer (nemotron_h_moe's recurrent layers): `ssm.conv_kernel`,
+/// `ssm.inner_size`, `ssm.state_size`, `ssm.time_step_rank` (its heads) and
+/// `ssm.group_count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mamba2 {
+    /// Width of the causal convolution.
+    pub d_conv: u32,
+    /// Channels of the scan's input x and of its output (`n_head` heads of
+    /// `d_inner / n_head`).
+    pub d_inner: u32,
+    /// Size of each channel's state, and of each group's B and C.
+    pub d_state: u32,
+    /// Heads: each has one decay `A`, one skip `D` and one time step.
+    pub n_head: u32,
+    /// Groups of heads sharing a B and a C (and of the output's norm).
+    pub n_group: u32,
+}
+
+impl Mamba2 {
+    /// Values of one head.
+    pub fn head_dim(&self) -> u32 {
+        self.d_inner / self.n_head
+    }
+
+    /// Channels of the convolution: x, then every group's B, then every group's C.
+    pub fn conv_channels(&self) -> u32 {
+        self.d_inner + 2 * self.n_group * self.d_state
+    }
+
+    /// Rows of `ssm_in`: the gate z, the convolution's channels, the heads' time steps.
+    pub fn in_proj_rows(&self) -> u32 {
+        self.d_inner + self.conv_channels() + self.n_head
+    }
+
+    /// Floats of a layer's convolution state: the last `d_conv - 1` inputs of every channel.
+    pub fn conv_state_len(&self) -> usize {
+        (self.d_conv as usize - 1) * self.conv_channels() as usize
+    }
+
+    /// Floats of a layer's scan state: `d_state` per channel of x.
+    pub fn state_len(&self) -> usize {
+        self.d_state as usize * self.d_inner as usize
+    }
+}
+
 /// Validated hyperparameters of a model.
 ///
 /// Per-arch rules that are not stored in the file (rope pairing, QK-norm kind, router rule,
@@ -239,6 +284,19 @@ pub struct HParams {
     /// layers, whose state per sequence is the last `l_cache - 1` gated inputs of each of the
     /// `n_embd` channels; 0 where the model has no short-convolution layers.
     pub shortconv_l_cache: u32,
+    /// Mamba-2 sizes of a hybrid stack whose recurrent layers are Mamba-2 mixers
+    /// (nemotron_h_moe), else `None`.
+    pub mamba2: Option<Mamba2>,
+    /// Per stored layer: true for a layer that is its FFN alone, with no attention or other
+    /// mixer before it (nemotron_h_moe's MoE layers); empty or false: a mixer runs first.
+    pub no_mixer: Vec<bool>,
+    /// Per stored layer: true for a layer that is its mixer alone, with no FFN after it
+    /// (nemotron_h_moe's attention and Mamba-2 layers); empty or false: an FFN follows.
+    pub no_ffn: Vec<bool>,
+    /// `moe_latent_size` (Nemotron 3 Super): the routed experts read and write vectors of this
+    /// width, projected down from `n_embd` (`ffn_latent_down`) before them and back up
+    /// (`ffn_latent_up`) after; 0: the experts work in `n_embd`.
+    pub moe_latent: u32,
     /// A factor the token embeddings are multiplied by before the first layer (gemma4:
     /// sqrt(n_embd)); `None`: none.
     pub embd_scale: Option<f32>,
@@ -280,8 +338,31 @@ impl HParams {
             let k = self.shortconv_l_cache as usize - 1;
             return Some((k * self.n_embd as usize, 0));
         }
+        if let Some(m) = &self.mamba2 {
+            return Some((m.conv_state_len(), m.state_len()));
+        }
         let m = self.ssm.as_ref()?;
         Some((m.conv_state_len(), m.state_len()))
+    }
+
+    /// True when layer `il` has no mixer: its block is the FFN alone.
+    pub fn has_no_mixer(&self, il: usize) -> bool {
+        self.no_mixer.get(il).copied().unwrap_or(false)
+    }
+
+    /// True when layer `il` has no FFN: its block is the mixer alone.
+    pub fn has_no_ffn(&self, il: usize) -> bool {
+        self.no_ffn.get(il).copied().unwrap_or(false)
+    }
+
+    /// Width of the vectors the routed experts read and write: `moe_latent_size` where the
+    /// model projects into a latent space for them, else `n_embd`.
+    pub fn n_embd_moe(&self) -> u32 {
+        if self.moe_latent > 0 {
+            self.moe_latent
+        } else {
+            self.n_embd
+        }
     }
 
     /// True when layer `il` has a routed-expert FFN.
@@ -298,6 +379,7 @@ impl HParams {
     /// trunk's MoE layers and the NextN layers past the leading dense ones.
     pub fn stored_layer_has_experts(&self, il: usize) -> bool {
         self.n_expert > 0
+            && !self.has_no_ffn(il)
             && il >= self.n_layer_dense_lead as usize
             && il < self.n_layer_all() as usize
             && (self.moe_layer_step == 0 || (il + 1).is_multiple_of(self.moe_layer_step as usize))
@@ -307,7 +389,9 @@ impl HParams {
     pub fn n_ff_shexp_at(&self, il: usize) -> u32 {
         match self.features.shared_experts {
             SharedExperts::None => 0,
-            SharedExperts::Gated | SharedExperts::CountedKeyed => self.n_ff_shexp,
+            SharedExperts::Gated | SharedExperts::CountedKeyed | SharedExperts::Keyed => {
+                self.n_ff_shexp
+            }
             SharedExperts::Counted => self.n_ff_exp.at(il) * self.n_expert_shared,
             SharedExperts::One => self.n_ff_exp.at(il),
         }
@@ -390,6 +474,9 @@ impl HParams {
     pub fn n_embd_out(&self, il: usize) -> u32 {
         if self.shortconv_l_cache > 0 && self.is_recurrent(il) {
             return self.n_embd;
+        }
+        if let Some(m) = self.mamba2.as_ref().filter(|_| self.is_recurrent(il)) {
+            return m.d_inner;
         }
         if let Some(ssm) = self.ssm.as_ref().filter(|_| self.is_recurrent(il)) {
             return ssm.value_dim();

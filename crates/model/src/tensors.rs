@@ -83,20 +83,23 @@ impl NextNTensors<'_> {
 /// The tensors of one layer.
 #[derive(Debug, Clone)]
 pub struct LayerTensors<'a> {
-    /// `attn_norm.weight` `{n_embd}`.
-    pub attn_norm: Tensor<'a>,
-    /// The projections that make queries, keys and values.
+    /// `attn_norm.weight` `{n_embd}`; `None` in a layer without a mixer ([`Attn::None`]).
+    pub attn_norm: Option<Tensor<'a>>,
+    /// The projections that make queries, keys and values (or the layer's other mixer).
     pub attn: Attn<'a>,
-    /// `attn_output.weight` `{n_embd_out, n_embd}` (see [`HParams::n_embd_out`]).
-    pub wo: Tensor<'a>,
+    /// `attn_output.weight` `{n_embd_out, n_embd}` (see [`HParams::n_embd_out`]); `None` in a
+    /// layer without a mixer.
+    pub wo: Option<Tensor<'a>>,
     /// `attn_output.bias` `{n_embd}` (llama: optional; gpt-oss: required).
     pub bo: Option<Tensor<'a>>,
     /// `attn_sinks.weight` `{n_head}` (gpt-oss, required): one extra logit per head that takes
     /// part in the attention softmax's normalisation without a value.
     pub attn_sinks: Option<Tensor<'a>>,
     /// `ffn_norm.weight` `{n_embd}` (gpt-oss: `post_attention_norm.weight`, which plays the
-    /// same part: the norm after the attention's residual, before the FFN).
-    pub ffn_norm: Tensor<'a>,
+    /// same part: the norm after the attention's residual, before the FFN; nemotron_h_moe's
+    /// MoE layers: their `attn_norm.weight`, the one norm of a block that is its FFN alone);
+    /// `None` in a layer without an FFN ([`Ffn::None`]).
+    pub ffn_norm: Option<Tensor<'a>>,
     /// The feed-forward block.
     pub ffn: Ffn<'a>,
     /// Gemma 4's extras (see [`GemmaLayer`]).
@@ -147,6 +150,33 @@ pub enum Attn<'a> {
     Gdn(GdnTensors<'a>),
     /// LFM2's short convolution (its recurrent layers); the layer's `wo` is its `out_proj`.
     ShortConv(ShortConvTensors<'a>),
+    /// A Mamba-2 mixer (nemotron_h_moe's recurrent layers); the layer's `wo` is its
+    /// `ssm_out`.
+    Mamba2(Mamba2Tensors<'a>),
+    /// No mixer: the layer is its FFN alone (nemotron_h_moe's MoE layers).
+    None,
+}
+
+/// The tensors of a Mamba-2 mixer, as llama.cpp's nemotron_h loader shapes them (ggml order:
+/// columns first; see [`crate::Mamba2`] for the sizes).
+#[derive(Debug, Clone, Copy)]
+pub struct Mamba2Tensors<'a> {
+    /// `ssm_in` {n_embd, 2 d_inner + 2 n_group d_state + n_head}: per token the gate z, the
+    /// convolution's input (x, every group's B, every group's C) and the heads' time steps.
+    pub in_proj: Tensor<'a>,
+    /// `ssm_conv1d.weight` {d_conv, d_inner + 2 n_group d_state}: each channel's weights,
+    /// oldest input first.
+    pub conv1d: Tensor<'a>,
+    /// `ssm_conv1d.bias` {channels} (optional, as llama.cpp reads it).
+    pub conv1d_b: Option<Tensor<'a>>,
+    /// `ssm_dt.bias` {n_head}: added to each head's time step before the softplus.
+    pub dt_bias: Tensor<'a>,
+    /// `ssm_a` {1, n_head}: each head's decay rate (-exp(A_log)).
+    pub a: Tensor<'a>,
+    /// `ssm_d` {1, n_head}: each head's skip connection from x.
+    pub d: Tensor<'a>,
+    /// `ssm_norm.weight` {d_inner / n_group, n_group}: the gated output's RMSNorm per group.
+    pub norm: Tensor<'a>,
 }
 
 /// The tensors of an LFM2 short-convolution layer (ggml order: columns first).
@@ -368,6 +398,13 @@ impl Attn<'_> {
             }
             Attn::Gdn(g) => g.tensors(),
             Attn::ShortConv(c) => vec![c.in_proj, c.conv],
+            Attn::Mamba2(m) => {
+                let mut v = vec![m.in_proj, m.conv1d];
+                v.extend(m.conv1d_b);
+                v.extend([m.dt_bias, m.a, m.d, m.norm]);
+                v
+            }
+            Attn::None => Vec::new(),
         }
     }
 }
@@ -377,7 +414,7 @@ impl<'a> LayerTensors<'a> {
     pub fn mha(&self) -> Option<&MhaTensors<'a>> {
         match &self.attn {
             Attn::Mha(m) => Some(m),
-            Attn::Mla(_) | Attn::Gdn(_) | Attn::ShortConv(_) => None,
+            _ => None,
         }
     }
 
@@ -385,15 +422,15 @@ impl<'a> LayerTensors<'a> {
     pub fn mla(&self) -> Option<&MlaTensors<'a>> {
         match &self.attn {
             Attn::Mla(m) => Some(m),
-            Attn::Mha(_) | Attn::Gdn(_) | Attn::ShortConv(_) => None,
+            _ => None,
         }
     }
 
     /// Every tensor of the layer.
     pub fn tensors(&self) -> Vec<&TensorInfo> {
-        let mut v = vec![self.attn_norm];
+        let mut v: Vec<&TensorInfo> = self.attn_norm.into_iter().collect();
         v.extend(self.attn.tensors());
-        v.extend([self.wo, self.ffn_norm]);
+        v.extend([self.wo, self.ffn_norm].into_iter().flatten());
         v.extend([self.bo, self.attn_sinks].into_iter().flatten());
         if let Some(g) = &self.gemma {
             v.extend([g.post_attn_norm, g.post_ffn_norm]);
@@ -413,14 +450,17 @@ impl<'a> LayerTensors<'a> {
                 v.push(m.router);
                 v.extend(m.expert_tensors());
                 v.extend(m.selection_bias);
+                v.extend(m.latent.iter().flat_map(|l| [l.down, l.up]));
                 if let Some(sh) = &m.shared {
-                    v.extend([sh.gate, sh.up, sh.down]);
+                    v.extend(sh.gate);
+                    v.extend([sh.up, sh.down]);
                     v.extend(sh.gate_inp);
                 }
                 if let Some(b) = &m.biases {
                     v.extend([b.router, b.gate, b.up, b.down]);
                 }
             }
+            Ffn::None => {}
         }
         v
     }
@@ -433,6 +473,8 @@ pub enum Ffn<'a> {
     Dense(DenseFfn<'a>),
     /// Routed experts (plus an optional shared expert).
     Moe(MoeFfn<'a>),
+    /// No FFN: the layer is its mixer alone (nemotron_h_moe's attention and Mamba-2 layers).
+    None,
 }
 
 /// A dense SwiGLU FFN.
@@ -459,8 +501,9 @@ pub struct MoeFfn<'a> {
     /// `ffn_gate_inp.weight` `{n_embd, n_expert}`: the router.
     pub router: Tensor<'a>,
     /// `ffn_gate_exps.weight` `{n_embd, n_ff_exp, n_expert}`; with a fused layout the
-    /// `ffn_gate_up_exps.weight` tensor (see [`MoeFfn::fused_gate_up`]).
-    pub gate_exps: Tensor<'a>,
+    /// `ffn_gate_up_exps.weight` tensor (see [`MoeFfn::fused_gate_up`]); `None` for experts
+    /// without a gate (nemotron_h_moe's ReLU² experts: `down(relu(up · x)²)`).
+    pub gate_exps: Option<Tensor<'a>>,
     /// `ffn_up_exps.weight` `{n_embd, n_ff_exp, n_expert}`; with a fused layout the same
     /// `ffn_gate_up_exps.weight` tensor as `gate_exps`.
     pub up_exps: Tensor<'a>,
@@ -470,6 +513,9 @@ pub struct MoeFfn<'a> {
     pub fused_gate_up: bool,
     /// `ffn_down_exps.weight` `{n_ff_exp, n_embd, n_expert}`.
     pub down_exps: Tensor<'a>,
+    /// The projections into and out of the experts' latent space (Nemotron 3 Super; see
+    /// [`crate::HParams::moe_latent`]); the experts then read and write `moe_latent` wide.
+    pub latent: Option<MoeLatent<'a>>,
     /// Number of experts (ne2 of the stacked tensors).
     pub n_expert: u32,
     /// The always-on shared expert, if the arch has one.
@@ -482,6 +528,16 @@ pub struct MoeFfn<'a> {
     /// `ffn_down_exps.bias` `{n_embd, n_expert}`. They are small and stay resident; the
     /// streamed bytes of an expert are its three matrices only.
     pub biases: Option<MoeBiases<'a>>,
+}
+
+/// The latent projections around a layer's routed experts.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeLatent<'a> {
+    /// `ffn_latent_down.weight` `{n_embd, moe_latent}`: the experts' input (and the router
+    /// still reads the full-width one).
+    pub down: Tensor<'a>,
+    /// `ffn_latent_up.weight` `{moe_latent, n_embd}`: the weighted sum of the experts' outputs.
+    pub up: Tensor<'a>,
 }
 
 /// The bias tensors of a gpt-oss MoE layer.
@@ -500,8 +556,9 @@ pub struct MoeBiases<'a> {
 /// The shared expert of a MoE layer.
 #[derive(Debug, Clone)]
 pub struct SharedExpert<'a> {
-    /// `ffn_gate_shexp.weight` `{n_embd, n_ff_shexp}`.
-    pub gate: Tensor<'a>,
+    /// `ffn_gate_shexp.weight` `{n_embd, n_ff_shexp}`; `None` for a shared expert without a
+    /// gate (nemotron_h_moe's: ReLU², as its routed experts).
+    pub gate: Option<Tensor<'a>>,
     /// `ffn_up_shexp.weight` `{n_embd, n_ff_shexp}`.
     pub up: Tensor<'a>,
     /// `ffn_down_shexp.weight` `{n_ff_shexp, n_embd}`.
@@ -521,12 +578,13 @@ pub struct ExpertSlice {
 }
 
 impl MoeFfn<'_> {
-    /// The stacked expert tensors in the order gate, up, down (gate_up, down when fused).
+    /// The stacked expert tensors in the order gate, up, down (gate_up, down when fused; up,
+    /// down without a gate).
     pub fn expert_tensors(&self) -> Vec<&TensorInfo> {
-        if self.fused_gate_up {
-            vec![self.gate_exps, self.down_exps]
-        } else {
-            vec![self.gate_exps, self.up_exps, self.down_exps]
+        match self.gate_exps {
+            Some(_) if self.fused_gate_up => vec![self.up_exps, self.down_exps],
+            Some(g) => vec![g, self.up_exps, self.down_exps],
+            None => vec![self.up_exps, self.down_exps],
         }
     }
 

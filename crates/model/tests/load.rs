@@ -394,7 +394,7 @@ impl Spec {
 fn moe<'b, 'a>(l: &'b model::LayerTensors<'a>) -> &'b model::MoeFfn<'a> {
     match &l.ffn {
         Ffn::Moe(m) => m,
-        Ffn::Dense(_) => panic!("expected a MoE layer"),
+        Ffn::Dense(_) | Ffn::None => panic!("expected a MoE layer"),
     }
 }
 
@@ -435,7 +435,7 @@ fn qwen3moe_loads_with_per_head_qk_norm() {
     let l1 = &t.layers[1];
     assert_eq!(l1.mha().unwrap().wq.name, "blk.1.attn_q.weight");
     assert_eq!(l1.mha().unwrap().wq.dims, vec![32, 64]);
-    assert_eq!(l1.wo.dims, vec![64, 32]);
+    assert_eq!(l1.wo.expect("wo").dims, vec![64, 32]);
     assert_eq!(
         l1.mha().unwrap().q_norm.unwrap().name,
         "blk.1.attn_q_norm.weight"
@@ -448,7 +448,7 @@ fn qwen3moe_loads_with_per_head_qk_norm() {
     );
     let e = moe(l1);
     assert_eq!(e.router.name, "blk.1.ffn_gate_inp.weight");
-    assert_eq!(e.gate_exps.dims, vec![32, 32, 4]);
+    assert_eq!(e.gate_exps.expect("a gate").dims, vec![32, 32, 4]);
     assert_eq!(e.down_exps.dims, vec![32, 32, 4]);
     assert_eq!(e.up_exps.name, "blk.1.ffn_up_exps.weight");
     assert!(e.shared.is_none());
@@ -475,7 +475,7 @@ fn qwen2moe_has_biases_and_a_gated_shared_expert() {
     let sh = moe(l).shared.as_ref().unwrap();
     assert_eq!(sh.gate_inp.unwrap().name, "blk.0.ffn_gate_inp_shexp.weight");
     assert_eq!(sh.gate_inp.unwrap().dims, vec![32]);
-    assert_eq!(sh.gate.dims, vec![32, 64]);
+    assert_eq!(sh.gate.expect("a gate").dims, vec![32, 64]);
     assert_eq!(sh.up.name, "blk.0.ffn_up_shexp.weight");
     assert_eq!(sh.down.dims, vec![64, 32]);
 }
@@ -518,7 +518,7 @@ fn olmoe_normalises_the_whole_projection_and_uses_n_ff_for_experts() {
     let l = &m.tensors.layers[0];
     assert_eq!(l.mha().unwrap().q_norm.unwrap().dims, vec![32]);
     assert_eq!(l.mha().unwrap().k_norm.unwrap().dims, vec![32]);
-    assert_eq!(moe(l).gate_exps.dims, vec![32, 48, 4]);
+    assert_eq!(moe(l).gate_exps.expect("a gate").dims, vec![32, 48, 4]);
 }
 
 #[test]
@@ -561,7 +561,12 @@ fn gpt_oss_has_sinks_biases_and_alternating_windows() {
     assert!(!hp.is_swa_layer(1));
     for l in &m.tensors.layers {
         assert!(l.bo.is_some() && l.attn_sinks.is_some());
-        assert!(l.ffn_norm.name.ends_with("post_attention_norm.weight"));
+        assert!(
+            l.ffn_norm
+                .expect("ffn_norm")
+                .name
+                .ends_with("post_attention_norm.weight")
+        );
         let b = moe(l).biases.as_ref().expect("gpt-oss MoE biases");
         assert_eq!(b.gate.dims, vec![32, 4]);
         assert_eq!(b.down.dims, vec![32, 4]);
@@ -649,12 +654,17 @@ fn glm4moe_has_a_dense_lead_biased_sigmoid_routing_a_shared_expert_and_nextn() {
         l1.mha().unwrap().q_norm.is_none() && l1.mha().unwrap().k_norm.is_none(),
         "QK-norm is optional"
     );
-    assert!(l1.ffn_norm.name.ends_with("post_attention_norm.weight"));
+    assert!(
+        l1.ffn_norm
+            .expect("ffn_norm")
+            .name
+            .ends_with("post_attention_norm.weight")
+    );
     let x = moe(l1);
     assert_eq!(x.selection_bias.map(|t| t.dims.clone()), Some(vec![4]));
     let sh = x.shared.as_ref().expect("shared expert");
     assert!(sh.gate_inp.is_none(), "ungated");
-    assert_eq!(sh.gate.dims, vec![32, 32]);
+    assert_eq!(sh.gate.expect("a gate").dims, vec![32, 32]);
     // the NextN layer is read (shape-checked), out of the trunk and of the resident bytes
     assert_eq!(m.tensors.layers.len(), 2);
     assert_eq!(m.tensors.nextn.len(), 1);
@@ -1125,7 +1135,7 @@ fn llama_dense_uses_norm_rope_and_dense_ffn() {
             assert_eq!(d.down.name, "blk.1.ffn_down.weight");
             assert!(d.gate_b.is_none());
         }
-        Ffn::Moe(_) => panic!("dense llama loaded as MoE"),
+        Ffn::Moe(_) | Ffn::None => panic!("dense llama loaded as MoE"),
     }
     assert_eq!(m.expert_bytes(0), 0);
 }
@@ -1142,7 +1152,7 @@ fn llama_with_experts_is_mixtral_style() {
     assert!(hp.expert_weights_norm, "mixtral renormalises top-k");
     assert_eq!(hp.n_ff_exp.as_slice(), &[48, 48]);
     let e = moe(&m.tensors.layers[0]);
-    assert_eq!(e.gate_exps.dims, vec![32, 48, 4]);
+    assert_eq!(e.gate_exps.expect("a gate").dims, vec![32, 48, 4]);
     assert!(e.shared.is_none());
 }
 
@@ -1159,7 +1169,7 @@ fn llama_optional_rope_freqs_and_biases() {
     assert_eq!(m.tensors.layers[0].bo.unwrap().dims, vec![32]);
     match &m.tensors.layers[0].ffn {
         Ffn::Dense(d) => assert_eq!(d.up_b.unwrap().name, "blk.0.ffn_up.bias"),
-        Ffn::Moe(_) => panic!(),
+        Ffn::Moe(_) | Ffn::None => panic!(),
     }
     // rope_freqs must have n_rot/2 elements.
     let mut s = spec("llama");
@@ -1691,7 +1701,10 @@ fn deepseek2_takes_fused_gate_up_experts() {
     let m = Model::from_gguf(&f).unwrap();
     let x = moe(&m.tensors.layers[1]);
     assert!(x.fused_gate_up);
-    assert_eq!(x.gate_exps.name, "blk.1.ffn_gate_up_exps.weight");
+    assert_eq!(
+        x.gate_exps.expect("a gate").name,
+        "blk.1.ffn_gate_up_exps.weight"
+    );
     assert_eq!(x.expert_tensors().len(), 2);
     // gate, up and down of one expert: 32 x 64 + 32 x 32 f32 values
     assert_eq!(x.bytes_per_expert(), Some((32 * 64 + 32 * 32) * 4));
@@ -1775,7 +1788,7 @@ fn demo_model_loads() {
     assert!(hp.expert_weights_norm);
     assert!(m.tensors.output_tied);
     let e = moe(&m.tensors.layers[1]);
-    assert_eq!(e.gate_exps.ty.to_string(), "q8_0");
+    assert_eq!(e.gate_exps.expect("a gate").ty.to_string(), "q8_0");
     // 64x64 Q8_0 per expert and tensor: 64 rows x 2 blocks x 34 bytes.
     assert_eq!(e.bytes_per_expert(), Some(3 * 64 * 2 * 34));
     let sum = m.summary();
@@ -1928,7 +1941,10 @@ fn lfm2moe_has_short_convolutions_where_kv_heads_are_0_and_biased_sigmoid_routin
             (model::Attn::ShortConv(c), 0 | 2) => {
                 assert_eq!(c.in_proj.name, format!("blk.{il}.shortconv.in_proj.weight"));
                 assert_eq!(c.conv.dims, vec![3, 32]);
-                assert_eq!(l.wo.name, format!("blk.{il}.shortconv.out_proj.weight"));
+                assert_eq!(
+                    l.wo.expect("wo").name,
+                    format!("blk.{il}.shortconv.out_proj.weight")
+                );
             }
             (model::Attn::Mha(a), 1) => {
                 assert!(a.q_norm.is_some() && a.k_norm.is_some());
@@ -2022,6 +2038,322 @@ fn lfm2moe_refusals_name_the_key_or_tensor() {
     );
     assert!(
         matches!(&err, ModelError::MissingTensor(n) if n == "token_embd_norm.weight"),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------- nemotron_h_moe
+
+/// A nemotron_h_moe file of four layers `M E * E` (Mamba-2, MoE, attention, MoE): Mamba-2 of 4
+/// heads of 8 in 2 groups, state 16, convolution over 4; ReLU² experts without a gate and a
+/// shared expert; `latent` puts the experts in a latent space of 16. `kv` and `t` edit the
+/// keys and the tensors before writing.
+fn nemotron_file(
+    latent: bool,
+    kv: impl FnOnce(&mut Vec<(String, Value)>),
+    t: impl FnOnce(&mut Vec<(String, Vec<u64>)>),
+) -> (tempfile::TempDir, GgufFile) {
+    let (e, voc, fe, ne, shf) = (32u64, 40u64, 16u64, 4u64, 24u64);
+    let (d_inner, d_state, nh, ng, d_conv) = (32u64, 16u64, 4u64, 2u64, 4u64);
+    let ch = d_inner + 2 * ng * d_state;
+    let m = if latent { 16 } else { e };
+    let k = |s: &str| format!("nemotron_h_moe.{s}");
+    let mut keys = vec![
+        (
+            "general.architecture".to_owned(),
+            Value::String("nemotron_h_moe".into()),
+        ),
+        (k("vocab_size"), Value::U32(voc as u32)),
+        (k("context_length"), Value::U32(256)),
+        (k("embedding_length"), Value::U32(e as u32)),
+        (k("block_count"), Value::U32(4)),
+        (
+            k("feed_forward_length"),
+            Value::Array(ArrayValue::U32(vec![0, fe as u32, 0, fe as u32])),
+        ),
+        (k("attention.head_count"), Value::U32(4)),
+        (
+            k("attention.head_count_kv"),
+            Value::Array(ArrayValue::U32(vec![0, 0, 2, 0])),
+        ),
+        (k("attention.key_length"), Value::U32(8)),
+        (k("attention.value_length"), Value::U32(8)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+        (k("attention.layer_norm_epsilon"), Value::F32(1e-5)),
+        (k("ssm.conv_kernel"), Value::U32(d_conv as u32)),
+        (k("ssm.inner_size"), Value::U32(d_inner as u32)),
+        (k("ssm.state_size"), Value::U32(d_state as u32)),
+        (k("ssm.time_step_rank"), Value::U32(nh as u32)),
+        (k("ssm.group_count"), Value::U32(ng as u32)),
+        (k("expert_count"), Value::U32(ne as u32)),
+        (k("expert_used_count"), Value::U32(2)),
+        (k("expert_feed_forward_length"), Value::U32(fe as u32)),
+        (
+            k("expert_shared_feed_forward_length"),
+            Value::U32(shf as u32),
+        ),
+        (k("expert_shared_count"), Value::U32(1)),
+        (k("expert_weights_norm"), Value::Bool(true)),
+        (k("expert_weights_scale"), Value::F32(2.5)),
+    ];
+    if latent {
+        keys.push((k("moe_latent_size"), Value::U32(m as u32)));
+    }
+    kv(&mut keys);
+    let mut ts: Vec<(String, Vec<u64>)> = vec![
+        ("token_embd.weight".into(), vec![e, voc]),
+        ("output_norm.weight".into(), vec![e]),
+        ("output.weight".into(), vec![e, voc]),
+    ];
+    for il in 0..4u64 {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        ts.push((n("attn_norm.weight"), vec![e]));
+        match il {
+            0 => {
+                ts.push((
+                    n("ssm_in.weight"),
+                    vec![e, 2 * d_inner + 2 * ng * d_state + nh],
+                ));
+                ts.push((n("ssm_conv1d.weight"), vec![d_conv, ch]));
+                ts.push((n("ssm_conv1d.bias"), vec![ch]));
+                ts.push((n("ssm_dt.bias"), vec![nh]));
+                ts.push((n("ssm_a"), vec![1, nh]));
+                ts.push((n("ssm_d"), vec![1, nh]));
+                ts.push((n("ssm_norm.weight"), vec![d_inner / ng, ng]));
+                ts.push((n("ssm_out.weight"), vec![d_inner, e]));
+            }
+            2 => {
+                ts.push((n("attn_q.weight"), vec![e, 32]));
+                ts.push((n("attn_k.weight"), vec![e, 16]));
+                ts.push((n("attn_v.weight"), vec![e, 16]));
+                ts.push((n("attn_output.weight"), vec![32, e]));
+            }
+            _ => {
+                ts.push((n("ffn_gate_inp.weight"), vec![e, ne]));
+                ts.push((n("exp_probs_b.bias"), vec![ne]));
+                ts.push((n("ffn_up_exps.weight"), vec![m, fe, ne]));
+                ts.push((n("ffn_down_exps.weight"), vec![fe, m, ne]));
+                ts.push((n("ffn_up_shexp.weight"), vec![e, shf]));
+                ts.push((n("ffn_down_shexp.weight"), vec![shf, e]));
+                if latent {
+                    ts.push((n("ffn_latent_down.weight"), vec![e, m]));
+                    ts.push((n("ffn_latent_up.weight"), vec![m, e]));
+                }
+            }
+        }
+    }
+    t(&mut ts);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let mut w = GgufWriter::new();
+    for (key, v) in keys {
+        w.add_metadata(key, v).unwrap();
+    }
+    for (name, dims) in ts {
+        let n: u64 = dims.iter().product();
+        let bytes = GgmlType::F32.row_bytes(n).unwrap() as usize;
+        w.add_tensor(name, &dims, GgmlType::F32, vec![0u8; bytes])
+            .unwrap();
+    }
+    w.write_to_path(&path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    (dir, f)
+}
+
+fn nemotron_err(
+    kv: impl FnOnce(&mut Vec<(String, Value)>),
+    t: impl FnOnce(&mut Vec<(String, Vec<u64>)>),
+) -> ModelError {
+    let (_d, f) = nemotron_file(false, kv, t);
+    Model::from_gguf(&f).unwrap_err()
+}
+
+#[test]
+fn nemotron_h_moe_layers_are_mamba2_attention_or_experts_alone() {
+    let (_d, f) = nemotron_file(false, |_| {}, |_| {});
+    let m = Model::from_gguf(&f).unwrap();
+    let hp = &m.hparams;
+    assert_eq!(hp.recurrent, vec![true, false, false, false]);
+    assert_eq!(hp.no_mixer, vec![false, true, false, true]);
+    assert_eq!(hp.no_ffn, vec![true, false, true, false]);
+    assert_eq!(
+        (0..4).map(|il| hp.is_moe_layer(il)).collect::<Vec<_>>(),
+        [false, true, false, true]
+    );
+    let s = hp.mamba2.expect("Mamba-2 sizes");
+    assert_eq!(
+        (s.head_dim(), s.conv_channels(), s.in_proj_rows()),
+        (8, 96, 132)
+    );
+    // the convolution's last 3 inputs of 96 channels, and 16 states of 32 channels
+    assert_eq!(hp.recurrent_state_lens(0), Some((3 * 96, 16 * 32)));
+    assert_eq!(hp.recurrent_state_lens(2), None);
+    assert_eq!(hp.expert_gating, ExpertGating::Sigmoid);
+    assert!(hp.expert_weights_norm);
+    assert_eq!(hp.expert_weights_scale, 2.5);
+    assert_eq!(hp.n_ff_shexp_at(1), 24);
+    assert_eq!(hp.features.ffn_act, FfnAct::ReluSqr);
+    // no layer rotates
+    assert!((0..4).all(|il| !hp.has_rope(il)));
+    let l = &m.tensors.layers;
+    match &l[0].attn {
+        model::Attn::Mamba2(t) => {
+            assert_eq!(t.in_proj.name, "blk.0.ssm_in.weight");
+            assert!(t.conv1d_b.is_some());
+            assert_eq!(l[0].wo.expect("wo").name, "blk.0.ssm_out.weight");
+        }
+        _ => panic!("layer 0 is not Mamba-2"),
+    }
+    assert!(matches!(l[0].ffn, Ffn::None) && l[0].ffn_norm.is_none());
+    assert!(matches!(l[1].attn, model::Attn::None) && l[1].wo.is_none());
+    // the MoE block's one norm is its attn_norm
+    assert_eq!(
+        l[1].ffn_norm.expect("ffn_norm").name,
+        "blk.1.attn_norm.weight"
+    );
+    let x = moe(&l[1]);
+    assert!(x.gate_exps.is_none() && x.latent.is_none());
+    assert_eq!(x.expert_tensors().len(), 2);
+    let sh = x.shared.as_ref().expect("a shared expert");
+    assert!(sh.gate.is_none());
+    assert!(matches!(l[2].attn, model::Attn::Mha(_)) && matches!(l[2].ffn, Ffn::None));
+    // every tensor of the file is some layer's (none left over, none counted twice)
+    let listed: usize = l.iter().map(|x| x.tensors().len()).sum();
+    assert_eq!(listed + 3, f.tensors().len());
+    let summary = m.summary();
+    assert!(
+        summary.contains("layer types: ME*E (1 Mamba-2, 1 attention, 2 MoE)"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn nemotron_h_moe_reads_super_latent_experts() {
+    let (_d, f) = nemotron_file(true, |_| {}, |_| {});
+    let m = Model::from_gguf(&f).unwrap();
+    assert_eq!(m.hparams.moe_latent, 16);
+    assert_eq!(m.hparams.n_embd_moe(), 16);
+    let x = moe(&m.tensors.layers[3]);
+    let lat = x.latent.as_ref().expect("latent projections");
+    assert_eq!(lat.down.dims, vec![32, 16]);
+    assert_eq!(x.up_exps.dims, vec![16, 16, 4]);
+    // without the latent size the experts' width is n_embd's: the shapes are refused
+    let (_d, f) = nemotron_file(
+        true,
+        |kv| kv.retain(|(k, _)| k != "nemotron_h_moe.moe_latent_size"),
+        |_| {},
+    );
+    let err = Model::from_gguf(&f).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::BadShape { name, .. } if name == "blk.1.ffn_up_exps.weight"),
+        "{err}"
+    );
+    // with it, the projections are required
+    let (_d, f) = nemotron_file(
+        true,
+        |_| {},
+        |t| t.retain(|(n, _)| n != "blk.3.ffn_latent_up.weight"),
+    );
+    let err = Model::from_gguf(&f).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingTensor(n) if n == "blk.3.ffn_latent_up.weight"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nemotron_h_moe_refusals_name_the_key_or_tensor() {
+    for key in [
+        "nemotron_h_moe.ssm.conv_kernel",
+        "nemotron_h_moe.ssm.inner_size",
+        "nemotron_h_moe.ssm.state_size",
+        "nemotron_h_moe.ssm.time_step_rank",
+        "nemotron_h_moe.ssm.group_count",
+        "nemotron_h_moe.expert_shared_feed_forward_length",
+    ] {
+        let err = nemotron_err(|kv| kv.retain(|(k, _)| k != key), |_| {});
+        assert!(
+            matches!(&err, ModelError::MissingKey(k) if k == key),
+            "{key}: {err}"
+        );
+    }
+    for (key, v) in [
+        ("nemotron_h_moe.ssm.group_count", Value::U32(3)),
+        ("nemotron_h_moe.ssm.time_step_rank", Value::U32(5)),
+        ("nemotron_h_moe.ssm.conv_kernel", Value::U32(1)),
+        ("nemotron_h_moe.ssm.state_size", Value::U32(0)),
+    ] {
+        let err = nemotron_err(|kv| set_kv(kv, key, v), |_| {});
+        assert!(
+            matches!(&err, ModelError::InvalidValue { key: k, .. } if k == key),
+            "{key}: {err}"
+        );
+    }
+    // a layer with both kv heads and an FFN is no Nemotron-H block
+    let err = nemotron_err(
+        |kv| {
+            set_kv(
+                kv,
+                "nemotron_h_moe.attention.head_count_kv",
+                Value::Array(ArrayValue::U32(vec![0, 2, 2, 0])),
+            )
+        },
+        |_| {},
+    );
+    assert!(
+        matches!(&err, ModelError::InvalidValue { key, .. } if key == "nemotron_h_moe.feed_forward_length"),
+        "{err}"
+    );
+    // the MTP head is refused by its key
+    let err = nemotron_err(
+        |kv| kv.push(("nemotron_h_moe.nextn_predict_layers".into(), Value::U32(1))),
+        |_| {},
+    );
+    assert!(
+        matches!(&err, ModelError::Unsupported(m) if m.contains("nextn_predict_layers")),
+        "{err}"
+    );
+    for name in [
+        "blk.0.ssm_in.weight",
+        "blk.0.ssm_conv1d.weight",
+        "blk.0.ssm_dt.bias",
+        "blk.0.ssm_a",
+        "blk.0.ssm_d",
+        "blk.0.ssm_norm.weight",
+        "blk.0.ssm_out.weight",
+        "blk.1.attn_norm.weight",
+        "blk.1.exp_probs_b.bias",
+        "blk.1.ffn_up_exps.weight",
+        "blk.3.ffn_down_shexp.weight",
+        "blk.2.attn_k.weight",
+    ] {
+        let err = nemotron_err(|_| {}, |t| t.retain(|(n, _)| n != name));
+        assert!(
+            matches!(&err, ModelError::MissingTensor(n) if n == name),
+            "{name}: {err}"
+        );
+    }
+    // a gate on the experts is not this architecture's (the file's tensor is left unused)
+    let err = nemotron_err(
+        |_| {},
+        |t| t.push(("blk.1.ffn_gate_exps.weight".into(), vec![32, 16, 4])),
+    );
+    assert!(
+        err.to_string().contains("blk.1.ffn_gate_exps.weight"),
+        "{err}"
+    );
+    // the norm of each group is d_inner / n_group wide
+    let err = nemotron_err(
+        |_| {},
+        |t| {
+            t.iter_mut()
+                .find(|(n, _)| n == "blk.0.ssm_norm.weight")
+                .unwrap()
+                .1 = vec![32];
+        },
+    );
+    assert!(
+        matches!(&err, ModelError::BadShape { name, .. } if name == "blk.0.ssm_norm.weight"),
         "{err}"
     );
 }

@@ -160,7 +160,7 @@ fn check_model(path: &Path, want: &Intended, exps_type: GgmlType) {
             "{what}: router"
         );
         assert_eq!(
-            moe.gate_exps.ty,
+            moe.gate_exps.expect("a gate").ty,
             TensorType::Known(exps_type),
             "{what}: ffn_gate_exps"
         );
@@ -324,7 +324,11 @@ fn the_gpt_oss_model_has_its_window_sinks_biases_and_yarn() {
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: a dense layer");
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             assert!(moe.biases.is_some(), "{what}: expert biases");
             assert!(layer.attn_sinks.is_some() && layer.bo.is_some(), "{what}");
         }
@@ -366,7 +370,11 @@ fn the_glm4moe_model_has_its_dense_lead_shared_expert_selection_bias_and_nextn_l
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} is dense");
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             assert!(
                 moe.selection_bias.is_some() && moe.shared.is_some(),
                 "{what}"
@@ -603,7 +611,11 @@ fn the_gemma4_model_has_its_layer_types_norms_and_experts() {
                 panic!("{what}: layer {il} dense")
             };
             assert!(moe.fused_gate_up, "{what}");
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
         }
         let r = refs_dir().join(format!("gemma4-{wtype}.gguf"));
         assert!(check_ref(&r, &dir), "{HINT} ({} not found)", r.display());
@@ -682,7 +694,11 @@ fn the_qwen35moe_model_has_linear_and_full_attention_layers() {
         for (il, layer) in m.tensors.layers.iter().enumerate() {
             match (&layer.attn, il) {
                 (Attn::Gdn(g), 0..=2) => {
-                    assert_eq!(layer.wo.name, format!("blk.{il}.ssm_out.weight"), "{what}");
+                    assert_eq!(
+                        layer.wo.expect("wo").name,
+                        format!("blk.{il}.ssm_out.weight"),
+                        "{what}"
+                    );
                     assert_eq!(g.conv1d.ty, TensorType::Known(GgmlType::F32), "{what}");
                 }
                 (Attn::Mha(a), 3) => {
@@ -691,14 +707,18 @@ fn the_qwen35moe_model_has_linear_and_full_attention_layers() {
                 _ => panic!("{what}: layer {il} has the wrong attention"),
             }
             assert_eq!(
-                layer.ffn_norm.name,
+                layer.ffn_norm.expect("ffn_norm").name,
                 format!("blk.{il}.post_attention_norm.weight"),
                 "{what}"
             );
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} dense")
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             let sh = moe.shared.as_ref().expect("shared expert");
             assert!(sh.gate_inp.is_some(), "{what}: the shared expert is gated");
         }
@@ -795,7 +815,11 @@ fn the_qwen3vlmoe_model_is_qwen3moe_with_imrope_sections() {
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} dense")
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             assert!(moe.shared.is_none(), "{what}");
         }
         let s = m.summary();
@@ -860,7 +884,11 @@ fn the_granitemoe_model_has_its_four_multipliers() {
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} dense")
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             // experts as wide as feed_forward_length
             assert_eq!(hp.n_ff_exp.at(il), hp.n_ff.at(il), "{what}");
         }
@@ -935,7 +963,11 @@ fn the_minimax_model_normalises_whole_projections() {
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} dense")
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             assert!(moe.shared.is_none(), "{what}");
         }
         let r = refs_dir().join(format!("minimax-{wtype}.gguf"));
@@ -1009,7 +1041,11 @@ fn the_smallthinker_model_routes_on_the_layer_input() {
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} dense")
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             assert!(
                 moe.shared.is_none() && moe.selection_bias.is_none(),
                 "{what}"
@@ -1111,7 +1147,11 @@ fn the_bailingmoe2_model_has_its_fused_qkv_groups_shared_expert_and_nextn_layer(
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} is dense");
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             assert!(
                 moe.selection_bias.is_some() && moe.shared.is_some(),
                 "{what}"
@@ -1204,7 +1244,11 @@ fn the_qwen3next_models_group_value_heads_by_key_head() {
             let Ffn::Moe(moe) = &layer.ffn else {
                 panic!("{what}: layer {il} dense")
             };
-            assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+            assert_eq!(
+                moe.gate_exps.expect("a gate").ty,
+                TensorType::Known(exps_type),
+                "{what}"
+            );
             assert!(moe.shared.as_ref().is_some_and(|s| s.gate_inp.is_some()));
         }
         // the NextN layer: full attention, never run by decoding
@@ -1335,11 +1379,16 @@ fn the_llama4_model_interleaves_dense_and_moe_layers_with_chunks_and_nope() {
             match &layer.ffn {
                 Ffn::Moe(moe) => {
                     assert!(il % 2 == 1, "{what}: layer {il} has experts");
-                    assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+                    assert_eq!(
+                        moe.gate_exps.expect("a gate").ty,
+                        TensorType::Known(exps_type),
+                        "{what}"
+                    );
                     let sh = moe.shared.as_ref().expect("a shared expert");
                     assert!(sh.gate_inp.is_none(), "{what}");
-                    assert_eq!(sh.gate.dims, [256, 256], "{what}");
+                    assert_eq!(sh.gate.expect("a gate").dims, [256, 256], "{what}");
                 }
+                Ffn::None => panic!("{what}: layer {il} has no FFN"),
                 Ffn::Dense(d) => {
                     assert!(il % 2 == 0, "{what}: layer {il} is dense");
                     assert_eq!(d.gate.dims, [256, 512], "{what}");
@@ -1466,8 +1515,13 @@ fn the_lfm2moe_model_has_short_convolutions_and_attention_layers() {
             }
             match &layer.ffn {
                 Ffn::Dense(_) => assert_eq!(il, 0, "{what}"),
+                Ffn::None => panic!("{what}: layer {il} has no FFN"),
                 Ffn::Moe(moe) => {
-                    assert_eq!(moe.gate_exps.ty, TensorType::Known(exps_type), "{what}");
+                    assert_eq!(
+                        moe.gate_exps.expect("a gate").ty,
+                        TensorType::Known(exps_type),
+                        "{what}"
+                    );
                     assert!(moe.selection_bias.is_some() && moe.shared.is_none());
                 }
             }

@@ -456,6 +456,10 @@ impl StoreSource {
                 (Some(g), Some(u), None, Some(d)) => {
                     proj_index[l.layer as usize] = Some([whole(g), whole(u), whole(d)]);
                 }
+                // experts without a gate: the engine never asks for one
+                (None, Some(u), None, Some(d)) => {
+                    proj_index[l.layer as usize] = Some([whole(u), whole(u), whole(d)]);
+                }
                 (None, None, Some(gu), Some(d)) => {
                     if l.parts[gu].stride % 2 != 0 {
                         fail!(
@@ -467,8 +471,8 @@ impl StoreSource {
                     proj_index[l.layer as usize] = Some([half(gu, 0), half(gu, 1), whole(d)]);
                 }
                 _ => fail!(
-                    "layer {}: the expert tensors are neither gate, up and down nor a fused \
-                     gate_up and down",
+                    "layer {}: the expert tensors are neither gate, up and down, a fused \
+                     gate_up and down, nor up and down",
                     l.layer
                 ),
             }

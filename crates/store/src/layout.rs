@@ -113,6 +113,8 @@ pub enum Fusion {
     Split,
     /// One `ffn_gate_up_exps`.
     Fused,
+    /// `ffn_up_exps` alone: experts without a gate (Nemotron-H's ReLU² experts).
+    Ungated,
 }
 
 /// The experts of one MoE layer.
@@ -258,6 +260,7 @@ impl ExpertLayout {
             ) {
                 (true, true, false) => Fusion::Split,
                 (false, false, true) => Fusion::Fused,
+                (false, true, false) => Fusion::Ungated,
                 (_, _, true) => {
                     return Err(incomplete(
                         "both a fused ffn_gate_up_exps and separate gate/up expert tensors".into(),

@@ -187,7 +187,7 @@ fn moe_after(moe_layers: &[usize], il: usize, d: usize) -> Option<usize> {
 fn moe_of<'x, 'a>(layers: &'x [super::LayerW<'a>], il: usize) -> Option<&'x MoeW<'a>> {
     match &layers.get(il)?.ffn {
         super::FfnW::Moe(m) => Some(m),
-        super::FfnW::Dense(_) => None,
+        super::FfnW::Dense(_) | super::FfnW::None => None,
     }
 }
 

@@ -7,7 +7,7 @@
 use model::{HParams, QkNorm, RopeType, Ssm};
 
 use super::state::RecState;
-use super::weights::{AttnW, GdnW, LayerW, MhaW, MlaKvBW, MlaW, ShortConvW};
+use super::weights::{AttnW, GdnW, LayerW, Mamba2W, Mat, MhaW, MlaKvBW, MlaW, ShortConvW};
 use super::{ForwardError, Scratch, Stage, add_bias, mm, mm_part};
 use crate::ops::{self, KvCache, Rope, RopeConfig, RopeMode};
 
@@ -44,6 +44,13 @@ pub(super) fn swa_rope(hp: &HParams) -> Result<Option<Rope>, ForwardError> {
         None
     };
     Ok(rope_swa)
+}
+
+/// The layer's output projection (`attn_output`, or the recurrent mixer's).
+fn out_proj<'x, 'a>(st: Stage<'_, '_>, lw: &'x LayerW<'a>) -> Result<&'x Mat<'a>, ForwardError> {
+    lw.wo.as_ref().ok_or_else(|| {
+        ForwardError::Unsupported(format!("layer {}: a mixer without its output", st.il))
+    })
 }
 
 /// The attention block's input: `s.cur = rmsnorm(s.x) · attn_norm` for the chunk's rows.
@@ -101,9 +108,9 @@ pub(super) fn attention(
             None
         }
         AttnW::Mla(a) => mla_qkv(st, a, rope, s)?.then_some(&**a),
-        AttnW::Gdn(_) | AttnW::ShortConv(_) => {
+        AttnW::Gdn(_) | AttnW::ShortConv(_) | AttnW::Mamba2(_) | AttnW::None => {
             return Err(ForwardError::Unsupported(format!(
-                "layer {il}: linear attention has no KV attention"
+                "layer {il}: linear attention (or no mixer) has no KV attention"
             )));
         }
     };
@@ -137,7 +144,8 @@ pub(super) fn attention(
         mha_attend(st, cache, p0, extras, s)?;
         &s.att
     };
-    mm(pool, &lw.wo, lw.wo.data, heads, n, &mut s.proj, &mut s.qbuf)?;
+    let wo = out_proj(st, lw)?;
+    mm(pool, wo, wo.data, heads, n, &mut s.proj, &mut s.qbuf)?;
     add_bias(&mut s.proj[..n * e], lw.bo.as_ref());
     if let Some(g) = &lw.gemma {
         ops::rms_norm_inplace(&mut s.proj[..n * e], &g.post_attn_norm, hp.rms_eps);
@@ -283,15 +291,130 @@ pub(super) fn gdn_attention(
         *a *= zs;
     }
     st.emit("final_output", &s.att[..n * vd]);
+    let wo = out_proj(st, lw)?;
+    mm(pool, wo, wo.data, &s.att, n, &mut s.proj, &mut s.qbuf)?;
+    attn_residual(st, s);
+    Ok(())
+}
+
+/// The Mamba-2 mixer of recurrent layer `st.il` over the chunk's rows, as llama.cpp's
+/// `build_mamba2_layer`: norm; `ssm_in` into z, the convolution's channels (x, then every
+/// group's B, then every group's C) and the heads' time steps; the causal convolution of the
+/// channels continuing from the layer's state, plus its bias, SiLU; the selective scan
+/// (`ops::mamba2_scan`, time steps plus `ssm_dt.bias`) updating the state; `y + x · D` per
+/// head; `silu(z) · y`; RMSNorm per group of heads times `ssm_norm`; `ssm_out` (the layer's
+/// `wo`) and the residual added into `s.x`.
+pub(super) fn mamba2(
+    st: Stage<'_, '_>,
+    lw: &LayerW<'_>,
+    w: &Mamba2W<'_>,
+    state: &mut RecState,
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (hp, il, n, pool) = (st.hp, st.il, st.n, st.pool);
+    let m = hp.mamba2.ok_or_else(|| {
+        ForwardError::Unsupported(format!("layer {il}: a Mamba-2 mixer without its sizes"))
+    })?;
+    let (di, ds, nh, ng) = (
+        m.d_inner as usize,
+        m.d_state as usize,
+        m.n_head as usize,
+        m.n_group as usize,
+    );
+    let (ch, rows, hd) = (
+        m.conv_channels() as usize,
+        m.in_proj_rows() as usize,
+        m.head_dim() as usize,
+    );
+    attn_input(st, lw, s);
     mm(
         pool,
-        &lw.wo,
-        lw.wo.data,
-        &s.att,
+        &w.in_proj,
+        w.in_proj.data,
+        &s.cur,
         n,
-        &mut s.proj,
+        &mut s.mb_in,
         &mut s.qbuf,
     )?;
+    st.emit("mamba_in", &s.mb_in[..n * rows]);
+    // the convolution's channels apart, and each head's time step plus its bias
+    for (t, zxbcdt) in s.mb_in[..n * rows].chunks_exact(rows).enumerate() {
+        s.mb_xbc[t * ch..(t + 1) * ch].copy_from_slice(&zxbcdt[di..di + ch]);
+        for ((o, &v), &bias) in s.mb_dt[t * nh..(t + 1) * nh]
+            .iter_mut()
+            .zip(&zxbcdt[di + ch..])
+            .zip(&w.dt_bias)
+        {
+            *o = v + bias;
+        }
+    }
+    ops::causal_conv(
+        &s.mb_xbc[..n * ch],
+        &w.conv1d,
+        &mut state.conv,
+        ch,
+        m.d_conv as usize,
+        ops::ConvSum::Rounded,
+        &mut s.mb_raw[..n * ch],
+    );
+    // bias, then SiLU row by row (ggml's vector kernel runs per row)
+    for (raw, out) in s.mb_raw[..n * ch]
+        .chunks_exact_mut(ch)
+        .zip(s.mb_xbc[..n * ch].chunks_exact_mut(ch))
+    {
+        if let Some(b) = &w.conv1d_b {
+            add_bias(raw, Some(b));
+        }
+        ops::silu(raw, out);
+    }
+    st.emit("mamba_conv", &s.mb_xbc[..n * ch]);
+    ops::mamba2_scan(
+        &mut state.ssm,
+        &s.mb_xbc[..n * ch],
+        &s.mb_dt[..n * nh],
+        &w.a,
+        ops::ScanDims {
+            d_state: ds,
+            head_dim: hd,
+            n_head: nh,
+            n_group: ng,
+        },
+        &mut s.mb_y[..n * di],
+    );
+    st.emit("mamba_scan", &s.mb_y[..n * di]);
+    // y + x · D (each head's skip), then silu(z) · y row by row
+    for t in 0..n {
+        let y = &mut s.mb_y[t * di..(t + 1) * di];
+        for (h, (yh, xh)) in y
+            .chunks_exact_mut(hd)
+            .zip(s.mb_xbc[t * ch..t * ch + di].chunks_exact(hd))
+            .enumerate()
+        {
+            for (yv, &xv) in yh.iter_mut().zip(xh) {
+                *yv += xv * w.d[h];
+            }
+        }
+        let z = &s.mb_in[t * rows..t * rows + di];
+        let out = &mut s.mb_raw[t * di..(t + 1) * di];
+        ops::swiglu(z, y, out);
+    }
+    // RMSNorm of each group's channels, with the group's weights
+    let gw = di / ng;
+    for (row, out) in s.mb_raw[..n * di]
+        .chunks_exact(di)
+        .zip(s.mb_y[..n * di].chunks_exact_mut(di))
+    {
+        for ((xg, og), wg) in row
+            .chunks_exact(gw)
+            .zip(out.chunks_exact_mut(gw))
+            .zip(w.norm.chunks_exact(gw))
+        {
+            ops::rms_norm(xg, wg, hp.rms_eps, og);
+        }
+    }
+    st.emit("mamba_norm", &s.mb_y[..n * di]);
+    let wo = out_proj(st, lw)?;
+    mm(pool, wo, wo.data, &s.mb_y, n, &mut s.proj, &mut s.qbuf)?;
     attn_residual(st, s);
     Ok(())
 }
@@ -348,15 +471,8 @@ pub(super) fn shortconv(
             *o *= cv;
         }
     }
-    mm(
-        pool,
-        &lw.wo,
-        lw.wo.data,
-        &s.gdn_conv,
-        n,
-        &mut s.proj,
-        &mut s.qbuf,
-    )?;
+    let wo = out_proj(st, lw)?;
+    mm(pool, wo, wo.data, &s.gdn_conv, n, &mut s.proj, &mut s.qbuf)?;
     attn_residual(st, s);
     Ok(())
 }

@@ -21,9 +21,11 @@ use crate::ops;
 const SWIGLU_OAI_ALPHA: f32 = 1.702;
 const SWIGLU_OAI_LIMIT: f32 = 7.0;
 
-/// The routed experts' gated activation `act(gate) * up` into `out`.
+/// The routed experts' gated activation `act(gate) * up` into `out`; ReLU² (experts without
+/// a gate, whose `gate` is empty) `relu(up)²`.
 fn activate(act: FfnAct, gate: &[f32], up: &[f32], out: &mut [f32]) {
     match act {
+        FfnAct::ReluSqr => ops::relu_sqr(up, out),
         FfnAct::Swiglu => ops::swiglu(gate, up, out),
         FfnAct::SwigluOai => ops::swiglu_oai(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT, out),
         FfnAct::Geglu => ops::geglu(gate, up, out),
@@ -130,6 +132,21 @@ pub(super) fn swiglu_ffn(
     Ok(())
 }
 
+/// A ReLU² FFN without a gate (nemotron_h_moe's shared expert) on the normed rows `s.cur`,
+/// into `s.proj`: `down · relu(up · x)²`.
+fn relu_sqr_ffn(
+    st: Stage<'_, '_>,
+    [up, down]: [&Mat<'_>; 2],
+    s: &mut Scratch,
+) -> Result<(), ForwardError> {
+    let (n, pool) = (st.n, st.pool);
+    let f = up.rows;
+    mm(pool, up, up.data, &s.cur, n, &mut s.up, &mut s.qbuf)?;
+    ops::relu_sqr(&s.up[..n * f], &mut s.act[..n * f]);
+    mm(pool, down, down.data, &s.act, n, &mut s.proj, &mut s.qbuf)?;
+    Ok(())
+}
+
 /// The MoE FFN on the normed rows `s.cur`, into `s.proj`: routing (route-ahead's committed
 /// selection routes like a replayed one), the source's load and the route tap, what is ranked
 /// ahead, the routed experts, their weighted sum, and the shared expert.
@@ -215,13 +232,29 @@ pub(super) fn moe_ffn<'a>(
         )?;
         ahead.state.return_committed(il, committed);
     }
-    routed_experts(st, m, k_used, source, s)?;
+    // the experts' input: the normed rows, or their projection into the latent space (which
+    // the experts then read as `s.cur` until their sum is made)
+    let em = m.up.cols;
+    if let Some((down, _)) = &m.latent {
+        mm(st.pool, down, down.data, &s.cur, n, &mut s.lat, &mut s.qbuf)?;
+        std::mem::swap(&mut s.cur, &mut s.lat);
+    }
+    let experts = routed_experts(st, m, k_used, source, s);
+    if m.latent.is_some() {
+        std::mem::swap(&mut s.cur, &mut s.lat);
+    }
+    experts?;
     if let Some(src) = source {
         src.release(il);
     }
     let before = st.hp.features.expert_weights_before_ffn;
-    weighted_sum(m, (n, e, k_used), dropping, before, s);
-    st.emit("ffn_moe_out", &s.moe[..n * e]);
+    weighted_sum(m, (n, em, k_used), dropping, before, s);
+    st.emit("ffn_moe_out", &s.moe[..n * em]);
+    if let Some((_, up)) = &m.latent {
+        mm(st.pool, up, up.data, &s.moe, n, &mut s.proj, &mut s.qbuf)?;
+        s.moe[..n * e].copy_from_slice(&s.proj[..n * e]);
+        st.emit("ffn_moe_latent_up", &s.moe[..n * e]);
+    }
     if let Some(sh) = &m.shared {
         shared_expert(st, sh, s)?;
     }
@@ -292,7 +325,9 @@ fn routed_experts<'a>(
     source: &mut Option<Box<dyn ExpertSource + 'a>>,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
-    let (hp, il, n, e) = (st.hp, st.il, st.n, st.e());
+    let (hp, il, n) = (st.hp, st.il, st.n);
+    // the experts' own width (the latent one where they work in it)
+    let e = m.up.cols;
     s.pending.clear();
     s.pending
         .extend((0..m.n_expert).filter(|&ex| !s.by_expert[ex].is_empty()));
@@ -352,7 +387,7 @@ fn experts_one_token<'a>(
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
     let g = s.ready.len();
-    let fe = m.gate.rows;
+    let fe = m.up.rows;
     for v in [&mut s.grp_gate, &mut s.grp_up, &mut s.grp_act] {
         if v.len() < g * fe {
             v.resize(g * fe, 0.0);
@@ -388,9 +423,11 @@ fn group_gate_up<'a>(
     source: Option<&(dyn ExpertSource + 'a)>,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
-    let (g, fe) = (s.ready.len(), m.gate.rows);
+    let (g, fe) = (s.ready.len(), m.up.rows);
     let x = &s.cur[..e];
-    let (kg, ku) = (&m.gate.kernel_one, &m.up.kernel_one);
+    let ku = &m.up.kernel_one;
+    // (experts without a gate: the up projection's quantized input only)
+    let kg = m.gate.as_ref().map_or(ku, |g| &g.kernel_one);
     quant::quantize_activation(kg, e, x, &mut s.grp_qx)?;
     let same_act = (ku.order, ku.act_type) == (kg.order, kg.act_type);
     if !same_act {
@@ -404,14 +441,16 @@ fn group_gate_up<'a>(
         .zip(s.grp_gate.chunks_exact_mut(fe))
         .zip(s.grp_up.chunks_exact_mut(fe))
     {
-        jobs.push(MatvecJob {
-            kernel: kg,
-            w: expert_bytes(source, &m.gate, il, ex, ExpertProj::Gate),
-            rows: fe,
-            cols: e,
-            xq: &s.grp_qx,
-            out: go,
-        });
+        if let Some(gm) = &m.gate {
+            jobs.push(MatvecJob {
+                kernel: kg,
+                w: expert_bytes(source, gm, il, ex, ExpertProj::Gate),
+                rows: fe,
+                cols: e,
+                xq: &s.grp_qx,
+                out: go,
+            });
+        }
         jobs.push(MatvecJob {
             kernel: ku,
             w: expert_bytes(source, &m.up, il, ex, ExpertProj::Up),
@@ -433,7 +472,8 @@ fn group_activations(
     il: usize,
     s: &mut Scratch,
 ) -> Result<usize, ForwardError> {
-    let (g, fe, kd) = (s.ready.len(), m.gate.rows, &m.down.kernel_one);
+    let (g, fe, kd) = (s.ready.len(), m.up.rows, &m.down.kernel_one);
+    let gated = m.gate.is_some();
     let arb = kd
         .act_type
         .row_bytes(fe as u64)
@@ -450,12 +490,8 @@ fn group_activations(
             add_bias_slice(&mut s.grp_gate[r.clone()], &b.gate[eb.clone()]);
             add_bias_slice(&mut s.grp_up[r.clone()], &b.up[eb]);
         }
-        activate(
-            act,
-            &s.grp_gate[r.clone()],
-            &s.grp_up[r.clone()],
-            &mut s.grp_act[r.clone()],
-        );
+        let gate: &[f32] = if gated { &s.grp_gate[r.clone()] } else { &[] };
+        activate(act, gate, &s.grp_up[r.clone()], &mut s.grp_act[r.clone()]);
         (kd.quantize)(&s.grp_act[r], &mut s.grp_qa[i * arb..(i + 1) * arb]);
     }
     Ok(arb)
@@ -471,7 +507,7 @@ fn group_down<'a>(
     source: Option<&(dyn ExpertSource + 'a)>,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
-    let (g, fe, kd) = (s.ready.len(), m.gate.rows, &m.down.kernel_one);
+    let (g, fe, kd) = (s.ready.len(), m.up.rows, &m.down.kernel_one);
     // Each expert's down projection straight into its slot (one token: slot `k` at `k · e`).
     let mut outs: Vec<Option<&mut [f32]>> = s.slots[..k_used * e]
         .chunks_exact_mut(e)
@@ -522,8 +558,9 @@ fn expert_rows<'a>(
     source: Option<&(dyn ExpertSource + 'a)>,
     s: &mut Scratch,
 ) -> Result<(), ForwardError> {
-    let (hp, il, pool, e) = (st.hp, st.il, st.pool, st.e());
-    let fe = m.gate.rows;
+    let (hp, il, pool) = (st.hp, st.il, st.pool);
+    // the experts' own width (the latent one where they work in it)
+    let (e, fe) = (m.up.cols, m.up.rows);
     let list = &s.by_expert[ex];
     let cnt = list.len();
     for (j, &(t, slot)) in list.iter().enumerate() {
@@ -534,15 +571,17 @@ fn expert_rows<'a>(
             ops::scale_inplace(row, s.wts[t * k_used + slot]);
         }
     }
-    mm(
-        pool,
-        &m.gate,
-        expert_bytes(source, &m.gate, il, ex, ExpertProj::Gate),
-        &s.gath,
-        cnt,
-        &mut s.gate,
-        &mut s.qbuf,
-    )?;
+    if let Some(gm) = &m.gate {
+        mm(
+            pool,
+            gm,
+            expert_bytes(source, gm, il, ex, ExpertProj::Gate),
+            &s.gath,
+            cnt,
+            &mut s.gate,
+            &mut s.qbuf,
+        )?;
+    }
     mm(
         pool,
         &m.up,
@@ -557,9 +596,14 @@ fn expert_rows<'a>(
         add_bias_slice(&mut s.gate[..cnt * fe], &b.gate[eb.clone()]);
         add_bias_slice(&mut s.up[..cnt * fe], &b.up[eb]);
     }
+    let gate: &[f32] = if m.gate.is_some() {
+        &s.gate[..cnt * fe]
+    } else {
+        &[]
+    };
     activate(
         hp.features.ffn_act,
-        &s.gate[..cnt * fe],
+        gate,
         &s.up[..cnt * fe],
         &mut s.act[..cnt * fe],
     );
@@ -586,7 +630,10 @@ fn expert_rows<'a>(
 /// `s.moe`.
 fn shared_expert(st: Stage<'_, '_>, sh: &SharedW<'_>, s: &mut Scratch) -> Result<(), ForwardError> {
     let (n, pool, e) = (st.n, st.pool, st.e());
-    swiglu_ffn(st, [&sh.gate, &sh.up, &sh.down], [None; 3], s)?;
+    match &sh.gate {
+        Some(g) => swiglu_ffn(st, [g, &sh.up, &sh.down], [None; 3], s)?,
+        None => relu_sqr_ffn(st, [&sh.up, &sh.down], s)?,
+    }
     if let Some(g) = &sh.gate_inp {
         mm(pool, g, g.data, &s.cur, n, &mut s.shg, &mut s.qbuf)?;
         let plain = st.hp.features.shared_gate_sigmoid_op;

@@ -81,6 +81,15 @@ pub(super) struct Scratch {
     /// The product of a projection stored grouped by key head (`ssm_in`, `ssm_ba`), before its
     /// rows are put in order; grown on first use.
     pub(super) gdn_in: Vec<f32>,
+    /// A Mamba-2 mixer's input projection (z, x·B·C, dt per token), its convolution's
+    /// output, the scan's output and its time steps (empty without Mamba-2 layers).
+    pub(super) mb_in: Vec<f32>,
+    pub(super) mb_xbc: Vec<f32>,
+    pub(super) mb_raw: Vec<f32>,
+    pub(super) mb_y: Vec<f32>,
+    pub(super) mb_dt: Vec<f32>,
+    /// The routed experts' input in their latent space (empty without one).
+    pub(super) lat: Vec<f32>,
 }
 
 impl Scratch {
@@ -93,6 +102,14 @@ impl Scratch {
         // LFM2's short convolution: its B, C, x rows in gdn_qkv, B·x then the convolution's
         // output in gdn_conv
         let sc = if hp.shortconv_l_cache > 0 { e } else { 0 };
+        let (mb_in, mb_ch, mb_di, mb_nh) = hp.mamba2.map_or((0, 0, 0, 0), |m| {
+            (
+                m.in_proj_rows() as usize,
+                m.conv_channels() as usize,
+                m.d_inner as usize,
+                m.n_head as usize,
+            )
+        });
         let att_max = att_max.max(g_vd);
         // the absorbed form's queries and attention outputs are made a part at a time
         let att_rows = if hp.mla.as_ref().is_some_and(|m| m.absorbed) {
@@ -103,6 +120,8 @@ impl Scratch {
         let (mla_q, mla_kva, mla_hx, mla_hy, mla_heads) = mla_widths(hp);
         let f_max = ffn_width(hp, att_max);
         let k_max = hp.n_expert_used.max() as usize;
+        // the routed experts' rows: n_embd wide, or as wide as their latent space
+        let em = e.max(hp.moe_latent as usize);
         let x_n = hp.n_expert as usize;
         // the router input and the dense MLP's output of a layer with both (Gemma 4); the
         // router input alone where the router reads the layer's input (SmallThinker)
@@ -132,10 +151,10 @@ impl Scratch {
             probs: vec![0.0; ub * x_n],
             ids: vec![0; ub * k_max],
             wts: vec![0.0; ub * k_max],
-            gath: vec![0.0; if x_n > 0 { ub * e } else { 0 }],
-            eout: vec![0.0; if x_n > 0 { ub * e } else { 0 }],
-            slots: vec![0.0; ub * k_max * e],
-            moe: vec![0.0; ub * e],
+            gath: vec![0.0; if x_n > 0 { ub * em } else { 0 }],
+            eout: vec![0.0; if x_n > 0 { ub * em } else { 0 }],
+            slots: vec![0.0; ub * k_max * em],
+            moe: vec![0.0; ub * em],
             shg: vec![0.0; ub],
             by_expert: (0..x_n).map(|_| Vec::with_capacity(ub)).collect(),
             dropped: Vec::new(),
@@ -170,6 +189,12 @@ impl Scratch {
             gdn_b: vec![0.0; ub * g_hv],
             gdn_g: vec![0.0; ub * g_hv],
             gdn_in: Vec::new(),
+            mb_in: vec![0.0; ub * mb_in],
+            mb_xbc: vec![0.0; ub * mb_ch],
+            mb_raw: vec![0.0; ub * mb_ch],
+            mb_y: vec![0.0; ub * mb_di],
+            mb_dt: vec![0.0; ub * mb_nh],
+            lat: vec![0.0; ub * hp.moe_latent as usize],
         }
     }
 }

@@ -384,11 +384,13 @@ impl<'a> Engine<'a> {
         if let Some(src) = &source {
             for (il, lw) in self.w.layers.iter().enumerate() {
                 let FfnW::Moe(m) = &lw.ffn else { continue };
-                for (proj, mat) in [
-                    (ExpertProj::Gate, &m.gate),
-                    (ExpertProj::Up, &m.up),
-                    (ExpertProj::Down, &m.down),
-                ] {
+                let projs = [
+                    (ExpertProj::Gate, m.gate.as_ref()),
+                    (ExpertProj::Up, Some(&m.up)),
+                    (ExpertProj::Down, Some(&m.down)),
+                ];
+                // (experts without a gate have none to compare)
+                for (proj, mat) in projs.into_iter().filter_map(|(p, m)| Some((p, m?))) {
                     let want = mat.per_expert_bytes();
                     if src.proj_bytes(il, proj) != Some(want) {
                         return Err(ForwardError::Config(format!(

@@ -84,7 +84,8 @@ pub(crate) struct DenseW<'a> {
 }
 
 pub(crate) struct SharedW<'a> {
-    pub gate: Mat<'a>,
+    /// `None`: a ReLU² shared expert without a gate (nemotron_h_moe).
+    pub gate: Option<Mat<'a>>,
     pub up: Mat<'a>,
     pub down: Mat<'a>,
     pub gate_inp: Option<Mat<'a>>,
@@ -92,9 +93,13 @@ pub(crate) struct SharedW<'a> {
 
 pub(crate) struct MoeW<'a> {
     pub router: Mat<'a>,
-    pub gate: Mat<'a>,
+    /// `None`: ReLU² experts without a gate (nemotron_h_moe).
+    pub gate: Option<Mat<'a>>,
     pub up: Mat<'a>,
     pub down: Mat<'a>,
+    /// The projections into and out of the experts' latent space (`ffn_latent_down`,
+    /// `ffn_latent_up`; Nemotron 3 Super): the experts then read and write `up.cols` wide.
+    pub latent: Option<(Mat<'a>, Mat<'a>)>,
     pub n_expert: usize,
     pub shared: Option<SharedW<'a>>,
     pub biases: Option<MoeBiasW>,
@@ -119,14 +124,19 @@ pub(crate) struct MoeBiasW {
 pub(crate) enum FfnW<'a> {
     Dense(Box<DenseW<'a>>),
     Moe(Box<MoeW<'a>>),
+    /// A layer that is its mixer alone.
+    None,
 }
 
 pub(crate) struct LayerW<'a> {
+    /// Empty in a layer without a mixer.
     pub attn_norm: Vec<f32>,
     pub attn: AttnW<'a>,
-    pub wo: Mat<'a>,
+    /// `None` in a layer without a mixer.
+    pub wo: Option<Mat<'a>>,
     pub bo: Option<Vec<f32>>,
     pub sinks: Option<Vec<f32>>,
+    /// Empty in a layer without an FFN.
     pub ffn_norm: Vec<f32>,
     pub ffn: FfnW<'a>,
     pub gemma: Option<Box<GemmaW<'a>>>,
@@ -153,6 +163,24 @@ pub(crate) enum AttnW<'a> {
     Mla(Box<MlaW<'a>>),
     Gdn(Box<GdnW<'a>>),
     ShortConv(Box<ShortConvW<'a>>),
+    Mamba2(Box<Mamba2W<'a>>),
+    /// A layer that is its FFN alone.
+    None,
+}
+
+/// A Mamba-2 mixer's input projection and its small tensors as f32 (see
+/// `model::Mamba2Tensors`; the output projection is the layer's `wo`).
+pub(crate) struct Mamba2W<'a> {
+    /// `ssm_in`: per token z, the convolution's channels (x, B, C) and the time steps.
+    pub in_proj: Mat<'a>,
+    /// `{d_conv, channels}`: each channel's `d_conv` weights, oldest input first.
+    pub conv1d: Vec<f32>,
+    pub conv1d_b: Option<Vec<f32>>,
+    pub dt_bias: Vec<f32>,
+    pub a: Vec<f32>,
+    pub d: Vec<f32>,
+    /// `{d_inner / n_group, n_group}`: the output norm's weights, group after group.
+    pub norm: Vec<f32>,
 }
 
 /// An LFM2 short-convolution layer's input projection and convolution weights (see
@@ -374,8 +402,10 @@ fn layer_mats<'m, 'a>(l: &'m mut LayerW<'a>) -> Vec<&'m mut Mat<'a>> {
             v.extend(g.alpha.as_mut());
         }
         AttnW::ShortConv(c) => v.push(&mut c.in_proj),
+        AttnW::Mamba2(m) => v.push(&mut m.in_proj),
+        AttnW::None => {}
     }
-    v.push(&mut l.wo);
+    v.extend(l.wo.as_mut());
     if let Some(g) = &mut l.gemma
         && let Some(m) = &mut g.moe
     {
@@ -385,14 +415,21 @@ fn layer_mats<'m, 'a>(l: &'m mut LayerW<'a>) -> Vec<&'m mut Mat<'a>> {
         FfnW::Dense(d) => v.extend([&mut d.gate, &mut d.up, &mut d.down]),
         FfnW::Moe(m) => {
             let m = &mut **m;
-            v.extend([&mut m.router, &mut m.gate, &mut m.up, &mut m.down]);
+            v.push(&mut m.router);
+            v.extend(m.gate.as_mut());
+            v.extend([&mut m.up, &mut m.down]);
+            if let Some((d, u)) = &mut m.latent {
+                v.extend([d, u]);
+            }
             if let Some(sh) = &mut m.shared {
-                v.extend([&mut sh.gate, &mut sh.up, &mut sh.down]);
+                v.extend(sh.gate.as_mut());
+                v.extend([&mut sh.up, &mut sh.down]);
                 if let Some(g) = &mut sh.gate_inp {
                     v.push(g);
                 }
             }
         }
+        FfnW::None => {}
     }
     v
 }
@@ -609,12 +646,12 @@ fn layer_w<'a>(
     let attn = attn_w(model, kernels, il, l)?;
     let gemma = gemma_w(model, kernels, l)?;
     Ok(LayerW {
-        attn_norm: vector(model, l.attn_norm)?,
+        attn_norm: opt_vector(model, l.attn_norm)?.unwrap_or_default(),
         attn,
-        wo: mat(model, kernels, l.wo, 1)?,
+        wo: l.wo.map(|t| mat(model, kernels, t, 1)).transpose()?,
         bo: opt_vector(model, l.bo)?,
         sinks: opt_vector(model, l.attn_sinks)?,
-        ffn_norm: vector(model, l.ffn_norm)?,
+        ffn_norm: opt_vector(model, l.ffn_norm)?.unwrap_or_default(),
         ffn,
         gemma,
     })
@@ -636,6 +673,7 @@ fn ffn_w<'a>(
             down_b: opt_vector(model, d.down_b)?,
         })),
         Ffn::Moe(m) => FfnW::Moe(Box::new(moe_w(model, kernels, l, m)?)),
+        Ffn::None => FfnW::None,
     };
     Ok(ffn)
 }
@@ -649,10 +687,21 @@ fn moe_w<'a>(
     m: &model::MoeFfn<'a>,
 ) -> Result<MoeW<'a>, ForwardError> {
     let x = m.n_expert as usize;
+    // ReLU² is the activation of experts without a gate, and only of them (llama.cpp has no
+    // gated ReLU²)
+    let relu_sqr = model.hparams.features.ffn_act == model::FfnAct::ReluSqr;
+    if relu_sqr == m.gate_exps.is_some() {
+        return Err(ForwardError::Unsupported(format!(
+            "{}: experts {} a gate under the activation {:?}",
+            m.down_exps.name,
+            if relu_sqr { "with" } else { "without" },
+            model.hparams.features.ffn_act
+        )));
+    }
     let shared = match &m.shared {
         None => None,
         Some(sh) => Some(SharedW {
-            gate: mat(model, kernels, sh.gate, 1)?,
+            gate: sh.gate.map(|t| mat(model, kernels, t, 1)).transpose()?,
             up: mat(model, kernels, sh.up, 1)?,
             down: mat(model, kernels, sh.down, 1)?,
             gate_inp: sh.gate_inp.map(|g| mat(model, kernels, g, 1)).transpose()?,
@@ -660,10 +709,10 @@ fn moe_w<'a>(
     };
     Ok(MoeW {
         router: mat(model, kernels, m.router, 1)?,
-        gate: if m.fused_gate_up {
-            half_of_fused(model, kernels, m.gate_exps, x, 0)?
-        } else {
-            mat(model, kernels, m.gate_exps, x)?
+        gate: match m.gate_exps {
+            Some(t) if m.fused_gate_up => Some(half_of_fused(model, kernels, t, x, 0)?),
+            Some(t) => Some(mat(model, kernels, t, x)?),
+            None => None,
         },
         up: if m.fused_gate_up {
             half_of_fused(model, kernels, m.up_exps, x, 1)?
@@ -671,6 +720,13 @@ fn moe_w<'a>(
             mat(model, kernels, m.up_exps, x)?
         },
         down: mat(model, kernels, m.down_exps, x)?,
+        latent: match &m.latent {
+            Some(l) => Some((
+                mat(model, kernels, l.down, 1)?,
+                mat(model, kernels, l.up, 1)?,
+            )),
+            None => None,
+        },
         n_expert: x,
         shared,
         sel_bias: opt_vector(model, m.selection_bias)?,
@@ -749,6 +805,16 @@ fn attn_w<'a>(
             in_proj: mat(model, kernels, c.in_proj, 1)?,
             conv: vector(model, c.conv)?,
         })),
+        Attn::Mamba2(m) => AttnW::Mamba2(Box::new(Mamba2W {
+            in_proj: mat(model, kernels, m.in_proj, 1)?,
+            conv1d: vector(model, m.conv1d)?,
+            conv1d_b: opt_vector(model, m.conv1d_b)?,
+            dt_bias: vector(model, m.dt_bias)?,
+            a: vector(model, m.a)?,
+            d: vector(model, m.d)?,
+            norm: vector(model, m.norm)?,
+        })),
+        Attn::None => AttnW::None,
     };
     Ok(attn)
 }

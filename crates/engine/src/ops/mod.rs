@@ -11,6 +11,7 @@ mod gdn;
 mod norm;
 mod rope;
 mod route;
+mod ssm;
 
 pub use act::{
     EXP_LANES, exp_ggml, geglu, gelu, gelu_one, reglu, sigmoid, silu, silu_scalar, softmax,
@@ -29,6 +30,7 @@ pub use route::{
     Gating, RouteScratch, Selection, argsort_desc, argsort_desc_into, gate_probs, route,
     route_biased_into, route_fixed_into, route_into, selection_scores, top_k_desc,
 };
+pub use ssm::{ScanDims, mamba2_scan, relu_sqr};
 
 /// True when the AVX2+FMA paths can run on this CPU (checked once, cached by std).
 #[inline]

@@ -7,7 +7,7 @@ use crate::error::ModelError;
 use crate::params::{HParams, Mla, Ssm};
 use crate::tensors::{
     Attn, DenseFfn, Ffn, GdnBetaAlpha, GdnInput, GdnTensors, LayerTensors, Loader, MhaTensors,
-    MlaKvB, MlaQuery, MlaTensors, MoeBiases, MoeFfn, SharedExpert, Tensor,
+    MlaKvB, MlaQuery, MlaTensors, MoeBiases, MoeFfn, MoeLatent, SharedExpert, Tensor,
 };
 
 /// Whether a tensor is looked for.
@@ -67,6 +67,9 @@ pub(crate) struct MoeRules {
     pub(crate) selection_bias: Presence,
     /// gpt-oss's biases on the router and every expert projection (required where true).
     pub(crate) biases: bool,
+    /// The routed experts and the shared expert have no gate projection (nemotron_h_moe's
+    /// ReLU² experts); where false the gate is required.
+    pub(crate) ungated: bool,
 }
 
 impl LayerRules {
@@ -81,6 +84,7 @@ impl LayerRules {
             fused_gate_up: false,
             selection_bias: Presence::Never,
             biases: false,
+            ungated: false,
         },
     };
 }
@@ -100,9 +104,9 @@ pub(crate) fn layer<'a>(
     let attn_norm = ld.req(&n("attn_norm.weight"), &[n_embd])?;
     let attn = attn(ld)?;
     let wo_name = match attn {
-        Attn::Gdn(_) => "ssm_out.weight",
+        Attn::Gdn(_) | Attn::Mamba2(_) => "ssm_out.weight",
         Attn::ShortConv(_) => "shortconv.out_proj.weight",
-        Attn::Mha(_) | Attn::Mla(_) => "attn_output.weight",
+        Attn::Mha(_) | Attn::Mla(_) | Attn::None => "attn_output.weight",
     };
     let wo = ld.req(&n(wo_name), &[u64::from(hp.n_embd_out(il)), n_embd])?;
     let bo = r.out_bias.find(ld, &n("attn_output.bias"), &[n_embd])?;
@@ -118,12 +122,12 @@ pub(crate) fn layer<'a>(
         Ffn::Dense(dense_ffn(ld, hp, il, r.dense_biases)?)
     };
     Ok(LayerTensors {
-        attn_norm,
+        attn_norm: Some(attn_norm),
         attn,
-        wo,
+        wo: Some(wo),
         bo,
         attn_sinks,
-        ffn_norm,
+        ffn_norm: Some(ffn_norm),
         ffn,
         gemma: None,
     })
@@ -172,6 +176,8 @@ pub(crate) fn moe_ffn<'a>(
 ) -> Result<MoeFfn<'a>, ModelError> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let n_embd = u64::from(hp.n_embd);
+    // the experts' own width: the latent one where the model projects into it
+    let e_moe = u64::from(hp.n_embd_moe());
     let n_expert = u64::from(hp.n_expert);
     let n_ff_exp = u64::from(hp.n_ff_exp.at(il));
     let gate_up = n("ffn_gate_up_exps.weight");
@@ -185,16 +191,31 @@ pub(crate) fn moe_ffn<'a>(
     let router = ld.req(&n("ffn_gate_inp.weight"), &[n_embd, n_expert])?;
     // as llama.cpp: a fused tensor, when present, is taken instead of gate and up
     let (gate_exps, up_exps) = if fused_gate_up {
-        let t = ld.req(&gate_up, &[n_embd, 2 * n_ff_exp, n_expert])?;
-        (t, t)
+        let t = ld.req(&gate_up, &[e_moe, 2 * n_ff_exp, n_expert])?;
+        (Some(t), t)
     } else {
+        let gate = if r.ungated {
+            None
+        } else {
+            Some(ld.req(&n("ffn_gate_exps.weight"), &[e_moe, n_ff_exp, n_expert])?)
+        };
         (
-            ld.req(&n("ffn_gate_exps.weight"), &[n_embd, n_ff_exp, n_expert])?,
-            ld.req(&n("ffn_up_exps.weight"), &[n_embd, n_ff_exp, n_expert])?,
+            gate,
+            ld.req(&n("ffn_up_exps.weight"), &[e_moe, n_ff_exp, n_expert])?,
         )
     };
-    let down_exps = ld.req(&n("ffn_down_exps.weight"), &[n_ff_exp, n_embd, n_expert])?;
-    let shared = shared_expert(ld, hp, il)?;
+    let down_exps = ld.req(&n("ffn_down_exps.weight"), &[n_ff_exp, e_moe, n_expert])?;
+    // as llama.cpp: the latent projections are taken when present, and the experts' shapes
+    // say whether they must be
+    let latent = if hp.moe_latent > 0 {
+        Some(MoeLatent {
+            down: ld.req(&n("ffn_latent_down.weight"), &[n_embd, e_moe])?,
+            up: ld.req(&n("ffn_latent_up.weight"), &[e_moe, n_embd])?,
+        })
+    } else {
+        None
+    };
+    let shared = shared_expert(ld, hp, il, r.ungated)?;
     let selection_bias = r
         .selection_bias
         .find(ld, &n("exp_probs_b.bias"), &[n_expert])?;
@@ -214,6 +235,7 @@ pub(crate) fn moe_ffn<'a>(
         up_exps,
         fused_gate_up,
         down_exps,
+        latent,
         n_expert: hp.n_expert,
         shared,
         selection_bias,
@@ -226,6 +248,7 @@ fn shared_expert<'a>(
     ld: &mut Loader<'a>,
     hp: &HParams,
     il: usize,
+    ungated: bool,
 ) -> Result<Option<SharedExpert<'a>>, ModelError> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let n_embd = u64::from(hp.n_embd);
@@ -239,7 +262,11 @@ fn shared_expert<'a>(
             SharedExperts::Gated => Some(ld.req(&n("ffn_gate_inp_shexp.weight"), &[n_embd])?),
             _ => None,
         },
-        gate: ld.req(&n("ffn_gate_shexp.weight"), &[n_embd, w])?,
+        gate: if ungated {
+            None
+        } else {
+            Some(ld.req(&n("ffn_gate_shexp.weight"), &[n_embd, w])?)
+        },
         down: ld.req(&n("ffn_down_shexp.weight"), &[w, n_embd])?,
         up: ld.req(&n("ffn_up_shexp.weight"), &[n_embd, w])?,
     }))

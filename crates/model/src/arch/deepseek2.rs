@@ -97,7 +97,7 @@ impl ArchDef for Def {
             moe: MoeRules {
                 fused_gate_up: true,
                 selection_bias: Presence::Optional,
-                biases: false,
+                ..LayerRules::BASE.moe
             },
             ..LayerRules::BASE
         }

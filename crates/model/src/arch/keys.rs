@@ -283,6 +283,10 @@ fn widths(kv: &Kv<'_>, hp: &mut HParams, r: &ExpertRules) -> Result<(), ModelErr
     let nl = hp.n_layer_all() as usize;
     let is_moe = |il: usize| hp.stored_layer_has_experts(il);
     for il in 0..nl {
+        // (a layer that is its mixer alone has no FFN to be wide)
+        if hp.has_no_ffn(il) {
+            continue;
+        }
         // a dense MLP beside the experts (gemma4) needs its width too
         if (!is_moe(il) || hp.features.mlp_beside_experts) && hp.n_ff.at(il) == 0 {
             return Err(match kv.md.get(&k("feed_forward_length")) {
@@ -381,6 +385,14 @@ fn shared(kv: &Kv<'_>, hp: &mut HParams) -> Result<(), ModelError> {
                     )
                 })?;
             (count, w)
+        }
+        SharedExperts::Keyed => {
+            let key = k("expert_shared_feed_forward_length");
+            match kv.u32(&key)? {
+                None => return Err(ModelError::MissingKey(key)),
+                Some(0) => return Err(invalid(key, "a shared expert of width 0")),
+                Some(w) => (1, w),
+            }
         }
         SharedExperts::CountedKeyed => {
             let count = kv.u32_req(&count_key)?;

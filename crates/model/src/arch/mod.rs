@@ -30,6 +30,12 @@ pub(crate) trait ArchDef: Sync {
     /// How it reads the expert keys ([`keys::experts`]), given the common ones.
     fn experts(&self, hp: &HParams) -> ExpertRules;
 
+    /// Reads the keys that say which parts each layer has (a hybrid stack's layer types)
+    /// before the experts' keys are read, which need to know the layers with an FFN.
+    fn read_layer_types(&self, _kv: &Kv<'_>, _hp: &mut HParams) -> Result<(), ModelError> {
+        Ok(())
+    }
+
     /// Reads the keys beyond the common ones and the experts' (attention variants, windows,
     /// multipliers…) into `hp`, and checks them.
     fn read(&self, _kv: &Kv<'_>, _hp: &mut HParams) -> Result<(), ModelError> {
@@ -151,6 +157,7 @@ registry![
     qwen3next,
     llama4,
     lfm2moe,
+    nemotron_h_moe,
 ];
 
 /// A model architecture, from `general.architecture`: a handle on its module.
@@ -282,6 +289,10 @@ pub struct Features {
     /// short-convolution block (`shortconv.l_cache` wide) with a recurrent state instead of
     /// attention.
     pub shortconv: bool,
+    /// True where a layer of 0 kv heads is a Mamba-2 mixer when its `feed_forward_length` is
+    /// 0, and an FFN alone otherwise; a layer with kv heads is attention alone
+    /// (nemotron_h_moe: every block is one norm, one part and the residual).
+    pub mamba2: bool,
 }
 
 impl Features {
@@ -308,6 +319,7 @@ impl Features {
         swa_chunked: false,
         expert_weights_before_ffn: false,
         shortconv: false,
+        mamba2: false,
     };
 }
 
@@ -364,6 +376,9 @@ pub enum SharedExperts {
     CountedKeyed,
     /// One ungated SwiGLU as wide as the layer's routed experts (llama4).
     One,
+    /// One ungated shared expert of width `expert_shared_feed_forward_length` (required),
+    /// whatever `expert_shared_count` says (nemotron_h_moe, whose graph reads the width alone).
+    Keyed,
 }
 
 /// The gated activation of the feed-forward blocks.
@@ -377,6 +392,8 @@ pub enum FfnAct {
     Geglu,
     /// SmallThinker's experts: `relu(gate) * up` (ggml's `reglu`: `gate > 0 ? gate * up : 0`).
     Reglu,
+    /// Experts without a gate (nemotron_h_moe): `relu(up)²` (ggml's `relu` then `sqr`).
+    ReluSqr,
 }
 
 /// How rotary embeddings pair the elements of a head.
