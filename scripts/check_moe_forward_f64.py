@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""An independent float64 forward pass of the F32 qwen3vlmoe and granitemoe MoE fixtures, written
-from the description of llama.cpp v0.4.0's computation in crates/engine/tests/fixtures/moe/README.md
-(interleaved M-RoPE with the fourth position stream 0 for text, deepstack adding nothing for
-text; Granite's embedding, attention, residual and logit multipliers), compared with the prompt
-logits of a reference. It does not emulate ggml's activation quantization, so it is meant for
+"""An independent float64 forward pass of the F32 qwen3vlmoe, granitemoe and nemotron_h_moe MoE
+fixtures, written from the description of llama.cpp v0.4.0's computation in
+crates/engine/tests/fixtures/moe/README.md (interleaved M-RoPE with the fourth position stream 0
+for text, deepstack adding nothing for text; Granite's embedding, attention, residual and logit
+multipliers; Nemotron 3's Mamba-2, ReLU² MoE with latent experts and rope-less attention
+blocks), compared with the prompt logits of a reference. It does not emulate ggml's activation quantization, so it is meant for
 the F32 files only: a difference of a few 1e-6 is f32 rounding, anything larger a description
 that does not match what llama.cpp computes.
 
@@ -54,9 +55,87 @@ def rope(x, pos, base, mode, sections=None):
             out[t, :, b] = x0 * sn + x1 * c
     return out
 
+def softplus(x):
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+def forward_nemotron_h_moe(W, md, toks):
+    g = lambda k: md[f"nemotron_h_moe.{k}"]
+    eps = g("attention.layer_norm_rms_epsilon")
+    hkv, nff = g("attention.head_count_kv"), g("feed_forward_length")
+    nh_att, hd = g("attention.head_count"), g("attention.key_length")
+    d_conv, d_inner, d_state = g("ssm.conv_kernel"), g("ssm.inner_size"), g("ssm.state_size")
+    nh, ng = g("ssm.time_step_rank"), g("ssm.group_count")
+    k, w_scale, w_norm = g("expert_used_count"), g("expert_weights_scale"), g("expert_weights_norm")
+    conv_dim = d_inner + 2 * ng * d_state
+    hdim = d_inner // nh
+    T = len(toks)
+    x = W["token_embd.weight"][toks]
+    for il in range(g("block_count")):
+        p = f"blk.{il}."
+        h = rms(x, W[p + "attn_norm.weight"], eps)
+        if hkv[il] == 0 and nff[il] == 0:
+            # Mamba-2: z, xBC and dt from ssm_in; causal convolution with bias, SiLU; the scan
+            zx = h @ W[p + "ssm_in.weight"].T
+            z, xbc, dt = zx[:, :d_inner], zx[:, d_inner:d_inner + conv_dim], zx[:, d_inner + conv_dim:]
+            cw = W[p + "ssm_conv1d.weight"]
+            pad = np.concatenate([np.zeros((d_conv - 1, conv_dim)), xbc])
+            conv = np.stack([sum(pad[t + j] * cw[:, j] for j in range(d_conv)) for t in range(T)])
+            conv = silu(conv + W[p + "ssm_conv1d.bias"])
+            xs = conv[:, :d_inner].reshape(T, nh, hdim)
+            B = conv[:, d_inner:d_inner + ng * d_state].reshape(T, ng, d_state)
+            C = conv[:, d_inner + ng * d_state:].reshape(T, ng, d_state)
+            dt = softplus(dt + W[p + "ssm_dt.bias"])
+            A, D = W[p + "ssm_a"].reshape(nh), W[p + "ssm_d"].reshape(nh)
+            S = np.zeros((nh, hdim, d_state))
+            y = np.zeros((T, nh, hdim))
+            for t in range(T):
+                for hh in range(nh):
+                    gg = hh // (nh // ng)
+                    S[hh] = S[hh] * np.exp(dt[t, hh] * A[hh]) + dt[t, hh] * np.outer(xs[t, hh], B[t, gg])
+                    y[t, hh] = S[hh] @ C[t, gg] + D[hh] * xs[t, hh]
+            y = (y.reshape(T, d_inner) * silu(z)).reshape(T, ng, d_inner // ng)
+            y = rms(y, W[p + "ssm_norm.weight"].reshape(ng, -1), eps).reshape(T, d_inner)
+            cur = y @ W[p + "ssm_out.weight"].T
+        elif nff[il] == 0:
+            # attention without rope
+            nkv = hkv[il]
+            q = (h @ W[p + "attn_q.weight"].T).reshape(T, nh_att, hd)
+            kk = (h @ W[p + "attn_k.weight"].T).reshape(T, nkv, hd)
+            v = (h @ W[p + "attn_v.weight"].T).reshape(T, nkv, hd)
+            o = np.zeros((T, nh_att, hd))
+            r = nh_att // nkv
+            for hh in range(nh_att):
+                s = q[:, hh] @ kk[:, hh // r].T / np.sqrt(hd)
+                s = s + np.triu(np.full((T, T), -np.inf), 1)
+                s = np.exp(s - s.max(axis=1, keepdims=True)); s /= s.sum(axis=1, keepdims=True)
+                o[:, hh] = s @ v[:, hh // r]
+            cur = o.reshape(T, nh_att * hd) @ W[p + "attn_output.weight"].T
+        else:
+            # MoE: sigmoid routing with the selection bias, ReLU² experts (in the latent space
+            # when there is one) and shared expert
+            pr = 1 / (1 + np.exp(-(h @ W[p + "ffn_gate_inp.weight"].T)))
+            sel = pr + W[p + "exp_probs_b.bias"]
+            latent = p + "ffn_latent_down.weight" in W
+            inp = h @ W[p + "ffn_latent_down.weight"].T if latent else h
+            up, down = W[p + "ffn_up_exps.weight"], W[p + "ffn_down_exps.weight"]
+            moe = np.zeros((T, down.shape[1]))
+            for t in range(T):
+                top = np.argsort(-sel[t], kind="stable")[:k]
+                w = pr[t, top] / pr[t, top].sum() if w_norm else pr[t, top]
+                for e, we in zip(top, w * w_scale):
+                    moe[t] += we * (down[e] @ (np.maximum(up[e] @ inp[t], 0) ** 2))
+            if latent:
+                moe = moe @ W[p + "ffn_latent_up.weight"].T
+            sh = np.maximum(h @ W[p + "ffn_up_shexp.weight"].T, 0) ** 2
+            cur = moe + sh @ W[p + "ffn_down_shexp.weight"].T
+        x = x + cur
+    return rms(x, W["output_norm.weight"], eps) @ W["output.weight"].T
+
 def forward(path, toks):
     W, md = load(path)
     arch = md["general.architecture"]
+    if arch == "nemotron_h_moe":
+        return forward_nemotron_h_moe(W, md, toks)
     g = lambda k, d=None: md.get(f"{arch}.{k}", d)
     E = g("embedding_length"); nh = g("attention.head_count"); nkv = g("attention.head_count_kv")
     hd = g("attention.key_length", E // nh); eps = g("attention.layer_norm_rms_epsilon")

@@ -5,11 +5,12 @@
 # (fused gate_up experts), qwen35moe (Qwen3.5/3.6's hybrid of linear and full attention),
 # qwen3vlmoe (Qwen3-VL-MoE's text model), granitemoe (Granite 3.x MoE), minimax (MiniMax-M2's
 # layout), smallthinker (SmallThinker's), bailingmoe2 (Ling 2.0), qwen3next (Qwen3-Next's
-# hybrid stack), llama4 (Llama 4's layout) and lfm2moe (LFM2-8B-A1B's short convolutions and
-# attention) in F32 and Q8_0; all of these then in Q4_K_M quantized from the F32 model by
-# `sluice quantize`; qwen3next-legacy (qwen3next's first-converter layout) in F32 and Q8_0;
-# glm4moe-grouped and gemma4 in F32 and Q8_0; qwen3moe-ternary (qwen3moe's model) in TQ1_0 and
-# TQ2_0;
+# hybrid stack), llama4 (Llama 4's layout), lfm2moe (LFM2-8B-A1B's short convolutions and
+# attention) and nemotron_h_moe (Nemotron 3's Mamba-2, MoE and attention layers) in F32 and
+# Q8_0; all of these then in Q4_K_M quantized from the F32 model by `sluice quantize`;
+# qwen3next-legacy (qwen3next's first-converter layout) in F32 and Q8_0; glm4moe-grouped,
+# gemma4 and nemotron_h_moe-latent (Nemotron 3 Super's latent experts) in F32 and Q8_0;
+# qwen3moe-ternary (qwen3moe's model) in TQ1_0 and TQ2_0;
 # gptoss in F32, BF16, Q8_0 and MXFP4) into $SLUICE_FIXTURES/moe (default ${XDG_CACHE_HOME:-~/.cache}/sluice/fixtures/moe),
 # where the tests look for them. The models are not committed: they are regenerated here, byte
 # for byte, from fixed seeds and the real vocabularies and chat templates that
@@ -36,7 +37,7 @@ GGUF_VERSION=0.19.0
 NUMPY_VERSION=2.4.6
 REFS=$root/crates/engine/tests/fixtures/moe/refs
 # The models that also get a Q4_K_M version (not gptoss, not glm4moe-grouped).
-ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next llama4 lfm2moe"
+ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next llama4 lfm2moe nemotron_h_moe"
 # the generator's and this script's hashes (its ARCHS decide which Q4_K_M models exist)
 STAMP_VERSION="moe-fixtures v3 $(cat "$GEN" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 

@@ -89,14 +89,28 @@ weight types:
                routing with a selection bias, renormalised; the output
                tied to the embedding, the final norm named
                token_embd_norm; F32 and Q8_0
+    nemotron_h_moe 16 experts, top-4: Nemotron 3's hybrid layout:       vocabulary: qwen2.5 +
+               six single-block layers M E M * E M (Mamba-2: in_proj     Nemotron 3's specials
+               into z, x, B, C and dt, a causal convolution over 4
+               positions, 8 heads of 64 in 2 groups of B/C with a state
+               of 64, a gated RMSNorm per group; E: sigmoid routing with
+               a selection bias, renormalised and scaled by 2.5, ReLU²
+               experts without gate and an ungated ReLU² shared expert;
+               *: attention without rope), told apart by per-layer
+               head_count_kv and feed_forward_length; expert width 128;
+               nemotron_h_moe-latent is the same with the experts in a
+               latent space of 128 (ffn_latent_down / ffn_latent_up, as
+               Nemotron 3 Super's); F32 and Q8_0
 
 Every model is 256 wide (n_embd 256, expert width 256) so that llama.cpp can also make K-quant
-versions of the F32 file (K-quants need rows of a multiple of 256).
+versions of the F32 file (K-quants need rows of a multiple of 256); nemotron_h_moe's experts are
+128 wide, so that its Q4_K_M has the quantizer's fallbacks for rows of 128 (ffn_down_exps).
 
 Seeds: where a seed's model put an activation of the first (BOS) position on a rounding boundary
 of ggml's activation quantization in some weight type (checked with an independent float64
 forward pass), the next seed was taken, since every prompt of that model would carry the outlier.
-gpt-oss adds no BOS, so the rule has no shared position to check: it has the next unused seed.
+gpt-oss and nemotron_h_moe add no BOS, so the rule has no shared position to check: each has
+the next unused seed.
 
 Weight types written here: F32, BF16, Q8_0, Q4_0, Q4_1 (gguf-py's own quantizers, which are
 byte-identical to llama.cpp's); qwen3moe-ternary is qwen3moe's model in TQ1_0 and TQ2_0
@@ -252,6 +266,19 @@ VOCABS = {
         "add_bos": True,
         "eos": "<|im_end|>",
         "template": "LFM2-8B-A1B.jinja",
+    },
+    # qwen2.5's trimmed vocabulary plus the special tokens Nemotron 3 Nano's chat template
+    # writes (those qwen2.5 lacks as new control tokens), <|im_end|> as end of sequence and no
+    # BOS added (the template writes none); the template is llama.cpp's copy of
+    # Nemotron-3-Nano-30B-A3B's.
+    "qwen2.5-nemotron": {
+        "file": "qwen2.5-coder-1.5b.gguf",
+        "keep": 1024,
+        "extra": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"],
+        "new": ["<think>", "</think>", "<tool_response>", "</tool_response>"],
+        "add_bos": False,
+        "eos": "<|im_end|>",
+        "template": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
     },
     # Granite 3.x's tokenizer: StarCoder's BPE with the refact pre-tokenizer (llama.cpp's
     # ggml-vocab-refact has Granite's 48891 merges), its first token renamed <|end_of_text|>
@@ -501,6 +528,29 @@ MODELS = {
         n_expert_used=4, n_ff_exp=256, n_ff_dense=512, n_dense_lead=1, tied=True,
         rope_base=1_000_000.0, rms_eps=1e-5, wtypes=("f32", "q8_0"),
     ),
+    # Nemotron 3's layout (nemotron_h_moe, Nemotron-3-Nano-30B-A3B's) at a small size: six
+    # layers, each one block after its attn_norm: Mamba-2 (M: 0, 2, 5), MoE (E: 1, 4) and
+    # attention without rope (*: 3; 4 query and 2 key/value heads of 64). Mamba-2: d_inner
+    # 512 in 8 heads of 64, B and C in 2 groups with a state of 64, a convolution over 4
+    # positions with a bias; MoE: 16 experts top-4 of width 128, sigmoid routing with a
+    # selection bias, renormalised and scaled by 2.5, one shared expert of width 256, all
+    # ReLU² without gate. nemotron_h_moe-latent: the same with moe_latent_size 128 (the
+    # experts read ffn_latent_down's projection of the input and their sum goes through
+    # ffn_latent_up, as in Nemotron 3 Super).
+    "nemotron_h_moe": dict(
+        arch="nemotron_h_moe", vocab="qwen2.5-nemotron", seed=1018, n_layer=6,
+        pattern="MEM*EM", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, ssm_conv=4,
+        ssm_inner=512, ssm_state=64, ssm_heads=8, ssm_groups=2, n_expert=16,
+        n_expert_used=4, n_ff_exp=128, n_ff_shexp=256, n_shared=1, weights_scale=2.5,
+        tied=False, rms_eps=1e-5, wtypes=("f32", "q8_0"),
+    ),
+    "nemotron_h_moe-latent": dict(
+        arch="nemotron_h_moe", vocab="qwen2.5-nemotron", seed=1018, n_layer=6,
+        pattern="MEM*EM", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, ssm_conv=4,
+        ssm_inner=512, ssm_state=64, ssm_heads=8, ssm_groups=2, n_expert=16,
+        n_expert_used=4, n_ff_exp=128, n_ff_shexp=256, n_shared=1, weights_scale=2.5,
+        moe_latent=128, tied=False, rms_eps=1e-5, wtypes=("f32", "q8_0"),
+    ),
 }
 
 CTX = 4096
@@ -514,6 +564,12 @@ GPTOSS_GATE_UP_SCALE = 3.0
 GPTOSS_DOWN_SCALE = 0.15
 # glm4moe: spread of the expert selection bias (exp_probs_b), added to sigmoid probabilities.
 GLM_SELECTION_BIAS = 0.1
+# nemotron_h_moe's Mamba-2 layers: the spread of the dt rows of ssm_in, and the ranges of the
+# dt bias and of A_log (A = -exp(A_log)): softplus(dt) stays near 0.3..1 and each head keeps
+# between about 0.4 and 0.9 of its state per token.
+NEMOTRON_DT_SCALE = 0.3
+NEMOTRON_DT_BIAS = (-1.0, 0.5)
+NEMOTRON_A_LOG = (-1.5, 0.0)
 
 
 def field(reader, key):
@@ -1089,10 +1145,67 @@ def make_weights_lfm2moe(cfg, n_vocab):
     return w
 
 
+def make_weights_nemotron_h_moe(cfg, n_vocab):
+    """The nemotron_h_moe layout (llama.cpp's LLM_ARCH_NEMOTRON_H_MOE), in a fixed order like
+    make_weights; each layer holds the tensors of its block of cfg["pattern"]."""
+    rng = np.random.default_rng(cfg["seed"])
+    e, hd = cfg["n_embd"], cfg["head_dim"]
+    nq, nkv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    ne, ff, sh = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_shexp"]
+    m = cfg.get("moe_latent", e)
+    d_inner, d_state, nh, ng = (
+        cfg["ssm_inner"], cfg["ssm_state"], cfg["ssm_heads"], cfg["ssm_groups"]
+    )
+    conv_dim = d_inner + 2 * ng * d_state
+
+    lin, norm, bias = draws(rng)
+
+    w = {}
+    w["token_embd.weight"] = rng.standard_normal((n_vocab, e)).astype(np.float32)
+    for il, kind in enumerate(cfg["pattern"]):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(e)
+        if kind == "M":
+            # in_proj rows: z (the gate), x, B, C (the convolution's channels), dt
+            w[p + "ssm_in.weight"] = np.concatenate(
+                [lin(d_inner, e), lin(conv_dim, e), lin(nh, e, NEMOTRON_DT_SCALE)]
+            )
+            w[p + "ssm_conv1d.weight"] = lin(conv_dim, cfg["ssm_conv"])
+            w[p + "ssm_conv1d.bias"] = bias(conv_dim)
+            w[p + "ssm_dt.bias"] = rng.uniform(*NEMOTRON_DT_BIAS, nh).astype(np.float32)
+            # as the converter writes them: -exp(A_log) and D, each as {1, n_head}
+            w[p + "ssm_a"] = (-np.exp(rng.uniform(*NEMOTRON_A_LOG, (nh, 1)))).astype(np.float32)
+            w[p + "ssm_d"] = (1.0 + 0.1 * rng.standard_normal((nh, 1))).astype(np.float32)
+            w[p + "ssm_norm.weight"] = norm(d_inner).reshape(ng, d_inner // ng)
+            w[p + "ssm_out.weight"] = lin(e, d_inner)
+        elif kind == "*":
+            w[p + "attn_q.weight"] = lin(nq, e)
+            w[p + "attn_k.weight"] = lin(nkv, e)
+            w[p + "attn_v.weight"] = lin(nkv, e)
+            w[p + "attn_output.weight"] = lin(e, nq)
+        else:
+            w[p + "ffn_gate_inp.weight"] = lin(ne, e, ROUTER_SCALE)
+            w[p + "exp_probs_b.bias"] = bias(ne, GLM_SELECTION_BIAS)
+            if "moe_latent" in cfg:
+                w[p + "ffn_latent_down.weight"] = lin(m, e)
+                w[p + "ffn_latent_up.weight"] = lin(e, m)
+            w[p + "ffn_up_exps.weight"] = np.stack([lin(ff, m) for _ in range(ne)])
+            w[p + "ffn_down_exps.weight"] = np.stack([lin(m, ff) for _ in range(ne)])
+            w[p + "ffn_up_shexp.weight"] = lin(sh, e)
+            w[p + "ffn_down_shexp.weight"] = lin(e, sh)
+    w["output_norm.weight"] = norm(e)
+    w["output.weight"] = lin(n_vocab, e, 4.0)
+    return w
+
+
 def keep_f32(name, arr):
-    # llama.cpp's quantizer leaves ssm_conv1d in F32 (and its rows of 4 fit no block)
+    # llama.cpp's quantizer leaves ssm_conv1d in F32 (and its rows of 4 fit no block), and
+    # every tensor whose name does not end in "weight" (Mamba-2's {1, n_head} ssm_a and ssm_d)
+    # or ends in "_norm.weight" (Mamba-2's grouped {d_inner/n_group, n_group} ssm_norm)
     return (
         arr.ndim < 2
+        or not name.endswith("weight")
+        or name.endswith("_norm.weight")
         or name.endswith("ssm_conv1d.weight")
         or name.endswith("shortconv.conv.weight")
         or name.endswith("ffn_gate_inp.weight")
@@ -1125,7 +1238,11 @@ def write_model(path, key, cfg, vocab, weights, wtype):
     w.add_context_length(cfg.get("ctx", CTX))
     w.add_embedding_length(cfg["n_embd"])
     w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
-    w.add_feed_forward_length(cfg.get("n_ff_dense", cfg["n_ff_exp"]))
+    if arch == "nemotron_h_moe":
+        # per layer: the expert width on MoE layers, 0 elsewhere (as the converter writes it)
+        w.add_feed_forward_length([cfg["n_ff_exp"] if k == "E" else 0 for k in cfg["pattern"]])
+    else:
+        w.add_feed_forward_length(cfg.get("n_ff_dense", cfg["n_ff_exp"]))
     w.add_head_count(cfg["n_head"])
     if arch == "gemma4":
         w.add_head_count_kv(cfg["n_head_kv"])
@@ -1153,6 +1270,17 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_ssm_state_size(cfg["ssm_state"])
         w.add_ssm_time_step_rank(cfg["ssm_v_heads"])
         w.add_ssm_group_count(cfg["ssm_k_heads"])
+    elif arch == "nemotron_h_moe":
+        # head_count_kv 0 with feed_forward_length 0 marks the Mamba-2 layers, with
+        # feed_forward_length > 0 the MoE layers
+        w.add_head_count_kv([cfg["n_head_kv"] if k == "*" else 0 for k in cfg["pattern"]])
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+        w.add_ssm_conv_kernel(cfg["ssm_conv"])
+        w.add_ssm_inner_size(cfg["ssm_inner"])
+        w.add_ssm_state_size(cfg["ssm_state"])
+        w.add_ssm_time_step_rank(cfg["ssm_heads"])
+        w.add_ssm_group_count(cfg["ssm_groups"])
     elif arch == "lfm2moe":
         # head_count_kv 0 marks the short-convolution layers
         w.add_head_count_kv(
@@ -1180,8 +1308,12 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
-    w.add_rope_freq_base(cfg["rope_base"])
-    w.add_rope_dimension_count(cfg.get("n_rot", cfg.get("qk_rope", cfg.get("head_dim"))))
+    if arch == "nemotron_h_moe":
+        # llama.cpp reads both (the plain one for the MTP head's final LayerNorm); no rope
+        w.add_layer_norm_eps(cfg["rms_eps"])
+    else:
+        w.add_rope_freq_base(cfg["rope_base"])
+        w.add_rope_dimension_count(cfg.get("n_rot", cfg.get("qk_rope", cfg.get("head_dim"))))
     w.add_expert_count(cfg["n_expert"])
     w.add_expert_used_count(cfg["n_expert_used"])
     if arch in (
@@ -1197,6 +1329,17 @@ def write_model(path, key, cfg, vocab, weights, wtype):
         w.add_interleave_moe_layer_step(cfg["moe_step"])
     if arch == "minimax-m2":
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if arch == "nemotron_h_moe":
+        # the converter's keys; llama.cpp routes by sigmoid with the selection bias whatever
+        # they say (no expert_gating_func), and expert_group_count 1 is no grouping
+        w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+        w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
+        w.add_expert_shared_count(cfg["n_shared"])
+        w.add_expert_weights_norm(True)
+        w.add_expert_weights_scale(cfg["weights_scale"])
+        w.add_expert_group_count(1)
+        if "moe_latent" in cfg:
+            w.add_moe_latent_size(cfg["moe_latent"])
     if arch == "lfm2moe":
         w.add_leading_dense_block_count(cfg["n_dense_lead"])
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
@@ -1308,6 +1451,7 @@ def main():
             "bailingmoe2": make_weights_bailingmoe2,
             "llama4": make_weights_llama4,
             "lfm2moe": make_weights_lfm2moe,
+            "nemotron_h_moe": make_weights_nemotron_h_moe,
         }.get(cfg["arch"], make_weights)
         weights = make(cfg, len(vocab["tokens"]))
         if cfg.get("fused_gate_up"):

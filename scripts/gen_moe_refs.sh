@@ -14,7 +14,7 @@
 #     way, on the F32 and BF16 models.
 #  3. Prompt choice: every candidate prompt below (and the architecture's EXTRA ones) runs
 #     through all models of an architecture (every weight type of TYPES); among those of at
-#     least 4 tokens and not in EXCLUDE, the three whose smallest routing margin over those
+#     least 4 tokens (MIN_LEN) and not in EXCLUDE, the three whose smallest routing margin over those
 #     models is largest are kept (ties: earlier candidate first). Where LONG names a length, one of the three must have at least that
 #     many tokens: if none has, the third is replaced by the best candidate that long.
 #  4. For every model: the logits of every prompt position, 32 greedy tokens and the margins,
@@ -30,9 +30,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
 REFS=$root/crates/engine/tests/fixtures/moe/refs
-ARCHS="qwen3moe qwen3moe-ternary qwen3moe-iq qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next qwen3next-legacy llama4 lfm2moe"
+ARCHS="qwen3moe qwen3moe-ternary qwen3moe-iq qwen2moe olmoe mixtral gptoss glm4moe glm4moe-grouped deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next qwen3next-legacy llama4 lfm2moe nemotron_h_moe nemotron_h_moe-latent"
 # The architectures with Q4_0/Q4_1/Q4_K_M models, whose Q4_K_M is cross-checked with llama.cpp.
-KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next llama4 lfm2moe"
+KQUANT_ARCHS="qwen3moe qwen2moe olmoe mixtral glm4moe deepseek2 deepseek2-lite deepseek2-fused qwen35moe qwen3vlmoe granitemoe minimax smallthinker bailingmoe2 qwen3next llama4 lfm2moe nemotron_h_moe"
 # ONLY="a b" regenerates the references of those architectures alone (the others' files are
 # left as they are).
 if [ -n "${ONLY:-}" ]; then
@@ -65,6 +65,8 @@ declare -A TYPES=(
     [qwen3next-legacy]="f32 q8_0"
     [llama4]="f32 q8_0 q4_k_m"
     [lfm2moe]="f32 q8_0 q4_k_m"
+    [nemotron_h_moe]="f32 q8_0 q4_k_m"
+    [nemotron_h_moe-latent]="f32 q8_0"
 )
 # Smallest length (tokens) that one of the chosen prompts must have: gptoss's first layer
 # attends through a sliding window of 8 tokens, and a prompt of 10 has two positions whose
@@ -73,15 +75,22 @@ declare -A TYPES=(
 # experts), so that some expert of an i-quant layer gets 8 tokens or more and llama.cpp
 # multiplies it through its i-quant panel kernel (MUL_MAT_ID from GGML_IQP_MIN_BATCH_ID rows);
 # the refs record the largest such count (max_expert_tokens) and the parity test checks it.
-declare -A LONG=([gptoss]=10 [gemma4]=10 [qwen35moe]=10 [qwen3next]=10 [qwen3next-legacy]=10 [lfm2moe]=10 [qwen3moe-iq]=32)
+# nemotron_h_moe: 12, three micro-batches (UBATCH below) of the Mamba-2 layers.
+declare -A LONG=([gptoss]=10 [gemma4]=10 [qwen35moe]=10 [qwen3next]=10 [qwen3next-legacy]=10 [lfm2moe]=10
+    [nemotron_h_moe]=12 [nemotron_h_moe-latent]=12 [qwen3moe-iq]=32)
+# Smallest length (tokens) of every chosen prompt, where it is not 4: longer than one
+# micro-batch (UBATCH below), so that each prompt carries the recurrent state (the convolution's
+# last positions and the scan's state) from one micro-batch into the next.
+declare -A MIN_LEN=([nemotron_h_moe]=5 [nemotron_h_moe-latent]=5)
 # Candidates of one architecture only, after those below.
 declare -A EXTRA=(
     [qwen3moe-iq]="The old lighthouse keeper climbed the narrow stairs every evening, lit the great lamp, and watched the ships pass the rocks until morning came over the grey sea again."
 )
 # Micro-batch of the prompt runs, where it is not the whole prompt: qwen35moe's and
-# qwen3next's recurrent layers (lfm2moe's short convolutions) carry their state from one
-# micro-batch of 4 tokens to the next inside the prompt.
-declare -A UBATCH=([qwen35moe]=4 [qwen3next]=4 [qwen3next-legacy]=4 [lfm2moe]=4)
+# qwen3next's recurrent layers (lfm2moe's short convolutions, nemotron_h_moe's Mamba-2 layers)
+# carry their state from one micro-batch of 4 tokens to the next inside the prompt.
+declare -A UBATCH=([qwen35moe]=4 [qwen3next]=4 [qwen3next-legacy]=4 [lfm2moe]=4
+    [nemotron_h_moe]=4 [nemotron_h_moe-latent]=4)
 N_GEN=32
 
 CANDIDATES=(
@@ -245,11 +254,12 @@ for a in $ARCHS; do
         run ref "$MODELS/$a-$t.gguf" "$work/cand-$a-$t.json" -n "$N_GEN" -u "${UBATCH[$a]:-0}" "${cand_args[@]}" \
             > "$work/log/cand-$a-$t.log" 2>&1
     done
-    mapfile -t chosen < <("$PY" - "$work" "$a" "${TYPES[$a]}" "${EXCLUDE[$a]:-}" "${LONG[$a]:-0}" "${cands[@]}" <<'PY'
+    mapfile -t chosen < <("$PY" - "$work" "$a" "${TYPES[$a]}" "${EXCLUDE[$a]:-}" "${LONG[$a]:-0}" "${MIN_LEN[$a]:-4}" "${cands[@]}" <<'PY'
 import json, sys
-work, arch, types, cands = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[6:]
+work, arch, types, cands = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[7:]
 excluded = set(x for x in sys.argv[4].split("|") if x)
 long_len = int(sys.argv[5])
+min_len = int(sys.argv[6])
 worst = [float("inf")] * len(cands)
 short = [False] * len(cands)
 n_tok = [0] * len(cands)
@@ -257,7 +267,7 @@ for t in types:
     with open(f"{work}/cand-{arch}-{t}.json") as f:
         for i, p in enumerate(json.load(f)["prompts"]):
             worst[i] = min(worst[i], p["route_margin_prompt"])
-            short[i] = len(p["tokens"]) < 4 or cands[i] in excluded
+            short[i] = len(p["tokens"]) < min_len or cands[i] in excluded
             n_tok[i] = len(p["tokens"])
 ranked = sorted(range(len(cands)), key=lambda i: (short[i], -worst[i], i))
 order = ranked[:3]

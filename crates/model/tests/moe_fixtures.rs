@@ -200,6 +200,23 @@ fn every_generated_model_loads_with_the_intended_hyperparameters() {
 
 /// One reference file: its model, the model's recorded SHA-256, and its prompts' tensors.
 fn check_ref(path: &Path, dir: &Path) -> bool {
+    let Some(model) = ref_model(path, dir) else {
+        return false;
+    };
+    let n_vocab = GgufFile::open(path)
+        .unwrap()
+        .metadata()
+        .get_u32("sluice.ref.n_vocab")
+        .unwrap();
+    let file = GgufFile::open(&model).unwrap();
+    let m = Model::from_gguf(&file).unwrap();
+    assert_eq!(m.hparams.n_vocab, n_vocab, "{}", path.display());
+    true
+}
+
+/// [`check_ref`] without loading the model: the reference's tensors and the SHA-256 of its
+/// model file, which it returns (`None` where the file is not in the fixture cache).
+fn ref_model(path: &Path, dir: &Path) -> Option<PathBuf> {
     let r = GgufFile::open(path).unwrap();
     let md = r.metadata();
     let what = path.display();
@@ -237,7 +254,7 @@ fn check_ref(path: &Path, dir: &Path) -> bool {
     }
     let model = dir.join(model_name);
     if !model.is_file() {
-        return false;
+        return None;
     }
     let bytes = std::fs::read(&model).unwrap();
     assert_eq!(
@@ -247,10 +264,7 @@ fn check_ref(path: &Path, dir: &Path) -> bool {
          `bash scripts/gen_moe_refs.sh`, or the models with a pinned gguf/numpy)",
         model.display()
     );
-    let file = GgufFile::open(&model).unwrap();
-    let m = Model::from_gguf(&file).unwrap();
-    assert_eq!(m.hparams.n_vocab, n_vocab, "{what}");
-    true
+    Some(model)
 }
 
 #[test]
@@ -1557,5 +1571,68 @@ fn lfm2moe_refusals_name_the_key_or_tensor() {
             load(&[key]).map(|_| ()).unwrap_err(),
             ModelError::MissingKey(key.into())
         );
+    }
+}
+
+/// The nemotron_h_moe files (Mamba-2, ReLU² MoE and attention layers; -latent with latent
+/// experts) are the ones their references were computed from, in every weight type the
+/// references cover, with the tensors in the types llama.cpp's quantizer leaves or makes them
+/// (read with gguf alone: what the loader makes of them is its own test).
+#[test]
+fn the_nemotron_h_moe_files_are_those_of_their_references() {
+    let dir = moe_dir();
+    let q4km = [
+        ("blk.1.ffn_up_exps.weight", GgmlType::Q4_K),
+        ("blk.1.ffn_down_exps.weight", GgmlType::Q5_0),
+        ("blk.0.ssm_in.weight", GgmlType::Q4_K),
+        ("blk.3.attn_v.weight", GgmlType::Q6_K),
+        ("output.weight", GgmlType::Q6_K),
+    ];
+    for (key, wtypes) in [
+        ("nemotron_h_moe", &["f32", "q8_0", "q4_k_m"][..]),
+        ("nemotron_h_moe-latent", &["f32", "q8_0"][..]),
+    ] {
+        for wtype in wtypes {
+            let r = refs_dir().join(format!("{key}-{wtype}.gguf"));
+            let path = ref_model(&r, &dir)
+                .unwrap_or_else(|| panic!("{HINT} (model of {} not found)", r.display()));
+            let what = path.display();
+            let file = GgufFile::open(&path).unwrap();
+            let md = file.metadata();
+            assert_eq!(
+                md.get_str("general.architecture"),
+                Some("nemotron_h_moe"),
+                "{what}"
+            );
+            assert_eq!(
+                md.get_u32("nemotron_h_moe.moe_latent_size"),
+                key.ends_with("-latent").then_some(128),
+                "{what}"
+            );
+            let ty = |name: &str| {
+                let t = file
+                    .tensor(name)
+                    .unwrap_or_else(|| panic!("{what}: {name} missing"));
+                t.ty
+            };
+            // never quantized: the convolution, the {1, n_head} A and D, the grouped norm
+            for name in [
+                "blk.0.ssm_conv1d.weight",
+                "blk.0.ssm_a",
+                "blk.0.ssm_d",
+                "blk.0.ssm_norm.weight",
+                "blk.1.ffn_gate_inp.weight",
+            ] {
+                assert_eq!(ty(name), TensorType::Known(GgmlType::F32), "{what}: {name}");
+            }
+            let expect = |name: &str, want: GgmlType| {
+                assert_eq!(ty(name), TensorType::Known(want), "{what}: {name}");
+            };
+            match *wtype {
+                "f32" => expect("blk.1.ffn_up_exps.weight", GgmlType::F32),
+                "q8_0" => expect("blk.1.ffn_up_exps.weight", GgmlType::Q8_0),
+                _ => q4km.iter().for_each(|&(n, t)| expect(n, t)),
+            }
+        }
     }
 }
