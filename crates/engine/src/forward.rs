@@ -655,7 +655,7 @@ impl<'a> Engine<'a> {
             .w
             .layers
             .iter()
-            .position(|l| !matches!(l.attn, AttnW::Mha(_)))
+            .position(|l| !matches!(l.attn, AttnW::Mha(_) | AttnW::None))
         {
             return refuse(format!(
                 "layer {il} has latent or linear attention, which is not computed row by row"

@@ -79,8 +79,8 @@ pub(super) fn kv_caches(hp: &HParams, cfg: EngineConfig) -> Result<Vec<KvCache>,
     let kv_cells = cfg.n_ctx.next_multiple_of(KV_CELL_PAD);
     let kv = (0..hp.n_layer as usize)
         .map(|il| {
-            if hp.is_recurrent(il) {
-                // no KV cells: the layer's state is in `rs`
+            if hp.is_recurrent(il) || hp.has_no_mixer(il) {
+                // no KV cells: the layer's state is in `rs`, or it has no attention
                 return KvCache::with_value_dim(kv_type, 1, 0, 1, 1, 1);
             }
             let n_kv = hp.n_head_kv.at(il) as usize;

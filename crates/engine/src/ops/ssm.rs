@@ -3,8 +3,9 @@
 //!
 //! Each token, head `h` turns its time step into `dt = softplus(dt_raw)` and its decay into
 //! `dA = exp(dt · A[h])`; every channel `i` of the head (of `x`) updates its `d_state`
-//! values as `s = s · dA + B[g] · (x[i] · dt)` — two products, each rounded, then their sum —
-//! with `g` the head's group (`h / (n_head / n_group)`, ggml's repeat-interleave), and
+//! values as `s = fma(s, dA, B[g] · (x[i] · dt))` — the product with B rounded, the decay's
+//! fused into the add, as llama.cpp's builds compile ggml's vector multiply, multiply and add
+//! (the nemotron_h_moe references tell it from two rounded products) — with `g` the head's group (`h / (n_head / n_group)`, ggml's repeat-interleave), and
 //! reads `y[i] = s · C[g]` with ggml's `vec_dot_f32` layout ([`super::gdn::F32Dot`]): ggml's
 //! vector loop sums `s · C` in the accumulators of its dot product, state by state, so the
 //! dot product of the updated state gives the same bits.
@@ -50,6 +51,41 @@ pub fn mamba2_scan(
     dims: ScanDims,
     y: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: AVX2 and FMA were detected on this CPU just above.
+        unsafe { scan_fma(state, xbc, dt, a, dims, y) };
+        return;
+    }
+    scan(state, xbc, dt, a, dims, y);
+}
+
+/// [`scan`] compiled with FMA enabled, so `mul_add` is one instruction instead of a library
+/// call; the results are the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn scan_fma(
+    state: &mut [f32],
+    xbc: &[f32],
+    dt: &[f32],
+    a: &[f32],
+    dims: ScanDims,
+    y: &mut [f32],
+) {
+    scan(state, xbc, dt, a, dims, y);
+}
+
+/// The scalar reference of [`mamba2_scan`] (also its body on every CPU: the dot products go
+/// through [`F32Dot`], which picks its own kernel).
+#[inline(always)]
+pub fn scan(
+    state: &mut [f32],
+    xbc: &[f32],
+    dt: &[f32],
+    a: &[f32],
+    dims: ScanDims,
+    y: &mut [f32],
+) {
     let ScanDims {
         d_state: ds,
         head_dim: hd,
@@ -84,7 +120,7 @@ pub fn mamba2_scan(
                 let x_dt = xt[i] * dt_sp;
                 let row = &mut state[i * ds..(i + 1) * ds];
                 for (s, &bv) in row.iter_mut().zip(bg) {
-                    *s = *s * decay + bv * x_dt;
+                    *s = s.mul_add(decay, bv * x_dt);
                 }
                 yt[i] = dot.dot(row, cg);
             }
@@ -199,6 +235,27 @@ mod tests {
             assert_eq!(row[..4], row2[..4], "token {t}: group 0's heads");
             assert_ne!(row[4..], row2[4..], "token {t}: group 1's heads");
         }
+    }
+
+    /// The dispatched scan (FMA compiled in on x86) gives the scalar reference's bits.
+    #[test]
+    fn dispatched_scan_equals_the_scalar_reference() {
+        let dims = ScanDims {
+            d_state: 64,
+            head_dim: 8,
+            n_head: 4,
+            n_group: 2,
+        };
+        let n = 7;
+        let (xbc, dt, a) = inputs(dims, n, 21);
+        let mut seed = 22u64;
+        let s0: Vec<f32> = (0..32 * 64).map(|_| rnd(&mut seed)).collect();
+        let (mut s1, mut s2) = (s0.clone(), s0);
+        let (mut y1, mut y2) = (vec![0f32; n * 32], vec![0f32; n * 32]);
+        mamba2_scan(&mut s1, &xbc, &dt, &a, dims, &mut y1);
+        scan(&mut s2, &xbc, &dt, &a, dims, &mut y2);
+        assert_eq!(y1, y2);
+        assert_eq!(s1, s2);
     }
 
     #[test]
