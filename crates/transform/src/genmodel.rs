@@ -568,7 +568,7 @@ impl Like {
                  heads of 64), 8 attention without rope (32 query / 2 KV heads of 128) and 40 \
                  MoE with latent experts (n_embd 4096 projected to 1024 for 512 ReLU² experts \
                  of width 2688, top-22, x5, plus a shared expert of 5376), vocabulary 131072 \
-                 (filled from the Llama 3 tokenizer, padded); no MTP block; about 70 GB at \
+                 (filled from the Llama 3 tokenizer, padded); no MTP block; about 86 GB at \
                  Q4_K_M: write a --layers cut"
             }
         }
@@ -1178,7 +1178,9 @@ impl Shape {
     /// at least one MoE layer (a 2-layer DeepSeek-V3 cut: one dense layer, one MoE layer); the
     /// per-layer patterns (sliding-window layers, KV heads, recurrent layers) follow from
     /// `n_layer`, and [`tensor_list`] drops what no kept layer uses (gemma4's `rope_freqs`
-    /// without a full-attention layer). NextN layers stay after the cut trunk. A deepseek2 cut
+    /// without a full-attention layer); a nemotron_h_moe cut is the first `n` letters of its
+    /// hybrid pattern (one letter: a Mamba-2 layer and no MoE layer). NextN layers stay after
+    /// the cut trunk. A deepseek2 cut
     /// of 26 or 27 layers is read by llama.cpp (and sluice) as DeepSeek-V2-Lite, whose query is
     /// one projection: such a cut gets `attn_q` instead of the low-rank query.
     fn cut(&mut self, n: u32) {
