@@ -2602,6 +2602,12 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         Extra::Nemotron(h) => {
             // llama.cpp's loader reads both epsilons (the second for the MTP head's norm)
             meta.push((a("attention.layer_norm_epsilon"), Value::F32(s.rms_eps)));
+            // unused (no rope), but written: the converter's Granite base drops head_dim and
+            // its llama base writes hidden_size / num_attention_heads (84 in Nano's files)
+            meta.push((
+                a("rope.dimension_count"),
+                Value::U32((s.n_embd / s.n_head) as u32),
+            ));
             meta.push((a("ssm.conv_kernel"), Value::U32(h.d_conv as u32)));
             meta.push((a("ssm.state_size"), Value::U32(h.d_state as u32)));
             meta.push((a("ssm.group_count"), Value::U32(h.groups as u32)));
@@ -3169,6 +3175,17 @@ mod tests {
             let key = |k: &str| p.meta.iter().any(|(key, _)| key == k);
             assert_eq!(key("nemotron_h_moe.moe_latent_size"), latent > 0);
             assert!(key("nemotron_h_moe.attention.layer_norm_epsilon"));
+            // as the published Nano GGUFs record it (llama.cpp's loader prints
+            // `rope.dimension_count u32 = 84` for them)
+            let rope = p
+                .meta
+                .iter()
+                .find(|(k, _)| k == "nemotron_h_moe.rope.dimension_count");
+            let want = if latent > 0 { 128 } else { 84 };
+            assert!(
+                matches!(rope, Some((_, Value::U32(d))) if *d == want),
+                "{rope:?}"
+            );
             assert!(key("nemotron_h_moe.attention.layer_norm_rms_epsilon"));
             let params: u64 = p
                 .tensors
