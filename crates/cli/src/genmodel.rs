@@ -45,7 +45,8 @@ pub struct GenModelArgs {
     /// written only when the cut has a full-attention layer (N >= 6); glm-4.5-air's NextN
     /// layer follows the cut trunk. A deepseek-v3 / kimi-k2 cut of 26 or 27 layers gets one
     /// attn_q instead of the low-rank query: llama.cpp reads such a file as
-    /// DeepSeek-V2-Lite's layout.
+    /// DeepSeek-V2-Lite's layout. The nemotron presets keep the first N letters of their
+    /// hybrid pattern (N = 1: a single Mamba-2 layer, no MoE layer).
     #[arg(long, value_name = "N")]
     layers: Option<u32>,
 

@@ -419,6 +419,189 @@ fn lfm2_plan_has_short_convolutions_attention_layers_and_a_dense_lead() {
     assert_eq!(last, data);
 }
 
+/// `--plan`'s shape column of every tensor: (name, dims).
+fn plan_dims(args: &[&str]) -> Vec<(String, Vec<u64>)> {
+    let mut a = vec!["gen-model", "--plan"];
+    a.extend_from_slice(args);
+    ok(sluice(&a))
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let dims = f[3].split('x').map(|d| d.parse().unwrap()).collect();
+            (f[4].to_owned(), dims)
+        })
+        .collect()
+}
+
+/// NVIDIA-Nemotron-3-Nano-30B-A3B (its config.json's hybrid_override_pattern): 23 Mamba-2
+/// layers, 6 attention layers (5, 12, 19, 26, 33, 42) and 23 MoE layers of 128 gate-less
+/// experts, no MTP block. Its 2688-wide and 1856-wide rows are no whole number of Q4_K blocks:
+/// llama.cpp's Q4_K_M gives them Q5_0 (Q8_0 where the mix asks Q6_K).
+#[test]
+fn nemotron_3_nano_plan_follows_its_hybrid_pattern() {
+    let (data, layers, rows) = plan(&["--like", "nemotron-3-nano-30b-a3b"]);
+    let pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME";
+    assert_eq!(
+        layers.keys().copied().collect::<Vec<_>>(),
+        (0..52).collect::<Vec<_>>()
+    );
+    let has = |name: &str| rows.iter().any(|r| r.3 == name);
+    let at = |name: &str| rows.iter().find(|r| r.3 == name).expect(name);
+    let attn: Vec<usize> = pattern.match_indices('*').map(|(i, _)| i).collect();
+    assert_eq!(attn, vec![5, 12, 19, 26, 33, 42]);
+    for (il, kind) in pattern.chars().enumerate() {
+        let w = |t: &str| has(&format!("blk.{il}.{t}.weight"));
+        assert_eq!(w("ssm_in"), kind == 'M', "layer {il}");
+        assert_eq!(w("attn_k"), kind == '*', "layer {il}");
+        assert_eq!(w("ffn_up_exps"), kind == 'E', "layer {il}");
+        assert!(!w("ffn_gate_exps") && !w("ffn_latent_down"), "layer {il}");
+        let (x, _) = layers[&(il as u32)];
+        assert_eq!(x > 0, kind == 'E', "layer {il}: {x}");
+    }
+    assert!(!has("blk.52.attn_norm.weight"));
+    // Mamba-2: in_proj makes z and x (2 x 4096), B and C (2 x 8 groups x 128) and dt (64
+    // heads); the convolution over 4 of x, B and C stays F32, as A, D and the grouped norm
+    for (name, ty) in [
+        ("blk.0.ssm_in.weight", "q5_0"),
+        ("blk.0.ssm_conv1d.weight", "f32"),
+        ("blk.0.ssm_conv1d.bias", "f32"),
+        ("blk.0.ssm_a", "f32"),
+        ("blk.0.ssm_d", "f32"),
+        ("blk.0.ssm_norm.weight", "f32"),
+        ("blk.0.ssm_out.weight", "q4_K"),
+        ("blk.5.attn_q.weight", "q5_0"),
+        ("blk.5.attn_output.weight", "q4_K"),
+        ("blk.1.ffn_up_exps.weight", "q5_0"),
+        ("blk.1.ffn_gate_inp.weight", "f32"),
+        ("blk.1.exp_probs_b.bias", "f32"),
+        ("output.weight", "q8_0"),
+        ("token_embd.weight", "q5_0"),
+    ] {
+        assert_eq!(at(name).2, ty, "{name}");
+    }
+    let dims: BTreeMap<String, Vec<u64>> = plan_dims(&["--like", "nemotron-3-nano-30b-a3b"])
+        .into_iter()
+        .collect();
+    assert_eq!(
+        dims["blk.0.ssm_in.weight"],
+        vec![2688, 2 * 4096 + 2 * 8 * 128 + 64]
+    );
+    assert_eq!(dims["blk.0.ssm_conv1d.weight"], vec![4, 4096 + 2 * 8 * 128]);
+    assert_eq!(dims["blk.0.ssm_a"], vec![1, 64]);
+    assert_eq!(dims["blk.0.ssm_norm.weight"], vec![512, 8]);
+    assert_eq!(dims["blk.5.attn_k.weight"], vec![2688, 2 * 128]);
+    assert_eq!(dims["blk.1.ffn_up_exps.weight"], vec![2688, 1856, 128]);
+    assert_eq!(dims["blk.1.ffn_down_exps.weight"], vec![1856, 2688, 128]);
+    assert_eq!(dims["blk.1.ffn_up_shexp.weight"], vec![2688, 3712]);
+    // the published 31.6B parameters
+    let params: u64 = dims.values().map(|d| d.iter().product::<u64>()).sum();
+    assert_eq!((params as f64 / 1e8).round(), 316.0, "{params}");
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
+/// NVIDIA-Nemotron-3-Super-120B-A12B: 88 layers whose MoE layers are the published NVFP4
+/// checkpoint's (its quantization config lists their experts), each with the latent
+/// projections to 1024 and 512 experts there; the MTP block is not written. Its parameters
+/// are the BF16 checkpoint's less the MTP block (safetensors headers: 123,611,012,096 BF16
+/// weights, 2,942,324,736 of them the MTP block's; plus 40 F32 selection biases of 512).
+#[test]
+fn nemotron_3_super_plan_has_latent_experts_and_no_mtp_block() {
+    let args = ["--like", "nemotron-3-super-120b-a12b"];
+    let (data, layers, rows) = plan(&args);
+    assert_eq!(layers.len(), 88);
+    let moe: Vec<u32> = layers
+        .iter()
+        .filter(|(_, (x, _))| *x > 0)
+        .map(|(l, _)| *l)
+        .collect();
+    assert_eq!(
+        moe,
+        vec![
+            1, 3, 5, 8, 10, 12, 14, 17, 19, 21, 23, 26, 28, 30, 32, 34, 37, 39, 41, 43, 45, 48, 50,
+            52, 54, 56, 59, 61, 63, 65, 67, 70, 72, 74, 76, 79, 81, 83, 85, 87
+        ]
+    );
+    let dims: BTreeMap<String, Vec<u64>> = plan_dims(&args).into_iter().collect();
+    assert_eq!(dims["blk.1.ffn_latent_down.weight"], vec![4096, 1024]);
+    assert_eq!(dims["blk.1.ffn_latent_up.weight"], vec![1024, 4096]);
+    assert_eq!(dims["blk.1.ffn_up_exps.weight"], vec![1024, 2688, 512]);
+    assert_eq!(dims["blk.1.ffn_down_exps.weight"], vec![2688, 1024, 512]);
+    assert_eq!(dims["blk.1.ffn_up_shexp.weight"], vec![4096, 5376]);
+    assert_eq!(
+        dims["blk.0.ssm_in.weight"],
+        vec![4096, 2 * 8192 + 2 * 8 * 128 + 128]
+    );
+    assert_eq!(dims["blk.7.attn_q.weight"], vec![4096, 4096]);
+    assert!(!dims.keys().any(|n| n.starts_with("blk.88.")));
+    let params: u64 = dims.values().map(|d| d.iter().product::<u64>()).sum();
+    assert_eq!(params, 123_611_012_096 - 2_942_324_736 + 40 * 512);
+    let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
+    assert_eq!(last, data);
+}
+
+/// A written nemotron cut (a Mamba-2 layer, then a MoE layer) loads: `inspect` reads it as
+/// nemotron_h_moe with one MoE layer and finds the plan's expert and dense bytes. (Q4_0
+/// keeps the file small: 2 layers of Nano's width and its 131072-token vocabulary.)
+#[test]
+fn a_nemotron_cut_is_its_plan_and_inspect_reads_its_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nemotron-l2.gguf");
+    let vocab = testdata::vocab_path("ggml-vocab-llama-bpe.gguf");
+    let args = [
+        "--like",
+        "nemotron-3-nano-30b-a3b",
+        "--layers",
+        "2",
+        "--quant",
+        "Q4_0",
+        "--vocab",
+        vocab.to_str().unwrap(),
+    ];
+    let (data, plan_layers, rows) = plan(&args);
+    let mut cmd = vec!["gen-model", "--quiet", "--out", out.to_str().unwrap()];
+    cmd.extend_from_slice(&args);
+    ok(sluice(&cmd));
+    let f = GgufFile::open(&out).unwrap();
+    let meta = f.metadata();
+    assert_eq!(meta.get_str("general.architecture"), Some("nemotron_h_moe"));
+    assert_eq!(meta.get_u32("nemotron_h_moe.block_count"), Some(2));
+    let tokens = meta.get_array("tokenizer.ggml.tokens").unwrap();
+    assert_eq!(tokens.len(), 131_072);
+    assert_eq!(f.tensors().len(), rows.len());
+    let base = f.tensors()[0].offset;
+    for (t, (offset, bytes, _, name)) in f.tensors().iter().zip(&rows) {
+        assert_eq!(&t.name, name);
+        assert_eq!(t.offset - base, *offset, "{name}");
+        assert_eq!(t.n_bytes, Some(*bytes), "{name}");
+    }
+    assert_eq!(rows.iter().map(|r| r.0 + r.1).max().unwrap(), data);
+    drop(f);
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&ok(sluice(&["inspect", "--json", out.to_str().unwrap()]))).unwrap();
+    let model = &doc["model"];
+    assert_eq!(model["arch"], "nemotron_h_moe", "{model}");
+    assert_eq!(model["layers"], 2, "{model}");
+    assert_eq!(model["moe_layers"], 1, "{model}");
+    let experts = doc["experts"]["layers"].as_array().expect("expert layers");
+    assert_eq!(experts.len(), 1, "{experts:?}");
+    for l in experts {
+        let layer = l["layer"].as_u64().unwrap() as u32;
+        assert_eq!(layer, 1);
+        assert_eq!(
+            (
+                l["expert_bytes"].as_u64().unwrap(),
+                l["dense_bytes"].as_u64().unwrap()
+            ),
+            plan_layers[&layer],
+            "layer {layer}"
+        );
+    }
+}
+
 #[test]
 fn gemma_4_plan_has_sliding_and_full_layers_a_dense_mlp_and_fused_experts() {
     let (data, layers, rows) = plan(&["--like", "gemma-4-26b-a4b"]);

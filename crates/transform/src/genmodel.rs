@@ -145,6 +145,22 @@ pub enum Like {
     /// selection bias) of width 1792, n_embd 2048, tied embeddings, vocabulary 65536 (filled
     /// from the Qwen2.5 tokenizer, padded).
     Lfm2_8bA1b,
+    /// NVIDIA-Nemotron-3-Nano-30B-A3B: nemotron_h_moe, 52 layers of one kind each, as its
+    /// `hybrid_override_pattern` says: 23 Mamba-2 layers (64 heads of 64, state 128, 8
+    /// groups, convolution over 4), 6 attention layers without rope (32 query / 2 KV heads of
+    /// 128) and 23 MoE layers (128 gate-less ReLU² experts of width 1856, top-6, sigmoid
+    /// routing with a selection bias, renormalised, x2.5, plus an ungated shared expert of
+    /// 3712), n_embd 2688, vocabulary 131072 (filled from the Llama 3 tokenizer, padded).
+    /// 31,577,939,808 parameters (the published 31.6B).
+    Nemotron3Nano30bA3b,
+    /// NVIDIA-Nemotron-3-Super-120B-A12B: nemotron_h_moe, 88 layers (40 Mamba-2 of 128 heads
+    /// of 64, 8 attention, 40 MoE) of n_embd 4096, with latent experts: each MoE layer
+    /// projects its input down to 1024 (`ffn_latent_down`), runs 512 ReLU² experts of width
+    /// 2688 (top-22, x5) there and projects back up (`ffn_latent_up`); the shared expert
+    /// (5376) reads the full width. The checkpoint's multi-token-prediction block is not
+    /// written (as llama.cpp's converter with `--no-mtp`, and as the GGUFs llama.cpp's own
+    /// benchmarks ran): 120,668,707,840 parameters, the checkpoint's less its MTP block.
+    Nemotron3Super120bA12b,
 }
 
 /// What a preset has beyond the common shape that no other preset has.
@@ -193,6 +209,45 @@ enum Extra {
         l_cache: u64,
         dense_lead: u32,
     },
+    /// nemotron_h_moe's layers of one kind each (Mamba-2, attention without rope, or MoE with
+    /// gate-less ReLU² experts, a selection bias and an ungated shared expert).
+    Nemotron(NemotronShape),
+}
+
+/// What a nemotron_h_moe model has beyond the common shape. Sources: the published
+/// `config.json` of each checkpoint (Hugging Face, nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16
+/// and nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16, as quoted by the public test suites of
+/// several inference projects); the tensors and keys are those llama.cpp v0.4.0's converter
+/// (`conversion/nemotron.py`, `NemotronHModel`) writes and its loader
+/// (`src/models/nemotron-h.cpp`) reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct NemotronShape {
+    /// `hybrid_override_pattern`: one letter per layer, `M` Mamba-2, `*` attention, `E` MoE.
+    pattern: &'static str,
+    /// Mamba-2: `conv_kernel`, `mamba_num_heads × mamba_head_dim`, `ssm_state_size`,
+    /// `mamba_num_heads`, `n_groups`.
+    d_conv: u64,
+    d_inner: u64,
+    d_state: u64,
+    ssm_heads: u64,
+    groups: u64,
+    /// `moe_shared_expert_intermediate_size`.
+    shexp: u64,
+    /// `moe_latent_size`: the experts' width of input and output (0: none, n_embd).
+    latent: u64,
+    /// `routed_scaling_factor`.
+    scale: f32,
+}
+
+impl NemotronShape {
+    /// The kind of layer `il` (its letter of the pattern).
+    fn kind(&self, il: u32) -> u8 {
+        self.pattern
+            .as_bytes()
+            .get(il as usize)
+            .copied()
+            .unwrap_or(b'M')
+    }
 }
 
 /// How a model normalizes queries and keys before RoPE.
@@ -322,7 +377,7 @@ struct MlaShape {
 
 impl Like {
     /// Every preset, in the order `--help` lists them.
-    pub const ALL: [Like; 20] = [
+    pub const ALL: [Like; 22] = [
         Like::Qwen3_30bA3b,
         Like::Olmoe1b7b,
         Like::Mixtral8x7b,
@@ -343,6 +398,8 @@ impl Like {
         Like::Llama4Scout,
         Like::Llama4Maverick,
         Like::Lfm2_8bA1b,
+        Like::Nemotron3Nano30bA3b,
+        Like::Nemotron3Super120bA12b,
     ];
 
     /// The preset's name on the command line (recorded as `sluice.gen_model.like`).
@@ -368,6 +425,8 @@ impl Like {
             Like::Llama4Scout => "llama-4-scout-17b-16e",
             Like::Llama4Maverick => "llama-4-maverick-17b-128e",
             Like::Lfm2_8bA1b => "lfm2-8b-a1b",
+            Like::Nemotron3Nano30bA3b => "nemotron-3-nano-30b-a3b",
+            Like::Nemotron3Super120bA12b => "nemotron-3-super-120b-a12b",
         }
     }
 
@@ -496,6 +555,21 @@ impl Like {
                  (width 7168), 32 experts (top-4, sigmoid routing with a selection bias) of width \
                  1792, n_embd 2048, tied embeddings, vocabulary 65536 (filled from the Qwen2.5 \
                  tokenizer, padded)"
+            }
+            Like::Nemotron3Nano30bA3b => {
+                "NVIDIA-Nemotron-3-Nano-30B-A3B: nemotron_h_moe, 52 layers of one kind each: 23 \
+                 Mamba-2 (64 heads of 64, state 128, 8 groups), 6 attention without rope (32 \
+                 query / 2 KV heads of 128) and 23 MoE (128 ReLU² experts of width 1856, top-6, \
+                 sigmoid routing with a selection bias, x2.5, plus a shared expert of 3712), \
+                 n_embd 2688, vocabulary 131072 (filled from the Llama 3 tokenizer, padded)"
+            }
+            Like::Nemotron3Super120bA12b => {
+                "NVIDIA-Nemotron-3-Super-120B-A12B: nemotron_h_moe, 88 layers: 40 Mamba-2 (128 \
+                 heads of 64), 8 attention without rope (32 query / 2 KV heads of 128) and 40 \
+                 MoE with latent experts (n_embd 4096 projected to 1024 for 512 ReLU² experts \
+                 of width 2688, top-22, x5, plus a shared expert of 5376), vocabulary 131072 \
+                 (filled from the Llama 3 tokenizer, padded); no MTP block; about 86 GB at \
+                 Q4_K_M: write a --layers cut"
             }
         }
     }
@@ -1019,6 +1093,81 @@ impl Like {
                 },
                 default_quant: FileType::Q4_K_M,
             },
+            // config.json of nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: hidden_size 2688,
+            // num_attention_heads 32, num_key_value_heads 2, head_dim 128, n_routed_experts
+            // 128, num_experts_per_tok 6, moe_intermediate_size 1856,
+            // moe_shared_expert_intermediate_size 3712, routed_scaling_factor 2.5, mamba_num_heads
+            // 64, mamba_head_dim 64, ssm_state_size 128, n_groups 8, conv_kernel 4,
+            // vocab_size 131072, max_position_embeddings 262144, norm_eps 1e-5, rope_theta
+            // 10000, tie_word_embeddings false, no MTP layer
+            Like::Nemotron3Nano30bA3b => Shape {
+                arch: "nemotron_h_moe",
+                title: "NVIDIA-Nemotron-3-Nano-30B-A3B",
+                n_layer: 52,
+                n_embd: 2688,
+                n_head: 32,
+                n_head_kv: 2,
+                head_dim: 128,
+                n_expert: 128,
+                n_expert_used: 6,
+                n_ff_exp: 1856,
+                n_ff: 1856,
+                n_vocab: 131_072,
+                ctx_train: 262_144,
+                rope_base: 10_000.0,
+                rms_eps: 1e-5,
+                qk_norm: QkNorm::None,
+                expert_ff_key: true,
+                rope_dims_key: false,
+                vocab_fixture: "ggml-vocab-llama-bpe.gguf",
+                gpt_oss: false,
+                glm: None,
+                mla: None,
+                hybrid: None,
+                gemma: None,
+                extra: Extra::Nemotron(NemotronShape {
+                    pattern: "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+                    d_conv: 4,
+                    d_inner: 64 * 64,
+                    d_state: 128,
+                    ssm_heads: 64,
+                    groups: 8,
+                    shexp: 3712,
+                    latent: 0,
+                    scale: 2.5,
+                }),
+                default_quant: FileType::Q4_K_M,
+            },
+            // config.json of nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 (the NVFP4 and FP8
+            // checkpoints' is the same): hidden_size 4096, num_attention_heads 32,
+            // num_key_value_heads 2, head_dim 128, n_routed_experts 512, num_experts_per_tok
+            // 22, moe_intermediate_size 2688, moe_latent_size 1024,
+            // moe_shared_expert_intermediate_size 5376, routed_scaling_factor 5.0,
+            // mamba_num_heads 128, mamba_head_dim 64, ssm_state_size 128, n_groups 8,
+            // conv_kernel 4, vocab_size 131072, num_nextn_predict_layers 1 (its MTP block, not
+            // written here)
+            Like::Nemotron3Super120bA12b => Shape {
+                title: "NVIDIA-Nemotron-3-Super-120B-A12B",
+                n_layer: 88,
+                n_embd: 4096,
+                n_expert: 512,
+                n_expert_used: 22,
+                n_ff_exp: 2688,
+                n_ff: 2688,
+                extra: Extra::Nemotron(NemotronShape {
+                    pattern: "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*\
+                              EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+                    d_conv: 4,
+                    d_inner: 128 * 64,
+                    d_state: 128,
+                    ssm_heads: 128,
+                    groups: 8,
+                    shexp: 5376,
+                    latent: 1024,
+                    scale: 5.0,
+                }),
+                ..Like::Nemotron3Nano30bA3b.shape()
+            },
         }
     }
 }
@@ -1029,7 +1178,9 @@ impl Shape {
     /// at least one MoE layer (a 2-layer DeepSeek-V3 cut: one dense layer, one MoE layer); the
     /// per-layer patterns (sliding-window layers, KV heads, recurrent layers) follow from
     /// `n_layer`, and [`tensor_list`] drops what no kept layer uses (gemma4's `rope_freqs`
-    /// without a full-attention layer). NextN layers stay after the cut trunk. A deepseek2 cut
+    /// without a full-attention layer); a nemotron_h_moe cut is the first `n` letters of its
+    /// hybrid pattern (one letter: a Mamba-2 layer and no MoE layer). NextN layers stay after
+    /// the cut trunk. A deepseek2 cut
     /// of 26 or 27 layers is read by llama.cpp (and sluice) as DeepSeek-V2-Lite, whose query is
     /// one projection: such a cut gets `attn_q` instead of the low-rank query.
     fn cut(&mut self, n: u32) {
@@ -1039,6 +1190,10 @@ impl Shape {
         }
         if let Extra::Lfm2 { dense_lead, .. } = &mut self.extra {
             *dense_lead = (*dense_lead).min(n - 1);
+        }
+        if let Extra::Nemotron(h) = &mut self.extra {
+            // the first n letters of the pattern (ASCII)
+            h.pattern = h.pattern.get(..n as usize).unwrap_or(h.pattern);
         }
         if let Some(m) = &mut self.mla
             && deepseek2_reads_as_lite(n)
@@ -1241,6 +1396,10 @@ fn tensor_list(s: &Shape, n_layer: u32) -> Vec<Planned> {
             lfm2_layer(&mut v, s, (attn.contains(&il), l_cache, dense_lead), il);
             continue;
         }
+        if let Extra::Nemotron(h) = s.extra {
+            nemotron_layer(&mut v, s, h, il);
+            continue;
+        }
         v.push(t(p("attn_q"), &[e, nq], Role::Weight));
         v.push(t(p("attn_k"), &[e, nkv], Role::Weight));
         v.push(t(p("attn_v"), &[e, nkv], Role::Weight));
@@ -1417,6 +1576,80 @@ fn lfm2_layer(
     v.push(t(p("ffn_gate_exps"), &[e, f, x], Role::Weight));
     v.push(t(p("ffn_up_exps"), &[e, f, x], Role::Weight));
     v.push(t(p("ffn_down_exps"), &[f, e, x], Role::Weight));
+}
+
+/// A nemotron_h_moe layer after its `attn_norm`, of the kind its letter of the pattern says:
+/// a Mamba-2 mixer (`ssm_in` makes z, x, B, C and dt; the convolution over `d_conv` positions
+/// with its bias; dt's bias, A and D per head; the grouped RMSNorm; `ssm_out`), attention
+/// without rope or biases, or the MoE block (the router with its selection bias, the latent
+/// projections when the model has them, the gate-less up and down expert stacks, the
+/// ungated shared expert's up and down).
+fn nemotron_layer(v: &mut Vec<Planned>, s: &Shape, h: NemotronShape, il: u32) {
+    let t = |name: String, dims: &[u64], role| Planned {
+        name,
+        dims: dims.to_vec(),
+        role,
+    };
+    let p = |n: &str| format!("blk.{il}.{n}.weight");
+    let e = s.n_embd;
+    match h.kind(il) {
+        b'*' => {
+            let nq = s.n_head * s.head_dim;
+            let nkv = s.n_head_kv * s.head_dim;
+            v.push(t(p("attn_q"), &[e, nq], Role::Weight));
+            v.push(t(p("attn_k"), &[e, nkv], Role::Weight));
+            v.push(t(p("attn_v"), &[e, nkv], Role::Weight));
+            v.push(t(p("attn_output"), &[nq, e], Role::Weight));
+        }
+        b'E' => {
+            let (f, x) = (s.n_ff_exp, s.n_expert);
+            let m = if h.latent > 0 { h.latent } else { e };
+            v.push(t(p("ffn_gate_inp"), &[e, x], Role::Router));
+            v.push(t(
+                format!("blk.{il}.exp_probs_b.bias"),
+                &[x],
+                Role::Small(BIAS_STD),
+            ));
+            if h.latent > 0 {
+                v.push(t(p("ffn_latent_down"), &[e, m], Role::Weight));
+                v.push(t(p("ffn_latent_up"), &[m, e], Role::Weight));
+            }
+            v.push(t(p("ffn_up_exps"), &[m, f, x], Role::Weight));
+            v.push(t(p("ffn_down_exps"), &[f, m, x], Role::Weight));
+            v.push(t(p("ffn_up_shexp"), &[e, h.shexp], Role::Weight));
+            v.push(t(p("ffn_down_shexp"), &[h.shexp, e], Role::Weight));
+        }
+        _ => {
+            let bc = 2 * h.groups * h.d_state;
+            let conv = h.d_inner + bc;
+            let heads = h.ssm_heads;
+            v.push(t(
+                p("ssm_in"),
+                &[e, 2 * h.d_inner + bc + heads],
+                Role::Weight,
+            ));
+            v.push(t(p("ssm_conv1d"), &[h.d_conv, conv], Role::Small(0.2)));
+            v.push(t(
+                format!("blk.{il}.ssm_conv1d.bias"),
+                &[conv],
+                Role::Small(BIAS_STD),
+            ));
+            // softplus(0) ≈ 0.69 per step; A = -1 decays the state by about a half a token
+            v.push(t(
+                format!("blk.{il}.ssm_dt.bias"),
+                &[heads],
+                Role::Fill(0.0),
+            ));
+            v.push(t(format!("blk.{il}.ssm_a"), &[1, heads], Role::Fill(-1.0)));
+            v.push(t(format!("blk.{il}.ssm_d"), &[1, heads], Role::Fill(1.0)));
+            v.push(t(
+                p("ssm_norm"),
+                &[h.d_inner / h.groups, h.groups],
+                Role::Norm,
+            ));
+            v.push(t(p("ssm_out"), &[h.d_inner, e], Role::Weight));
+        }
+    }
 }
 
 /// A deepseek2 layer after its `attn_norm`: multi-head latent attention in the absorbed form,
@@ -2161,7 +2394,23 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         a("block_count"),
         Value::U32(s.n_layer + s.glm.map_or(0, |g| g.nextn)),
     ));
-    meta.push((a("feed_forward_length"), Value::U32(s.n_ff as u32)));
+    match s.extra {
+        // per layer, as the converter writes it: the experts' width on the MoE layers, 0 on
+        // the others (0 KV heads and 0 width: a Mamba-2 layer)
+        Extra::Nemotron(h) => {
+            let ff: Vec<i32> = (0..s.n_layer)
+                .map(|il| {
+                    if h.kind(il) == b'E' {
+                        s.n_ff_exp as i32
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            meta.push((a("feed_forward_length"), Value::Array(ArrayValue::I32(ff))));
+        }
+        _ => meta.push((a("feed_forward_length"), Value::U32(s.n_ff as u32))),
+    }
     meta.push((a("attention.head_count"), Value::U32(s.n_head as u32)));
     match s.gemma {
         Some(g) => {
@@ -2185,6 +2434,22 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
                 let kv: Vec<i32> = (0..s.n_layer)
                     .map(|il| {
                         if attn.contains(&il) {
+                            s.n_head_kv as i32
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                meta.push((
+                    a("attention.head_count_kv"),
+                    Value::Array(ArrayValue::I32(kv)),
+                ));
+            }
+            // KV heads on the attention layers only
+            Extra::Nemotron(h) => {
+                let kv: Vec<i32> = (0..s.n_layer)
+                    .map(|il| {
+                        if h.kind(il) == b'*' {
                             s.n_head_kv as i32
                         } else {
                             0
@@ -2245,7 +2510,8 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
         meta.push((a("rope.dimension_count_swa"), u(s.head_dim)));
         meta.push((a("rope.freq_base_swa"), Value::F32(g.rope_base_swa)));
         meta.push((a("final_logit_softcapping"), Value::F32(g.softcap)));
-    } else if s.head_dim * s.n_head != s.n_embd {
+    } else if s.head_dim * s.n_head != s.n_embd || matches!(s.extra, Extra::Nemotron(_)) {
+        // (nemotron_h_moe's converter writes them always)
         meta.push((a("attention.key_length"), Value::U32(s.head_dim as u32)));
         meta.push((a("attention.value_length"), Value::U32(s.head_dim as u32)));
     }
@@ -2332,6 +2598,32 @@ fn metadata(s: &Shape, like: Like, quant: FileType, opts: &Options) -> Vec<(Stri
             meta.push((a("shortconv.l_cache"), Value::U32(l_cache as u32)));
             meta.push((a("leading_dense_block_count"), Value::U32(dense_lead)));
             meta.push((a("expert_gating_func"), Value::U32(2)));
+        }
+        Extra::Nemotron(h) => {
+            // llama.cpp's loader reads both epsilons (the second for the MTP head's norm)
+            meta.push((a("attention.layer_norm_epsilon"), Value::F32(s.rms_eps)));
+            // unused (no rope), but written: the converter's Granite base drops head_dim and
+            // its llama base writes hidden_size / num_attention_heads (84 in Nano's files)
+            meta.push((
+                a("rope.dimension_count"),
+                Value::U32((s.n_embd / s.n_head) as u32),
+            ));
+            meta.push((a("ssm.conv_kernel"), Value::U32(h.d_conv as u32)));
+            meta.push((a("ssm.state_size"), Value::U32(h.d_state as u32)));
+            meta.push((a("ssm.group_count"), Value::U32(h.groups as u32)));
+            meta.push((a("ssm.inner_size"), Value::U32(h.d_inner as u32)));
+            meta.push((a("ssm.time_step_rank"), Value::U32(h.ssm_heads as u32)));
+            meta.push((
+                a("expert_shared_feed_forward_length"),
+                Value::U32(h.shexp as u32),
+            ));
+            meta.push((a("expert_shared_count"), Value::U32(1)));
+            meta.push((a("expert_weights_norm"), Value::Bool(true)));
+            meta.push((a("expert_weights_scale"), Value::F32(h.scale)));
+            meta.push((a("expert_group_count"), Value::U32(1)));
+            if h.latent > 0 {
+                meta.push((a("moe_latent_size"), Value::U32(h.latent as u32)));
+            }
         }
     }
     meta.push((a("expert_count"), Value::U32(s.n_expert as u32)));
@@ -2772,6 +3064,8 @@ mod tests {
                 assert_eq!(hp.n_layer_dense_lead, dense, "{what}");
                 let moe = match full.extra {
                     Extra::Llama4 { moe_step, .. } => n / moe_step,
+                    // the cut's MoE letters (none in a one-layer cut: a Mamba-2 layer)
+                    Extra::Nemotron(h) => h.pattern[..n as usize].matches('E').count() as u32,
                     _ => n - dense,
                 };
                 assert_eq!(hp.n_moe_layers(), moe, "{what}");
@@ -2799,6 +3093,13 @@ mod tests {
                         assert_eq!(hp.is_recurrent(il as usize), !attn.contains(&il), "{what}");
                     }
                 }
+                if let Extra::Nemotron(h) = full.extra {
+                    for il in 0..n {
+                        let kind = h.kind(il);
+                        assert_eq!(hp.is_recurrent(il as usize), kind == b'M', "{what} {il}");
+                        assert_eq!(hp.is_moe_layer(il as usize), kind == b'E', "{what} {il}");
+                    }
+                }
                 if let Some(mla) = &hp.mla {
                     let lite = deepseek2_reads_as_lite(n);
                     assert_eq!(mla.q_lora_rank == 0, lite, "{what}");
@@ -2806,6 +3107,95 @@ mod tests {
                 drop(m);
                 drop(file);
                 std::fs::remove_file(&path).expect("remove");
+            }
+        }
+    }
+
+    /// The nemotron_h_moe presets: the published layer counts of each kind (NVIDIA's model
+    /// cards: Nano 23 Mamba-2, 23 MoE and 6 attention layers; Super 40, 40 and 8), the
+    /// per-layer arrays the converter writes, one kind of block per layer, no gate stacks,
+    /// latent projections only in Super, and the published parameter counts: Nano's 31.6B
+    /// (its model card, rounded), Super's 120,668,707,840 (the BF16 checkpoint's
+    /// safetensors headers: 123,611,012,096 BF16 weights less the MTP block's 2,942,324,736,
+    /// plus the 40 MoE layers' F32 selection biases of 512; llama.cpp's benchmark of
+    /// ggml-org/Nemotron-3-Super-120B-GGUF prints 120.67 B).
+    #[test]
+    fn nemotron_presets_follow_their_hybrid_patterns() {
+        for (like, counts, latent) in [
+            (Like::Nemotron3Nano30bA3b, (23, 23, 6), 0),
+            (Like::Nemotron3Super120bA12b, (40, 40, 8), 1024),
+        ] {
+            let shape = like.shape();
+            let Extra::Nemotron(h) = shape.extra else {
+                panic!("{}: not nemotron_h_moe", like.name())
+            };
+            let n = shape.n_layer;
+            assert_eq!(h.pattern.len(), n as usize, "{}", like.name());
+            let count = |c| h.pattern.matches(c).count();
+            assert_eq!(
+                (count('M'), count('E'), count('*')),
+                counts,
+                "{}",
+                like.name()
+            );
+            let p = plan(&opts(like, None), &mut |_| {}).expect("plan");
+            let has = |name: &str| p.tensors.iter().any(|t| t.name == name);
+            for il in 0..n {
+                let kind = h.kind(il);
+                let w = |t: &str| has(&format!("blk.{il}.{t}.weight"));
+                assert!(w("attn_norm"), "{il}");
+                assert_eq!(w("ssm_in") && w("ssm_out") && w("ssm_norm"), kind == b'M');
+                assert_eq!(has(&format!("blk.{il}.ssm_conv1d.bias")), kind == b'M');
+                assert_eq!(has(&format!("blk.{il}.ssm_a")), kind == b'M');
+                assert_eq!(w("attn_q") && w("attn_output"), kind == b'*', "{il}");
+                assert_eq!(w("ffn_up_exps") && w("ffn_down_shexp"), kind == b'E');
+                assert_eq!(has(&format!("blk.{il}.exp_probs_b.bias")), kind == b'E');
+                assert_eq!(w("ffn_latent_down"), kind == b'E' && latent > 0, "{il}");
+                assert!(!w("ffn_gate_exps") && !w("ffn_gate_shexp") && !w("attn_q_norm"));
+            }
+            assert!(
+                !p.tensors
+                    .iter()
+                    .any(|t| t.name.starts_with(&format!("blk.{n}.")))
+            );
+            assert!(has("output.weight") && has("output_norm.weight"));
+            // the arrays: KV heads on the attention layers, the experts' width on the MoE
+            // layers, 0 elsewhere
+            let arr = |k: &str| match p.meta.iter().find(|(key, _)| key == k) {
+                Some((_, Value::Array(ArrayValue::I32(v)))) => v.clone(),
+                other => panic!("{k}: {other:?}"),
+            };
+            let kv = arr("nemotron_h_moe.attention.head_count_kv");
+            let ff = arr("nemotron_h_moe.feed_forward_length");
+            for (il, c) in h.pattern.bytes().enumerate() {
+                assert_eq!(kv[il], if c == b'*' { 2 } else { 0 }, "{il}");
+                let width = if c == b'E' { shape.n_ff_exp as i32 } else { 0 };
+                assert_eq!(ff[il], width, "{il}");
+            }
+            let key = |k: &str| p.meta.iter().any(|(key, _)| key == k);
+            assert_eq!(key("nemotron_h_moe.moe_latent_size"), latent > 0);
+            assert!(key("nemotron_h_moe.attention.layer_norm_epsilon"));
+            // as the published Nano GGUFs record it (llama.cpp's loader prints
+            // `rope.dimension_count u32 = 84` for them)
+            let rope = p
+                .meta
+                .iter()
+                .find(|(k, _)| k == "nemotron_h_moe.rope.dimension_count");
+            let want = if latent > 0 { 128 } else { 84 };
+            assert!(
+                matches!(rope, Some((_, Value::U32(d))) if *d == want),
+                "{rope:?}"
+            );
+            assert!(key("nemotron_h_moe.attention.layer_norm_rms_epsilon"));
+            let params: u64 = p
+                .tensors
+                .iter()
+                .map(|t| t.dims.iter().product::<u64>())
+                .sum();
+            if latent > 0 {
+                assert_eq!(params, 123_611_012_096 - 2_942_324_736 + 40 * 512);
+            } else {
+                assert_eq!((params as f64 / 1e8).round(), 316.0, "{params}");
             }
         }
     }
