@@ -61,6 +61,8 @@ fn streamed_logits_equal_resident_ones_on_every_fixture_architecture() {
         "qwen3next-q8_0.gguf",
         "llama4-q8_0.gguf",
         "lfm2moe-q8_0.gguf",
+        "nemotron_h_moe-q8_0.gguf",
+        "nemotron_h_moe-latent-q8_0.gguf",
     ] {
         let m = moe_fixture(f);
         let resident = logits(&m, dir.path(), &["--moe-stream", "off"]);

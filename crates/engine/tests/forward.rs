@@ -643,12 +643,14 @@ fn qwen35moe_path() -> PathBuf {
 }
 
 /// The hybrid models: qwen35moe's value heads tiled over the key heads, qwen3next's grouped,
-/// and lfm2moe's short convolutions (a convolution state alone).
-fn hybrid_paths() -> [PathBuf; 3] {
+/// lfm2moe's short convolutions (a convolution state alone) and nemotron_h_moe's Mamba-2
+/// layers (a convolution state and a scan state, beside layers without a mixer or an FFN).
+fn hybrid_paths() -> [PathBuf; 4] {
     [
         qwen35moe_path(),
         moe_path("qwen3next-q8_0.gguf"),
         moe_path("lfm2moe-q8_0.gguf"),
+        moe_path("nemotron_h_moe-q8_0.gguf"),
     ]
 }
 
@@ -898,6 +900,7 @@ fn rows_in_one_token_order_equal_decode_steps() {
                 && !name.starts_with("qwen35moe")
                 && !name.starts_with("qwen3next")
                 && !name.starts_with("lfm2moe")
+                && !name.starts_with("nemotron_h_moe")
         })
         .collect();
     paths.sort();
@@ -919,6 +922,7 @@ fn rows_in_one_token_order_are_refused_where_not_kept() {
         "qwen35moe-f32.gguf",
         "qwen3next-f32.gguf",
         "lfm2moe-f32.gguf",
+        "nemotron_h_moe-f32.gguf",
     ] {
         let file = GgufFile::open(dir.join(name)).unwrap();
         let model = Model::from_gguf(&file).unwrap();

@@ -72,6 +72,7 @@ fn streamed_experts_generate_the_resident_tokens() {
         "qwen3next-q8_0.gguf",
         "llama4-q8_0.gguf",
         "lfm2moe-q8_0.gguf",
+        "nemotron_h_moe-q4_k_m.gguf",
     ] {
         let mut resident = config(moe(model));
         resident.stream.moe_stream = StreamMode::Off;
@@ -795,6 +796,7 @@ fn ngram_speculation_is_refused_where_rows_are_not_exact() {
         "qwen35moe-f32.gguf",
         "qwen3next-f32.gguf",
         "lfm2moe-f32.gguf",
+        "nemotron_h_moe-f32.gguf",
     ] {
         let mut cfg = config(moe(model));
         cfg.spec = Some(runtime::spec::Spec::Ngram(Default::default()));

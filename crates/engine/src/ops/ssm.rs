@@ -64,28 +64,14 @@ pub fn mamba2_scan(
 /// call; the results are the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn scan_fma(
-    state: &mut [f32],
-    xbc: &[f32],
-    dt: &[f32],
-    a: &[f32],
-    dims: ScanDims,
-    y: &mut [f32],
-) {
+fn scan_fma(state: &mut [f32], xbc: &[f32], dt: &[f32], a: &[f32], dims: ScanDims, y: &mut [f32]) {
     scan(state, xbc, dt, a, dims, y);
 }
 
 /// The scalar reference of [`mamba2_scan`] (also its body on every CPU: the dot products go
 /// through [`F32Dot`], which picks its own kernel).
 #[inline(always)]
-pub fn scan(
-    state: &mut [f32],
-    xbc: &[f32],
-    dt: &[f32],
-    a: &[f32],
-    dims: ScanDims,
-    y: &mut [f32],
-) {
+pub fn scan(state: &mut [f32], xbc: &[f32], dt: &[f32], a: &[f32], dims: ScanDims, y: &mut [f32]) {
     let ScanDims {
         d_state: ds,
         head_dim: hd,
