@@ -316,3 +316,54 @@ fn linear_attention_layers_are_described() {
     // layer 0 holds no KV cells
     assert_eq!(m["kv_values_per_token_layer"], 0);
 }
+
+#[test]
+fn mamba2_and_short_convolution_layers_are_described() {
+    // The tiny nemotron_h_moe fixture: layers M E M * E M (Mamba-2 of 8 heads of 64 in 2
+    // groups, state 64, convolution over 4; MoE alone; attention alone).
+    let path = testdata::fixtures_root()
+        .join("moe")
+        .join("nemotron_h_moe-q8_0.gguf");
+    assert!(
+        path.is_file(),
+        "run `bash scripts/fetch_moe_fixtures.sh` ({} missing)",
+        path.display()
+    );
+    let o = sluice(&["inspect", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("layer types: MEM*EM (3 Mamba-2, 1 attention, 2 MoE)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("6 (2 MoE, 0 dense, 4 without an FFN)"),
+        "{out}"
+    );
+    assert!(out.contains("rope: none"), "{out}");
+    assert!(out.contains("up and down (no gate)"), "{out}");
+    let o = sluice(&["inspect", "--json", path.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = &doc["model"];
+    assert_eq!(m["arch"], "nemotron_h_moe");
+    let mb = &m["mamba2"];
+    assert_eq!(mb["layers"], serde_json::json!([0, 2, 5]));
+    assert_eq!(
+        (mb["heads"].as_u64(), mb["head_dim"].as_u64()),
+        (Some(8), Some(64))
+    );
+    // 3 x (512 + 2 x 2 x 64) convolution inputs + 64 x 512 scan values, per layer
+    assert_eq!(mb["conv_state_floats_per_layer"], 3 * 768);
+    assert_eq!(mb["recurrent_state_floats_per_layer"], 64 * 512);
+    assert_eq!(mb["state_bytes"], 3 * (3 * 768 + 64 * 512) * 4);
+    assert_eq!(m["ffn_only_layers"], serde_json::json!([1, 4]));
+    // and LFM2's short convolutions
+    let path = testdata::fixtures_root()
+        .join("moe")
+        .join("lfm2moe-q8_0.gguf");
+    let o = sluice(&["inspect", "--json", path.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let sc = &doc["model"]["short_convolution"];
+    assert_eq!(sc["l_cache"], 3);
+    assert_eq!(sc["layers"], serde_json::json!([0, 3]));
+}

@@ -153,12 +153,20 @@ impl<'a> Model<'a> {
                 .map(|n| format!(" ({n})"))
                 .unwrap_or_default()
         );
+        let no_ffn = (0..hp.n_layer as usize)
+            .filter(|&il| hp.has_no_ffn(il))
+            .count() as u32;
         let _ = writeln!(
             *s,
-            "layers: {} ({} MoE, {} dense), n_embd {}, vocab {}, context {}",
+            "layers: {} ({} MoE, {} dense{}), n_embd {}, vocab {}, context {}",
             hp.n_layer,
             hp.n_moe_layers(),
-            hp.n_layer - hp.n_moe_layers(),
+            hp.n_layer - hp.n_moe_layers() - no_ffn,
+            if no_ffn > 0 {
+                format!(", {no_ffn} without an FFN")
+            } else {
+                String::new()
+            },
             hp.n_embd,
             hp.n_vocab,
             hp.n_ctx_train
@@ -280,6 +288,10 @@ impl<'a> Model<'a> {
     /// The rotary embedding.
     fn describe_rope(&self, s: &mut String) {
         let hp = &self.hparams;
+        if (0..hp.n_layer as usize).all(|il| !hp.has_rope(il)) {
+            let _ = writeln!(*s, "rope: none (no layer rotates its queries and keys)");
+            return;
+        }
         let scaling = if hp.rope.freq_scale == 1.0 && hp.rope.yarn_ext_factor == 0.0 {
             "off".to_owned()
         } else {
