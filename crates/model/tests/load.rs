@@ -1887,6 +1887,14 @@ fn lfm2moe_file(
         }
     }
     t(&mut ts);
+    f32_file(keys, ts)
+}
+
+/// A file of these keys and these F32 tensors (all zeros), written and opened.
+fn f32_file(
+    keys: Vec<(String, Value)>,
+    ts: Vec<(String, Vec<u64>)>,
+) -> (tempfile::TempDir, GgufFile) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     let mut w = GgufWriter::new();
@@ -2143,21 +2151,7 @@ fn nemotron_file(
         }
     }
     t(&mut ts);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.gguf");
-    let mut w = GgufWriter::new();
-    for (key, v) in keys {
-        w.add_metadata(key, v).unwrap();
-    }
-    for (name, dims) in ts {
-        let n: u64 = dims.iter().product();
-        let bytes = GgmlType::F32.row_bytes(n).unwrap() as usize;
-        w.add_tensor(name, &dims, GgmlType::F32, vec![0u8; bytes])
-            .unwrap();
-    }
-    w.write_to_path(&path).unwrap();
-    let f = GgufFile::open(&path).unwrap();
-    (dir, f)
+    f32_file(keys, ts)
 }
 
 fn nemotron_err(
