@@ -490,6 +490,33 @@ pub(crate) fn gdn<'a>(
     })
 }
 
+/// The Qwen hybrid stacks' layer rules (qwen35moe, qwen3next): the FFN's norm is
+/// `post_attention_norm`, the experts' gate and up may be one fused tensor.
+pub(crate) const QWEN_HYBRID: LayerRules = LayerRules {
+    ffn_norm: "post_attention_norm.weight",
+    moe: MoeRules {
+        fused_gate_up: true,
+        ..LayerRules::BASE.moe
+    },
+    ..LayerRules::BASE
+};
+
+/// A layer of a Qwen hybrid stack: Gated DeltaNet linear attention where the layer is
+/// recurrent (its projections stored as `layout` allows), multi-head attention elsewhere.
+pub(crate) fn gdn_or_mha_layer<'a>(
+    ld: &mut Loader<'a>,
+    hp: &HParams,
+    il: usize,
+    layout: GdnLayout,
+) -> Result<LayerTensors<'a>, ModelError> {
+    layer(ld, hp, il, &QWEN_HYBRID, |ld| match &hp.ssm {
+        Some(ssm) if hp.is_recurrent(il) => {
+            Ok(Attn::Gdn(gdn(ld, ssm, u64::from(hp.n_embd), il, layout)?))
+        }
+        _ => Ok(Attn::Mha(mha(ld, hp, il, false)?)),
+    })
+}
+
 /// A layer whose attention is multi-head attention with every projection required.
 pub(crate) fn mha_layer<'a>(
     ld: &mut Loader<'a>,

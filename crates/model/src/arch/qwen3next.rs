@@ -8,9 +8,9 @@
 use crate::error::ModelError;
 use crate::kv::Kv;
 use crate::params::HParams;
-use crate::tensors::{Attn, LayerTensors, Loader};
+use crate::tensors::{LayerTensors, Loader};
 
-use super::blocks::{self, GdnLayout, LayerRules, MoeRules};
+use super::blocks::{self, GdnLayout, LayerRules};
 use super::keys::{self, ExpertRules};
 use super::{ArchDef, Features, QkNorm, SharedExperts};
 
@@ -48,14 +48,7 @@ impl ArchDef for Def {
     }
 
     fn layer_rules(&self) -> LayerRules {
-        LayerRules {
-            ffn_norm: "post_attention_norm.weight",
-            moe: MoeRules {
-                fused_gate_up: true,
-                ..LayerRules::BASE.moe
-            },
-            ..LayerRules::BASE
-        }
+        blocks::QWEN_HYBRID
     }
 
     fn layer<'a>(
@@ -68,15 +61,6 @@ impl ArchDef for Def {
             grouped_input: true,
             grouped_beta_alpha: true,
         };
-        blocks::layer(ld, hp, il, &self.layer_rules(), |ld| match &hp.ssm {
-            Some(ssm) if hp.is_recurrent(il) => Ok(Attn::Gdn(blocks::gdn(
-                ld,
-                ssm,
-                u64::from(hp.n_embd),
-                il,
-                layout,
-            )?)),
-            _ => Ok(Attn::Mha(blocks::mha(ld, hp, il, false)?)),
-        })
+        blocks::gdn_or_mha_layer(ld, hp, il, layout)
     }
 }
