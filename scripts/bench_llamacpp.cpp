@@ -23,9 +23,11 @@
 //
 // Output: one line on standard output,
 //   llamacpp cpu=<features> threads=T n_prompt=P prefill_s=S prefill_tps=X n_decode=N
-//            decode_s=S decode_tps=Y
+//            decode_s=S decode_tps=Y load_s=L
 // where <features> lists the CPU backend's reported features (which library was loaded) and
-// prefill_tps = P / prefill_s, decode_tps = N / decode_s. llama.cpp's log goes to standard error.
+// prefill_tps = P / prefill_s, decode_tps = N / decode_s, and load_s the time from the start of the
+// model's load to a ready context (thread pool attached), so that load_s + prefill_s is the time to
+// the first token as sluice counts it. llama.cpp's log goes to standard error.
 // The environment variable GGML_BACKEND_DIR names the directory of the CPU backend libraries
 // (ggml picks the best one there for this CPU).
 #include "ggml-backend.h"
@@ -146,6 +148,7 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     const std::string features = cpu_features();
 
+    const double t_load = now_s();
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
@@ -198,6 +201,7 @@ int main(int argc, char ** argv) {
         }
         llama_attach_threadpool(ctx, pool, nullptr);
     }
+    const double load_s = now_s() - t_load;
     g_quiet = true;
 
     llama_batch b = llama_batch_init(n_ubatch, 0, 1);
@@ -237,9 +241,9 @@ int main(int argc, char ** argv) {
         logits = llama_get_logits_ith(ctx, -1);
     }
 
-    printf("llamacpp cpu=%s threads=%d n_prompt=%d prefill_s=%.6f prefill_tps=%.3f n_decode=%d decode_s=%.6f decode_tps=%.3f\n",
+    printf("llamacpp cpu=%s threads=%d n_prompt=%d prefill_s=%.6f prefill_tps=%.3f n_decode=%d decode_s=%.6f decode_tps=%.3f load_s=%.6f\n",
            features.c_str(), n_threads, n_prompt, prefill_s, n_prompt / prefill_s, n_decode, decode_s,
-           n_decode > 0 ? n_decode / decode_s : 0.0);
+           n_decode > 0 ? n_decode / decode_s : 0.0, load_s);
 
     llama_batch_free(b);
     llama_free(ctx);

@@ -49,6 +49,20 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     bmoe_bin: Option<PathBuf>,
 
+    /// Also run llama.cpp v0.4.0 as shipped in every round, after the peer: npm's prebuilt
+    /// libraries with their default settings (memory map, weights repacked where the CPU
+    /// backend repacks them, the best CPU library for this CPU), through the
+    /// scripts/bench_llamacpp.cpp driver that scripts/build_bench_llamacpp.sh builds. The
+    /// report gives every sluice variant's decode ratio against it as well as against the peer.
+    #[arg(long)]
+    with_llama: bool,
+
+    /// The driver for --with-llama [default: `$SLUICE_LLAMACPP_NPM/bench_llamacpp`, else
+    /// `~/.cache/sluice/llamacpp-npm/bench_llamacpp`]; its CPU libraries are read from the
+    /// `cpu/` directory beside it.
+    #[arg(long, value_name = "FILE", requires = "with_llama")]
+    llama_driver: Option<PathBuf>,
+
     /// A labelled peer configuration, `LABEL=ARGS` (ARGS added after --llama-args, split at
     /// white space); repeat for several, e.g. `--peer-variant 'overlap=--moe-stream --overlap
     /// --cache-mb 4000'`. Each round runs every sluice variant, then every peer variant; each
@@ -143,10 +157,14 @@ pub struct BenchArgs {
     label: Option<String>,
 }
 
+/// The engine name of the `--with-llama` reference in the report.
+const LLAMA_SHIPPED: &str = "llama.cpp v0.4.0";
+
 /// The engine sluice is compared with.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
-    /// llama.cpp's `llama-completion` (plain mmap with `--no-repack`).
+    /// llama.cpp's `llama-completion`, built by scripts/build_llamacpp.sh from the 0.5.0-dev
+    /// tree that llama-cpp-python 0.3.36 vendors.
     Llama,
     /// BigMoeOnEdge's `bmoe-cli` (its plain mode is llama.cpp v0.4.0 on mmap, no repacking;
     /// `--moe-stream` streams the experts).
@@ -156,7 +174,7 @@ pub enum Peer {
 impl Peer {
     fn engine(self) -> &'static str {
         match self {
-            Peer::Llama => "llama.cpp",
+            Peer::Llama => "llama.cpp 0.5.0-dev",
             Peer::Bmoe => "bmoe-cli",
         }
     }
@@ -433,7 +451,7 @@ fn decode_window_reads(samples: &[(Instant, u64)], secs: f64) -> Option<u64> {
 fn run_engine(
     engine: &'static str,
     round: usize,
-    argv: &[String],
+    (argv, env): (&[String], &[(String, String)]),
     cg: Option<&Cgroup>,
     n_predict: usize,
 ) -> Result<RunResult> {
@@ -454,6 +472,7 @@ fn run_engine(
             c
         }
     };
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let t = Instant::now();
     let mut child = cmd
         .stdin(Stdio::null())
@@ -575,6 +594,23 @@ fn parse_lines(r: &mut RunResult, text: &str, n_predict: usize) {
         }
         if let Some(rest) = line.strip_prefix("moe-cache: ") {
             r.hit_pct = r.hit_pct.or(number_before(rest, "% hit"));
+            continue;
+        }
+        if r.engine == LLAMA_SHIPPED {
+            // llamacpp cpu=... n_prompt=P prefill_s=S prefill_tps=X n_decode=N decode_s=S
+            // decode_tps=Y load_s=L (scripts/bench_llamacpp.cpp)
+            if let Some(rest) = line.strip_prefix("llamacpp ") {
+                let field = |key: &str| {
+                    rest.split(' ')
+                        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                        .and_then(|v| v.parse::<f64>().ok())
+                };
+                r.prefill_tps = field("prefill_tps");
+                r.decode_tps = field("decode_tps");
+                r.n_gen = field("n_decode").map_or(n_predict, |n| n as usize);
+                r.load_s = field("load_s");
+                prefill_s = field("prefill_s");
+            }
             continue;
         }
         if r.engine == "bmoe-cli" {
@@ -779,6 +815,27 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     };
     let peer = args.peer.engine();
+    let shipped = if args.with_llama {
+        let exe = match &args.llama_driver {
+            Some(f) => f.clone(),
+            None => std::env::var_os("SLUICE_LLAMACPP_NPM")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| home().join(".cache/sluice/llamacpp-npm"))
+                .join("bench_llamacpp"),
+        };
+        let cpu = exe.with_file_name("cpu");
+        if !exe.is_file() || !cpu.is_dir() {
+            bail!(
+                "{} (or the cpu/ directory beside it) not found: build it with `bash \
+                 scripts/build_bench_llamacpp.sh` or pass --llama-driver FILE",
+                exe.display()
+            );
+        }
+        Some((exe, cpu))
+    } else {
+        None
+    };
     if args.rounds == 0 || args.n_predict == 0 {
         bail!("--rounds and -n must be at least 1");
     }
@@ -822,6 +879,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     peer_argv.extend(split_args(&args.llama_args));
     let peer_variants = labelled("--peer-variant", &args.peer_variant, &peer_argv)?;
+    // llama.cpp as shipped: the driver takes the same model, prompt, tokens, threads and
+    // context (greedy and end of generation ignored are its only mode).
+    let shipped_run = shipped.as_ref().map(|(exe, cpu)| {
+        let mut argv = vec![exe.display().to_string()];
+        argv.extend(["-m", &m, "-p", &args.prompt, "-n", &n, "-t", &t, "-c", &c].map(str::to_owned));
+        let env = vec![("GGML_BACKEND_DIR".to_owned(), cpu.display().to_string())];
+        (String::new(), argv, env)
+    });
+    let no_env: Vec<(String, String)> = Vec::new();
 
     eprintln!(
         "sluice bench: calibrating direct-I/O reads of the model file ({} s)",
@@ -842,13 +908,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let runs = round_order(variants.len(), round)
             .into_iter()
             .map(|i| &variants[i])
-            .map(|(label, argv)| ("sluice", label.as_str(), argv))
+            .map(|(label, argv)| ("sluice", label.as_str(), argv, &no_env))
             .chain(
                 peer_variants
                     .iter()
-                    .map(|(label, argv)| (peer, label.as_str(), argv)),
+                    .map(|(label, argv)| (peer, label.as_str(), argv, &no_env)),
+            )
+            .chain(
+                shipped_run
+                    .iter()
+                    .map(|(label, argv, env)| (LLAMA_SHIPPED, label.as_str(), argv, env)),
             );
-        for (engine, label, argv) in runs {
+        for (engine, label, argv, env) in runs {
             let (left, how) = if args.warm {
                 (warm(&model)?, "read through the page cache")
             } else {
@@ -864,7 +935,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 },
                 left * 100.0
             );
-            let mut r = run_engine(engine, round, argv, cg.as_ref(), args.n_predict)?;
+            let mut r = run_engine(engine, round, (argv, env), cg.as_ref(), args.n_predict)?;
             r.label = label.to_owned();
             eprintln!(
                 "sluice bench:   decode {} tok/s, prefill {} tok/s, TTFT {} s, read {:.0} MiB, peak RSS {:.0} MiB, {:.1} s",
@@ -901,13 +972,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .collect();
     md += &format!("Command: `sluice {}`\n\n", argv.join(" "));
     md += &format!(
-        "- Version: sluice {} vs {} (`{}`).\n",
+        "- Version: sluice {} vs {} (`{}`){}.\n",
         env!("CARGO_PKG_VERSION"),
         match args.peer {
-            Peer::Llama => "llama.cpp `llama-completion`",
+            Peer::Llama => "llama.cpp 0.5.0-dev `llama-completion` (the llama-cpp-python 0.3.36 tree)",
             Peer::Bmoe => "BigMoeOnEdge `bmoe-cli` (0.19.0 on llama.cpp v0.4.0)",
         },
-        home_relative(&peer_exe.display().to_string())
+        home_relative(&peer_exe.display().to_string()),
+        shipped.as_ref().map_or_else(String::new, |(exe, _)| format!(
+            " and {LLAMA_SHIPPED} as shipped (node-llama-cpp 3.21.1's prebuilt libraries, default \
+             settings: memory map, weights repacked, the best CPU library; `{}`)",
+            home_relative(&exe.display().to_string())
+        ))
     );
     md += &format!("- Machine: {}.\n", machine_line());
     md += &format!(
@@ -921,7 +997,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     );
     md += &format!(
         "- Memory cap: {}. Each run starts with the model file {}; order: every sluice variant \
-         (their order turned by one each round), then every {peer} variant, in every round.\n",
+         (their order turned by one each round), then every {peer} variant{}, in every round.\n",
         args.mem_cap_mb.map_or_else(
             || "none".to_owned(),
             |c| format!("{c} MiB (cgroup v1 memory.limit_in_bytes, page cache included)")
@@ -930,6 +1006,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "read through the page cache (warm: the load reads no disk)"
         } else {
             "evicted from the page cache (posix_fadvise DONTNEED)"
+        },
+        if shipped.is_some() {
+            format!(", then {LLAMA_SHIPPED}")
+        } else {
+            String::new()
         }
     );
     match &disk {
@@ -947,28 +1028,37 @@ pub fn run(args: BenchArgs) -> Result<()> {
             )
         }
     }
-    md += &format!(
-        "\n| round | engine | prefill tok/s | decode tok/s | decode ratio sluice / {peer} | \
-         load s | TTFT s | engine MiB / token | decode read MiB / token | run read MiB | major \
-         faults | hit % | peak RSS MiB | bound tok/s | of bound |\n"
-    );
-    md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    let mut refs = vec![peer];
+    if shipped.is_some() {
+        refs.push(LLAMA_SHIPPED);
+    }
+    md += "\n| round | engine | prefill tok/s | decode tok/s | ";
+    for e in &refs {
+        md += &format!("decode ratio sluice / {e} | ");
+    }
+    md += "load s | TTFT s | engine MiB / token | decode read MiB / token | run read MiB | major \
+         faults | hit % | peak RSS MiB | bound tok/s | of bound |\n|";
+    md += &" --- |".repeat(14 + refs.len());
+    md += "\n";
+    let disk_mbs = disk.as_ref().ok().map(|d| d.0);
+    let bound = |r: &RunResult| bound_tps(r, disk_mbs, dram, touched);
+    let distrust = untrusted(&results, disk_mbs, bound);
     for r in &results {
-        let other = results
-            .iter()
-            .find(|o| o.round == r.round && o.engine == peer);
-        let ratio = match (r.engine, r.decode_tps, other.and_then(|o| o.decode_tps)) {
-            ("sluice", Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
+        let ratio = |e: &str| {
+            let other = results.iter().find(|o| o.round == r.round && o.engine == e);
+            match (r.engine, r.decode_tps, other.and_then(|o| o.decode_tps)) {
+                ("sluice", Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                _ => None,
+            }
         };
+        let ratios: String = refs
+            .iter()
+            .map(|e| format!(" {} |", fmt_opt(ratio(e), 2)))
+            .collect();
         let per_token = r
             .decode_read_bytes
             .map(|b| b as f64 / r.n_gen.max(1) as f64);
-        let dram_bound = dram * 1e9 / touched.max(1) as f64;
-        let bound = match (&disk, per_token) {
-            (Ok((mbs, _, _)), Some(p)) if p > 0.0 => dram_bound.min(mbs * 1e6 / p),
-            _ => dram_bound,
-        };
+        let bound = bound(r);
         let rss = match r.cgroup_peak {
             Some(p) => format!(
                 "{:.0} (group {:.0})",
@@ -978,12 +1068,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             None => format!("{:.0}", r.max_rss_kib as f64 / 1024.0),
         };
         md += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} |\n",
+            "| {} | {} | {} | {} |{ratios} {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} |\n",
             r.round,
             r.name(),
             fmt_opt(r.prefill_tps, 2),
             fmt_opt(r.decode_tps, 2),
-            fmt_opt(ratio, 2),
             fmt_opt(r.load_s, 2),
             fmt_opt(r.ttft_s, 2),
             fmt_opt(r.stream_mib_tok, 1),
@@ -993,11 +1082,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
             fmt_opt(r.hit_pct, 1),
             rss,
             bound,
-            r.decode_tps
-                .map_or_else(|| "–".into(), |d| format!("{:.0}%", 100.0 * d / bound)),
+            r.decode_tps.map_or_else(
+                || "–".into(),
+                |d| {
+                    let share = 100.0 * d / bound;
+                    if share > 100.0 {
+                        format!("{share:.0}% (!)")
+                    } else {
+                        format!("{share:.0}%")
+                    }
+                }
+            ),
         );
     }
-    let medians = median_ratios(&results, peer);
+    let mut medians = Vec::new();
+    for e in &refs {
+        medians.extend(median_ratios(&results, e));
+    }
     md += &format!(
         "\nMedian decode ratio over {} rounds: {}. Load s and TTFT s (load + prefill): \
          the engines' own lines; engine MiB / token: expert bytes read per generated token \
@@ -1009,6 +1110,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         args.rounds,
         medians.join("; ")
     );
+    if !distrust.is_empty() {
+        md += &format!(
+            "\n**The calibration is not to be trusted for these runs**, so neither are the bound \
+             and \"of bound\" columns (marked (!) where above 100 %): {}.\n",
+            distrust.join("; ")
+        );
+        for d in &distrust {
+            eprintln!("sluice bench: warning: calibration not trusted: {d}");
+        }
+    }
     if let Some(png) = &args.png {
         let font = crate::plot::load_font(args.font.as_deref())?;
         draw_png(png, &results, font)?;
@@ -1032,6 +1143,57 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// A run's physical bound in tokens per second: min(disk ÷ its decode read bytes per token,
+/// DRAM ÷ the bytes one token touches); DRAM's alone without a disk figure or decode reads.
+fn bound_tps(r: &RunResult, disk_mbs: Option<f64>, dram_gbs: f64, touched: u64) -> f64 {
+    let dram_bound = dram_gbs * 1e9 / touched.max(1) as f64;
+    let per_token = r
+        .decode_read_bytes
+        .map(|b| b as f64 / r.n_gen.max(1) as f64);
+    match (disk_mbs, per_token) {
+        (Some(mbs), Some(p)) if p > 0.0 => dram_bound.min(mbs * 1e6 / p),
+        _ => dram_bound,
+    }
+}
+
+/// Why the calibration cannot be trusted for these runs (empty when it can): a run whose
+/// decode read the disk faster than the calibrated direct-I/O rate (the calibration then
+/// measured a slower disk than the engines met), and a run faster than its bound (a bound is
+/// a physical limit; a share above 100 % means one of its inputs is wrong).
+fn untrusted(
+    results: &[RunResult],
+    disk_mbs: Option<f64>,
+    bound: impl Fn(&RunResult) -> f64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in results {
+        let Some(tps) = r.decode_tps.filter(|&t| t > 0.0) else {
+            continue;
+        };
+        if let (Some(mbs), Some(b)) = (disk_mbs, r.decode_read_bytes) {
+            let rate = b as f64 / (r.n_gen.max(1) as f64 / tps) / 1e6;
+            if rate > mbs {
+                out.push(format!(
+                    "round {} {} read {rate:.0} MB/s during its decode, faster than the \
+                     calibrated {mbs:.0} MB/s",
+                    r.round,
+                    r.name()
+                ));
+            }
+        }
+        let b = bound(r);
+        if tps > b {
+            out.push(format!(
+                "round {} {} decoded at {:.0} % of its bound ({tps:.2} of {b:.2} tok/s)",
+                r.round,
+                r.name(),
+                100.0 * tps / b
+            ));
+        }
+    }
+    out
 }
 
 /// `LABEL=ARGS` configurations of `flag` appended to `base`; one unlabelled one when none is
@@ -1128,7 +1290,13 @@ fn draw_png(path: &Path, results: &[RunResult], font: &'static [u8]) -> Result<(
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
         .draw()?;
-    let color = |e: &str| crate::plot::COLORS[usize::from(e != "sluice")];
+    let color = |e: &str| {
+        crate::plot::COLORS[match e {
+            "sluice" => 0,
+            LLAMA_SHIPPED => 2,
+            _ => 1,
+        }]
+    };
     chart.draw_series(results.iter().enumerate().filter_map(|(i, r)| {
         let v = r.decode_tps?;
         Some(Rectangle::new(
@@ -1223,6 +1391,60 @@ mod tests {
         assert!((ttft - 2.829).abs() < 1e-9, "{ttft}");
         assert_eq!(r.stream_mib_tok, Some(421.3));
         assert_eq!(r.hit_pct, Some(60.0));
+    }
+
+    /// The line scripts/bench_llamacpp.cpp printed for llama.cpp v0.4.0 (npm's libraries) on the
+    /// 18.56 GB Qwen3-30B-A3B-shaped file, its CPU features shortened.
+    #[test]
+    fn figures_are_read_from_the_llama_driver_line() {
+        let line = "load_tensors:   CPU_REPACK model buffer size = 13432.50 MiB\n\
+            llamacpp cpu=AVX2,FMA,AVX512,REPACK threads=2 n_prompt=9 prefill_s=3.798068 \
+            prefill_tps=2.370 n_decode=32 decode_s=7.042495 decode_tps=4.544 load_s=27.840739\n";
+        let mut r = RunResult {
+            engine: LLAMA_SHIPPED,
+            ..RunResult::default()
+        };
+        parse_lines(&mut r, line, 64);
+        assert_eq!(r.decode_tps, Some(4.544));
+        assert_eq!(r.prefill_tps, Some(2.370));
+        assert_eq!(r.n_gen, 32);
+        assert_eq!(r.load_s, Some(27.840739));
+        let ttft = r.ttft_s.unwrap_or(0.0);
+        assert!((ttft - 31.638807).abs() < 1e-9, "{ttft}");
+        // a line of another engine is not taken for it
+        let mut r = RunResult {
+            engine: "bmoe-cli",
+            ..RunResult::default()
+        };
+        parse_lines(&mut r, line, 64);
+        assert_eq!(r.decode_tps, None);
+    }
+
+    #[test]
+    fn a_calibration_slower_than_the_engines_reads_or_a_share_above_the_bound_is_flagged() {
+        let run = |round: usize, tps: f64, read: u64| RunResult {
+            engine: "sluice",
+            round,
+            n_gen: 10,
+            decode_tps: Some(tps),
+            decode_read_bytes: Some(read),
+            ..RunResult::default()
+        };
+        // 10 tokens at 5 tok/s = 2 s; 400 MB in 2 s = 200 MB/s
+        let results = [run(1, 5.0, 400_000_000), run(2, 5.0, 100_000_000)];
+        let flags = untrusted(&results, Some(150.0), |_| 10.0);
+        assert_eq!(flags.len(), 1, "{flags:?}");
+        assert!(flags[0].contains("round 1 sluice read 200 MB/s"), "{flags:?}");
+        assert!(untrusted(&results, Some(250.0), |_| 10.0).is_empty());
+        // a decode faster than its bound
+        let flags = untrusted(&results, None, |r| if r.round == 2 { 4.0 } else { 6.0 });
+        assert_eq!(flags.len(), 1, "{flags:?}");
+        assert!(flags[0].contains("round 2 sluice decoded at 125 %"), "{flags:?}");
+        // the bound: disk ÷ reads per token against DRAM ÷ touched bytes
+        let r = run(1, 5.0, 400_000_000);
+        assert_eq!(bound_tps(&r, Some(200.0), 10.0, 1_000_000_000), 5.0);
+        assert_eq!(bound_tps(&r, Some(2000.0), 10.0, 1_000_000_000), 10.0);
+        assert_eq!(bound_tps(&r, None, 10.0, 1_000_000_000), 10.0);
     }
 
     #[test]
