@@ -883,7 +883,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // context (greedy and end of generation ignored are its only mode).
     let shipped_run = shipped.as_ref().map(|(exe, cpu)| {
         let mut argv = vec![exe.display().to_string()];
-        argv.extend(["-m", &m, "-p", &args.prompt, "-n", &n, "-t", &t, "-c", &c].map(str::to_owned));
+        argv.extend(
+            ["-m", &m, "-p", &args.prompt, "-n", &n, "-t", &t, "-c", &c].map(str::to_owned),
+        );
         let env = vec![("GGML_BACKEND_DIR".to_owned(), cpu.display().to_string())];
         (String::new(), argv, env)
     });
@@ -1434,12 +1436,18 @@ mod tests {
         let results = [run(1, 5.0, 400_000_000), run(2, 5.0, 100_000_000)];
         let flags = untrusted(&results, Some(150.0), |_| 10.0);
         assert_eq!(flags.len(), 1, "{flags:?}");
-        assert!(flags[0].contains("round 1 sluice read 200 MB/s"), "{flags:?}");
+        assert!(
+            flags[0].contains("round 1 sluice read 200 MB/s"),
+            "{flags:?}"
+        );
         assert!(untrusted(&results, Some(250.0), |_| 10.0).is_empty());
         // a decode faster than its bound
         let flags = untrusted(&results, None, |r| if r.round == 2 { 4.0 } else { 6.0 });
         assert_eq!(flags.len(), 1, "{flags:?}");
-        assert!(flags[0].contains("round 2 sluice decoded at 125 %"), "{flags:?}");
+        assert!(
+            flags[0].contains("round 2 sluice decoded at 125 %"),
+            "{flags:?}"
+        );
         // the bound: disk ÷ reads per token against DRAM ÷ touched bytes
         let r = run(1, 5.0, 400_000_000);
         assert_eq!(bound_tps(&r, Some(200.0), 10.0, 1_000_000_000), 5.0);
