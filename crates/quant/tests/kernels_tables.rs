@@ -1,7 +1,7 @@
 //! Every kernel of every SIMD table of this CPU (`Kernels::simd_tables`: with and without its
 //! AVX-512 VNNI, wide and BMI2 builds) against one reference kernel, bit for bit, for the
 //! k-quant paths of a mixture-of-experts decode: Q4_K in the repacked order (plain and
-//! grouped) and Q4_K, Q5_K and Q6_K in the `vec_dot` order, through the single-row,
+//! grouped) and Q4_K, Q5_K, Q6_K and Q8_0 in the `vec_dot` order, through the single-row,
 //! multi-row and multi-token kernels.
 //!
 //! The reference: for the repacked order the scalar table (whose repacked kernels follow
@@ -12,8 +12,8 @@
 //! Matrices of several row counts and lengths are walked the way a matrix-vector product walks
 //! them: whole groups of the multi-row (or multi-token) kernel, the rest row by row. Weights
 //! are random bytes with finite f16 scales, plus the extreme block (every quant and scale at
-//! its maximum) against activations that quantize to -128, where a 16-bit sum would saturate
-//! first.
+//! its largest magnitude) against activations that quantize to their most negative quant,
+//! where a 16-bit sum would saturate first.
 
 mod common;
 
@@ -26,15 +26,18 @@ fn scale_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::Q8_0 => &[0],
         _ => unreachable!("not a type of this test: {ty}"),
     }
 }
 
-/// `rows` rows of `nb` blocks: random bytes with finite f16 scales; with `extreme`, every
-/// other byte 0xff (largest quants and scales; Q6_K's scales -1) instead of random.
-fn weights(ty: GgmlType, rows: usize, nb: usize, extreme: bool, rng: &mut Rng) -> Vec<u8> {
-    let mut w: Vec<u8> = (0..rows * nb * ty.type_size())
-        .map(|_| if extreme { 0xff } else { rng.byte() })
+/// `rows` rows of `n` elements: random bytes with finite f16 scales; with `extreme`, every
+/// other byte 0xff (largest quants and scales; Q6_K's scales -128, Q8_0's quants -128)
+/// instead of random.
+fn weights(ty: GgmlType, rows: usize, n: usize, extreme: bool, rng: &mut Rng) -> Vec<u8> {
+    let fill = if ty == GgmlType::Q8_0 { 0x80 } else { 0xff };
+    let mut w: Vec<u8> = (0..rows * ty.row_bytes(n as u64).unwrap() as usize)
+        .map(|_| if extreme { fill } else { rng.byte() })
         .collect();
     for b in w.chunks_exact_mut(ty.type_size()) {
         if extreme && ty == GgmlType::Q6_K {
@@ -48,16 +51,16 @@ fn weights(ty: GgmlType, rows: usize, nb: usize, extreme: bool, rng: &mut Rng) -
     w
 }
 
-/// `tokens` activation rows of `n` elements through `quantize`; with `extreme`, every element
-/// negative and of equal magnitude, so that every quant is -128.
+/// `tokens` activation rows of `n` elements through `quantize` (to `act`); with `extreme`,
+/// every element negative and of equal magnitude, so that every quant is the most negative.
 fn activations(
-    quantize: QuantizeFn,
+    (act, quantize): (GgmlType, QuantizeFn),
     tokens: usize,
     n: usize,
     extreme: bool,
     rng: &mut Rng,
 ) -> Vec<u8> {
-    let arb = GgmlType::Q8_K.row_bytes(n as u64).unwrap() as usize;
+    let arb = act.row_bytes(n as u64).unwrap() as usize;
     let mut a = vec![0u8; tokens * arb];
     for out in a.chunks_exact_mut(arb) {
         let x: Vec<f32> = (0..n)
@@ -156,11 +159,12 @@ fn check(
     let reference = reference(ty, order, grouped);
     let n = nb * QK_K;
     let rb = ty.row_bytes(n as u64).unwrap() as usize;
-    let arb = GgmlType::Q8_K.row_bytes(n as u64).unwrap() as usize;
+    let act = vec_dot_type(ty).expect("activation type");
+    let arb = act.row_bytes(n as u64).unwrap() as usize;
     for p in paths(ty, order, grouped) {
         let mut rng = Rng(seed);
-        let w = weights(ty, rows, nb, extreme, &mut rng);
-        let a = activations(p.quantize, tokens, n, extreme, &mut rng);
+        let w = weights(ty, rows, n, extreme, &mut rng);
+        let a = activations((act, p.quantize), tokens, n, extreme, &mut rng);
         let want: Vec<f32> = a
             .chunks_exact(arb)
             .flat_map(|a| w.chunks_exact(rb).map(move |w| reference(n, w, a)))
@@ -205,12 +209,13 @@ fn check(
 }
 
 /// The paths under test: (type, order, grouped).
-const PATHS: [(GgmlType, SumOrder, bool); 5] = [
+const PATHS: [(GgmlType, SumOrder, bool); 6] = [
     (GgmlType::Q4_K, SumOrder::Repacked, false),
     (GgmlType::Q4_K, SumOrder::Repacked, true),
     (GgmlType::Q4_K, SumOrder::VecDot, false),
     (GgmlType::Q5_K, SumOrder::VecDot, false),
     (GgmlType::Q6_K, SumOrder::VecDot, false),
+    (GgmlType::Q8_0, SumOrder::VecDot, false),
 ];
 
 fn avx2() -> bool {
@@ -257,13 +262,14 @@ fn the_detected_table_has_the_vnni_kernels_where_the_cpu_has_vnni() {
     // the VNNI builds replace the kernels of the table without them
     let plain = Kernels::without_vnni();
     let r = SumOrder::Repacked;
-    let (q4k, q6k) = (GgmlType::Q4_K, GgmlType::Q6_K);
     let rows = |k: &Kernels, o, ty| k.dot_rows_in(o, ty).map(|d| d.f as usize);
-    assert_ne!(rows(k, r, q4k), rows(plain, r, q4k));
-    assert_ne!(
-        rows(k, SumOrder::VecDot, q6k),
-        rows(plain, SumOrder::VecDot, q6k)
-    );
+    for (o, ty) in [
+        (r, GgmlType::Q4_K),
+        (SumOrder::VecDot, GgmlType::Q6_K),
+        (SumOrder::VecDot, GgmlType::Q8_0),
+    ] {
+        assert_ne!(rows(k, o, ty), rows(plain, o, ty), "{ty} {o:?}");
+    }
     for ty in [GgmlType::Q5_K, GgmlType::Q6_K] {
         assert_ne!(
             k.dot(ty).map(|f| f as usize),
