@@ -642,8 +642,8 @@ impl Kernels {
     /// `vpmaddwd` and an add: the ternary types' and IQ1_S's and IQ1_M's; or its `vpdpwssd`,
     /// which fuses a `vpmaddwd` (sub-block scales times 16-bit product sums) and the add: the
     /// repacked Q4_K multi-row and multi-token kernels, Q5_K's and Q6_K's `vec_dot` and
-    /// Q6_K's multi-row kernel. The lanes sum the same products, exactly, so the bits are the
-    /// same. Only with [`Kernels::wide`] (every
+    /// Q6_K's multi-row kernel; and `vpdpbusd` for Q8_0's multi-row kernel. The lanes sum the
+    /// same products, exactly, so the bits are the same. Only with [`Kernels::wide`] (every
     /// CPU with VNNI has AVX-512F, VL and BW) and where `SLUICE_KERNELS` is not `avx2`.
     pub fn vnni(&self) -> bool {
         self.vnni
