@@ -639,7 +639,10 @@ impl Kernels {
     /// Whether some of this AVX2 table's kernels use AVX-512 VNNI's `vpdpbusd` (256-bit, with
     /// AVX-512VL), which multiplies unsigned by signed bytes and adds each four products into
     /// a 32-bit lane in one instruction, where the AVX2 kernels take `vpmaddubsw`,
-    /// `vpmaddwd` and an add: the ternary types' and IQ1_S's and IQ1_M's. The lanes sum the
+    /// `vpmaddwd` and an add: the ternary types' and IQ1_S's and IQ1_M's; or its `vpdpwssd`,
+    /// which fuses a `vpmaddwd` (sub-block scales times 16-bit product sums) and the add: the
+    /// repacked Q4_K multi-row and multi-token kernels, Q5_K's and Q6_K's `vec_dot` and
+    /// Q6_K's multi-row kernel; and `vpdpbusd` for Q8_0's multi-row kernel. The lanes sum the
     /// same products, exactly, so the bits are the same. Only with [`Kernels::wide`] (every
     /// CPU with VNNI has AVX-512F, VL and BW) and where `SLUICE_KERNELS` is not `avx2`.
     pub fn vnni(&self) -> bool {

@@ -107,12 +107,17 @@ pub struct GroupedDot {
 /// in a table built for `isa`, where that order has them: only [`SumOrder::Repacked`] Q4_K
 /// (llama.cpp's Q4_K gemm sums differently from its gemv; for Q4_0, IQ4_NL and MXFP4 the two
 /// agree).
-/// (For an AVX2 table with wide builds, [`Kernels::grouped_in`] gives their kernels.)
+/// (For an AVX2 table with wide or VNNI builds, [`Kernels::grouped_in`] gives their kernels.)
 pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
-    grouped_for(isa, false, order, w)
+    grouped_for(isa, (false, false), order, w)
 }
 
-fn grouped_for(isa: Isa, wide: bool, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
+fn grouped_for(
+    isa: Isa,
+    (wide, vnni): (bool, bool),
+    order: SumOrder,
+    w: GgmlType,
+) -> Option<GroupedDot> {
     if order != SumOrder::Repacked {
         return None;
     }
@@ -140,10 +145,10 @@ fn grouped_for(isa: Isa, wide: bool, order: SumOrder, w: GgmlType) -> Option<Gro
     match isa {
         Isa::Scalar => Some(scalar),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Some(avx2::grouped_q4_k(scalar, wide)),
+        Isa::Avx2 => Some(avx2::grouped_q4_k(scalar, wide, vnni)),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 => {
-            let _ = wide; // no wide builds off x86-64
+            let _ = (wide, vnni); // no wide or VNNI builds off x86-64
             Some(scalar)
         }
         Isa::Neon => None, // returned above
@@ -153,7 +158,7 @@ fn grouped_for(isa: Isa, wide: bool, order: SumOrder, w: GgmlType) -> Option<Gro
 impl Kernels {
     /// [`grouped_kernels`] for this table's instruction set.
     pub fn grouped_in(&self, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
-        grouped_for(self.isa, self.wide(), order, w)
+        grouped_for(self.isa, (self.wide(), self.vnni()), order, w)
     }
 }
 

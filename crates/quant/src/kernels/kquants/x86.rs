@@ -48,6 +48,8 @@ pub(super) fn register(k: &mut Kernels) {
         k.set_dot(GgmlType::IQ3_S, dot_iq3_s_wide);
     }
     if k.vnni() {
+        k.set_dot(GgmlType::Q5_K, dot_q5_k_vnni);
+        k.set_dot(GgmlType::Q6_K, dot_q6_k_vnni);
         k.set_dot(GgmlType::TQ2_0, dot_tq2_0_vnni);
         k.set_dot(GgmlType::TQ1_0, dot_tq1_0_vnni);
     }
@@ -183,6 +185,8 @@ entry!(
 );
 entry!(dot_iq1_s_wide, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_wide, bmi2 wide);
 entry!(dot_iq1_m_wide, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_wide, bmi2 wide);
+entry!(dot_q5_k_vnni, GgmlType::Q5_K, q5k::BYTES, q5k_vnni, vnni);
+entry!(dot_q6_k_vnni, GgmlType::Q6_K, q6k::BYTES, q6k_vnni, vnni);
 entry!(
     dot_tq2_0_vnni,
     GgmlType::TQ2_0,
@@ -517,113 +521,144 @@ fn q4k_avx2(w: &[[u8; q4k::BYTES]], a: &[Q8KBlock]) -> f32 {
     hsum_ps(acc) + _mm_cvtss_f32(m)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q5k_avx2(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let m4 = _mm256_set1_epi8(0xF);
-    let sixteen = _mm256_set1_epi8(16);
-    let zero = _mm256_setzero_si256();
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        const _: () = assert!(q5k::DMIN == q5k::D + 2);
-        let (d, dmin) = f16_pair_times(x, q5k::D, f32_at(y, 0));
+/// Defines `$name` for the target features `$features`, with `$add_madd` ([`add_madd`], or
+/// its VNNI form [`add_madd_vnni`]: the same 32-bit lanes) applying a sub-block's scales.
+macro_rules! q5k_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $add_madd:ident) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        fn $name(w: &[[u8; q5k::BYTES]], a: &[Q8KBlock]) -> f32 {
+            let m4 = _mm256_set1_epi8(0xF);
+            let sixteen = _mm256_set1_epi8(16);
+            let zero = _mm256_setzero_si256();
+            let mut acc = _mm256_setzero_ps();
+            let mut summs = 0.0f32;
+            for (x, y) in w.iter().zip(a) {
+                const _: () = assert!(q5k::DMIN == q5k::D + 2);
+                let (d, dmin) = f16_pair_times(x, q5k::D, f32_at(y, 0));
 
-        let mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x, q5k::SCALES));
+                let mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x, q5k::SCALES));
 
-        let q8sums = load256(y, Q8K_BSUMS);
-        let q8s = _mm_hadd_epi16(
-            _mm256_castsi256_si128(q8sums),
-            _mm256_extracti128_si256::<1>(q8sums),
-        );
-        let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
-        let prod = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
-        let prod = _mm_add_epi32(prod, _mm_shuffle_epi32::<0b01>(prod));
-        // summs − dmin · Σ (fused), as ggml's build computes summs + (−dmin) · Σ.
-        summs = (-_mm256_cvtss_f32(dmin)).mul_add(_mm_cvtsi128_si32(prod) as f32, summs);
+                let q8sums = load256(y, Q8K_BSUMS);
+                let q8s = _mm_hadd_epi16(
+                    _mm256_castsi256_si128(q8sums),
+                    _mm256_extracti128_si256::<1>(q8sums),
+                );
+                let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
+                let prod = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+                let prod = _mm_add_epi32(prod, _mm_shuffle_epi32::<0b01>(prod));
+                // summs − dmin · Σ (fused), as ggml's build computes summs + (−dmin) · Σ.
+                summs = (-_mm256_cvtss_f32(dmin)).mul_add(_mm_cvtsi128_si32(prod) as f32, summs);
 
-        let scales = _mm256_permute4x64_epi64::<0x44>(mins_and_scales);
-        let hbits = load256(x, q5k::QH);
-        // Bit (e / 32) of qh[e % 32] is the fifth bit of element e.
-        let mut hm = _mm256_set1_epi8(1);
+                let scales = _mm256_permute4x64_epi64::<0x44>(mins_and_scales);
+                let hbits = load256(x, q5k::QH);
+                // Bit (e / 32) of qh[e % 32] is the fifth bit of element e.
+                let mut hm = _mm256_set1_epi8(1);
 
-        let ctl = std::hint::black_box(&WORD_CTL);
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            let scale_0 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j], 0));
-            let scale_1 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j + 1], 0));
-            let bits = load256(x, q5k::QS + 32 * j);
+                let ctl = std::hint::black_box(&WORD_CTL);
+                let mut sumi = _mm256_setzero_si256();
+                for j in 0..4 {
+                    let scale_0 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j], 0));
+                    let scale_1 = _mm256_shuffle_epi8(scales, load256(&ctl[2 * j + 1], 0));
+                    let bits = load256(x, q5k::QS + 32 * j);
 
-            let h0 = _mm256_andnot_si256(
-                _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero),
-                sixteen,
-            );
-            hm = _mm256_add_epi8(hm, hm);
-            let h1 = _mm256_andnot_si256(
-                _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero),
-                sixteen,
-            );
-            hm = _mm256_add_epi8(hm, hm);
-            let q5_0 = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
-            let q5_1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4), h1);
+                    let h0 = _mm256_andnot_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero),
+                        sixteen,
+                    );
+                    hm = _mm256_add_epi8(hm, hm);
+                    let h1 = _mm256_andnot_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, hm), zero),
+                        sixteen,
+                    );
+                    hm = _mm256_add_epi8(hm, hm);
+                    let q5_0 = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
+                    let q5_1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4), h1);
 
-            let q8_0 = load256(y, Q8K_QS + 64 * j);
-            let q8_1 = load256(y, Q8K_QS + 64 * j + 32);
-            let p0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
-            let p1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-        }
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
-    }
-    hsum_ps(acc) + summs
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q6k_avx2(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
-    let m15 = _mm256_set1_epi8(15);
-    let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
-        let d = f16_times(x, q6k::D, f32_at(y, 0));
-
-        // The -32 offset of every quant, applied once per 16-element group through the
-        // activation group sums: 32 · Σ scale · bsum.
-        let q8sums = load256(y, Q8K_BSUMS);
-        let scales = load128(x, q6k::SCALES);
-        let scales16 = _mm256_cvtepi8_epi16(scales);
-        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales16));
-        let group_scales = [group16_scales(scales, 0), group16_scales(scales, 1)];
-
-        let mut sumi = _mm256_setzero_si256();
-        for (j, gs) in group_scales.iter().enumerate() {
-            let bits1 = load256(x, q6k::QL + 64 * j);
-            let bits2 = load256(x, q6k::QL + 64 * j + 32);
-            let bits_h = load256(x, q6k::QH + 32 * j);
-
-            let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(bits_h, m3));
-            let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(12)));
-            let h2 = _mm256_and_si256(bits_h, _mm256_set1_epi8(48));
-            let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(-64)));
-
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(bits1, m15), h0),
-                _mm256_or_si256(_mm256_and_si256(bits2, m15), h1),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3),
-            ];
-            let mut p = [_mm256_setzero_si256(); 4];
-            for (k, pk) in p.iter_mut().enumerate() {
-                let q8 = load256(y, Q8K_QS + 128 * j + 32 * k);
-                let p16 = _mm256_maddubs_epi16(q[k], q8);
-                *pk = _mm256_madd_epi16(splat32(*gs, k), p16);
+                    let q8_0 = load256(y, Q8K_QS + 64 * j);
+                    let q8_1 = load256(y, Q8K_QS + 64 * j + 32);
+                    let p0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
+                    let p = $add_madd(p0, scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+                    sumi = _mm256_add_epi32(sumi, p);
+                }
+                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
             }
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+            hsum_ps(acc) + summs
         }
-        let sumi = _mm256_sub_epi32(sumi, offset);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
-    }
-    hsum_ps(acc)
+    };
 }
+
+q5k_kernel!(q5k_avx2, "avx2,fma,f16c", add_madd);
+q5k_kernel!(
+    /// [`q5k_avx2`] with AVX-512 VNNI: `vpdpwssd` scales and adds a sub-block's products in
+    /// one instruction. Same bits.
+    q5k_vnni,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    add_madd_vnni
+);
+
+/// Defines `$name` for the target features `$features`, with `$add_madd` ([`add_madd`], or
+/// its VNNI form [`add_madd_vnni`]: the same 32-bit lanes) applying a sub-block's scales.
+macro_rules! q6k_kernel {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $add_madd:ident) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        fn $name(w: &[[u8; q6k::BYTES]], a: &[Q8KBlock]) -> f32 {
+            let m3 = _mm256_set1_epi8(3);
+            let m15 = _mm256_set1_epi8(15);
+            let mut acc = _mm256_setzero_ps();
+            for (x, y) in w.iter().zip(a) {
+                let d = f16_times(x, q6k::D, f32_at(y, 0));
+
+                // The -32 offset of every quant, applied once per 16-element group through the
+                // activation group sums: 32 · Σ scale · bsum.
+                let q8sums = load256(y, Q8K_BSUMS);
+                let scales = load128(x, q6k::SCALES);
+                let scales16 = _mm256_cvtepi8_epi16(scales);
+                let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales16));
+                let group_scales = [group16_scales(scales, 0), group16_scales(scales, 1)];
+
+                let mut sumi = _mm256_setzero_si256();
+                for (j, gs) in group_scales.iter().enumerate() {
+                    let bits1 = load256(x, q6k::QL + 64 * j);
+                    let bits2 = load256(x, q6k::QL + 64 * j + 32);
+                    let bits_h = load256(x, q6k::QH + 32 * j);
+
+                    let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(bits_h, m3));
+                    let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(12)));
+                    let h2 = _mm256_and_si256(bits_h, _mm256_set1_epi8(48));
+                    let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(bits_h, _mm256_set1_epi8(-64)));
+
+                    let q = [
+                        _mm256_or_si256(_mm256_and_si256(bits1, m15), h0),
+                        _mm256_or_si256(_mm256_and_si256(bits2, m15), h1),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3),
+                    ];
+                    let p16: [__m256i; 4] = std::array::from_fn(|k| {
+                        _mm256_maddubs_epi16(q[k], load256(y, Q8K_QS + 128 * j + 32 * k))
+                    });
+                    let p0 = _mm256_madd_epi16(splat32(*gs, 0), p16[0]);
+                    let p2 = _mm256_madd_epi16(splat32(*gs, 2), p16[2]);
+                    sumi = _mm256_add_epi32(sumi, $add_madd(p0, splat32(*gs, 1), p16[1]));
+                    sumi = _mm256_add_epi32(sumi, $add_madd(p2, splat32(*gs, 3), p16[3]));
+                }
+                let sumi = _mm256_sub_epi32(sumi, offset);
+                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+            }
+            hsum_ps(acc)
+        }
+    };
+}
+
+q6k_kernel!(q6k_avx2, "avx2,fma,f16c", add_madd);
+q6k_kernel!(
+    /// [`q6k_avx2`] with AVX-512 VNNI: `vpdpwssd` scales and adds a sub-block's products in
+    /// one instruction. Same bits.
+    q6k_vnni,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    add_madd_vnni
+);
 
 /// The eight signed sub-block scales of an IQ4_XS block (6 bits minus 32) as 16-bit values,
 /// repeated in both 128-bit lanes.
@@ -1363,6 +1398,23 @@ fn lanes16(acc: __m256i) -> __m256i {
 #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
 fn add_scaled_vnni(acc: __m256i, sc: __m256i, q8: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(acc, sc, q8)
+}
+
+/// `acc + vpmaddwd(a, b)`: each 32-bit lane of `acc` plus the two products of its 16-bit
+/// halves (the way the AVX2 kernels apply 16-bit sub-block scales to `vpmaddubsw` sums).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(in crate::kernels) fn add_madd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+}
+
+/// [`add_madd`] in one AVX-512 VNNI `vpdpwssd`: the same two products per lane (exact: each
+/// at most 2^30 in magnitude) added to the lane with the same wrap-around addition, so the
+/// same 32-bit lanes whatever the inputs.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+pub(in crate::kernels) fn add_madd_vnni(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_dpwssd_epi32(acc, a, b)
 }
 
 /// The lanes of [`add_scaled_vnni`]: already 32-bit.

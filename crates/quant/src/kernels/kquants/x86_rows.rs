@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::layout::{q4k, q5k, q6k};
-use super::x86::{Q8KBlock, hsum_ps, load128, load256};
+use super::x86::{Q8KBlock, add_madd, add_madd_vnni, hsum_ps, load128, load256};
 use super::{Q8K_BSUMS, Q8K_QS, check_dot, f32_at, u32_at};
 use crate::kernels::Kernels;
 use crate::{GgmlType, QK_K};
@@ -46,6 +46,9 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot_rows(GgmlType::Q4_K, ROWS_Q4K, dot_rows_q4_k);
     k.set_dot_rows(GgmlType::Q5_K, ROWS_Q5K, dot_rows_q5_k);
     k.set_dot_rows(GgmlType::Q6_K, ROWS_Q6K, dot_rows_q6_k);
+    if k.vnni() {
+        k.set_dot_rows(GgmlType::Q6_K, ROWS_Q6K, dot_rows_q6_k_vnni);
+    }
 }
 
 /// Split `w` into `R` rows of whole blocks after checking the [`super::super::DotRowsFn`]
@@ -70,8 +73,28 @@ fn split_rows<'w, const R: usize, const B: usize>(
 
 /// Plain-`fn` entry points with the `DotRowsFn` signature. They are registered only in the
 /// AVX2 table, which [`Kernels::detect`] builds only after runtime detection of AVX2, FMA
-/// and F16C.
+/// and F16C; the `vnni` ones only in a table with [`Kernels::vnni`], built only after
+/// runtime detection of AVX-512F, VL, BW and VNNI too.
 macro_rules! entry {
+    ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident, vnni) => {
+        fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+            let rows = split_rows::<{ $rows }, { $bytes }>($ty, n, w, a, out);
+            debug_assert!(
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
+            );
+            let (a, _) = a.as_chunks::<{ super::Q8K_BYTES }>();
+            let out: &mut [f32; $rows] = out.try_into().expect("length checked above");
+            // SAFETY: this function is only reachable through an AVX2 kernel table with
+            // `vnni`, which exists only on CPUs where those features were detected at run time.
+            unsafe { $kernel(rows, a, out) }
+        }
+    };
     ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident) => {
         fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
             let rows = split_rows::<{ $rows }, { $bytes }>($ty, n, w, a, out);
@@ -109,6 +132,14 @@ entry!(
     ROWS_Q6K,
     q6k::BYTES,
     q6k_rows
+);
+entry!(
+    dot_rows_q6_k_vnni,
+    GgmlType::Q6_K,
+    ROWS_Q6K,
+    q6k::BYTES,
+    q6k_rows_vnni,
+    vnni
 );
 
 /// `body` four times with `j` = 0, 1, 2, 3 (constants, so that per-`j` choices such as shift
@@ -507,98 +538,118 @@ fn chunk_scales(g: __m256i, k: usize) -> __m256i {
     _mm256_shuffle_epi8(g, load256(&CHUNK_CTL[k], 0))
 }
 
-/// `R` rows of Q6_K blocks: per row the single-row kernel's steps except for how the group
-/// scales are spread (see [`chunk_scales`]); the f16 scales of four rows are converted in
-/// one instruction.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q6k_rows<const R: usize>(w: [&[[u8; q6k::BYTES]]; R], a: &[Q8KBlock], out: &mut [f32; R]) {
-    const { assert!(R == 2 || R == 4 || R == 8) };
-    let nb = a.len();
-    let mut rows = w;
-    for r in 0..R {
-        rows[r] = &w[r][..nb];
-    }
-    let m15 = _mm256_set1_epi8(15);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut dbuf = Aligned([[0f32; 4]; R]);
-    for b in 0..nb {
-        let y = &a[b];
-        let mut x = [&rows[0][b]; R];
-        for r in 1..R {
-            x[r] = &rows[r][b];
-        }
-        prefetch_next_rows(x, nb, PREFETCH_Q6K);
-        let yd = _mm_set1_ps(f32_at(y, 0));
-        for g in 0..R.div_ceil(4) {
-            let d = if R - 4 * g >= 4 {
-                f16s_times(
-                    [x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]],
-                    q6k::D,
-                    yd,
-                )
-            } else {
-                f16s_times([x[4 * g], x[4 * g + 1]], q6k::D, yd)
-            };
-            // SAFETY: `dbuf[g]` is 16 writable bytes; `storeu` has no alignment requirement.
-            unsafe { _mm_storeu_ps(dbuf.0[g].as_mut_ptr(), d) };
-        }
-
-        let db = std::hint::black_box(&dbuf.0);
-
-        // One row at a time (the activation vectors are reloaded from L1 for each row; keeping
-        // them in registers for all rows would spill the per-row scale vectors).
-        let mut sumi = [_mm256_setzero_si256(); R];
-        unroll_rows!(R, r => {
-            // Through `black_box` the compiler cannot hoist the activation loads out of this
-            // loop (it would copy them to the stack on every block).
-            let y = std::hint::black_box(y);
-            // The -32 offset of every quant, through the activation group sums (subtracted
-            // first: the integer total is the same).
-            let scales = load128(x[r], q6k::SCALES);
-            let q8sums = load256(y, Q8K_BSUMS);
-            let s16 = _mm256_cvtepi8_epi16(scales);
-            let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, s16));
-            // Scales 8j..8j + 8 as 16-bit values in both lanes; `chunk_scales` picks a
-            // chunk's two from it.
-            let gs = [
-                _mm256_permute4x64_epi64::<0x44>(s16),
-                _mm256_permute4x64_epi64::<0xEE>(s16),
-            ];
-            let mut si = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
-            for (j, &g) in gs.iter().enumerate() {
-                let q8 = |k: usize| load256(y, Q8K_QS + 128 * j + 32 * k);
-                let bits1 = load256(x[r], q6k::QL + 64 * j);
-                let bits2 = load256(x[r], q6k::QL + 64 * j + 32);
-                let bits_h = load256(x[r], q6k::QH + 32 * j);
-                // Bits 2k, 2k + 1 of each qh byte are the high bits of chunk k, moved to
-                // bits 4 and 5.
-                let m = _mm256_set1_epi8(0x30);
-                let h0 = _mm256_and_si256(_mm256_slli_epi16::<4>(bits_h), m);
-                let h1 = _mm256_and_si256(_mm256_slli_epi16::<2>(bits_h), m);
-                let h2 = _mm256_and_si256(bits_h, m);
-                let h3 = _mm256_and_si256(_mm256_srli_epi16::<2>(bits_h), m);
-                let q0 = _mm256_or_si256(_mm256_and_si256(bits1, m15), h0);
-                let q1 = _mm256_or_si256(_mm256_and_si256(bits2, m15), h1);
-                let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2);
-                let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3);
-                let p0 = _mm256_madd_epi16(chunk_scales(g, 0), _mm256_maddubs_epi16(q0, q8(0)));
-                let p1 = _mm256_madd_epi16(chunk_scales(g, 1), _mm256_maddubs_epi16(q1, q8(1)));
-                let p2 = _mm256_madd_epi16(chunk_scales(g, 2), _mm256_maddubs_epi16(q2, q8(2)));
-                let p3 = _mm256_madd_epi16(chunk_scales(g, 3), _mm256_maddubs_epi16(q3, q8(3)));
-                si = _mm256_add_epi32(si, _mm256_add_epi32(p0, p1));
-                si = _mm256_add_epi32(si, _mm256_add_epi32(p2, p3));
+/// Defines `$name`, `R` rows of Q6_K blocks for the target features `$features`: per row the
+/// single-row kernel's steps except for how the group scales are spread (see
+/// [`chunk_scales`]); the f16 scales of four rows are converted in one instruction.
+/// `$add_madd` applies a chunk's scales ([`add_madd`], or its VNNI form [`add_madd_vnni`]:
+/// the same 32-bit lanes).
+macro_rules! q6k_rows {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $add_madd:ident) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        fn $name<const R: usize>(
+            w: [&[[u8; q6k::BYTES]]; R],
+            a: &[Q8KBlock],
+            out: &mut [f32; R],
+        ) {
+            const { assert!(R == 2 || R == 4 || R == 8) };
+            let nb = a.len();
+            let mut rows = w;
+            for r in 0..R {
+                rows[r] = &w[r][..nb];
             }
-            sumi[r] = si;
-        });
-        for r in 0..R {
-            let d = _mm256_set1_ps(db[r / 4][r % 4]);
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+            let m15 = _mm256_set1_epi8(15);
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut dbuf = Aligned([[0f32; 4]; R]);
+            for b in 0..nb {
+                let y = &a[b];
+                let mut x = [&rows[0][b]; R];
+                for r in 1..R {
+                    x[r] = &rows[r][b];
+                }
+                prefetch_next_rows(x, nb, PREFETCH_Q6K);
+                let yd = _mm_set1_ps(f32_at(y, 0));
+                for g in 0..R.div_ceil(4) {
+                    let d = if R - 4 * g >= 4 {
+                        f16s_times(
+                            [x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]],
+                            q6k::D,
+                            yd,
+                        )
+                    } else {
+                        f16s_times([x[4 * g], x[4 * g + 1]], q6k::D, yd)
+                    };
+                    // SAFETY: `dbuf[g]` is 16 writable bytes; `storeu` has no alignment requirement.
+                    unsafe { _mm_storeu_ps(dbuf.0[g].as_mut_ptr(), d) };
+                }
+
+                let db = std::hint::black_box(&dbuf.0);
+
+                // One row at a time (the activation vectors are reloaded from L1 for each row; keeping
+                // them in registers for all rows would spill the per-row scale vectors).
+                let mut sumi = [_mm256_setzero_si256(); R];
+                unroll_rows!(R, r => {
+                    // Through `black_box` the compiler cannot hoist the activation loads out of this
+                    // loop (it would copy them to the stack on every block).
+                    let y = std::hint::black_box(y);
+                    // The -32 offset of every quant, through the activation group sums (subtracted
+                    // first: the integer total is the same).
+                    let scales = load128(x[r], q6k::SCALES);
+                    let q8sums = load256(y, Q8K_BSUMS);
+                    let s16 = _mm256_cvtepi8_epi16(scales);
+                    let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, s16));
+                    // Scales 8j..8j + 8 as 16-bit values in both lanes; `chunk_scales` picks a
+                    // chunk's two from it.
+                    let gs = [
+                        _mm256_permute4x64_epi64::<0x44>(s16),
+                        _mm256_permute4x64_epi64::<0xEE>(s16),
+                    ];
+                    let mut si = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+                    for (j, &g) in gs.iter().enumerate() {
+                        let q8 = |k: usize| load256(y, Q8K_QS + 128 * j + 32 * k);
+                        let bits1 = load256(x[r], q6k::QL + 64 * j);
+                        let bits2 = load256(x[r], q6k::QL + 64 * j + 32);
+                        let bits_h = load256(x[r], q6k::QH + 32 * j);
+                        // Bits 2k, 2k + 1 of each qh byte are the high bits of chunk k, moved to
+                        // bits 4 and 5.
+                        let m = _mm256_set1_epi8(0x30);
+                        let h0 = _mm256_and_si256(_mm256_slli_epi16::<4>(bits_h), m);
+                        let h1 = _mm256_and_si256(_mm256_slli_epi16::<2>(bits_h), m);
+                        let h2 = _mm256_and_si256(bits_h, m);
+                        let h3 = _mm256_and_si256(_mm256_srli_epi16::<2>(bits_h), m);
+                        let q0 = _mm256_or_si256(_mm256_and_si256(bits1, m15), h0);
+                        let q1 = _mm256_or_si256(_mm256_and_si256(bits2, m15), h1);
+                        let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m15), h2);
+                        let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m15), h3);
+                        let p0 = _mm256_madd_epi16(chunk_scales(g, 0), _mm256_maddubs_epi16(q0, q8(0)));
+                        let p2 = _mm256_madd_epi16(chunk_scales(g, 2), _mm256_maddubs_epi16(q2, q8(2)));
+                        let p01 = $add_madd(p0, chunk_scales(g, 1), _mm256_maddubs_epi16(q1, q8(1)));
+                        let p23 = $add_madd(p2, chunk_scales(g, 3), _mm256_maddubs_epi16(q3, q8(3)));
+                        si = _mm256_add_epi32(si, p01);
+                        si = _mm256_add_epi32(si, p23);
+                    }
+                    sumi[r] = si;
+                });
+                for r in 0..R {
+                    let d = _mm256_set1_ps(db[r / 4][r % 4]);
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+                }
+            }
+            for r in 0..R {
+                out[r] = hsum_ps(acc[r]);
+            }
         }
-    }
-    for r in 0..R {
-        out[r] = hsum_ps(acc[r]);
-    }
+    };
 }
+
+q6k_rows!(q6k_rows, "avx2,fma,f16c", add_madd);
+q6k_rows!(
+    /// [`q6k_rows`] with AVX-512 VNNI: `vpdpwssd` scales and adds a chunk's products in one
+    /// instruction. Same bits.
+    q6k_rows_vnni,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    add_madd_vnni
+);
 
 #[cfg(test)]
 mod tests {

@@ -105,6 +105,22 @@ fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
 }
 
+/// [`mul_sum_i8`] with AVX-512 VNNI, as ggml's `mul_sum_us8_pairs_float` under
+/// `__AVX512VNNI__`: one `vpdpbusd` adds the four products of each 32-bit lane. The same
+/// lanes: with the sign trick the unsigned operand is at most 128, so no `vpmaddubsw` pair
+/// sum saturates (at most 2 · 128 · 127, at least 2 · 128 · -128) and both forms add the same
+/// four exact products.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+fn mul_sum_i8_vnni(x: __m256i, y: __m256i) -> __m256 {
+    let p = _mm256_dpbusd_epi32(
+        _mm256_setzero_si256(),
+        _mm256_sign_epi8(x, x),
+        _mm256_sign_epi8(y, x),
+    );
+    _mm256_cvtepi32_ps(p)
+}
+
 /// Unsigned bytes (< 128) times signed bytes, summed in groups of four into 8 x f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

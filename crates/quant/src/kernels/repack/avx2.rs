@@ -54,21 +54,32 @@ pub(super) fn register(k: &mut Kernels) {
     if k.wide() {
         k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k_wide);
     }
+    if k.vnni() {
+        k.set_dot_rows_in(r, Q4_K, ROWS, dot_rows_q4_k_vnni);
+        k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k_vnni);
+    }
 }
 
 /// The grouped (gemm-order) Q4_K kernels of this instruction set; the quantizer stays the
 /// portable one of `scalar`.
-pub(super) fn grouped_q4_k(scalar: GroupedDot, wide: bool) -> GroupedDot {
+/// (`wide` and `vnni` as [`Kernels::wide`] and [`Kernels::vnni`] of the table).
+pub(super) fn grouped_q4_k(scalar: GroupedDot, wide: bool, vnni: bool) -> GroupedDot {
     GroupedDot {
         dot: dot_q4_k_pairs,
         dot_rows: Some(DotRows {
             rows: ROWS,
-            f: dot_rows_q4_k_pairs,
+            f: if vnni {
+                dot_rows_q4_k_pairs_vnni
+            } else {
+                dot_rows_q4_k_pairs
+            },
         }),
         dot_tokens: Some(DotTokens {
             rows: ROWS,
             tokens: TOKENS,
-            f: if wide {
+            f: if vnni {
+                dot_tokens_q4_k_pairs_vnni
+            } else if wide {
                 dot_tokens_q4_k_pairs_wide
             } else {
                 dot_tokens_q4_k_pairs
@@ -637,6 +648,29 @@ fn dot_tokens_q4_k_wide(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 fn dot_tokens_q4_k_pairs_wide(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: as in `dot_tokens_q4_k_wide`.
     unsafe { q4k8::q4_k_tile8_wide::<true, TOKENS>(n, w, a, out) }
+}
+
+// The VNNI builds: registered only in an AVX2 table built with `vnni`, which
+// `Kernels::detect` builds only after it detected AVX-512F, VL, BW and VNNI at run time.
+
+fn dot_rows_q4_k_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`, and the CPU has AVX-512F, VL, BW and VNNI (see above).
+    unsafe { q4k8::q4_k_tile8_vnni::<false, 1>(n, w, a, out) }
+}
+
+fn dot_rows_q4_k_pairs_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_rows_q4_k_vnni`.
+    unsafe { q4k8::q4_k_tile8_vnni::<true, 1>(n, w, a, out) }
+}
+
+fn dot_tokens_q4_k_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_rows_q4_k_vnni`.
+    unsafe { q4k8::q4_k_tile8_vnni::<false, TOKENS>(n, w, a, out) }
+}
+
+fn dot_tokens_q4_k_pairs_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_rows_q4_k_vnni`.
+    unsafe { q4k8::q4_k_tile8_vnni::<true, TOKENS>(n, w, a, out) }
 }
 
 fn dot_tokens_q4_0(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {

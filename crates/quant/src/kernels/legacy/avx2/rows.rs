@@ -28,7 +28,8 @@ use std::arch::x86_64::*;
 
 use super::super::{F16_TO_F32, IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, QK};
 use super::{
-    E8M0_HALF, arr, f16_finish, fma_ss, hsum, load128, load256, mul_sum_i8, mxfp4_avx2, q4_0_avx2,
+    E8M0_HALF, arr, f16_finish, fma_ss, hsum, load128, load256, mul_sum_i8, mul_sum_i8_vnni,
+    mxfp4_avx2, q4_0_avx2,
 };
 use crate::GgmlType;
 use crate::kernels::Kernels;
@@ -48,6 +49,9 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot_rows(IQ4_NL, IQ4_NL_ROWS, dot_rows_iq4_nl);
     k.set_dot_rows(MXFP4, MXFP4_ROWS, dot_rows_mxfp4);
     k.set_dot_rows(F16, F16_ROWS, dot_rows_f16);
+    if k.vnni() {
+        k.set_dot_rows(Q8_0, Q8_0_ROWS, dot_rows_q8_0_vnni);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -167,26 +171,39 @@ fn has_minus_128(act: Rows<'_, 1, Q8_0_BYTES>) -> bool {
 // ---------------------------------------------------------------------------------------
 // Q8_0: one accumulator per row, `acc += (dx·dy) · Σ` per block, as `q8_0_avx2`.
 
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q8_0_rows<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    let nb = check_rows(n, w, Q8_0_BYTES, a, out, R);
-    let rows = Rows::<R, Q8_0_BYTES>::new(w, nb * Q8_0_BYTES, nb);
-    let act = Rows::<1, Q8_0_BYTES>::new(a, a.len(), nb);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for b in 0..nb {
-        let y = act.block(0, b);
-        let yq = load256(arr(&y[2..]));
-        let dy = opaque(splat_f16(le16(y, 0)));
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let x = rows.block(r, b);
-            let d = _mm256_mul_ps(splat_f16(le16(x, 0)), dy);
-            *acc = _mm256_fmadd_ps(d, mul_sum_i8(load256(arr(&x[2..])), yq), *acc);
+/// Defines `$name`, `R` rows of Q8_0, for the target features `$features` with `$mul_sum`
+/// forming a block's sums ([`mul_sum_i8`] or its VNNI form, the same lanes).
+macro_rules! q8_0_rows {
+    ($name:ident, $features:literal, $mul_sum:ident) => {
+        #[target_feature(enable = $features)]
+        fn $name<const R: usize>(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+            let nb = check_rows(n, w, Q8_0_BYTES, a, out, R);
+            let rows = Rows::<R, Q8_0_BYTES>::new(w, nb * Q8_0_BYTES, nb);
+            let act = Rows::<1, Q8_0_BYTES>::new(a, a.len(), nb);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for b in 0..nb {
+                let y = act.block(0, b);
+                let yq = load256(arr(&y[2..]));
+                let dy = opaque(splat_f16(le16(y, 0)));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let x = rows.block(r, b);
+                    let d = _mm256_mul_ps(splat_f16(le16(x, 0)), dy);
+                    *acc = _mm256_fmadd_ps(d, $mul_sum(load256(arr(&x[2..])), yq), *acc);
+                }
+            }
+            for (o, acc) in out.iter_mut().zip(acc) {
+                *o = hsum(acc);
+            }
         }
-    }
-    for (o, acc) in out.iter_mut().zip(acc) {
-        *o = hsum(acc);
-    }
+    };
 }
+
+q8_0_rows!(q8_0_rows, "avx2,fma,f16c", mul_sum_i8);
+q8_0_rows!(
+    q8_0_rows_vnni,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    mul_sum_i8_vnni
+);
 
 // ---------------------------------------------------------------------------------------
 // Q4_0: one accumulator per row, as `q4_0_avx2`; quants as nibble · y − 8 · y.
@@ -386,4 +403,10 @@ wrap_rows! {
     dot_rows_iq4_nl => iq4_nl_rows, IQ4_NL_ROWS;
     dot_rows_mxfp4 => mxfp4_rows, MXFP4_ROWS;
     dot_rows_f16 => f16_rows, F16_ROWS;
+}
+
+// Registered only in a table with `Kernels::vnni`, built only after run-time detection of
+// AVX-512F, VL, BW and VNNI as well.
+wrap_rows! {
+    dot_rows_q8_0_vnni => q8_0_rows_vnni, Q8_0_ROWS;
 }

@@ -32,8 +32,9 @@
 use std::arch::x86_64::*;
 
 use super::super::{Q4K_BYTES, Q4K_D, Q4K_QS, Q4K_SCALES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS};
-use super::{Rows, load128, load256, store};
+use super::{Rows, load128, load256, reduce8, store};
 use crate::QK_K;
+use crate::kernels::kquants::x86::{add_madd, add_madd_vnni};
 
 const ROWS: usize = 8;
 
@@ -246,8 +247,13 @@ fn group_sums(q: &[__m256i; 8], y: &[u8; Q8K_BYTES], at: usize) -> __m256i {
 /// Defines the tile kernel `$name` for the target features `$features`: the same source for
 /// AVX2's sixteen vector registers and for AVX-512VL's thirty-two (same operations on 256-bit
 /// vectors, so the same bits; only the register allocation, and so the spilling, differs).
+///
+/// `$add_madd` applies the scales (`acc + vpmaddwd(scales, sums)`, [`add_madd`], or its one
+/// VNNI instruction [`add_madd_vnni`]); with `$row_sums` (VNNI only) the one-token gemv order
+/// keeps one vector per row for the whole super-block and reduces the rows once per
+/// super-block instead of once per pair of sub-blocks (see the note there).
 macro_rules! q4_k_tile8 {
-    ($(#[$doc:meta])* $name:ident, $features:literal) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $add_madd:ident, $row_sums:literal) => {
         $(#[$doc])*
         #[target_feature(enable = $features)]
         pub(super) fn $name<const PAIRS: bool, const T: usize>(
@@ -327,8 +333,7 @@ macro_rules! q4_k_tile8 {
                 let pair = |r: usize, j: usize, (ql, qh): (__m256i, __m256i), q8l, q8h| {
                     // Nibbles (0..=15) times activation quants: pair sums at most 2 · 15 · 128.
                     let pl = _mm256_madd_epi16(sw(r, 2 * j), _mm256_maddubs_epi16(ql, q8l));
-                    let ph = _mm256_madd_epi16(sw(r, 2 * j + 1), _mm256_maddubs_epi16(qh, q8h));
-                    _mm256_add_epi32(pl, ph)
+                    $add_madd(pl, sw(r, 2 * j + 1), _mm256_maddubs_epi16(qh, q8h))
                 };
                 // Row r's pair-j min term in lane r of min_pairs[t][j] (the gemm order); the
                 // gemv order adds the four pairs' terms at once.
@@ -372,13 +377,35 @@ macro_rules! q4_k_tile8 {
                             _mm256_madd_epi16(group_sums(&lo, y[t], Q8K_QS + 64 * j), sc[2 * j])
                         });
                         for t in 0..T {
-                            let hi_tot = _mm256_madd_epi16(
+                            let tot = $add_madd(
+                                lo_tot[t],
                                 group_sums(&hi, y[t], Q8K_QS + 64 * j + 32),
                                 sc[2 * j + 1],
                             );
-                            fold(t, j, _mm256_add_epi32(lo_tot[t], hi_tot));
+                            fold(t, j, tot);
                         }
                     });
+                } else if $row_sums && !PAIRS {
+                    // One token, gemv order: the super-block's integer total of row r is all
+                    // the float step needs, so each row sums its eight sub-blocks' scaled
+                    // products in one vector of eight i32 lanes (`vpdpwssd` adds a
+                    // `vpmaddwd` into it in one instruction) and one transposing reduction
+                    // per super-block puts the eight rows' totals in row lanes. The same
+                    // exact integer as the per-pair reductions: no lane can overflow, a
+                    // super-block's total being at most 8 · 63 · 32 · 15 · 128 < 2^25 in
+                    // magnitude, and every 16-bit `vpmaddubsw` sum at most 2 · 15 · 128.
+                    let y = y[0];
+                    let mut rs = [_mm256_setzero_si256(); ROWS];
+                    unroll4!(j => {
+                        let q8l = load256(&y[Q8K_QS + 64 * j..]);
+                        let q8h = load256(&y[Q8K_QS + 64 * j + 32..]);
+                        for (r, s) in rs.iter_mut().enumerate() {
+                            let (ql, qh) = nibbles(r, j);
+                            *s = $add_madd(*s, sw(r, 2 * j), _mm256_maddubs_epi16(ql, q8l));
+                            *s = $add_madd(*s, sw(r, 2 * j + 1), _mm256_maddubs_epi16(qh, q8h));
+                        }
+                    });
+                    fold(0, 0, reduce8(&rs));
                 } else {
                 unroll4!(j => {
                     // The eight rows' totals of pair j in row lanes, per token: rows two at a time
@@ -438,11 +465,18 @@ q4_k_tile8! {
     /// [`q4_k_rows8`] (`PAIRS` as there): the weight side of a super-block (scales and
     /// minimums, f16 scales, the nibbles of each pair of sub-blocks) is unpacked once for the
     /// `T` tokens.
-    q4_k_tile8, "avx2,fma,f16c"
+    q4_k_tile8, "avx2,fma,f16c", add_madd, false
 }
 
 q4_k_tile8! {
     /// [`q4_k_tile8`] compiled with AVX-512VL and AVX-512BW, which give the compiler 32 vector
     /// registers instead of 16: for CPUs that have them. Same bits per output.
-    q4_k_tile8_wide, "avx2,fma,f16c,avx512f,avx512vl,avx512bw"
+    q4_k_tile8_wide, "avx2,fma,f16c,avx512f,avx512vl,avx512bw", add_madd, false
+}
+
+q4_k_tile8! {
+    /// [`q4_k_tile8_wide`] with AVX-512 VNNI: `vpdpwssd` applies the scales and adds in one
+    /// instruction, and one token in the gemv order reduces its rows once per super-block.
+    /// For CPUs with AVX-512 VNNI and VL. Same bits per output.
+    q4_k_tile8_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", add_madd_vnni, true
 }
