@@ -278,3 +278,37 @@ fn the_detected_table_has_the_vnni_kernels_where_the_cpu_has_vnni() {
         );
     }
 }
+
+#[test]
+fn the_avx_vnni_table_has_the_vex_builds_where_the_cpu_has_avx_vnni() {
+    let k = Kernels::with_avx_vnni();
+    if !k.avx_vnni() {
+        return;
+    }
+    // a table of its own among the tested ones, with neither the AVX-512 VNNI nor the wide
+    // builds, whose kernels differ from the plain AVX2 table's where the VEX builds exist
+    assert!(!k.vnni() && !k.wide(), "{}", k.name());
+    assert!(
+        Kernels::simd_tables().iter().any(|t| t.name() == k.name()),
+        "{}",
+        k.name()
+    );
+    let plain = Kernels::without_wide();
+    assert_ne!(k.name(), plain.name());
+    let r = SumOrder::Repacked;
+    let rows = |k: &Kernels, o, ty| k.dot_rows_in(o, ty).map(|d| d.f as usize);
+    for (o, ty) in [
+        (r, GgmlType::Q4_K),
+        (SumOrder::VecDot, GgmlType::Q6_K),
+        (SumOrder::VecDot, GgmlType::Q8_0),
+    ] {
+        assert_ne!(rows(k, o, ty), rows(plain, o, ty), "{ty} {o:?}");
+    }
+    for ty in [GgmlType::Q5_K, GgmlType::Q6_K] {
+        assert_ne!(
+            k.dot(ty).map(|f| f as usize),
+            plain.dot(ty).map(|f| f as usize),
+            "{ty}"
+        );
+    }
+}

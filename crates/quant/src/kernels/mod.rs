@@ -237,6 +237,8 @@ pub struct Kernels {
     pdep: bool,
     /// Some AVX2 kernels use AVX-512 VNNI ([`Kernels::vnni`]).
     vnni: bool,
+    /// Some AVX2 kernels use AVX-VNNI, VNNI's VEX form ([`Kernels::avx_vnni`]).
+    avx_vnni: bool,
     dot: [Option<DotFn>; N_IDS],
     dot_rows: [Option<DotRows>; N_IDS],
     dot_tokens: [Option<DotTokens>; N_IDS],
@@ -245,12 +247,13 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    fn empty(isa: Isa, wide: bool, pdep: bool, vnni: bool) -> Kernels {
+    fn empty(isa: Isa, wide: bool, pdep: bool, (vnni, avx_vnni): (bool, bool)) -> Kernels {
         Kernels {
             isa,
             wide,
             pdep,
             vnni,
+            avx_vnni,
             dot: [None; N_IDS],
             dot_rows: [None; N_IDS],
             dot_tokens: [None; N_IDS],
@@ -259,9 +262,13 @@ impl Kernels {
         }
     }
 
-    fn build(isa: Isa, wide: bool, pdep: bool, vnni: bool) -> Kernels {
+    /// `vnni`: the AVX-512 VNNI builds (with `wide` only); `avx_vnni`: the AVX-VNNI builds,
+    /// where the AVX-512 ones are not taken.
+    fn build(isa: Isa, wide: bool, pdep: bool, (vnni, avx_vnni): (bool, bool)) -> Kernels {
         let avx2 = isa == Isa::Avx2;
-        let mut k = Kernels::empty(isa, wide && avx2, pdep && avx2, vnni && wide && avx2);
+        let vnni = vnni && wide && avx2;
+        let avx_vnni = avx_vnni && avx2 && !vnni;
+        let mut k = Kernels::empty(isa, wide && avx2, pdep && avx2, (vnni, avx_vnni));
         act::register(&mut k);
         legacy::register(&mut k);
         kquants::register(&mut k);
@@ -479,7 +486,7 @@ impl Kernels {
     /// The portable scalar table (the reference every SIMD kernel is tested against).
     pub fn scalar() -> &'static Kernels {
         static T: OnceLock<Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::build(Isa::Scalar, false, false, false))
+        T.get_or_init(|| Kernels::build(Isa::Scalar, false, false, (false, false)))
     }
 
     /// The best table for this CPU, chosen once. The environment variable `SLUICE_KERNELS`
@@ -496,7 +503,7 @@ impl Kernels {
                 Kernels::best(
                     Kernels::wide_registers(),
                     Kernels::fast_pdep(),
-                    Kernels::vnni_detected(),
+                    (Kernels::vnni_detected(), Kernels::avx_vnni_detected()),
                 )
             };
             match std::env::var("SLUICE_KERNELS").as_deref() {
@@ -504,6 +511,7 @@ impl Kernels {
                 Ok("avx2") => Kernels::narrow(),
                 Ok(name) => [
                     Kernels::without_vnni(),
+                    Kernels::with_avx_vnni(),
                     Kernels::without_wide(),
                     Kernels::narrow(),
                 ]
@@ -521,7 +529,7 @@ impl Kernels {
     /// as [`Kernels::detect`]'s best.
     pub fn narrow() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::best(false, false, false))
+        T.get_or_init(|| Kernels::best(false, false, (false, false)))
     }
 
     /// The best table for this CPU without the builds for AVX-512's register file (and so
@@ -530,7 +538,23 @@ impl Kernels {
     /// also has AVX-512. Unlike [`Kernels::detect`], it does not read `SLUICE_KERNELS`.
     pub fn without_wide() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::best(false, Kernels::fast_pdep(), false))
+        T.get_or_init(|| Kernels::best(false, Kernels::fast_pdep(), (false, false)))
+    }
+
+    /// [`Kernels::without_wide`] with the AVX-VNNI builds where the CPU has AVX-VNNI
+    /// ([`Kernels::avx_vnni`]): the table of a CPU with AVX2, AVX-VNNI and no AVX-512 (Intel's
+    /// cores since Alder Lake, AMD's Zen 5 laptops without it), for testing those kernels on a
+    /// CPU that has AVX-512 too. The same table as [`Kernels::without_wide`] on a CPU without
+    /// AVX-VNNI. Unlike [`Kernels::detect`], it does not read `SLUICE_KERNELS`.
+    pub fn with_avx_vnni() -> &'static Kernels {
+        static T: OnceLock<&'static Kernels> = OnceLock::new();
+        T.get_or_init(|| {
+            Kernels::best(
+                false,
+                Kernels::fast_pdep(),
+                (false, Kernels::avx_vnni_detected()),
+            )
+        })
     }
 
     /// The best table for this CPU without the AVX-512 VNNI kernels ([`Kernels::vnni`]): the
@@ -539,17 +563,25 @@ impl Kernels {
     /// it does not read `SLUICE_KERNELS`.
     pub fn without_vnni() -> &'static Kernels {
         static T: OnceLock<&'static Kernels> = OnceLock::new();
-        T.get_or_init(|| Kernels::best(Kernels::wide_registers(), Kernels::fast_pdep(), false))
+        T.get_or_init(|| {
+            Kernels::best(
+                Kernels::wide_registers(),
+                Kernels::fast_pdep(),
+                (false, false),
+            )
+        })
     }
 
     /// Every distinct table of [`Kernels::detect`], [`Kernels::without_vnni`],
-    /// [`Kernels::without_wide`] and [`Kernels::narrow`] on this CPU (by name), best first:
+    /// [`Kernels::with_avx_vnni`], [`Kernels::without_wide`] and [`Kernels::narrow`] on this
+    /// CPU (by name), best first:
     /// the tables whose kernels the tests hold to the same bits.
     pub fn simd_tables() -> Vec<&'static Kernels> {
         let mut out: Vec<&'static Kernels> = Vec::new();
         for k in [
             Kernels::detect(),
             Kernels::without_vnni(),
+            Kernels::with_avx_vnni(),
             Kernels::without_wide(),
             Kernels::narrow(),
         ] {
@@ -560,7 +592,7 @@ impl Kernels {
         out
     }
 
-    fn best(wide: bool, pdep: bool, vnni: bool) -> &'static Kernels {
+    fn best(wide: bool, pdep: bool, vnni: (bool, bool)) -> &'static Kernels {
         match Kernels::best_isa() {
             Isa::Scalar => Kernels::scalar(),
             isa => Box::leak(Box::new(Kernels::build(isa, wide, pdep, vnni))),
@@ -636,6 +668,18 @@ impl Kernels {
         false
     }
 
+    /// Whether this CPU has AVX-VNNI (VNNI's VEX encoding on 256-bit registers).
+    #[cfg(target_arch = "x86_64")]
+    fn avx_vnni_detected() -> bool {
+        std::arch::is_x86_feature_detected!("avxvnni")
+    }
+
+    /// No AVX-VNNI kernels off x86-64.
+    #[cfg(not(target_arch = "x86_64"))]
+    fn avx_vnni_detected() -> bool {
+        false
+    }
+
     /// Whether some of this AVX2 table's kernels use AVX-512 VNNI's `vpdpbusd` (256-bit, with
     /// AVX-512VL), which multiplies unsigned by signed bytes and adds each four products into
     /// a 32-bit lane in one instruction, where the AVX2 kernels take `vpmaddubsw`,
@@ -649,15 +693,28 @@ impl Kernels {
         self.vnni
     }
 
+    /// Whether some of this AVX2 table's kernels use AVX-VNNI: the VEX encoding of the same
+    /// `vpdpbusd` and `vpdpwssd` on 256-bit registers, which CPUs without AVX-512 have (Intel's
+    /// since Alder Lake). The kernels of [`Kernels::vnni`] built for it, the same bits; only in
+    /// a table without [`Kernels::vnni`] (where both exist, the AVX-512 builds are taken) and
+    /// where `SLUICE_KERNELS` is not `avx2`. The k-quant and Q8_0 ones; the ternary and IQ1
+    /// VNNI kernels have AVX-512 builds only.
+    pub fn avx_vnni(&self) -> bool {
+        self.avx_vnni
+    }
+
     /// Name of the table for logs and benchmark reports: the instruction set's, with
     /// `+avx512vl` for a table with wide builds, `+avx512vnni` for one with VNNI kernels too,
-    /// and `+bmi2` for one whose kernels use `pdep`.
+    /// `+avxvnni` for one with the AVX-VNNI builds, and `+bmi2` for one whose kernels use
+    /// `pdep`.
     pub fn name(&self) -> &'static str {
         match (self.isa, self.wide, self.vnni, self.pdep) {
             (Isa::Avx2, true, true, true) => "avx2+avx512vnni+bmi2",
             (Isa::Avx2, true, true, false) => "avx2+avx512vnni",
             (Isa::Avx2, true, false, true) => "avx2+avx512vl+bmi2",
             (Isa::Avx2, true, false, false) => "avx2+avx512vl",
+            (Isa::Avx2, false, _, true) if self.avx_vnni => "avx2+avxvnni+bmi2",
+            (Isa::Avx2, false, _, false) if self.avx_vnni => "avx2+avxvnni",
             (Isa::Avx2, false, _, true) => "avx2+bmi2",
             (isa, _, _, _) => isa.name(),
         }

@@ -107,14 +107,15 @@ pub struct GroupedDot {
 /// in a table built for `isa`, where that order has them: only [`SumOrder::Repacked`] Q4_K
 /// (llama.cpp's Q4_K gemm sums differently from its gemv; for Q4_0, IQ4_NL and MXFP4 the two
 /// agree).
-/// (For an AVX2 table with wide or VNNI builds, [`Kernels::grouped_in`] gives their kernels.)
+/// (For an AVX2 table with wide, VNNI or AVX-VNNI builds, [`Kernels::grouped_in`] gives their
+/// kernels.)
 pub fn grouped_kernels(isa: Isa, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
-    grouped_for(isa, (false, false), order, w)
+    grouped_for(isa, (false, false, false), order, w)
 }
 
 fn grouped_for(
     isa: Isa,
-    (wide, vnni): (bool, bool),
+    (wide, vnni, avx_vnni): (bool, bool, bool),
     order: SumOrder,
     w: GgmlType,
 ) -> Option<GroupedDot> {
@@ -145,10 +146,10 @@ fn grouped_for(
     match isa {
         Isa::Scalar => Some(scalar),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Some(avx2::grouped_q4_k(scalar, wide, vnni)),
+        Isa::Avx2 => Some(avx2::grouped_q4_k(scalar, wide, (vnni, avx_vnni))),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 => {
-            let _ = (wide, vnni); // no wide or VNNI builds off x86-64
+            let _ = (wide, vnni, avx_vnni); // no wide or VNNI builds off x86-64
             Some(scalar)
         }
         Isa::Neon => None, // returned above
@@ -158,7 +159,12 @@ fn grouped_for(
 impl Kernels {
     /// [`grouped_kernels`] for this table's instruction set.
     pub fn grouped_in(&self, order: SumOrder, w: GgmlType) -> Option<GroupedDot> {
-        grouped_for(self.isa, (self.wide(), self.vnni()), order, w)
+        grouped_for(
+            self.isa,
+            (self.wide(), self.vnni(), self.avx_vnni()),
+            order,
+            w,
+        )
     }
 }
 

@@ -121,6 +121,19 @@ fn mul_sum_i8_vnni(x: __m256i, y: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(p)
 }
 
+/// [`mul_sum_i8_vnni`] in AVX-VNNI's VEX encoding, for CPUs without AVX-512 (ggml's
+/// `__AVXVNNI__` form). The same lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn mul_sum_i8_avx_vnni(x: __m256i, y: __m256i) -> __m256 {
+    let p = _mm256_dpbusd_avx_epi32(
+        _mm256_setzero_si256(),
+        _mm256_sign_epi8(x, x),
+        _mm256_sign_epi8(y, x),
+    );
+    _mm256_cvtepi32_ps(p)
+}
+
 /// Unsigned bytes (< 128) times signed bytes, summed in groups of four into 8 x f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -54,6 +54,10 @@ pub(super) fn register(k: &mut Kernels) {
     if k.wide() {
         k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k_wide);
     }
+    if k.avx_vnni() {
+        k.set_dot_rows_in(r, Q4_K, ROWS, dot_rows_q4_k_avx_vnni);
+        k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k_avx_vnni);
+    }
     if k.vnni() {
         k.set_dot_rows_in(r, Q4_K, ROWS, dot_rows_q4_k_vnni);
         k.set_dot_tokens_in(r, Q4_K, ROWS, TOKENS, dot_tokens_q4_k_vnni);
@@ -62,14 +66,21 @@ pub(super) fn register(k: &mut Kernels) {
 
 /// The grouped (gemm-order) Q4_K kernels of this instruction set; the quantizer stays the
 /// portable one of `scalar`.
-/// (`wide` and `vnni` as [`Kernels::wide`] and [`Kernels::vnni`] of the table).
-pub(super) fn grouped_q4_k(scalar: GroupedDot, wide: bool, vnni: bool) -> GroupedDot {
+/// (`wide`, `vnni` and `avx_vnni` as [`Kernels::wide`], [`Kernels::vnni`] and
+/// [`Kernels::avx_vnni`] of the table).
+pub(super) fn grouped_q4_k(
+    scalar: GroupedDot,
+    wide: bool,
+    (vnni, avx_vnni): (bool, bool),
+) -> GroupedDot {
     GroupedDot {
         dot: dot_q4_k_pairs,
         dot_rows: Some(DotRows {
             rows: ROWS,
             f: if vnni {
                 dot_rows_q4_k_pairs_vnni
+            } else if avx_vnni {
+                dot_rows_q4_k_pairs_avx_vnni
             } else {
                 dot_rows_q4_k_pairs
             },
@@ -79,6 +90,8 @@ pub(super) fn grouped_q4_k(scalar: GroupedDot, wide: bool, vnni: bool) -> Groupe
             tokens: TOKENS,
             f: if vnni {
                 dot_tokens_q4_k_pairs_vnni
+            } else if avx_vnni {
+                dot_tokens_q4_k_pairs_avx_vnni
             } else if wide {
                 dot_tokens_q4_k_pairs_wide
             } else {
@@ -671,6 +684,29 @@ fn dot_tokens_q4_k_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 fn dot_tokens_q4_k_pairs_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     // SAFETY: as in `dot_rows_q4_k_vnni`.
     unsafe { q4k8::q4_k_tile8_vnni::<true, TOKENS>(n, w, a, out) }
+}
+
+// The AVX-VNNI builds: registered only in an AVX2 table built with `avx_vnni`, which
+// `Kernels::detect` builds only after it detected AVX-VNNI at run time.
+
+fn dot_rows_q4_k_avx_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_q4_k`, and the CPU has AVX-VNNI (see above).
+    unsafe { q4k8::q4_k_tile8_avx_vnni::<false, 1>(n, w, a, out) }
+}
+
+fn dot_rows_q4_k_pairs_avx_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_rows_q4_k_avx_vnni`.
+    unsafe { q4k8::q4_k_tile8_avx_vnni::<true, 1>(n, w, a, out) }
+}
+
+fn dot_tokens_q4_k_avx_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_rows_q4_k_avx_vnni`.
+    unsafe { q4k8::q4_k_tile8_avx_vnni::<false, TOKENS>(n, w, a, out) }
+}
+
+fn dot_tokens_q4_k_pairs_avx_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    // SAFETY: as in `dot_rows_q4_k_avx_vnni`.
+    unsafe { q4k8::q4_k_tile8_avx_vnni::<true, TOKENS>(n, w, a, out) }
 }
 
 fn dot_tokens_q4_0(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {

@@ -28,8 +28,8 @@ use std::arch::x86_64::*;
 
 use super::super::{F16_TO_F32, IQ4_NL_BYTES, MXFP4_BYTES, Q4_0_BYTES, Q8_0_BYTES, QK};
 use super::{
-    E8M0_HALF, arr, f16_finish, fma_ss, hsum, load128, load256, mul_sum_i8, mul_sum_i8_vnni,
-    mxfp4_avx2, q4_0_avx2,
+    E8M0_HALF, arr, f16_finish, fma_ss, hsum, load128, load256, mul_sum_i8, mul_sum_i8_avx_vnni,
+    mul_sum_i8_vnni, mxfp4_avx2, q4_0_avx2,
 };
 use crate::GgmlType;
 use crate::kernels::Kernels;
@@ -49,6 +49,9 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot_rows(IQ4_NL, IQ4_NL_ROWS, dot_rows_iq4_nl);
     k.set_dot_rows(MXFP4, MXFP4_ROWS, dot_rows_mxfp4);
     k.set_dot_rows(F16, F16_ROWS, dot_rows_f16);
+    if k.avx_vnni() {
+        k.set_dot_rows(Q8_0, Q8_0_ROWS, dot_rows_q8_0_avx_vnni);
+    }
     if k.vnni() {
         k.set_dot_rows(Q8_0, Q8_0_ROWS, dot_rows_q8_0_vnni);
     }
@@ -203,6 +206,11 @@ q8_0_rows!(
     q8_0_rows_vnni,
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
     mul_sum_i8_vnni
+);
+q8_0_rows!(
+    q8_0_rows_avx_vnni,
+    "avx2,fma,f16c,avxvnni",
+    mul_sum_i8_avx_vnni
 );
 
 // ---------------------------------------------------------------------------------------
@@ -409,4 +417,10 @@ wrap_rows! {
 // AVX-512F, VL, BW and VNNI as well.
 wrap_rows! {
     dot_rows_q8_0_vnni => q8_0_rows_vnni, Q8_0_ROWS;
+}
+
+// Registered only in a table with `Kernels::avx_vnni`, built only after run-time detection of
+// AVX-VNNI as well.
+wrap_rows! {
+    dot_rows_q8_0_avx_vnni => q8_0_rows_avx_vnni, Q8_0_ROWS;
 }

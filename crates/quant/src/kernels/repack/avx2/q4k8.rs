@@ -34,7 +34,7 @@ use std::arch::x86_64::*;
 use super::super::{Q4K_BYTES, Q4K_D, Q4K_QS, Q4K_SCALES, Q8K_BSUMS, Q8K_BYTES, Q8K_QS};
 use super::{Rows, load128, load256, reduce8, store};
 use crate::QK_K;
-use crate::kernels::kquants::x86::{add_madd, add_madd_vnni};
+use crate::kernels::kquants::x86::{add_madd, add_madd_avx_vnni, add_madd_vnni};
 
 const ROWS: usize = 8;
 
@@ -479,4 +479,10 @@ q4_k_tile8! {
     /// instruction, and one token in the gemv order reduces its rows once per super-block.
     /// For CPUs with AVX-512 VNNI and VL. Same bits per output.
     q4_k_tile8_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", add_madd_vnni, true
+}
+
+q4_k_tile8! {
+    /// [`q4_k_tile8_vnni`] in AVX-VNNI's VEX encoding, with AVX2's sixteen registers: for
+    /// CPUs with VNNI but no AVX-512. Same bits per output.
+    q4_k_tile8_avx_vnni, "avx2,fma,f16c,avxvnni", add_madd_avx_vnni, true
 }
