@@ -47,10 +47,6 @@ pub(super) fn register(k: &mut Kernels) {
         k.set_dot(GgmlType::IQ3_XXS, dot_iq3_xxs_wide);
         k.set_dot(GgmlType::IQ3_S, dot_iq3_s_wide);
     }
-    if k.avx_vnni() {
-        k.set_dot(GgmlType::Q5_K, dot_q5_k_avx_vnni);
-        k.set_dot(GgmlType::Q6_K, dot_q6_k_avx_vnni);
-    }
     if k.vnni() {
         k.set_dot(GgmlType::Q5_K, dot_q5_k_vnni);
         k.set_dot(GgmlType::Q6_K, dot_q6_k_vnni);
@@ -75,8 +71,8 @@ pub(super) fn register(k: &mut Kernels) {
 /// listed (AVX2, FMA and F16C when none are). Each is registered only in a table that
 /// [`Kernels::detect`] builds after detecting those features at run time: the AVX2 table
 /// (AVX2, FMA, F16C), and within it the BMI2 kernels only with [`Kernels::pdep`], the wide
-/// builds ([`narrow_and_wide`]) only with [`Kernels::wide`] (AVX-512F, VL and BW), the VNNI
-/// kernels only with [`Kernels::vnni`] and the AVX-VNNI ones only with [`Kernels::avx_vnni`].
+/// builds ([`narrow_and_wide`]) only with [`Kernels::wide`] (AVX-512F, VL and BW) and the VNNI
+/// kernels only with [`Kernels::vnni`].
 macro_rules! entry {
     ($name:ident, $ty:expr, $bytes:expr, $kernel:ident) => {
         entry!(@features $name, $ty, $bytes, $kernel, "avx2", "fma", "f16c");
@@ -101,9 +97,6 @@ macro_rules! entry {
             @features $name, $ty, $bytes, $kernel,
             "avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512vnni"
         );
-    };
-    ($name:ident, $ty:expr, $bytes:expr, $kernel:ident, avxvnni) => {
-        entry!(@features $name, $ty, $bytes, $kernel, "avx2", "fma", "f16c", "avxvnni");
     };
     ($name:ident, $ty:expr, $bytes:expr, $kernel:ident, bmi2 vnni) => {
         entry!(
@@ -194,20 +187,6 @@ entry!(dot_iq1_s_wide, GgmlType::IQ1_S, iq1s::BYTES, iq1s_avx2_wide, bmi2 wide);
 entry!(dot_iq1_m_wide, GgmlType::IQ1_M, iq1m::BYTES, iq1m_avx2_wide, bmi2 wide);
 entry!(dot_q5_k_vnni, GgmlType::Q5_K, q5k::BYTES, q5k_vnni, vnni);
 entry!(dot_q6_k_vnni, GgmlType::Q6_K, q6k::BYTES, q6k_vnni, vnni);
-entry!(
-    dot_q5_k_avx_vnni,
-    GgmlType::Q5_K,
-    q5k::BYTES,
-    q5k_avx_vnni,
-    avxvnni
-);
-entry!(
-    dot_q6_k_avx_vnni,
-    GgmlType::Q6_K,
-    q6k::BYTES,
-    q6k_avx_vnni,
-    avxvnni
-);
 entry!(
     dot_tq2_0_vnni,
     GgmlType::TQ2_0,
@@ -617,12 +596,6 @@ q5k_kernel!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
     add_madd_vnni
 );
-q5k_kernel!(
-    /// [`q5k_vnni`] in AVX-VNNI's VEX encoding, for CPUs without AVX-512. Same bits.
-    q5k_avx_vnni,
-    "avx2,fma,f16c,avxvnni",
-    add_madd_avx_vnni
-);
 
 /// Defines `$name` for the target features `$features`, with `$add_madd` ([`add_madd`], or
 /// its VNNI form [`add_madd_vnni`]: the same 32-bit lanes) applying a sub-block's scales.
@@ -685,12 +658,6 @@ q6k_kernel!(
     q6k_vnni,
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
     add_madd_vnni
-);
-q6k_kernel!(
-    /// [`q6k_vnni`] in AVX-VNNI's VEX encoding, for CPUs without AVX-512. Same bits.
-    q6k_avx_vnni,
-    "avx2,fma,f16c,avxvnni",
-    add_madd_avx_vnni
 );
 
 /// The eight signed sub-block scales of an IQ4_XS block (6 bits minus 32) as 16-bit values,

@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::layout::{q4k, q5k, q6k};
-use super::x86::{Q8KBlock, add_madd, add_madd_avx_vnni, add_madd_vnni, hsum_ps, load128, load256};
+use super::x86::{Q8KBlock, add_madd, add_madd_vnni, hsum_ps, load128, load256};
 use super::{Q8K_BSUMS, Q8K_QS, check_dot, f32_at, u32_at};
 use crate::kernels::Kernels;
 use crate::{GgmlType, QK_K};
@@ -46,9 +46,6 @@ pub(super) fn register(k: &mut Kernels) {
     k.set_dot_rows(GgmlType::Q4_K, ROWS_Q4K, dot_rows_q4_k);
     k.set_dot_rows(GgmlType::Q5_K, ROWS_Q5K, dot_rows_q5_k);
     k.set_dot_rows(GgmlType::Q6_K, ROWS_Q6K, dot_rows_q6_k);
-    if k.avx_vnni() {
-        k.set_dot_rows(GgmlType::Q6_K, ROWS_Q6K, dot_rows_q6_k_avx_vnni);
-    }
     if k.vnni() {
         k.set_dot_rows(GgmlType::Q6_K, ROWS_Q6K, dot_rows_q6_k_vnni);
     }
@@ -77,26 +74,8 @@ fn split_rows<'w, const R: usize, const B: usize>(
 /// Plain-`fn` entry points with the `DotRowsFn` signature. They are registered only in the
 /// AVX2 table, which [`Kernels::detect`] builds only after runtime detection of AVX2, FMA
 /// and F16C; the `vnni` ones only in a table with [`Kernels::vnni`], built only after
-/// runtime detection of AVX-512F, VL, BW and VNNI too, the `avxvnni` ones only in a table
-/// with [`Kernels::avx_vnni`], built only after runtime detection of AVX-VNNI.
+/// runtime detection of AVX-512F, VL, BW and VNNI too.
 macro_rules! entry {
-    ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident, avxvnni) => {
-        fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-            let rows = split_rows::<{ $rows }, { $bytes }>($ty, n, w, a, out);
-            debug_assert!(
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-                    && is_x86_feature_detected!("avxvnni")
-            );
-            let (a, _) = a.as_chunks::<{ super::Q8K_BYTES }>();
-            let out: &mut [f32; $rows] = out.try_into().expect("length checked above");
-            // SAFETY: this function is only reachable through an AVX2 kernel table with
-            // `avx_vnni`, which exists only on CPUs where those features were detected at run
-            // time.
-            unsafe { $kernel(rows, a, out) }
-        }
-    };
     ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident, vnni) => {
         fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
             let rows = split_rows::<{ $rows }, { $bytes }>($ty, n, w, a, out);
@@ -161,14 +140,6 @@ entry!(
     q6k::BYTES,
     q6k_rows_vnni,
     vnni
-);
-entry!(
-    dot_rows_q6_k_avx_vnni,
-    GgmlType::Q6_K,
-    ROWS_Q6K,
-    q6k::BYTES,
-    q6k_rows_avx_vnni,
-    avxvnni
 );
 
 /// `body` four times with `j` = 0, 1, 2, 3 (constants, so that per-`j` choices such as shift
@@ -678,12 +649,6 @@ q6k_rows!(
     q6k_rows_vnni,
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
     add_madd_vnni
-);
-q6k_rows!(
-    /// [`q6k_rows_vnni`] in AVX-VNNI's VEX encoding, for CPUs without AVX-512. Same bits.
-    q6k_rows_avx_vnni,
-    "avx2,fma,f16c,avxvnni",
-    add_madd_avx_vnni
 );
 
 #[cfg(test)]
