@@ -774,17 +774,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let threads = runtime::load::thread_count(args.threads);
     let model = std::fs::canonicalize(&args.model)
         .with_context(|| format!("cannot find {}", args.model.display()))?;
-    let home = || PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
     let peer_exe = match args.peer {
         Peer::Llama => {
-            let dir = match &args.llama_bin {
-                Some(d) => d.clone(),
-                None => std::env::var_os("SLUICE_LLAMACPP")
-                    .filter(|v| !v.is_empty())
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| home().join(".cache/sluice/llama.cpp-0.3.36"))
-                    .join("build/bin"),
-            };
+            let dir = tool_path(
+                args.llama_bin.as_ref(),
+                "SLUICE_LLAMACPP",
+                "llama.cpp-0.3.36",
+                "build/bin",
+            );
             let exe = dir.join("llama-completion");
             if !exe.is_file() {
                 bail!(
@@ -796,14 +793,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             exe
         }
         Peer::Bmoe => {
-            let exe = match &args.bmoe_bin {
-                Some(f) => f.clone(),
-                None => std::env::var_os("SLUICE_BMOE")
-                    .filter(|v| !v.is_empty())
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| home().join(".cache/sluice/bmoe-2d4f2b1"))
-                    .join("src/build/cli/bmoe-cli"),
-            };
+            let exe = tool_path(
+                args.bmoe_bin.as_ref(),
+                "SLUICE_BMOE",
+                "bmoe-2d4f2b1",
+                "src/build/cli/bmoe-cli",
+            );
             if !exe.is_file() {
                 bail!(
                     "{} not found: build it with `bash scripts/build_bmoe.sh` or pass \
@@ -816,14 +811,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let peer = args.peer.engine();
     let shipped = if args.with_llama {
-        let exe = match &args.llama_driver {
-            Some(f) => f.clone(),
-            None => std::env::var_os("SLUICE_LLAMACPP_NPM")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(|| home().join(".cache/sluice/llamacpp-npm"))
-                .join("bench_llamacpp"),
-        };
+        let exe = tool_path(
+            args.llama_driver.as_ref(),
+            "SLUICE_LLAMACPP_NPM",
+            "llamacpp-npm",
+            "bench_llamacpp",
+        );
         let cpu = exe.with_file_name("cpu");
         if !exe.is_file() || !cpu.is_dir() {
             bail!(
@@ -1145,6 +1138,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Where a side-by-side tool is: the flag's path if given, else `rel` under the directory the
+/// environment variable `env` names, else under `~/.cache/sluice/<cache_dir>` (where the
+/// scripts that build the tools put them).
+fn tool_path(flag: Option<&PathBuf>, env: &str, cache_dir: &str, rel: &str) -> PathBuf {
+    if let Some(p) = flag {
+        return p.clone();
+    }
+    std::env::var_os(env)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/sluice")
+                .join(cache_dir)
+        })
+        .join(rel)
 }
 
 /// A run's physical bound in tokens per second: min(disk ÷ its decode read bytes per token,
