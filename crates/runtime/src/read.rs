@@ -148,15 +148,13 @@ impl Table<'_> {
     /// A row's `phase` field: 0 (prefill) or 1 (decode).
     pub fn phase(&self, row: &(usize, Vec<&str>), col: Col<'_>) -> Result<Phase> {
         let p: u8 = self.get(row, col)?;
-        match p {
-            0 => Ok(Phase::Prefill),
-            1 => Ok(Phase::Decode),
-            _ => Err(at(
+        Phase::from_code(p).ok_or_else(|| {
+            at(
                 self.file,
                 row.0,
                 format!("phase {p}: expected 0 (prefill) or 1 (decode)"),
-            )),
-        }
+            )
+        })
     }
 }
 

@@ -972,22 +972,9 @@ impl TraceWriter {
     }
 }
 
-/// Which pass of a turn a trace row belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Phase {
-    Prefill,
-    Decode,
-}
-
-impl Phase {
-    /// The `phase` column of the traces (0 prefill, 1 decode).
-    pub fn code(self) -> u8 {
-        match self {
-            Phase::Prefill => 0,
-            Phase::Decode => 1,
-        }
-    }
-}
+/// Which pass of a turn a trace row belongs to: the trace formats' own type (one definition
+/// for the writers here and the readers in `trace`).
+pub use trace::Phase;
 
 /// The `--io-trace` file (`# io_trace v1`): one row per window the expert store read, stamped
 /// with the forward pass it was collected in (`phase` 0 = prefill, 1 = decode; `step` = the

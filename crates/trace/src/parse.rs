@@ -32,6 +32,25 @@ pub enum Phase {
     Decode,
 }
 
+impl Phase {
+    /// The `phase` column of every trace format (0 prefill, 1 decode).
+    pub fn code(self) -> u8 {
+        match self {
+            Phase::Prefill => 0,
+            Phase::Decode => 1,
+        }
+    }
+
+    /// The phase of a `phase` column value, if it is one (0 or 1).
+    pub fn from_code(code: u8) -> Option<Phase> {
+        match code {
+            0 => Some(Phase::Prefill),
+            1 => Some(Phase::Decode),
+            _ => None,
+        }
+    }
+}
+
 /// Static facts about one MoE layer, from its `# layer=` preamble line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerInfo {

@@ -331,3 +331,15 @@ fn decode_steps_group_rows_by_step_and_order_them_by_slot() {
     // a later turn's step 2 comes after turn 0's steps 5 and 6 (file order)
     assert_eq!(steps[2].get(&0), Some(&vec![2, 1]));
 }
+
+/// The phase codes the writers put in every trace format read back as the same phase; other
+/// codes are none.
+#[test]
+fn phase_codes_round_trip() {
+    for p in [Phase::Prefill, Phase::Decode] {
+        assert_eq!(Phase::from_code(p.code()), Some(p));
+    }
+    assert_eq!(Phase::Prefill.code(), 0);
+    assert_eq!(Phase::Decode.code(), 1);
+    assert_eq!(Phase::from_code(2), None);
+}
