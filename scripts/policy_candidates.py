@@ -8,7 +8,7 @@ only (the Rust replay also counts a repeat within a prefill batch as a use; the 
 most 0.013 points, docs/replay.md), and `forecast` reproduces the policy the engine ships
 (store::policy::Forecast) to every decimal `sluice analyze replay --policy default` prints.
 
-    python3 scripts/policy_candidates.py crates/trace/tests/data/qwen3-30b-a3b.route.csv
+    python3 scripts/policy_candidates.py crates/telemetry/tests/data/qwen3-30b-a3b.route.csv
 
 Needs numpy. Prints one row per candidate: decode hit % at each budget, then two bounds that
 peek at the future (not policies: no online policy has their information), which tell how far

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use trace::replay::{MIB, ReplayStats, Workload};
-use trace::{Phase, Policy, read_route_trace};
+use telemetry::replay::{MIB, ReplayStats, Workload};
+use telemetry::{Phase, Policy, read_route_trace};
 
 #[derive(Args, Debug)]
 pub struct AnalyzeArgs {
@@ -149,7 +149,7 @@ struct EngineCache<'c> {
     routed: Vec<u32>,
 }
 
-impl trace::CacheModel for EngineCache<'_> {
+impl telemetry::CacheModel for EngineCache<'_> {
     fn begin_batch(&mut self, layer: u32, decode: bool) {
         self.cache.begin_batch(layer);
         self.layer = layer;
@@ -190,7 +190,7 @@ impl trace::CacheModel for EngineCache<'_> {
 /// `couple` when given); with the cache's own counters (prefetches).
 pub fn replay_engine(
     workload: &Workload,
-    trace: &trace::RouteTrace,
+    trace: &telemetry::RouteTrace,
     name: &'static str,
     policy: runtime::stream::CachePolicy,
     bytes: u64,
@@ -362,7 +362,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
 }
 
 /// The first line of a report on a routing trace: the file and the model it describes.
-pub(crate) fn trace_line(path: &Path, trace: &trace::RouteTrace) -> String {
+pub(crate) fn trace_line(path: &Path, trace: &telemetry::RouteTrace) -> String {
     format!(
         "trace: {} ({} {}, {} layers with experts, {} experts, top-{})",
         path.display(),

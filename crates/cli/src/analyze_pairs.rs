@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use trace::Phase;
+use telemetry::Phase;
 
 #[derive(clap::Args, Debug)]
 pub struct PairsArgs {
@@ -44,7 +44,7 @@ fn read_tokens(path: &Path) -> Result<Vec<(bool, Token)>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     if text.starts_with("# route_trace v1") {
-        let t = trace::read_route_trace(path)?;
+        let t = telemetry::read_route_trace(path)?;
         let mut out: Vec<(bool, Token)> = t
             .steps(|p| p == Phase::Prefill, true)
             .into_iter()

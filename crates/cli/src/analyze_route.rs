@@ -1,16 +1,16 @@
 //! `sluice analyze route`: routing statistics of a `route_trace v1` file — hot experts per
 //! layer, reuse distance, working set per window of steps, and how well two simple predictors
 //! guess the next step's experts. The computations are the `trace` crate's
-//! (`trace::analysis`); this file reads the arguments and prints or draws the results.
+//! (`telemetry::analysis`); this file reads the arguments and prints or draws the results.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use trace::analysis::{PhaseFilter, REUSE_BUCKETS, RouteAnalysis, analyze};
-use trace::read_route_trace;
-use trace::replay::MIB;
+use telemetry::analysis::{PhaseFilter, REUSE_BUCKETS, RouteAnalysis, analyze};
+use telemetry::read_route_trace;
+use telemetry::replay::MIB;
 
 #[derive(clap::Args, Debug)]
 pub struct RouteArgs {
@@ -78,7 +78,7 @@ fn pct_text(p: Option<f64>, decimals: usize) -> String {
     p.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
 }
 
-fn report(path: &Path, trace: &trace::RouteTrace, a: &RouteAnalysis) -> String {
+fn report(path: &Path, trace: &telemetry::RouteTrace, a: &RouteAnalysis) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", crate::analyze::trace_line(path, trace));
     let _ = writeln!(
@@ -189,7 +189,7 @@ fn report(path: &Path, trace: &trace::RouteTrace, a: &RouteAnalysis) -> String {
     out
 }
 
-fn to_json(path: &Path, trace: &trace::RouteTrace, a: &RouteAnalysis) -> Value {
+fn to_json(path: &Path, trace: &telemetry::RouteTrace, a: &RouteAnalysis) -> Value {
     let layers: Vec<Value> = a
         .hot
         .layers

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use runtime::read::LooseTable as Table;
-use trace::{Phase, RouteRow, RouteTrace, read_route_trace};
+use telemetry::{Phase, RouteRow, RouteTrace, read_route_trace};
 
 #[derive(clap::Args, Debug)]
 pub struct ViewArgs {
@@ -389,7 +389,7 @@ fn summary_pairs(t: &Table) -> Vec<(String, String)> {
         .rev()
         .find_map(|l| l.strip_prefix("summary"))
         .map(|l| {
-            trace::parse::key_values(l)
+            telemetry::parse::key_values(l)
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect()

@@ -3,7 +3,7 @@
 //!
 //! References (not produced by sluice):
 //! * the per-layer `expert_bytes` / `dense_bytes` of the route trace BigMoeOnEdge recorded on
-//!   the real Qwen3-30B-A3B-Q4_K_M.gguf (crates/trace/tests/data/qwen3-30b-a3b.route.csv, the
+//!   the real Qwen3-30B-A3B-Q4_K_M.gguf (crates/telemetry/tests/data/qwen3-30b-a3b.route.csv, the
 //!   trace of ../shared/data/route-traces);
 //! * the published file sizes (Hugging Face: unsloth/Qwen3-30B-A3B-GGUF Q4_K_M 18,556,686,912
 //!   bytes; allenai/OLMoE-1B-7B-0924-GGUF q4_k_m 4,213,511,776 bytes) minus their header sizes
@@ -76,7 +76,7 @@ fn real_trace() -> PathBuf {
 fn qwen3_30b_a3b_q4_k_m_plan_is_the_published_files_layout() {
     let (data, layers, rows) = plan(&["--like", "qwen3-30b-a3b", "--quant", "Q4_K_M"]);
     assert_eq!(data, 18_556_686_912 - 5_970_496);
-    let real = trace::read_route_trace(&real_trace()).unwrap();
+    let real = telemetry::read_route_trace(&real_trace()).unwrap();
     assert_eq!(layers.len(), 48);
     for (l, info) in &real.layers {
         assert_eq!(

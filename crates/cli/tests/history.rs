@@ -90,7 +90,7 @@ fn a_run_counts_every_routing_into_the_history_next_to_the_model() {
         vec![[-1, 2, 8], [-2, 1, i64::from(fnv("sluice_qwen3moe"))]]
     );
     // One selection per routed row of the route trace of the same run.
-    let t = trace::read_route_trace(&trace).unwrap();
+    let t = telemetry::read_route_trace(&trace).unwrap();
     let mut want = std::collections::BTreeMap::new();
     for r in &t.rows {
         *want

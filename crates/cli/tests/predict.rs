@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use trace::{Phase, read_route_trace};
+use telemetry::{Phase, read_route_trace};
 
 fn model() -> PathBuf {
     let p = testdata::fixtures_root()

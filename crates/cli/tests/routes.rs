@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use trace::{Phase, RouteTrace};
+use telemetry::{Phase, RouteTrace};
 
 fn demo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo-qwen3moe.gguf")
@@ -88,7 +88,7 @@ fn route_trace_is_a_valid_v1_file_with_every_routing() {
     let path = dir.path().join("t.csv");
     let out = run(5, &["--route-trace", path.to_str().unwrap()]).unwrap();
     assert!(!mode_line(&out).contains("replay"), "{out}");
-    let t = trace::read_route_trace(&path).expect("parses as route_trace v1");
+    let t = telemetry::read_route_trace(&path).expect("parses as route_trace v1");
     assert_eq!(
         (t.arch.as_str(), t.n_layer, t.n_expert, t.n_expert_used),
         ("qwen3moe", 2, 8, 2)
@@ -178,7 +178,7 @@ fn replay_routes_every_decode_step_as_recorded_wrapping_around() {
             && mode.contains("3 decode steps"),
         "{mode}"
     );
-    let t = trace::read_route_trace(&traced).unwrap();
+    let t = telemetry::read_route_trace(&traced).unwrap();
     let cells = decode_cells(&t);
     assert_eq!(cells.len(), 7 * 2);
     let p = prompt_len(&t);
@@ -206,7 +206,7 @@ fn replay_routes_every_decode_step_as_recorded_wrapping_around() {
             .map(|r| (r.step, r.layer, r.slot, r.expert))
             .collect()
     };
-    let p = trace::read_route_trace(&plain).unwrap();
+    let p = telemetry::read_route_trace(&plain).unwrap();
     assert_eq!(prefill(&t), prefill(&p));
 }
 
@@ -256,7 +256,7 @@ fn route_trace_stream_lines_hold_the_same_routing_as_the_trace() {
         ],
     );
     out.unwrap();
-    let t = trace::read_route_trace(&csv).unwrap();
+    let t = telemetry::read_route_trace(&csv).unwrap();
     let text = std::fs::read_to_string(&stream).unwrap();
     // The trace's rows grouped as the stream has them: per layer call (a run of one phase, step
     // span and layer), per token row, the experts in slot order.

@@ -30,7 +30,7 @@ pub enum Error {
     #[error(transparent)]
     Text(#[from] text::TextError),
     #[error(transparent)]
-    Trace(#[from] trace::TraceError),
+    Trace(#[from] telemetry::TraceError),
     #[error(transparent)]
     Chat(#[from] chat::ChatError),
     #[error(transparent)]

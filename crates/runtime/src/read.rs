@@ -304,7 +304,7 @@ impl LooseTable {
             if let Some(rest) = line.strip_prefix('#') {
                 if t.header.is_empty() {
                     t.preamble.extend(
-                        trace::parse::key_values(rest)
+                        telemetry::parse::key_values(rest)
                             .into_iter()
                             .map(|(k, v)| (k.to_string(), v)),
                     );

@@ -411,7 +411,7 @@ impl RouteHeat {
 
 /// The decode steps of a recorded trace as a replay: `steps[s][layer]`, experts in slot order.
 pub fn load_replay(path: &Path) -> Result<RouteReplay> {
-    let trace = trace::read_route_trace(path)?;
+    let trace = telemetry::read_route_trace(path)?;
     let steps = trace.decode_steps();
     if steps.is_empty() {
         fail!("{}: no decode rows (phase 1) to replay", path.display());
@@ -488,7 +488,7 @@ mod tests {
         });
         drop(tap);
         f.finish().expect("finish");
-        let t = trace::read_route_trace(&path).expect("read");
+        let t = telemetry::read_route_trace(&path).expect("read");
         assert_eq!(t.model, "dir with space/m.gguf");
         assert_eq!(
             (t.arch.as_str(), t.n_layer, t.n_expert, t.n_expert_used),
@@ -512,7 +512,7 @@ mod tests {
                 )
             })
             .collect();
-        use trace::Phase::{Decode, Prefill};
+        use telemetry::Phase::{Decode, Prefill};
         assert_eq!(
             rows,
             vec![

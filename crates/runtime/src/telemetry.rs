@@ -974,7 +974,7 @@ impl TraceWriter {
 
 /// Which pass of a turn a trace row belongs to: the trace formats' own type (one definition
 /// for the writers here and the readers in `trace`).
-pub use trace::Phase;
+pub use telemetry::Phase;
 
 /// The `--io-trace` file (`# io_trace v1`): one row per window the expert store read, stamped
 /// with the forward pass it was collected in (`phase` 0 = prefill, 1 = decode; `step` = the

@@ -79,7 +79,7 @@ fn a_run_counts_every_routing_into_the_history_and_the_next_adds_to_it() {
     let (head, data) = records(&hist);
     assert_eq!(head[0][0], -1);
     // One selection per routed row of the route trace of the same run.
-    let t = trace::read_route_trace(&trace).expect("route trace");
+    let t = telemetry::read_route_trace(&trace).expect("route trace");
     let mut want = std::collections::BTreeMap::new();
     for r in &t.rows {
         *want

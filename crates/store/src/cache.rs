@@ -1,7 +1,7 @@
 //! The bounded expert cache: slots keyed by (layer, expert), each holding all of an expert's
 //! bytes, within a byte budget.
 //!
-//! The rules (the same as the offline replay's, `trace::replay`, so that a replay predicts the
+//! The rules (the same as the offline replay's, `telemetry::replay`, so that a replay predicts the
 //! engine's hit rate exactly):
 //!
 //! - Work comes in **layer batches**: the experts one MoE layer routed in one forward call

@@ -93,10 +93,10 @@ fn a_zero_budget_is_a_staging_area() {
 const SCALE: u64 = 4096;
 
 /// Drive the cache with the real Qwen3-30B-A3B trace, batch by batch as the engine will.
-fn cache_hit_pct(trace: &trace::RouteTrace, budget: u64) -> (f64, u64) {
+fn cache_hit_pct(trace: &telemetry::RouteTrace, budget: u64) -> (f64, u64) {
     let mut c = ExpertCache::new(budget / SCALE, Lru::default());
     let (mut lookups, mut hits) = (0u64, 0u64);
-    for b in trace::batches(trace) {
+    for b in telemetry::batches(trace) {
         let bytes = trace.expert_bytes(b.layer);
         assert_eq!(bytes % SCALE, 0);
         let size = (bytes / SCALE) as usize;
@@ -113,7 +113,7 @@ fn cache_hit_pct(trace: &trace::RouteTrace, budget: u64) -> (f64, u64) {
             }
         }
         c.end_batch();
-        if b.phase == trace::Phase::Decode {
+        if b.phase == telemetry::Phase::Decode {
             let after = c.stats();
             lookups += after.lookups - before.lookups;
             hits += after.hits - before.hits;
@@ -129,11 +129,11 @@ fn cache_hit_pct(trace: &trace::RouteTrace, budget: u64) -> (f64, u64) {
 fn the_cache_hits_exactly_what_the_offline_replay_predicts() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/qwen3-30b-a3b.route.csv");
-    let t = trace::read_route_trace(&path).unwrap();
-    let w = trace::Workload::new(&t);
+    let t = telemetry::read_route_trace(&path).unwrap();
+    let w = telemetry::Workload::new(&t);
     for mib in [1000u64, 2000, 4000] {
         let budget = mib << 20;
-        let replay = w.replay(trace::Policy::Lru, budget);
+        let replay = w.replay(telemetry::Policy::Lru, budget);
         let (pct, miss_bytes) = cache_hit_pct(&t, budget);
         assert_eq!(pct, replay.decode.hit_pct(), "{mib} MiB");
         assert_eq!(

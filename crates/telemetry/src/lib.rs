@@ -1,4 +1,6 @@
-//! MoE routing traces and offline expert-cache replay.
+//! The telemetry file formats and what reads them offline: MoE routing traces and offline
+//! expert-cache replay. This crate knows no engine: each format is a typed record with its
+//! writer and its parser, so that a column changes in one place.
 //!
 //! [`parse`] reads the `route_trace v1` long-format CSV (one row per routed expert, a `#`
 //! preamble with the model's shape and the bytes of one expert per layer) and groups its rows

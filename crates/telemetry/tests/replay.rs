@@ -2,8 +2,8 @@
 //!
 //! Every expert is 1 MiB unless a test says otherwise, so a capacity of N MiB holds N experts.
 
-use trace::replay::{MIB, Workload, batches};
-use trace::{Phase, Policy, RouteTrace, replay};
+use telemetry::replay::{MIB, Workload, batches};
+use telemetry::{Phase, Policy, RouteTrace, replay};
 
 /// A one-layer trace (1 MiB experts) from `(phase, step, experts)` cells, written as rows.
 fn trace(n_expert_used: u32, cells: &[(u8, i64, &[u32])]) -> RouteTrace {

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use trace::replay::{MIB, Workload};
-use trace::{Phase, Policy, read_route_trace};
+use telemetry::replay::{MIB, Workload};
+use telemetry::{Phase, Policy, read_route_trace};
 
 #[test]
 fn qwen3_30b_a3b_matches_the_published_replay() {

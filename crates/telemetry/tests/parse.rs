@@ -1,6 +1,6 @@
 //! Parser tests on small hand-written traces.
 
-use trace::{Phase, RouteTrace, TraceError};
+use telemetry::{Phase, RouteTrace, TraceError};
 
 const PREAMBLE: &str = "# route_trace v1
 # model=/models/My Model.gguf arch=qwen3moe n_layer=2 n_expert=8 n_expert_used=2
@@ -240,13 +240,13 @@ fn error_display_names_file_and_line() {
 fn read_route_trace_reports_missing_file_and_bad_utf8() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.csv");
-    let err = trace::read_route_trace(&missing).unwrap_err();
+    let err = telemetry::read_route_trace(&missing).unwrap_err();
     assert!(matches!(err, TraceError::Io { .. }));
     assert!(err.to_string().contains("missing.csv"), "{err}");
 
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, b"# route_trace v1\n\xff\xfe\n").unwrap();
-    let err = trace::read_route_trace(&bad).unwrap_err();
+    let err = telemetry::read_route_trace(&bad).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("bad.csv:2: expected UTF-8 text"), "{text}");
 }
@@ -291,8 +291,8 @@ mod garbage {
         fn random_whole_files(lines in proptest::collection::vec(line(), 0..10)) {
             let text = format!("# route_trace v1\n{}", lines.join("\n"));
             if let Ok(t) = parse(&text) {
-                for policy in [trace::Policy::Lru, trace::Policy::Belady] {
-                    let stats = trace::replay(&t, policy, 1 << 20);
+                for policy in [telemetry::Policy::Lru, telemetry::Policy::Belady] {
+                    let stats = telemetry::replay(&t, policy, 1 << 20);
                     prop_assert!(stats.total().lookups as usize <= t.rows.len());
                     prop_assert!(stats.total().hits <= stats.total().lookups);
                 }
