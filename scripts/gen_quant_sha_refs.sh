@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates crates/cli/tests/fixtures/quantize_llama_sha256.tsv: the SHA-256 of the file
+# Regenerates crates/transform/tests/fixtures/quantize_llama_sha256.tsv: the SHA-256 of the file
 # llama.cpp's quantizer writes for each MoE fixture model (F32) and file type, which
-# crates/cli/tests/quantize.rs compares `sluice quantize`'s output with.
+# crates/transform/tests/quantize.rs compares `sluice quantize`'s output with.
 #
 # The quantizer is llama_model_quantize of llama.cpp release v0.4.0 (node-llama-cpp 3.21.1's
 # prebuilt libraries, scripts/llamacpp-npm.sh), run by scripts/gen_moe_refs.cpp: default
@@ -24,7 +24,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIX=${SLUICE_FIXTURES:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/fixtures}
 MODELS=$FIX/moe
-OUT=$root/crates/cli/tests/fixtures/quantize_llama_sha256.tsv
+OUT=$root/crates/transform/tests/fixtures/quantize_llama_sha256.tsv
 ARCHS="qwen3moe qwen2moe olmoe mixtral gptoss glm4moe deepseek2 deepseek2-lite deepseek2-fused gemma4 qwen35moe"
 FILE_TYPES=${FILE_TYPES:-"Q4_0:2 Q4_1:3 Q8_0:7 Q5_0:8 Q5_1:9 Q2_K:10 Q3_K_S:11 Q3_K_M:12 Q3_K_L:13 Q4_K_S:14 Q4_K_M:15 Q5_K_S:16 Q5_K_M:17 Q6_K:18 IQ4_NL:25 IQ3_S:26 IQ3_M:27 IQ4_XS:30 TQ1_0:36 TQ2_0:37"}
 PY=python3
