@@ -76,37 +76,23 @@ fn split_rows<'w, const R: usize, const B: usize>(
 /// and F16C; the `vnni` ones only in a table with [`Kernels::vnni`], built only after
 /// runtime detection of AVX-512F, VL, BW and VNNI too.
 macro_rules! entry {
-    ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident, vnni) => {
-        fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-            let rows = split_rows::<{ $rows }, { $bytes }>($ty, n, w, a, out);
-            debug_assert!(
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-                    && is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vnni")
-            );
-            let (a, _) = a.as_chunks::<{ super::Q8K_BYTES }>();
-            let out: &mut [f32; $rows] = out.try_into().expect("length checked above");
-            // SAFETY: this function is only reachable through an AVX2 kernel table with
-            // `vnni`, which exists only on CPUs where those features were detected at run time.
-            unsafe { $kernel(rows, a, out) }
-        }
-    };
     ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident) => {
+        entry!(@features $name, $ty, $rows, $bytes, $kernel, "avx2", "fma", "f16c");
+    };
+    ($name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident, vnni) => {
+        entry!(
+            @features $name, $ty, $rows, $bytes, $kernel,
+            "avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512vnni"
+        );
+    };
+    (@features $name:ident, $ty:expr, $rows:expr, $bytes:expr, $kernel:ident, $($feature:tt),+) => {
         fn $name(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
             let rows = split_rows::<{ $rows }, { $bytes }>($ty, n, w, a, out);
-            debug_assert!(
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-            );
+            debug_assert!($(is_x86_feature_detected!($feature))&&+);
             let (a, _) = a.as_chunks::<{ super::Q8K_BYTES }>();
             let out: &mut [f32; $rows] = out.try_into().expect("length checked above");
-            // SAFETY: this function is only reachable through the AVX2 kernel table, which
-            // exists only on CPUs where avx2, fma and f16c were detected at run time.
+            // SAFETY: this function is only reachable through a kernel table built after run-time
+            // detection of the features `$kernel` enables (see the macro's documentation).
             unsafe { $kernel(rows, a, out) }
         }
     };
