@@ -11,6 +11,7 @@ mod args;
 mod bench;
 mod genmodel;
 mod inspect;
+mod lines;
 mod logits;
 mod moefy;
 mod npy;

@@ -39,7 +39,7 @@ pub fn run(
     )?;
     writeln!(w, "{}", rt.mode)?;
     if rt.streaming {
-        for line in runtime::telemetry::stream_summary(
+        for line in crate::lines::stream_summary(
             &s.counters,
             score.n,
             s.wall,
@@ -49,7 +49,7 @@ pub fn run(
             writeln!(w, "{line}")?;
         }
     }
-    for line in runtime::telemetry::cache_aware_lines(
+    for line in crate::lines::cache_aware_lines(
         &rt.engine.cache_aware(),
         &s.cache_aware,
         s.counters.routed + s.cache_aware.dropped,

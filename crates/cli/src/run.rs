@@ -9,12 +9,15 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use chat::ChatFormat;
-use runtime::generate::{Outcome, Runtime, Turn};
+use runtime::events::{Outcome, TokenRow};
+use runtime::generate::{Runtime, Turn};
 use runtime::open::{Loaded, RunConfig};
 use runtime::prompt::chat_ids;
 use runtime::sink::{Both, Sink};
-use runtime::telemetry::{CsvSink, TokenRow, generation_line, stream_summary};
+use runtime::telemetry::CsvSink;
 use text::Tokenizer;
+
+use crate::lines;
 
 /// A `sluice run`: how the model is opened and run, and what the binary does with it.
 pub struct Options {
@@ -130,10 +133,14 @@ impl Sink for ProgressOut {
     fn token(&mut self, row: &TokenRow) -> runtime::Result<()> {
         let (reset, reasoning, text) = std::mem::take(&mut self.pending);
         let mut so = io::stdout().lock();
-        if let Some(l) = row.load_line() {
+        if let Some(l) = lines::load_line(row) {
             writeln!(so, "{l}")?;
         }
-        writeln!(so, "{}", row.progress_line(reset, &reasoning, &text))?;
+        writeln!(
+            so,
+            "{}",
+            lines::progress_line(row, reset, &reasoning, &text)
+        )?;
         so.flush()?;
         Ok(())
     }
@@ -236,49 +243,39 @@ fn generate_once(
         writeln!(w, "{}", o.answer)?;
         writeln!(w, "=== perf ===")?;
     }
-    writeln!(w, "{}", generation_line(n_gen, o.decode))?;
+    writeln!(w, "{}", lines::generation_line(n_gen, o.decode))?;
     writeln!(
         w,
         "{}",
-        runtime::telemetry::compute_line(
-            &o.decode_usage,
-            o.decode.as_secs_f64(),
-            n_gen,
-            rt.n_threads
-        )
+        lines::compute_line(&o.decode_usage, o.decode.as_secs_f64(), n_gen, rt.n_threads)
     )?;
     writeln!(w, "{}", rt.mode)?;
     if rt.streaming {
-        for line in stream_summary(&o.d, n_gen, o.decode, rt.overlap, rt.cache_bytes > 0) {
+        for line in lines::stream_summary(&o.d, n_gen, o.decode, rt.overlap, rt.cache_bytes > 0) {
             writeln!(w, "{line}")?;
         }
-        if let Some(line) =
-            runtime::telemetry::prefetch_line(&o.d, &o.summary.prefill, rt.prefetch_tag)
-        {
+        if let Some(line) = lines::prefetch_line(&o.d, &o.summary.prefill, rt.prefetch_tag) {
             writeln!(w, "{line}")?;
         }
-        if let Some(line) = runtime::telemetry::prompt_ahead_line(&o.d, &o.summary.prefill) {
+        if let Some(line) = lines::prompt_ahead_line(&o.d, &o.summary.prefill) {
             writeln!(w, "{line}")?;
         }
     }
     let s = &o.summary;
-    for line in runtime::telemetry::cache_aware_lines(
-        &rt.engine.cache_aware(),
-        &s.cache_aware,
-        s.experts_routed,
-    ) {
+    for line in lines::cache_aware_lines(&rt.engine.cache_aware(), &s.cache_aware, s.experts_routed)
+    {
         writeln!(w, "{line}")?;
     }
     if let Some(sp) = &s.spec {
-        for line in runtime::spec::lines(sp, n_gen, o.decode.as_secs_f64()) {
+        for line in lines::spec_lines(sp, n_gen, o.decode.as_secs_f64()) {
             writeln!(w, "{line}")?;
         }
     }
     if rt.route_ahead > 0 {
-        writeln!(w, "{}", o.summary.ahead.route_ahead_line(rt.route_ahead))?;
+        writeln!(w, "{}", lines::route_ahead_line(&s.ahead, rt.route_ahead))?;
     }
     if opts.run.predict_log {
-        for line in o.summary.ahead.predict_lines() {
+        for line in lines::predict_lines(&s.ahead) {
             writeln!(w, "{line}")?;
         }
     }

@@ -331,7 +331,8 @@ fn generate(
     let accepted = s.accept_chat(rt, &g.req)?;
     emit(&format!("BMOE_BEGIN {{\"id\":{}}}", g.id))?;
     let o = s.chat(rt, accepted, &mut Both(ProgressOut::default(), csv))?;
-    emit(&o.summary.done_line(
+    emit(&crate::lines::done_line(
+        &o.summary,
         g.id,
         o.cancelled,
         rt.engine.n_past(),

@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::sync::mpsc;
 
 use runtime::cancel::{CancelHandle, Control};
-use runtime::generate::Outcome;
+use runtime::events::{Outcome, Prefilled, TokenRow};
 use runtime::open::{Loaded, RunConfig};
 use runtime::session::{ChatRequest, Session, SessionConfig};
-use runtime::sink::{Prefilled, Sink};
-use runtime::telemetry::TokenRow;
+use runtime::sink::Sink;
 use runtime::{Level, Notices};
 
 /// Prints the answer as it arrives, and what each token cost.

@@ -15,11 +15,12 @@ use text::{StreamDecoder, Tokenizer};
 
 use crate::cancel::Control;
 use crate::error::{Context, Result};
+use crate::events::{End, Outcome, Prefilled, Summary, TokenRow};
 use crate::notice::Notices;
-use crate::sink::{Prefilled, Sink};
+use crate::sink::Sink;
 use crate::spec::{self, SpecCounts};
 use crate::stream::{StreamCounters, StreamSnapshot};
-use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Phase, Summary, TokenRow, Usage};
+use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Phase, Usage};
 
 /// The recorders a run may have (each optional): they see every forward pass of every
 /// generation.
@@ -89,40 +90,6 @@ pub struct Turn<'c> {
     pub n_max: usize,
     pub prompt: Option<&'c chat::Prompt>,
     pub turn: u32,
-}
-
-/// What a generation did.
-#[derive(Debug)]
-pub struct Outcome {
-    /// The figures of the `# summary` line / `BMOE_DONE`.
-    pub summary: Summary,
-    pub decode: Duration,
-    pub decode_usage: Usage,
-    /// The expert source's counters over the decode.
-    pub d: StreamSnapshot,
-    pub answer: String,
-    pub reasoning: String,
-    /// Stopped by a cancel request (the context then holds part of the turn).
-    pub cancelled: bool,
-    /// The generated tokens run into the context, in order.
-    pub tokens: Vec<u32>,
-    /// Why the generation ended.
-    pub end: End,
-}
-
-/// Why a generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// The model drew an end-of-generation token.
-    Eog,
-    /// The sink asked to stop (a stop sequence appeared).
-    Stop,
-    /// The turn's token limit.
-    Length,
-    /// The context is full.
-    Context,
-    /// A cancel request.
-    Cancelled,
 }
 
 /// What a turn's prefill left: the last logits (empty when cancelled), what it ran and cost,

@@ -11,6 +11,7 @@
 pub mod cancel;
 pub mod decide;
 pub mod error;
+pub mod events;
 pub mod generate;
 pub mod history;
 pub mod load;

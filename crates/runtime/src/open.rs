@@ -29,7 +29,7 @@ use crate::spec::{Ngram, Spec};
 use crate::stream::{
     BatchView, CacheMb, Decision, ReadAhead, Speculation, StreamConfig, StreamCounters, open_for,
 };
-use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Preamble, resident_mode_line};
+use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Preamble};
 
 /// Context size when none is given (capped at the model's training context).
 pub const DEFAULT_CTX: usize = 4096;
@@ -90,7 +90,7 @@ pub struct RunConfig {
     pub io_trace: Option<PathBuf>,
     /// The `compute_trace v1` file.
     pub compute_trace: Option<ComputeTraceFile>,
-    /// Take the per-token figures (a [`crate::telemetry::TokenRow`] per token for the sink).
+    /// Take the per-token figures (a [`crate::events::TokenRow`] per token for the sink).
     pub token_figures: bool,
     /// `--predict-log`: score the stale gate, the previous-token bet and the control on every
     /// decode routing (an instrumented run).
@@ -886,6 +886,22 @@ impl Loaded {
         }
         mode
     }
+}
+
+/// The `mode:` line of a run that does not stream. The spec prints the line on every run and has
+/// a run that could stream but does not name the flag; a model without routed experts says so.
+/// `why` is the automatic decision's reason (empty when a flag decided).
+fn resident_mode_line(moe: bool, why: &str) -> String {
+    let mut line = if moe {
+        "mode: resident, experts not streamed (--moe-stream on streams them), dense mmap"
+    } else {
+        "mode: resident, no routed experts to stream, dense mmap"
+    }
+    .to_owned();
+    if moe && !why.is_empty() {
+        line.push_str(&format!(" ({why})"));
+    }
+    line
 }
 
 /// What the expert source is wired to.

@@ -144,64 +144,6 @@ impl AheadFigures {
             100.0 * self.agreed_slots as f64 / self.committed_slots as f64
         }
     }
-
-    /// The `--predict-log` report: the two `moe-predict:` lines and the per-layer table.
-    pub fn predict_lines(&self) -> Vec<String> {
-        let t = self.totals();
-        let pct = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |p| format!("{p:.1}%"));
-        let mut out = vec![
-            format!(
-                "moe-predict: stale-gate {} of routed slots ({} whole routings) | prev-token {} ({}) | fresh-gate control {} ({})",
-                pct(t.stale.slot_pct()),
-                pct(t.stale.whole_pct()),
-                pct(t.prev.slot_pct()),
-                pct(t.prev.whole_pct()),
-                pct(t.control.slot_pct()),
-                pct(t.control.whole_pct()),
-            ),
-            format!(
-                "moe-predict: scored — stale-gate {} routings/{} slots, prev-token {}/{}, control {}/{}; {} routings the stale-gate could not rank",
-                t.stale.rows,
-                t.stale.slots,
-                t.prev.rows,
-                t.prev.slots,
-                t.control.rows,
-                t.control.slots,
-                self.unranked
-            ),
-            format!(
-                "  {:>5} {:>7} {:>7} {:>7} {:>10}",
-                "layer", "stale", "prev", "ctrl", "routings"
-            ),
-        ];
-        let cell = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |p| format!("{p:.1}"));
-        for (l, s) in &self.layers {
-            out.push(format!(
-                "  {l:>5} {:>7} {:>7} {:>7} {:>10}",
-                cell(s.stale.slot_pct()),
-                cell(s.prev.slot_pct()),
-                cell(s.control.slot_pct()),
-                s.routings
-            ));
-        }
-        if self.declined > 0 {
-            out.push(format!(
-                "moe-predict: {} routings wider than {MAX_SCORED} experts were not scored",
-                self.declined
-            ));
-        }
-        out
-    }
-
-    /// The `moe-route-ahead:` line of a run committing `n` layers early.
-    pub fn route_ahead_line(&self, n: usize) -> String {
-        format!(
-            "moe-route-ahead: {n} layers early — {} routings committed, {} passed through; committed selection agreed with the router on {:.1}% of slots",
-            self.committed,
-            self.passed,
-            self.agree_pct()
-        )
-    }
 }
 
 /// The scorer the engine's foresight tap feeds.
@@ -346,24 +288,6 @@ mod tests {
         );
         assert_eq!(l1.prev.hit, 1);
         assert_eq!(f.unranked, 2);
-        let lines = f.predict_lines();
-        assert_eq!(
-            lines[0],
-            "moe-predict: stale-gate 75.0% of routed slots (50.0% whole routings) | prev-token 75.0% (50.0%) | fresh-gate control 100.0% (100.0%)"
-        );
-        assert_eq!(
-            lines[1],
-            "moe-predict: scored — stale-gate 2 routings/4 slots, prev-token 2/4, control 4/8; 2 routings the stale-gate could not rank"
-        );
-        // layer 0: no stale-gate routings prints `-`, never 0.0
-        assert_eq!(
-            lines[3].split_whitespace().collect::<Vec<_>>(),
-            ["0", "-", "100.0", "100.0", "2"]
-        );
-        assert_eq!(
-            lines[4].split_whitespace().collect::<Vec<_>>(),
-            ["1", "75.0", "50.0", "100.0", "2"]
-        );
         // a generation's share
         let later = log.figures();
         assert_eq!(later.since(&f).totals(), LayerScores::default());
@@ -382,9 +306,5 @@ mod tests {
         let f = log.figures();
         assert_eq!((f.committed, f.passed), (1, 1));
         assert_eq!(f.agree_pct(), 50.0);
-        assert_eq!(
-            f.route_ahead_line(1),
-            "moe-route-ahead: 1 layers early — 1 routings committed, 1 passed through; committed selection agreed with the router on 50.0% of slots"
-        );
     }
 }

@@ -377,7 +377,8 @@ impl LooseTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::{ComputeTrace, CsvSink, IoTrace, Phase, Preamble, Summary, TokenRow};
+    use crate::events::{Summary, TokenRow};
+    use crate::telemetry::{ComputeTrace, CsvSink, IoTrace, Phase, Preamble};
 
     #[test]
     fn columns_are_found_by_name() {

@@ -15,7 +15,8 @@ use chat::Data;
 
 use crate::decide::{self, Kept, Plan, PrefixCacheMode};
 use crate::error::{Error, Result, chain};
-use crate::generate::{Outcome, Runtime, Turn};
+use crate::events::Outcome;
+use crate::generate::{Runtime, Turn};
 use crate::prompt::{chat_ids, render_prompt};
 use crate::sink::Sink;
 use crate::stream::StreamSnapshot;

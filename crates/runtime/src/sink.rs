@@ -1,22 +1,11 @@
 //! Where a generation reports: the [`Sink`] the generation loop calls as it goes (the prompt
 //! prefilled, the text as it is decoded, each token's figures, the end). The binary's inline
 //! text and its `BMOE_*` progress lines are sinks; so is the `bmoe_metrics` CSV
-//! ([`crate::telemetry::CsvSink`]); a server's event stream is another.
+//! ([`crate::telemetry::CsvSink`]); a server's event stream is another. The events themselves
+//! are plain data, in [`crate::events`].
 
 use crate::error::Result;
-use crate::generate::Outcome;
-use crate::telemetry::TokenRow;
-
-/// The prompt is in the context.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Prefilled {
-    /// The prompt's tokens.
-    pub n_prompt: usize,
-    /// How many of them were run (the others were already in the context).
-    pub n_new: usize,
-    /// Wall time of the prefill.
-    pub secs: f64,
-}
+use crate::events::{Outcome, Prefilled, TokenRow};
 
 /// What a generation reports to, in this order: [`prefilled`](Sink::prefilled) once (not
 /// after a cancel during the prefill), then for each generated token its text

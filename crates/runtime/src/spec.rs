@@ -145,47 +145,6 @@ pub struct SpecCounts {
     pub draft_s: f64,
 }
 
-/// The `ngram:` or `mtp:` lines of a generation of `tokens` tokens that took `decode_s`
-/// seconds of passes: acceptance and tokens per verify decode, what drafting cost against the
-/// rate, and (for `ngram`) the share of steps that drafted.
-pub fn lines(c: &SpecCounts, tokens: usize, decode_s: f64) -> Vec<String> {
-    let name = c.source.name();
-    let pct = store::cache::hit_pct(c.accepted, c.drafted);
-    let per_decode = if c.decodes > 0 {
-        tokens as f64 / c.decodes as f64
-    } else {
-        0.0
-    };
-    let rate = |s: f64| if s > 0.0 { tokens as f64 / s } else { 0.0 };
-    let per_tok = if tokens > 0 {
-        c.draft_s / tokens as f64
-    } else {
-        0.0
-    };
-    let mut v = vec![
-        format!(
-            "{name}: {}/{} drafts accepted ({pct:.1}%), {per_decode:.2} tokens per verify \
-             decode ({} decodes for {tokens} tokens)",
-            c.accepted, c.drafted, c.decodes
-        ),
-        format!(
-            "{name}: drafting costs {per_tok:.4} s/token on top of decode \u{2192} {:.2} tok/s \
-             effective (vs {:.2} reported)",
-            rate(decode_s + c.draft_s),
-            rate(decode_s)
-        ),
-    ];
-    if c.source == Source::Ngram {
-        v.push(format!(
-            "ngram: drafted on {} of {} steps ({:.1}%); the rest decoded plainly",
-            c.drafted_steps,
-            c.decodes,
-            store::cache::hit_pct(c.drafted_steps, c.decodes)
-        ));
-    }
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,54 +182,5 @@ mod tests {
         // recent one leaves one token before the corpus end
         let c = vec![4u32; 40];
         assert_eq!(ngram_draft(&c, 3, 3), &[4]);
-    }
-
-    #[test]
-    fn the_lines_read_as_the_spec_writes_them() {
-        let c = SpecCounts {
-            source: Source::Ngram,
-            drafted: 95,
-            accepted: 42,
-            decodes: 214,
-            drafted_steps: 32,
-            draft_s: 0.0,
-        };
-        let l = lines(&c, 256, 256.0 / 5.24);
-        assert_eq!(
-            l[0],
-            "ngram: 42/95 drafts accepted (44.2%), 1.20 tokens per verify decode \
-             (214 decodes for 256 tokens)"
-        );
-        assert_eq!(
-            l[1],
-            "ngram: drafting costs 0.0000 s/token on top of decode \u{2192} 5.24 tok/s \
-             effective (vs 5.24 reported)"
-        );
-        assert_eq!(
-            l[2],
-            "ngram: drafted on 32 of 214 steps (15.0%); the rest decoded plainly"
-        );
-        // the head's lines (as the reference prints them), no coverage line
-        let l = lines(
-            &SpecCounts {
-                source: Source::Mtp,
-                drafted: 63,
-                accepted: 41,
-                decodes: 57,
-                drafted_steps: 57,
-                draft_s: 1.32,
-            },
-            132,
-            132.0 / 8.0,
-        );
-        assert_eq!(
-            l,
-            [
-                "mtp: 41/63 drafts accepted (65.1%), 2.32 tokens per verify decode \
-                 (57 decodes for 132 tokens)",
-                "mtp: drafting costs 0.0100 s/token on top of decode \u{2192} 7.41 tok/s \
-                 effective (vs 8.00 reported)"
-            ]
-        );
     }
 }

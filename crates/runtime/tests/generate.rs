@@ -7,11 +7,11 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use runtime::cancel::Control;
-use runtime::generate::{Outcome, Turn};
+use runtime::events::{Outcome, Prefilled, TokenRow};
+use runtime::generate::Turn;
 use runtime::open::{Loaded, RunConfig};
-use runtime::sink::{Collect, Prefilled, Sink};
+use runtime::sink::{Collect, Sink};
 use runtime::stream::{CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode};
-use runtime::telemetry::TokenRow;
 use runtime::{Notices, Result};
 
 use common::{config, moe};
@@ -783,7 +783,7 @@ fn ngram_speculation_stops_at_a_full_context_as_decoding_does() {
     }));
     let (want, _) = generate(&base, LOOP_PROMPT, 64);
     let (got, _) = generate(&spec, LOOP_PROMPT, 64);
-    assert_eq!(want.end, runtime::generate::End::Context);
+    assert_eq!(want.end, runtime::events::End::Context);
     assert_eq!(got.end, want.end);
     assert_eq!(got.tokens, want.tokens);
 }

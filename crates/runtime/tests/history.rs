@@ -7,7 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use runtime::generate::{Outcome, Turn};
+use runtime::events::Outcome;
+use runtime::generate::Turn;
 use runtime::history::PinArg;
 use runtime::open::{Loaded, RunConfig};
 use runtime::sink::Collect;

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use runtime::cancel::Control;
 use runtime::decide::PrefixCacheMode;
+use runtime::events::Prefilled;
 use runtime::generate::{Runtime, Turn};
 use runtime::open::{Loaded, RunConfig};
 use runtime::session::{ChatRequest, DecideRequest, Session, SessionConfig};
-use runtime::sink::{Collect, Prefilled, Sink};
+use runtime::sink::{Collect, Sink};
 use runtime::{Notices, Result};
 
 use common::{config, moe};
@@ -406,7 +407,7 @@ impl Sink for StopAfter {
 
 #[test]
 fn a_sink_that_stops_ends_the_generation_there_and_says_why() {
-    use runtime::generate::End;
+    use runtime::events::End;
     let cfg = config(moe("qwen3moe-q4_k_m.gguf"));
     with_runtime(&cfg, |rt| {
         let ids = rt.tokenizer.encode("The experts", true, false);

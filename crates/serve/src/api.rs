@@ -463,8 +463,8 @@ impl StopMatcher {
 }
 
 /// Why a choice ended, in OpenAI's words.
-pub fn finish_reason(end: runtime::generate::End) -> &'static str {
-    use runtime::generate::End;
+pub fn finish_reason(end: runtime::events::End) -> &'static str {
+    use runtime::events::End;
     match end {
         End::Eog | End::Stop => "stop",
         End::Length | End::Context => "length",

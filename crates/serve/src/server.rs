@@ -16,11 +16,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use runtime::cancel::Control;
+use runtime::events::TokenRow;
 use runtime::generate::Runtime;
 use runtime::session::{Session, SessionConfig};
 use runtime::sink::Sink;
 use runtime::stream::{StreamCounters, StreamSnapshot};
-use runtime::telemetry::TokenRow;
 
 use crate::api::{self, ApiError, ChatParams, CompletionParams, Stamp, StopMatcher};
 use crate::guard;
@@ -436,7 +436,7 @@ impl Sink for JobSink<'_> {
         Ok(())
     }
 
-    fn finished(&mut self, _o: &runtime::generate::Outcome) -> runtime::Result<()> {
+    fn finished(&mut self, _o: &runtime::events::Outcome) -> runtime::Result<()> {
         let rest = self.stop.finish();
         if !rest.is_empty() {
             self.send(Out::Text {
