@@ -5,11 +5,11 @@
 //! previous token.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use telemetry::Phase;
+use telemetry::pairs::{Entry, Pairs};
+use telemetry::{Phase, route_stream, route_trace};
 
 #[derive(clap::Args, Debug)]
 pub struct PairsArgs {
@@ -43,7 +43,7 @@ type Token = BTreeMap<u32, Vec<u32>>;
 fn read_tokens(path: &Path) -> Result<Vec<(bool, Token)>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if text.starts_with("# route_trace v1") {
+    if text.starts_with(route_trace::MAGIC) {
         let t = telemetry::read_route_trace(path)?;
         let mut out: Vec<(bool, Token)> = t
             .steps(|p| p == Phase::Prefill, true)
@@ -61,35 +61,19 @@ fn read_tokens(path: &Path) -> Result<Vec<(bool, Token)>> {
     // is a decode step.
     let mut batches: Vec<BTreeMap<u64, Token>> = Vec::new();
     let mut last_layer: Option<u32> = None;
-    for (i, line) in text.lines().enumerate() {
-        let bad = |what: &str| anyhow::anyhow!("{}:{}: {what}", path.display(), i + 1);
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.is_empty() {
-            continue;
-        }
-        if f.len() < 3 {
-            return Err(bad("expected `<call> <row> <layer> <expert>:<gate> ...`"));
-        }
-        let row: u64 = f[1].parse().map_err(|_| bad("row: expected an integer"))?;
-        let layer: u32 = f[2]
-            .parse()
-            .map_err(|_| bad("layer: expected an integer"))?;
-        if last_layer.is_none_or(|l| layer < l) || batches.is_empty() {
+    for r in route_stream::parse(&text, &path.display().to_string())? {
+        if last_layer.is_none_or(|l| r.layer < l) || batches.is_empty() {
             batches.push(BTreeMap::new());
         }
-        last_layer = Some(layer);
+        last_layer = Some(r.layer);
         let mut experts = Vec::new();
-        for cell in &f[3..] {
-            let (e, _) = cell
-                .split_once(':')
-                .ok_or_else(|| bad("expected <expert>:<gate>"))?;
-            let e: u32 = e.parse().map_err(|_| bad("expert: expected an integer"))?;
+        for (e, _) in r.experts {
             if !experts.contains(&e) {
                 experts.push(e);
             }
         }
         if let Some(b) = batches.last_mut() {
-            b.entry(row).or_default().insert(layer, experts);
+            b.entry(r.row).or_default().insert(r.layer, experts);
         }
     }
     Ok(batches
@@ -164,28 +148,42 @@ pub fn run(args: PairsArgs) -> Result<()> {
     let mut table = store::Couple::new();
     let mut keys: Vec<&(u32, u32, u32)> = c.n.keys().collect();
     keys.sort_unstable();
-    let mut out = format!(
-        "{}\n# n_layer={} n_expert={n_expert} depth={} tokens={}\n",
-        store::couple::MAGIC,
-        order.last().map_or(0, |&l| l + 1),
-        args.depth,
-        train.len()
-    );
+    let mut pairs = Pairs {
+        head: Some(telemetry::pairs::Head {
+            n_layer: order.last().map_or(0, |&l| l + 1),
+            n_expert,
+            depth: args.depth,
+            tokens: train.len() as u64,
+        }),
+        entries: Vec::with_capacity(keys.len()),
+    };
     for &&(l, e, d) in &keys {
         let n = c.n[&(l, e, d)];
         let mut f: Vec<(u32, u64)> = c.next[&(l, e, d)].iter().map(|(&x, &k)| (x, k)).collect();
         f.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         f.truncate(args.top);
-        let _ = write!(out, "{l} {e} {d} {n}");
-        let mut next = Vec::new();
-        for (x, k) in f {
-            let p = k as f32 / n as f32;
-            let _ = write!(out, " {x}:{p:.4}");
-            next.push((x, (p * 1e4).round() / 1e4));
-        }
-        out.push('\n');
-        table.insert(l, e, d, next);
+        let next: Vec<(u32, f32)> = f
+            .into_iter()
+            .map(|(x, k)| (x, k as f32 / n as f32))
+            .collect();
+        // The table predicts from the probabilities as the file rounds them.
+        table.insert(
+            l,
+            e,
+            d,
+            next.iter()
+                .map(|&(x, p)| (x, (p * 1e4).round() / 1e4))
+                .collect(),
+        );
+        pairs.entries.push(Entry {
+            layer: l,
+            expert: e,
+            d,
+            count: n,
+            next,
+        });
     }
+    let out = pairs.write();
     std::fs::write(&args.out, &out).with_context(|| format!("writing {}", args.out.display()))?;
 
     // How well the table predicts, from the file's own rounded probabilities.

@@ -2,7 +2,8 @@
 //! `sluice run --io-trace` (`# io_trace v1`) and `--compute-trace` / `--compute-trace-layers`
 //! (`# compute_trace v1`) write, as BigMoeOnEdge's telemetry contract defines them (docs/telemetry.md, "Traces").
 //!
-//! The runtime reads the files (`runtime::read`) and computes the figures (`runtime::report`);
+//! The `telemetry` crate reads the traces (`telemetry::io_trace`, `telemetry::compute_trace`),
+//! the runtime the metrics CSV (`runtime::read`) and computes the figures (`runtime::report`);
 //! the commands print them as tables or as one JSON object, and can draw a chart.
 
 use std::fmt::Write as _;
@@ -10,11 +11,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use runtime::Choice;
-use runtime::read::{parse_compute_trace, parse_io_trace, parse_metrics_wall};
+use runtime::read::parse_metrics_wall;
 use runtime::report::{
     ComputeReport, IoReport, MIB, PhaseSel, SIZE_LABELS, Share, compute_report, io_report,
 };
 use serde_json::{Value, json};
+use telemetry::compute_trace::parse_compute_trace;
+use telemetry::io_trace::parse_io_trace;
 
 use crate::args::choice;
 

@@ -389,7 +389,7 @@ fn summary_pairs(t: &Table) -> Vec<(String, String)> {
         .rev()
         .find_map(|l| l.strip_prefix("summary"))
         .map(|l| {
-            telemetry::parse::key_values(l)
+            telemetry::key_values(l)
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect()

@@ -16,7 +16,7 @@ fn sluice(args: &[&str]) -> Output {
 /// The real Qwen3-30B-A3B trace the `trace` crate's tests use (see its tests/data/README.md).
 fn real_trace() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../trace/tests/data/qwen3-30b-a3b.route.csv")
+        .join("../telemetry/tests/data/qwen3-30b-a3b.route.csv")
         .display()
         .to_string()
 }

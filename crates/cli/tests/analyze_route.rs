@@ -15,7 +15,8 @@ fn sluice(args: &[&str]) -> Output {
 
 /// The real Qwen3-30B-A3B trace the `trace` crate's tests use (see its tests/data/README.md).
 fn real_trace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/qwen3-30b-a3b.route.csv")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../telemetry/tests/data/qwen3-30b-a3b.route.csv")
 }
 
 fn json_of(args: &[&str]) -> Value {

@@ -154,8 +154,8 @@ fn a_traced_run_renders_one_page() {
 #[test]
 fn a_recorded_trace_alone_renders() {
     let dir = tempfile::tempdir().unwrap();
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/qwen3-30b-a3b.route.csv");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../telemetry/tests/data/qwen3-30b-a3b.route.csv");
     let trace = dir.path().join("qwen3-30b-a3b.route.csv");
     std::fs::copy(&src, &trace).unwrap();
     let out = dir.path().join("page.html");

@@ -69,7 +69,7 @@ fn plan(args: &[&str]) -> Plan {
 }
 
 fn real_trace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/qwen3-30b-a3b.route.csv")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../telemetry/tests/data/qwen3-30b-a3b.route.csv")
 }
 
 #[test]

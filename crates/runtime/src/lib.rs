@@ -28,6 +28,7 @@ pub mod sink;
 pub mod spec;
 pub mod stream;
 pub mod telemetry;
+pub mod traces;
 
 pub use error::{Context, Error, Result};
 pub use notice::{Level, Notice, Notices};

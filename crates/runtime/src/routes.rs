@@ -1,29 +1,26 @@
 //! Routing diagnostics of `sluice run`: `--route-trace` (the `route_trace v1` file of
-//! docs/telemetry.md, written from the engine's routing tap) and `--route-replay` (decode
-//! steps routed as a recorded trace routes them).
+//! docs/telemetry.md) and `--route-trace-stream` (colibri's `ROUTE_TRACE` stream), written from
+//! the engine's routing tap, the live [`RouteHeat`], and `--route-replay` (decode steps routed
+//! as a recorded trace routes them). The formats' text is the `telemetry` crate's
+//! (`telemetry::route_trace`, `telemetry::route_stream`); this module turns the engine's
+//! routings into their records.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::error::{Context, Error, Result, fail};
+use crate::error::{Error, Result, fail};
+use crate::traces::TraceFile;
 use engine::{RouteReplay, RouteTap, Routed};
 use gguf::GgufFile;
-
-/// Per MoE layer: bytes of one expert (all its projections) and of the layer's other weights.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LayerBytes {
-    pub expert_bytes: u64,
-    pub dense_bytes: u64,
-}
+use telemetry::route_trace::{self, RouteRecord};
+use telemetry::{LayerInfo, Phase, route_stream};
 
 /// The expert and dense bytes of every MoE layer, from the tensor table: a `blk.N.*_exps.*`
 /// tensor holds `n_expert` experts back to back; everything else in `blk.N.` (attention,
 /// norms, router, shared experts) is dense.
-pub fn layer_bytes(file: &GgufFile, n_expert: u64) -> BTreeMap<u32, LayerBytes> {
+pub fn layer_bytes(file: &GgufFile, n_expert: u64) -> BTreeMap<u32, LayerInfo> {
     let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for t in file.tensors() {
         let Some(rest) = t.name.strip_prefix("blk.") else {
@@ -46,7 +43,7 @@ pub fn layer_bytes(file: &GgufFile, n_expert: u64) -> BTreeMap<u32, LayerBytes> 
         .map(|(l, (x, d))| {
             (
                 l,
-                LayerBytes {
+                LayerInfo {
                     expert_bytes: x,
                     dense_bytes: d,
                 },
@@ -62,39 +59,13 @@ pub struct TraceHeader<'h> {
     pub n_layer: u32,
     pub n_expert: u32,
     pub n_expert_used: u32,
-    pub layers: &'h BTreeMap<u32, LayerBytes>,
-}
-
-struct Sink {
-    w: BufWriter<File>,
-    error: Option<std::io::Error>,
-}
-
-impl Sink {
-    /// Writes `text`, keeping the first error for [`finish`](Self::finish).
-    fn write(&mut self, text: &str) {
-        if self.error.is_none()
-            && let Err(e) = self.w.write_all(text.as_bytes())
-        {
-            self.error = Some(e);
-        }
-    }
-
-    /// Flushes; reports the first write error, naming `path`.
-    fn finish(&mut self, path: &Path) -> Result<()> {
-        if let Some(e) = self.error.take() {
-            return Err(e).with_context(|| format!("writing {}", path.display()));
-        }
-        self.w
-            .flush()
-            .with_context(|| format!("writing {}", path.display()))
-    }
+    pub layers: &'h BTreeMap<u32, LayerInfo>,
 }
 
 /// A `route_trace v1` file being written.
 pub struct RouteTraceFile {
     path: PathBuf,
-    sink: Arc<Mutex<Sink>>,
+    sink: Arc<Mutex<TraceFile>>,
     decode: Arc<AtomicBool>,
     turn: Arc<AtomicU32>,
 }
@@ -102,29 +73,19 @@ pub struct RouteTraceFile {
 impl RouteTraceFile {
     /// Create the file and write its preamble and column line.
     pub fn create(path: &Path, h: &TraceHeader<'_>) -> Result<RouteTraceFile> {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        let mut w = BufWriter::new(file);
-        let mut head = format!(
-            "# route_trace v1\n# model={} arch={} n_layer={} n_expert={} n_expert_used={}\n",
-            h.model.display(),
-            h.arch,
-            h.n_layer,
-            h.n_expert,
-            h.n_expert_used
-        );
-        for (l, b) in h.layers {
-            head += &format!(
-                "# layer={l} expert_bytes={} dense_bytes={}\n",
-                b.expert_bytes, b.dense_bytes
-            );
+        let mut head = String::new();
+        route_trace::Head {
+            model: h.model.display().to_string(),
+            arch: h.arch.to_owned(),
+            n_layer: h.n_layer,
+            n_expert: h.n_expert,
+            n_expert_used: h.n_expert_used,
+            layers: h.layers.clone(),
         }
-        head += "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped\n";
-        w.write_all(head.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        .write(&mut head);
         Ok(RouteTraceFile {
             path: path.to_owned(),
-            sink: Arc::new(Mutex::new(Sink { w, error: None })),
+            sink: Arc::new(Mutex::new(TraceFile::create(path, &head)?)),
             decode: Arc::new(AtomicBool::new(false)),
             turn: Arc::new(AtomicU32::new(0)),
         })
@@ -151,7 +112,11 @@ impl RouteTraceFile {
         let decode = Arc::clone(&self.decode);
         let turn = Arc::clone(&self.turn);
         Box::new(move |r: &Routed<'_>| {
-            let phase = u8::from(decode.load(Ordering::Relaxed));
+            let phase = if decode.load(Ordering::Relaxed) {
+                Phase::Decode
+            } else {
+                Phase::Prefill
+            };
             let turn = turn.load(Ordering::Relaxed);
             let batch = view
                 .as_ref()
@@ -182,12 +147,19 @@ impl RouteTraceFile {
                             }
                         }
                     };
-                    rows += &format!(
-                        "{turn},{phase},{},{},{slot},{id},{w:.6},{residency},{bytes},{}\n",
-                        r.first_pos + j,
-                        r.layer,
-                        u8::from(dropped)
-                    );
+                    RouteRecord {
+                        turn,
+                        phase,
+                        step: (r.first_pos + j) as i64,
+                        layer: r.layer as u32,
+                        slot: slot as u32,
+                        expert: id as u32,
+                        weight: *w,
+                        residency,
+                        expert_bytes: bytes,
+                        dropped,
+                    }
+                    .write(&mut rows);
                 }
             }
             drop(batch);
@@ -202,14 +174,13 @@ impl RouteTraceFile {
         self.sink
             .lock()
             .map_err(|_| Error::failed(format!("{}: a writer panicked", self.path.display())))?
-            .finish(&self.path)
+            .finish()
     }
 }
 
-/// colibri's `ROUTE_TRACE` stream (docs/history.md): one line per MoE layer
-/// call and batch row, `<call> <row> <layer>` then ` <expert>:<gate>` per routed expert, the
-/// gate as applied with 4 decimals. `call` counts the layer calls from 0; `row` is the row's
-/// place in the forward batch (a prefill's last layer routes only the last row, which keeps its
+/// colibri's `ROUTE_TRACE` stream (docs/history.md, `telemetry::route_stream`): one line per
+/// MoE layer call and batch row. `call` counts the layer calls from 0; `row` is the row's place
+/// in the forward batch (a prefill's last layer routes only the last row, which keeps its
 /// place).
 pub struct RouteStream {
     path: PathBuf,
@@ -217,7 +188,7 @@ pub struct RouteStream {
 }
 
 struct StreamSink {
-    out: Sink,
+    out: TraceFile,
     call: u64,
     /// Context position of the forward batch's first row, and the first MoE layer (where a
     /// batch starts).
@@ -228,11 +199,10 @@ struct StreamSink {
 impl RouteStream {
     /// Opens `path` for writing (the model's first MoE layer is `first_layer`).
     pub fn create(path: &Path, first_layer: usize) -> std::io::Result<RouteStream> {
-        let w = BufWriter::new(File::create(path)?);
         Ok(RouteStream {
             path: path.to_owned(),
             sink: Arc::new(Mutex::new(StreamSink {
-                out: Sink { w, error: None },
+                out: TraceFile::open(path)?,
                 call: 0,
                 batch_start: 0,
                 first_layer,
@@ -251,11 +221,13 @@ impl RouteStream {
             let mut text = String::new();
             for (j, (ids, gates)) in r.ids.chunks(r.k).zip(r.weights.chunks(r.k)).enumerate() {
                 let row = (r.first_pos + j).saturating_sub(s.batch_start);
-                text += &format!("{} {row} {}", s.call, r.layer);
-                for (id, g) in ids.iter().zip(gates) {
-                    text += &format!(" {id}:{g:.4}");
-                }
-                text.push('\n');
+                route_stream::write_row(
+                    &mut text,
+                    s.call,
+                    row as u64,
+                    r.layer as u32,
+                    ids.iter().zip(gates).map(|(&id, &g)| (id as u32, g)),
+                );
             }
             s.call += 1;
             s.out.write(&text);
@@ -268,7 +240,7 @@ impl RouteStream {
             .lock()
             .map_err(|_| Error::failed(format!("{}: a writer panicked", self.path.display())))?
             .out
-            .finish(&self.path)
+            .finish()
     }
 }
 
@@ -441,14 +413,14 @@ mod tests {
         let layers = BTreeMap::from([
             (
                 0,
-                LayerBytes {
+                LayerInfo {
                     expert_bytes: 4096,
                     dense_bytes: 100,
                 },
             ),
             (
                 1,
-                LayerBytes {
+                LayerInfo {
                     expert_bytes: 8192,
                     dense_bytes: 200,
                 },

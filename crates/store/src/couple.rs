@@ -10,19 +10,13 @@
 //! pairs` builds it from routing traces; the expert store reads the predicted experts of the
 //! next layers while the current one computes.
 //!
-//! The file (text, one entry per line, `#` lines are comments):
-//!
-//! ```text
-//! # sluice pairs v1
-//! # n_layer=48 n_expert=128 depth=2 tokens=156
-//! <layer> <expert> <d> <count> <next>:<p> <next>:<p> ...
-//! ```
-//!
-//! `count` is how many tokens routed `expert` in `layer` (with a layer `d` MoE layers on), and
-//! each `<next>:<p>` the share of them that routed `next` there, most likely first.
+//! The file is `sluice pairs v1`, whose records, writer and parser are `telemetry::pairs`; a
+//! [`Couple`] is built from its entries.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+use telemetry::pairs::Pairs;
 
 /// What is wrong with a pairs file; names the file and line.
 #[derive(Debug, thiserror::Error)]
@@ -39,9 +33,6 @@ pub enum CoupleError {
         msg: String,
     },
 }
-
-/// The first line of a pairs file.
-pub const MAGIC: &str = "# sluice pairs v1";
 
 /// A co-activation table; see the [module docs](self).
 #[derive(Debug, Clone, Default)]
@@ -86,48 +77,17 @@ impl Couple {
 
     /// Parses a pairs file's text; errors carry the 1-based line.
     pub fn parse(text: &str) -> Result<Couple, (usize, String)> {
-        let mut lines = text.lines().enumerate();
-        match lines.next() {
-            Some((_, l)) if l.trim_end() == MAGIC => {}
-            _ => return Err((1, format!("expected `{MAGIC}`"))),
-        }
+        let pairs = Pairs::parse(text).map_err(|e| (e.line, e.msg))?;
+        Ok(Couple::from_pairs(pairs))
+    }
+
+    /// The table of a parsed pairs file's entries.
+    pub fn from_pairs(pairs: Pairs) -> Couple {
         let mut c = Couple::new();
-        for (i, line) in lines {
-            let n = i + 1;
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut f = line.split_whitespace();
-            let mut int = |what: &str| -> Result<u32, (usize, String)> {
-                let t = f.next().ok_or_else(|| (n, format!("missing {what}")))?;
-                t.parse()
-                    .map_err(|_| (n, format!("{what}: expected an integer, found `{t}`")))
-            };
-            let (layer, expert, d) = (int("layer")?, int("expert")?, int("d")?);
-            let _count = int("count")?;
-            if d == 0 {
-                return Err((n, "d: expected 1 or more".into()));
-            }
-            let mut next = Vec::new();
-            for cell in f {
-                let bad = || {
-                    (
-                        n,
-                        format!("expected <expert>:<probability>, found `{cell}`"),
-                    )
-                };
-                let (e, p) = cell.split_once(':').ok_or_else(bad)?;
-                let e: u32 = e.parse().map_err(|_| bad())?;
-                let p: f32 = p.parse().map_err(|_| bad())?;
-                if !(0.0..=1.0).contains(&p) {
-                    return Err(bad());
-                }
-                next.push((e, p));
-            }
-            c.insert(layer, expert, d, next);
+        for e in pairs.entries {
+            c.insert(e.layer, e.expert, e.d, e.next);
         }
-        Ok(c)
+        c
     }
 
     /// The experts of the MoE layer `d` on from `layer` most likely routed by a token that

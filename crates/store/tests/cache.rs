@@ -127,8 +127,8 @@ fn cache_hit_pct(trace: &telemetry::RouteTrace, budget: u64) -> (f64, u64) {
 
 #[test]
 fn the_cache_hits_exactly_what_the_offline_replay_predicts() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/qwen3-30b-a3b.route.csv");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../telemetry/tests/data/qwen3-30b-a3b.route.csv");
     let t = telemetry::read_route_trace(&path).unwrap();
     let w = telemetry::Workload::new(&t);
     for mib in [1000u64, 2000, 4000] {

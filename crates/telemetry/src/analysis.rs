@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::parse::{Phase, RouteTrace};
+use crate::{Phase, RouteTrace};
 
 /// One token's routing: per MoE layer, the experts it routed in slot order (each once).
 pub type Step = BTreeMap<u32, Vec<u32>>;

@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::parse::{Phase, RouteTrace};
+use crate::{Phase, RouteTrace};
 
 /// One layer batch: the distinct experts a layer routed in one forward call.
 #[derive(Clone, Debug, PartialEq, Eq)]

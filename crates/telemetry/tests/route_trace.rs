@@ -1,4 +1,4 @@
-//! Parser tests on small hand-written traces.
+//! `route_trace v1` parser tests on small hand-written traces.
 
 use telemetry::{Phase, RouteTrace, TraceError};
 

@@ -1,4 +1,5 @@
-//! The `route_trace v1` format.
+//! The `route_trace v1` format: a row per routed expert, written by `sluice run --route-trace`
+//! (through [`Head::write`] and [`RouteRecord::write`]) and read back by [`RouteTrace::parse`].
 //!
 //! ```text
 //! # route_trace v1
@@ -14,42 +15,21 @@
 //! lack `dropped`), and columns this reader does not know are skipped, since writers only ever
 //! append columns within `v1`. Preamble keys this reader does not know are skipped too, and so
 //! are `#` lines it does not recognise. Blank lines are ignored.
+//!
+//! The writer writes every column, the weight with 6 decimals; a trace it writes parses back
+//! into the records it was given (weights as their 6-decimal text reads).
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::TraceError;
+use crate::{Phase, TraceError};
 
 /// The first line of every trace.
 pub const MAGIC: &str = "# route_trace v1";
 
-/// Which forward pass routed a row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Phase {
-    /// `phase=0`: the prompt, many tokens in one batched pass.
-    Prefill,
-    /// `phase=1`: one generated token per step.
-    Decode,
-}
-
-impl Phase {
-    /// The `phase` column of every trace format (0 prefill, 1 decode).
-    pub fn code(self) -> u8 {
-        match self {
-            Phase::Prefill => 0,
-            Phase::Decode => 1,
-        }
-    }
-
-    /// The phase of a `phase` column value, if it is one (0 or 1).
-    pub fn from_code(code: u8) -> Option<Phase> {
-        match code {
-            0 => Some(Phase::Prefill),
-            1 => Some(Phase::Decode),
-            _ => None,
-        }
-    }
-}
+/// The column line the writer writes.
+pub const COLUMNS: &str = "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped";
 
 /// Static facts about one MoE layer, from its `# layer=` preamble line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +78,100 @@ pub struct RouteTrace {
     pub layers: BTreeMap<u32, LayerInfo>,
     /// The data rows in file order.
     pub rows: Vec<RouteRow>,
+}
+
+/// What a trace's preamble states: the model and the bytes of each MoE layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Head {
+    /// Model path as recorded (may contain spaces).
+    pub model: String,
+    pub arch: String,
+    pub n_layer: u32,
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    /// Per-layer facts, keyed by layer index (one `# layer=` line each, in layer order).
+    pub layers: BTreeMap<u32, LayerInfo>,
+}
+
+impl Head {
+    /// Appends the first line, the preamble and the column line to `out`.
+    pub fn write(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{MAGIC}\n# model={} arch={} n_layer={} n_expert={} n_expert_used={}",
+            self.model, self.arch, self.n_layer, self.n_expert, self.n_expert_used
+        );
+        for (l, b) in &self.layers {
+            let _ = writeln!(
+                out,
+                "# layer={l} expert_bytes={} dense_bytes={}",
+                b.expert_bytes, b.dense_bytes
+            );
+        }
+        out.push_str(COLUMNS);
+        out.push('\n');
+    }
+}
+
+/// One routed expert as the writer writes it: every column known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RouteRecord {
+    /// Session turn (0 for a one-shot run).
+    pub turn: u32,
+    pub phase: Phase,
+    /// Absolute context position of the routed token.
+    pub step: i64,
+    pub layer: u32,
+    /// The router's rank of this expert, 0 = top choice.
+    pub slot: u32,
+    /// The routed expert id.
+    pub expert: u32,
+    /// The applied routing weight (written with 6 decimals; NaN for unknown).
+    pub weight: f32,
+    /// What the cache did: 0 = miss, 1 = hit, 2 = hit on a prefetch.
+    pub residency: u8,
+    /// Flash bytes this routing read (0 unless it was a miss).
+    pub expert_bytes: u64,
+    /// Whether the run dropped this routing (never read it).
+    pub dropped: bool,
+}
+
+impl RouteRecord {
+    /// Appends the record's data row (with its newline) to `out`.
+    pub fn write(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{:.6},{},{},{}",
+            self.turn,
+            self.phase.code(),
+            self.step,
+            self.layer,
+            self.slot,
+            self.expert,
+            self.weight,
+            self.residency,
+            self.expert_bytes,
+            u8::from(self.dropped)
+        );
+    }
+}
+
+impl RouteRow {
+    /// The row as a [`RouteRecord`], when the file had every column (an unknown weight is NaN).
+    pub fn record(&self) -> Option<RouteRecord> {
+        Some(RouteRecord {
+            turn: self.turn,
+            phase: self.phase,
+            step: self.step,
+            layer: self.layer,
+            slot: self.slot,
+            expert: self.expert,
+            weight: self.weight.unwrap_or(f32::NAN),
+            residency: self.residency?,
+            expert_bytes: self.expert_bytes?,
+            dropped: self.dropped?,
+        })
+    }
 }
 
 /// Reads and parses a trace file; errors name the file.
@@ -355,7 +429,7 @@ impl RouteTrace {
                 return Err(at.err(format!(
                     "duplicate row: turn={} phase={} step={} layer={} slot={} already on line {first}",
                     row.turn,
-                    row.phase as u8,
+                    row.phase.code(),
                     row.step,
                     row.layer,
                     row.slot
@@ -387,6 +461,18 @@ impl RouteTrace {
             layers,
             rows,
         })
+    }
+
+    /// The trace's preamble.
+    pub fn head(&self) -> Head {
+        Head {
+            model: self.model.clone(),
+            arch: self.arch.clone(),
+            n_layer: self.n_layer,
+            n_expert: self.n_expert,
+            n_expert_used: self.n_expert_used,
+            layers: self.layers.clone(),
+        }
     }
 
     /// Bytes one expert of `layer` occupies in the cache (0 for a layer the preamble omits,
@@ -580,4 +666,159 @@ fn parse_row(
         expert_bytes,
         dropped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    fn head() -> impl Strategy<Value = Head> {
+        (1u32..40, 1u32..300).prop_flat_map(|(n_layer, n_expert)| {
+            (
+                "[a-zA-Z0-9/._-]{1,12}( [a-zA-Z0-9/._-]{1,8}){0,2}",
+                "[a-z0-9]{1,8}",
+                1..=n_expert,
+                proptest::collection::btree_map(0..n_layer, (any::<u64>(), any::<u64>()), 1..6),
+            )
+                .prop_map(move |(model, arch, n_expert_used, layers)| Head {
+                    model,
+                    arch,
+                    n_layer,
+                    n_expert,
+                    n_expert_used,
+                    layers: layers
+                        .into_iter()
+                        .map(|(l, (expert_bytes, dense_bytes))| {
+                            (
+                                l,
+                                LayerInfo {
+                                    expert_bytes,
+                                    dense_bytes,
+                                },
+                            )
+                        })
+                        .collect(),
+                })
+        })
+    }
+
+    /// A preamble and rows that follow it, no two rows in one (turn, phase, step, layer, slot)
+    /// cell, weights that 6 decimals hold exactly.
+    fn trace() -> impl Strategy<Value = (Head, Vec<RouteRecord>)> {
+        head()
+            .prop_flat_map(|h| {
+                let layers: Vec<u32> = h.layers.keys().copied().collect();
+                let record = (
+                    (any::<u32>(), any::<bool>(), any::<i64>()),
+                    proptest::sample::select(layers),
+                    0..h.n_expert_used,
+                    0..h.n_expert,
+                    0u32..=1_000_000,
+                    0u8..3,
+                    any::<u64>(),
+                    any::<bool>(),
+                )
+                    .prop_map(
+                        |(
+                            (turn, decode, step),
+                            layer,
+                            slot,
+                            expert,
+                            w,
+                            residency,
+                            bytes,
+                            dropped,
+                        )| {
+                            RouteRecord {
+                                turn,
+                                phase: if decode {
+                                    Phase::Decode
+                                } else {
+                                    Phase::Prefill
+                                },
+                                step,
+                                layer,
+                                slot,
+                                expert,
+                                weight: w as f32 / 1e6,
+                                residency,
+                                expert_bytes: bytes,
+                                dropped,
+                            }
+                        },
+                    );
+                (Just(h), proptest::collection::vec(record, 0..40))
+            })
+            .prop_map(|(h, mut rows)| {
+                let mut seen = HashSet::new();
+                rows.retain(|r| seen.insert((r.turn, r.phase, r.step, r.layer, r.slot)));
+                (h, rows)
+            })
+    }
+
+    fn write(h: &Head, rows: &[RouteRecord]) -> String {
+        let mut text = String::new();
+        h.write(&mut text);
+        for r in rows {
+            r.write(&mut text);
+        }
+        text
+    }
+
+    proptest! {
+        #[test]
+        fn written_records_parse_back_equal((h, rows) in trace()) {
+            let text = write(&h, &rows);
+            let t = RouteTrace::parse(&text, "t.csv").expect("the writer's text parses");
+            prop_assert_eq!(t.head(), h);
+            let back: Vec<Option<RouteRecord>> = t.rows.iter().map(RouteRow::record).collect();
+            let want: Vec<Option<RouteRecord>> = rows.into_iter().map(Some).collect();
+            prop_assert_eq!(back, want);
+        }
+
+        #[test]
+        fn parsed_text_writes_back_identical((h, rows) in trace()) {
+            let text = write(&h, &rows);
+            let t = RouteTrace::parse(&text, "t.csv").expect("parses");
+            let records: Vec<RouteRecord> = t.rows.iter().filter_map(RouteRow::record).collect();
+            prop_assert_eq!(write(&t.head(), &records), text);
+        }
+    }
+
+    #[test]
+    fn an_unknown_weight_is_written_as_nan_and_read_as_none() {
+        let h = Head {
+            model: "m".into(),
+            arch: "a".into(),
+            n_layer: 1,
+            n_expert: 2,
+            n_expert_used: 1,
+            layers: BTreeMap::from([(
+                0,
+                LayerInfo {
+                    expert_bytes: 1,
+                    dense_bytes: 2,
+                },
+            )]),
+        };
+        let r = RouteRecord {
+            turn: 0,
+            phase: Phase::Decode,
+            step: 3,
+            layer: 0,
+            slot: 0,
+            expert: 1,
+            weight: f32::NAN,
+            residency: 1,
+            expert_bytes: 0,
+            dropped: false,
+        };
+        let text = write(&h, &[r]);
+        assert!(text.ends_with("\n0,1,3,0,0,1,NaN,1,0,0\n"), "{text}");
+        let t = RouteTrace::parse(&text, "t.csv").expect("parses");
+        assert_eq!(t.rows[0].weight, None);
+        assert!(t.rows[0].record().is_some_and(|r| r.weight.is_nan()));
+    }
 }
