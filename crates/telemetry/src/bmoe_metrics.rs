@@ -593,7 +593,10 @@ pub struct Metrics {
 /// [`MAGIC`]; the column line is the first line that is not a `#` line; other `#` lines, blank
 /// lines and a repeated column line are skipped. Rows are read by column name.
 pub fn read(text: &str) -> Result<Metrics, MetricsError> {
-    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')));
     match lines.next() {
         Some((_, l)) if l.trim_end() == MAGIC => {}
         Some((_, l)) => {
@@ -839,7 +842,9 @@ mod tests {
         let header = format!("extra,{CSV_COLUMNS}");
         let text = format!("{MAGIC}\n# x=1\n{header}\n9,{row}\n# summary tokens=1\n");
         let m = read(&text).unwrap();
-        assert_eq!(m.rows, [row]);
+        assert_eq!(m.rows, std::slice::from_ref(&row));
+        // A file with CRLF line ends reads the same.
+        assert_eq!(read(&text.replace('\n', "\r\n")), Ok(m.clone()));
         assert_eq!(m.summaries, [vec![("tokens".into(), "1".into())]]);
         let err = read(&format!("{MAGIC}\n{CSV_COLUMNS}\n1,2\n")).unwrap_err();
         assert_eq!(
