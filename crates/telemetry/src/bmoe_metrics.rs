@@ -170,7 +170,7 @@ impl Columns {
             *slot = names
                 .iter()
                 .position(|n| *n == want)
-                .ok_or_else(|| format!("the column line has no `{want}`"))?;
+                .ok_or_else(|| format!("the column line has no `{want}` column"))?;
         }
         Ok(Columns {
             idx,
@@ -201,7 +201,7 @@ impl MetricsRow {
         let v: Vec<&str> = line.split(',').map(str::trim).collect();
         if v.len() != cols.width {
             return Err(format!(
-                "{} fields where the column line has {}",
+                "{} fields, but the column line has {}",
                 v.len(),
                 cols.width
             ));
@@ -210,16 +210,12 @@ impl MetricsRow {
         let num = |i: usize| -> Result<f64, String> {
             field(i)
                 .parse::<f64>()
-                .map_err(|_| format!("`{}`: expected a number, found `{}`", KEPT[i], field(i)))
+                .map_err(|_| format!("column `{}`: `{}` is not a valid value", KEPT[i], field(i)))
         };
         let int = |i: usize| -> Result<u64, String> {
-            field(i).parse::<u64>().map_err(|_| {
-                format!(
-                    "`{}`: expected a whole number, found `{}`",
-                    KEPT[i],
-                    field(i)
-                )
-            })
+            field(i)
+                .parse::<u64>()
+                .map_err(|_| format!("column `{}`: `{}` is not a valid value", KEPT[i], field(i)))
         };
         Ok(MetricsRow {
             step: int(0)?,
@@ -599,13 +595,16 @@ pub fn read(text: &str) -> Result<Metrics, MetricsError> {
         .map(|(i, l)| (i + 1, l.trim_end_matches('\r')));
     match lines.next() {
         Some((_, l)) if l.trim_end() == MAGIC => {}
-        Some((_, l)) => {
-            return Err(at(
-                1,
-                format!("expected `{MAGIC}`, found `{l}` (only bmoe_metrics v2 is read)"),
-            ));
+        Some((_, l)) if l.starts_with("# bmoe_metrics ") => {
+            return Err(at(1, format!("`{l}`: only bmoe_metrics v2 is understood")));
         }
-        None => return Err(at(1, format!("empty, expected `{MAGIC}`"))),
+        Some((_, l)) => return Err(at(1, format!("expected `{MAGIC}`, found `{l}`"))),
+        None => {
+            return Err(MetricsError {
+                line: None,
+                msg: format!("empty file, expected `{MAGIC}`"),
+            });
+        }
     }
     let mut m = Metrics::default();
     let mut header: Option<(&str, Columns)> = None;
@@ -631,7 +630,7 @@ pub fn read(text: &str) -> Result<Metrics, MetricsError> {
     if header.is_none() {
         return Err(MetricsError {
             line: None,
-            msg: "no column line".into(),
+            msg: "no column line after the `#` lines".into(),
         });
     }
     Ok(m)
@@ -849,21 +848,45 @@ mod tests {
         let err = read(&format!("{MAGIC}\n{CSV_COLUMNS}\n1,2\n")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "line 3: 2 fields where the column line has 29"
+            "line 3: 2 fields, but the column line has 29"
         );
         let err = read(&format!("{MAGIC}\nstep,steps\n")).unwrap_err();
-        assert_eq!(err.to_string(), "line 2: the column line has no `wall_ms`");
-        let err = read("# io_trace v1\n").unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("line 1: expected `# bmoe_metrics v2`")
-        );
-        let bad = CSV_COLUMNS.replacen("step", "x", 0);
-        let err = read(&format!("{MAGIC}\n{bad}\n1,1,zz{}\n", ",0".repeat(26))).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "line 3: `wall_ms`: expected a number, found `zz`"
+            "line 2: the column line has no `wall_ms` column"
         );
-        assert_eq!(read(MAGIC).unwrap_err().msg, "no column line");
+        let err = read("# io_trace v1\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 1: expected `# bmoe_metrics v2`, found `# io_trace v1`"
+        );
+        let err = read("# bmoe_metrics v3\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 1: `# bmoe_metrics v3`: only bmoe_metrics v2 is understood"
+        );
+        assert_eq!(read("").unwrap_err().line, None);
+        let err = read(&format!(
+            "{MAGIC}\n{CSV_COLUMNS}\n1,1,zz{}\n",
+            ",0".repeat(26)
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 3: column `wall_ms`: `zz` is not a valid value"
+        );
+        let err = read(&format!(
+            "{MAGIC}\n{CSV_COLUMNS}\n1,-1{}\n",
+            ",0".repeat(27)
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 3: column `steps`: `-1` is not a valid value"
+        );
+        assert_eq!(
+            read(MAGIC).unwrap_err().msg,
+            "no column line after the `#` lines"
+        );
     }
 }
