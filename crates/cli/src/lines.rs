@@ -5,14 +5,14 @@
 //! `--predict-log` lines) and the per-token and per-generation `BMOE_*` lines of `--progress`
 //! and `--session` (`BMOE_LOAD`, `BMOE_PROGRESS`, `BMOE_DONE`).
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use runtime::events::{Summary, TokenRow, compute_residual};
 use runtime::predict::{AheadFigures, MAX_SCORED};
 use runtime::spec::{Source, SpecCounts};
 use runtime::stream::StreamSnapshot;
-use runtime::telemetry::{JsonObject, Usage, json_str};
+use runtime::telemetry::Usage;
+use telemetry::bmoe_session::{self, Line};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -184,11 +184,11 @@ pub fn cache_aware_lines(
 /// `BMOE_LOAD {...}` of a token `row`, when experts were read for it.
 pub fn load_line(row: &TokenRow) -> Option<String> {
     (row.read_bytes > 0).then(|| {
-        format!(
-            "BMOE_LOAD {{\"mb\":{:.3},\"ms\":{:.3}}}",
-            row.read_bytes as f64 / MIB,
-            row.io_ms
-        )
+        Line::Load(bmoe_session::Load {
+            mb: row.read_bytes as f64 / MIB,
+            ms: row.io_ms,
+        })
+        .to_string()
     })
 }
 
@@ -199,33 +199,24 @@ pub fn progress_line(
     delta_reasoning: &str,
     delta_text: &str,
 ) -> String {
-    let mut s = format!(
-        "BMOE_PROGRESS {{\"step\":{},\"steps\":{},\"wall_ms\":{:.3},\"io_ms\":{:.3},\
-         \"compute_ms\":{:.3},\"mgmt_ms\":{:.3},\"stall_ms\":{:.3},\"read_mb\":{:.3},\
-         \"cache_hit_pct\":{:.2},\"majflt\":{},\"cpu_ms\":{:.3},\"dense_resident_frac\":{:.4},",
-        row.step,
-        row.steps,
-        row.wall_ms,
-        row.io_ms,
-        row.compute_ms,
-        row.mgmt_ms,
-        row.stall_ms,
-        row.read_bytes as f64 / MIB,
-        row.cache_hit_pct,
-        row.majflt,
-        row.cpu_ms,
-        row.dense_resident_frac,
-    );
-    if reset {
-        s.push_str("\"reset\":1,");
-    }
-    let _ = write!(
-        s,
-        "\"delta_reasoning\":{},\"delta_text\":{}}}",
-        json_str(delta_reasoning),
-        json_str(delta_text)
-    );
-    s
+    Line::Progress(bmoe_session::Progress {
+        step: row.step as u64,
+        steps: row.steps as u64,
+        wall_ms: row.wall_ms,
+        io_ms: row.io_ms,
+        compute_ms: row.compute_ms,
+        mgmt_ms: row.mgmt_ms,
+        stall_ms: row.stall_ms,
+        read_mb: row.read_bytes as f64 / MIB,
+        cache_hit_pct: row.cache_hit_pct,
+        majflt: row.majflt,
+        cpu_ms: row.cpu_ms,
+        dense_resident_frac: row.dense_resident_frac,
+        reset,
+        delta_reasoning: delta_reasoning.to_owned(),
+        delta_text: delta_text.to_owned(),
+    })
+    .to_string()
 }
 
 /// The session's `BMOE_DONE {...}` line of generation `id` with its `summary` (the spec's
@@ -252,45 +243,46 @@ pub fn done_line(
     let compute = d.compute_s(summary.decode_s, summary.overlap);
     let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
     let sp = summary.spec_counts();
-    let mut o = JsonObject::default();
-    o.int("id", id)
-        .bool("cancelled", cancelled)
-        .int("tokens", summary.tokens as i64)
-        .float("tok_s", rate(summary.tokens, summary.decode_s), 3)
-        .float("prefill_s", summary.prefill_s, 3)
-        .float("prefill_tps", rate(summary.n_prompt, summary.prefill_s), 3)
-        .float("load_s", summary.load_s, 3)
-        .float("cache_hit_pct", summary.cache_hit_pct, 2)
-        .int("n_prompt", summary.n_prompt as i64)
-        .int("n_past", n_past as i64)
-        .float("compute_s_tok", per(compute), 4)
-        .float("io_s_tok", per(s(d.io_ns)), 4)
-        .float("cache_resident_mib", d.resident_bytes as f64 / MIB, 1)
-        .float("cache_budget_mib", summary.cache_budget_mib, 1)
-        .float("read_mib", d.read_bytes as f64 / MIB, 3)
-        .float("stall_s_tok", per(s(d.stall_ns)), 4)
-        .float("mgmt_s_tok", per(s(d.mgmt_ns)), 4)
-        .float("majflt_tok", per(summary.usage.majflt as f64), 3)
-        .float("cpu_s_tok", per(s(summary.usage.cpu_ns)), 4)
-        .float("prefill_cpu_s", s(summary.prefill_usage.cpu_ns), 3)
-        .float("prefill_read_mib", p.read_bytes as f64 / MIB, 3)
-        .float("prefill_io_s", s(p.io_ns), 3)
-        .float("prefill_stall_s", s(p.stall_ns), 3)
-        .float("prefill_mgmt_s", s(p.mgmt_ns), 3)
-        .int("prefill_dev_tokens", 0)
-        .int("prefill_dev_nodes", 0)
-        .float("prefill_dev_read_mib", 0.0, 1)
-        .float("prefill_dev_stall_s", 0.0, 1)
-        .float("token_demand_mib", per(d.demand_bytes as f64 / MIB), 3)
-        .int("mtp_drafted", sp.drafted as i64)
-        .int("mtp_accepted", sp.accepted as i64)
-        .int("mtp_decodes", sp.decodes as i64)
-        .float("mtp_draft_s_tok", per(sp.draft_s), 4)
-        .int("drafted_steps", sp.drafted_steps as i64)
-        .float("loop_overhead_s_tok", per(summary.loop_overhead_s), 4)
-        .str("reasoning", reasoning)
-        .str("text", text);
-    format!("BMOE_DONE {}", o.finish())
+    Line::Done(bmoe_session::Done {
+        id,
+        cancelled,
+        tokens: summary.tokens as u64,
+        tok_s: rate(summary.tokens, summary.decode_s),
+        prefill_s: summary.prefill_s,
+        prefill_tps: rate(summary.n_prompt, summary.prefill_s),
+        load_s: summary.load_s,
+        cache_hit_pct: summary.cache_hit_pct,
+        n_prompt: summary.n_prompt as u64,
+        n_past: n_past as u64,
+        compute_s_tok: per(compute),
+        io_s_tok: per(s(d.io_ns)),
+        cache_resident_mib: d.resident_bytes as f64 / MIB,
+        cache_budget_mib: summary.cache_budget_mib,
+        read_mib: d.read_bytes as f64 / MIB,
+        stall_s_tok: per(s(d.stall_ns)),
+        mgmt_s_tok: per(s(d.mgmt_ns)),
+        majflt_tok: per(summary.usage.majflt as f64),
+        cpu_s_tok: per(s(summary.usage.cpu_ns)),
+        prefill_cpu_s: s(summary.prefill_usage.cpu_ns),
+        prefill_read_mib: p.read_bytes as f64 / MIB,
+        prefill_io_s: s(p.io_ns),
+        prefill_stall_s: s(p.stall_ns),
+        prefill_mgmt_s: s(p.mgmt_ns),
+        prefill_dev_tokens: 0,
+        prefill_dev_nodes: 0,
+        prefill_dev_read_mib: 0.0,
+        prefill_dev_stall_s: 0.0,
+        token_demand_mib: per(d.demand_bytes as f64 / MIB),
+        mtp_drafted: sp.drafted,
+        mtp_accepted: sp.accepted,
+        mtp_decodes: sp.decodes,
+        mtp_draft_s_tok: per(sp.draft_s),
+        drafted_steps: sp.drafted_steps,
+        loop_overhead_s_tok: per(summary.loop_overhead_s),
+        reasoning: reasoning.to_owned(),
+        text: text.to_owned(),
+    })
+    .to_string()
 }
 
 /// The `ngram:` or `mtp:` lines of a generation of `tokens` tokens that took `decode_s`

@@ -115,7 +115,7 @@ pub fn run(opts: Options) -> Result<()> {
         "think_ctl": rt.format.map_or("none", |f| f.think_ctl().as_str()),
         "load_s": rt.load_s,
         "mode": rt.mode,
-        "config": preamble_facts(&preamble.lines()),
+        "config": preamble_facts(&preamble.record()),
     });
     let mode = rt.mode.clone();
     server.serve(

@@ -19,7 +19,8 @@ use runtime::cancel::Control;
 use runtime::generate::Runtime;
 use runtime::session::{ChatRequest, DecideRequest, Session, SessionConfig};
 use runtime::sink::Both;
-use runtime::telemetry::{CsvSink, JsonObject};
+use runtime::telemetry::CsvSink;
+use telemetry::bmoe_session::{self, Line};
 
 use crate::run::{Options, ProgressOut};
 
@@ -293,9 +294,12 @@ fn emit(line: &str) -> Result<()> {
 }
 
 fn error_line(id: i64, fatal: bool, msg: &str) -> String {
-    let mut o = JsonObject::default();
-    o.int("id", id).bool("fatal", fatal).str("msg", msg);
-    format!("BMOE_ERROR {}", o.finish())
+    Line::Error(bmoe_session::Error {
+        id,
+        fatal,
+        msg: msg.to_owned(),
+    })
+    .to_string()
 }
 
 /// A request's failure: refused (the session goes on) or fatal.
@@ -329,7 +333,7 @@ fn generate(
     g: &Generate,
 ) -> Result<(), Failure> {
     let accepted = s.accept_chat(rt, &g.req)?;
-    emit(&format!("BMOE_BEGIN {{\"id\":{}}}", g.id))?;
+    emit(&Line::Begin { id: g.id }.to_string())?;
     let o = s.chat(rt, accepted, &mut Both(ProgressOut::default(), csv))?;
     emit(&crate::lines::done_line(
         &o.summary,
@@ -345,7 +349,7 @@ fn generate(
 /// A `decide` request: accepted, `BMOE_BEGIN`, `BMOE_DECIDE`.
 fn decide(rt: &mut Runtime<'_>, s: &mut Session, d: &Decide) -> Result<(), Failure> {
     let accepted = s.accept_decide(rt, &d.req)?;
-    emit(&format!("BMOE_BEGIN {{\"id\":{}}}", d.id))?;
+    emit(&Line::Begin { id: d.id }.to_string())?;
     let decision = s.decide(rt, accepted)?;
     emit(&decision.line(d.id))?;
     Ok(())
@@ -363,18 +367,18 @@ pub fn serve(rt: &mut Runtime<'_>, opts: &Options, csv: &mut Option<CsvSink>) ->
         .map_err(|e| anyhow!("cannot start the input thread: {e}"))?;
 
     let hp = rt.engine.hparams();
-    let mut ready = JsonObject::default();
-    ready
-        .float("load_s", rt.load_s, 3)
-        .str("arch", &rt.arch)
-        .int("n_ctx", rt.n_ctx as i64)
-        .str(
-            "think_ctl",
-            // Without a template nothing asks the model to reason.
-            rt.format.map_or("template", |f| f.think_ctl().as_str()),
-        )
-        .int("n_expert_used", i64::from(hp.n_expert_used.max()));
-    emit(&format!("BMOE_READY {}", ready.finish()))?;
+    let ready = Line::Ready(bmoe_session::Ready {
+        load_s: rt.load_s,
+        arch: rt.arch.clone(),
+        n_ctx: rt.n_ctx as u64,
+        // Without a template nothing asks the model to reason.
+        think_ctl: rt
+            .format
+            .map_or("template", |f| f.think_ctl().as_str())
+            .to_owned(),
+        n_expert_used: u64::from(hp.n_expert_used.max()),
+    });
+    emit(&ready.to_string())?;
 
     let mut s = Session::new(SessionConfig {
         system: opts.system.clone(),

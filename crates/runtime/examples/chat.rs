@@ -39,7 +39,7 @@ impl Sink for Printer {
     fn token(&mut self, row: &TokenRow) -> runtime::Result<()> {
         // One CSV row of the bmoe_metrics format per token (only with token figures on).
         if row.step == 1 {
-            eprintln!("[first token: {}]", row.csv());
+            eprintln!("[first token: {}]", row.metrics());
         }
         Ok(())
     }

@@ -12,6 +12,7 @@
 use std::time::Instant;
 
 use chat::Data;
+use telemetry::bmoe_session::{self, Line};
 
 use crate::decide::{self, Kept, Plan, PrefixCacheMode};
 use crate::error::{Error, Result, chain};
@@ -20,7 +21,7 @@ use crate::generate::{Runtime, Turn};
 use crate::prompt::{chat_ids, render_prompt};
 use crate::sink::Sink;
 use crate::stream::StreamSnapshot;
-use crate::telemetry::{JsonObject, Usage, json_exact};
+use crate::telemetry::Usage;
 
 /// How a session answers requests that leave a setting out.
 #[derive(Debug, Clone)]
@@ -126,31 +127,31 @@ impl Decision {
     pub fn line(&self, id: i64) -> String {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         let secs = |ns: u64| ns as f64 / 1e9;
-        let logp: Vec<String> = self.choice_logp.iter().map(|&v| json_exact(v)).collect();
         let p = &self.counters;
-        let mut o = JsonObject::default();
-        o.int("id", id)
-            .bool("cancelled", self.cancelled)
-            .int("best", self.best().map_or(-1, |b| b as i64))
-            .raw("choice_logp", &format!("[{}]", logp.join(",")))
-            .int("n_tokens", self.n_tokens as i64)
-            .int("n_reused", self.n_reused as i64)
-            .int("n_prefilled", (self.n_tokens - self.n_reused) as i64)
-            .float("restore_s", self.restore_s, 6)
-            .float("store_s", self.store_s, 6)
-            .float("prefill_s", self.prefill_s, 6)
-            .float("prefill_cpu_s", secs(self.usage.cpu_ns), 3)
-            .float("prefill_read_mib", mib(p.read_bytes), 3)
-            .float("prefill_io_s", secs(p.io_ns), 3)
-            .float("prefill_stall_s", secs(p.stall_ns), 3)
-            .float("prefill_mgmt_s", secs(p.mgmt_ns), 3)
-            .int("prefill_dev_tokens", 0)
-            .float("prefill_dev_read_mib", 0.0, 1)
-            .float("prefill_dev_stall_s", 0.0, 1)
-            .int("prefill_dev_routed", 0)
-            .int("prefill_dev_demand", 0)
-            .float("prefix_state_mib", mib(self.prefix_state_bytes as u64), 3);
-        format!("BMOE_DECIDE {}", o.finish())
+        Line::Decide(bmoe_session::Decide {
+            id,
+            cancelled: self.cancelled,
+            best: self.best().map_or(-1, |b| b as i64),
+            choice_logp: self.choice_logp.clone(),
+            n_tokens: self.n_tokens as u64,
+            n_reused: self.n_reused as u64,
+            n_prefilled: (self.n_tokens - self.n_reused) as u64,
+            restore_s: self.restore_s,
+            store_s: self.store_s,
+            prefill_s: self.prefill_s,
+            prefill_cpu_s: secs(self.usage.cpu_ns),
+            prefill_read_mib: mib(p.read_bytes),
+            prefill_io_s: secs(p.io_ns),
+            prefill_stall_s: secs(p.stall_ns),
+            prefill_mgmt_s: secs(p.mgmt_ns),
+            prefill_dev_tokens: 0,
+            prefill_dev_read_mib: 0.0,
+            prefill_dev_stall_s: 0.0,
+            prefill_dev_routed: 0,
+            prefill_dev_demand: 0,
+            prefix_state_mib: mib(self.prefix_state_bytes as u64),
+        })
+        .to_string()
     }
 }
 

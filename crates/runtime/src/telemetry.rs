@@ -1,16 +1,19 @@
-//! Run telemetry as BigMoeOnEdge's telemetry contract defines it (docs/telemetry.md): the
-//! process figures of a sample (CPU, faults, memory), the JSON helpers of the `BMOE_*` lines,
+//! Run telemetry as BigMoeOnEdge's telemetry contract defines it (docs/telemetry.md): one sample per decoded token (time,
+//! reads, cache, faults, CPU, memory), the `BMOE_LOAD` / `BMOE_PROGRESS` lines of `--progress`,
 //! and the `--csv` sink (`# bmoe_metrics v2` preamble, the per-token rows, the `# summary`
-//! trailer).
+//! trailer). The formats themselves live in `telemetry` (`bmoe_metrics`, `bmoe_session`): the
+//! types here turn into their records (`TokenRow::metrics`, `Preamble::record`) and are written
+//! through them.
 //!
 //! Where the spec speaks of `llama_decode`, sluice's decode call (`Engine::forward` of one
 //! token) is meant: `wall_ms` brackets it and nothing else.
 
-use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+use telemetry::bmoe_metrics::{self, MetricsRow, MetricsWriter};
 
 use crate::error::{Context, Result};
 use crate::events::{Summary, TokenRow};
@@ -164,55 +167,38 @@ impl DenseProbe {
     }
 }
 
-/// The per-token CSV columns, in the spec's order.
-pub const CSV_COLUMNS: &str = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,\
-stall_ms,mgmt_ms,majflt,cpu_ms,dense_resident_frac,turn,majflt_mib,cache_budget_mib,rss_mib,\
-rss_anon_mib,rss_file_mib,swap_mib,mem_available_mib,mem_free_mib,swap_free_mib,\
-loop_overhead_ms,mtp_batch,mtp_draft_ms,drain_ms,adopt_ms,ra_issue_ms,ra_wd_ms";
-
-/// The page size `majflt_mib` counts in.
-const FAULT_PAGE: f64 = 4096.0;
-
 impl TokenRow {
-    /// The CSV row (columns of [`CSV_COLUMNS`]).
-    pub fn csv(&self) -> String {
+    /// The row as the `bmoe_metrics` CSV writes it (its memory in MiB).
+    pub fn metrics(&self) -> MetricsRow {
         let mib = |b: u64| b as f64 / MIB;
         let m = &self.mem;
-        format!(
-            "{},{},{:.3},{:.3},{:.3},{},{:.2},{:.3},{:.3},{},{:.3},{:.4},{},{:.3},{:.1},{:.1},{:.1},\
-             {:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{},{:.3},0,0,0,0",
-            self.step,
-            self.steps,
-            self.wall_ms,
-            self.io_ms,
-            self.compute_ms,
-            self.read_bytes,
-            self.cache_hit_pct,
-            self.stall_ms,
-            self.mgmt_ms,
-            self.majflt,
-            self.cpu_ms,
-            self.dense_resident_frac,
-            self.turn,
-            self.majflt as f64 * FAULT_PAGE / MIB,
-            self.cache_budget_mib,
-            mib(m.rss),
-            mib(m.rss_anon),
-            mib(m.rss_file),
-            mib(m.swap),
-            mib(m.mem_available),
-            mib(m.mem_free),
-            mib(m.swap_free),
-            self.loop_overhead_ms,
-            self.mtp_batch,
-            self.mtp_draft_ms,
-        )
+        MetricsRow {
+            step: self.step as u64,
+            steps: self.steps as u64,
+            wall_ms: self.wall_ms,
+            io_ms: self.io_ms,
+            compute_ms: self.compute_ms,
+            read_bytes: self.read_bytes,
+            cache_hit_pct: self.cache_hit_pct,
+            stall_ms: self.stall_ms,
+            mgmt_ms: self.mgmt_ms,
+            majflt: self.majflt,
+            cpu_ms: self.cpu_ms,
+            dense_resident_frac: self.dense_resident_frac,
+            turn: u64::from(self.turn),
+            cache_budget_mib: self.cache_budget_mib,
+            rss_mib: mib(m.rss),
+            rss_anon_mib: mib(m.rss_anon),
+            rss_file_mib: mib(m.rss_file),
+            swap_mib: mib(m.swap),
+            mem_available_mib: mib(m.mem_available),
+            mem_free_mib: mib(m.mem_free),
+            swap_free_mib: mib(m.swap_free),
+            loop_overhead_ms: self.loop_overhead_ms,
+            mtp_batch: self.mtp_batch as u64,
+            mtp_draft_ms: self.mtp_draft_ms,
+        }
     }
-}
-
-/// A JSON string literal.
-pub fn json_str(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
 }
 
 /// What the `# bmoe_metrics v2` preamble says of a run (resolved values).
@@ -272,87 +258,88 @@ pub struct Preamble {
 }
 
 impl Preamble {
-    pub fn lines(&self) -> String {
-        let b = |v: bool| u8::from(v);
-        format!(
-            "# bmoe_metrics v2\n\
-             # engine=sluice {}\n\
-             # model={} arch={} n_layer={} n_expert={} n_expert_used={} threads={} n_ctx={} \
-             n_ubatch={} chatml={}\n\
-             # moe_stream={} cache_mb={} cache_auto={} cache_floor_mb={} cache_ceil_mb={} \
-             cache_cycle_mb={} force_cache={} load_all={} io_threads={} o_direct={} overlap={} \
-             io_two_wave=0 prefetch={} route_ahead={} predict_prefetch={} predict_log={} \
-             predict_spec_max={} prefetch_sync=0 dense_weights={} drop_cold_frac={} drop_renorm={} \
-             drop_prefill={} substitute_lambda={} io_backend={} cache_policy={} couple_k={} couple_d={} prompt_ahead={} route_replay={}\n\
-             # temp={} top_k={} top_p={} seed={} compute_trace_layers={} spec={} \
-             spec_draft_max={} mtp_p_min={} ngram_min_match={} instrumented={} traces={}\n",
-            env!("CARGO_PKG_VERSION"),
-            self.model.display(),
-            self.arch,
-            self.n_layer,
-            self.n_expert,
-            self.n_expert_used,
-            self.threads,
-            self.n_ctx,
-            self.n_ubatch,
-            b(self.chatml),
-            b(self.moe_stream),
-            self.cache_mb,
-            b(self.cache_auto),
-            self.cache_floor_mb,
-            self.cache_ceil_mb,
-            self.cache_cycle_mb,
-            b(self.force_cache),
-            b(self.load_all),
-            self.io_threads,
-            b(self.o_direct),
-            b(self.overlap),
-            self.prefetch,
-            self.route_ahead,
-            b(self.predict_prefetch),
-            b(self.predict_log),
-            self.predict_spec_max,
-            self.dense_weights,
-            self.cache_aware.drop_frac,
-            b(self.cache_aware.drop_renorm),
-            b(self.cache_aware.drop_in_prefill),
-            self.cache_aware.substitute,
-            self.io_backend,
-            self.cache_policy,
-            self.couple.k,
-            self.couple.depth,
-            b(self.prompt_ahead),
-            self.route_replay
+    /// The preamble as the `bmoe_metrics` CSV writes it (the values as written).
+    pub fn record(&self) -> bmoe_metrics::Preamble {
+        bmoe_metrics::Preamble {
+            engine: "sluice".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            model: self.model.display().to_string(),
+            arch: self.arch.clone(),
+            n_layer: self.n_layer,
+            n_expert: self.n_expert,
+            n_expert_used: self.n_expert_used,
+            threads: self.threads,
+            n_ctx: self.n_ctx,
+            n_ubatch: self.n_ubatch,
+            chatml: self.chatml,
+            moe_stream: self.moe_stream,
+            cache_mb: self.cache_mb,
+            cache_auto: self.cache_auto,
+            cache_floor_mb: self.cache_floor_mb,
+            cache_ceil_mb: self.cache_ceil_mb,
+            cache_cycle_mb: self.cache_cycle_mb,
+            force_cache: self.force_cache,
+            load_all: self.load_all,
+            io_threads: self.io_threads,
+            o_direct: self.o_direct,
+            overlap: self.overlap,
+            prefetch: self.prefetch,
+            route_ahead: self.route_ahead,
+            predict_prefetch: self.predict_prefetch,
+            predict_log: self.predict_log,
+            predict_spec_max: self.predict_spec_max,
+            dense_weights: self.dense_weights.clone(),
+            drop_cold_frac: self.cache_aware.drop_frac,
+            drop_renorm: self.cache_aware.drop_renorm,
+            drop_prefill: self.cache_aware.drop_in_prefill,
+            substitute_lambda: self.cache_aware.substitute,
+            io_backend: self.io_backend.clone(),
+            cache_policy: self.cache_policy.clone(),
+            couple_k: self.couple.k,
+            couple_d: self.couple.depth,
+            prompt_ahead: self.prompt_ahead,
+            route_replay: self
+                .route_replay
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
-            self.temp,
-            self.top_k,
-            self.top_p,
-            self.seed,
-            b(self.compute_trace_layers),
-            self.spec.map_or("off", |s| s.source().name()),
-            self.spec.map_or(0, |s| s.draft()),
-            match self.spec {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+            compute_trace_layers: self.compute_trace_layers,
+            spec: self.spec.map_or("off", |s| s.source().name()).to_owned(),
+            spec_draft_max: self.spec.map_or(0, |s| s.draft()),
+            mtp_p_min: match self.spec {
                 Some(crate::spec::Spec::Mtp(m)) => m.p_min,
                 _ => 0.0,
             },
-            match self.spec {
+            ngram_min_match: match self.spec {
                 Some(crate::spec::Spec::Ngram(n)) => n.min_match,
                 _ => 0,
             },
-            b(!self.traces.is_empty() || self.predict_log),
-            if self.traces.is_empty() {
+            instrumented: !self.traces.is_empty() || self.predict_log,
+            traces: if self.traces.is_empty() {
                 "-".to_owned()
             } else {
                 self.traces.join(",")
             },
-        )
+        }
+    }
+
+    /// The preamble's lines, each with its line break.
+    pub fn lines(&self) -> String {
+        self.record().to_string()
     }
 }
 
 impl Summary {
     /// The `# summary ...` line.
     pub fn line(&self) -> String {
+        bmoe_metrics::summary_line(&self.fields())
+    }
+
+    /// The `key=value` pairs of the `# summary` trailer, in the spec's order, as written.
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
         let n = self.tokens.max(1) as f64;
         let per = |x: f64| if self.tokens == 0 { 0.0 } else { x / n };
         let s = |ns: u64| ns as f64 / 1e9;
@@ -365,7 +352,7 @@ impl Summary {
         };
         let p = &self.prefill;
         let sp = self.spec_counts();
-        let fields: Vec<(&str, String)> = vec![
+        vec![
             ("tokens", self.tokens.to_string()),
             ("tok/s", format!("{rate:.3}")),
             ("s/tok", format!("{:.4}", per(self.decode_s))),
@@ -469,114 +456,38 @@ impl Summary {
             ("prefill_dev_nodes", "0".into()),
             ("prefill_dev_read_mib", "0".into()),
             ("prefill_dev_stall_s", "0".into()),
-        ];
-        let mut line = "# summary".to_owned();
-        for (k, v) in fields {
-            let _ = write!(line, " {k}={v}");
-        }
-        line
+        ]
     }
-}
-
-/// A JSON object written key by key in the order given (the protocol lines list their keys in
-/// the spec's order). Floats are written with a fixed number of decimals, or exactly (shortest
-/// round-trip form) with [`exact`](Self::exact); a value that is not finite becomes `null`.
-#[derive(Default)]
-pub struct JsonObject {
-    s: String,
-}
-
-impl JsonObject {
-    fn key(&mut self, k: &str) -> &mut String {
-        self.s.push(if self.s.is_empty() { '{' } else { ',' });
-        self.s.push_str(&json_str(k));
-        self.s.push(':');
-        &mut self.s
-    }
-
-    pub fn int(&mut self, k: &str, v: i64) -> &mut Self {
-        let _ = write!(self.key(k), "{v}");
-        self
-    }
-
-    pub fn bool(&mut self, k: &str, v: bool) -> &mut Self {
-        let _ = write!(self.key(k), "{v}");
-        self
-    }
-
-    pub fn float(&mut self, k: &str, v: f64, decimals: usize) -> &mut Self {
-        let out = self.key(k);
-        if v.is_finite() {
-            let _ = write!(out, "{v:.decimals$}");
-        } else {
-            out.push_str("null");
-        }
-        self
-    }
-
-    pub fn str(&mut self, k: &str, v: &str) -> &mut Self {
-        let v = json_str(v);
-        self.key(k).push_str(&v);
-        self
-    }
-
-    /// A value already written as JSON.
-    pub fn raw(&mut self, k: &str, json: &str) -> &mut Self {
-        self.key(k).push_str(json);
-        self
-    }
-
-    pub fn finish(&mut self) -> String {
-        if self.s.is_empty() {
-            self.s.push('{');
-        }
-        self.s.push('}');
-        std::mem::take(&mut self.s)
-    }
-}
-
-/// `v` in JSON's shortest round-trip form (parsing it gives back the same bits), `null` when
-/// not finite.
-pub fn json_exact(v: f64) -> String {
-    serde_json::Number::from_f64(v).map_or_else(|| "null".to_owned(), |n| n.to_string())
 }
 
 /// The `--csv` file: preamble once, a row per token, a summary after each generation (one
-/// for a one-shot run, one per turn of a session).
+/// for a one-shot run, one per turn of a session), written by [`bmoe_metrics::MetricsWriter`].
 pub struct CsvSink {
     path: PathBuf,
-    w: BufWriter<File>,
+    w: MetricsWriter<BufWriter<File>>,
 }
 
 impl CsvSink {
     pub fn create(path: &Path, preamble: &Preamble) -> Result<CsvSink> {
         let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        let mut sink = CsvSink {
+        let w = MetricsWriter::new(BufWriter::new(f), &preamble.record())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(CsvSink {
             path: path.to_owned(),
-            w: BufWriter::new(f),
-        };
-        let head = format!("{}{CSV_COLUMNS}\n", preamble.lines());
-        sink.write(&head)?;
-        Ok(sink)
-    }
-
-    fn write(&mut self, s: &str) -> Result<()> {
-        self.w
-            .write_all(s.as_bytes())
-            .with_context(|| format!("writing {}", self.path.display()))
+            w,
+        })
     }
 
     pub fn row(&mut self, r: &TokenRow) -> Result<()> {
-        let line = format!("{}\n", r.csv());
-        self.write(&line)
+        self.w
+            .row(&r.metrics())
+            .with_context(|| format!("writing {}", self.path.display()))
     }
 
     /// The `# summary` line of a generation (a session writes one per turn), flushed.
     pub fn summary(&mut self, summary: &Summary) -> Result<()> {
-        let line = format!("{}\n", summary.line());
-        self.write(&line)?;
         self.w
-            .flush()
+            .summary(&summary.fields())
             .with_context(|| format!("writing {}", self.path.display()))
     }
 }
@@ -622,7 +533,10 @@ mod tests {
     #[test]
     fn a_row_has_every_column() {
         let r = TokenRow::default();
-        assert_eq!(r.csv().split(',').count(), CSV_COLUMNS.split(',').count());
+        assert_eq!(
+            r.metrics().to_string().split(',').count(),
+            bmoe_metrics::CSV_COLUMNS.split(',').count()
+        );
     }
 
     #[test]

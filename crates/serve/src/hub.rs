@@ -8,6 +8,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
+use telemetry::bmoe_metrics::Preamble;
 
 /// Token records kept for the summary (the page's window is at most this long).
 pub const RECENT: usize = 512;
@@ -199,16 +200,13 @@ pub fn bars(
 }
 
 /// The `key=value` facts of a `# bmoe_metrics v2` preamble, as a JSON object (values as
-/// written).
-pub fn preamble_facts(lines: &str) -> Value {
-    let mut o = Map::new();
-    for line in lines.lines().filter_map(|l| l.strip_prefix("# ")) {
-        for kv in line.split_whitespace() {
-            if let Some((k, v)) = kv.split_once('=') {
-                o.insert(k.to_owned(), Value::String(v.to_owned()));
-            }
-        }
-    }
+/// the preamble writes them).
+pub fn preamble_facts(preamble: &Preamble) -> Value {
+    let o: Map<String, Value> = preamble
+        .facts()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Value::String(v)))
+        .collect();
     Value::Object(o)
 }
 
@@ -249,9 +247,35 @@ mod tests {
     }
 
     #[test]
-    fn preamble_facts_read_key_values() {
-        let v = preamble_facts("# bmoe_metrics v2\n# model=m.gguf arch=qwen3moe\n# temp=0.8\n");
+    fn preamble_facts_are_the_values_the_preamble_writes() {
+        let p = Preamble {
+            engine: "sluice".into(),
+            version: "1.2.3".into(),
+            model: "my model.gguf".into(),
+            arch: "qwen3moe".into(),
+            temp: 0.8,
+            ..Preamble::default()
+        };
+        let v = preamble_facts(&p);
+        assert_eq!(v["engine"], "sluice");
+        assert_eq!(v["model"], "my model.gguf");
         assert_eq!(v["arch"], "qwen3moe");
         assert_eq!(v["temp"], "0.8");
+        assert_eq!(v["prefetch_sync"], "0");
+        // Without blanks in the path, the facts are exactly the `key=value` words the
+        // preamble's text holds (what this page showed when it read them off the text).
+        let p = Preamble {
+            model: "m.gguf".into(),
+            ..p
+        };
+        let mut words = Map::new();
+        for line in p.to_string().lines().filter_map(|l| l.strip_prefix("# ")) {
+            for kv in line.split_whitespace() {
+                if let Some((k, v)) = kv.split_once('=') {
+                    words.insert(k.to_owned(), Value::String(v.to_owned()));
+                }
+            }
+        }
+        assert_eq!(preamble_facts(&p), Value::Object(words));
     }
 }

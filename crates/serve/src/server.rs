@@ -404,6 +404,8 @@ impl Sink for JobSink<'_> {
         let now = self.counters.snapshot();
         let d = now.since(&self.last);
         self.last = now;
+        // The token's figures as the metrics CSV has them.
+        let row = row.metrics();
         let [compute, flash, mgmt, rest] = hub::bars(
             row.wall_ms,
             row.cpu_ms,
@@ -431,7 +433,7 @@ impl Sink for JobSink<'_> {
             "hits": if self.streaming { d.hits } else { 0 },
             "cache_hit_pct": r3(row.cache_hit_pct),
             "majflt": row.majflt,
-            "rss_mib": r3(row.mem.rss as f64 / f64::from(1u32 << 20)),
+            "rss_mib": r3(row.rss_mib),
         }));
         Ok(())
     }

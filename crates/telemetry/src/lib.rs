@@ -11,6 +11,10 @@
 //! - [`compute_trace`]: `compute_trace v1` (`--compute-trace`), a row per named intermediate or
 //!   layer segment of a forward pass.
 //! - [`pairs`]: `sluice pairs v1`, the co-activation table of `sluice analyze pairs`.
+//! - [`bmoe_metrics`]: the `--csv` file (`# bmoe_metrics v2`: the run's settings, a row per
+//!   decoded token, a `# summary` trailer per generation).
+//! - [`bmoe_session`]: the `BMOE_*` lines of `--progress` and `--session` (BigMoeOnEdge's
+//!   telemetry contract, docs/telemetry.md).
 //!
 //! [`table`] is the CSV layout the io and compute traces share (columns by name), [`Phase`]
 //! the `phase` column of every trace.
@@ -21,9 +25,12 @@
 //! decode phase separately from prefill. See docs/replay.md.
 
 pub mod analysis;
+pub mod bmoe_metrics;
+pub mod bmoe_session;
 pub mod compute_trace;
 mod error;
 pub mod io_trace;
+mod json;
 pub mod pairs;
 mod phase;
 pub mod replay;
