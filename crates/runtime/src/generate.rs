@@ -16,10 +16,11 @@ use text::{StreamDecoder, Tokenizer};
 use crate::cancel::Control;
 use crate::error::{Context, Result};
 use crate::notice::Notices;
+use crate::probes::{DenseProbe, Usage};
 use crate::sink::{Prefilled, Sink};
+use crate::source::{StreamCounters, StreamSnapshot};
 use crate::spec::{self, SpecCounts};
-use crate::stream::{StreamCounters, StreamSnapshot};
-use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Phase, Summary, TokenRow, Usage};
+use crate::telemetry::{ComputeTrace, IoTrace, Phase, Summary, TokenRow};
 
 /// The recorders a run may have (each optional): they see every forward pass of every
 /// generation.

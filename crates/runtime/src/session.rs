@@ -16,10 +16,11 @@ use chat::Data;
 use crate::decide::{self, Kept, Plan, PrefixCacheMode};
 use crate::error::{Error, Result, chain};
 use crate::generate::{Outcome, Runtime, Turn};
+use crate::probes::Usage;
 use crate::prompt::{chat_ids, render_prompt};
 use crate::sink::Sink;
-use crate::stream::StreamSnapshot;
-use crate::telemetry::{JsonObject, Usage, json_exact};
+use crate::source::StreamSnapshot;
+use crate::telemetry::{JsonObject, json_exact};
 
 /// How a session answers requests that leave a setting out.
 #[derive(Debug, Clone)]

@@ -14,156 +14,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Context, Result};
 
-use crate::stream::StreamSnapshot;
+use crate::probes::{MemPicture, Usage};
+use crate::source::StreamSnapshot;
 
 const MIB: f64 = (1u64 << 20) as f64;
-
-/// This process's CPU time and major faults so far (`getrusage`); zeros where unavailable.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub cpu_ns: u64,
-    pub majflt: u64,
-}
-
-impl Usage {
-    pub fn now() -> Usage {
-        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: the pointer is valid for a write of one rusage for the duration of the call.
-        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-            return Usage::default();
-        }
-        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-        Usage {
-            cpu_ns: ns(ru.ru_utime) + ns(ru.ru_stime),
-            majflt: ru.ru_majflt as u64,
-        }
-    }
-
-    pub fn since(&self, earlier: &Usage) -> Usage {
-        Usage {
-            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
-            majflt: self.majflt.saturating_sub(earlier.majflt),
-        }
-    }
-}
-
-/// The memory picture of a CSV row, in bytes: this process (`/proc/self/status`) and the
-/// machine (`/proc/meminfo`). Zeros where unreadable.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemPicture {
-    pub rss: u64,
-    pub rss_anon: u64,
-    pub rss_file: u64,
-    pub swap: u64,
-    pub mem_available: u64,
-    pub mem_free: u64,
-    pub swap_free: u64,
-}
-
-/// `Key:   123 kB` → bytes.
-fn kib_field(text: &str, key: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |k| k * 1024)
-}
-
-impl MemPicture {
-    pub fn now() -> MemPicture {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        MemPicture {
-            rss: kib_field(&status, "VmRSS"),
-            rss_anon: kib_field(&status, "RssAnon"),
-            rss_file: kib_field(&status, "RssFile"),
-            swap: kib_field(&status, "VmSwap"),
-            mem_available: kib_field(&meminfo, "MemAvailable"),
-            mem_free: kib_field(&meminfo, "MemFree"),
-            swap_free: kib_field(&meminfo, "SwapFree"),
-        }
-    }
-}
-
-/// The share of the dense weights in RAM, by `mincore` over the pages that hold them (our own
-/// buffers under `--dense-weights anon`, the model's map otherwise), sampled at most once a
-/// second.
-pub struct DenseProbe {
-    /// Page-aligned (address, length) ranges.
-    ranges: Vec<(usize, usize)>,
-    last: Option<(Instant, f64)>,
-    page: usize,
-}
-
-impl DenseProbe {
-    /// A probe of the byte slices `dense` (they must stay mapped while the probe is used).
-    pub fn new<'a>(dense: impl IntoIterator<Item = &'a [u8]>) -> DenseProbe {
-        // SAFETY: sysconf only reads its argument.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-            .ok()
-            .filter(|&p| p > 0)
-            .unwrap_or(4096);
-        let mut ranges: Vec<(usize, usize)> = dense
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                let start = s.as_ptr() as usize;
-                let begin = start - start % page;
-                let end = (start + s.len()).next_multiple_of(page);
-                (begin, end)
-            })
-            .collect();
-        ranges.sort_unstable();
-        let mut merged: Vec<(usize, usize)> = Vec::new();
-        for (b, e) in ranges {
-            match merged.last_mut() {
-                Some(m) if b <= m.1 => m.1 = m.1.max(e),
-                _ => merged.push((b, e)),
-            }
-        }
-        DenseProbe {
-            ranges: merged.into_iter().map(|(b, e)| (b, e - b)).collect(),
-            last: None,
-            page,
-        }
-    }
-
-    /// The resident share (0 to 1), or -1 when nothing can be measured.
-    pub fn sample(&mut self) -> f64 {
-        if let Some((t, v)) = self.last
-            && t.elapsed().as_secs_f64() < 1.0
-        {
-            return v;
-        }
-        let v = self.measure();
-        self.last = Some((Instant::now(), v));
-        v
-    }
-
-    fn measure(&self) -> f64 {
-        let (mut resident, mut total) = (0usize, 0usize);
-        let mut vec = Vec::new();
-        for &(addr, len) in &self.ranges {
-            let pages = len / self.page;
-            vec.clear();
-            vec.resize(pages, 0u8);
-            // SAFETY: `addr` is page-aligned and `addr..addr + len` lies within mappings the
-            // caller keeps alive (the model's map or our dense buffers); `vec` has one byte per
-            // page of it, as mincore requires. mincore only reports residency.
-            let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
-            if rc != 0 {
-                return -1.0;
-            }
-            resident += vec.iter().filter(|&&b| b & 1 == 1).count();
-            total += pages;
-        }
-        if total == 0 {
-            -1.0
-        } else {
-            resident as f64 / total as f64
-        }
-    }
-}
 
 /// The per-token CSV columns, in the spec's order.
 pub const CSV_COLUMNS: &str = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,\
@@ -465,7 +319,7 @@ pub struct Preamble {
     /// The expert cache's eviction policy (`-` without streaming).
     pub cache_policy: String,
     /// Co-activation prefetch (`--couple`): experts per layer (0: off) and layers ahead.
-    pub couple: crate::stream::ReadAhead,
+    pub couple: crate::settings::stream::ReadAhead,
     pub route_replay: Option<PathBuf>,
     pub temp: f32,
     pub top_k: i32,
@@ -1331,14 +1185,6 @@ mod tests {
     }
 
     #[test]
-    fn status_fields_are_read_in_bytes() {
-        let text = "Name:\tx\nVmRSS:\t  2048 kB\nRssAnon:\t 1024 kB\n";
-        assert_eq!(kib_field(text, "VmRSS"), 2048 * 1024);
-        assert_eq!(kib_field(text, "RssAnon"), 1024 * 1024);
-        assert_eq!(kib_field(text, "VmSwap"), 0);
-    }
-
-    #[test]
     fn a_row_has_every_column_and_the_residual_is_clamped() {
         let d = StreamSnapshot {
             io_ns: 30_000_000,
@@ -1359,16 +1205,6 @@ mod tests {
             p.ends_with("\"delta_reasoning\":\"\",\"delta_text\":\"a\\\"b\\n\"}"),
             "{p}"
         );
-    }
-
-    #[test]
-    fn the_dense_probe_sees_touched_anonymous_pages() {
-        let mut v = vec![1u8; 64 << 10];
-        v[0] = 2;
-        let mut p = DenseProbe::new([v.as_slice()]);
-        let f = p.sample();
-        assert!(f > 0.9 && f <= 1.0, "{f}");
-        assert_eq!(DenseProbe::new([]).sample(), -1.0);
     }
 
     #[test]

@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use runtime::cancel::Control;
 use runtime::generate::{Outcome, Turn};
 use runtime::open::{Loaded, RunConfig};
+use runtime::settings::stream::{
+    CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode,
+};
 use runtime::sink::{Collect, Prefilled, Sink};
-use runtime::stream::{CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode};
 use runtime::telemetry::TokenRow;
 use runtime::{Notices, Result};
 
@@ -34,7 +36,7 @@ fn generate_streamed(
     prompt: &str,
     n: usize,
     sink: &mut dyn Sink,
-) -> (Outcome, runtime::stream::StreamSnapshot) {
+) -> (Outcome, runtime::source::StreamSnapshot) {
     let loaded = Loaded::open(cfg, &Notices::silent()).expect("open");
     let ids = loaded.tokenizer.encode(prompt, true, false);
     let (mut rt, _) = loaded.runtime(cfg).expect("runtime");

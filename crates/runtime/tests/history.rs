@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use runtime::generate::{Outcome, Turn};
 use runtime::history::PinArg;
 use runtime::open::{Loaded, RunConfig};
+use runtime::settings::stream::{CacheMb, StreamMode};
 use runtime::sink::Collect;
-use runtime::stream::{CacheMb, StreamMode};
 use runtime::{Notice, Notices};
 
 use common::{config, moe};

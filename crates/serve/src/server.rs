@@ -19,7 +19,7 @@ use runtime::cancel::Control;
 use runtime::generate::Runtime;
 use runtime::session::{Session, SessionConfig};
 use runtime::sink::Sink;
-use runtime::stream::{StreamCounters, StreamSnapshot};
+use runtime::source::{StreamCounters, StreamSnapshot};
 use runtime::telemetry::TokenRow;
 
 use crate::api::{self, ApiError, ChatParams, CompletionParams, Stamp, StopMatcher};
