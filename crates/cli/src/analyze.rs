@@ -104,7 +104,7 @@ struct ReplayArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplayPolicy {
     Model(Policy),
-    Engine(&'static str, runtime::stream::CachePolicy),
+    Engine(&'static str, runtime::settings::stream::CachePolicy),
 }
 
 impl ReplayPolicy {
@@ -117,7 +117,7 @@ impl ReplayPolicy {
 }
 
 fn parse_policy(name: &str) -> Result<ReplayPolicy, String> {
-    use runtime::stream::CachePolicy;
+    use runtime::settings::stream::CachePolicy;
     let engine = |n, p| Ok(ReplayPolicy::Engine(n, p));
     match name.trim().to_ascii_lowercase().as_str() {
         "default" => engine("default", CachePolicy::DEFAULT),
@@ -192,7 +192,7 @@ pub fn replay_engine(
     workload: &Workload,
     trace: &telemetry::RouteTrace,
     name: &'static str,
-    policy: runtime::stream::CachePolicy,
+    policy: runtime::settings::stream::CachePolicy,
     bytes: u64,
     couple: Option<&CoupleCfg>,
 ) -> (ReplayStats, store::CacheStats) {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use runtime::Choice;
 use runtime::history::{HistoryConfig, PinArg};
-use runtime::stream::{
+use runtime::settings::stream::{
     CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode, parse_read_fault,
 };
 use store::ReadFault;

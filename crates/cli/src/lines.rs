@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use runtime::events::{Summary, TokenRow, compute_residual};
 use runtime::predict::{AheadFigures, MAX_SCORED};
+use runtime::probes::Usage;
+use runtime::source::StreamSnapshot;
 use runtime::spec::{Source, SpecCounts};
-use runtime::stream::StreamSnapshot;
-use runtime::telemetry::Usage;
 use telemetry::bmoe_session::{self, Line};
 
 const MIB: f64 = (1u64 << 20) as f64;

@@ -32,7 +32,7 @@ pub struct Options {
     pub dump: Option<PathBuf>,
     /// Only these names (all when `None`).
     pub dump_names: Option<Vec<String>>,
-    pub stream: runtime::stream::StreamConfig,
+    pub stream: runtime::settings::stream::StreamConfig,
     /// Only the last position's logits, computed as a generation computes them.
     pub last: bool,
     /// `--n-expert-used` (lossy): experts per token in every MoE layer.
@@ -46,8 +46,7 @@ type Dumps = Arc<Mutex<BTreeMap<String, Vec<f32>>>>;
 pub fn run(opts: &Options) -> Result<()> {
     let name = opts.model.display().to_string();
     let notices = crate::stderr_notices();
-    let opened =
-        runtime::stream::open_for(&opts.model, &opts.stream, opts.n_expert_used, &notices)?;
+    let opened = runtime::open::open_for(&opts.model, &opts.stream, opts.n_expert_used, &notices)?;
     let file = opened.file;
     let model = load_model_routed(&file, &opts.model, opts.n_expert_used)?;
     let ids = match (&opts.prompt, &opts.tokens) {
@@ -95,7 +94,8 @@ pub fn run(opts: &Options) -> Result<()> {
         &notices,
     );
     if let Some(layout) = opened.layout {
-        let src = opts.stream.source(
+        let src = runtime::source::StoreSource::from_settings(
+            &opts.stream,
             &file,
             layout,
             opened.cache_bytes,

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use crate::probes::{MemPicture, Usage};
+use crate::source::StreamSnapshot;
 use crate::spec::SpecCounts;
-use crate::stream::StreamSnapshot;
-use crate::telemetry::{MemPicture, Usage};
 
 /// The prompt is in the context.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -17,10 +17,12 @@ use crate::cancel::Control;
 use crate::error::{Context, Result};
 use crate::events::{End, Outcome, Prefilled, Summary, TokenRow};
 use crate::notice::Notices;
+use crate::probes::{DenseProbe, Usage};
 use crate::sink::Sink;
+use crate::source::{StreamCounters, StreamSnapshot};
 use crate::spec::{self, SpecCounts};
-use crate::stream::{StreamCounters, StreamSnapshot};
-use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Phase, Usage};
+use crate::traces::{ComputeTrace, IoTrace};
+use telemetry::Phase;
 
 /// The recorders a run may have (each optional): they see every forward pass of every
 /// generation.

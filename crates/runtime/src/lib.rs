@@ -1,32 +1,37 @@
 //! Generation as a library, for every front end (the `sluice` binary, a server, an app that
-//! embeds the engine): opening a model with its resolved configuration (whether the experts
-//! stream, the cache budget, where the dense weights live, the memory and cgroup probes), the
-//! engine's expert source over the store, the per-token figures and the telemetry formats, the
-//! usage history and pinning, and the policies of sessions and decisions.
+//! embeds the engine): opening a model with its resolved configuration ([`open`]: whether the
+//! experts stream and the cache budget, decided by [`budget`] from the [`settings`] and what the
+//! [`probes`] measure, and where the dense weights live), the engine's expert source over the
+//! store ([`source`]), the per-token figures and the telemetry formats, the usage history and
+//! pinning, and the policies of sessions and decisions.
 //!
 //! Nothing here parses arguments or writes to standard output or standard error: settings are
 //! plain values, what the runtime has to say arrives as [`Notice`]s through the caller's
 //! [`Notices`], and failures are typed ([`Error`], a refusal told apart from a failure).
 
+pub mod budget;
 pub mod cancel;
 pub mod decide;
 pub mod error;
 pub mod events;
+pub mod facts;
 pub mod generate;
 pub mod history;
 pub mod load;
 pub mod notice;
 pub mod open;
 pub mod predict;
+pub mod probes;
 pub mod prompt;
 pub mod read;
 pub mod report;
 pub mod routes;
 pub mod score;
 pub mod session;
+pub mod settings;
 pub mod sink;
+pub mod source;
 pub mod spec;
-pub mod stream;
 pub mod telemetry;
 pub mod traces;
 

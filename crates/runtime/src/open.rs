@@ -19,17 +19,22 @@ use sampler::{RANDOM_SEED, Sampler, SamplerParams};
 use text::Tokenizer;
 
 use crate::Choice as _;
-use crate::error::{Context, Error, Result, reject};
+use crate::budget::{self, Decision, ExpertFacts, FileFacts};
+use crate::error::{Context, Error, Result, fail, reject};
+use crate::facts::Preamble;
 use crate::generate::{Recorders, Runtime, dense_slices};
 use crate::history::{self, HistoryConfig};
 use crate::load::{build_engine, load_model, load_model_routed, route_to, thread_count};
 use crate::notice::Notices;
+use crate::probes::{DenseProbe, MemoryFacts};
 use crate::routes;
+use crate::settings::stream::{CacheMb, DenseWeights, ReadAhead, StreamConfig, StreamMode};
+use crate::source::{BatchView, Speculation, StoreSource, StreamCounters};
 use crate::spec::{Ngram, Spec};
-use crate::stream::{
-    BatchView, CacheMb, Decision, ReadAhead, Speculation, StreamConfig, StreamCounters, open_for,
-};
-use crate::telemetry::{ComputeTrace, DenseProbe, IoTrace, Preamble};
+use crate::traces::{ComputeTrace, IoTrace};
+use store::ExpertLayout;
+
+const MIB: u64 = 1 << 20;
 
 /// Context size when none is given (capped at the model's training context).
 pub const DEFAULT_CTX: usize = 4096;
@@ -455,7 +460,7 @@ impl Loaded {
             },
             replay,
             route_ahead: cfg.route_ahead,
-            prefetch_tag: cfg.stream.speculation(cfg.route_ahead).tag(),
+            prefetch_tag: Speculation::from_settings(&cfg.stream, cfg.route_ahead).tag(),
             spec: cfg.spec,
         };
         Ok((rt, preamble))
@@ -574,7 +579,8 @@ impl Loaded {
             });
         };
         let layout_cycle_slots = layout.token_cycle_slot_bytes();
-        let mut src = cfg.stream.source(
+        let mut src = StoreSource::from_settings(
+            &cfg.stream,
             &self.file,
             layout,
             self.cache_bytes,
@@ -582,7 +588,7 @@ impl Loaded {
             Arc::clone(w.counters),
             &self.notices,
         )?;
-        src.set_speculation(cfg.stream.speculation(cfg.route_ahead));
+        src.set_speculation(Speculation::from_settings(&cfg.stream, cfg.route_ahead));
         if let Some(v) = w.view {
             src.watch(Arc::clone(v));
         }
@@ -727,7 +733,7 @@ impl Loaded {
         let st = &cfg.stream;
         // (what the expert source was set to read ahead; nothing without streaming)
         let speculation = if streaming {
-            st.speculation(cfg.route_ahead)
+            Speculation::from_settings(st, cfg.route_ahead)
         } else {
             Speculation::Off
         };
@@ -1009,6 +1015,150 @@ fn sampler(sampling: &Sampling) -> Result<Sampler> {
         min_p: sampling.min_p,
         seed,
     }))
+}
+
+/// A model opened for running.
+pub struct Opened {
+    /// The model, its experts left to the store when they stream.
+    pub file: GgufFile,
+    /// Set when the experts are streamed.
+    pub layout: Option<ExpertLayout>,
+    /// The expert cache's budget, decided once, before the dense weights took memory.
+    pub cache_bytes: u64,
+    /// Whether the experts stream, and why.
+    pub decision: Decision,
+}
+
+/// Open `path` for running with `args`: decide whether to stream ([`budget::decide`], from the
+/// memory probed now); when streaming, place the
+/// dense weights as --dense-weights says (experts are read by the store, never through the
+/// map); otherwise read the whole file into memory.
+/// `n_expert_used` (`--n-expert-used`) replaces the model's experts per token in the layout
+/// (its cache sizing and token cycle).
+pub fn open_for(
+    path: &std::path::Path,
+    args: &StreamConfig,
+    n_expert_used: Option<u32>,
+    notices: &Notices,
+) -> Result<Opened> {
+    args.validate()?;
+    let name = path.display().to_string();
+    let file = GgufFile::open(path)?;
+    let mut why_not = None;
+    let layout = match args.moe_stream {
+        StreamMode::Off => None,
+        StreamMode::On => ExpertLayout::from_gguf(&file)
+            .with_context(|| format!("{name}: cannot stream the experts"))?,
+        // Under auto a model whose experts cannot be streamed runs resident (and the model
+        // loader names what is wrong with it, if anything).
+        StreamMode::Auto => ExpertLayout::from_gguf(&file).unwrap_or_else(|e| {
+            why_not = Some(format!("auto: the experts cannot be streamed: {e}"));
+            None
+        }),
+    };
+    // The engine keeps the experts' biases resident (gpt-oss): only the matrices stream.
+    let mut layout = layout.map(ExpertLayout::without_biases);
+    if let (Some(l), Some(k)) = (layout.as_mut(), n_expert_used) {
+        crate::load::check_n_expert_used(k, l.n_expert, path)?;
+        l.n_expert_used = k;
+    }
+    let facts = FileFacts {
+        file_bytes: file.file_len(),
+        experts: layout.as_ref().map(ExpertFacts::of),
+    };
+    // (A budget refused is told after what is wrong with the file, below.)
+    let mut decided = budget::decide(args, &facts, &MemoryFacts::probe());
+    if let (Ok(d), Some(why)) = (&mut decided, why_not) {
+        d.why = why;
+    }
+    let decided = match decided {
+        Ok(decision) if !decision.stream => {
+            drop(file);
+            return Ok(Opened {
+                file: crate::load::open_model(path)?,
+                layout: None,
+                cache_bytes: 0,
+                decision,
+            });
+        }
+        other => other,
+    };
+    let Some(layout) = layout else {
+        fail!("{name}: the model has no routed experts to stream");
+    };
+    // Every expert byte must lie inside the files: a file cut short is refused here.
+    for l in &layout.layers {
+        for p in &l.parts {
+            let end = p.expert_offset(layout.n_expert.saturating_sub(1)) + p.stride;
+            let len = file.shards().get(p.shard).map_or(0, |s| s.file_len());
+            if end > len {
+                fail!(
+                    "{name}: {} ends at byte {end}, past the end of its file ({len} bytes): the \
+                     file is truncated",
+                    p.tensor
+                );
+            }
+        }
+    }
+    let decision = decided?;
+    let cache_bytes = decision.cache_bytes;
+    // Routed experts and NextN layers stay out of the dense set.
+    let experts: std::collections::HashSet<&str> = layout
+        .layers
+        .iter()
+        .flat_map(|l| l.parts.iter().map(|p| p.tensor.as_str()))
+        .chain(layout.nextn_tensors.iter().map(String::as_str))
+        .collect();
+    let experts: std::collections::HashSet<String> =
+        experts.into_iter().map(str::to_owned).collect();
+    let dense = |t: &gguf::TensorInfo| !experts.contains(&t.name);
+    let file = match args.dense() {
+        DenseWeights::Mmap => file,
+        DenseWeights::Warm => {
+            let t = Instant::now();
+            let n = file.warm(&dense);
+            notices.info(format!(
+                "sluice: dense weights warmed: {:.1} MiB in {:.2} s",
+                n as f64 / MIB as f64,
+                t.elapsed().as_secs_f64()
+            ));
+            file
+        }
+        DenseWeights::Anon => {
+            let t = Instant::now();
+            let total = file.kept_bytes(&dense);
+            let mut last = Instant::now();
+            let mut progress = |done: u64, all: u64| {
+                if last.elapsed().as_secs_f64() >= 1.0 && done < all {
+                    notices.progress_of(
+                        format!(
+                            "sluice: reading dense weights: {:.0} of {:.0} MiB",
+                            done as f64 / MIB as f64,
+                            all as f64 / MIB as f64
+                        ),
+                        done,
+                        all,
+                    );
+                    last = Instant::now();
+                }
+            };
+            let file = file
+                .into_anon(&dense, !args.no_odirect, &mut progress)
+                .with_context(|| format!("{name}: cannot read the dense weights"))?;
+            notices.info(format!(
+                "sluice: dense weights read into memory: {:.1} MiB in {:.2} s",
+                total as f64 / MIB as f64,
+                t.elapsed().as_secs_f64()
+            ));
+            file
+        }
+    };
+    Ok(Opened {
+        file,
+        layout: Some(layout),
+        cache_bytes,
+        decision,
+    })
 }
 
 /// The `--compute-trace` file, fed by the engine's observer.

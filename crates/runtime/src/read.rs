@@ -149,7 +149,8 @@ impl LooseTable {
 mod tests {
     use super::*;
     use crate::events::{Summary, TokenRow};
-    use crate::telemetry::{CsvSink, Preamble};
+    use crate::facts::Preamble;
+    use crate::telemetry::CsvSink;
 
     #[test]
     fn the_metrics_csv_reads_back_its_rows_past_the_preamble_and_summary() {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::read::{IoRead, MetricsWall, Node};
-use crate::telemetry::Phase;
+use telemetry::Phase;
 
 /// Bytes in a MiB.
 pub const MIB: f64 = (1u64 << 20) as f64;

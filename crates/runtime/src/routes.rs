@@ -107,7 +107,7 @@ impl RouteTraceFile {
     /// its bytes once, carried by the batch's first row of that expert, while every routing of
     /// it keeps residency 0. Without (a resident run) every expert is in memory: residency 1,
     /// 0 bytes read.
-    pub fn tap<'a>(&self, view: Option<Arc<Mutex<crate::stream::BatchView>>>) -> RouteTap<'a> {
+    pub fn tap<'a>(&self, view: Option<Arc<Mutex<crate::source::BatchView>>>) -> RouteTap<'a> {
         let sink = Arc::clone(&self.sink);
         let decode = Arc::clone(&self.decode);
         let turn = Arc::clone(&self.turn);
@@ -364,7 +364,7 @@ impl RouteHeat {
     /// is what the expert store's lookup found.
     pub fn tap<'a>(
         self: &Arc<Self>,
-        view: Option<Arc<Mutex<crate::stream::BatchView>>>,
+        view: Option<Arc<Mutex<crate::source::BatchView>>>,
     ) -> RouteTap<'a> {
         let heat = Arc::clone(self);
         Box::new(move |r: &Routed<'_>| {

@@ -11,7 +11,7 @@ use engine::LogitsWanted;
 use crate::decide::log_softmax_at;
 use crate::error::{Result, reject};
 use crate::generate::Runtime;
-use crate::stream::StreamSnapshot;
+use crate::source::StreamSnapshot;
 
 /// Negative log-likelihood sum and hits over the positions scored.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]

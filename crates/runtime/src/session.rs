@@ -18,10 +18,10 @@ use crate::decide::{self, Kept, Plan, PrefixCacheMode};
 use crate::error::{Error, Result, chain};
 use crate::events::Outcome;
 use crate::generate::{Runtime, Turn};
+use crate::probes::Usage;
 use crate::prompt::{chat_ids, render_prompt};
 use crate::sink::Sink;
-use crate::stream::StreamSnapshot;
-use crate::telemetry::Usage;
+use crate::source::StreamSnapshot;
 
 /// How a session answers requests that leave a setting out.
 #[derive(Debug, Clone)]

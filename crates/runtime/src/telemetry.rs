@@ -11,161 +11,15 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use telemetry::bmoe_metrics::{self, MetricsRow, MetricsWriter};
 
 use crate::error::{Context, Result};
 use crate::events::{Summary, TokenRow};
+use crate::facts::Preamble;
+use crate::probes::MemPicture;
 
 const MIB: f64 = (1u64 << 20) as f64;
-
-/// This process's CPU time and major faults so far (`getrusage`); zeros where unavailable.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub cpu_ns: u64,
-    pub majflt: u64,
-}
-
-impl Usage {
-    pub fn now() -> Usage {
-        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: the pointer is valid for a write of one rusage for the duration of the call.
-        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-            return Usage::default();
-        }
-        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-        Usage {
-            cpu_ns: ns(ru.ru_utime) + ns(ru.ru_stime),
-            majflt: ru.ru_majflt as u64,
-        }
-    }
-
-    pub fn since(&self, earlier: &Usage) -> Usage {
-        Usage {
-            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
-            majflt: self.majflt.saturating_sub(earlier.majflt),
-        }
-    }
-}
-
-/// The memory picture of a CSV row, in bytes: this process (`/proc/self/status`) and the
-/// machine (`/proc/meminfo`). Zeros where unreadable.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemPicture {
-    pub rss: u64,
-    pub rss_anon: u64,
-    pub rss_file: u64,
-    pub swap: u64,
-    pub mem_available: u64,
-    pub mem_free: u64,
-    pub swap_free: u64,
-}
-
-/// `Key:   123 kB` → bytes.
-fn kib_field(text: &str, key: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |k| k * 1024)
-}
-
-impl MemPicture {
-    pub fn now() -> MemPicture {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        MemPicture {
-            rss: kib_field(&status, "VmRSS"),
-            rss_anon: kib_field(&status, "RssAnon"),
-            rss_file: kib_field(&status, "RssFile"),
-            swap: kib_field(&status, "VmSwap"),
-            mem_available: kib_field(&meminfo, "MemAvailable"),
-            mem_free: kib_field(&meminfo, "MemFree"),
-            swap_free: kib_field(&meminfo, "SwapFree"),
-        }
-    }
-}
-
-/// The share of the dense weights in RAM, by `mincore` over the pages that hold them (our own
-/// buffers under `--dense-weights anon`, the model's map otherwise), sampled at most once a
-/// second.
-pub struct DenseProbe {
-    /// Page-aligned (address, length) ranges.
-    ranges: Vec<(usize, usize)>,
-    last: Option<(Instant, f64)>,
-    page: usize,
-}
-
-impl DenseProbe {
-    /// A probe of the byte slices `dense` (they must stay mapped while the probe is used).
-    pub fn new<'a>(dense: impl IntoIterator<Item = &'a [u8]>) -> DenseProbe {
-        // SAFETY: sysconf only reads its argument.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-            .ok()
-            .filter(|&p| p > 0)
-            .unwrap_or(4096);
-        let mut ranges: Vec<(usize, usize)> = dense
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                let start = s.as_ptr() as usize;
-                let begin = start - start % page;
-                let end = (start + s.len()).next_multiple_of(page);
-                (begin, end)
-            })
-            .collect();
-        ranges.sort_unstable();
-        let mut merged: Vec<(usize, usize)> = Vec::new();
-        for (b, e) in ranges {
-            match merged.last_mut() {
-                Some(m) if b <= m.1 => m.1 = m.1.max(e),
-                _ => merged.push((b, e)),
-            }
-        }
-        DenseProbe {
-            ranges: merged.into_iter().map(|(b, e)| (b, e - b)).collect(),
-            last: None,
-            page,
-        }
-    }
-
-    /// The resident share (0 to 1), or -1 when nothing can be measured.
-    pub fn sample(&mut self) -> f64 {
-        if let Some((t, v)) = self.last
-            && t.elapsed().as_secs_f64() < 1.0
-        {
-            return v;
-        }
-        let v = self.measure();
-        self.last = Some((Instant::now(), v));
-        v
-    }
-
-    fn measure(&self) -> f64 {
-        let (mut resident, mut total) = (0usize, 0usize);
-        let mut vec = Vec::new();
-        for &(addr, len) in &self.ranges {
-            let pages = len / self.page;
-            vec.clear();
-            vec.resize(pages, 0u8);
-            // SAFETY: `addr` is page-aligned and `addr..addr + len` lies within mappings the
-            // caller keeps alive (the model's map or our dense buffers); `vec` has one byte per
-            // page of it, as mincore requires. mincore only reports residency.
-            let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
-            if rc != 0 {
-                return -1.0;
-            }
-            resident += vec.iter().filter(|&&b| b & 1 == 1).count();
-            total += pages;
-        }
-        if total == 0 {
-            -1.0
-        } else {
-            resident as f64 / total as f64
-        }
-    }
-}
 
 impl TokenRow {
     /// The row as the `bmoe_metrics` CSV writes it (its memory in MiB).
@@ -198,137 +52,6 @@ impl TokenRow {
             mtp_batch: self.mtp_batch as u64,
             mtp_draft_ms: self.mtp_draft_ms,
         }
-    }
-}
-
-/// What the `# bmoe_metrics v2` preamble says of a run (resolved values).
-#[derive(Clone, Debug, Default)]
-pub struct Preamble {
-    pub model: PathBuf,
-    pub arch: String,
-    pub n_layer: u32,
-    pub n_expert: u32,
-    pub n_expert_used: u32,
-    pub threads: usize,
-    pub n_ctx: usize,
-    pub n_ubatch: usize,
-    pub chatml: bool,
-    pub moe_stream: bool,
-    pub cache_mb: u64,
-    pub cache_auto: bool,
-    pub cache_floor_mb: u64,
-    pub cache_ceil_mb: u64,
-    pub cache_cycle_mb: u64,
-    pub force_cache: bool,
-    pub load_all: bool,
-    pub io_threads: usize,
-    pub o_direct: bool,
-    pub overlap: bool,
-    /// Prompt batches read the next MoE layer's experts ahead (`--prompt-ahead`).
-    pub prompt_ahead: bool,
-    pub dense_weights: String,
-    pub io_backend: String,
-    /// The expert cache's eviction policy (`-` without streaming).
-    pub cache_policy: String,
-    /// Co-activation prefetch (`--couple`): experts per layer (0: off) and layers ahead.
-    pub couple: crate::stream::ReadAhead,
-    pub route_replay: Option<PathBuf>,
-    pub temp: f32,
-    pub top_k: i32,
-    pub top_p: f32,
-    pub seed: u32,
-    /// `--compute-trace-layers`.
-    pub compute_trace_layers: bool,
-    /// `--prefetch`'s depth (0: off).
-    pub prefetch: usize,
-    pub predict_prefetch: bool,
-    /// `--predict-spec-max` in force (0 without `--predict-prefetch`).
-    pub predict_spec_max: usize,
-    /// `--predict-log`: an instrumented run.
-    pub predict_log: bool,
-    pub route_ahead: usize,
-    /// The cache-aware routing policies in force (`--drop-cold-experts`, `--drop-no-renorm`,
-    /// `--drop-in-prefill`, `--expert-substitute`).
-    pub cache_aware: engine::CacheAware,
-    /// Speculative decoding by prompt lookup (`--ngram`), if on.
-    pub spec: Option<crate::spec::Spec>,
-    /// The diagnostic traces written (`route`, `io`, `compute`): a traced run is
-    /// instrumented, not a benchmark run.
-    pub traces: Vec<&'static str>,
-}
-
-impl Preamble {
-    /// The preamble as the `bmoe_metrics` CSV writes it (the values as written).
-    pub fn record(&self) -> bmoe_metrics::Preamble {
-        bmoe_metrics::Preamble {
-            engine: "sluice".to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            model: self.model.display().to_string(),
-            arch: self.arch.clone(),
-            n_layer: self.n_layer,
-            n_expert: self.n_expert,
-            n_expert_used: self.n_expert_used,
-            threads: self.threads,
-            n_ctx: self.n_ctx,
-            n_ubatch: self.n_ubatch,
-            chatml: self.chatml,
-            moe_stream: self.moe_stream,
-            cache_mb: self.cache_mb,
-            cache_auto: self.cache_auto,
-            cache_floor_mb: self.cache_floor_mb,
-            cache_ceil_mb: self.cache_ceil_mb,
-            cache_cycle_mb: self.cache_cycle_mb,
-            force_cache: self.force_cache,
-            load_all: self.load_all,
-            io_threads: self.io_threads,
-            o_direct: self.o_direct,
-            overlap: self.overlap,
-            prefetch: self.prefetch,
-            route_ahead: self.route_ahead,
-            predict_prefetch: self.predict_prefetch,
-            predict_log: self.predict_log,
-            predict_spec_max: self.predict_spec_max,
-            dense_weights: self.dense_weights.clone(),
-            drop_cold_frac: self.cache_aware.drop_frac,
-            drop_renorm: self.cache_aware.drop_renorm,
-            drop_prefill: self.cache_aware.drop_in_prefill,
-            substitute_lambda: self.cache_aware.substitute,
-            io_backend: self.io_backend.clone(),
-            cache_policy: self.cache_policy.clone(),
-            couple_k: self.couple.k,
-            couple_d: self.couple.depth,
-            prompt_ahead: self.prompt_ahead,
-            route_replay: self
-                .route_replay
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
-            temp: self.temp,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            seed: self.seed,
-            compute_trace_layers: self.compute_trace_layers,
-            spec: self.spec.map_or("off", |s| s.source().name()).to_owned(),
-            spec_draft_max: self.spec.map_or(0, |s| s.draft()),
-            mtp_p_min: match self.spec {
-                Some(crate::spec::Spec::Mtp(m)) => m.p_min,
-                _ => 0.0,
-            },
-            ngram_min_match: match self.spec {
-                Some(crate::spec::Spec::Ngram(n)) => n.min_match,
-                _ => 0,
-            },
-            instrumented: !self.traces.is_empty() || self.predict_log,
-            traces: if self.traces.is_empty() {
-                "-".to_owned()
-            } else {
-                self.traces.join(",")
-            },
-        }
-    }
-
-    /// The preamble's lines, each with its line break.
-    pub fn lines(&self) -> String {
-        self.record().to_string()
     }
 }
 
@@ -510,25 +233,9 @@ impl crate::sink::Sink for CsvSink {
     }
 }
 
-/// Which pass of a turn a trace row belongs to: the trace formats' own type (one definition
-/// for the writers and the readers in the `telemetry` crate).
-pub use telemetry::Phase;
-
-/// The `--io-trace` and `--compute-trace` writers live in [`crate::traces`]; named here too for
-/// the modules that reach them through this one.
-pub use crate::traces::{ComputeTrace, IoTrace};
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn status_fields_are_read_in_bytes() {
-        let text = "Name:\tx\nVmRSS:\t  2048 kB\nRssAnon:\t 1024 kB\n";
-        assert_eq!(kib_field(text, "VmRSS"), 2048 * 1024);
-        assert_eq!(kib_field(text, "RssAnon"), 1024 * 1024);
-        assert_eq!(kib_field(text, "VmSwap"), 0);
-    }
 
     #[test]
     fn a_row_has_every_column() {
@@ -537,15 +244,5 @@ mod tests {
             r.metrics().to_string().split(',').count(),
             bmoe_metrics::CSV_COLUMNS.split(',').count()
         );
-    }
-
-    #[test]
-    fn the_dense_probe_sees_touched_anonymous_pages() {
-        let mut v = vec![1u8; 64 << 10];
-        v[0] = 2;
-        let mut p = DenseProbe::new([v.as_slice()]);
-        let f = p.sample();
-        assert!(f > 0.9 && f <= 1.0, "{f}");
-        assert_eq!(DenseProbe::new([]).sample(), -1.0);
     }
 }

@@ -12,7 +12,8 @@ use std::time::Instant;
 use telemetry::{compute_trace, io_trace};
 
 use crate::error::{Context, Result};
-use crate::telemetry::{Preamble, Usage};
+use crate::facts::Preamble;
+use crate::probes::Usage;
 
 pub use telemetry::Phase;
 

@@ -10,8 +10,10 @@ use runtime::cancel::Control;
 use runtime::events::{Outcome, Prefilled, TokenRow};
 use runtime::generate::Turn;
 use runtime::open::{Loaded, RunConfig};
+use runtime::settings::stream::{
+    CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode,
+};
 use runtime::sink::{Collect, Sink};
-use runtime::stream::{CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode};
 use runtime::{Notices, Result};
 
 use common::{config, moe};
@@ -34,7 +36,7 @@ fn generate_streamed(
     prompt: &str,
     n: usize,
     sink: &mut dyn Sink,
-) -> (Outcome, runtime::stream::StreamSnapshot) {
+) -> (Outcome, runtime::source::StreamSnapshot) {
     let loaded = Loaded::open(cfg, &Notices::silent()).expect("open");
     let ids = loaded.tokenizer.encode(prompt, true, false);
     let (mut rt, _) = loaded.runtime(cfg).expect("runtime");

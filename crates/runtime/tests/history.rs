@@ -11,8 +11,8 @@ use runtime::events::Outcome;
 use runtime::generate::Turn;
 use runtime::history::PinArg;
 use runtime::open::{Loaded, RunConfig};
+use runtime::settings::stream::{CacheMb, StreamMode};
 use runtime::sink::Collect;
-use runtime::stream::{CacheMb, StreamMode};
 use runtime::{Notice, Notices};
 
 use common::{config, moe};

@@ -20,7 +20,7 @@ use runtime::events::TokenRow;
 use runtime::generate::Runtime;
 use runtime::session::{Session, SessionConfig};
 use runtime::sink::Sink;
-use runtime::stream::{StreamCounters, StreamSnapshot};
+use runtime::source::{StreamCounters, StreamSnapshot};
 
 use crate::api::{self, ApiError, ChatParams, CompletionParams, Stamp, StopMatcher};
 use crate::guard;

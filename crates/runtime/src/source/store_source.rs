@@ -1,171 +1,26 @@
-//! Expert streaming for `sluice run` / `sluice logits`: the engine's [`ExpertSource`] backed by
-//! the expert store (layout, bounded cache, I/O lanes), the flags that configure it, and the
-//! dense weights' placement.
-//!
-//! Serial mode: a layer's misses are all handed to the lanes at once and a one-token layer
-//! computes when every one is in; a prompt batch (more than one token) computes each expert as
-//! soon as its bytes are in, in file order, and its waits are its I/O time. `--overlap`: every
-//! layer computes each expert as soon as its bytes are in — resident ones first — and waits only
-//! when nothing ready is left; the wait is the stall. With `--prompt-ahead`, a prompt batch that
-//! routes most of a layer's experts reads the next MoE layer's ahead
-//! ([`StoreSource::prompt_ahead`]).
+//! The engine's [`ExpertSource`] backed by the expert store: cache slots filled by the I/O
+//! lanes, with the speculative reads ahead and their budget.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::Choice as _;
-use crate::error::{Context, Error, Result, fail, reject};
+use crate::error::{Context, Result, fail};
 use crate::notice::Notices;
+use crate::settings::stream::{
+    CachePolicy, PREDICT_SPEC_MAX, ReadAhead, ReadBackend, StreamConfig,
+};
 use engine::{ExpertProj, ExpertSource};
 use gguf::GgufFile;
 use store::{
-    Backend, EvictionPolicy, ExpertCache, ExpertLayout, ExpertReader, Forecast, IoLanes, IoMode,
-    Lookup, Lru, PartKind, ReadDone, ReadFault, ReadJob,
+    Backend, EvictionPolicy, ExpertCache, ExpertLayout, ExpertReader, IoLanes, IoMode, Lookup,
+    PartKind, ReadDone, ReadFault, ReadJob,
 };
 
-/// Counters shared with the run loop (the source itself moves into the engine). All are
-/// cumulative; a token's values are the difference of two [`snapshot`](Self::snapshot)s.
-#[derive(Debug, Default)]
-pub struct StreamCounters {
-    /// Bytes read from the files (whole aligned windows).
-    pub read_bytes: AtomicU64,
-    /// Serial: wall time compute waited for reads. Overlap: the lanes' summed busy time.
-    pub io_ns: AtomicU64,
-    /// Overlap: wall time compute waited for a read (one thread waits, so the union of the
-    /// stalled intervals is their sum).
-    pub stall_ns: AtomicU64,
-    /// Cache bookkeeping: lookups, issuing reads, collecting them, eviction.
-    pub mgmt_ns: AtomicU64,
-    /// Distinct experts looked up, and how many were in the cache.
-    pub lookups: AtomicU64,
-    pub hits: AtomicU64,
-    pub evictions: AtomicU64,
-    /// Misses of experts the cache had held before.
-    pub rereads: AtomicU64,
-    /// Bytes of the distinct routed experts (what the routing asked for, hit or miss).
-    pub demand_bytes: AtomicU64,
-    /// The most bytes one layer's batch routed.
-    pub layer_demand_max: AtomicU64,
-    /// Routed (token, expert) slots.
-    pub routed: AtomicU64,
-    /// Bytes held in cache slots after the last batch.
-    pub resident_bytes: AtomicU64,
-    /// Experts read ahead (co-activation prefetch), their bytes, and lookups that hit them.
-    pub prefetches: AtomicU64,
-    pub prefetch_bytes: AtomicU64,
-    pub prefetch_hits: AtomicU64,
-    /// Experts a prompt batch read ahead for the next MoE layer, their bytes, and lookups that
-    /// hit them (apart from the `prefetch` counters, which are the readers ahead of decoding).
-    pub prompt_ahead: AtomicU64,
-    pub prompt_ahead_bytes: AtomicU64,
-    pub prompt_ahead_hits: AtomicU64,
-}
+use super::counters::{BatchView, StreamCounters};
 
-/// The counters at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StreamSnapshot {
-    pub read_bytes: u64,
-    pub io_ns: u64,
-    pub stall_ns: u64,
-    pub mgmt_ns: u64,
-    pub lookups: u64,
-    pub hits: u64,
-    pub evictions: u64,
-    pub rereads: u64,
-    pub demand_bytes: u64,
-    pub layer_demand_max: u64,
-    pub routed: u64,
-    pub resident_bytes: u64,
-    pub prefetches: u64,
-    pub prefetch_bytes: u64,
-    pub prefetch_hits: u64,
-    pub prompt_ahead: u64,
-    pub prompt_ahead_bytes: u64,
-    pub prompt_ahead_hits: u64,
-}
-
-impl StreamSnapshot {
-    /// What happened between `earlier` and `self` (the two gauges, `layer_demand_max` and
-    /// `resident_bytes`, are `self`'s).
-    pub fn since(&self, earlier: &StreamSnapshot) -> StreamSnapshot {
-        StreamSnapshot {
-            read_bytes: self.read_bytes - earlier.read_bytes,
-            io_ns: self.io_ns - earlier.io_ns,
-            stall_ns: self.stall_ns - earlier.stall_ns,
-            mgmt_ns: self.mgmt_ns - earlier.mgmt_ns,
-            lookups: self.lookups - earlier.lookups,
-            hits: self.hits - earlier.hits,
-            evictions: self.evictions - earlier.evictions,
-            rereads: self.rereads - earlier.rereads,
-            demand_bytes: self.demand_bytes - earlier.demand_bytes,
-            layer_demand_max: self.layer_demand_max,
-            routed: self.routed - earlier.routed,
-            resident_bytes: self.resident_bytes,
-            prefetches: self.prefetches - earlier.prefetches,
-            prefetch_bytes: self.prefetch_bytes - earlier.prefetch_bytes,
-            prefetch_hits: self.prefetch_hits - earlier.prefetch_hits,
-            prompt_ahead: self.prompt_ahead - earlier.prompt_ahead,
-            prompt_ahead_bytes: self.prompt_ahead_bytes - earlier.prompt_ahead_bytes,
-            prompt_ahead_hits: self.prompt_ahead_hits - earlier.prompt_ahead_hits,
-        }
-    }
-
-    /// Hits per lookup in percent (0 without lookups).
-    pub fn hit_pct(&self) -> f64 {
-        store::cache::hit_pct(self.hits, self.lookups)
-    }
-}
-
-impl StreamCounters {
-    pub fn snapshot(&self) -> StreamSnapshot {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        StreamSnapshot {
-            read_bytes: l(&self.read_bytes),
-            io_ns: l(&self.io_ns),
-            stall_ns: l(&self.stall_ns),
-            mgmt_ns: l(&self.mgmt_ns),
-            lookups: l(&self.lookups),
-            hits: l(&self.hits),
-            evictions: l(&self.evictions),
-            rereads: l(&self.rereads),
-            demand_bytes: l(&self.demand_bytes),
-            layer_demand_max: l(&self.layer_demand_max),
-            routed: l(&self.routed),
-            resident_bytes: l(&self.resident_bytes),
-            prefetches: l(&self.prefetches),
-            prefetch_bytes: l(&self.prefetch_bytes),
-            prefetch_hits: l(&self.prefetch_hits),
-            prompt_ahead: l(&self.prompt_ahead),
-            prompt_ahead_bytes: l(&self.prompt_ahead_bytes),
-            prompt_ahead_hits: l(&self.prompt_ahead_hits),
-        }
-    }
-
-    fn add(a: &AtomicU64, v: u64) {
-        a.fetch_add(v, Ordering::Relaxed);
-    }
-}
-
-/// What the last layer batch found: per distinct routed expert, its residency (the route
-/// trace's: 0 a miss, 1 a hit, 2 a hit on an expert read ahead, at its first lookup since), and
-/// the bytes its read pulls (0 for a hit). Shared with a route trace.
-#[derive(Debug, Default)]
-pub struct BatchView {
-    pub layer: u32,
-    pub entries: Vec<(u32, u8, u64)>,
-}
-
-impl BatchView {
-    /// (residency, bytes read) of `expert` in the batch.
-    pub fn get(&self, expert: u32) -> Option<(u8, u64)> {
-        self.entries
-            .iter()
-            .find(|e| e.0 == expert)
-            .map(|&(_, residency, bytes)| (residency, bytes))
-    }
-}
+const MIB: u64 = 1 << 20;
 
 /// How the source is set up.
 #[derive(Clone, Copy, Debug)]
@@ -186,35 +41,6 @@ pub struct SourceConfig {
     pub uring_fallback: bool,
     /// Which cached expert leaves first.
     pub policy: CachePolicy,
-}
-
-/// Which cached expert leaves first (`--cache-policy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CachePolicy {
-    Forecast,
-    Lru,
-    Adaptive,
-}
-
-crate::choice!(CachePolicy {
-    Forecast => "forecast", "The one whose next use is forecast farthest away, from each expert's frequency and whether it was routed at its layer's last visit, and the layer cycle (store::policy::Forecast, docs/policy.md)",
-    Lru => "lru", "The least recently used",
-    Adaptive => "adaptive", "Forecast or LRU, whichever a shadow cache kept by each has hit more with lately (set dueling; store::policy::Adaptive, docs/policy.md)",
-});
-
-impl CachePolicy {
-    /// What a run evicts by when not told otherwise.
-    pub const DEFAULT: CachePolicy = CachePolicy::Adaptive;
-
-    /// The policy object for a model whose MoE layers are `layers`, routing `k` of
-    /// `n_expert` experts.
-    pub fn build(self, layers: &[u32], k: u32, n_expert: u32) -> Box<dyn EvictionPolicy + Send> {
-        match self {
-            CachePolicy::Forecast => Box::new(Forecast::new(layers, k, n_expert)),
-            CachePolicy::Lru => Box::new(Lru::default()),
-            CachePolicy::Adaptive => Box::new(store::Adaptive::new(layers, k, n_expert)),
-        }
-    }
 }
 
 /// Where one projection of a routed expert is in its cache slot.
@@ -253,7 +79,7 @@ pub struct StoreSource {
     /// Where each batch's lookups are published, when something watches them.
     view: Option<Arc<std::sync::Mutex<BatchView>>>,
     /// The `--io-trace` file.
-    io_trace: Option<Arc<std::sync::Mutex<crate::telemetry::IoTrace>>>,
+    io_trace: Option<Arc<std::sync::Mutex<crate::traces::IoTrace>>>,
     /// Co-activation prefetch: the table, how many experts per layer, how many layers on.
     couple: Option<(store::Couple, ReadAhead)>,
     /// Experts whose read ahead is in flight.
@@ -307,6 +133,20 @@ pub enum Speculation {
 }
 
 impl Speculation {
+    /// The speculative reads `settings` ask for, with route-ahead `route_ahead` layers early
+    /// (which takes precedence: its reads are the committed routing).
+    pub fn from_settings(settings: &StreamConfig, route_ahead: usize) -> Speculation {
+        if route_ahead > 0 {
+            Speculation::RouteAhead
+        } else if settings.predict_prefetch {
+            Speculation::StaleGate(settings.predict_spec_max.unwrap_or(PREDICT_SPEC_MAX))
+        } else if settings.prefetch > 0 {
+            Speculation::Temporal(settings.prefetch)
+        } else {
+            Speculation::Off
+        }
+    }
+
     /// The `moe-prefetch:` line's tag.
     pub fn tag(self) -> &'static str {
         match self {
@@ -405,6 +245,89 @@ impl SpareLanes {
 }
 
 impl StoreSource {
+    /// The engine's expert source for `file` (named `name` in errors) as `settings` say, with a
+    /// cache of `budget` bytes ([`crate::budget::Decision::cache_bytes`]); a budget below one
+    /// token cycle is warned about.
+    pub fn from_settings(
+        settings: &StreamConfig,
+        file: &GgufFile,
+        layout: ExpertLayout,
+        budget: u64,
+        name: &str,
+        counters: Arc<StreamCounters>,
+        notices: &Notices,
+    ) -> Result<StoreSource> {
+        let mib = |b: u64| b as f64 / MIB as f64;
+        let cycle = layout.token_cycle_bytes();
+        notices.info(format!(
+            "sluice: expert cache {:.0} MiB ({}, {} policy); one token cycle is {:.1} MiB, all \
+             experts {:.1} MiB ({:.1} MiB in cache slots)",
+            mib(budget),
+            settings.cache_label(),
+            settings.cache_policy.name(),
+            mib(cycle),
+            mib(layout.expert_bytes_total()),
+            mib(layout.slot_bytes_total())
+        ));
+        // (In slots, as the cache charges them.)
+        if budget > 0
+            && budget < layout.token_cycle_slot_bytes()
+            && settings.cache_policy == CachePolicy::Lru
+        {
+            notices.warn(format!(
+                "sluice: warning: the expert cache ({:.0} MiB) is smaller than one token cycle \
+                 ({:.1} MiB): an LRU cache then evicts what the next token needs and hits almost \
+                 nothing; --cache-mb 0 reads the same without holding the memory",
+                mib(budget),
+                mib(cycle)
+            ));
+        }
+        let cfg = SourceConfig {
+            cache_bytes: budget,
+            io: settings.io_mode(),
+            lanes: settings.io_threads,
+            backend: settings.backend(),
+            overlap: settings.overlap,
+            prompt_ahead: settings.prompt_ahead,
+            early_load: !settings.no_early_load,
+            load_all: settings.load_all,
+            fault: settings.inject_read_fault,
+            uring_fallback: settings.io_backend == ReadBackend::Auto,
+            policy: settings.cache_policy,
+        };
+        let mut src = StoreSource::open(file, layout, cfg, counters, notices)
+            .with_context(|| format!("{name}: cannot stream the experts"))?;
+        if let Some((path, ahead)) = settings.couple_resolved()? {
+            let (k, d) = (ahead.k, ahead.depth);
+            let table = store::Couple::read(&path)?;
+            notices.info(format!(
+                "sluice: co-activation prefetch from {}: {k} experts of the next {} layer{}",
+                path.display(),
+                d,
+                if d == 1 { "" } else { "s" }
+            ));
+            if budget == 0 {
+                notices.warn(
+                    "sluice: warning: --couple reads ahead into the cache; with --cache-mb 0 nothing is read ahead"
+                );
+            }
+            src.set_couple(table, ahead);
+        }
+        notices.info(format!(
+            "sluice: expert reads: {} {} lane{}, {}{}",
+            settings.io_threads,
+            src.backend().name(),
+            if settings.io_threads == 1 { "" } else { "s" },
+            if src.direct() { "O_DIRECT" } else { "buffered" },
+            if settings.overlap {
+                ", overlapped with compute"
+            } else {
+                ""
+            }
+        ));
+        Ok(src)
+    }
+
     /// A source for `file` (whose experts are `layout`).
     pub fn open(
         file: &GgufFile,
@@ -519,7 +442,7 @@ impl StoreSource {
     }
 
     /// Record every read in `trace`.
-    pub fn trace_io(&mut self, trace: Arc<std::sync::Mutex<crate::telemetry::IoTrace>>) {
+    pub fn trace_io(&mut self, trace: Arc<std::sync::Mutex<crate::traces::IoTrace>>) {
         self.lanes.record_windows(true);
         self.io_trace = Some(trace);
     }
@@ -1167,714 +1090,6 @@ impl ExpertSource for StoreSource {
     }
 }
 
-/// How far the co-activation read-ahead (`--couple`) reaches: experts per layer and MoE
-/// layers ahead.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReadAhead {
-    pub k: usize,
-    pub depth: u32,
-}
-
-/// How a run streams its experts (the front end's expert-streaming settings; each field's
-/// meaning is the flag of the same name in `sluice run --help`).
-#[derive(Debug, Clone)]
-pub struct StreamConfig {
-    pub moe_stream: StreamMode,
-    pub cache_mb: Option<CacheMb>,
-    pub cache_policy: CachePolicy,
-    pub couple: Option<PathBuf>,
-    pub couple_k: Option<usize>,
-    pub couple_d: Option<u32>,
-    pub cache_floor_mb: u64,
-    pub cache_ceil_mb: u64,
-    pub force_cache: bool,
-    pub no_odirect: bool,
-    pub io_threads: usize,
-    pub io_backend: ReadBackend,
-    pub overlap: bool,
-    /// Prompt batches read the next MoE layer's experts ahead (`--prompt-ahead`).
-    pub prompt_ahead: bool,
-    /// A layer's routing known before its attention (SmallThinker's router reads the layer's
-    /// input) is not loaded until after it (`--no-early-load`, for comparison).
-    pub no_early_load: bool,
-    pub dense_weights: Option<DenseWeights>,
-    pub load_all: bool,
-    pub inject_read_fault: Option<ReadFault>,
-    /// `--prefetch K`: the previous token's experts of the next K MoE layers read ahead.
-    pub prefetch: usize,
-    /// `--predict-prefetch`: the stale gate's predicted misses of the next layer read ahead.
-    pub predict_prefetch: bool,
-    /// `--predict-spec-max N`: at most N predicted misses read ahead a layer (0: only keep the
-    /// predicted residents); `None` the default, [`PREDICT_SPEC_MAX`].
-    pub predict_spec_max: Option<usize>,
-}
-
-/// Predicted misses read ahead per layer by default under `--predict-prefetch`: the stall a
-/// read ahead removes is the wait on a layer's first missing expert.
-pub const PREDICT_SPEC_MAX: usize = 2;
-
-impl Default for StreamConfig {
-    /// What `sluice run` does without streaming flags.
-    fn default() -> StreamConfig {
-        StreamConfig {
-            moe_stream: StreamMode::Auto,
-            cache_mb: None,
-            cache_policy: CachePolicy::DEFAULT,
-            couple: None,
-            couple_k: None,
-            couple_d: None,
-            cache_floor_mb: 1536,
-            cache_ceil_mb: 0,
-            force_cache: false,
-            no_odirect: false,
-            io_threads: 4,
-            io_backend: ReadBackend::Pread,
-            overlap: false,
-            prompt_ahead: false,
-            no_early_load: false,
-            dense_weights: None,
-            load_all: false,
-            inject_read_fault: None,
-            prefetch: 0,
-            predict_prefetch: false,
-            predict_spec_max: None,
-        }
-    }
-}
-
-/// `--cache-mb`: `auto` or MiB.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheMb {
-    Auto,
-    Mib(u64),
-}
-
-impl std::str::FromStr for CacheMb {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<CacheMb, String> {
-        if s.eq_ignore_ascii_case("auto") {
-            return Ok(CacheMb::Auto);
-        }
-        s.parse::<u64>()
-            .map(CacheMb::Mib)
-            .map_err(|_| format!("`{s}` is neither `auto` nor a number of MiB"))
-    }
-}
-
-/// A read fault from its spelling, `LAYER:EXPERT` (an I/O error) or `LAYER:EXPERT:short` (the
-/// file ending inside the expert): `--inject-read-fault`.
-pub fn parse_read_fault(s: &str) -> Result<ReadFault, String> {
-    let bad = || format!("`{s}` is not LAYER:EXPERT or LAYER:EXPERT:short");
-    let mut it = s.split(':');
-    let layer = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-    let expert = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-    let short = match it.next() {
-        None => false,
-        Some("short") => true,
-        Some(_) => return Err(bad()),
-    };
-    if it.next().is_some() {
-        return Err(bad());
-    }
-    Ok(ReadFault {
-        layer,
-        expert,
-        short,
-    })
-}
-
-/// Below this, a fixed budget needs --force-cache (BigMoeOnEdge's `cache_min_mb`).
-pub const CACHE_MIN_MB: u64 = 1500;
-
-/// Whether the experts stream (`--moe-stream`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamMode {
-    Auto,
-    On,
-    Off,
-}
-
-crate::choice!(StreamMode {
-    Auto => "auto", "",
-    On => "on", "",
-    Off => "off", "",
-});
-
-/// How the I/O lanes read (`--io-backend`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReadBackend {
-    Pread,
-    Uring,
-    Auto,
-}
-
-crate::choice!(ReadBackend {
-    Pread => "pread", "",
-    Uring => "uring", "",
-    Auto => "auto", "",
-});
-
-/// Where the dense weights live when streaming (`--dense-weights`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DenseWeights {
-    Anon,
-    Mmap,
-    Warm,
-}
-
-crate::choice!(DenseWeights {
-    Anon => "anon", "",
-    Mmap => "mmap", "",
-    Warm => "warm", "",
-});
-
-/// Whether a run streams, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decision {
-    pub stream: bool,
-    /// Why, for the `mode:` line (empty when a flag said so).
-    pub why: String,
-}
-
-const MIB: u64 = 1 << 20;
-
-fn gib(b: u64) -> f64 {
-    b as f64 / (1u64 << 30) as f64
-}
-
-impl StreamConfig {
-    /// Refuses flags that conflict, and budgets in the refused band (before anything is
-    /// opened).
-    pub fn validate(&self) -> Result<()> {
-        if self.moe_stream == StreamMode::Off {
-            let mut only_streaming = Vec::new();
-            let flags = [
-                (self.cache_mb.is_some(), "--cache-mb"),
-                (self.force_cache, "--force-cache"),
-                (self.no_odirect, "--no-odirect"),
-                (self.overlap, "--overlap"),
-                (self.prompt_ahead, "--prompt-ahead"),
-                (self.dense_weights.is_some(), "--dense-weights"),
-                (self.load_all, "--load-all"),
-                (self.io_backend != ReadBackend::Pread, "--io-backend"),
-                (self.inject_read_fault.is_some(), "--inject-read-fault"),
-                (self.prefetch > 0, "--prefetch"),
-                (self.predict_prefetch, "--predict-prefetch"),
-            ];
-            for (set, flag) in flags {
-                if set {
-                    only_streaming.push(flag);
-                }
-            }
-            if !only_streaming.is_empty() {
-                reject!(
-                    "{} only apply when streaming: they conflict with --moe-stream off",
-                    only_streaming.join(", ")
-                );
-            }
-        }
-        if self.io_threads == 0 || self.io_threads > 256 {
-            reject!("--io-threads must be 1 to 256");
-        }
-        let readers_ahead = [
-            (self.prefetch > 0, "--prefetch"),
-            (self.predict_prefetch, "--predict-prefetch"),
-            (self.couple.is_some(), "--couple"),
-        ];
-        let on: Vec<&str> = readers_ahead
-            .iter()
-            .filter(|(set, _)| *set)
-            .map(|(_, f)| *f)
-            .collect();
-        if on.len() > 1 {
-            reject!(
-                "{} each read ahead on their own prediction: give one of them",
-                on.join(" and ")
-            );
-        }
-        if self.predict_spec_max.is_some() && !self.predict_prefetch {
-            reject!("--predict-spec-max sets --predict-prefetch's reads: add --predict-prefetch");
-        }
-        if self.load_all && !matches!(self.cache_mb, None | Some(CacheMb::Mib(0))) {
-            reject!(
-                "--load-all reads every expert every time and keeps none: it conflicts with --cache-mb (other than 0)"
-            );
-        }
-        if let Some(CacheMb::Mib(mb)) = self.cache_mb
-            && mb > 0
-            && mb < CACHE_MIN_MB
-            && !self.force_cache
-        {
-            reject!(
-                "--cache-mb {mb} is below {CACHE_MIN_MB} MiB, where an LRU expert cache is usually \
-                 smaller than one token's experts and hits nothing: use 0 (no cache), a larger \
-                 budget, auto, or --force-cache"
-            );
-        }
-        if self.io_backend == ReadBackend::Uring && !store::uring_available() {
-            reject!("--io-backend uring: io_uring is not available here (use pread or auto)");
-        }
-        Ok(())
-    }
-
-    /// Whether to stream `file`: as the flag says, or under `auto` when the model is larger
-    /// than the available memory minus the floor (never for a model without routed experts).
-    pub fn decide(&self, file: &GgufFile, layout: Option<&ExpertLayout>) -> Decision {
-        let size = file.file_len();
-        match (self.moe_stream, layout) {
-            (StreamMode::Off, _) => Decision {
-                stream: false,
-                why: String::new(),
-            },
-            (StreamMode::On, _) => Decision {
-                stream: true,
-                why: String::new(),
-            },
-            (StreamMode::Auto, None) => Decision {
-                stream: false,
-                why: String::new(),
-            },
-            (StreamMode::Auto, Some(_)) => {
-                let avail = available_memory();
-                let floor = self.cache_floor_mb.saturating_mul(MIB);
-                match avail {
-                    Some(a) => {
-                        let room = a.saturating_sub(floor);
-                        Decision {
-                            stream: size > room,
-                            why: format!(
-                                "auto: model {:.2} GiB {} available {:.2} GiB - floor {:.2} GiB",
-                                gib(size),
-                                if size > room { ">" } else { "<=" },
-                                gib(a),
-                                gib(floor)
-                            ),
-                        }
-                    }
-                    None => Decision {
-                        stream: false,
-                        why: "auto: available memory unknown".to_owned(),
-                    },
-                }
-            }
-        }
-    }
-
-    /// The cache budget in bytes for `layout` (`auto` resolved from the available memory).
-    pub fn cache_bytes(&self, layout: &ExpertLayout) -> Result<u64> {
-        if self.load_all {
-            return Ok(0);
-        }
-        match self.cache_mb.unwrap_or(CacheMb::Auto) {
-            CacheMb::Mib(mb) => mb
-                .checked_mul(MIB)
-                .ok_or_else(|| Error::Rejected(format!("--cache-mb {mb} is too large"))),
-            CacheMb::Auto => {
-                let min = CACHE_MIN_MB * MIB;
-                let want = match available_memory() {
-                    Some(avail) => avail
-                        .saturating_sub(self.cache_floor_mb.saturating_mul(MIB))
-                        .saturating_sub(layout.dense_bytes)
-                        .max(min),
-                    None => min,
-                };
-                // (At most what slots for every expert take, padding for aligned reads
-                // included: what the cache charges.)
-                let mut budget = want.min(layout.slot_bytes_total());
-                if self.cache_ceil_mb > 0 {
-                    budget = budget.min(self.cache_ceil_mb.saturating_mul(MIB));
-                }
-                Ok(budget)
-            }
-        }
-    }
-
-    /// The `cache` field of the `mode:` line.
-    pub fn cache_label(&self) -> String {
-        if self.load_all {
-            return "off".to_owned();
-        }
-        match self.cache_mb.unwrap_or(CacheMb::Auto) {
-            CacheMb::Auto => "auto".to_owned(),
-            CacheMb::Mib(0) => "off".to_owned(),
-            CacheMb::Mib(mb) => format!("{mb} MiB"),
-        }
-    }
-
-    /// The dense weights' placement when streaming.
-    pub fn dense(&self) -> DenseWeights {
-        self.dense_weights.unwrap_or(DenseWeights::Anon)
-    }
-
-    /// The `mode:` line of a streaming run.
-    pub fn mode_line(&self, why: &str) -> String {
-        let mut line = format!(
-            "mode: expert streaming, cache {}, dense {}",
-            self.cache_label(),
-            self.dense().name()
-        );
-        if self.overlap {
-            line.push_str(", overlap");
-        }
-        if !why.is_empty() {
-            line.push_str(&format!(" ({why})"));
-        }
-        line
-    }
-
-    fn backend(&self) -> Backend {
-        match self.io_backend {
-            ReadBackend::Pread => Backend::Pread,
-            ReadBackend::Uring => Backend::Uring,
-            ReadBackend::Auto if store::uring_available() => Backend::Uring,
-            ReadBackend::Auto => Backend::Pread,
-        }
-    }
-
-    /// The engine's expert source for `file` (named `name` in errors) with these flags and a
-    /// cache of `budget` bytes ([`Opened::cache_bytes`]); a budget below one token cycle is
-    /// warned about.
-    pub fn source(
-        &self,
-        file: &GgufFile,
-        layout: ExpertLayout,
-        budget: u64,
-        name: &str,
-        counters: Arc<StreamCounters>,
-        notices: &Notices,
-    ) -> Result<StoreSource> {
-        let mib = |b: u64| b as f64 / MIB as f64;
-        let cycle = layout.token_cycle_bytes();
-        notices.info(format!(
-            "sluice: expert cache {:.0} MiB ({}, {} policy); one token cycle is {:.1} MiB, all \
-             experts {:.1} MiB ({:.1} MiB in cache slots)",
-            mib(budget),
-            self.cache_label(),
-            self.cache_policy.name(),
-            mib(cycle),
-            mib(layout.expert_bytes_total()),
-            mib(layout.slot_bytes_total())
-        ));
-        // (In slots, as the cache charges them.)
-        if budget > 0
-            && budget < layout.token_cycle_slot_bytes()
-            && self.cache_policy == CachePolicy::Lru
-        {
-            notices.warn(format!(
-                "sluice: warning: the expert cache ({:.0} MiB) is smaller than one token cycle \
-                 ({:.1} MiB): an LRU cache then evicts what the next token needs and hits almost \
-                 nothing; --cache-mb 0 reads the same without holding the memory",
-                mib(budget),
-                mib(cycle)
-            ));
-        }
-        let cfg = SourceConfig {
-            cache_bytes: budget,
-            io: self.io_mode(),
-            lanes: self.io_threads,
-            backend: self.backend(),
-            overlap: self.overlap,
-            prompt_ahead: self.prompt_ahead,
-            early_load: !self.no_early_load,
-            load_all: self.load_all,
-            fault: self.inject_read_fault,
-            uring_fallback: self.io_backend == ReadBackend::Auto,
-            policy: self.cache_policy,
-        };
-        let mut src = StoreSource::open(file, layout, cfg, counters, notices)
-            .with_context(|| format!("{name}: cannot stream the experts"))?;
-        if let Some((path, ahead)) = self.couple_resolved()? {
-            let (k, d) = (ahead.k, ahead.depth);
-            let table = store::Couple::read(&path)?;
-            notices.info(format!(
-                "sluice: co-activation prefetch from {}: {k} experts of the next {} layer{}",
-                path.display(),
-                d,
-                if d == 1 { "" } else { "s" }
-            ));
-            if budget == 0 {
-                notices.warn(
-                    "sluice: warning: --couple reads ahead into the cache; with --cache-mb 0 nothing is read ahead"
-                );
-            }
-            src.set_couple(table, ahead);
-        }
-        notices.info(format!(
-            "sluice: expert reads: {} {} lane{}, {}{}",
-            self.io_threads,
-            src.backend().name(),
-            if self.io_threads == 1 { "" } else { "s" },
-            if src.direct() { "O_DIRECT" } else { "buffered" },
-            if self.overlap {
-                ", overlapped with compute"
-            } else {
-                ""
-            }
-        ));
-        Ok(src)
-    }
-
-    /// `--couple` (or COUPLE) with its K and depth (or COUPLE_K, COUPLE_D).
-    pub fn couple_resolved(&self) -> Result<Option<(PathBuf, ReadAhead)>> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let Some(path) = self
-            .couple
-            .clone()
-            .or_else(|| var("COUPLE").map(PathBuf::from))
-        else {
-            return Ok(None);
-        };
-        let k = match (self.couple_k, var("COUPLE_K")) {
-            (Some(k), _) => k,
-            (None, Some(v)) => v.trim().parse().map_err(|_| {
-                Error::Rejected(format!("COUPLE_K={v}: expected a number of experts"))
-            })?,
-            (None, None) => 8,
-        };
-        let d = match (self.couple_d, var("COUPLE_D")) {
-            (Some(d), _) => d,
-            (None, Some(v)) => match v.trim() {
-                "1" => 1,
-                "2" => 2,
-                _ => reject!("COUPLE_D={v}: expected 1 or 2"),
-            },
-            (None, None) => 1,
-        };
-        Ok(Some((path, ReadAhead { k, depth: d })))
-    }
-
-    /// The speculative reads these flags ask for, with route-ahead `route_ahead` layers early (which
-    /// takes precedence: its reads are the committed routing).
-    pub fn speculation(&self, route_ahead: usize) -> Speculation {
-        if route_ahead > 0 {
-            Speculation::RouteAhead
-        } else if self.predict_prefetch {
-            Speculation::StaleGate(self.predict_spec_max.unwrap_or(PREDICT_SPEC_MAX))
-        } else if self.prefetch > 0 {
-            Speculation::Temporal(self.prefetch)
-        } else {
-            Speculation::Off
-        }
-    }
-
-    pub fn io_mode(&self) -> IoMode {
-        if self.no_odirect {
-            IoMode::Buffered
-        } else {
-            IoMode::Auto
-        }
-    }
-}
-
-/// `MemAvailable` of /proc/meminfo, in bytes.
-fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    meminfo_kib(&text, "MemAvailable:")?.checked_mul(1024)
-}
-
-fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// A `key value` line of a cgroup `memory.stat`.
-fn stat_value(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
-}
-
-/// What this process's memory cgroup still allows (limit minus usage, counting its inactive
-/// page cache as free, as `MemAvailable` does), when it has a limit.
-fn cgroup_available() -> Option<u64> {
-    let me = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    for line in me.lines() {
-        let mut f = line.splitn(3, ':');
-        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-        let path = path.trim_start_matches('/');
-        if controllers.split(',').any(|c| c == "memory") {
-            // cgroup v1
-            let dir = std::path::Path::new("/sys/fs/cgroup/memory").join(path);
-            let read = |n: &str| -> Option<u64> {
-                std::fs::read_to_string(dir.join(n))
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()
-            };
-            let limit = read("memory.limit_in_bytes")?;
-            if limit >= 1 << 60 {
-                return None;
-            }
-            let usage = read("memory.usage_in_bytes")?;
-            let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
-            let inactive = stat_value(&stat, "total_inactive_file").unwrap_or(0);
-            return Some(limit.saturating_sub(usage.saturating_sub(inactive)));
-        }
-        if controllers.is_empty() {
-            // cgroup v2
-            let dir = std::path::Path::new("/sys/fs/cgroup").join(path);
-            let max = std::fs::read_to_string(dir.join("memory.max")).ok()?;
-            let limit: u64 = max.trim().parse().ok()?;
-            let usage: u64 = std::fs::read_to_string(dir.join("memory.current"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?;
-            let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
-            let inactive = stat_value(&stat, "inactive_file").unwrap_or(0);
-            return Some(limit.saturating_sub(usage.saturating_sub(inactive)));
-        }
-    }
-    None
-}
-
-/// Memory this process may still use: `MemAvailable`, or less under a cgroup limit.
-pub fn available_memory() -> Option<u64> {
-    match (mem_available(), cgroup_available()) {
-        (Some(a), Some(c)) => Some(a.min(c)),
-        (a, c) => a.or(c),
-    }
-}
-
-/// A model opened for running.
-pub struct Opened {
-    pub file: GgufFile,
-    /// Set when the experts are streamed.
-    pub layout: Option<ExpertLayout>,
-    /// The expert cache's budget, decided once, before the dense weights took memory.
-    pub cache_bytes: u64,
-    pub decision: Decision,
-}
-
-/// Open `path` for running with `args`: decide whether to stream; when streaming, place the
-/// dense weights as --dense-weights says (experts are read by the store, never through the
-/// map); otherwise read the whole file into memory.
-/// `n_expert_used` (`--n-expert-used`) replaces the model's experts per token in the layout
-/// (its cache sizing and token cycle).
-pub fn open_for(
-    path: &std::path::Path,
-    args: &StreamConfig,
-    n_expert_used: Option<u32>,
-    notices: &Notices,
-) -> Result<Opened> {
-    args.validate()?;
-    let name = path.display().to_string();
-    let file = GgufFile::open(path)?;
-    let mut why_not = None;
-    let layout = match args.moe_stream {
-        StreamMode::Off => None,
-        StreamMode::On => ExpertLayout::from_gguf(&file)
-            .with_context(|| format!("{name}: cannot stream the experts"))?,
-        // Under auto a model whose experts cannot be streamed runs resident (and the model
-        // loader names what is wrong with it, if anything).
-        StreamMode::Auto => ExpertLayout::from_gguf(&file).unwrap_or_else(|e| {
-            why_not = Some(format!("auto: the experts cannot be streamed: {e}"));
-            None
-        }),
-    };
-    // The engine keeps the experts' biases resident (gpt-oss): only the matrices stream.
-    let mut layout = layout.map(ExpertLayout::without_biases);
-    if let (Some(l), Some(k)) = (layout.as_mut(), n_expert_used) {
-        crate::load::check_n_expert_used(k, l.n_expert, path)?;
-        l.n_expert_used = k;
-    }
-    let mut decision = args.decide(&file, layout.as_ref());
-    if let Some(why) = why_not {
-        decision.why = why;
-    }
-    if !decision.stream {
-        drop(file);
-        return Ok(Opened {
-            file: crate::load::open_model(path)?,
-            layout: None,
-            cache_bytes: 0,
-            decision,
-        });
-    }
-    let Some(layout) = layout else {
-        fail!("{name}: the model has no routed experts to stream");
-    };
-    // Every expert byte must lie inside the files: a file cut short is refused here.
-    for l in &layout.layers {
-        for p in &l.parts {
-            let end = p.expert_offset(layout.n_expert.saturating_sub(1)) + p.stride;
-            let len = file.shards().get(p.shard).map_or(0, |s| s.file_len());
-            if end > len {
-                fail!(
-                    "{name}: {} ends at byte {end}, past the end of its file ({len} bytes): the \
-                     file is truncated",
-                    p.tensor
-                );
-            }
-        }
-    }
-    let cache_bytes = args.cache_bytes(&layout)?;
-    // Routed experts and NextN layers stay out of the dense set.
-    let experts: std::collections::HashSet<&str> = layout
-        .layers
-        .iter()
-        .flat_map(|l| l.parts.iter().map(|p| p.tensor.as_str()))
-        .chain(layout.nextn_tensors.iter().map(String::as_str))
-        .collect();
-    let experts: std::collections::HashSet<String> =
-        experts.into_iter().map(str::to_owned).collect();
-    let dense = |t: &gguf::TensorInfo| !experts.contains(&t.name);
-    let file = match args.dense() {
-        DenseWeights::Mmap => file,
-        DenseWeights::Warm => {
-            let t = Instant::now();
-            let n = file.warm(&dense);
-            notices.info(format!(
-                "sluice: dense weights warmed: {:.1} MiB in {:.2} s",
-                n as f64 / MIB as f64,
-                t.elapsed().as_secs_f64()
-            ));
-            file
-        }
-        DenseWeights::Anon => {
-            let t = Instant::now();
-            let total = file.kept_bytes(&dense);
-            let mut last = Instant::now();
-            let mut progress = |done: u64, all: u64| {
-                if last.elapsed().as_secs_f64() >= 1.0 && done < all {
-                    notices.progress_of(
-                        format!(
-                            "sluice: reading dense weights: {:.0} of {:.0} MiB",
-                            done as f64 / MIB as f64,
-                            all as f64 / MIB as f64
-                        ),
-                        done,
-                        all,
-                    );
-                    last = Instant::now();
-                }
-            };
-            let file = file
-                .into_anon(&dense, !args.no_odirect, &mut progress)
-                .with_context(|| format!("{name}: cannot read the dense weights"))?;
-            notices.info(format!(
-                "sluice: dense weights read into memory: {:.1} MiB in {:.2} s",
-                total as f64 / MIB as f64,
-                t.elapsed().as_secs_f64()
-            ));
-            file
-        }
-    };
-    Ok(Opened {
-        file,
-        layout: Some(layout),
-        cache_bytes,
-        decision,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1935,31 +1150,13 @@ mod tests {
             prefetch: 2,
             ..StreamConfig::default()
         };
-        assert_eq!(cfg.speculation(0), Speculation::Temporal(2));
+        let of = |cfg: &StreamConfig, ahead| Speculation::from_settings(cfg, ahead);
+        assert_eq!(of(&cfg, 0), Speculation::Temporal(2));
         cfg.predict_prefetch = true;
-        assert_eq!(cfg.speculation(0), Speculation::StaleGate(PREDICT_SPEC_MAX));
+        assert_eq!(of(&cfg, 0), Speculation::StaleGate(PREDICT_SPEC_MAX));
         cfg.predict_spec_max = Some(0);
-        assert_eq!(cfg.speculation(0), Speculation::StaleGate(0));
-        assert_eq!(cfg.speculation(1), Speculation::RouteAhead);
-        assert_eq!(StreamConfig::default().speculation(0), Speculation::Off);
-        // two readers ahead at once are refused, and so is a spec max without its reader
-        assert!(cfg.validate().is_err());
-        let lone = StreamConfig {
-            predict_spec_max: Some(1),
-            ..StreamConfig::default()
-        };
-        assert!(lone.validate().is_err());
-        let off = StreamConfig {
-            moe_stream: StreamMode::Off,
-            prefetch: 1,
-            ..StreamConfig::default()
-        };
-        assert!(off.validate().is_err());
-        let off = StreamConfig {
-            moe_stream: StreamMode::Off,
-            prompt_ahead: true,
-            ..StreamConfig::default()
-        };
-        assert!(off.validate().is_err());
+        assert_eq!(of(&cfg, 0), Speculation::StaleGate(0));
+        assert_eq!(of(&cfg, 1), Speculation::RouteAhead);
+        assert_eq!(of(&StreamConfig::default(), 0), Speculation::Off);
     }
 }
