@@ -19,6 +19,7 @@ mod plot;
 mod ppl;
 mod progress;
 mod quantize;
+mod refusal;
 mod run;
 mod serve;
 mod session;
@@ -1055,7 +1056,7 @@ fn main() -> ExitCode {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("sluice: error: {err:#}");
+            eprintln!("sluice: error: {}", refusal::error_text(&err));
             ExitCode::from(2)
         }
     }

@@ -92,7 +92,7 @@ pub fn run(opts: Options) -> Result<()> {
     let loaded = match Loaded::open(&opts.run, &notices) {
         Ok(l) => l,
         Err(e) => {
-            let msg = runtime::error::chain(&e);
+            let msg = crate::refusal::runtime_error(&e);
             server.hub().failed(&msg);
             return Err(e.into());
         }

@@ -317,7 +317,7 @@ impl From<anyhow::Error> for Failure {
 impl From<runtime::Error> for Failure {
     fn from(e: runtime::Error) -> Failure {
         if e.is_rejected() {
-            Failure::Refused(runtime::error::chain(&e))
+            Failure::Refused(crate::refusal::runtime_error(&e))
         } else {
             Failure::Fatal(e.into())
         }
@@ -411,7 +411,7 @@ pub fn serve(rt: &mut Runtime<'_>, opts: &Options, csv: &mut Option<CsvSink>) ->
             Ok(()) => {}
             Err(Failure::Refused(msg)) => emit(&error_line(id, false, &msg))?,
             Err(Failure::Fatal(e)) => {
-                emit(&error_line(id, true, &format!("{e:#}")))?;
+                emit(&error_line(id, true, &crate::refusal::error_text(&e)))?;
                 return Err(e);
             }
         }

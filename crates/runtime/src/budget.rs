@@ -3,8 +3,9 @@
 //! ([`decide`]). A pure function of plain values: the probing is [`crate::probes`]'s, the
 //! opening [`crate::open::open_for`]'s.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::probes::MemoryFacts;
+use crate::refusal::{Setting, refused};
 use crate::settings::stream::{CACHE_MIN_MB, CacheMb, StreamConfig, StreamMode};
 use store::ExpertLayout;
 
@@ -120,9 +121,9 @@ fn cache_bytes(
         return Ok(0);
     }
     match settings.cache_mb.unwrap_or(CacheMb::Auto) {
-        CacheMb::Mib(mb) => mb
-            .checked_mul(MIB)
-            .ok_or_else(|| Error::Rejected(format!("--cache-mb {mb} is too large"))),
+        CacheMb::Mib(mb) => mb.checked_mul(MIB).ok_or_else(
+            || refused!(Setting::CacheMb; Setting::CacheMb, format!(" {mb} is too large")),
+        ),
         CacheMb::Auto => {
             let min = CACHE_MIN_MB * MIB;
             let want = match memory.available() {
@@ -317,7 +318,11 @@ mod tests {
             ..auto()
         };
         match decide(&huge, &model(1, GIB, GIB), &memory(GIB)) {
-            Err(Error::Rejected(msg)) => assert!(msg.ends_with("is too large"), "{msg}"),
+            Err(crate::Error::Rejected(crate::Refusal::Setting(c))) => {
+                assert_eq!(c.setting, Setting::CacheMb);
+                let msg = c.to_string();
+                assert!(msg.ends_with("is too large"), "{msg}");
+            }
             other => panic!("{other:?}"),
         }
         // only when the experts stream: a resident run never sizes a cache

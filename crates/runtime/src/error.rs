@@ -10,7 +10,7 @@ pub enum Error {
     /// The request or configuration is refused (conflicting settings, a value out of range, a
     /// prompt that does not fit): nothing was started, the caller may correct it and retry.
     #[error("{0}")]
-    Rejected(String),
+    Rejected(crate::refusal::Refusal),
     /// The forward pass failed (or was cancelled).
     #[error(transparent)]
     Forward(#[from] engine::ForwardError),
@@ -56,6 +56,19 @@ impl Error {
     /// Whether this is a refusal of the request (as opposed to a failure while running it).
     pub fn is_rejected(&self) -> bool {
         matches!(self, Error::Rejected(_))
+    }
+
+    /// The refusal, when this is one.
+    pub fn refusal(&self) -> Option<&crate::refusal::Refusal> {
+        match self {
+            Error::Rejected(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// A refusal of a request that names no setting.
+    pub fn request(msg: impl Into<String>) -> Error {
+        Error::Rejected(crate::refusal::Refusal::Request(msg.into()))
     }
 }
 
@@ -106,10 +119,11 @@ macro_rules! fail {
     };
 }
 
-/// Returns early with an [`Error::Rejected`] made from a format string.
+/// Returns early with an [`Error::Rejected`] of a request (a refusal that names no setting)
+/// made from a format string.
 macro_rules! reject {
     ($($arg:tt)*) => {
-        return Err($crate::error::Error::Rejected(format!($($arg)*)))
+        return Err($crate::error::Error::request(format!($($arg)*)))
     };
 }
 
@@ -134,14 +148,17 @@ mod tests {
     #[test]
     fn a_refusal_is_told_apart_from_a_failure() {
         fn refuse() -> Result<()> {
-            reject!("--io-threads must be 1 to {}", 256)
+            reject!("the text is {} token(s); scoring needs at least 2", 1)
         }
         fn break_down() -> Result<()> {
             fail!("lane {} died", 3)
         }
         let r = refuse().unwrap_err();
         assert!(r.is_rejected());
-        assert_eq!(r.to_string(), "--io-threads must be 1 to 256");
+        assert_eq!(
+            r.to_string(),
+            "the text is 1 token(s); scoring needs at least 2"
+        );
         let f = break_down().unwrap_err();
         assert!(!f.is_rejected());
         assert_eq!(chain(&f), "lane 3 died");

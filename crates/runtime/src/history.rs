@@ -7,10 +7,11 @@
 //! at load: read once, never evicted. `--usage-prior` seeds the forecast eviction policy with
 //! the history's counts. Reading and writing follow colibri's contract exactly (store::usage).
 
+use crate::refusal::{Setting, refuse, refused};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::error::{Error, Result, reject};
+use crate::error::Result;
 use crate::notice::Notices;
 use engine::{RouteTap, Routed};
 use store::usage::{self, ReadOutcome, Usage};
@@ -58,10 +59,9 @@ impl HistoryConfig {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if self.pin.is_none() {
             self.pin = match (var("PIN"), var("AUTOPIN")) {
-                (Some(p), _) => Some(
-                    p.parse()
-                        .map_err(|e: String| Error::Rejected(format!("PIN: {e}")))?,
-                ),
+                (Some(p), _) => Some(p.parse().map_err(
+                    |e: String| refused!(Setting::PinEnv; Setting::PinEnv, format!(": {e}")),
+                )?),
                 (None, Some(a)) if a.trim() != "0" => Some(PinArg::Auto),
                 _ => None,
             };
@@ -72,15 +72,20 @@ impl HistoryConfig {
             let gb: f64 = g
                 .trim()
                 .parse()
-                .map_err(|_| Error::Rejected(format!("PIN_GB={g}: not a number of GB")))?;
+                .map_err(|_| {
+                    refused!(Setting::PinGbEnv; Setting::PinGbEnv, format!("={g}: not a number of GB"))
+                })?;
             if !(gb >= 0.0 && gb.is_finite()) {
-                reject!("PIN_GB={g}: not a number of GB");
+                refuse!(Setting::PinGbEnv; Setting::PinGbEnv, format!("={g}: not a number of GB"));
             }
             self.pin_mb = Some((gb * 1024.0).round() as u64);
         }
         match self.usage_decay {
             Some(d) if !(d > 0.0 && d <= 1.0) => {
-                reject!("--usage-decay {d}: expected a factor above 0 and at most 1")
+                refuse!(Setting::UsageDecay;
+                    Setting::UsageDecay,
+                    format!(" {d}: expected a factor above 0 and at most 1"),
+                )
             }
             Some(_) => {}
             None => {
@@ -269,8 +274,14 @@ pub fn plan(
             let engine = usage::engine_name(arch);
             let mut u = Usage::new(n_layer, n_expert, moe_layers);
             match usage::read_into(path, &mut u, &engine, &[&engine], true)? {
-                ReadOutcome::Missing => reject!("--pin {}: no such file", path.display()),
-                ReadOutcome::Refused(msg) => reject!("--pin {}: {msg}", path.display()),
+                ReadOutcome::Missing => refuse!(Setting::Pin;
+                    Setting::Pin,
+                    format!(" {}: no such file", path.display()),
+                ),
+                ReadOutcome::Refused(msg) => refuse!(Setting::Pin;
+                    Setting::Pin,
+                    format!(" {}: {msg}", path.display()),
+                ),
                 ReadOutcome::Loaded { notice, .. } => {
                     if let Some(n) = notice {
                         notices.info(n);

@@ -24,6 +24,7 @@ pub mod predict;
 pub mod probes;
 pub mod prompt;
 pub mod read;
+pub mod refusal;
 pub mod report;
 pub mod routes;
 pub mod score;
@@ -37,6 +38,7 @@ pub mod traces;
 
 pub use error::{Context, Error, Result};
 pub use notice::{Level, Notice, Notices};
+pub use refusal::{ConfigError, Problem, Refusal, Setting};
 
 /// A setting with a fixed set of named values (what a front end offers as a flag's choices).
 pub trait Choice: Copy + Sized + 'static {

@@ -1,5 +1,6 @@
 //! Opening a model and building its engine, with errors that name the file.
 
+use crate::refusal::{Setting, refuse};
 use std::path::Path;
 
 use engine::{Engine, EngineConfig};
@@ -7,7 +8,7 @@ use gguf::GgufFile;
 use model::Model;
 use quant::{Kernels, ThreadPool};
 
-use crate::error::{Context, Result, reject};
+use crate::error::{Context, Result};
 use crate::notice::Notices;
 
 /// Threads to use: the given count, or every core the process may use.
@@ -56,15 +57,21 @@ pub fn route_to(hp: &mut model::HParams, n_expert_used: Option<u32>, path: &Path
 /// `--n-expert-used k` for a model of `n_expert` routed experts: `1..=n_expert`.
 pub fn check_n_expert_used(k: u32, n_expert: u32, path: &Path) -> Result<()> {
     if n_expert == 0 {
-        reject!(
-            "--n-expert-used: {} has no routed experts (not a mixture-of-experts model)",
-            path.display()
+        refuse!(Setting::NExpertUsed;
+            Setting::NExpertUsed,
+            format!(
+                ": {} has no routed experts (not a mixture-of-experts model)",
+                path.display()
+            ),
         );
     }
     if k == 0 || k > n_expert {
-        reject!(
-            "--n-expert-used {k}: {} has {n_expert} experts per MoE layer; the count must be 1 to {n_expert}",
-            path.display()
+        refuse!(Setting::NExpertUsed;
+            Setting::NExpertUsed,
+            format!(
+                " {k}: {} has {n_expert} experts per MoE layer; the count must be 1 to {n_expert}",
+                path.display()
+            ),
         );
     }
     Ok(())

@@ -3,6 +3,7 @@
 //! the context size ([`Loaded::open`]); then the [`Runtime`] over it ([`Loaded::runtime`]): the
 //! engine, the expert source over the store with its pins, the sampler and the recorders.
 
+use crate::refusal::{ConfigError, Part, Problem, Refusal, Setting, problem, refuse, refused};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -20,7 +21,7 @@ use text::Tokenizer;
 
 use crate::Choice as _;
 use crate::budget::{self, Decision, ExpertFacts, FileFacts};
-use crate::error::{Context, Error, Result, fail, reject};
+use crate::error::{Context, Error, Result, fail};
 use crate::facts::Preamble;
 use crate::generate::{Recorders, Runtime, dense_slices};
 use crate::history::{self, HistoryConfig};
@@ -322,19 +323,35 @@ impl Loaded {
         )?;
         if cfg.cache_aware.any() {
             if !self.streaming() || self.cache_bytes == 0 {
-                reject!(
-                    "--drop-cold-experts / --expert-substitute act on what the expert cache holds, \
-                     and this run {}: add --moe-stream on and a cache",
-                    if self.streaming() {
-                        "has no expert cache"
-                    } else {
-                        "does not stream its experts"
-                    }
+                let setting = if cfg.cache_aware.drop_frac > 0.0 {
+                    Setting::DropColdExperts
+                } else {
+                    Setting::ExpertSubstitute
+                };
+                refuse!(setting;
+                    Setting::DropColdExperts,
+                    " / ",
+                    Setting::ExpertSubstitute,
+                    format!(
+                        " act on what the expert cache holds, and this run {}: add ",
+                        if self.streaming() {
+                            "has no expert cache"
+                        } else {
+                            "does not stream its experts"
+                        }
+                    ),
+                    Setting::StreamMode,
+                    " on and a cache",
                 );
             }
-            engine
-                .set_cache_aware(cfg.cache_aware)
-                .map_err(|e| Error::Rejected(e.to_string()))?;
+            engine.set_cache_aware(cfg.cache_aware).map_err(|e| {
+                let setting = if cfg.cache_aware.drop_frac > 0.0 {
+                    Setting::DropColdExperts
+                } else {
+                    Setting::ExpertSubstitute
+                };
+                refused!(setting; e.to_string())
+            })?;
             if let Some(warning) = narrow_drop_warning(cfg.cache_aware.drop_frac, hp) {
                 self.notices.warn(warning);
             }
@@ -342,9 +359,9 @@ impl Loaded {
         let replay = match &cfg.route_replay {
             Some(path) => {
                 if hp.n_expert == 0 {
-                    reject!(
-                        "--route-replay: {} is not a mixture-of-experts model",
-                        self.name
+                    refuse!(Setting::RouteReplay;
+                        Setting::RouteReplay,
+                        format!(": {} is not a mixture-of-experts model", self.name),
                     );
                 }
                 Some(routes::load_replay(path)?)
@@ -352,51 +369,20 @@ impl Loaded {
             None => None,
         };
         if let Some(sp) = cfg.spec {
-            let flag = format!("--{}", sp.source().name());
-            if !(1..=Ngram::MAX_DRAFT).contains(&sp.draft()) {
-                reject!(
-                    "{flag}: --draft {} must be 1 to {}",
-                    sp.draft(),
-                    Ngram::MAX_DRAFT
-                );
-            }
-            match sp {
-                Spec::Ngram(ng) if ng.min_match == 0 => {
-                    reject!("--ngram: --ngram-min-match must be at least 1");
-                }
-                Spec::Mtp(m) if !(0.0..=1.0).contains(&m.p_min) => {
-                    reject!("--mtp: --mtp-p-min {} must be 0 to 1", m.p_min);
-                }
-                _ => {}
-            }
-            if cfg.route_replay.is_some() {
-                reject!("{flag}: a route replay acts on one-token passes only");
-            }
-            // A verify pass routes its rejected drafts too, at positions the next pass runs
-            // again: a trace would hold two routings of one decode step, and the scorer sees
-            // one-token passes only.
-            for (set, what) in [
-                (cfg.route_trace.is_some(), "--route-trace"),
-                (
-                    cfg.route_stream.is_some(),
-                    "--route-trace-stream (or ROUTE_TRACE)",
-                ),
-                (cfg.predict_log, "--predict-log"),
-            ] {
-                if set {
-                    reject!(
-                        "{flag}: {what} records decode steps one token at a time, and a verify \
-                         pass also routes the drafts it then rejects"
-                    );
-                }
-            }
+            let flag = check_spec(
+                sp,
+                cfg.route_replay.is_some(),
+                cfg.route_trace.is_some(),
+                cfg.route_stream.is_some(),
+                cfg.predict_log,
+            )?;
             if let Err(e) = engine.check_rows() {
-                reject!("{flag} on {}: {e}", self.name);
+                refuse!(flag; flag, format!(" on {}: {e}", self.name));
             }
             if let Spec::Mtp(_) = sp
                 && let Err(e) = engine.enable_mtp(&model, Kernels::detect())
             {
-                reject!("--mtp on {}: {e}", self.name);
+                refuse!(Setting::Mtp; Setting::Mtp, format!(" on {}: {e}", self.name));
             }
         }
         let (route_trace, route_stream, heat) = self.route_taps(
@@ -478,37 +464,47 @@ impl Loaded {
         let st = &cfg.stream;
         let ra = cfg.route_ahead;
         if (cfg.predict_log || ra > 0 || st.predict_prefetch) && hp.n_expert == 0 {
-            reject!(
-                "{}: {} is not a mixture-of-experts model: there is no routing to rank ahead",
-                if cfg.predict_log {
-                    "--predict-log"
-                } else if ra > 0 {
-                    "--route-ahead"
-                } else {
-                    "--predict-prefetch"
-                },
-                self.name
+            let setting = if cfg.predict_log {
+                Setting::PredictLog
+            } else if ra > 0 {
+                Setting::RouteAhead
+            } else {
+                Setting::PredictPrefetch
+            };
+            refuse!(setting;
+                setting,
+                format!(
+                    ": {} is not a mixture-of-experts model: there is no routing to rank ahead",
+                    self.name
+                ),
             );
         }
         if ra > 0 {
             let mut with = Vec::new();
             for (set, flag) in [
-                (cfg.predict_log, "--predict-log"),
-                (st.prefetch > 0, "--prefetch"),
-                (st.predict_prefetch, "--predict-prefetch"),
-                (st.couple.is_some(), "--couple"),
-                (cfg.route_replay.is_some(), "--route-replay"),
+                (cfg.predict_log, Setting::PredictLog),
+                (st.prefetch > 0, Setting::Prefetch),
+                (st.predict_prefetch, Setting::PredictPrefetch),
+                (st.couple.is_some(), Setting::Couple),
+                (cfg.route_replay.is_some(), Setting::RouteReplay),
             ] {
                 if set {
                     with.push(flag);
                 }
             }
             if !with.is_empty() {
-                reject!(
-                    "--route-ahead commits the routing to its own early ranking: {} would \
-                     measure or read ahead on the routing it rewrites",
-                    with.join(", ")
+                let mut problem = problem!(
+                    Setting::RouteAhead,
+                    " commits the routing to its own early ranking: "
                 );
+                problem.0.extend(Problem::join(&with, ", "));
+                problem.0.push(Part::from(
+                    " would measure or read ahead on the routing it rewrites",
+                ));
+                return Err(Error::Rejected(Refusal::Setting(ConfigError {
+                    setting: Setting::RouteAhead,
+                    problem,
+                })));
             }
         }
         let lookahead = engine::Lookahead {
@@ -520,7 +516,9 @@ impl Loaded {
         let log = (cfg.predict_log || ra > 0).then(crate::predict::PredictLog::default);
         engine
             .set_lookahead(lookahead, log.as_ref().map(crate::predict::PredictLog::tap))
-            .map_err(|e| Error::Rejected(format!("--route-ahead {ra}: {e}")))?;
+            .map_err(
+                |e| refused!(Setting::RouteAhead; Setting::RouteAhead, format!(" {ra}: {e}")),
+            )?;
         Ok(log)
     }
 
@@ -545,15 +543,28 @@ impl Loaded {
     /// The `--io-trace` file; refused when the experts do not stream (nothing would be read).
     fn io_trace(&self, cfg: &RunConfig) -> Result<Option<Arc<Mutex<IoTrace>>>> {
         match &cfg.io_trace {
-            Some(_) if !self.streaming() => reject!(
-                "--io-trace records the expert store's reads, and this run does not stream ({}): \
-                 add --moe-stream on",
+            Some(_) if !self.streaming() => {
+                let mut problem = problem!(
+                    Setting::IoTrace,
+                    " records the expert store's reads, and this run does not stream ("
+                );
                 if self.decision.why.is_empty() {
-                    "--moe-stream off".to_owned()
+                    problem
+                        .0
+                        .extend([Part::from(Setting::StreamMode), Part::from(" off")]);
                 } else {
-                    self.decision.why.clone()
+                    problem.0.push(Part::from(self.decision.why.clone()));
                 }
-            ),
+                problem.0.extend([
+                    Part::from("): add "),
+                    Part::from(Setting::StreamMode),
+                    Part::from(" on"),
+                ]);
+                Err(Error::Rejected(Refusal::Setting(ConfigError {
+                    setting: Setting::IoTrace,
+                    problem,
+                })))
+            }
             Some(path) => Ok(Some(Arc::new(Mutex::new(IoTrace::create(path)?)))),
             None => Ok(None),
         }
@@ -661,9 +672,9 @@ impl Loaded {
             Some(path) => {
                 let hp = w.hparams;
                 if hp.n_expert == 0 {
-                    reject!(
-                        "--route-trace: {} is not a mixture-of-experts model",
-                        self.name
+                    refuse!(Setting::RouteTrace;
+                        Setting::RouteTrace,
+                        format!(": {} is not a mixture-of-experts model", self.name),
                     );
                 }
                 let layers = routes::layer_bytes(&self.file, u64::from(hp.n_expert));
@@ -707,9 +718,9 @@ impl Loaded {
                             .info(format!("[ROUTE_TRACE] cannot open {}", path.display()));
                         None
                     }
-                    Err(e) => reject!(
-                        "--route-trace-stream: cannot create {}: {e}",
-                        path.display()
+                    Err(e) => refuse!(Setting::RouteTraceStream;
+                        Setting::RouteTraceStream,
+                        format!(": cannot create {}: {e}", path.display()),
                     ),
                 }
             }
@@ -995,17 +1006,96 @@ fn cache_aware_mode(ca: &engine::CacheAware) -> String {
     s
 }
 
+/// Refuses a speculative decoding setting out of range, or combined with a route replay or a
+/// recording of one-token passes (`replay`, `trace`, `stream`, `predict_log`: whether each is
+/// set). Returns the setting that turned speculation on.
+pub fn check_spec(
+    sp: Spec,
+    replay: bool,
+    trace: bool,
+    stream: bool,
+    predict_log: bool,
+) -> Result<Setting> {
+    let flag = match sp.source() {
+        crate::spec::Source::Ngram => Setting::Ngram,
+        crate::spec::Source::Mtp => Setting::Mtp,
+    };
+    if !(1..=Ngram::MAX_DRAFT).contains(&sp.draft()) {
+        refuse!(Setting::Draft;
+            flag,
+            ": ",
+            Setting::Draft,
+            format!(" {} must be 1 to {}", sp.draft(), Ngram::MAX_DRAFT),
+        );
+    }
+    match sp {
+        Spec::Ngram(ng) if ng.min_match == 0 => {
+            refuse!(Setting::NgramMinMatch;
+                Setting::Ngram,
+                ": ",
+                Setting::NgramMinMatch,
+                " must be at least 1",
+            );
+        }
+        Spec::Mtp(m) if !(0.0..=1.0).contains(&m.p_min) => {
+            refuse!(Setting::MtpPMin;
+                Setting::Mtp,
+                ": ",
+                Setting::MtpPMin,
+                format!(" {} must be 0 to 1", m.p_min),
+            );
+        }
+        _ => {}
+    }
+    if replay {
+        refuse!(flag; flag, ": a route replay acts on one-token passes only");
+    }
+    // A verify pass routes its rejected drafts too, at positions the next pass runs
+    // again: a trace would hold two routings of one decode step, and the scorer sees
+    // one-token passes only.
+    for (set, what) in [
+        (trace, problem!(Setting::RouteTrace)),
+        (
+            stream,
+            problem!(
+                Setting::RouteTraceStream,
+                " (or ",
+                Setting::RouteTraceEnv,
+                ")"
+            ),
+        ),
+        (predict_log, problem!(Setting::PredictLog)),
+    ] {
+        if set {
+            let mut problem = problem!(flag, ": ");
+            problem.0.extend(what.0);
+            problem.0.push(Part::from(
+                " records decode steps one token at a time, and a verify pass also \
+                 routes the drafts it then rejects",
+            ));
+            return Err(Error::Rejected(Refusal::Setting(ConfigError {
+                setting: flag,
+                problem,
+            })));
+        }
+    }
+    Ok(flag)
+}
+
 /// The sampler `sampling` asks for; a seed past u32 is refused.
 fn sampler(sampling: &Sampling) -> Result<Sampler> {
     let seed = if sampling.seed < 0 {
         RANDOM_SEED
     } else {
         u32::try_from(sampling.seed).map_err(|_| {
-            Error::Rejected(format!(
-                "--seed {} is too large (0 to {}, or -1 for a random seed)",
-                sampling.seed,
-                u32::MAX
-            ))
+            refused!(Setting::Seed;
+                Setting::Seed,
+                format!(
+                    " {} is too large (0 to {}, or -1 for a random seed)",
+                    sampling.seed,
+                    u32::MAX
+                ),
+            )
         })?
     };
     Ok(Sampler::new(SamplerParams {
@@ -1182,4 +1272,165 @@ fn compute_trace(
             .node(name, layer);
     })));
     Ok(Some(t))
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+    use crate::history::{HistoryConfig, PinArg};
+    use crate::settings::stream::{CacheMb, ReadBackend, StreamConfig, StreamMode};
+    use crate::spec::Mtp;
+
+    /// The refusal in `r`, which must be a setting's.
+    fn config_error<T: std::fmt::Debug>(r: Result<T>) -> ConfigError {
+        match r {
+            Err(Error::Rejected(Refusal::Setting(c))) => c,
+            other => panic!("not a setting's refusal: {other:?}"),
+        }
+    }
+
+    /// Every refusal the settings' checks can give, one case per check.
+    fn every_refusal() -> Vec<ConfigError> {
+        let off = StreamConfig {
+            moe_stream: StreamMode::Off,
+            ..StreamConfig::default()
+        };
+        let mut streams = vec![
+            StreamConfig {
+                cache_mb: Some(CacheMb::Auto),
+                force_cache: true,
+                no_odirect: true,
+                overlap: true,
+                prompt_ahead: true,
+                load_all: true,
+                io_backend: ReadBackend::Auto,
+                prefetch: 1,
+                predict_prefetch: true,
+                ..off.clone()
+            },
+            StreamConfig {
+                io_threads: 0,
+                ..StreamConfig::default()
+            },
+            StreamConfig {
+                prefetch: 1,
+                couple: Some("pairs".into()),
+                ..StreamConfig::default()
+            },
+            StreamConfig {
+                predict_spec_max: Some(2),
+                ..StreamConfig::default()
+            },
+            StreamConfig {
+                load_all: true,
+                cache_mb: Some(CacheMb::Mib(4096)),
+                ..StreamConfig::default()
+            },
+            StreamConfig {
+                cache_mb: Some(CacheMb::Mib(10)),
+                ..StreamConfig::default()
+            },
+        ];
+        if !store::uring_available() {
+            streams.push(StreamConfig {
+                io_backend: ReadBackend::Uring,
+                ..StreamConfig::default()
+            });
+        }
+        let mut all: Vec<ConfigError> =
+            streams.iter().map(|s| config_error(s.validate())).collect();
+        let ngram = Ngram::default();
+        let mtp = Mtp {
+            draft: 1,
+            p_min: 0.5,
+        };
+        let specs = [
+            Spec::Ngram(Ngram { draft: 0, ..ngram }),
+            Spec::Ngram(Ngram {
+                min_match: 0,
+                ..ngram
+            }),
+            Spec::Mtp(Mtp { p_min: 2.0, ..mtp }),
+        ];
+        for sp in specs {
+            all.push(config_error(check_spec(sp, false, false, false, false)));
+        }
+        for sp in [Spec::Ngram(ngram), Spec::Mtp(mtp)] {
+            for i in 0..4 {
+                let on = |j| i == j;
+                all.push(config_error(check_spec(sp, on(0), on(1), on(2), on(3))));
+            }
+        }
+        let history = HistoryConfig {
+            usage_decay: Some(2.0),
+            pin: Some(PinArg::Auto),
+            pin_mb: Some(0),
+            ..HistoryConfig::default()
+        };
+        all.push(config_error(history.with_env()));
+        all.push(config_error(sampler(&Sampling {
+            seed: i64::MAX,
+            ..Sampling::default()
+        })));
+        all
+    }
+
+    #[test]
+    fn no_refusal_of_a_setting_names_a_flag() {
+        let all = every_refusal();
+        assert!(all.len() >= 18, "{}", all.len());
+        for c in &all {
+            let text = c.to_string();
+            assert!(!text.contains("--"), "{text}");
+            assert!(!text.is_empty());
+            // the refused setting is among those its sentence names
+            assert!(
+                c.problem.settings().any(|s| s == c.setting),
+                "{:?} not named in {text}",
+                c.setting
+            );
+        }
+    }
+
+    #[test]
+    fn the_settings_checks_refuse_what_they_say() {
+        let settings: Vec<Setting> = every_refusal().iter().map(|c| c.setting).collect();
+        assert_eq!(
+            &settings[..6],
+            &[
+                Setting::CacheMb,
+                Setting::IoThreads,
+                Setting::Couple,
+                Setting::PredictSpecMax,
+                Setting::LoadAll,
+                Setting::CacheMb,
+            ]
+        );
+        let ngram = config_error(check_spec(
+            Spec::Ngram(Ngram {
+                min_match: 0,
+                ..Ngram::default()
+            }),
+            false,
+            false,
+            false,
+            false,
+        ));
+        assert_eq!(ngram.setting, Setting::NgramMinMatch);
+        assert_eq!(
+            ngram.to_string(),
+            "spec.ngram: spec.ngram_min_match must be at least 1"
+        );
+        assert!(check_spec(Spec::Ngram(Ngram::default()), false, false, false, false).is_ok());
+    }
+
+    #[test]
+    fn every_setting_has_its_own_name_and_none_is_a_flag() {
+        let mut seen = std::collections::HashSet::new();
+        for s in Setting::ALL {
+            assert!(!s.name().starts_with('-'), "{s}");
+            assert!(s.name().contains('.'), "{s}");
+            assert!(seen.insert(s.name()), "{s} twice");
+        }
+    }
 }

@@ -4,12 +4,13 @@
 //! that everything that depends on the expert cache's state is priced as in a generation;
 //! otherwise it runs as one prefill.
 
+use crate::refusal::{Refusal, Setting, problem};
 use std::time::{Duration, Instant};
 
 use engine::LogitsWanted;
 
 use crate::decide::log_softmax_at;
-use crate::error::{Result, reject};
+use crate::error::{Error, Result, reject};
 use crate::generate::Runtime;
 use crate::source::StreamSnapshot;
 
@@ -88,11 +89,18 @@ pub fn score_text(rt: &mut Runtime<'_>, text: &str, step: bool) -> Result<Scored
         );
     }
     if ids.len() > rt.n_ctx {
-        reject!(
-            "the text is {} tokens, longer than the context of {} tokens: raise -c",
-            ids.len(),
-            rt.n_ctx
-        );
+        return Err(Error::Rejected(Refusal::ContextFull {
+            tokens: ids.len(),
+            n_ctx: rt.n_ctx,
+            problem: problem!(
+                format!(
+                    "the text is {} tokens, longer than the context of {} tokens: raise ",
+                    ids.len(),
+                    rt.n_ctx
+                ),
+                Setting::Context,
+            ),
+        }));
     }
     rt.engine.reset();
     let snap0 = rt.counters.snapshot();

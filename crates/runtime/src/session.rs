@@ -9,6 +9,7 @@
 //! without touching either (a refusal is an [`Error::Rejected`]), then [`Session::chat`] or
 //! [`Session::decide`] runs it. A front end answers "accepted" between the two.
 
+use crate::refusal::{Refusal, Setting, problem, refused};
 use std::time::Instant;
 
 use chat::Data;
@@ -230,7 +231,7 @@ impl Session {
             messages.push(message(role, content));
         }
         let prompt = render_prompt(format, &Data::array(messages), None, think)
-            .map_err(|e| Error::Rejected(chain(&e)))?;
+            .map_err(|e| Error::request(chain(&e)))?;
         Ok((chat_ids(format, rt.tokenizer, &prompt.text), Some(prompt)))
     }
 
@@ -286,7 +287,7 @@ impl Session {
     ) -> Result<AcceptedChat> {
         let ids = rt.tokenizer.encode(text, true, false);
         if ids.is_empty() {
-            return Err(Error::Rejected("the prompt is empty (no tokens)".into()));
+            return Err(Error::Rejected(Refusal::EmptyPrompt));
         }
         let mut a = self.accepted(rt, Vec::new(), ids, None, n_predict, !reuse)?;
         a.raw = true;
@@ -306,17 +307,33 @@ impl Session {
         let n_ctx = rt.n_ctx;
         let n_predict = n_predict.unwrap_or(self.config.n_predict);
         if ids.len() >= n_ctx {
-            return Err(Error::Rejected(format!(
-                "the prompt is {} tokens and the context holds {n_ctx} (-c): no room to generate",
-                ids.len()
-            )));
+            return Err(Error::Rejected(Refusal::ContextFull {
+                tokens: ids.len(),
+                n_ctx,
+                problem: problem!(
+                    format!(
+                        "the prompt is {} tokens and the context holds {n_ctx} (",
+                        ids.len()
+                    ),
+                    Setting::Context,
+                    "): no room to generate",
+                ),
+            }));
         }
         if n_predict >= 0 && ids.len() as u128 + n_predict as u128 > n_ctx as u128 {
-            return Err(Error::Rejected(format!(
-                "the prompt ({} tokens) plus n_predict ({n_predict}) exceeds the context of \
-                 {n_ctx} tokens (-c)",
-                ids.len()
-            )));
+            return Err(Error::Rejected(Refusal::ContextFull {
+                tokens: ids.len(),
+                n_ctx,
+                problem: problem!(
+                    format!(
+                        "the prompt ({} tokens) plus n_predict ({n_predict}) exceeds the context \
+                         of {n_ctx} tokens (",
+                        ids.len()
+                    ),
+                    Setting::Context,
+                    ")",
+                ),
+            }));
         }
         Ok(AcceptedChat {
             conv,
@@ -383,20 +400,29 @@ impl Session {
     /// token, the prompt (rendered with reasoning off) fits the context.
     pub fn accept_decide(&self, rt: &Runtime<'_>, req: &DecideRequest) -> Result<AcceptedDecision> {
         if !self.config.decide {
-            return Err(Error::Rejected(
-                "decide requests need a session started with --decide".into(),
+            return Err(refused!(Setting::Decide;
+                "decide requests need a session started with ",
+                Setting::Decide,
             ));
         }
-        let firsts = decide::first_tokens(rt.tokenizer, &req.choices).map_err(Error::Rejected)?;
+        let firsts = decide::first_tokens(rt.tokenizer, &req.choices).map_err(Error::request)?;
         let whole = format!("{}{}", req.prefix, req.suffix);
         let (full, _) = self.render(rt, &[("user", whole)], false)?;
         let (alone, _) = self.render(rt, &[("user", req.prefix.clone())], false)?;
         let n_ctx = rt.n_ctx;
         if full.len() > n_ctx {
-            return Err(Error::Rejected(format!(
-                "the decision's prompt is {} tokens, longer than the context of {n_ctx} (-c)",
-                full.len()
-            )));
+            return Err(Error::Rejected(Refusal::ContextFull {
+                tokens: full.len(),
+                n_ctx,
+                problem: problem!(
+                    format!(
+                        "the decision's prompt is {} tokens, longer than the context of {n_ctx} (",
+                        full.len()
+                    ),
+                    Setting::Context,
+                    ")",
+                ),
+            }));
         }
         let split = decide::split_at(&full, &alone);
         Ok(AcceptedDecision {

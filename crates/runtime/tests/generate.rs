@@ -14,7 +14,7 @@ use runtime::settings::stream::{
     CacheMb, CachePolicy, DenseWeights, ReadBackend, StreamConfig, StreamMode,
 };
 use runtime::sink::{Collect, Sink};
-use runtime::{Notices, Result};
+use runtime::{Notices, Result, Setting};
 
 use common::{config, moe};
 
@@ -320,9 +320,8 @@ fn n_expert_used_at_the_model_count_is_the_baseline_and_fewer_route_fewer() {
         bad.n_expert_used = Some(k);
         let err = Loaded::open(&bad, &Notices::silent())
             .err()
-            .expect("refused")
-            .to_string();
-        assert!(err.contains("--n-expert-used"), "{err}");
+            .expect("refused");
+        assert_eq!(refused_setting(&err).setting, Setting::NExpertUsed, "{err}");
     }
 }
 
@@ -560,12 +559,14 @@ fn cache_aware_routing_is_inert_at_a_zero_margin_and_fires_at_full_strength() {
     resident.stream.cache_mb = None;
     resident.stream.force_cache = false;
     let loaded = Loaded::open(&resident, &Notices::silent()).expect("open");
-    let err = loaded
-        .runtime(&resident)
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(err.contains("--drop-cold-experts"), "{err}");
+    let err = loaded.runtime(&resident).err().expect("refused");
+    assert!(
+        refused_setting(&err)
+            .problem
+            .settings()
+            .any(|s| s == Setting::DropColdExperts),
+        "{err}"
+    );
 }
 
 /// Collects the generated text, each token row's `mtp_batch` and wall time, and stops (as a
@@ -803,8 +804,9 @@ fn ngram_speculation_is_refused_where_rows_are_not_exact() {
         let mut cfg = config(moe(model));
         cfg.spec = Some(runtime::spec::Spec::Ngram(Default::default()));
         let loaded = Loaded::open(&cfg, &Notices::silent()).expect("open");
-        let err = loaded.runtime(&cfg).err().expect("refused").to_string();
-        assert!(err.contains("--ngram") && err.contains("layer 0"), "{err}");
+        let err = loaded.runtime(&cfg).err().expect("refused");
+        assert_eq!(refused_setting(&err).setting, Setting::Ngram, "{err}");
+        assert!(err.to_string().contains("layer 0"), "{err}");
     }
     let mut cfg = config(moe("qwen3moe-q4_k_m.gguf"));
     cfg.stream.moe_stream = StreamMode::On;
@@ -929,5 +931,16 @@ fn a_long_prompt_reads_the_next_layers_experts_ahead_and_changes_no_token() {
         if mib == 3 {
             assert!(all.prompt_ahead < 16, "{what}: past the budget");
         }
+    }
+}
+
+/// The setting `e` refuses (it must be a setting's refusal, whose text names no flag).
+fn refused_setting(e: &runtime::Error) -> &runtime::ConfigError {
+    match e.refusal() {
+        Some(runtime::Refusal::Setting(c)) => {
+            assert!(!c.to_string().contains("--"), "{c}");
+            c
+        }
+        other => panic!("not a setting's refusal: {other:?} ({e})"),
     }
 }

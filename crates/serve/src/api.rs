@@ -50,6 +50,29 @@ impl ApiError {
     }
 }
 
+/// The request's JSON field that sets `s`, when a request can set it.
+pub fn json_field(s: runtime::Setting) -> Option<&'static str> {
+    match s {
+        runtime::Setting::Seed => Some("seed"),
+        _ => None,
+    }
+}
+
+/// A refusal of a request as the API's error, classified by its variant: a prompt that does
+/// not fit is `context_length_exceeded`, anything else a plain 400. Settings a request sets
+/// are named by their JSON field, the server's own by the runtime's name.
+pub fn refusal_error(r: &runtime::Refusal) -> ApiError {
+    let msg = r.render(|s| match s {
+        runtime::Setting::Context => "set by the server".into(),
+        s => json_field(s).unwrap_or(s.name()).into(),
+    });
+    let err = ApiError::bad(msg);
+    match r {
+        runtime::Refusal::ContextFull { .. } => err.with_code("context_length_exceeded"),
+        _ => err,
+    }
+}
+
 /// The sampling settings a request may give; each left out takes the server's.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sampling {
@@ -596,6 +619,58 @@ impl Stamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runtime::refusal::{ConfigError, Part, Problem, Refusal, Setting};
+
+    #[test]
+    fn a_refusal_is_classified_by_its_variant_not_its_text() {
+        let full = Refusal::ContextFull {
+            tokens: 40,
+            n_ctx: 32,
+            problem: Problem(vec![
+                Part::Text("the prompt is 40 tokens and the context holds 32 (".into()),
+                Part::Setting(Setting::Context),
+                Part::Text("): no room to generate".into()),
+            ]),
+        };
+        let e = refusal_error(&full);
+        assert_eq!((e.status, e.code), (400, Some("context_length_exceeded")));
+        assert_eq!(
+            e.message,
+            "the prompt is 40 tokens and the context holds 32 (set by the server): no room to generate"
+        );
+        // a text that speaks of the context is not enough
+        let other = Refusal::Request("the chat template needs a context".into());
+        let e = refusal_error(&other);
+        assert_eq!((e.status, e.code), (400, None));
+        let e = refusal_error(&Refusal::EmptyPrompt);
+        assert_eq!((e.status, e.code), (400, None));
+    }
+
+    #[test]
+    fn a_setting_refusal_names_the_requests_field_or_the_servers_setting() {
+        let seed = Refusal::Setting(ConfigError {
+            setting: Setting::Seed,
+            problem: Problem(vec![
+                Part::Setting(Setting::Seed),
+                Part::Text(" 5000000000 is too large".into()),
+            ]),
+        });
+        let e = refusal_error(&seed);
+        assert_eq!((e.status, e.code), (400, None));
+        assert_eq!(e.message, "seed 5000000000 is too large");
+        let cache = Refusal::Setting(ConfigError {
+            setting: Setting::CacheMb,
+            problem: Problem(vec![
+                Part::Setting(Setting::CacheMb),
+                Part::Text(" 9 is too large".into()),
+            ]),
+        });
+        assert_eq!(
+            refusal_error(&cache).message,
+            "stream.cache_mb 9 is too large"
+        );
+        assert!(!refusal_error(&cache).message.contains("--"));
+    }
 
     #[test]
     fn chat_requests_parse_with_their_options() {

@@ -266,13 +266,8 @@ fn run_job(
     };
     let accepted = match accepted {
         Ok(a) => a,
-        Err(e) if e.is_rejected() => {
-            let msg = runtime::error::chain(&e);
-            let mut err = ApiError::bad(msg.clone());
-            if msg.contains("context") {
-                err = err.with_code("context_length_exceeded");
-            }
-            let _ = tx.send(Out::Error(err));
+        Err(runtime::Error::Rejected(r)) => {
+            let _ = tx.send(Out::Error(api::refusal_error(&r)));
             return Ok(());
         }
         Err(e) => return Err(e),

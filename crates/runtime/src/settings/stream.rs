@@ -3,10 +3,11 @@
 //! (whether it streams, the cache budget) is [`crate::budget::decide`]; the source they set up is
 //! [`crate::source::StoreSource::from_settings`].
 
+use crate::refusal::{ConfigError, Part, Problem, Refusal, Setting, refuse, refused};
 use std::path::PathBuf;
 
 use crate::Choice as _;
-use crate::error::{Error, Result, reject};
+use crate::error::{Error, Result};
 use store::{Backend, EvictionPolicy, Forecast, IoMode, Lru, ReadFault};
 
 /// How far the co-activation read-ahead (`--couple`) reaches: experts per layer and MoE
@@ -207,55 +208,74 @@ impl StreamConfig {
         if self.moe_stream == StreamMode::Off {
             let mut only_streaming = Vec::new();
             let flags = [
-                (self.cache_mb.is_some(), "--cache-mb"),
-                (self.force_cache, "--force-cache"),
-                (self.no_odirect, "--no-odirect"),
-                (self.overlap, "--overlap"),
-                (self.prompt_ahead, "--prompt-ahead"),
-                (self.dense_weights.is_some(), "--dense-weights"),
-                (self.load_all, "--load-all"),
-                (self.io_backend != ReadBackend::Pread, "--io-backend"),
-                (self.inject_read_fault.is_some(), "--inject-read-fault"),
-                (self.prefetch > 0, "--prefetch"),
-                (self.predict_prefetch, "--predict-prefetch"),
+                (self.cache_mb.is_some(), Setting::CacheMb),
+                (self.force_cache, Setting::ForceCache),
+                (self.no_odirect, Setting::NoOdirect),
+                (self.overlap, Setting::Overlap),
+                (self.prompt_ahead, Setting::PromptAhead),
+                (self.dense_weights.is_some(), Setting::DenseWeights),
+                (self.load_all, Setting::LoadAll),
+                (self.io_backend != ReadBackend::Pread, Setting::IoBackend),
+                (self.inject_read_fault.is_some(), Setting::InjectReadFault),
+                (self.prefetch > 0, Setting::Prefetch),
+                (self.predict_prefetch, Setting::PredictPrefetch),
             ];
             for (set, flag) in flags {
                 if set {
                     only_streaming.push(flag);
                 }
             }
-            if !only_streaming.is_empty() {
-                reject!(
-                    "{} only apply when streaming: they conflict with --moe-stream off",
-                    only_streaming.join(", ")
-                );
+            if let Some(&first) = only_streaming.first() {
+                let mut problem = Problem(Problem::join(&only_streaming, ", "));
+                problem.0.extend([
+                    Part::from(" only apply when streaming: they conflict with "),
+                    Part::from(Setting::StreamMode),
+                    Part::from(" off"),
+                ]);
+                return Err(Error::Rejected(Refusal::Setting(ConfigError {
+                    setting: first,
+                    problem,
+                })));
             }
         }
         if self.io_threads == 0 || self.io_threads > 256 {
-            reject!("--io-threads must be 1 to 256");
+            refuse!(Setting::IoThreads; Setting::IoThreads, " must be 1 to 256");
         }
         let readers_ahead = [
-            (self.prefetch > 0, "--prefetch"),
-            (self.predict_prefetch, "--predict-prefetch"),
-            (self.couple.is_some(), "--couple"),
+            (self.prefetch > 0, Setting::Prefetch),
+            (self.predict_prefetch, Setting::PredictPrefetch),
+            (self.couple.is_some(), Setting::Couple),
         ];
-        let on: Vec<&str> = readers_ahead
+        let on: Vec<Setting> = readers_ahead
             .iter()
             .filter(|(set, _)| *set)
             .map(|(_, f)| *f)
             .collect();
         if on.len() > 1 {
-            reject!(
-                "{} each read ahead on their own prediction: give one of them",
-                on.join(" and ")
-            );
+            let mut problem = Problem(Problem::join(&on, " and "));
+            problem.0.push(Part::from(
+                " each read ahead on their own prediction: give one of them",
+            ));
+            return Err(Error::Rejected(Refusal::Setting(ConfigError {
+                setting: on[1],
+                problem,
+            })));
         }
         if self.predict_spec_max.is_some() && !self.predict_prefetch {
-            reject!("--predict-spec-max sets --predict-prefetch's reads: add --predict-prefetch");
+            refuse!(Setting::PredictSpecMax;
+                Setting::PredictSpecMax,
+                " sets ",
+                Setting::PredictPrefetch,
+                "'s reads: add ",
+                Setting::PredictPrefetch,
+            );
         }
         if self.load_all && !matches!(self.cache_mb, None | Some(CacheMb::Mib(0))) {
-            reject!(
-                "--load-all reads every expert every time and keeps none: it conflicts with --cache-mb (other than 0)"
+            refuse!(Setting::LoadAll;
+                Setting::LoadAll,
+                " reads every expert every time and keeps none: it conflicts with ",
+                Setting::CacheMb,
+                " (other than 0)",
             );
         }
         if let Some(CacheMb::Mib(mb)) = self.cache_mb
@@ -263,14 +283,21 @@ impl StreamConfig {
             && mb < CACHE_MIN_MB
             && !self.force_cache
         {
-            reject!(
-                "--cache-mb {mb} is below {CACHE_MIN_MB} MiB, where an LRU expert cache is usually \
-                 smaller than one token's experts and hits nothing: use 0 (no cache), a larger \
-                 budget, auto, or --force-cache"
+            refuse!(Setting::CacheMb;
+                Setting::CacheMb,
+                format!(
+                    " {mb} is below {CACHE_MIN_MB} MiB, where an LRU expert cache is usually \
+                     smaller than one token's experts and hits nothing: use 0 (no cache), a \
+                     larger budget, auto, or "
+                ),
+                Setting::ForceCache,
             );
         }
         if self.io_backend == ReadBackend::Uring && !store::uring_available() {
-            reject!("--io-backend uring: io_uring is not available here (use pread or auto)");
+            refuse!(Setting::IoBackend;
+                Setting::IoBackend,
+                " uring: io_uring is not available here (use pread or auto)",
+            );
         }
         Ok(())
     }
@@ -331,7 +358,10 @@ impl StreamConfig {
         let k = match (self.couple_k, var("COUPLE_K")) {
             (Some(k), _) => k,
             (None, Some(v)) => v.trim().parse().map_err(|_| {
-                Error::Rejected(format!("COUPLE_K={v}: expected a number of experts"))
+                refused!(Setting::CoupleKEnv;
+                    Setting::CoupleKEnv,
+                    format!("={v}: expected a number of experts"),
+                )
             })?,
             (None, None) => 8,
         };
@@ -340,7 +370,9 @@ impl StreamConfig {
             (None, Some(v)) => match v.trim() {
                 "1" => 1,
                 "2" => 2,
-                _ => reject!("COUPLE_D={v}: expected 1 or 2"),
+                _ => {
+                    refuse!(Setting::CoupleDEnv; Setting::CoupleDEnv, format!("={v}: expected 1 or 2"))
+                }
             },
             (None, None) => 1,
         };
