@@ -4,8 +4,9 @@
 //! opening [`crate::open::open_for`]'s.
 
 use crate::error::Result;
+use crate::error::refused;
 use crate::probes::MemoryFacts;
-use crate::refusal::{Setting, refused};
+use crate::refusal::Setting;
 use crate::settings::stream::{CACHE_MIN_MB, CacheMb, StreamConfig, StreamMode};
 use store::ExpertLayout;
 

@@ -127,7 +127,26 @@ macro_rules! reject {
     };
 }
 
-pub(crate) use {fail, reject};
+/// A [`ConfigError`](crate::refusal::ConfigError) refusal of `setting` as an [`crate::Error`] (not returned).
+macro_rules! refused {
+    ($setting:expr; $($part:expr),+ $(,)?) => {
+        $crate::error::Error::Rejected($crate::refusal::Refusal::Setting(
+            $crate::refusal::ConfigError {
+                setting: $setting,
+                problem: $crate::refusal::problem!($($part),+),
+            },
+        ))
+    };
+}
+
+/// Returns early with a [`ConfigError`](crate::refusal::ConfigError) refusal of `setting`.
+macro_rules! refuse {
+    ($setting:expr; $($part:expr),+ $(,)?) => {
+        return Err($crate::error::refused!($setting; $($part),+))
+    };
+}
+
+pub(crate) use {fail, refuse, refused, reject};
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,8 @@
 //! at load: read once, never evicted. `--usage-prior` seeds the forecast eviction policy with
 //! the history's counts. Reading and writing follow colibri's contract exactly (store::usage).
 
-use crate::refusal::{Setting, refuse, refused};
+use crate::error::{refuse, refused};
+use crate::refusal::Setting;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -1,6 +1,7 @@
 //! Opening a model and building its engine, with errors that name the file.
 
-use crate::refusal::{Setting, refuse};
+use crate::error::refuse;
+use crate::refusal::Setting;
 use std::path::Path;
 
 use engine::{Engine, EngineConfig};

@@ -3,7 +3,8 @@
 //! the context size ([`Loaded::open`]); then the [`Runtime`] over it ([`Loaded::runtime`]): the
 //! engine, the expert source over the store with its pins, the sampler and the recorders.
 
-use crate::refusal::{ConfigError, Part, Problem, Refusal, Setting, problem, refuse, refused};
+use crate::error::{refuse, refused};
+use crate::refusal::{ConfigError, Part, Problem, Refusal, Setting, problem};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;

@@ -328,23 +328,4 @@ macro_rules! problem {
     };
 }
 
-/// A [`ConfigError`] refusal of `setting` as an [`crate::Error`] (not returned).
-macro_rules! refused {
-    ($setting:expr; $($part:expr),+ $(,)?) => {
-        $crate::error::Error::Rejected($crate::refusal::Refusal::Setting(
-            $crate::refusal::ConfigError {
-                setting: $setting,
-                problem: $crate::refusal::problem!($($part),+),
-            },
-        ))
-    };
-}
-
-/// Returns early with a [`ConfigError`] refusal of `setting`.
-macro_rules! refuse {
-    ($setting:expr; $($part:expr),+ $(,)?) => {
-        return Err($crate::refusal::refused!($setting; $($part),+))
-    };
-}
-
-pub(crate) use {problem, refuse, refused};
+pub(crate) use problem;

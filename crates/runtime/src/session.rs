@@ -9,7 +9,8 @@
 //! without touching either (a refusal is an [`Error::Rejected`]), then [`Session::chat`] or
 //! [`Session::decide`] runs it. A front end answers "accepted" between the two.
 
-use crate::refusal::{Refusal, Setting, problem, refused};
+use crate::error::refused;
+use crate::refusal::{Refusal, Setting, problem};
 use std::time::Instant;
 
 use chat::Data;

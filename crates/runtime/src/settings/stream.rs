@@ -3,7 +3,8 @@
 //! (whether it streams, the cache budget) is [`crate::budget::decide`]; the source they set up is
 //! [`crate::source::StoreSource::from_settings`].
 
-use crate::refusal::{ConfigError, Part, Problem, Refusal, Setting, refuse, refused};
+use crate::error::{refuse, refused};
+use crate::refusal::{ConfigError, Part, Problem, Refusal, Setting};
 use std::path::PathBuf;
 
 use crate::Choice as _;
